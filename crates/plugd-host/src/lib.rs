@@ -1,0 +1,22 @@
+//! plugd's host layer: starting plugin processes, talking to them, keeping them alive.
+//!
+//! * [`spawn`]: the one audited way to start a child (process group, cleared
+//!   environment, pidfd exit watch, kill-and-reap on drop).
+//! * [`peer`]: a multiplexed bidirectional JSON-RPC connection over any byte
+//!   transport (reader task + writer task, deadlines, bounded queue).
+//! * [`stderr`]: a plugin's stderr into `tracing`, with a tail for crash reports.
+//! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
+//! * [`supervisor`]: lazy/eager start, crash detection, restart with backoff,
+//!   graceful shutdown, handles that survive restarts.
+
+pub mod native;
+pub mod peer;
+pub mod spawn;
+pub mod stderr;
+pub mod supervisor;
+
+pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
+pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
+pub use supervisor::{
+    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, Status, Supervised,
+};

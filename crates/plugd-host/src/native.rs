@@ -1,0 +1,415 @@
+//! The native dialect: the nexo Plugin Contract 1.10 (line-delimited JSON-RPC).
+//!
+//! Translates plugd's internal operations (handshake, tool call, shutdown)
+//! into the contract's frames: `initialize` (§4.1, with the §4.1.1 tool
+//! catalog), `tool.invoke` (§5.t) and `shutdown` (§4.2), and maps the
+//! contract's typed errors into [`ToolError`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use plugd_manifest::{PluginSpec, tool_in_namespace};
+use plugd_wire::{ErrorObject, codes};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::peer::{CallError, Peer};
+
+/// The contract version plugd speaks, sent as `nexo_version`.
+pub const NEXO_CONTRACT_VERSION: &str = "1.10.0";
+
+/// One tool as a plugin advertises it (§4.1.1 `RemoteToolDef`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDef {
+    /// The tool's name (namespaced for native plugins).
+    pub name: String,
+    /// What it does, for people and models.
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of its arguments.
+    #[serde(default = "default_schema")]
+    pub input_schema: Value,
+}
+
+fn default_schema() -> Value {
+    json!({"type": "object"})
+}
+
+/// What the handshake established.
+#[derive(Debug, Clone, Default)]
+pub struct Handshake {
+    /// The plugin's free-form `server_version`.
+    pub server_version: Option<String>,
+    /// The advertised tool catalog, validated against the manifest.
+    pub tools: Vec<ToolDef>,
+    /// Non-fatal findings (declared tools the plugin did not advertise).
+    pub warnings: Vec<String>,
+}
+
+/// Why a handshake was refused.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum HandshakeError {
+    /// The call itself failed (timeout, crash, error reply).
+    #[error("initialize failed: {0}")]
+    Call(#[from] CallError),
+    /// The child claims to be another plugin.
+    #[error(
+        "plugin {expected:?} answered initialize as {got:?}; an impostor is refused (check the plugin's manifest id)"
+    )]
+    IdentityMismatch {
+        /// The id from the installed manifest.
+        expected: String,
+        /// The id the child echoed.
+        got: String,
+    },
+    /// The reply does not have the contract's shape.
+    #[error("plugin {plugin:?}: malformed initialize reply: {reason}")]
+    Malformed {
+        /// Plugin id.
+        plugin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An advertised tool is not in `[plugin.extends].tools`.
+    #[error(
+        "plugin {plugin:?} advertised tool {tool:?}, which its manifest does not declare in [plugin.extends].tools; add it there or stop advertising it"
+    )]
+    UndeclaredTool {
+        /// Plugin id.
+        plugin: String,
+        /// The tool.
+        tool: String,
+    },
+    /// An advertised tool breaks the `<id>_*` / `ext_<id>_*` rule.
+    #[error(
+        "plugin {plugin:?} advertised tool {tool:?} outside its namespace; names must start with \"{plugin}_\" or \"ext_{plugin}_\""
+    )]
+    Namespace {
+        /// Plugin id.
+        plugin: String,
+        /// The tool.
+        tool: String,
+    },
+}
+
+impl HandshakeError {
+    /// `true` when retrying cannot help (the plugin lies about itself).
+    pub fn is_permanent(&self) -> bool {
+        !matches!(self, HandshakeError::Call(_))
+    }
+}
+
+/// Sends `initialize` and validates the reply against the manifest.
+pub async fn initialize(
+    peer: &Peer,
+    spec: &PluginSpec,
+    timeout: Duration,
+) -> Result<Handshake, HandshakeError> {
+    let reply = peer
+        .call(
+            "initialize",
+            Some(json!({"nexo_version": NEXO_CONTRACT_VERSION})),
+            timeout,
+        )
+        .await?;
+    check_initialize_reply(spec, &reply)
+}
+
+/// Validates an `initialize` reply (§4.1, §4.1.1).
+pub fn check_initialize_reply(
+    spec: &PluginSpec,
+    reply: &Value,
+) -> Result<Handshake, HandshakeError> {
+    let malformed = |reason: String| HandshakeError::Malformed {
+        plugin: spec.id.clone(),
+        reason,
+    };
+    let Some(obj) = reply.as_object() else {
+        return Err(malformed(format!("expected an object, got {reply}")));
+    };
+    let got = obj
+        .get("manifest")
+        .and_then(|m| m.get("plugin"))
+        .and_then(|p| p.get("id"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed("missing manifest.plugin.id".into()))?;
+    if got != spec.id {
+        return Err(HandshakeError::IdentityMismatch {
+            expected: spec.id.clone(),
+            got: got.chars().take(64).collect(),
+        });
+    }
+    let server_version = obj
+        .get("server_version")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let tools: Vec<ToolDef> = match obj.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => {
+            serde_json::from_value(v.clone()).map_err(|e| malformed(format!("\"tools\": {e}")))?
+        }
+    };
+    let mut seen = std::collections::HashSet::new();
+    for tool in &tools {
+        if !tool_in_namespace(&spec.id, &tool.name) {
+            return Err(HandshakeError::Namespace {
+                plugin: spec.id.clone(),
+                tool: tool.name.clone(),
+            });
+        }
+        if !spec.declared_tools.iter().any(|d| d == &tool.name) {
+            return Err(HandshakeError::UndeclaredTool {
+                plugin: spec.id.clone(),
+                tool: tool.name.clone(),
+            });
+        }
+        if !seen.insert(tool.name.as_str()) {
+            return Err(malformed(format!("tool {:?} advertised twice", tool.name)));
+        }
+        if !tool.input_schema.is_object() && !tool.input_schema.is_boolean() {
+            return Err(malformed(format!(
+                "tool {:?}: input_schema must be a JSON Schema object",
+                tool.name
+            )));
+        }
+    }
+    if !spec.declared_tools.is_empty() && tools.is_empty() {
+        return Err(malformed(
+            "the manifest declares tools but the reply has no \"tools\" catalog (§4.1.1)".into(),
+        ));
+    }
+    let warnings = spec
+        .declared_tools
+        .iter()
+        .filter(|d| !seen.contains(d.as_str()))
+        .map(|d| {
+            format!(
+                "tool {d:?} is declared in the manifest but not advertised; calls to it will fail"
+            )
+        })
+        .collect();
+    Ok(Handshake {
+        server_version,
+        tools,
+        warnings,
+    })
+}
+
+/// A tool call that did not produce a result.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// -33401: the plugin does not implement the tool.
+    #[error("plugin {plugin:?}: tool {tool:?} not found: {message}")]
+    NotFound {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The tool.
+        tool: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// -33402: the plugin rejected the arguments.
+    #[error("plugin {plugin:?}: tool {tool:?} rejected its arguments: {message}{}", details.as_ref().map(|d| format!(" (details: {d})")).unwrap_or_default())]
+    ArgumentInvalid {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The tool.
+        tool: String,
+        /// The plugin's message.
+        message: String,
+        /// `data.details`, the offending fields.
+        details: Option<Value>,
+    },
+    /// -33403: the tool ran and failed.
+    #[error("plugin {plugin:?}: tool {tool:?} failed: {message}")]
+    ExecutionFailed {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The tool.
+        tool: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// -33404: transient; retry later.
+    #[error("plugin {plugin:?}: tool {tool:?} unavailable: {message}{}", retry_after_ms.map(|ms| format!("; retry after {ms} ms")).unwrap_or_default())]
+    Unavailable {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The tool.
+        tool: String,
+        /// The plugin's message.
+        message: String,
+        /// `data.retry_after_ms`.
+        retry_after_ms: Option<u64>,
+    },
+    /// -33405: the plugin's authorization refused the call.
+    #[error("plugin {plugin:?}: tool {tool:?} denied: {message}")]
+    Denied {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The tool.
+        tool: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// -32601: the plugin does not implement `tool.invoke`.
+    #[error("plugin {plugin:?} does not implement tool calls (tool.invoke: method not found)")]
+    NotImplemented {
+        /// Plugin id.
+        plugin: Arc<str>,
+    },
+    /// Any other failure of the call (other error codes, timeout, crash).
+    #[error(transparent)]
+    Call(#[from] CallError),
+}
+
+/// Maps a `tool.invoke` error reply to a typed [`ToolError`].
+pub fn map_tool_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolError {
+    let CallError::Remote { error, .. } = &err else {
+        return ToolError::Call(err);
+    };
+    let ErrorObject {
+        code,
+        message,
+        data,
+    } = error.clone();
+    let plugin = plugin.clone();
+    let tool = tool.to_owned();
+    match code {
+        codes::TOOL_NOT_FOUND => ToolError::NotFound {
+            plugin,
+            tool,
+            message,
+        },
+        codes::TOOL_ARGUMENT_INVALID => ToolError::ArgumentInvalid {
+            plugin,
+            tool,
+            message,
+            details: data.and_then(|d| d.get("details").cloned()),
+        },
+        codes::TOOL_EXECUTION_FAILED => ToolError::ExecutionFailed {
+            plugin,
+            tool,
+            message,
+        },
+        codes::TOOL_UNAVAILABLE => ToolError::Unavailable {
+            plugin,
+            tool,
+            message,
+            retry_after_ms: data.and_then(|d| d.get("retry_after_ms").and_then(Value::as_u64)),
+        },
+        codes::TOOL_DENIED => ToolError::Denied {
+            plugin,
+            tool,
+            message,
+        },
+        codes::METHOD_NOT_FOUND => ToolError::NotImplemented { plugin },
+        _ => ToolError::Call(err),
+    }
+}
+
+/// Calls one tool with `tool.invoke` (§5.t).
+pub async fn invoke_tool(
+    peer: &Peer,
+    tool: &str,
+    args: Value,
+    agent_id: Option<&str>,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
+    let params = json!({
+        "plugin_id": &**peer.plugin(),
+        "tool_name": tool,
+        "args": args,
+        "agent_id": agent_id,
+    });
+    peer.call("tool.invoke", Some(params), timeout)
+        .await
+        .map_err(|e| map_tool_error(peer.plugin(), tool, e))
+}
+
+/// Sends `shutdown` (§4.2) and waits for the reply.
+pub async fn shutdown(peer: &Peer, timeout: Duration) -> Result<(), CallError> {
+    peer.call(
+        "shutdown",
+        Some(json!({"reason": "host requested"})),
+        timeout,
+    )
+    .await
+    .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(code: i64, message: &str, data: Option<Value>) -> CallError {
+        CallError::Remote {
+            plugin: "p".into(),
+            method: "tool.invoke".into(),
+            error: ErrorObject {
+                code,
+                message: message.into(),
+                data,
+            },
+        }
+    }
+
+    /// The exact JSON shapes of §5.t, as a plugin sends them.
+    #[test]
+    fn typed_tool_errors_from_real_shapes() {
+        let p: Arc<str> = "p".into();
+        let parse = |s: &str| -> CallError {
+            let v: Value = serde_json::from_str(s).unwrap();
+            let e: ErrorObject = serde_json::from_value(v["error"].clone()).unwrap();
+            remote(e.code, &e.message, e.data)
+        };
+        let e = map_tool_error(
+            &p,
+            "p_t",
+            parse(
+                r#"{"jsonrpc":"2.0","id":80,"error":{"code":-33402,"message":"argument invalid: missing `city`","data":{"details":{"field":"city"}}}}"#,
+            ),
+        );
+        assert!(
+            matches!(&e, ToolError::ArgumentInvalid { details: Some(d), .. } if d["field"] == "city"),
+            "{e:?}"
+        );
+        let e = map_tool_error(
+            &p,
+            "p_t",
+            parse(
+                r#"{"jsonrpc":"2.0","id":80,"error":{"code":-33404,"message":"unavailable","data":{"retry_after_ms":5000}}}"#,
+            ),
+        );
+        assert!(matches!(
+            e,
+            ToolError::Unavailable {
+                retry_after_ms: Some(5000),
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("retry after 5000 ms"));
+        assert!(matches!(
+            map_tool_error(&p, "t", remote(-33401, "nf", None)),
+            ToolError::NotFound { .. }
+        ));
+        assert!(matches!(
+            map_tool_error(&p, "t", remote(-33403, "boom", None)),
+            ToolError::ExecutionFailed { .. }
+        ));
+        assert!(matches!(
+            map_tool_error(&p, "t", remote(-33405, "no", None)),
+            ToolError::Denied { .. }
+        ));
+        assert!(matches!(
+            map_tool_error(&p, "t", remote(-32601, "mnf", None)),
+            ToolError::NotImplemented { .. }
+        ));
+        assert!(matches!(
+            map_tool_error(&p, "t", remote(-32000, "x", None)),
+            ToolError::Call(CallError::Remote { .. })
+        ));
+    }
+}

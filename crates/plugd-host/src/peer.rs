@@ -1,0 +1,731 @@
+//! A multiplexed, bidirectional JSON-RPC 2.0 connection to one plugin.
+//!
+//! A [`Peer`] runs two tasks over any byte transport: a reader that cuts
+//! frames ([`plugd_wire::FrameDecoder`]) and routes them, and a writer that
+//! drains a bounded queue into the transport. Writing and reading never share
+//! a task, so a child that stops reading cannot stop its replies from being
+//! read, and the reverse.
+//!
+//! * Host request ids come from a per-peer counter and are never reused.
+//! * [`Peer::call`] bounds the enqueue, the write and the wait by one deadline;
+//!   a caller that gives up (timeout or drop) removes its pending entry.
+//! * Requests from the child are served on their own tasks, so one slow host
+//!   service never delays another reply.
+//! * The queue to the child holds [`DEFAULT_QUEUE_DEPTH`] frames: requests and
+//!   responses wait for room (bounded by their deadline), notifications are
+//!   shed when it is full and each shed is counted and logged.
+//! * Non-JSON output, responses with unknown ids and oversized frames are
+//!   logged with the plugin id, counted and skipped.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use plugd_wire::{
+    ErrorObject, Frame, FrameDecoder, Framing, Id, Message, Notification, Request, Response,
+};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::codec::FramedRead;
+
+/// Default depth of the host-to-child queue (nexo contract §8).
+pub const DEFAULT_QUEUE_DEPTH: usize = 64;
+
+/// The future a [`Handler`] returns for a child-to-host request.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// Serves what the child sends to the host.
+pub trait Handler: Send + Sync + 'static {
+    /// A child-to-host request; runs on its own task.
+    fn request(&self, method: String, params: Option<Value>) -> HandlerFuture {
+        let _ = params;
+        Box::pin(async move {
+            Err(ErrorObject::new(
+                plugd_wire::codes::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            ))
+        })
+    }
+
+    /// A child-to-host notification; must not block.
+    fn notification(&self, method: String, params: Option<Value>) {
+        let _ = (method, params);
+    }
+}
+
+/// A handler that answers every request with `-32601` and ignores notifications.
+#[derive(Debug, Default)]
+pub struct NoHandler;
+impl Handler for NoHandler {}
+
+/// Settings of one peer.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// The plugin id, attached to every log line and error.
+    pub plugin: Arc<str>,
+    /// How frames are cut.
+    pub framing: Framing,
+    /// Largest frame accepted from the child.
+    pub max_frame: usize,
+    /// Depth of the host-to-child queue.
+    pub queue_depth: usize,
+}
+
+impl PeerConfig {
+    /// Defaults for a plugin: 16 MiB frames, a 64-frame queue.
+    pub fn new(plugin: &str, framing: Framing) -> Self {
+        PeerConfig {
+            plugin: plugin.into(),
+            framing,
+            max_frame: plugd_wire::DEFAULT_MAX_FRAME,
+            queue_depth: DEFAULT_QUEUE_DEPTH,
+        }
+    }
+}
+
+/// Why a connection ended; shared by every call it fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closed {
+    /// The plugin id.
+    pub plugin: Arc<str>,
+    /// What happened, e.g. `exit status 3` or `stdout closed`.
+    pub cause: String,
+    /// The last lines the plugin wrote to stderr (secrets already scrubbed).
+    pub stderr_tail: Vec<String>,
+    /// `true` when the host asked for it (shutdown), `false` for a crash.
+    pub expected: bool,
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugin {:?} ", &*self.plugin)?;
+        if self.expected {
+            write!(f, "was shut down ({})", self.cause)?;
+        } else {
+            write!(f, "crashed: {}", self.cause)?;
+        }
+        if !self.stderr_tail.is_empty() {
+            let tail: Vec<&str> = self
+                .stderr_tail
+                .iter()
+                .rev()
+                .take(5)
+                .rev()
+                .map(String::as_str)
+                .collect();
+            write!(f, "; last stderr: {}", tail.join(" | "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallError {
+    /// The plugin answered with a JSON-RPC error.
+    #[error("plugin {plugin:?} answered {method} with an error: {error}")]
+    Remote {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The method called.
+        method: String,
+        /// The error object, as sent.
+        error: ErrorObject,
+    },
+    /// No answer within the deadline (it covers queueing, writing and waiting).
+    #[error(
+        "plugin {plugin:?} did not answer {method} within {after:?} (id {id}); the call was abandoned"
+    )]
+    Timeout {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The method called.
+        method: String,
+        /// The deadline that passed.
+        after: Duration,
+        /// The abandoned request id (dialects may send a cancel for it).
+        id: i64,
+    },
+    /// The connection ended before the answer came.
+    #[error("{0}")]
+    Closed(Arc<Closed>),
+    /// The answer was larger than the frame limit and was refused.
+    #[error(
+        "plugin {plugin:?} answered {method} with a {len}-byte frame, over the {limit}-byte limit; the frame was refused"
+    )]
+    FrameTooLarge {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The method called.
+        method: String,
+        /// The frame's size.
+        len: u64,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// Counters of what the peer skipped or shed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct PeerStats {
+    /// Notifications shed because the queue to the child was full.
+    pub shed_notifications: u64,
+    /// Lines on stdout that were not JSON-RPC.
+    pub junk_frames: u64,
+    /// Responses whose id matched no pending call.
+    pub unknown_ids: u64,
+    /// Frames refused for exceeding the size limit.
+    pub oversized_frames: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    shed: AtomicU64,
+    junk: AtomicU64,
+    unknown: AtomicU64,
+    oversized: AtomicU64,
+}
+
+struct PendingCall {
+    method: Arc<str>,
+    tx: oneshot::Sender<Result<Value, CallError>>,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<i64, PendingCall>,
+    closed: Option<Arc<Closed>>,
+}
+
+struct Inner {
+    config: PeerConfig,
+    next_id: AtomicI64,
+    state: Mutex<State>,
+    out: mpsc::Sender<Bytes>,
+    counters: Counters,
+    closed_tx: watch::Sender<Option<Arc<Closed>>>,
+    reader_done: watch::Sender<Option<String>>,
+}
+
+/// One side of a JSON-RPC connection to a plugin. Cheap to clone.
+#[derive(Clone)]
+pub struct Peer {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("plugin", &self.inner.config.plugin)
+            .finish()
+    }
+}
+
+impl Peer {
+    /// Starts the reader and writer tasks over a transport.
+    pub fn start<R, W>(config: PeerConfig, reader: R, writer: W, handler: Arc<dyn Handler>) -> Peer
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (out, rx) = mpsc::channel(config.queue_depth.max(1));
+        let inner = Arc::new(Inner {
+            config,
+            next_id: AtomicI64::new(1),
+            state: Mutex::new(State::default()),
+            out,
+            counters: Counters::default(),
+            closed_tx: watch::channel(None).0,
+            reader_done: watch::channel(None).0,
+        });
+        tokio::spawn(write_loop(inner.config.plugin.clone(), rx, writer));
+        tokio::spawn(read_loop(inner.clone(), reader, handler));
+        Peer { inner }
+    }
+
+    /// An in-memory pair of transports for tests: the host end runs a
+    /// [`Peer`], the returned end is the "child" side.
+    pub fn memory(
+        config: PeerConfig,
+        handler: Arc<dyn Handler>,
+    ) -> (Peer, tokio::io::DuplexStream) {
+        let (host, child) = tokio::io::duplex(1 << 16);
+        let (r, w) = tokio::io::split(host);
+        (Peer::start(config, r, w, handler), child)
+    }
+
+    /// The plugin id.
+    pub fn plugin(&self) -> &Arc<str> {
+        &self.inner.config.plugin
+    }
+
+    /// Sends a request and waits for its result. `timeout` covers queueing,
+    /// writing and waiting.
+    pub async fn call(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+    ) -> Result<Value, CallError> {
+        let inner = &self.inner;
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = inner.lock();
+            if let Some(closed) = &state.closed {
+                return Err(CallError::Closed(closed.clone()));
+            }
+            state.pending.insert(
+                id,
+                PendingCall {
+                    method: method.into(),
+                    tx,
+                },
+            );
+        }
+        let _guard = PendingGuard { inner, id };
+        let frame = encode(
+            inner.config.framing,
+            &Message::Request(Request {
+                id: Id::Int(id),
+                method: method.to_owned(),
+                params,
+            }),
+        );
+        let exchange = async {
+            if inner.out.send(frame).await.is_err() {
+                return Err(CallError::Closed(self.wait_closed().await));
+            }
+            match rx.await {
+                Ok(result) => result,
+                Err(_) => Err(CallError::Closed(self.wait_closed().await)),
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(CallError::Timeout {
+                plugin: inner.config.plugin.clone(),
+                method: method.to_owned(),
+                after: timeout,
+                id,
+            }),
+        }
+    }
+
+    /// Queues a notification. When the queue is full the notification is
+    /// shed (counted and logged) and `false` is returned.
+    pub fn notify(&self, method: &str, params: Option<Value>) -> bool {
+        let frame = encode(
+            self.inner.config.framing,
+            &Message::Notification(Notification {
+                method: method.to_owned(),
+                params,
+            }),
+        );
+        match self.inner.out.try_send(frame) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                let n = self.inner.counters.shed.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(plugin = %self.inner.config.plugin, method, shed_total = n,
+                    "queue to plugin full; notification shed");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// Marks the connection closed and fails every pending call with `why`.
+    /// The first reason wins; later calls are ignored.
+    pub fn close(&self, why: Closed) -> Arc<Closed> {
+        let why = Arc::new(why);
+        let pending = {
+            let mut state = self.inner.lock();
+            if let Some(existing) = &state.closed {
+                return existing.clone();
+            }
+            state.closed = Some(why.clone());
+            std::mem::take(&mut state.pending)
+        };
+        for (_, call) in pending {
+            let _ = call.tx.send(Err(CallError::Closed(why.clone())));
+        }
+        self.inner.closed_tx.send_replace(Some(why.clone()));
+        why
+    }
+
+    /// The closure reason, if the connection is closed.
+    pub fn closed_reason(&self) -> Option<Arc<Closed>> {
+        self.inner.lock().closed.clone()
+    }
+
+    /// Resolves when the connection is closed.
+    pub async fn wait_closed(&self) -> Arc<Closed> {
+        let mut rx = self.inner.closed_tx.subscribe();
+        loop {
+            if let Some(c) = rx.borrow_and_update().clone() {
+                return c;
+            }
+            if rx.changed().await.is_err() {
+                // The sender lives in `inner`, which we hold: unreachable.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Resolves when the reader hits end of stream or a fatal framing error,
+    /// with a description of which.
+    pub async fn wait_reader_done(&self) -> String {
+        let mut rx = self.inner.reader_done.subscribe();
+        loop {
+            if let Some(c) = rx.borrow_and_update().clone() {
+                return c;
+            }
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Counters of skipped and shed frames.
+    pub fn stats(&self) -> PeerStats {
+        let c = &self.inner.counters;
+        PeerStats {
+            shed_notifications: c.shed.load(Ordering::Relaxed),
+            junk_frames: c.junk.load(Ordering::Relaxed),
+            unknown_ids: c.unknown.load(Ordering::Relaxed),
+            oversized_frames: c.oversized.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Number of calls waiting for an answer.
+    pub fn pending_calls(&self) -> usize {
+        self.inner.lock().pending.len()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn complete(&self, id: i64, result: impl FnOnce(&str) -> Result<Value, CallError>) -> bool {
+        let call = self.lock().pending.remove(&id);
+        match call {
+            Some(call) => {
+                let _ = call.tx.send(result(&call.method));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+struct PendingGuard<'a> {
+    inner: &'a Inner,
+    id: i64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.inner.lock().pending.remove(&self.id);
+    }
+}
+
+fn encode(framing: Framing, msg: &Message) -> Bytes {
+    let payload = msg.to_vec();
+    let mut buf = BytesMut::with_capacity(payload.len() + 32);
+    plugd_wire::encode_frame(framing, &payload, &mut buf);
+    buf.freeze()
+}
+
+/// Drains the queue into the transport, batching whatever is ready into one
+/// write.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    plugin: Arc<str>,
+    mut rx: mpsc::Receiver<Bytes>,
+    mut writer: W,
+) {
+    let mut batch = BytesMut::with_capacity(64 * 1024);
+    while let Some(first) = rx.recv().await {
+        batch.extend_from_slice(&first);
+        while batch.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => batch.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        let res = async {
+            writer.write_all(&batch).await?;
+            writer.flush().await
+        }
+        .await;
+        batch.clear();
+        if let Err(e) = res {
+            tracing::debug!(plugin = %plugin, error = %e, "write to plugin failed; writer stops");
+            break;
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(inner: Arc<Inner>, reader: R, handler: Arc<dyn Handler>) {
+    let plugin = inner.config.plugin.clone();
+    let decoder = FrameDecoder::new(inner.config.framing, inner.config.max_frame);
+    let mut frames = FramedRead::with_capacity(reader, decoder, 64 * 1024);
+    let end = loop {
+        match frames.next().await {
+            None => break "stdout closed".to_owned(),
+            Some(Err(e)) => {
+                tracing::error!(plugin = %plugin, error = %e, "unreadable output from plugin; connection dropped");
+                break format!("unreadable output: {e}");
+            }
+            Some(Ok(Frame::Data(bytes))) => dispatch(&inner, &handler, &bytes),
+            Some(Ok(Frame::Oversized { len, prefix })) => {
+                inner.counters.oversized.fetch_add(1, Ordering::Relaxed);
+                let limit = inner.config.max_frame;
+                let answered = sniff_id(&prefix).is_some_and(|id| {
+                    inner.complete(id, |method| {
+                        Err(CallError::FrameTooLarge {
+                            plugin: plugin.clone(),
+                            method: method.to_owned(),
+                            len,
+                            limit,
+                        })
+                    })
+                });
+                tracing::error!(plugin = %plugin, len, limit, failed_call = answered,
+                    "plugin sent a frame over the size limit; it was skipped unread");
+            }
+        }
+    };
+    inner.reader_done.send_replace(Some(end));
+}
+
+fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
+    let plugin = &inner.config.plugin;
+    match Message::decode(bytes) {
+        Ok(Message::Response(Response { id, outcome })) => {
+            let known = match &id {
+                Some(Id::Int(n)) => inner.complete(*n, |method| {
+                    outcome.map_err(|error| CallError::Remote {
+                        plugin: plugin.clone(),
+                        method: method.to_owned(),
+                        error,
+                    })
+                }),
+                _ => false,
+            };
+            if !known {
+                let n = inner.counters.unknown.fetch_add(1, Ordering::Relaxed) + 1;
+                let id = id.map_or_else(|| "null".to_owned(), |i| i.to_string());
+                tracing::warn!(plugin = %plugin, %id, unknown_total = n,
+                    "response with an unknown or already answered id; dropped");
+            }
+        }
+        Ok(Message::Request(Request { id, method, params })) => {
+            let fut = handler.request(method, params);
+            let inner = inner.clone();
+            tokio::spawn(async move {
+                let outcome = fut.await;
+                let frame = encode(
+                    inner.config.framing,
+                    &Message::Response(Response {
+                        id: Some(id),
+                        outcome,
+                    }),
+                );
+                // Responses are never dropped: wait for room in the queue.
+                let _ = inner.out.send(frame).await;
+            });
+        }
+        Ok(Message::Notification(Notification { method, params })) => {
+            handler.notification(method, params)
+        }
+        Err(e) => {
+            let n = inner.counters.junk.fetch_add(1, Ordering::Relaxed) + 1;
+            let preview = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned();
+            tracing::warn!(plugin = %plugin, error = %e, line = %preview, junk_total = n,
+                "plugin wrote something that is not JSON-RPC on stdout; skipped");
+        }
+    }
+}
+
+/// Finds `"id": <integer>` near the start of an oversized frame so the call it
+/// answers can fail at once instead of timing out.
+fn sniff_id(prefix: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(prefix).ok().or_else(|| {
+        // The cut may fall inside a UTF-8 sequence; use the valid part.
+        let valid = std::str::from_utf8(prefix).err()?.valid_up_to();
+        std::str::from_utf8(&prefix[..valid]).ok()
+    })?;
+    let at = text.find("\"id\"")? + 4;
+    let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
+    let digits: String = rest
+        .chars()
+        .enumerate()
+        .take_while(|(i, c)| c.is_ascii_digit() || (*i == 0 && *c == '-'))
+        .map(|(_, c)| c)
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    #[test]
+    fn sniffs_ids() {
+        assert_eq!(
+            sniff_id(br#"{"jsonrpc":"2.0","id": 42,"result":"xxxx"#),
+            Some(42)
+        );
+        assert_eq!(sniff_id(br#"{"id":-3,"#), Some(-3));
+        assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","result":"aaaa"#), None);
+        assert_eq!(sniff_id(br#"{"id":"str""#), None);
+    }
+
+    /// A child written against the in-memory transport: answers `echo`,
+    /// never answers `hang`, asks the host `slow` and `fast` concurrently.
+    async fn fake_child(io: tokio::io::DuplexStream) {
+        let (r, mut w) = tokio::io::split(io);
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["method"] == "echo" {
+                let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":v["params"]});
+                w.write_all(format!("{reply}\n").as_bytes()).await.unwrap();
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn call_and_timeout_and_pending_cleanup() {
+        let (peer, child) = Peer::memory(PeerConfig::new("t", Framing::Lines), Arc::new(NoHandler));
+        tokio::spawn(fake_child(child));
+        let got = peer
+            .call("echo", Some(json!({"x":1})), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(got, json!({"x":1}));
+        let err = peer
+            .call("hang", None, Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, CallError::Timeout { ref method, .. } if method == "hang"),
+            "{err}"
+        );
+        assert_eq!(
+            peer.pending_calls(),
+            0,
+            "a caller that gives up removes its entry"
+        );
+        // Ids are unique and increasing.
+        let a = peer
+            .call("hang", None, Duration::from_millis(1))
+            .await
+            .unwrap_err();
+        let b = peer
+            .call("hang", None, Duration::from_millis(1))
+            .await
+            .unwrap_err();
+        match (a, b) {
+            (CallError::Timeout { id: ia, .. }, CallError::Timeout { id: ib, .. }) => {
+                assert!(ib > ia)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn close_fails_pending_calls_with_the_reason() {
+        let (peer, _child) =
+            Peer::memory(PeerConfig::new("t", Framing::Lines), Arc::new(NoHandler));
+        let p2 = peer.clone();
+        let call = tokio::spawn(async move { p2.call("x", None, Duration::from_secs(30)).await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        peer.close(Closed {
+            plugin: "t".into(),
+            cause: "exit status 3".into(),
+            stderr_tail: vec!["boom".into()],
+            expected: false,
+        });
+        let err = call.await.unwrap().unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("crashed: exit status 3") && text.contains("boom"),
+            "{text}"
+        );
+        // Later calls fail at once.
+        let err = peer
+            .call("x", None, Duration::from_secs(30))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CallError::Closed(_)));
+    }
+
+    #[tokio::test]
+    async fn notifications_are_shed_when_the_queue_is_full() {
+        let mut config = PeerConfig::new("t", Framing::Lines);
+        config.queue_depth = 4;
+        // The child never reads, and the duplex buffer is small: the writer blocks.
+        let (host, _child) = tokio::io::duplex(64);
+        let (r, w) = tokio::io::split(host);
+        let peer = Peer::start(config, r, w, Arc::new(NoHandler));
+        let mut sent = 0;
+        for _ in 0..100 {
+            if peer.notify("broker.event", Some(json!({"pad": "x".repeat(100)}))) {
+                sent += 1;
+            }
+            tokio::task::yield_now().await;
+        }
+        let shed = peer.stats().shed_notifications;
+        assert!(shed > 0, "some notifications must be shed");
+        assert_eq!(
+            sent + shed,
+            100,
+            "every notification is either queued or counted as shed"
+        );
+    }
+
+    struct SlowFast;
+    impl Handler for SlowFast {
+        fn request(&self, method: String, _params: Option<Value>) -> HandlerFuture {
+            Box::pin(async move {
+                if method == "slow" {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Ok(json!(method))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn child_requests_are_served_concurrently() {
+        let (_peer, child) = Peer::memory(PeerConfig::new("t", Framing::Lines), Arc::new(SlowFast));
+        let (r, mut w) = tokio::io::split(child);
+        w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"slow\"}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"fast\"}\n")
+            .await
+            .unwrap();
+        let mut lines = BufReader::new(r).lines();
+        let first: Value =
+            serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            first["id"], 2,
+            "the fast reply must not wait behind the slow one"
+        );
+        let second: Value =
+            serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(second["id"], 1);
+    }
+}

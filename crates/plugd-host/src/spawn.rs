@@ -1,0 +1,336 @@
+//! The one audited way plugd starts a child process.
+//!
+//! **Architecture invariant**: every plugin process is started here (a clippy
+//! `disallowed-methods` rule keeps `Command::new` out of the rest of the
+//! workspace). A child started here
+//!
+//! * leads its own process group, so the whole tree can be killed at once;
+//! * gets `SIGKILL` if the plugd thread that spawned it dies (`PR_SET_PDEATHSIG`);
+//! * runs in its plugin directory with a cleared environment plus an explicit
+//!   allowlist ([`ENV_ALLOWLIST`]) and the manifest's own variables;
+//! * is watched through a pidfd, so its exit is noticed at once (no polling)
+//!   and signals can never reach a recycled PID;
+//! * has its group killed and the leader reaped on drop, so no orphan or
+//!   zombie outlives its handle.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+
+use rustix::process::{Pid, PidfdFlags, Signal};
+use tokio::io::unix::AsyncFd;
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+/// Host variables a child inherits when set (everything else is cleared).
+pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG"];
+
+/// Variables the host always sets for children: Python plugins must not write
+/// `__pycache__` into their (digest-pinned) plugin directory, and should not
+/// hold replies in a block buffer.
+pub const HOST_ENV: &[(&str, &str)] =
+    &[("PYTHONDONTWRITEBYTECODE", "1"), ("PYTHONUNBUFFERED", "1")];
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// The plugin id, for error messages.
+    pub plugin_id: String,
+    /// The program as the manifest gives it: absolute, or a bare name to look
+    /// up in `PATH` and then next to the plugd executable.
+    pub program: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory (the plugin directory).
+    pub cwd: PathBuf,
+    /// Extra variables from the manifest (already validated).
+    pub env: BTreeMap<String, String>,
+}
+
+/// Why a child could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    /// The program was not found.
+    #[error(
+        "plugin {plugin:?}: command {program:?} not found (looked in PATH and next to plugd at {exe_dir:?}); install it or use an absolute path"
+    )]
+    NotFound {
+        /// Plugin id.
+        plugin: String,
+        /// The program as given.
+        program: String,
+        /// The directory of the plugd executable.
+        exe_dir: Option<PathBuf>,
+    },
+    /// The OS refused to start it.
+    #[error("plugin {plugin:?}: cannot start {program:?}: {source}")]
+    Os {
+        /// Plugin id.
+        plugin: String,
+        /// Resolved program path.
+        program: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A started child: its pipes, a kill handle and the future of its exit.
+#[derive(Debug)]
+pub struct Spawned {
+    /// The child's stdin.
+    pub stdin: ChildStdin,
+    /// The child's stdout.
+    pub stdout: ChildStdout,
+    /// The child's stderr.
+    pub stderr: ChildStderr,
+    /// Signals the child's process group; safe against PID reuse.
+    pub handle: ProcessHandle,
+    /// Owns the child; [`Reaper::wait`] resolves at exit.
+    pub reaper: Reaper,
+}
+
+#[derive(Debug)]
+struct Shared {
+    pid: Pid,
+    /// `true` once the leader has been reaped: after that its PID (and PGID)
+    /// may be reused, so no signal may be sent any more.
+    reaped: Mutex<bool>,
+}
+
+/// Sends signals to a child's process group, never to a recycled PID.
+#[derive(Debug, Clone)]
+pub struct ProcessHandle {
+    shared: Arc<Shared>,
+}
+
+impl ProcessHandle {
+    /// The child's PID (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.shared.pid.as_raw_nonzero().get() as u32
+    }
+
+    /// Sends `SIGKILL` to the whole process group, unless the leader is
+    /// already reaped (then the group is gone too, see [`Reaper::wait`]).
+    pub fn kill_group(&self) {
+        let reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if !*reaped {
+            let _ = rustix::process::kill_process_group(self.shared.pid, Signal::KILL);
+        }
+    }
+}
+
+/// Owns the child process; reaps it and its group.
+#[derive(Debug)]
+pub struct Reaper {
+    shared: Arc<Shared>,
+    child: Option<std::process::Child>,
+    pidfd: Option<AsyncFd<OwnedFd>>,
+}
+
+impl Reaper {
+    /// Waits for the leader to exit, kills whatever is left of its process
+    /// group (while the zombie leader still pins the PGID), then reaps it.
+    pub async fn wait(&mut self) -> ExitStatus {
+        if let Some(fd) = &self.pidfd {
+            // A pidfd becomes readable when the process exits.
+            let _ = fd.readable().await;
+        }
+        self.reap_blocking()
+    }
+
+    fn reap_blocking(&mut self) -> ExitStatus {
+        let Some(mut child) = self.child.take() else {
+            return ExitStatus::from_raw(0);
+        };
+        let mut reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        // The leader is a zombie or alive, so the PGID cannot have been reused.
+        let _ = rustix::process::kill_process_group(self.shared.pid, Signal::KILL);
+        let status = match child.wait() {
+            Ok(s) => s,
+            Err(_) => ExitStatus::from_raw(0),
+        };
+        *reaped = true;
+        status
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            let _ = self.reap_blocking();
+        }
+    }
+}
+
+/// Looks `program` up the way plugd documents: absolute paths as they are;
+/// bare names in `PATH`, then in the directory of the plugd executable (where
+/// `cargo build` puts the Rust example plugins).
+pub fn resolve_program(plugin_id: &str, program: &str) -> Result<PathBuf, SpawnError> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    let not_found = || SpawnError::NotFound {
+        plugin: plugin_id.to_owned(),
+        program: program.to_owned(),
+        exe_dir: exe_dir.clone(),
+    };
+    let path = Path::new(program);
+    if path.is_absolute() {
+        return if path.is_file() {
+            Ok(path.to_path_buf())
+        } else {
+            Err(not_found())
+        };
+    }
+    if program.contains('/') || program.is_empty() {
+        return Err(not_found());
+    }
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path_var)
+        .chain(exe_dir.clone())
+        .map(|dir| dir.join(program))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(not_found)
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    p.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// The environment a child gets: the allowlisted host variables, the host's
+/// own fixed variables, then the manifest's.
+pub fn child_env(extra: &BTreeMap<String, String>) -> Vec<(OsString, OsString)> {
+    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    for key in ENV_ALLOWLIST {
+        if let Some(v) = std::env::var_os(key) {
+            env.insert(key.into(), v);
+        }
+    }
+    for (k, v) in HOST_ENV {
+        env.insert(k.into(), v.into());
+    }
+    for (k, v) in extra {
+        env.insert(k.into(), v.into());
+    }
+    env.into_iter().collect()
+}
+
+/// Starts a child as described in the module docs. Must be called inside a
+/// tokio runtime.
+pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
+    let program = resolve_program(&spec.plugin_id, &spec.program)?;
+    let os_err = |source: io::Error| SpawnError::Os {
+        plugin: spec.plugin_id.clone(),
+        program: program.clone(),
+        source,
+    };
+    #[allow(clippy::disallowed_methods)] // this is the audited helper
+    let mut cmd = std::process::Command::new(&program);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(child_env(&spec.env))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let parent = rustix::process::getpid();
+    // SAFETY: the closure only makes raw syscalls (prctl, getppid, exit),
+    // which are async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            // The parent may have died before prctl took effect.
+            if rustix::process::getppid() != Some(parent) {
+                std::process::exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(os_err)?;
+    let raw_pid = child.id() as i32;
+    let pid = Pid::from_raw(raw_pid).expect("a spawned child has a positive pid");
+    let shared = Arc::new(Shared {
+        pid,
+        reaped: Mutex::new(false),
+    });
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())
+        .map_err(io::Error::from)
+        .and_then(|fd| {
+            // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays
+            // open and unchanged for the AsyncFd's whole life.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                .map_err(io::Error::from)
+        });
+    let mut reaper = Reaper {
+        shared: shared.clone(),
+        child: None,
+        pidfd: None,
+    };
+    let pipes = (|| -> io::Result<_> {
+        let stdin = ChildStdin::from_std(child.stdin.take().expect("piped"))?;
+        let stdout = ChildStdout::from_std(child.stdout.take().expect("piped"))?;
+        let stderr = ChildStderr::from_std(child.stderr.take().expect("piped"))?;
+        Ok((stdin, stdout, stderr))
+    })();
+    // From here on the reaper owns the child: an early return kills and reaps it.
+    reaper.child = Some(child);
+    reaper.pidfd = Some(pidfd.map_err(os_err)?);
+    let (stdin, stdout, stderr) = pipes.map_err(os_err)?;
+    Ok(Spawned {
+        stdin,
+        stdout,
+        stderr,
+        handle: ProcessHandle { shared },
+        reaper,
+    })
+}
+
+/// A human description of an exit: `exit status 3` or `killed by signal 9 (SIGKILL)`.
+pub fn describe_exit(status: &ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    match status.signal() {
+        Some(sig) => format!("killed by signal {sig} ({})", signal_name(sig)),
+        None => "exited".to_owned(),
+    }
+}
+
+fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => "signal",
+    }
+}
+
+/// `true` when a process group still has members (used by tests and
+/// diagnostics to prove that no orphan survived).
+pub fn process_group_alive(pgid: u32) -> bool {
+    match Pid::from_raw(pgid as i32) {
+        Some(pid) => rustix::process::test_kill_process_group(pid).is_ok(),
+        None => false,
+    }
+}

@@ -1,0 +1,161 @@
+//! A plugin's stderr: forwarded to `tracing` with the plugin id, the last
+//! lines kept for crash reports.
+//!
+//! Lines starting with `[INFO]`, `[WARN]`/`[WARNING]`, `[ERROR]`, `[DEBUG]` or
+//! `[TRACE]` are logged at that level (prefix stripped); others at `info`.
+//! Lines are cut at [`MAX_LINE`] bytes, so a flood cannot exhaust memory.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use plugd_wire::{Frame, FrameDecoder, Framing};
+use tokio::io::AsyncRead;
+use tokio::sync::watch;
+use tokio_util::codec::FramedRead;
+
+/// Default number of stderr lines kept for diagnostics.
+pub const DEFAULT_TAIL: usize = 32;
+
+/// Longest stderr line kept; longer lines are cut with a marker.
+pub const MAX_LINE: usize = 4096;
+
+/// The last lines of a plugin's stderr, and whether the stream has ended.
+#[derive(Debug, Clone)]
+pub struct StderrTail {
+    lines: Arc<Mutex<VecDeque<String>>>,
+    done: watch::Receiver<bool>,
+    cap: usize,
+}
+
+impl StderrTail {
+    /// A snapshot of the kept lines, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Waits (at most `limit`) for the stream to end, so a crash report
+    /// includes the last words.
+    pub async fn settle(&self, limit: std::time::Duration) {
+        let mut done = self.done.clone();
+        let _ = tokio::time::timeout(limit, done.wait_for(|d| *d)).await;
+    }
+
+    /// The configured capacity.
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+}
+
+/// Spawns the task that drains `stderr`.
+pub fn collect<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+) -> StderrTail {
+    let lines = Arc::new(Mutex::new(VecDeque::with_capacity(cap)));
+    let (done_tx, done) = watch::channel(false);
+    let tail = StderrTail {
+        lines: lines.clone(),
+        done,
+        cap,
+    };
+    tokio::spawn(async move {
+        let mut frames = FramedRead::new(stderr, FrameDecoder::new(Framing::Lines, MAX_LINE));
+        while let Some(frame) = frames.next().await {
+            let line = match frame {
+                Ok(Frame::Data(b)) => String::from_utf8_lossy(&b).into_owned(),
+                Ok(Frame::Oversized { len, prefix }) => {
+                    format!(
+                        "{}… [line of {len} bytes cut]",
+                        String::from_utf8_lossy(&prefix)
+                    )
+                }
+                Err(_) => break,
+            };
+            emit(&plugin, &line);
+            if cap > 0 {
+                let mut l = lines.lock().unwrap_or_else(|p| p.into_inner());
+                if l.len() == cap {
+                    l.pop_front();
+                }
+                l.push_back(line);
+            }
+        }
+        let _ = done_tx.send(true);
+    });
+    tail
+}
+
+fn emit(plugin: &str, line: &str) {
+    let (level, text) = split_level(line);
+    match level {
+        tracing::Level::ERROR => tracing::error!(target: "plugd::plugin", plugin, "{text}"),
+        tracing::Level::WARN => tracing::warn!(target: "plugd::plugin", plugin, "{text}"),
+        tracing::Level::DEBUG => tracing::debug!(target: "plugd::plugin", plugin, "{text}"),
+        tracing::Level::TRACE => tracing::trace!(target: "plugd::plugin", plugin, "{text}"),
+        _ => tracing::info!(target: "plugd::plugin", plugin, "{text}"),
+    }
+}
+
+/// Maps a `[LEVEL]` prefix to a tracing level and strips it.
+pub fn split_level(line: &str) -> (tracing::Level, &str) {
+    for (prefix, level) in [
+        ("[ERROR]", tracing::Level::ERROR),
+        ("[WARN]", tracing::Level::WARN),
+        ("[WARNING]", tracing::Level::WARN),
+        ("[INFO]", tracing::Level::INFO),
+        ("[DEBUG]", tracing::Level::DEBUG),
+        ("[TRACE]", tracing::Level::TRACE),
+    ] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            return (level, rest.trim_start());
+        }
+    }
+    (tracing::Level::INFO, line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[test]
+    fn levels() {
+        assert_eq!(
+            split_level("[WARN] disk low"),
+            (tracing::Level::WARN, "disk low")
+        );
+        assert_eq!(split_level("[ERROR]x"), (tracing::Level::ERROR, "x"));
+        assert_eq!(split_level("plain"), (tracing::Level::INFO, "plain"));
+    }
+
+    #[tokio::test]
+    async fn keeps_the_last_lines_and_cuts_long_ones() {
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let tail = collect("p".into(), r, 3);
+        for i in 0..10 {
+            w.write_all(format!("[INFO] line {i}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        w.write_all(&vec![b'x'; MAX_LINE * 3]).await.unwrap();
+        w.write_all(b"\n").await.unwrap();
+        drop(w);
+        tail.settle(std::time::Duration::from_secs(5)).await;
+        let lines = tail.lines();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0], "[INFO] line 8");
+        assert!(
+            lines[2].ends_with("[line of 12288 bytes cut]"),
+            "{}",
+            lines[2]
+        );
+        assert!(lines[2].len() < 400);
+    }
+}

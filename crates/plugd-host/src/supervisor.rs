@@ -1,0 +1,750 @@
+//! Supervision of one plugin: lazy or eager start, handshake, crash
+//! detection, restart with backoff, graceful shutdown.
+//!
+//! **Architecture invariant**: callers hold a [`Supervised`] (one per plugin),
+//! never a connection. Each call asks it for the current [`Conn`], so a
+//! restart swaps the connection underneath and every handle keeps working.
+//!
+//! States: `idle` (not started) → `starting` → `running` → on a crash
+//! `backoff` (1 s, 2 s, 4 s … capped) → `starting` …; after the restart budget
+//! is spent, `failed` until [`Supervised::reset`]. The budget resets after
+//! `stable_after` of uptime. A caller that finds the plugin idle starts it; a
+//! caller that finds it starting or backing off waits for the next attempt
+//! (bounded by its own deadline) and gets that attempt's error if it fails.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use plugd_manifest::{PluginSpec, StartMode};
+use plugd_wire::Framing;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::native::{self, Handshake, HandshakeError, ToolError};
+use crate::peer::{CallError, Closed, Handler, NoHandler, Peer, PeerConfig, PeerStats};
+use crate::spawn::{self, ProcessHandle, SpawnError, SpawnSpec};
+use crate::stderr::{self, StderrTail};
+
+/// Host-wide defaults, each overridable by environment.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// `initialize` reply deadline (`NEXO_PLUGIN_INIT_TIMEOUT_MS`, 5 s).
+    pub init_timeout: Duration,
+    /// Tool call deadline (`NEXO_PLUGIN_TOOL_TIMEOUT_MS`, 60 s).
+    pub tool_timeout: Duration,
+    /// Largest frame from a plugin (`PLUGD_MAX_FRAME_BYTES`, 16 MiB).
+    pub max_frame: usize,
+    /// Host-to-plugin queue depth (`PLUGD_QUEUE_DEPTH`, 64).
+    pub queue_depth: usize,
+    /// stderr lines kept for crash reports (`PLUGD_STDERR_TAIL`, 32).
+    pub stderr_tail: usize,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            init_timeout: Duration::from_secs(5),
+            tool_timeout: Duration::from_secs(60),
+            max_frame: plugd_wire::DEFAULT_MAX_FRAME,
+            queue_depth: crate::peer::DEFAULT_QUEUE_DEPTH,
+            stderr_tail: stderr::DEFAULT_TAIL,
+        }
+    }
+}
+
+impl HostConfig {
+    /// Defaults with the environment's overrides applied; unparsable values
+    /// are reported as errors naming the variable.
+    pub fn from_env() -> Result<Self, String> {
+        let mut c = HostConfig::default();
+        let num = |key: &str| -> Result<Option<u64>, String> {
+            match std::env::var(key) {
+                Ok(v) => v
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .map(Some)
+                    .ok_or_else(|| format!("{key}={v:?} is not a positive integer")),
+                Err(_) => Ok(None),
+            }
+        };
+        if let Some(ms) = num("NEXO_PLUGIN_INIT_TIMEOUT_MS")? {
+            c.init_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = num("NEXO_PLUGIN_TOOL_TIMEOUT_MS")? {
+            c.tool_timeout = Duration::from_millis(ms);
+        }
+        if let Some(n) = num("PLUGD_MAX_FRAME_BYTES")? {
+            c.max_frame = n as usize;
+        }
+        if let Some(n) = num("PLUGD_QUEUE_DEPTH")? {
+            c.queue_depth = n as usize;
+        }
+        if let Some(n) = num("PLUGD_STDERR_TAIL")? {
+            c.stderr_tail = n as usize;
+        }
+        Ok(c)
+    }
+}
+
+/// What the runtime around the supervisor wants to know and decide.
+pub trait Observer: Send + Sync + 'static {
+    /// Called before every start; an `Err` refuses the start with that reason
+    /// (e.g. the plugin lost its approval).
+    fn may_start(&self, spec: &PluginSpec) -> Result<(), String> {
+        let _ = spec;
+        Ok(())
+    }
+    /// Called after each successful handshake.
+    fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
+        let _ = (spec, handshake);
+    }
+    /// Called when the supervisor gives up on a plugin.
+    fn failed(&self, spec: &PluginSpec, reason: &str) {
+        let _ = (spec, reason);
+    }
+}
+
+/// An observer that allows everything and records nothing.
+#[derive(Debug, Default)]
+pub struct NoObserver;
+impl Observer for NoObserver {}
+
+/// Why a plugin could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum PluginError {
+    /// The start was refused before spawning.
+    #[error("plugin {plugin:?} may not start: {reason}")]
+    Refused {
+        /// Plugin id.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
+    /// The process could not be started.
+    #[error("{0}")]
+    Spawn(Arc<SpawnError>),
+    /// The handshake failed.
+    #[error("plugin {plugin:?} failed to start: {source}")]
+    Handshake {
+        /// Plugin id.
+        plugin: String,
+        /// The failure.
+        #[source]
+        source: HandshakeError,
+    },
+    /// The supervisor gave up; a manual restart is needed.
+    #[error(
+        "plugin {plugin:?} is failed: {reason}; run `plugd plugin restart {plugin}` after fixing it"
+    )]
+    Failed {
+        /// Plugin id.
+        plugin: String,
+        /// The last failure.
+        reason: String,
+    },
+    /// The plugin did not become ready within the caller's deadline.
+    #[error("plugin {plugin:?} did not become ready in time ({state})")]
+    NotReady {
+        /// Plugin id.
+        plugin: String,
+        /// The state it was in.
+        state: String,
+    },
+    /// The plugin is being shut down.
+    #[error("plugin {plugin:?} is shutting down")]
+    Stopping {
+        /// Plugin id.
+        plugin: String,
+    },
+}
+
+/// The observable state of a supervised plugin.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Status {
+    /// Not started (lazy plugins until first use).
+    Idle,
+    /// Spawned, handshake under way.
+    Starting,
+    /// Serving.
+    Running {
+        /// The process id (and process group id).
+        pid: u32,
+        /// Unix seconds when it started.
+        since_unix: u64,
+    },
+    /// Waiting before restart attempt `attempt`.
+    Backoff {
+        /// The attempt about to be made (1-based).
+        attempt: u32,
+        /// Milliseconds until it.
+        delay_ms: u64,
+        /// Why the last run or start ended.
+        last_error: String,
+    },
+    /// Given up; needs `plugd plugin restart`.
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// Shutting down.
+    Stopping,
+    /// Shut down; starts again on demand.
+    Stopped,
+}
+
+impl Status {
+    /// The state's name, as `plugd plugin list` prints it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Status::Idle => "idle",
+            Status::Starting => "starting",
+            Status::Running { .. } => "running",
+            Status::Backoff { .. } => "backoff",
+            Status::Failed { .. } => "failed",
+            Status::Stopping => "stopping",
+            Status::Stopped => "stopped",
+        }
+    }
+}
+
+/// A live connection to one run of a plugin.
+#[derive(Debug)]
+pub struct Conn {
+    /// The JSON-RPC peer.
+    pub peer: Peer,
+    /// Signals the process group.
+    pub process: ProcessHandle,
+    /// What the handshake established.
+    pub handshake: Handshake,
+    /// The stderr tail.
+    pub stderr: StderrTail,
+    started: Instant,
+}
+
+impl Conn {
+    /// How long this run has been up.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Graceful stop: `shutdown`, wait for the reply, `grace` for the exit,
+    /// then SIGKILL to the process group. Resolves once the process is reaped.
+    pub async fn shutdown(&self, reply_timeout: Duration, grace: Duration) -> Arc<Closed> {
+        if self.peer.closed_reason().is_none() {
+            let _ = native::shutdown(&self.peer, reply_timeout).await;
+            if tokio::time::timeout(grace, self.peer.wait_closed())
+                .await
+                .is_err()
+            {
+                tracing::warn!(plugin = %self.peer.plugin(), "plugin did not exit after shutdown; killing its process group");
+                self.process.kill_group();
+            }
+        }
+        self.peer.wait_closed().await
+    }
+}
+
+enum Slot {
+    Idle,
+    Starting,
+    Running(Arc<Conn>),
+    Backoff,
+    Failed(String),
+    Stopping,
+    Stopped,
+}
+
+struct Control {
+    slot: Slot,
+    /// Restarts used from the current budget.
+    restarts: u32,
+    /// Bumped on every stop/reset so stale start and restart tasks give up.
+    epoch: u64,
+}
+
+/// One supervised plugin. Cheap to clone; every clone is the same plugin.
+#[derive(Clone)]
+pub struct Supervised {
+    inner: Arc<SupInner>,
+}
+
+struct SupInner {
+    spec: Arc<PluginSpec>,
+    config: Arc<HostConfig>,
+    observer: Arc<dyn Observer>,
+    handler: Arc<dyn Handler>,
+    control: Mutex<Control>,
+    status: watch::Sender<Status>,
+}
+
+impl std::fmt::Debug for Supervised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervised")
+            .field("plugin", &self.inner.spec.id)
+            .finish()
+    }
+}
+
+impl Supervised {
+    /// Supervision for `spec`; nothing starts until [`Supervised::connection`]
+    /// or [`Supervised::start`].
+    pub fn new(
+        spec: Arc<PluginSpec>,
+        config: Arc<HostConfig>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        Supervised {
+            inner: Arc::new(SupInner {
+                spec,
+                config,
+                observer,
+                handler: Arc::new(NoHandler),
+                control: Mutex::new(Control {
+                    slot: Slot::Idle,
+                    restarts: 0,
+                    epoch: 0,
+                }),
+                status: watch::channel(Status::Idle).0,
+            }),
+        }
+    }
+
+    /// The plugin's spec.
+    pub fn spec(&self) -> &Arc<PluginSpec> {
+        &self.inner.spec
+    }
+
+    /// The current status.
+    pub fn status(&self) -> Status {
+        self.inner.status.borrow().clone()
+    }
+
+    /// A receiver of status changes.
+    pub fn watch(&self) -> watch::Receiver<Status> {
+        self.inner.status.subscribe()
+    }
+
+    /// Counters of the current connection, if running.
+    pub fn stats(&self) -> Option<PeerStats> {
+        self.current().map(|c| c.peer.stats())
+    }
+
+    /// The running connection, if any, without starting anything.
+    pub fn current(&self) -> Option<Arc<Conn>> {
+        match &self.inner.lock().slot {
+            Slot::Running(c) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// Starts the plugin now if it is idle or stopped (eager start).
+    pub fn start(&self) {
+        let mut ctl = self.inner.lock();
+        if matches!(ctl.slot, Slot::Idle | Slot::Stopped) {
+            self.inner.begin_start(&mut ctl);
+        }
+    }
+
+    /// Puts the plugin in the failed state (restoring a failure recorded by an
+    /// earlier run of plugd) without notifying the observer.
+    pub fn mark_failed(&self, reason: String) {
+        let mut ctl = self.inner.lock();
+        ctl.epoch += 1;
+        ctl.slot = Slot::Failed(reason.clone());
+        drop(ctl);
+        self.inner.publish(Status::Failed { reason });
+    }
+
+    /// Leaves a failed state for idle, without starting anything.
+    pub fn clear_failure(&self) {
+        let mut ctl = self.inner.lock();
+        if matches!(ctl.slot, Slot::Failed(_)) {
+            ctl.epoch += 1;
+            ctl.restarts = 0;
+            ctl.slot = Slot::Idle;
+            drop(ctl);
+            self.inner.publish(Status::Idle);
+        }
+    }
+
+    /// Whether the manifest asks for an eager start.
+    pub fn is_eager(&self) -> bool {
+        self.inner.spec.supervisor.start == StartMode::Eager
+    }
+
+    /// The current connection, starting the plugin if needed and waiting (until
+    /// `deadline`) for a start or restart under way.
+    pub async fn connection(&self, deadline: Instant) -> Result<Arc<Conn>, PluginError> {
+        let inner = &self.inner;
+        let id = || inner.spec.id.clone();
+        let mut rx = inner.status.subscribe();
+        let mut waited_on_start = false;
+        loop {
+            {
+                let mut ctl = inner.lock();
+                match &ctl.slot {
+                    Slot::Running(conn) => return Ok(conn.clone()),
+                    Slot::Failed(reason) => {
+                        return Err(PluginError::Failed {
+                            plugin: id(),
+                            reason: reason.clone(),
+                        });
+                    }
+                    Slot::Idle | Slot::Stopped => {
+                        inner.begin_start(&mut ctl);
+                        waited_on_start = true;
+                    }
+                    Slot::Starting => waited_on_start = true,
+                    Slot::Backoff if waited_on_start => {
+                        // The attempt this caller waited for failed.
+                        let status = inner.status.borrow().clone();
+                        let reason = match status {
+                            Status::Backoff {
+                                last_error,
+                                delay_ms,
+                                ..
+                            } => {
+                                format!("{last_error} (retrying in {delay_ms} ms)")
+                            }
+                            other => other.name().to_owned(),
+                        };
+                        return Err(PluginError::NotReady {
+                            plugin: id(),
+                            state: reason,
+                        });
+                    }
+                    Slot::Backoff => {}
+                    Slot::Stopping => return Err(PluginError::Stopping { plugin: id() }),
+                }
+            }
+            let state = rx.borrow_and_update().name();
+            match tokio::time::timeout_at(deadline.into(), rx.changed()).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(_)) | Err(_) => {
+                    return Err(PluginError::NotReady {
+                        plugin: id(),
+                        state: state.to_owned(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Calls a tool through the current connection (`tool.invoke`), with the
+    /// host's tool timeout unless `timeout` is given.
+    pub async fn call_tool(
+        &self,
+        tool: &str,
+        args: Value,
+        agent_id: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> Result<Value, CallToolError> {
+        let timeout = timeout
+            .or(self.inner.spec.supervisor.call_timeout)
+            .unwrap_or(self.inner.config.tool_timeout);
+        let deadline = Instant::now() + timeout;
+        let conn = self.connection(deadline).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        Ok(native::invoke_tool(
+            &conn.peer,
+            tool,
+            args,
+            agent_id,
+            left.max(Duration::from_millis(1)),
+        )
+        .await?)
+    }
+
+    /// Graceful stop; the plugin starts again on demand afterwards.
+    pub async fn stop(&self) {
+        let conn = {
+            let mut ctl = self.inner.lock();
+            ctl.epoch += 1;
+            match std::mem::replace(&mut ctl.slot, Slot::Stopping) {
+                Slot::Running(conn) => Some(conn),
+                Slot::Failed(reason) => {
+                    ctl.slot = Slot::Failed(reason);
+                    return;
+                }
+                _ => None,
+            }
+        };
+        self.inner.publish(Status::Stopping);
+        if let Some(conn) = conn {
+            let sup = &self.inner.spec.supervisor;
+            conn.shutdown(sup.shutdown_timeout, sup.shutdown_grace)
+                .await;
+        }
+        let mut ctl = self.inner.lock();
+        if matches!(ctl.slot, Slot::Stopping) {
+            ctl.slot = Slot::Stopped;
+            drop(ctl);
+            self.inner.publish(Status::Stopped);
+        }
+    }
+
+    /// Clears a failed state and the restart budget (`plugd plugin restart`),
+    /// stopping a running instance first; eager plugins start again at once.
+    pub async fn reset(&self) {
+        self.stop().await;
+        {
+            let mut ctl = self.inner.lock();
+            ctl.epoch += 1;
+            ctl.restarts = 0;
+            ctl.slot = Slot::Idle;
+        }
+        self.inner.publish(Status::Idle);
+        if self.is_eager() {
+            self.start();
+        }
+    }
+}
+
+/// A tool call that failed before or during the call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CallToolError {
+    /// The plugin could not be reached.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The call failed.
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+}
+
+impl SupInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Control> {
+        self.control.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn publish(&self, status: Status) {
+        self.status.send_replace(status);
+    }
+
+    /// Moves to `starting` and launches the attempt. Caller holds the lock.
+    fn begin_start(self: &Arc<Self>, ctl: &mut Control) {
+        ctl.slot = Slot::Starting;
+        let epoch = ctl.epoch;
+        self.publish(Status::Starting);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let result = this.launch().await;
+            this.finish_start(epoch, result).await;
+        });
+    }
+
+    async fn launch(&self) -> Result<Arc<Conn>, PluginError> {
+        let spec = &self.spec;
+        let plugin = spec.id.clone();
+        self.observer
+            .may_start(spec)
+            .map_err(|reason| PluginError::Refused {
+                plugin: plugin.clone(),
+                reason,
+            })?;
+        let spawned = spawn::spawn(&SpawnSpec {
+            plugin_id: plugin.clone(),
+            program: spec.command.program.clone(),
+            args: spec.command.args.clone(),
+            cwd: spec.dir.clone(),
+            env: spec.command.env.clone(),
+        })
+        .map_err(|e| PluginError::Spawn(Arc::new(e)))?;
+        let spawn::Spawned {
+            stdin,
+            stdout,
+            stderr,
+            handle,
+            mut reaper,
+        } = spawned;
+        let mut peer_config = PeerConfig::new(&plugin, Framing::Lines);
+        peer_config.max_frame = self.config.max_frame;
+        peer_config.queue_depth = self.config.queue_depth;
+        let peer = Peer::start(peer_config, stdout, stdin, self.handler.clone());
+        let tail = stderr::collect(peer.plugin().clone(), stderr, self.config.stderr_tail);
+
+        // The reaper notices the exit at once and fails every pending call.
+        {
+            let peer = peer.clone();
+            let tail = tail.clone();
+            tokio::spawn(async move {
+                let status = reaper.wait().await;
+                tail.settle(Duration::from_millis(200)).await;
+                peer.close(Closed {
+                    plugin: peer.plugin().clone(),
+                    cause: spawn::describe_exit(&status),
+                    stderr_tail: tail.lines(),
+                    expected: false,
+                });
+            });
+        }
+        // A child that closes stdout but lives on is useless: give it a moment
+        // to exit on its own, then kill it.
+        {
+            let peer = peer.clone();
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let why = peer.wait_reader_done().await;
+                if tokio::time::timeout(Duration::from_millis(500), peer.wait_closed())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(plugin = %peer.plugin(), "{why} but the process lives on; killing it");
+                    handle.kill_group();
+                }
+            });
+        }
+
+        let init_timeout = spec
+            .supervisor
+            .init_timeout
+            .unwrap_or(self.config.init_timeout);
+        match native::initialize(&peer, spec, init_timeout).await {
+            Ok(handshake) => {
+                for w in &handshake.warnings {
+                    tracing::warn!(plugin = %plugin, "{w}");
+                }
+                Ok(Arc::new(Conn {
+                    peer,
+                    process: handle,
+                    handshake,
+                    stderr: tail,
+                    started: Instant::now(),
+                }))
+            }
+            Err(source) => {
+                handle.kill_group();
+                // Prefer the exit report when the child died during initialize.
+                let source = match source {
+                    HandshakeError::Call(CallError::Closed(_))
+                    | HandshakeError::Call(CallError::Timeout { .. }) => {
+                        match tokio::time::timeout(Duration::from_secs(2), peer.wait_closed()).await
+                        {
+                            Ok(closed)
+                                if matches!(source, HandshakeError::Call(CallError::Closed(_))) =>
+                            {
+                                HandshakeError::Call(CallError::Closed(closed))
+                            }
+                            _ => source,
+                        }
+                    }
+                    other => other,
+                };
+                Err(PluginError::Handshake { plugin, source })
+            }
+        }
+    }
+
+    async fn finish_start(self: &Arc<Self>, epoch: u64, result: Result<Arc<Conn>, PluginError>) {
+        let stale = self.lock().epoch != epoch;
+        if stale {
+            // Stopped or reset meanwhile: this run is not wanted.
+            if let Ok(conn) = result {
+                let sup = &self.spec.supervisor;
+                conn.shutdown(sup.shutdown_timeout, sup.shutdown_grace)
+                    .await;
+            }
+            return;
+        }
+        self.settle_start(epoch, result);
+    }
+
+    fn settle_start(self: &Arc<Self>, epoch: u64, result: Result<Arc<Conn>, PluginError>) {
+        let mut ctl = self.lock();
+        if ctl.epoch != epoch {
+            if let Ok(conn) = result {
+                conn.process.kill_group();
+            }
+            return;
+        }
+        match result {
+            Ok(conn) => {
+                let status = Status::Running {
+                    pid: conn.process.pid(),
+                    since_unix: SystemTime::now()
+                        .duration_since(SystemTime::UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0),
+                };
+                ctl.slot = Slot::Running(conn.clone());
+                drop(ctl);
+                self.observer.started(&self.spec, &conn.handshake);
+                self.publish(status);
+                let this = self.clone();
+                tokio::spawn(async move { this.monitor(epoch, conn).await });
+            }
+            Err(e) => {
+                let permanent = match &e {
+                    PluginError::Handshake { source, .. } => source.is_permanent(),
+                    PluginError::Refused { .. } | PluginError::Spawn(_) => true,
+                    _ => false,
+                };
+                if permanent {
+                    self.fail(&mut ctl, e.to_string());
+                } else {
+                    self.schedule_restart(&mut ctl, e.to_string());
+                }
+            }
+        }
+    }
+
+    async fn monitor(self: Arc<Self>, epoch: u64, conn: Arc<Conn>) {
+        let closed = conn.peer.wait_closed().await;
+        let mut ctl = self.lock();
+        let current = matches!(&ctl.slot, Slot::Running(c) if Arc::ptr_eq(c, &conn));
+        if ctl.epoch != epoch || !current {
+            return; // an orderly stop
+        }
+        tracing::error!(plugin = %self.spec.id, "{closed}");
+        if conn.uptime() >= self.spec.supervisor.stable_after {
+            ctl.restarts = 0;
+        }
+        self.schedule_restart(&mut ctl, closed.to_string());
+    }
+
+    fn fail(&self, ctl: &mut Control, reason: String) {
+        tracing::error!(plugin = %self.spec.id, "{reason}");
+        ctl.slot = Slot::Failed(reason.clone());
+        self.observer.failed(&self.spec, &reason);
+        self.publish(Status::Failed { reason });
+    }
+
+    fn schedule_restart(self: &Arc<Self>, ctl: &mut Control, reason: String) {
+        let sup = &self.spec.supervisor;
+        if ctl.restarts >= sup.restart_attempts {
+            let n = ctl.restarts;
+            self.fail(
+                ctl,
+                format!("gave up after {n} restart attempts; last error: {reason}"),
+            );
+            return;
+        }
+        let delay = sup
+            .backoff_base
+            .saturating_mul(2u32.saturating_pow(ctl.restarts))
+            .min(sup.backoff_max);
+        ctl.restarts += 1;
+        ctl.slot = Slot::Backoff;
+        let epoch = ctl.epoch;
+        tracing::warn!(plugin = %self.spec.id, attempt = ctl.restarts, delay_ms = delay.as_millis() as u64,
+            "restarting after: {reason}");
+        self.publish(Status::Backoff {
+            attempt: ctl.restarts,
+            delay_ms: delay.as_millis() as u64,
+            last_error: reason,
+        });
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut ctl = this.lock();
+            if ctl.epoch == epoch && matches!(ctl.slot, Slot::Backoff) {
+                this.begin_start(&mut ctl);
+            }
+        });
+    }
+}

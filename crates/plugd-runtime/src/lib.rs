@@ -1,0 +1,486 @@
+//! plugd's runtime: a workspace's plugins under supervision, gated by approval,
+//! with their tools in one registry.
+//!
+//! [`Runtime::open`] discovers the plugins of a workspace, restores approvals,
+//! cached catalogs and failure marks from the state store, and wraps each
+//! plugin in a [`Supervised`]. Nothing starts until a tool is called, a plugin
+//! is approved, or [`Runtime::start_eager`] runs.
+//!
+//! **Architecture invariant**: a plugin runs only while its approval's digest
+//! equals the digest of its directory as it is now; this is checked before
+//! every start, so a plugin changed on disk stops being startable at once.
+
+pub mod registry;
+pub mod workspace;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use plugd_host::{CallToolError, Handshake, HostConfig, Observer, Status, Supervised, ToolDef};
+use plugd_manifest::{LoadOptions, PluginSpec};
+use plugd_store::digest::{DigestLimits, plugin_digest};
+use plugd_store::{Approval, Store};
+use serde::Serialize;
+use serde_json::Value;
+
+pub use registry::{ArgsError, FieldError, ToolEntry, ToolRegistry};
+pub use workspace::{BrokenPlugin, Discovery};
+
+/// Why a runtime operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// The workspace could not be opened.
+    #[error("{0}")]
+    Workspace(String),
+    /// No plugin with that id.
+    #[error("no plugin {0:?} in this workspace; `plugd plugin list` shows what is there")]
+    UnknownPlugin(String),
+    /// The plugin's directory could not be loaded.
+    #[error("plugin {name:?} cannot be loaded: {error}")]
+    Broken {
+        /// Directory name.
+        name: String,
+        /// Why.
+        error: String,
+    },
+    /// No tool with that name.
+    #[error("no tool {0:?}; `plugd tool list` shows the tools of approved plugins")]
+    UnknownTool(String),
+    /// The arguments did not match the schema (the plugin was not called).
+    #[error(transparent)]
+    Args(#[from] ArgsError),
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] CallToolError),
+    /// Approval was refused.
+    #[error("plugin {plugin:?} was not approved: {reason}")]
+    ApprovalFailed {
+        /// Plugin id.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] plugd_store::StoreError),
+    /// The plugin directory could not be digested.
+    #[error(transparent)]
+    Digest(#[from] plugd_store::digest::DigestError),
+}
+
+/// What `plugd plugin list` / `show` report about one plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    /// Plugin id (the directory name for plugins that failed to load).
+    pub id: String,
+    /// Manifest dialect (`native`), or `unknown` when the manifest is broken.
+    pub dialect: String,
+    /// `invalid`, `unapproved`, `changed`, or the supervisor state
+    /// (`idle`, `starting`, `running`, `backoff`, `failed`, `stopping`, `stopped`).
+    pub state: String,
+    /// Approved, and unchanged since.
+    pub approved: bool,
+    /// Plugin version.
+    pub version: Option<String>,
+    /// Plugin directory.
+    pub dir: PathBuf,
+    /// Why it is invalid, changed or failed.
+    pub error: Option<String>,
+    /// Tools it contributes (from the live or cached catalog).
+    pub tools: Vec<String>,
+    /// Detailed supervisor status.
+    pub status: Option<Status>,
+    /// Digest of the plugin directory now.
+    pub digest: Option<String>,
+    /// The approval, if any.
+    pub approval: Option<ApprovalInfo>,
+    /// The exact command line that runs (program, then arguments).
+    pub command: Vec<String>,
+    /// The exact environment the child gets.
+    pub env: BTreeMap<String, String>,
+    /// Working directory of the child.
+    pub cwd: Option<PathBuf>,
+    /// `lazy` or `eager`.
+    pub start: Option<String>,
+    /// Non-fatal manifest findings.
+    pub warnings: Vec<String>,
+    /// Counters of the live connection (shed notifications, junk lines, …).
+    pub stats: Option<plugd_host::PeerStats>,
+}
+
+/// Who approved what, and when.
+#[derive(Debug, Clone, Serialize)]
+pub struct ApprovalInfo {
+    /// The digest the approval covers.
+    pub digest: String,
+    /// Who approved.
+    pub approved_by: String,
+    /// When (RFC 3339).
+    pub approved_at: String,
+}
+
+struct TrustObserver {
+    store: Arc<Store>,
+    registry: Arc<RwLock<ToolRegistry>>,
+}
+
+impl Observer for TrustObserver {
+    fn may_start(&self, spec: &PluginSpec) -> Result<(), String> {
+        let approval = self
+            .store
+            .approval(&spec.id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| {
+                format!(
+                    "it is not approved; review it and run `plugd plugin approve {}`",
+                    spec.id
+                )
+            })?;
+        let now = plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?;
+        if now != approval.digest {
+            return Err(format!(
+                "its files changed since it was approved ({} then, {now} now); review it and run `plugd plugin approve {}`",
+                approval.digest, spec.id
+            ));
+        }
+        Ok(())
+    }
+
+    fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
+        write(&self.registry).set_plugin_tools(&spec.id, &handshake.tools);
+        if let Ok(Some(approval)) = self.store.approval(&spec.id) {
+            let catalog = serde_json::to_value(&handshake.tools).unwrap_or(Value::Null);
+            if catalog != approval.catalog
+                && let Err(e) = self
+                    .store
+                    .update_catalog(&spec.id, &approval.digest, &catalog)
+            {
+                tracing::warn!(plugin = %spec.id, error = %e, "could not cache the tool catalog");
+            }
+        }
+    }
+
+    fn failed(&self, spec: &PluginSpec, reason: &str) {
+        if let Err(e) = self.store.mark_failed(&spec.id, reason) {
+            tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
+        }
+    }
+}
+
+fn write(r: &RwLock<ToolRegistry>) -> std::sync::RwLockWriteGuard<'_, ToolRegistry> {
+    r.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read(r: &RwLock<ToolRegistry>) -> std::sync::RwLockReadGuard<'_, ToolRegistry> {
+    r.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A workspace's plugins, supervised. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    inner: Arc<RtInner>,
+}
+
+struct RtInner {
+    dir: PathBuf,
+    store: Arc<Store>,
+    plugins: BTreeMap<String, Supervised>,
+    broken: Vec<BrokenPlugin>,
+    registry: Arc<RwLock<ToolRegistry>>,
+    digests: Mutex<HashMap<String, Result<String, String>>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("dir", &self.inner.dir)
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Opens the workspace at `dir` (state in `dir/.plugd/`).
+    pub fn open(dir: &Path, config: HostConfig) -> Result<Runtime, RuntimeError> {
+        let dir = dir
+            .canonicalize()
+            .map_err(|e| RuntimeError::Workspace(format!("workspace {}: {e}", dir.display())))?;
+        let store = Arc::new(Store::open(&dir.join(".plugd"))?);
+        let discovery = workspace::discover(&dir, &LoadOptions::from_env());
+        let registry = Arc::new(RwLock::new(ToolRegistry::default()));
+        let observer = Arc::new(TrustObserver {
+            store: store.clone(),
+            registry: registry.clone(),
+        });
+        let config = Arc::new(config);
+        let mut digests = HashMap::new();
+        let mut plugins = BTreeMap::new();
+        for (id, spec) in discovery.plugins {
+            let digest =
+                plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string());
+            if let (Some(approval), Ok(d)) = (store.approval(&id)?, &digest)
+                && &approval.digest == d
+            {
+                let tools: Vec<ToolDef> =
+                    serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
+                write(&registry).set_plugin_tools(&id, &tools);
+            }
+            let supervised = Supervised::new(spec, config.clone(), observer.clone());
+            if let Some(failure) = store.failure(&id)? {
+                supervised.mark_failed(failure.reason);
+            }
+            digests.insert(id.clone(), digest);
+            plugins.insert(id, supervised);
+        }
+        Ok(Runtime {
+            inner: Arc::new(RtInner {
+                dir,
+                store,
+                plugins,
+                broken: discovery.broken,
+                registry,
+                digests: Mutex::new(digests),
+            }),
+        })
+    }
+
+    /// The workspace directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The state store.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.inner.store
+    }
+
+    /// The supervised plugin `id`.
+    pub fn supervised(&self, id: &str) -> Result<&Supervised, RuntimeError> {
+        match self.inner.plugins.get(id) {
+            Some(s) => Ok(s),
+            None => match self.inner.broken.iter().find(|b| b.name == id) {
+                Some(b) => Err(RuntimeError::Broken {
+                    name: b.name.clone(),
+                    error: b.error.clone(),
+                }),
+                None => Err(RuntimeError::UnknownPlugin(id.to_owned())),
+            },
+        }
+    }
+
+    fn digest_now(&self, id: &str, refresh: bool) -> Result<String, String> {
+        let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
+        if refresh && let Some(sup) = self.inner.plugins.get(id) {
+            let d =
+                plugin_digest(&sup.spec().dir, &DigestLimits::default()).map_err(|e| e.to_string());
+            digests.insert(id.to_owned(), d);
+        }
+        digests
+            .get(id)
+            .cloned()
+            .unwrap_or_else(|| Err("unknown plugin".into()))
+    }
+
+    /// Every plugin, valid or not, sorted by id.
+    pub fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+        let mut out = Vec::new();
+        for id in self.inner.plugins.keys() {
+            out.push(self.plugin(id)?);
+        }
+        for b in &self.inner.broken {
+            out.push(broken_info(b));
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// One plugin's report.
+    pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let sup = self.supervised(id)?;
+        let spec = sup.spec();
+        let approval = self.inner.store.approval(id)?;
+        let digest = self.digest_now(id, false);
+        let status = sup.status();
+        let changed = matches!((&approval, &digest), (Some(a), Ok(d)) if &a.digest != d);
+        let (state, error) = match (&approval, &digest) {
+            (_, Err(e)) => ("invalid".to_owned(), Some(e.clone())),
+            (None, _) => ("unapproved".to_owned(), None),
+            _ if changed => (
+                "changed".to_owned(),
+                Some(format!(
+                    "files changed since approval; run `plugd plugin approve {id}` after review"
+                )),
+            ),
+            _ => {
+                let err = match &status {
+                    Status::Failed { reason } => Some(reason.clone()),
+                    Status::Backoff { last_error, .. } => Some(last_error.clone()),
+                    _ => None,
+                };
+                (status.name().to_owned(), err)
+            }
+        };
+        let approved = approval.is_some() && !changed && digest.is_ok();
+        let tools = read(&self.inner.registry)
+            .list()
+            .iter()
+            .filter(|t| t.plugin == id)
+            .map(|t| t.name.clone())
+            .collect();
+        let program = plugd_host::spawn::resolve_program(id, &spec.command.program)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| spec.command.program.clone());
+        let env = plugd_host::spawn::child_env(&spec.command.env)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        Ok(PluginInfo {
+            id: id.to_owned(),
+            dialect: spec.dialect.to_string(),
+            state,
+            approved,
+            version: Some(spec.version.clone()),
+            dir: spec.dir.clone(),
+            error,
+            tools,
+            status: Some(status),
+            digest: digest.ok(),
+            approval: approval.map(|a| ApprovalInfo {
+                digest: a.digest,
+                approved_by: a.approved_by,
+                approved_at: a.approved_at,
+            }),
+            command: std::iter::once(program)
+                .chain(spec.command.args.iter().cloned())
+                .collect(),
+            env,
+            cwd: Some(spec.dir.clone()),
+            start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
+            warnings: spec.warnings.clone(),
+            stats: sup.stats(),
+        })
+    }
+
+    /// Approves `id` as its files are now: records the digest, starts the
+    /// plugin once to fetch and cache its tool catalog, and rolls the
+    /// approval back if the plugin fails its handshake.
+    pub async fn approve(&self, id: &str, by: &str) -> Result<PluginInfo, RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        let digest = self
+            .digest_now(id, true)
+            .map_err(|reason| RuntimeError::ApprovalFailed {
+                plugin: id.to_owned(),
+                reason,
+            })?;
+        let store = &self.inner.store;
+        store.approve(&Approval {
+            plugin_id: id.to_owned(),
+            digest,
+            approved_by: by.to_owned(),
+            approved_at: plugd_store::now_rfc3339(),
+            catalog: Value::Array(Vec::new()),
+        })?;
+        store.clear_failure(id)?;
+        sup.reset().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        if let Err(e) = sup.connection(deadline).await {
+            store.revoke(id)?;
+            store.clear_failure(id)?;
+            write(&self.inner.registry).remove_plugin(id);
+            sup.stop().await;
+            sup.clear_failure();
+            return Err(RuntimeError::ApprovalFailed {
+                plugin: id.to_owned(),
+                reason: format!("its handshake failed, so the approval was not kept: {e}"),
+            });
+        }
+        self.plugin(id)
+    }
+
+    /// Withdraws the approval: the plugin stops and its tools disappear at once.
+    pub async fn revoke(&self, id: &str) -> Result<bool, RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        let had = self.inner.store.revoke(id)?;
+        write(&self.inner.registry).remove_plugin(id);
+        sup.stop().await;
+        Ok(had)
+    }
+
+    /// Clears a failed state and restarts (eager) or re-arms (lazy) the plugin.
+    pub async fn restart(&self, id: &str) -> Result<(), RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        self.inner.store.clear_failure(id)?;
+        sup.reset().await;
+        Ok(())
+    }
+
+    /// Every tool of the approved plugins, sorted by name.
+    pub fn tools(&self) -> Vec<Arc<ToolEntry>> {
+        read(&self.inner.registry).list()
+    }
+
+    /// Validates `args` and calls tool `name`.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: Value,
+        agent_id: Option<&str>,
+    ) -> Result<Value, RuntimeError> {
+        let entry = read(&self.inner.registry)
+            .get(name)
+            .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
+        entry.validate(&args)?;
+        let sup = self.supervised(&entry.plugin)?;
+        Ok(sup
+            .call_tool(&entry.wire_name, args, agent_id, None)
+            .await?)
+    }
+
+    /// Starts every approved plugin whose manifest asks for an eager start.
+    pub fn start_eager(&self) -> Vec<String> {
+        let mut started = Vec::new();
+        for (id, sup) in &self.inner.plugins {
+            let approved = matches!(self.plugin(id), Ok(info) if info.approved);
+            if sup.is_eager() && approved && !matches!(sup.status(), Status::Failed { .. }) {
+                sup.start();
+                started.push(id.clone());
+            }
+        }
+        started
+    }
+
+    /// Shuts every plugin down, concurrently, and waits until all are reaped.
+    pub async fn shutdown(&self) {
+        let stops = self.inner.plugins.values().map(|s| s.stop());
+        futures_util::future::join_all(stops).await;
+    }
+}
+
+fn broken_info(b: &BrokenPlugin) -> PluginInfo {
+    PluginInfo {
+        id: b.name.clone(),
+        dialect: "unknown".into(),
+        state: "invalid".into(),
+        approved: false,
+        version: None,
+        dir: b.dir.clone(),
+        error: Some(b.error.clone()),
+        tools: Vec::new(),
+        status: None,
+        digest: None,
+        approval: None,
+        command: Vec::new(),
+        env: BTreeMap::new(),
+        cwd: None,
+        start: None,
+        warnings: Vec::new(),
+        stats: None,
+    }
+}

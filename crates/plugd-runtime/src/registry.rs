@@ -1,0 +1,255 @@
+//! The tool registry: every callable tool, its plugin, and its argument schema.
+//!
+//! Entries point at a plugin by id, never at a connection. Arguments are
+//! validated against the tool's JSON Schema (2020-12 unless the schema's
+//! `$schema` names draft-07 or another draft) before the plugin is called; a
+//! schema that does not compile makes the tool uncallable with a clear error,
+//! never a panic. Remote `$ref`s are not fetched.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use plugd_host::ToolDef;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One callable tool.
+#[derive(Debug, Serialize)]
+pub struct ToolEntry {
+    /// The name `plugd tool call` accepts (namespaced).
+    pub name: String,
+    /// The plugin that serves it.
+    pub plugin: String,
+    /// The name on the wire (for native plugins the same as `name`).
+    #[serde(skip)]
+    pub wire_name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: Value,
+    #[serde(skip)]
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+/// One argument that failed validation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    /// JSON Pointer to the offending value (`""` for the whole object).
+    pub path: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Why arguments were refused before the call.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ArgsError {
+    /// The arguments do not match the schema.
+    #[error("arguments for {tool:?} (plugin {plugin:?}) do not match its input schema: {}", describe(.errors))]
+    Invalid {
+        /// The tool.
+        tool: String,
+        /// Its plugin.
+        plugin: String,
+        /// Each offending field.
+        errors: Vec<FieldError>,
+    },
+    /// The plugin advertised a schema that does not compile.
+    #[error(
+        "tool {tool:?} (plugin {plugin:?}) has an invalid input schema and cannot be called: {reason}"
+    )]
+    BadSchema {
+        /// The tool.
+        tool: String,
+        /// Its plugin.
+        plugin: String,
+        /// The compile error.
+        reason: String,
+    },
+}
+
+fn describe(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| {
+            if e.path.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{}: {}", e.path, e.message)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Errors listed per call at most (a hostile schema could produce thousands).
+const MAX_FIELD_ERRORS: usize = 20;
+
+impl ToolEntry {
+    /// An entry for `def`, served by `plugin`.
+    pub fn new(plugin: &str, def: &ToolDef) -> Self {
+        ToolEntry {
+            name: def.name.clone(),
+            plugin: plugin.to_owned(),
+            wire_name: def.name.clone(),
+            description: def.description.clone(),
+            input_schema: def.input_schema.clone(),
+            validator: OnceLock::new(),
+        }
+    }
+
+    /// Checks `args` against the input schema.
+    pub fn validate(&self, args: &Value) -> Result<(), ArgsError> {
+        let validator = self.validator.get_or_init(|| {
+            jsonschema::validator_for(&self.input_schema).map_err(|e| e.to_string())
+        });
+        let validator = validator.as_ref().map_err(|reason| ArgsError::BadSchema {
+            tool: self.name.clone(),
+            plugin: self.plugin.clone(),
+            reason: reason.clone(),
+        })?;
+        let errors: Vec<FieldError> = validator
+            .iter_errors(args)
+            .take(MAX_FIELD_ERRORS)
+            .map(|e| FieldError {
+                path: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ArgsError::Invalid {
+                tool: self.name.clone(),
+                plugin: self.plugin.clone(),
+                errors,
+            })
+        }
+    }
+}
+
+/// All tools of the approved plugins, by name.
+#[derive(Debug, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<ToolEntry>>,
+}
+
+impl ToolRegistry {
+    /// Replaces every tool of `plugin` with `defs`. Names already taken by
+    /// another plugin are refused (logged), so no plugin can shadow another's
+    /// tool.
+    pub fn set_plugin_tools(&mut self, plugin: &str, defs: &[ToolDef]) {
+        self.tools.retain(|_, t| t.plugin != plugin);
+        for def in defs {
+            match self.tools.get(&def.name) {
+                Some(existing) => tracing::error!(
+                    plugin,
+                    tool = %def.name,
+                    owner = %existing.plugin,
+                    "tool name already registered by another plugin; ignored"
+                ),
+                None => {
+                    self.tools
+                        .insert(def.name.clone(), Arc::new(ToolEntry::new(plugin, def)));
+                }
+            }
+        }
+    }
+
+    /// Removes every tool of `plugin`.
+    pub fn remove_plugin(&mut self, plugin: &str) {
+        self.tools.retain(|_, t| t.plugin != plugin);
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<Arc<ToolEntry>> {
+        self.tools.get(name).cloned()
+    }
+
+    /// Every tool, sorted by name.
+    pub fn list(&self) -> Vec<Arc<ToolEntry>> {
+        self.tools.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn entry(schema: Value) -> ToolEntry {
+        ToolEntry::new(
+            "p",
+            &ToolDef {
+                name: "p_t".into(),
+                description: String::new(),
+                input_schema: schema,
+            },
+        )
+    }
+
+    #[test]
+    fn lists_every_offending_field() {
+        let e = entry(json!({
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 1}},
+            "required": ["city"],
+            "additionalProperties": false
+        }));
+        assert!(e.validate(&json!({"city": "Oslo", "days": 2})).is_ok());
+        let err = e.validate(&json!({"days": 0, "extra": true})).unwrap_err();
+        let ArgsError::Invalid { errors, .. } = &err else {
+            panic!("{err:?}")
+        };
+        let paths: Vec<&str> = errors.iter().map(|f| f.path.as_str()).collect();
+        assert!(paths.contains(&"/days"), "{paths:?}");
+        assert!(
+            paths.contains(&""),
+            "missing `city` is reported on the object: {paths:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains("city") && text.contains("extra"), "{text}");
+    }
+
+    #[test]
+    fn draft_07_schemas_are_honoured() {
+        // In draft-07 `items` as an array is tuple validation; in 2020-12 it is not allowed.
+        let e = entry(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}]}}
+        }));
+        assert!(e.validate(&json!({"pair": ["a", 1]})).is_ok());
+        assert!(e.validate(&json!({"pair": [1, "a"]})).is_err());
+    }
+
+    #[test]
+    fn a_broken_schema_refuses_calls_without_panicking() {
+        let e = entry(json!({"type": "no-such-type"}));
+        assert!(matches!(
+            e.validate(&json!({})),
+            Err(ArgsError::BadSchema { .. })
+        ));
+        let remote = entry(json!({"$ref": "https://example.invalid/schema.json"}));
+        assert!(matches!(
+            remote.validate(&json!({})),
+            Err(ArgsError::BadSchema { .. })
+        ));
+    }
+
+    #[test]
+    fn a_plugin_cannot_take_another_plugins_tool_name() {
+        let mut reg = ToolRegistry::default();
+        let def = |name: &str| ToolDef {
+            name: name.into(),
+            description: String::new(),
+            input_schema: json!({}),
+        };
+        reg.set_plugin_tools("a", &[def("a_x")]);
+        reg.set_plugin_tools("b", &[def("a_x"), def("b_y")]);
+        assert_eq!(reg.get("a_x").unwrap().plugin, "a");
+        assert_eq!(reg.list().len(), 2);
+        reg.set_plugin_tools("a", &[]);
+        assert!(reg.get("a_x").is_none());
+    }
+}

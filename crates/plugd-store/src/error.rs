@@ -1,0 +1,126 @@
+//! Errors of the state store: [`StoreError`] and the opaque [`BackendError`] it wraps.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// An error of the database backend, kept opaque so no driver type leaks into the API.
+///
+/// Its `Display` is the backend's own message (for SQLite, e.g. `database is locked`).
+pub struct BackendError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl BackendError {
+    pub(crate) fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+        BackendError(Box::new(err))
+    }
+}
+
+impl fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Why an operation of [`Store`](crate::Store) failed.
+///
+/// `db` fields name the database: the path of `state.db`, or `:memory:`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The state directory or database file could not be created or inspected.
+    #[error("state directory {}: {source}", path.display())]
+    Io {
+        /// The directory or file concerned.
+        path: PathBuf,
+        /// The underlying I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file exists but is not a SQLite database, or is damaged.
+    #[error(
+        "{} is not a usable plugd state database ({source}); move it aside and re-approve the plugins",
+        path.display()
+    )]
+    NotADatabase {
+        /// The file concerned.
+        path: PathBuf,
+        /// What SQLite reported.
+        #[source]
+        source: BackendError,
+    },
+    /// The database could not be opened or configured.
+    #[error("cannot open state database {}: {source}", path.display())]
+    Open {
+        /// The file concerned.
+        path: PathBuf,
+        /// What the backend reported.
+        #[source]
+        source: BackendError,
+    },
+    /// The database was written by a newer plugd whose schema this build does not know.
+    #[error(
+        "state database {} has schema version {found}, but this plugd knows only up to {supported}; upgrade plugd",
+        path.display()
+    )]
+    TooNew {
+        /// The file concerned.
+        path: PathBuf,
+        /// The schema version found in the file.
+        found: i64,
+        /// The newest schema version this build knows.
+        supported: i64,
+    },
+    /// Upgrading the schema to a newer version failed; the database is left as it was.
+    #[error("state database {db}: migrating to schema version {version} failed: {source}")]
+    Migrate {
+        /// The database concerned.
+        db: String,
+        /// The version the failed step would have produced.
+        version: i64,
+        /// What the backend reported.
+        #[source]
+        source: BackendError,
+    },
+    /// A query failed.
+    #[error("state database {db}: {action}: {source}")]
+    Query {
+        /// The database concerned.
+        db: String,
+        /// What was being done, naming the plugin, e.g. `approve plugin "x"`.
+        action: String,
+        /// What the backend reported.
+        #[source]
+        source: BackendError,
+    },
+    /// A stored row could not be decoded (e.g. the cached catalog is not JSON).
+    #[error(
+        "state database {db}: stored record of plugin {plugin_id:?} is damaged: {detail}; re-approve the plugin"
+    )]
+    Corrupt {
+        /// The database concerned.
+        db: String,
+        /// The plugin whose row is damaged.
+        plugin_id: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// An argument was rejected before reaching the database.
+    #[error("{what}: {problem}")]
+    Invalid {
+        /// What was rejected, e.g. `plugin id ""`.
+        what: String,
+        /// Why, and what to do.
+        problem: &'static str,
+    },
+}

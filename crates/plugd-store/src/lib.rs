@@ -1,0 +1,19 @@
+//! plugd-store: the persisted trust state of a workspace and the content digest approvals pin.
+//!
+//! A workspace directory `DIR` keeps its state in `DIR/.plugd/state.db`, an
+//! embedded SQLite database opened through [`Store`]. It records which plugin
+//! contents a person approved ([`Approval`], pinned to a [`digest`]) and which
+//! plugins the supervisor gave up on ([`Failure`]), so both survive restarts.
+//!
+//! **API boundary:** nothing from the SQLite binding appears in the public API.
+//! [`Store`] is a plain struct whose methods return [`StoreError`], so a later
+//! PostgreSQL backend can offer the same operations.
+
+pub mod digest;
+mod error;
+mod store;
+mod time;
+
+pub use error::{BackendError, StoreError};
+pub use store::{Approval, Failure, SCHEMA_VERSION, STATE_DB_FILE, Store};
+pub use time::now_rfc3339;

@@ -1,0 +1,432 @@
+//! The SQLite-backed [`Store`]: opening, schema migrations, approvals and failures.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{BackendError, StoreError};
+
+/// Name of the database file inside the state directory.
+pub const STATE_DB_FILE: &str = "state.db";
+
+/// The schema version this build writes, kept in SQLite's `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a writer waits for another process holding the database lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Schema steps; step `i` takes the database from version `i` to `i + 1`.
+///
+/// Append only: never edit a step that has shipped, add a new one instead.
+const MIGRATIONS: &[&str] = &[
+    // 1: approvals pinned to a content digest, with the cached tool catalog.
+    "CREATE TABLE approvals (
+        plugin_id   TEXT PRIMARY KEY NOT NULL,
+        digest      TEXT NOT NULL,
+        approved_by TEXT NOT NULL,
+        approved_at TEXT NOT NULL,
+        catalog     TEXT NOT NULL DEFAULT '[]'
+    ) STRICT;",
+    // 2: plugins the supervisor gave up on, until `plugd plugin restart`.
+    "CREATE TABLE failures (
+        plugin_id TEXT PRIMARY KEY NOT NULL,
+        reason    TEXT NOT NULL,
+        at        TEXT NOT NULL
+    ) STRICT;",
+];
+
+/// A person's approval of one plugin's content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    /// The plugin's id as declared in its manifest.
+    pub plugin_id: String,
+    /// The content digest approved, as made by [`plugin_digest`](crate::digest::plugin_digest).
+    pub digest: String,
+    /// Who approved it (a user name, or e.g. `cli`).
+    pub approved_by: String,
+    /// When, as RFC 3339 UTC (see [`now_rfc3339`](crate::now_rfc3339)).
+    pub approved_at: String,
+    /// The plugin's tool catalog as last seen (a JSON array), cached for listing without starting it.
+    pub catalog: serde_json::Value,
+}
+
+/// The supervisor's record that it gave up restarting a plugin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The plugin's id.
+    pub plugin_id: String,
+    /// Why the supervisor gave up, for people.
+    pub reason: String,
+    /// When, as RFC 3339 UTC.
+    pub at: String,
+}
+
+/// The trust state of one workspace: approvals and failures.
+///
+/// `Send + Sync`: one connection behind a mutex, so calls from several threads
+/// are serialised. Other processes may open the same file; SQLite's locking
+/// (WAL mode, 5 s busy timeout) keeps them consistent.
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: Option<PathBuf>,
+    label: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("db", &self.label).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) `state_dir/state.db`, upgrading its schema.
+    ///
+    /// `state_dir` (normally `DIR/.plugd`) is created with mode 0700 and the
+    /// database file with mode 0600 when they do not exist. A file that is not
+    /// a SQLite database gives [`StoreError::NotADatabase`]; one written by a
+    /// newer plugd gives [`StoreError::TooNew`].
+    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
+        create_private_dir(state_dir)?;
+        let path = state_dir.join(STATE_DB_FILE);
+        create_private_file(&path)?;
+        let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
+        configure(&conn, true).map_err(|e| open_error(&path, e))?;
+        let label = path.display().to_string();
+        let mut conn = conn;
+        migrate(&mut conn, &path, &label)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path: Some(path),
+            label,
+        })
+    }
+
+    /// Opens an empty store that lives in memory only, for tests and dry runs.
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let mut conn = Connection::open_in_memory().map_err(|e| open_error(&path, e))?;
+        configure(&conn, false).map_err(|e| open_error(&path, e))?;
+        let label = ":memory:".to_owned();
+        migrate(&mut conn, &path, &label)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path: None,
+            label,
+        })
+    }
+
+    /// The database file, or `None` for an in-memory store.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Records an approval, replacing any earlier one for the same plugin.
+    pub fn approve(&self, a: &Approval) -> Result<(), StoreError> {
+        check_id(&a.plugin_id)?;
+        let catalog = a.catalog.to_string();
+        self.lock()
+            .execute(
+                "INSERT INTO approvals (plugin_id, digest, approved_by, approved_at, catalog)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (plugin_id) DO UPDATE SET
+                    digest = excluded.digest,
+                    approved_by = excluded.approved_by,
+                    approved_at = excluded.approved_at,
+                    catalog = excluded.catalog",
+                params![a.plugin_id, a.digest, a.approved_by, a.approved_at, catalog],
+            )
+            .map_err(|e| self.query_error(format!("approve plugin {:?}", a.plugin_id), e))?;
+        Ok(())
+    }
+
+    /// The approval of `plugin_id`, if any.
+    pub fn approval(&self, plugin_id: &str) -> Result<Option<Approval>, StoreError> {
+        let row = self
+            .lock()
+            .query_row(
+                "SELECT plugin_id, digest, approved_by, approved_at, catalog
+                 FROM approvals WHERE plugin_id = ?1",
+                params![plugin_id],
+                raw_approval,
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?;
+        row.map(|r| self.decode(r)).transpose()
+    }
+
+    /// All approvals, sorted by plugin id (byte order).
+    pub fn approvals(&self) -> Result<Vec<Approval>, StoreError> {
+        let rows = {
+            let conn = self.lock();
+            let read = || -> rusqlite::Result<Vec<RawApproval>> {
+                let mut stmt = conn.prepare(
+                    "SELECT plugin_id, digest, approved_by, approved_at, catalog
+                     FROM approvals ORDER BY plugin_id",
+                )?;
+                stmt.query_map([], raw_approval)?.collect()
+            };
+            read().map_err(|e| self.query_error("list approvals".to_owned(), e))?
+        };
+        rows.into_iter().map(|r| self.decode(r)).collect()
+    }
+
+    /// Removes the approval of `plugin_id`; `true` if there was one.
+    ///
+    /// A recorded [`Failure`] is independent and stays.
+    pub fn revoke(&self, plugin_id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .lock()
+            .execute(
+                "DELETE FROM approvals WHERE plugin_id = ?1",
+                params![plugin_id],
+            )
+            .map_err(|e| self.query_error(format!("revoke plugin {plugin_id:?}"), e))?;
+        Ok(n > 0)
+    }
+
+    /// Replaces the cached tool catalog of `plugin_id`, but only if its stored
+    /// approval is for `digest`; `true` if it was updated.
+    ///
+    /// The check and the write are one statement, so a concurrent re-approval
+    /// of other content can never receive a stale catalog.
+    pub fn update_catalog(
+        &self,
+        plugin_id: &str,
+        digest: &str,
+        catalog: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        let n = self
+            .lock()
+            .execute(
+                "UPDATE approvals SET catalog = ?3 WHERE plugin_id = ?1 AND digest = ?2",
+                params![plugin_id, digest, catalog.to_string()],
+            )
+            .map_err(|e| self.query_error(format!("update catalog of plugin {plugin_id:?}"), e))?;
+        Ok(n > 0)
+    }
+
+    /// Records that the supervisor gave up on `plugin_id`, stamped now.
+    ///
+    /// Replaces an earlier failure of the same plugin. The record persists
+    /// until [`clear_failure`](Self::clear_failure).
+    pub fn mark_failed(&self, plugin_id: &str, reason: &str) -> Result<(), StoreError> {
+        check_id(plugin_id)?;
+        self.lock()
+            .execute(
+                "INSERT INTO failures (plugin_id, reason, at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (plugin_id) DO UPDATE SET reason = excluded.reason, at = excluded.at",
+                params![plugin_id, reason, crate::now_rfc3339()],
+            )
+            .map_err(|e| self.query_error(format!("mark plugin {plugin_id:?} failed"), e))?;
+        Ok(())
+    }
+
+    /// The recorded failure of `plugin_id`, if any.
+    pub fn failure(&self, plugin_id: &str) -> Result<Option<Failure>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT plugin_id, reason, at FROM failures WHERE plugin_id = ?1",
+                params![plugin_id],
+                |r| {
+                    Ok(Failure {
+                        plugin_id: r.get(0)?,
+                        reason: r.get(1)?,
+                        at: r.get(2)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read failure of plugin {plugin_id:?}"), e))
+    }
+
+    /// Forgets the failure of `plugin_id` (`plugd plugin restart ID`); `true` if there was one.
+    pub fn clear_failure(&self, plugin_id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .lock()
+            .execute(
+                "DELETE FROM failures WHERE plugin_id = ?1",
+                params![plugin_id],
+            )
+            .map_err(|e| self.query_error(format!("clear failure of plugin {plugin_id:?}"), e))?;
+        Ok(n > 0)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave a half-applied write:
+        // every write is one statement, atomic in SQLite. So poisoning is ignored.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn query_error(&self, action: String, e: rusqlite::Error) -> StoreError {
+        StoreError::Query {
+            db: self.label.clone(),
+            action,
+            source: BackendError::new(e),
+        }
+    }
+
+    fn decode(&self, r: RawApproval) -> Result<Approval, StoreError> {
+        let catalog = serde_json::from_str(&r.catalog).map_err(|e| StoreError::Corrupt {
+            db: self.label.clone(),
+            plugin_id: r.plugin_id.clone(),
+            detail: format!("cached catalog is not JSON ({e})"),
+        })?;
+        Ok(Approval {
+            plugin_id: r.plugin_id,
+            digest: r.digest,
+            approved_by: r.approved_by,
+            approved_at: r.approved_at,
+            catalog,
+        })
+    }
+}
+
+/// An approval row before its catalog is parsed (parsing errors are ours, not SQLite's).
+struct RawApproval {
+    plugin_id: String,
+    digest: String,
+    approved_by: String,
+    approved_at: String,
+    catalog: String,
+}
+
+fn raw_approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawApproval> {
+    Ok(RawApproval {
+        plugin_id: r.get(0)?,
+        digest: r.get(1)?,
+        approved_by: r.get(2)?,
+        approved_at: r.get(3)?,
+        catalog: r.get(4)?,
+    })
+}
+
+fn check_id(plugin_id: &str) -> Result<(), StoreError> {
+    if plugin_id.is_empty() {
+        return Err(StoreError::Invalid {
+            what: "plugin id \"\"".to_owned(),
+            problem: "a plugin id must not be empty",
+        });
+    }
+    Ok(())
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|source| StoreError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let meta = fs::metadata(dir).map_err(|source| StoreError::Io {
+        path: dir.to_owned(),
+        source,
+    })?;
+    if !meta.is_dir() {
+        return Err(StoreError::Io {
+            path: dir.to_owned(),
+            source: io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+        });
+    }
+    Ok(())
+}
+
+/// Creates the database file with mode 0600 if missing, so SQLite (which gives
+/// its `-wal` and `-shm` files the database's mode) never makes it world-readable.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    opts.open(path).map(drop).map_err(|source| StoreError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn configure(conn: &Connection, wal: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // Reading the journal mode is the first read of the file: a file that is
+    // not SQLite fails here with SQLITE_NOTADB.
+    if wal {
+        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            tracing::warn!(journal_mode = %mode, "state database is not in WAL mode");
+        }
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+    }
+    conn.pragma_update(None, "foreign_keys", true)?;
+    Ok(())
+}
+
+fn is_not_a_database(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
+    )
+}
+
+fn open_error(path: &Path, e: rusqlite::Error) -> StoreError {
+    let path = path.to_owned();
+    let not_a_database = is_not_a_database(&e);
+    let source = BackendError::new(e);
+    if not_a_database {
+        StoreError::NotADatabase { path, source }
+    } else {
+        StoreError::Open { path, source }
+    }
+}
+
+/// Brings the schema up to [`SCHEMA_VERSION`] in one immediate transaction, so
+/// two processes opening a fresh database at once cannot both migrate it.
+fn migrate(conn: &mut Connection, path: &Path, label: &str) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| open_error(path, e))?;
+    let found: i64 = tx
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| open_error(path, e))?;
+    if !(0..=SCHEMA_VERSION).contains(&found) {
+        return Err(StoreError::TooNew {
+            path: path.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(found as usize) {
+        let version = step as i64 + 1;
+        tx.execute_batch(sql)
+            .and_then(|()| tx.pragma_update(None, "user_version", version))
+            .map_err(|e| {
+                if is_not_a_database(&e) {
+                    open_error(path, e)
+                } else {
+                    StoreError::Migrate {
+                        db: label.to_owned(),
+                        version,
+                        source: BackendError::new(e),
+                    }
+                }
+            })?;
+        tracing::debug!(db = label, version, "applied state schema migration");
+    }
+    tx.commit().map_err(|e| open_error(path, e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Store>();
+    }
+}

@@ -1,0 +1,4 @@
+//! The one integration-test binary of plugd-store: the SQLite store and the plugin digest.
+
+mod digest;
+mod store;

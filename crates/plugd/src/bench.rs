@@ -1,0 +1,413 @@
+//! `plugd bench`: plugd against the raw pipe baseline, measured in one run.
+//!
+//! * raw baseline: a minimal echo child (`raw-echo`, no JSON-RPC), one line
+//!   out and one line back, with blocking pipe I/O on a dedicated thread;
+//! * `tool.invoke` round trip to the Rust echo plugin through the whole
+//!   runtime (registry, schema validation, supervisor, peer), sequential;
+//! * throughput with 1, 16 and 64 calls in flight;
+//! * cold start (spawn to `initialize` reply) of the Rust and Python examples,
+//!   through plugd and through a bare harness (spawn, write, read one line);
+//! * host memory per idle supervised plugin (RSS delta over N plugins).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use plugd_host::spawn::{SpawnSpec, spawn};
+use plugd_host::{HostConfig, NoObserver, Supervised};
+use plugd_runtime::Runtime;
+use serde::Serialize;
+use serde_json::json;
+
+const RUST_MANIFEST: &str =
+    include_str!("../../../examples/workspace/.plugins/hello-rust/nexo-plugin.toml");
+const PY_MANIFEST: &str =
+    include_str!("../../../examples/workspace/.plugins/hello-python/nexo-plugin.toml");
+const PY_PLUGIN: &str = include_str!("../../../examples/workspace/.plugins/hello-python/plugin.py");
+
+/// Options of `plugd bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Print the results as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Sequential round trips measured (each of baseline and plugd).
+    #[arg(long, default_value_t = 20_000)]
+    iterations: u32,
+    /// How long each concurrency level runs, in milliseconds.
+    #[arg(long, default_value_t = 2_000)]
+    duration_ms: u64,
+    /// Cold starts measured per example.
+    #[arg(long, default_value_t = 20)]
+    cold_starts: u32,
+    /// Idle plugins started for the memory measurement.
+    #[arg(long, default_value_t = 20)]
+    idle_plugins: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct Latency {
+    p50_us: f64,
+    p99_us: f64,
+    mean_us: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Throughput {
+    in_flight: u32,
+    calls_per_sec: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct ColdStart {
+    plugin: String,
+    plugd_median_ms: f64,
+    bare_median_ms: f64,
+    overhead_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    machine: String,
+    raw_pipe: Latency,
+    plugd_sequential: Latency,
+    p50_ratio: f64,
+    throughput: Vec<Throughput>,
+    cold_start: Vec<ColdStart>,
+    idle_plugins: u32,
+    host_kib_per_idle_plugin: f64,
+}
+
+fn sibling(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let path = exe.with_file_name(name);
+    anyhow::ensure!(
+        path.is_file(),
+        "{} not found next to plugd; build it with `cargo build --release --workspace --bins`",
+        path.display()
+    );
+    Ok(path)
+}
+
+fn latency(mut samples: Vec<Duration>) -> Latency {
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e6;
+    let mean = samples.iter().map(Duration::as_secs_f64).sum::<f64>() / samples.len() as f64 * 1e6;
+    Latency {
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+        mean_us: mean,
+    }
+}
+
+fn median_ms(mut v: Vec<Duration>) -> f64 {
+    v.sort();
+    v[v.len() / 2].as_secs_f64() * 1e3
+}
+
+/// Writes a plugin directory and returns it.
+fn plugin_dir(root: &Path, name: &str, files: &[(&str, &str)]) -> Result<PathBuf> {
+    let dir = root.join(".plugins").join(name);
+    std::fs::create_dir_all(&dir)?;
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text)?;
+    }
+    Ok(dir)
+}
+
+pub async fn run(args: &BenchArgs) -> Result<()> {
+    sibling("hello-rust")?;
+    let raw_echo = sibling("raw-echo")?;
+    let tmp = tempfile::tempdir()?;
+    let ws = tmp.path();
+    // The echo plugin's command is a bare name, found next to plugd.
+    plugin_dir(ws, "hello-rust", &[("nexo-plugin.toml", RUST_MANIFEST)])?;
+    let py_dir = plugin_dir(
+        ws,
+        "hello-python",
+        &[("nexo-plugin.toml", PY_MANIFEST), ("plugin.py", PY_PLUGIN)],
+    )?;
+
+    let payload = json!({"n": 0, "text": "the quick brown fox jumps over the lazy dog"});
+    let line = format!(
+        "{}\n",
+        json!({"jsonrpc":"2.0","id":1,"method":"tool.invoke","params":{"plugin_id":"hello_rust","tool_name":"hello_rust_echo","args":payload,"agent_id":null}})
+    );
+
+    eprintln!("bench: raw pipe baseline ({} round trips)", args.iterations);
+    let raw = raw_baseline(&raw_echo, &line, args.iterations).await?;
+
+    let rt = Runtime::open(ws, HostConfig::default())?;
+    rt.approve("hello_rust", "bench").await?;
+    eprintln!("bench: plugd sequential ({} calls)", args.iterations);
+    for _ in 0..1000 {
+        rt.call_tool("hello_rust_echo", payload.clone(), None)
+            .await?;
+    }
+    let mut samples = Vec::with_capacity(args.iterations as usize);
+    for _ in 0..args.iterations {
+        let t = Instant::now();
+        rt.call_tool("hello_rust_echo", payload.clone(), None)
+            .await?;
+        samples.push(t.elapsed());
+    }
+    let seq = latency(samples);
+
+    let mut throughput = Vec::new();
+    for in_flight in [1u32, 16, 64] {
+        eprintln!("bench: {in_flight} in flight for {} ms", args.duration_ms);
+        throughput.push(Throughput {
+            in_flight,
+            calls_per_sec: measure_throughput(
+                &rt,
+                &payload,
+                in_flight,
+                Duration::from_millis(args.duration_ms),
+            )
+            .await?,
+        });
+    }
+    rt.shutdown().await;
+
+    eprintln!("bench: cold starts ({} each)", args.cold_starts);
+    let rust_spec = Arc::new(plugd_manifest::load_native(
+        &ws.join(".plugins/hello-rust/nexo-plugin.toml"),
+        &Default::default(),
+    )?);
+    let py_spec = Arc::new(plugd_manifest::load_native(
+        &py_dir.join("nexo-plugin.toml"),
+        &Default::default(),
+    )?);
+    let cold_start = vec![
+        cold(&rust_spec, args.cold_starts).await?,
+        cold(&py_spec, args.cold_starts).await?,
+    ];
+
+    eprintln!("bench: memory with {} idle plugins", args.idle_plugins);
+    let per_plugin = idle_memory(&rust_spec, args.idle_plugins).await?;
+
+    let report = Report {
+        machine: machine(),
+        p50_ratio: seq.p50_us / raw.p50_us,
+        raw_pipe: raw,
+        plugd_sequential: seq,
+        throughput,
+        cold_start,
+        idle_plugins: args.idle_plugins,
+        host_kib_per_idle_plugin: per_plugin,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+/// One line out, one line back, blocking I/O: the cheapest round trip a host
+/// can make with a child over pipes.
+async fn raw_baseline(raw_echo: &Path, line: &str, iterations: u32) -> Result<Latency> {
+    let spawned = spawn(&SpawnSpec {
+        plugin_id: "raw-echo".into(),
+        program: raw_echo.display().to_string(),
+        args: Vec::new(),
+        cwd: std::env::temp_dir(),
+        env: Default::default(),
+    })?;
+    let stdin = std::fs::File::from(spawned.stdin.into_owned_fd()?);
+    let stdout = std::fs::File::from(spawned.stdout.into_owned_fd()?);
+    let reaper = spawned.reaper;
+    let line = line.to_owned();
+    let samples = tokio::task::spawn_blocking(move || -> Result<Vec<Duration>> {
+        let mut w = stdin;
+        let mut r = BufReader::new(stdout);
+        let mut buf = String::new();
+        let mut samples = Vec::with_capacity(iterations as usize);
+        for i in 0..(iterations + 1000) {
+            let t = Instant::now();
+            w.write_all(line.as_bytes())?;
+            buf.clear();
+            r.read_line(&mut buf)?;
+            if i >= 1000 {
+                samples.push(t.elapsed());
+            }
+        }
+        Ok(samples)
+    })
+    .await??;
+    drop(reaper); // kills and reaps
+    Ok(latency(samples))
+}
+
+async fn measure_throughput(
+    rt: &Runtime,
+    payload: &serde_json::Value,
+    in_flight: u32,
+    dur: Duration,
+) -> Result<f64> {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let stop_at = start + dur;
+    let mut tasks = Vec::new();
+    for _ in 0..in_flight {
+        let rt = rt.clone();
+        let payload = payload.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < stop_at {
+                rt.call_tool("hello_rust_echo", payload.clone(), None)
+                    .await?;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn cold(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<ColdStart> {
+    let config = Arc::new(HostConfig::default());
+    let mut through_plugd = Vec::new();
+    let mut bare = Vec::new();
+    let init = format!(
+        "{}\n",
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"nexo_version":"1.10.0"}})
+    );
+    for _ in 0..n {
+        // Through plugd: spawn, peer, handshake with validation.
+        let sup = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+        let t = Instant::now();
+        sup.connection(Instant::now() + Duration::from_secs(10))
+            .await
+            .with_context(|| format!("starting {}", spec.id))?;
+        through_plugd.push(t.elapsed());
+        sup.stop().await;
+
+        // Bare: the same spawn, one line written, one line read.
+        let t = Instant::now();
+        let spawned = spawn(&SpawnSpec {
+            plugin_id: spec.id.clone(),
+            program: spec.command.program.clone(),
+            args: spec.command.args.clone(),
+            cwd: spec.dir.clone(),
+            env: spec.command.env.clone(),
+        })?;
+        let mut stdin = std::fs::File::from(spawned.stdin.into_owned_fd()?);
+        let stdout = std::fs::File::from(spawned.stdout.into_owned_fd()?);
+        let init = init.clone();
+        let elapsed = tokio::task::spawn_blocking(move || -> Result<Duration> {
+            stdin.write_all(init.as_bytes())?;
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line)?;
+            anyhow::ensure!(line.contains("\"result\""), "bad initialize reply: {line}");
+            Ok(t.elapsed())
+        })
+        .await??;
+        bare.push(elapsed);
+        drop(spawned.reaper);
+    }
+    let plugd_median_ms = median_ms(through_plugd);
+    let bare_median_ms = median_ms(bare);
+    Ok(ColdStart {
+        plugin: spec.id.clone(),
+        plugd_median_ms,
+        bare_median_ms,
+        overhead_ms: plugd_median_ms - bare_median_ms,
+    })
+}
+
+fn rss_kib() -> Result<f64> {
+    let statm = std::fs::read_to_string("/proc/self/statm")?;
+    let pages: f64 = statm.split_whitespace().nth(1).context("statm")?.parse()?;
+    Ok(pages * rustix::param::page_size() as f64 / 1024.0)
+}
+
+async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f64> {
+    let config = Arc::new(HostConfig::default());
+    // Warm up allocator and runtime with one plugin first.
+    let warm = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+    warm.connection(Instant::now() + Duration::from_secs(10))
+        .await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = rss_kib()?;
+    let mut sups = Vec::new();
+    for _ in 0..n {
+        let sup = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+        sup.connection(Instant::now() + Duration::from_secs(10))
+            .await?;
+        sups.push(sup);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib()?;
+    for s in sups.iter().chain(std::iter::once(&warm)) {
+        s.stop().await;
+    }
+    Ok((after - before) / f64::from(n.max(1)))
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown cpu".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    format!(
+        "{cpu}, {cores} cores, {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
+}
+
+fn print_table(r: &Report) {
+    println!("plugd bench on {}", r.machine);
+    println!();
+    println!(
+        "{:<40} {:>10} {:>10} {:>10}",
+        "round trip (sequential)", "p50 µs", "p99 µs", "mean µs"
+    );
+    for (name, l) in [
+        ("raw pipe baseline (raw-echo)", &r.raw_pipe),
+        ("plugd tool.invoke (hello-rust)", &r.plugd_sequential),
+    ] {
+        println!(
+            "{:<40} {:>10.1} {:>10.1} {:>10.1}",
+            name, l.p50_us, l.p99_us, l.mean_us
+        );
+    }
+    println!("{:<40} {:>10.2}x", "plugd p50 / raw p50", r.p50_ratio);
+    println!();
+    println!("{:<40} {:>10}", "calls in flight", "calls/s");
+    for t in &r.throughput {
+        println!("{:<40} {:>10.0}", t.in_flight, t.calls_per_sec);
+    }
+    println!();
+    println!(
+        "{:<40} {:>10} {:>10} {:>10}",
+        "cold start (median)", "plugd ms", "bare ms", "overhead"
+    );
+    for c in &r.cold_start {
+        println!(
+            "{:<40} {:>10.2} {:>10.2} {:>10.2}",
+            c.plugin, c.plugd_median_ms, c.bare_median_ms, c.overhead_ms
+        );
+    }
+    println!();
+    println!(
+        "host memory per idle supervised plugin: {:.0} KiB (over {} plugins)",
+        r.host_kib_per_idle_plugin, r.idle_plugins
+    );
+}

@@ -1,0 +1,433 @@
+//! The `plugd` command line: thin glue over `plugd-runtime` (and `plugd bench`).
+//!
+//! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
+//! otherwise (2 for usage errors, from clap), 130 when interrupted.
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
+
+mod bench;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use plugd_host::HostConfig;
+use plugd_runtime::{PluginInfo, Runtime};
+use serde_json::Value;
+
+/// plugd: a plugin runtime for AI agents.
+#[derive(Parser, Debug)]
+#[command(name = "plugd", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Workspace directory (default: $PLUGD_WORKSPACE, else the current directory).
+    #[arg(long, short = 'w', global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+
+    /// Log filter for stderr, e.g. `info` or `plugd=debug` (default: $PLUGD_LOG, else `warn`; `info` for serve).
+    #[arg(long, global = true, value_name = "FILTER")]
+    log: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Inspect, approve and control plugins.
+    #[command(subcommand)]
+    Plugin(PluginCmd),
+    /// List and call tools.
+    #[command(subcommand)]
+    Tool(ToolCmd),
+    /// Keep the workspace's approved plugins supervised until Ctrl-C or SIGTERM.
+    Serve,
+    /// Measure round trips, throughput, cold start and memory on this machine.
+    Bench(bench::BenchArgs),
+    /// Manifest helpers.
+    #[command(subcommand)]
+    Manifest(ManifestCmd),
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginCmd {
+    /// List every plugin in the workspace.
+    List(JsonFlag),
+    /// Show one plugin: state, approval, the exact command and environment that run.
+    Show {
+        /// Plugin id.
+        id: String,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+    /// Approve a plugin as its files are now (starts it once to cache its tools).
+    Approve {
+        /// Plugin id.
+        id: String,
+        /// Who approves (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Withdraw approval: the plugin stops and its tools disappear.
+    Revoke {
+        /// Plugin id.
+        id: String,
+    },
+    /// Clear a failed state and the restart budget.
+    Restart {
+        /// Plugin id.
+        id: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ToolCmd {
+    /// List the tools of approved plugins.
+    List(JsonFlag),
+    /// Call a tool and print its result as JSON.
+    Call {
+        /// Tool name, as `plugd tool list` shows it.
+        name: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        args: String,
+        /// Agent id passed to the plugin.
+        #[arg(long)]
+        agent: Option<String>,
+        #[command(flatten)]
+        json: JsonFlag,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ManifestCmd {
+    /// Print the JSON Schema of `nexo-plugin.toml`.
+    Schema,
+}
+
+#[derive(Args, Debug, Clone, Copy)]
+struct JsonFlag {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve));
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => fail(&anyhow::anyhow!("cannot start the async runtime: {e}")),
+    };
+    let code = rt.block_on(run(cli)).unwrap_or_else(|e| fail(&e));
+    drop(rt);
+    std::process::exit(code);
+}
+
+fn fail(e: &anyhow::Error) -> ! {
+    let msg = format!("{e:#}").replace('\n', " ");
+    eprintln!("plugd: error: {msg}");
+    std::process::exit(1);
+}
+
+fn init_logging(flag: Option<&str>, serve: bool) {
+    let filter = flag
+        .map(str::to_owned)
+        .or_else(|| std::env::var("PLUGD_LOG").ok())
+        .unwrap_or_else(|| if serve { "info" } else { "warn" }.to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn open(cli: &Cli) -> Result<Runtime> {
+    let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+    let config = HostConfig::from_env().map_err(anyhow::Error::msg)?;
+    Ok(Runtime::open(&dir, config)?)
+}
+
+/// Runs `fut`; on Ctrl-C or SIGTERM shuts the plugins down and exits 130.
+async fn interruptible<T>(rt: &Runtime, fut: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::select! {
+        r = fut => r,
+        _ = shutdown_signal() => {
+            eprintln!("plugd: interrupted; shutting plugins down");
+            rt.shutdown().await;
+            std::process::exit(130);
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).ok();
+    let term = async {
+        match term.as_mut() {
+            Some(t) => {
+                t.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term => {},
+    }
+}
+
+async fn run(cli: Cli) -> Result<i32> {
+    match &cli.command {
+        Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        Command::Manifest(ManifestCmd::Schema) => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plugd_manifest::native_manifest_schema())?
+            );
+            return Ok(0);
+        }
+        _ => {}
+    }
+    let rt = open(&cli)?;
+    let result = interruptible(&rt, dispatch(&rt, &cli.command)).await;
+    rt.shutdown().await;
+    result.map(|()| 0)
+}
+
+async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
+    match command {
+        Command::Plugin(PluginCmd::List(f)) => {
+            let plugins = rt.plugins()?;
+            if f.json {
+                print_json(&plugin_rows(&plugins), false)?;
+            } else {
+                print_plugin_table(&plugins);
+            }
+        }
+        Command::Plugin(PluginCmd::Show { id, json }) => {
+            let info = rt.plugin(id)?;
+            if json.json {
+                print_json(&info, true)?;
+            } else {
+                print_plugin_detail(&info);
+            }
+        }
+        Command::Plugin(PluginCmd::Approve { id, by }) => {
+            let by = by
+                .clone()
+                .or_else(|| std::env::var("USER").ok())
+                .unwrap_or_else(|| "unknown".into());
+            let info = rt.approve(id, &by).await?;
+            let digest = info
+                .approval
+                .as_ref()
+                .map(|a| a.digest.as_str())
+                .unwrap_or("?");
+            println!("approved {id} ({digest}); tools: {}", info.tools.join(", "));
+        }
+        Command::Plugin(PluginCmd::Revoke { id }) => {
+            if rt.revoke(id).await? {
+                println!("revoked {id}");
+            } else {
+                println!("{id} was not approved");
+            }
+        }
+        Command::Plugin(PluginCmd::Restart { id }) => {
+            rt.restart(id).await?;
+            println!("restarted {id}: failure cleared, restart budget reset");
+        }
+        Command::Tool(ToolCmd::List(f)) => {
+            let tools = rt.tools();
+            if f.json {
+                let rows: Vec<&plugd_runtime::ToolEntry> = tools.iter().map(|t| &**t).collect();
+                print_json(&rows, false)?;
+            } else if tools.is_empty() {
+                println!("no tools (approve a plugin with `plugd plugin approve ID`)");
+            } else {
+                let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+                println!("{:width$}  {:16}  DESCRIPTION", "NAME", "PLUGIN");
+                for t in &tools {
+                    println!("{:width$}  {:16}  {}", t.name, t.plugin, t.description);
+                }
+            }
+        }
+        Command::Tool(ToolCmd::Call {
+            name,
+            args,
+            agent,
+            json,
+        }) => {
+            let args: Value = serde_json::from_str(args)
+                .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
+            if !args.is_object() {
+                bail!("--args must be a JSON object, got {args}");
+            }
+            let result = rt.call_tool(name, args, agent.as_deref()).await?;
+            print_json(&result, !json.json)?;
+        }
+        Command::Serve => serve(rt).await?,
+        Command::Bench(_) | Command::Manifest(_) => {
+            unreachable!("handled before the workspace opens")
+        }
+    }
+    Ok(())
+}
+
+async fn serve(rt: &Runtime) -> Result<()> {
+    let plugins = rt.plugins()?;
+    let approved = plugins.iter().filter(|p| p.approved).count();
+    let started = rt.start_eager();
+    tracing::info!(
+        workspace = %rt.dir().display(),
+        plugins = plugins.len(),
+        approved,
+        eager = started.len(),
+        "plugd serving; Ctrl-C or SIGTERM stops"
+    );
+    for p in plugins.iter().filter(|p| !p.approved) {
+        tracing::warn!(plugin = %p.id, state = %p.state, "not serving: {}", p.error.as_deref().unwrap_or("not approved"));
+    }
+    shutdown_signal().await;
+    tracing::info!("shutting plugins down");
+    rt.shutdown().await;
+    tracing::info!("all plugins stopped");
+    Ok(())
+}
+
+fn print_json<T: serde::Serialize>(v: &T, pretty: bool) -> Result<()> {
+    let text = if pretty {
+        serde_json::to_string_pretty(v)?
+    } else {
+        serde_json::to_string(v)?
+    };
+    println!("{text}");
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct PluginRow<'a> {
+    id: &'a str,
+    dialect: &'a str,
+    state: &'a str,
+    approved: bool,
+    version: Option<&'a str>,
+    tools: &'a [String],
+    dir: &'a std::path::Path,
+    error: Option<&'a str>,
+}
+
+fn plugin_rows(plugins: &[PluginInfo]) -> Vec<PluginRow<'_>> {
+    plugins
+        .iter()
+        .map(|p| PluginRow {
+            id: &p.id,
+            dialect: &p.dialect,
+            state: &p.state,
+            approved: p.approved,
+            version: p.version.as_deref(),
+            tools: &p.tools,
+            dir: &p.dir,
+            error: p.error.as_deref(),
+        })
+        .collect()
+}
+
+fn print_plugin_table(plugins: &[PluginInfo]) {
+    if plugins.is_empty() {
+        println!("no plugins in .plugins/ of this workspace");
+        return;
+    }
+    let width = plugins.iter().map(|p| p.id.len()).max().unwrap_or(2).max(2);
+    println!(
+        "{:width$}  {:8}  {:10}  {:8}  NOTE",
+        "ID", "DIALECT", "STATE", "APPROVED"
+    );
+    for p in plugins {
+        let note = p
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("{} tools", p.tools.len()));
+        let note: String = note.chars().take(100).collect();
+        println!(
+            "{:width$}  {:8}  {:10}  {:8}  {note}",
+            p.id,
+            p.dialect,
+            p.state,
+            if p.approved { "yes" } else { "no" }
+        );
+    }
+}
+
+fn print_plugin_detail(p: &PluginInfo) {
+    println!("id:        {}", p.id);
+    println!("dialect:   {}", p.dialect);
+    println!("version:   {}", p.version.as_deref().unwrap_or("-"));
+    println!("state:     {}", p.state);
+    if let Some(e) = &p.error {
+        println!("error:     {e}");
+    }
+    println!("dir:       {}", p.dir.display());
+    println!("digest:    {}", p.digest.as_deref().unwrap_or("-"));
+    match &p.approval {
+        Some(a) if p.approved => {
+            println!("approved:  yes, by {} at {}", a.approved_by, a.approved_at)
+        }
+        Some(a) => println!(
+            "approved:  no (approval covers {}, files changed since)",
+            a.digest
+        ),
+        None => println!("approved:  no"),
+    }
+    if let Some(start) = &p.start {
+        println!("start:     {start}");
+    }
+    if !p.command.is_empty() {
+        println!(
+            "command:   {}",
+            p.command
+                .iter()
+                .map(|a| shell_quote(a))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        if let Some(cwd) = &p.cwd {
+            println!("cwd:       {}", cwd.display());
+        }
+        println!("env:       (cleared, then exactly these)");
+        for (k, v) in &p.env {
+            println!("  {k}={}", shell_quote(v));
+        }
+    }
+    println!(
+        "tools:     {}",
+        if p.tools.is_empty() {
+            "-".into()
+        } else {
+            p.tools.join(", ")
+        }
+    );
+    if let Some(s) = &p.stats {
+        println!(
+            "counters:  shed={} junk={} unknown_ids={} oversized={}",
+            s.shed_notifications, s.junk_frames, s.unknown_ids, s.oversized_frames
+        );
+    }
+    for w in &p.warnings {
+        println!("warning:   {w}");
+    }
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}

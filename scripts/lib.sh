@@ -1,0 +1,48 @@
+# scripts/lib.sh: shared helpers for scripts/test and scripts/run (sourced, not executed).
+# Sets $repo, cds there, and provides section, die, need_apt and ensure_venv.
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo"
+
+NEXOAI_VERSION=0.4.0
+
+section() { printf '\n==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+_apt_updated=0
+# apt_install PKG...: install Debian packages non-interactively (apt-get update once).
+apt_install() {
+  command -v apt-get >/dev/null || die "need package(s) $*, but apt-get is missing; install them by hand"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || die "need package(s) $*; run as root or install sudo"
+    sudo=(sudo -n)
+  fi
+  if [[ $_apt_updated -eq 0 ]]; then
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+    _apt_updated=1
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" </dev/null
+}
+
+# need_apt PKG CMD: install Debian package PKG only when command CMD is missing.
+need_apt() {
+  local pkg=$1 cmd=$2
+  command -v "$cmd" >/dev/null 2>&1 || apt_install "$pkg"
+}
+
+# ensure_venv: .venv with nexoai==$NEXOAI_VERSION, and .venv/bin first on PATH.
+ensure_venv() {
+  command -v python3 >/dev/null || die "python3 not found; install Python 3.11 or newer"
+  python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
+    die "python3 is $(python3 -V 2>&1); plugd's Python plugins need 3.11 or newer (tomllib)"
+  if [[ ! -x .venv/bin/python3 ]]; then
+    # Debian splits ensurepip into python3-venv.
+    python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
+    python3 -m venv .venv
+  fi
+  if ! .venv/bin/python3 -c "import nexo_plugin_sdk as m; assert m.__version__ == '$NEXOAI_VERSION'" 2>/dev/null; then
+    .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "nexoai==$NEXOAI_VERSION" </dev/null
+  fi
+  export PATH="$repo/.venv/bin:$PATH"
+}
