@@ -274,7 +274,7 @@ pub fn map_tool_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolErro
         code,
         message,
         data,
-    } = error.clone();
+    } = (**error).clone();
     let plugin = plugin.clone();
     let tool = tool.to_owned();
     match code {
@@ -348,11 +348,11 @@ mod tests {
         CallError::Remote {
             plugin: "p".into(),
             method: "tool.invoke".into(),
-            error: ErrorObject {
+            error: Box::new(ErrorObject {
                 code,
                 message: message.into(),
                 data,
-            },
+            }),
         }
     }
 

@@ -137,8 +137,8 @@ pub enum CallError {
         plugin: Arc<str>,
         /// The method called.
         method: String,
-        /// The error object, as sent.
-        error: ErrorObject,
+        /// The error object, as sent (boxed: it can carry arbitrary data).
+        error: Box<ErrorObject>,
     },
     /// No answer within the deadline (it covers queueing, writing and waiting).
     #[error(
@@ -518,7 +518,7 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
                     outcome.map_err(|error| CallError::Remote {
                         plugin: plugin.clone(),
                         method: method.to_owned(),
-                        error,
+                        error: Box::new(error),
                     })
                 }),
                 _ => false,

@@ -261,6 +261,8 @@ enum Slot {
 
 struct Control {
     slot: Slot,
+    /// The start attempt under way, so a stop can wait for it to settle.
+    start_task: Option<tokio::task::JoinHandle<()>>,
     /// Restarts used from the current budget.
     restarts: u32,
     /// Bumped on every stop/reset so stale start and restart tasks give up.
@@ -306,6 +308,7 @@ impl Supervised {
                 handler: Arc::new(NoHandler),
                 control: Mutex::new(Control {
                     slot: Slot::Idle,
+                    start_task: None,
                     restarts: 0,
                     epoch: 0,
                 }),
@@ -460,21 +463,31 @@ impl Supervised {
         .await?)
     }
 
-    /// Graceful stop; the plugin starts again on demand afterwards.
+    /// Graceful stop; the plugin starts again on demand afterwards. A start
+    /// under way is waited for (bounded by the init timeout) and then shut
+    /// down, so nothing it spawned outlives the stop.
     pub async fn stop(&self) {
-        let conn = {
+        let (conn, starting) = {
             let mut ctl = self.inner.lock();
             ctl.epoch += 1;
-            match std::mem::replace(&mut ctl.slot, Slot::Stopping) {
+            let starting = ctl.start_task.take();
+            let conn = match std::mem::replace(&mut ctl.slot, Slot::Stopping) {
                 Slot::Running(conn) => Some(conn),
                 Slot::Failed(reason) => {
                     ctl.slot = Slot::Failed(reason);
-                    return;
+                    None
                 }
                 _ => None,
-            }
+            };
+            (conn, starting)
         };
-        self.inner.publish(Status::Stopping);
+        if !matches!(self.status(), Status::Failed { .. }) {
+            self.inner.publish(Status::Stopping);
+        }
+        if let Some(task) = starting {
+            // The stale attempt notices the new epoch and shuts its child down.
+            let _ = task.await;
+        }
         if let Some(conn) = conn {
             let sup = &self.inner.spec.supervisor;
             conn.shutdown(sup.shutdown_timeout, sup.shutdown_grace)
@@ -532,10 +545,10 @@ impl SupInner {
         let epoch = ctl.epoch;
         self.publish(Status::Starting);
         let this = self.clone();
-        tokio::spawn(async move {
+        ctl.start_task = Some(tokio::spawn(async move {
             let result = this.launch().await;
             this.finish_start(epoch, result).await;
-        });
+        }));
     }
 
     async fn launch(&self) -> Result<Arc<Conn>, PluginError> {

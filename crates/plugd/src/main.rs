@@ -193,7 +193,11 @@ async fn run(cli: Cli) -> Result<i32> {
         _ => {}
     }
     let rt = open(&cli)?;
-    let result = interruptible(&rt, dispatch(&rt, &cli.command)).await;
+    let result = match &cli.command {
+        // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
+        Command::Serve => serve(&rt).await,
+        other => interruptible(&rt, dispatch(&rt, other)).await,
+    };
     rt.shutdown().await;
     result.map(|()| 0)
 }

@@ -1,0 +1,7 @@
+//! plugd's integration tests: real child processes (Python, Node, Bash, Rust,
+//! and the third-party `nexoai` SDK) driven through the runtime and the CLI.
+//! One test binary, so the workspace links it once.
+
+mod cli;
+mod hostile;
+mod support;

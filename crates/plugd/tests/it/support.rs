@@ -1,0 +1,140 @@
+//! Test support: temporary workspaces with real plugins, and the plugd binary.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use plugd_host::HostConfig;
+use plugd_runtime::Runtime;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `PATH` with the repo's venv first (where `nexoai` is installed by scripts/test).
+pub fn path_with_venv() -> String {
+    let venv = repo().join(".venv/bin");
+    assert!(
+        venv.join("python3").exists(),
+        "{} is missing: run ./scripts/test, which creates the venv with nexoai",
+        venv.display()
+    );
+    format!(
+        "{}:{}",
+        venv.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A temporary workspace.
+pub struct Ws {
+    pub tmp: tempfile::TempDir,
+}
+
+impl Ws {
+    pub fn new() -> Ws {
+        Ws {
+            tmp: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    pub fn plugin_dir(&self, name: &str) -> PathBuf {
+        self.dir().join(".plugins").join(name)
+    }
+
+    /// A plugin running `tests/plugins/misbehave.py MODE [ARG]`, with the five
+    /// standard tools declared and `extra` appended to its manifest.
+    pub fn misbehave(&self, id: &str, mode: &str, arg: Option<&str>, extra: &str) -> PathBuf {
+        let dir = self.plugin_dir(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            repo().join("tests/plugins/misbehave.py"),
+            dir.join("misbehave.py"),
+        )
+        .unwrap();
+        let mut args = vec![format!("\"misbehave.py\""), format!("\"{mode}\"")];
+        if let Some(a) = arg {
+            args.push(format!("\"{a}\""));
+        }
+        let tools: Vec<String> = ["echo", "sleep", "crash", "fail", "pid"]
+            .iter()
+            .map(|t| format!("\"{id}_{t}\""))
+            .collect();
+        let manifest = format!(
+            "[plugin]\nid = \"{id}\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [{}]\n\n[plugin.extends]\ntools = [{}]\n{extra}\n",
+            args.join(", "),
+            tools.join(", ")
+        );
+        std::fs::write(dir.join("nexo-plugin.toml"), manifest).unwrap();
+        dir
+    }
+
+    /// Copies one of the example plugins into this workspace.
+    pub fn example(&self, name: &str) -> PathBuf {
+        let from = repo().join("examples/workspace/.plugins").join(name);
+        let to = self.plugin_dir(name);
+        std::fs::create_dir_all(&to).unwrap();
+        for entry in std::fs::read_dir(&from).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+        to
+    }
+
+    /// Opens the runtime with `config`.
+    pub fn runtime(&self, config: HostConfig) -> Runtime {
+        Runtime::open(self.dir(), config).unwrap()
+    }
+
+    /// Runs the plugd binary on this workspace.
+    pub fn plugd(&self, args: &[&str]) -> Output {
+        plugd_cmd(self.dir()).args(args).output().unwrap()
+    }
+}
+
+/// A `Command` for the plugd binary on `workspace`, with the venv on PATH.
+pub fn plugd_cmd(workspace: &Path) -> std::process::Command {
+    #[allow(clippy::disallowed_methods)] // tests run the binary under test
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plugd"));
+    cmd.arg("--workspace")
+        .arg(workspace)
+        .env("PATH", path_with_venv())
+        .env_remove("PLUGD_LOG");
+    cmd
+}
+
+/// Host config with short timeouts for tests.
+pub fn quick(tool_timeout_ms: u64) -> HostConfig {
+    HostConfig {
+        tool_timeout: Duration::from_millis(tool_timeout_ms),
+        ..HostConfig::default()
+    }
+}
+
+/// Polls `f` until it is true or `limit` passes.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
