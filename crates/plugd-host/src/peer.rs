@@ -368,30 +368,13 @@ impl Peer {
 
     /// Resolves when the connection is closed.
     pub async fn wait_closed(&self) -> Arc<Closed> {
-        let mut rx = self.inner.closed_tx.subscribe();
-        loop {
-            if let Some(c) = rx.borrow_and_update().clone() {
-                return c;
-            }
-            if rx.changed().await.is_err() {
-                // The sender lives in `inner`, which we hold: unreachable.
-                std::future::pending::<()>().await;
-            }
-        }
+        first_some(&self.inner.closed_tx).await
     }
 
     /// Resolves when the reader hits end of stream or a fatal framing error,
     /// with a description of which.
     pub async fn wait_reader_done(&self) -> String {
-        let mut rx = self.inner.reader_done.subscribe();
-        loop {
-            if let Some(c) = rx.borrow_and_update().clone() {
-                return c;
-            }
-            if rx.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
+        first_some(&self.inner.reader_done).await
     }
 
     /// Counters of skipped and shed frames.
@@ -425,6 +408,18 @@ impl Inner {
             }
             None => false,
         }
+    }
+}
+
+/// Resolves with the first `Some` a watch channel holds.
+async fn first_some<T: Clone>(tx: &watch::Sender<Option<T>>) -> T {
+    let mut rx = tx.subscribe();
+    loop {
+        if let Some(v) = rx.borrow_and_update().clone() {
+            return v;
+        }
+        // The sender is borrowed by the caller, so it cannot be dropped.
+        let _ = rx.changed().await;
     }
 }
 

@@ -270,3 +270,48 @@ fn ctrl_c_of_serve_shuts_every_plugin_down_with_no_orphan() {
         );
     }
 }
+
+#[test]
+fn bench_reports_every_measurement() {
+    let ws = Ws::new();
+    let o = ws.plugd(&[
+        "bench",
+        "--json",
+        "--iterations",
+        "200",
+        "--duration-ms",
+        "100",
+        "--cold-starts",
+        "2",
+        "--idle-plugins",
+        "2",
+    ]);
+    let r = json_out(&o);
+    for key in ["raw_pipe", "plugd_sequential"] {
+        assert!(r[key]["p50_us"].as_f64().unwrap() > 0.0, "{key}: {r}");
+        assert!(r[key]["p99_us"].as_f64().unwrap() >= r[key]["p50_us"].as_f64().unwrap());
+    }
+    assert!(r["p50_ratio"].as_f64().unwrap() > 0.0);
+    let levels: Vec<u64> = r["throughput"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["in_flight"].as_u64().unwrap())
+        .collect();
+    assert_eq!(levels, [1, 16, 64]);
+    assert!(
+        r["throughput"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["calls_per_sec"].as_f64().unwrap() > 0.0)
+    );
+    let cold: Vec<&str> = r["cold_start"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["plugin"].as_str().unwrap())
+        .collect();
+    assert_eq!(cold, ["hello_rust", "hello_python"]);
+    assert!(r["host_kib_per_idle_plugin"].is_number());
+}
