@@ -9,8 +9,10 @@
 //! * [`supervisor`]: lazy/eager start, crash detection, restart with backoff,
 //!   graceful shutdown, handles that survive restarts.
 
+pub mod dialect;
 pub mod native;
 pub mod peer;
+pub mod protocol;
 pub mod spawn;
 pub mod stderr;
 pub mod supervisor;

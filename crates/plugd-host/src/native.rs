@@ -21,7 +21,7 @@ pub const NEXO_CONTRACT_VERSION: &str = "1.10.0";
 /// One tool as a plugin advertises it (§4.1.1 `RemoteToolDef`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolDef {
-    /// The tool's name (namespaced for native plugins).
+    /// The name `plugd tool call` accepts (namespaced).
     pub name: String,
     /// What it does, for people and models.
     #[serde(default)]
@@ -29,6 +29,35 @@ pub struct ToolDef {
     /// JSON Schema of its arguments.
     #[serde(default = "default_schema")]
     pub input_schema: Value,
+    /// The name on the wire when it differs from `name` (Salmex and MCP tool
+    /// names, VAI export ids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_name: Option<String>,
+    /// Risk level (`low`, `medium`, `high`, `critical`) when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<String>,
+}
+
+impl ToolDef {
+    /// A tool whose wire name is its listed name.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
+        ToolDef {
+            name: name.into(),
+            description: description.into(),
+            input_schema,
+            wire_name: None,
+            risk_level: None,
+        }
+    }
+
+    /// The name to send on the wire.
+    pub fn wire(&self) -> &str {
+        self.wire_name.as_deref().unwrap_or(&self.name)
+    }
 }
 
 fn default_schema() -> Value {

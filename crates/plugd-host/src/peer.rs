@@ -27,13 +27,13 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use plugd_wire::{
-    ErrorObject, Frame, FrameDecoder, Framing, Id, Message, Notification, Request, Response,
-};
+use plugd_wire::{ErrorObject, Frame, FrameDecoder, Framing};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::FramedRead;
+
+use crate::protocol::{Incoming, JsonRpc, Protocol};
 
 /// Default depth of the host-to-child queue (nexo contract §8).
 pub const DEFAULT_QUEUE_DEPTH: usize = 64;
@@ -65,27 +65,66 @@ pub trait Handler: Send + Sync + 'static {
 pub struct NoHandler;
 impl Handler for NoHandler {}
 
+/// What happens after the host cancels a request it gave up on.
+#[derive(Debug, Clone, Copy)]
+pub struct CancelPolicy {
+    /// How long the plugin has to stop working on it.
+    pub grace: Duration,
+    /// `true`: the plugin must answer the cancelled request (VAI's terminal
+    /// `cancelled` response) within `grace`. `false`: it must go quiet (MCP);
+    /// any response or event for it after `grace` counts as still working.
+    pub expects_ack: bool,
+}
+
+/// Called with a reason when a plugin keeps working on a cancelled request
+/// past the grace period; the supervisor kills the process.
+pub type RunawayHook = Arc<dyn Fn(String) + Send + Sync>;
+
 /// Settings of one peer.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PeerConfig {
     /// The plugin id, attached to every log line and error.
     pub plugin: Arc<str>,
-    /// How frames are cut.
-    pub framing: Framing,
+    /// The wire envelope (and its framing).
+    pub protocol: Arc<dyn Protocol>,
     /// Largest frame accepted from the child.
     pub max_frame: usize,
     /// Depth of the host-to-child queue.
     pub queue_depth: usize,
+    /// Cancel behaviour; `None` when the contract has no cancel.
+    pub cancel: Option<CancelPolicy>,
+    /// What to do with a plugin that ignores a cancel.
+    pub on_runaway: Option<RunawayHook>,
+}
+
+impl fmt::Debug for PeerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PeerConfig")
+            .field("plugin", &self.plugin)
+            .field("framing", &self.protocol.framing())
+            .field("max_frame", &self.max_frame)
+            .field("queue_depth", &self.queue_depth)
+            .field("cancel", &self.cancel)
+            .finish()
+    }
 }
 
 impl PeerConfig {
-    /// Defaults for a plugin: 16 MiB frames, a 64-frame queue.
+    /// Defaults for a plugin speaking JSON-RPC with `framing`: 16 MiB
+    /// frames, a 64-frame queue, no cancel.
     pub fn new(plugin: &str, framing: Framing) -> Self {
+        Self::with_protocol(plugin, Arc::new(JsonRpc { framing }))
+    }
+
+    /// Defaults for a plugin speaking `protocol`.
+    pub fn with_protocol(plugin: &str, protocol: Arc<dyn Protocol>) -> Self {
         PeerConfig {
             plugin: plugin.into(),
-            framing,
+            protocol,
             max_frame: plugd_wire::DEFAULT_MAX_FRAME,
             queue_depth: DEFAULT_QUEUE_DEPTH,
+            cancel: None,
+            on_runaway: None,
         }
     }
 }
@@ -197,11 +236,14 @@ struct Counters {
 struct PendingCall {
     method: Arc<str>,
     tx: oneshot::Sender<Result<Value, CallError>>,
+    events: Option<mpsc::UnboundedSender<Value>>,
 }
 
 #[derive(Default)]
 struct State {
     pending: HashMap<i64, PendingCall>,
+    /// Requests the host cancelled, and when.
+    cancelled: HashMap<i64, std::time::Instant>,
     closed: Option<Arc<Closed>>,
 }
 
@@ -275,6 +317,19 @@ impl Peer {
         params: Option<Value>,
         timeout: Duration,
     ) -> Result<Value, CallError> {
+        self.call_with(method, params, timeout, None).await
+    }
+
+    /// [`Peer::call`], with the request's events (progress) sent to `events`.
+    /// If the caller gives up (deadline, or the future is dropped) and the
+    /// protocol has a cancel, the plugin is told.
+    pub async fn call_with(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+        events: Option<mpsc::UnboundedSender<Value>>,
+    ) -> Result<Value, CallError> {
         let inner = &self.inner;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
@@ -288,17 +343,18 @@ impl Peer {
                 PendingCall {
                     method: method.into(),
                     tx,
+                    events,
                 },
             );
         }
-        let _guard = PendingGuard { inner, id };
-        let frame = encode(
-            inner.config.framing,
-            &Message::Request(Request {
-                id: Id::Int(id),
-                method: method.to_owned(),
-                params,
-            }),
+        let guard = PendingGuard {
+            inner: inner.clone(),
+            id,
+            reason: "caller gone",
+        };
+        let frame = frame(
+            &*inner.config.protocol,
+            inner.config.protocol.encode_request(id, method, params),
         );
         let exchange = async {
             if inner.out.send(frame).await.is_err() {
@@ -311,25 +367,35 @@ impl Peer {
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(CallError::Timeout {
-                plugin: inner.config.plugin.clone(),
-                method: method.to_owned(),
-                after: timeout,
-                id,
-            }),
+            Err(_) => {
+                let mut guard = guard;
+                guard.reason = "deadline_exceeded";
+                drop(guard);
+                Err(CallError::Timeout {
+                    plugin: inner.config.plugin.clone(),
+                    method: method.to_owned(),
+                    after: timeout,
+                    id,
+                })
+            }
         }
+    }
+
+    /// Queues a raw, already encoded payload (framed here), waiting for room.
+    /// For dialect frames that are not requests (VAI `hello`, `shutdown`).
+    pub async fn send_payload(&self, payload: Vec<u8>) -> Result<(), Arc<Closed>> {
+        let frame = frame(&*self.inner.config.protocol, payload);
+        if self.inner.out.send(frame).await.is_err() {
+            return Err(self.wait_closed().await);
+        }
+        Ok(())
     }
 
     /// Queues a notification. When the queue is full the notification is
     /// shed (counted and logged) and `false` is returned.
     pub fn notify(&self, method: &str, params: Option<Value>) -> bool {
-        let frame = encode(
-            self.inner.config.framing,
-            &Message::Notification(Notification {
-                method: method.to_owned(),
-                params,
-            }),
-        );
+        let protocol = &*self.inner.config.protocol;
+        let frame = frame(protocol, protocol.encode_notification(method, params));
         match self.inner.out.try_send(frame) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
@@ -395,6 +461,38 @@ impl Peer {
 }
 
 impl Inner {
+    fn runaway(&self, why: String) {
+        tracing::warn!(plugin = %self.config.plugin, "plugin ignores cancellation: {why}; killing it");
+        if let Some(hook) = &self.config.on_runaway {
+            hook(why);
+        }
+    }
+
+    /// Bookkeeping for traffic about a cancelled request: `true` when it is
+    /// about one (so it is not "unknown"), and a runaway is reported when it
+    /// arrives after the grace period of a contract that expects silence.
+    fn after_cancel(&self, id: i64, terminal: bool) -> bool {
+        let Some(policy) = self.config.cancel else {
+            return false;
+        };
+        let at = {
+            let mut state = self.lock();
+            let at = state.cancelled.get(&id).copied();
+            if terminal {
+                state.cancelled.remove(&id);
+            }
+            at
+        };
+        let Some(at) = at else { return false };
+        if !policy.expects_ack && at.elapsed() > policy.grace {
+            self.runaway(format!(
+                "request {id} still active {:?} after it was cancelled",
+                at.elapsed()
+            ));
+        }
+        true
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -423,21 +521,59 @@ async fn first_some<T: Clone>(tx: &watch::Sender<Option<T>>) -> T {
     }
 }
 
-struct PendingGuard<'a> {
-    inner: &'a Inner,
+/// Removes a pending call when its caller stops waiting; if the call was
+/// still unanswered, cancels it on the wire (when the protocol can).
+struct PendingGuard {
+    inner: Arc<Inner>,
     id: i64,
+    reason: &'static str,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
-        self.inner.lock().pending.remove(&self.id);
+        let abandoned = {
+            let mut state = self.inner.lock();
+            let abandoned = state.pending.remove(&self.id).is_some() && state.closed.is_none();
+            if abandoned && self.inner.config.cancel.is_some() {
+                state.cancelled.insert(self.id, std::time::Instant::now());
+            }
+            abandoned
+        };
+        if !abandoned {
+            return;
+        }
+        let protocol = &*self.inner.config.protocol;
+        let Some(payload) = protocol.encode_cancel(self.id, self.reason) else {
+            return;
+        };
+        let frame = frame(protocol, payload);
+        let inner = self.inner.clone();
+        let id = self.id;
+        // Drop cannot wait; a cancel is control traffic and must not be shed.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let _ = inner.out.send(frame).await;
+                let Some(policy) = inner.config.cancel else {
+                    return;
+                };
+                if policy.expects_ack {
+                    tokio::time::sleep(policy.grace).await;
+                    let still = inner.lock().cancelled.remove(&id).is_some();
+                    if still {
+                        inner.runaway(format!(
+                            "request {id} was cancelled and not answered within {:?}",
+                            policy.grace
+                        ));
+                    }
+                }
+            });
+        }
     }
 }
 
-fn encode(framing: Framing, msg: &Message) -> Bytes {
-    let payload = msg.to_vec();
+fn frame(protocol: &dyn Protocol, payload: Vec<u8>) -> Bytes {
     let mut buf = BytesMut::with_capacity(payload.len() + 32);
-    plugd_wire::encode_frame(framing, &payload, &mut buf);
+    plugd_wire::encode_frame(protocol.framing(), &payload, &mut buf);
     buf.freeze()
 }
 
@@ -473,7 +609,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
 
 async fn read_loop<R: AsyncRead + Unpin>(inner: Arc<Inner>, reader: R, handler: Arc<dyn Handler>) {
     let plugin = inner.config.plugin.clone();
-    let decoder = FrameDecoder::new(inner.config.framing, inner.config.max_frame);
+    let decoder = FrameDecoder::new(inner.config.protocol.framing(), inner.config.max_frame);
     let mut frames = FramedRead::with_capacity(reader, decoder, 64 * 1024);
     let end = loop {
         match frames.next().await {
@@ -506,49 +642,72 @@ async fn read_loop<R: AsyncRead + Unpin>(inner: Arc<Inner>, reader: R, handler: 
 
 fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
     let plugin = &inner.config.plugin;
-    match Message::decode(bytes) {
-        Ok(Message::Response(Response { id, outcome })) => {
-            let known = match &id {
-                Some(Id::Int(n)) => inner.complete(*n, |method| {
+    match inner.config.protocol.decode(bytes) {
+        Ok(Incoming::Response {
+            id,
+            raw_id,
+            outcome,
+        }) => {
+            let known = id.is_some_and(|n| {
+                inner.complete(n, |method| {
                     outcome.map_err(|error| CallError::Remote {
                         plugin: plugin.clone(),
                         method: method.to_owned(),
                         error: Box::new(error),
                     })
-                }),
-                _ => false,
-            };
-            if !known {
+                })
+            });
+            let late = !known && id.is_some_and(|n| inner.after_cancel(n, true));
+            if !known && !late {
                 let n = inner.counters.unknown.fetch_add(1, Ordering::Relaxed) + 1;
-                let id = id.map_or_else(|| "null".to_owned(), |i| i.to_string());
-                tracing::warn!(plugin = %plugin, %id, unknown_total = n,
+                tracing::warn!(plugin = %plugin, id = %raw_id, unknown_total = n,
                     "response with an unknown or already answered id; dropped");
             }
         }
-        Ok(Message::Request(Request { id, method, params })) => {
+        Ok(Incoming::Request { id, method, params }) => {
             let fut = handler.request(method, params);
             let inner = inner.clone();
             tokio::spawn(async move {
                 let outcome = fut.await;
-                let frame = encode(
-                    inner.config.framing,
-                    &Message::Response(Response {
-                        id: Some(id),
-                        outcome,
-                    }),
-                );
+                let protocol = &*inner.config.protocol;
+                let frame = frame(protocol, protocol.encode_response(id, outcome));
                 // Responses are never dropped: wait for room in the queue.
                 let _ = inner.out.send(frame).await;
             });
         }
-        Ok(Message::Notification(Notification { method, params })) => {
-            handler.notification(method, params)
+        Ok(Incoming::Notification { method, params }) => handler.notification(method, params),
+        Ok(Incoming::Event { request_id, event }) => {
+            let sink = {
+                let state = inner.lock();
+                match request_id {
+                    Some(id) => state.pending.get(&id).and_then(|p| p.events.clone()),
+                    None => {
+                        let mut with_sink = state.pending.values().filter_map(|p| p.events.clone());
+                        match (with_sink.next(), with_sink.next()) {
+                            (Some(one), None) => Some(one),
+                            _ => None,
+                        }
+                    }
+                }
+            };
+            match sink {
+                Some(sink) => {
+                    let _ = sink.send(event);
+                }
+                None => {
+                    let about_cancelled =
+                        request_id.is_some_and(|id| inner.after_cancel(id, false));
+                    if !about_cancelled {
+                        tracing::debug!(plugin = %plugin, ?request_id, "event for no waiting call; dropped");
+                    }
+                }
+            }
         }
         Err(e) => {
             let n = inner.counters.junk.fetch_add(1, Ordering::Relaxed) + 1;
             let preview = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]).into_owned();
             tracing::warn!(plugin = %plugin, error = %e, line = %preview, junk_total = n,
-                "plugin wrote something that is not JSON-RPC on stdout; skipped");
+                "plugin wrote something that is not a valid frame on stdout; skipped");
         }
     }
 }

@@ -16,13 +16,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use plugd_manifest::{PluginSpec, StartMode};
-use plugd_wire::Framing;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::native::{self, Handshake, HandshakeError, ToolError};
-use crate::peer::{CallError, Closed, Handler, NoHandler, Peer, PeerConfig, PeerStats};
+use crate::dialect::{self, CallContext, HostServices};
+use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
+use crate::peer::{CallError, Closed, Peer, PeerConfig, PeerStats};
 use crate::spawn::{self, ProcessHandle, SpawnError, SpawnSpec};
 use crate::stderr::{self, StderrTail};
 
@@ -223,6 +223,8 @@ pub struct Conn {
     pub handshake: Handshake,
     /// The stderr tail.
     pub stderr: StderrTail,
+    /// The plugin's spec (its dialect decides the shutdown).
+    pub spec: Arc<PluginSpec>,
     started: Instant,
 }
 
@@ -236,7 +238,7 @@ impl Conn {
     /// then SIGKILL to the process group. Resolves once the process is reaped.
     pub async fn shutdown(&self, reply_timeout: Duration, grace: Duration) -> Arc<Closed> {
         if self.peer.closed_reason().is_none() {
-            let _ = native::shutdown(&self.peer, reply_timeout).await;
+            dialect::shutdown(self, &self.spec, reply_timeout).await;
             if tokio::time::timeout(grace, self.peer.wait_closed())
                 .await
                 .is_err()
@@ -279,7 +281,7 @@ struct SupInner {
     spec: Arc<PluginSpec>,
     config: Arc<HostConfig>,
     observer: Arc<dyn Observer>,
-    handler: Arc<dyn Handler>,
+    services: HostServices,
     control: Mutex<Control>,
     status: watch::Sender<Status>,
 }
@@ -299,13 +301,14 @@ impl Supervised {
         spec: Arc<PluginSpec>,
         config: Arc<HostConfig>,
         observer: Arc<dyn Observer>,
+        services: HostServices,
     ) -> Self {
         Supervised {
             inner: Arc::new(SupInner {
                 spec,
                 config,
                 observer,
-                handler: Arc::new(NoHandler),
+                services,
                 control: Mutex::new(Control {
                     slot: Slot::Idle,
                     start_task: None,
@@ -438,13 +441,13 @@ impl Supervised {
         }
     }
 
-    /// Calls a tool through the current connection (`tool.invoke`), with the
-    /// host's tool timeout unless `timeout` is given.
+    /// Calls a tool through the current connection, the dialect's way, with
+    /// the plugin's (or the host's) tool timeout unless `timeout` is given.
     pub async fn call_tool(
         &self,
-        tool: &str,
+        tool: &ToolDef,
         args: Value,
-        agent_id: Option<&str>,
+        ctx: &CallContext,
         timeout: Option<Duration>,
     ) -> Result<Value, CallToolError> {
         let timeout = timeout
@@ -452,15 +455,34 @@ impl Supervised {
             .unwrap_or(self.inner.config.tool_timeout);
         let deadline = Instant::now() + timeout;
         let conn = self.connection(deadline).await?;
-        let left = deadline.saturating_duration_since(Instant::now());
-        Ok(native::invoke_tool(
-            &conn.peer,
-            tool,
-            args,
-            agent_id,
-            left.max(Duration::from_millis(1)),
-        )
-        .await?)
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, left).await?)
+    }
+
+    /// Re-reads the running plugin's tool catalog and tells the observer.
+    pub async fn refresh_tools(&self) -> Result<Vec<ToolDef>, PluginError> {
+        let Some(conn) = self.current() else {
+            return Ok(Vec::new());
+        };
+        let spec = &self.inner.spec;
+        let timeout = spec
+            .supervisor
+            .init_timeout
+            .unwrap_or(self.inner.config.init_timeout);
+        let tools = dialect::refresh_tools(&conn, spec, timeout)
+            .await
+            .map_err(|source| PluginError::Handshake {
+                plugin: spec.id.clone(),
+                source,
+            })?;
+        let handshake = Handshake {
+            tools: tools.clone(),
+            ..conn.handshake.clone()
+        };
+        self.inner.observer.started(spec, &handshake);
+        Ok(tools)
     }
 
     /// Graceful stop; the plugin starts again on demand afterwards. A start
@@ -551,7 +573,7 @@ impl SupInner {
         }));
     }
 
-    async fn launch(&self) -> Result<Arc<Conn>, PluginError> {
+    async fn launch(self: &Arc<Self>) -> Result<Arc<Conn>, PluginError> {
         let spec = &self.spec;
         let plugin = spec.id.clone();
         self.observer
@@ -575,10 +597,25 @@ impl SupInner {
             handle,
             mut reaper,
         } = spawned;
-        let mut peer_config = PeerConfig::new(&plugin, Framing::Lines);
+        let weak = Arc::downgrade(self);
+        let catalog_changed: dialect::CatalogChanged = Arc::new(move || {
+            if let Some(inner) = weak.upgrade() {
+                let sup = Supervised { inner };
+                tokio::spawn(async move {
+                    if let Err(e) = sup.refresh_tools().await {
+                        tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");
+                    }
+                });
+            }
+        });
+        let setup = dialect::setup(spec, &self.services, catalog_changed);
+        let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;
         peer_config.queue_depth = self.config.queue_depth;
-        let peer = Peer::start(peer_config, stdout, stdin, self.handler.clone());
+        peer_config.cancel = setup.cancel;
+        let runaway = handle.clone();
+        peer_config.on_runaway = Some(Arc::new(move |_why: String| runaway.kill_group()));
+        let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
         let tail = stderr::collect(peer.plugin().clone(), stderr, self.config.stderr_tail);
 
         // The reaper notices the exit at once and fails every pending call.
@@ -617,7 +654,7 @@ impl SupInner {
             .supervisor
             .init_timeout
             .unwrap_or(self.config.init_timeout);
-        match native::initialize(&peer, spec, init_timeout).await {
+        match dialect::handshake(&peer, spec, &self.services, init_timeout).await {
             Ok(handshake) => {
                 for w in &handshake.warnings {
                     tracing::warn!(plugin = %plugin, "{w}");
@@ -627,6 +664,7 @@ impl SupInner {
                     process: handle,
                     handshake,
                     stderr: tail,
+                    spec: spec.clone(),
                     started: Instant::now(),
                 }))
             }

@@ -214,3 +214,13 @@ impl ManifestError {
         }
     }
 }
+
+/// One entry of a multi-plugin declaration file (`extensions.yaml`,
+/// `.mcp.json`) that could not be loaded.
+#[derive(Debug)]
+pub struct EntryError {
+    /// The entry's name (its key in the file).
+    pub name: String,
+    /// Why it was refused.
+    pub error: ManifestError,
+}

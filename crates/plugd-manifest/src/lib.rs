@@ -37,22 +37,26 @@
 
 mod error;
 mod ids;
+pub mod mcp;
+pub mod microapp;
 mod native;
+pub mod salmex;
 mod sandbox;
 mod schema;
 mod spec;
+pub mod vai;
 
 #[cfg(test)]
 mod tests;
 
-pub use error::ManifestError;
+pub use error::{EntryError, ManifestError};
 pub use ids::{is_valid_plugin_id, tool_in_namespace};
 pub use native::{MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, load_native, parse_native};
 pub use sandbox::{SANDBOX_DENYLIST, SandboxPathError, check_sandbox_path, resolve_path};
 pub use schema::native_manifest_schema;
 pub use spec::{
-    ChannelRegistration, CommandSpec, Dialect, EXTENDS_SECTIONS, Extends, NativeSpec, PluginSpec,
-    Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
+    ChannelRegistration, CommandSpec, DeclaredTool, Dialect, EXTENDS_SECTIONS, Extends, NativeSpec,
+    PluginSpec, Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
 };
 
 /// Host-side options that change how a manifest validates.

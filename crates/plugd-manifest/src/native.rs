@@ -214,6 +214,7 @@ pub fn parse_native(
             min_nexo_version: min_nexo_version.map(str::to_owned),
         }),
         warnings: cx.warnings,
+        ..PluginSpec::base()
     })
 }
 

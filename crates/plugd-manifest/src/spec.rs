@@ -30,12 +30,24 @@ pub const EXTENDS_SECTIONS: [&str; 5] = [
 pub enum Dialect {
     /// The nexo Plugin Contract manifest, `nexo-plugin.toml`.
     Native,
+    /// A nexo microapp, declared in the workspace's `extensions.yaml`.
+    Microapp,
+    /// A Salmex I/O plugin, `plugin.json`.
+    Salmex,
+    /// A VAI gateway package, `vai-plugin.toml`.
+    Vai,
+    /// An MCP server over stdio, declared in the workspace's `.mcp.json`.
+    Mcp,
 }
 
 impl fmt::Display for Dialect {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Dialect::Native => "native",
+            Dialect::Microapp => "microapp",
+            Dialect::Salmex => "salmex",
+            Dialect::Vai => "vai",
+            Dialect::Mcp => "mcp",
         })
     }
 }
@@ -69,9 +81,72 @@ pub struct PluginSpec {
     pub sandbox: Option<SandboxSpec>,
     /// The nexo-specific rest of a native manifest; `None` for other dialects.
     pub native: Option<NativeSpec>,
+    /// Whether the approval digest covers the files of [`PluginSpec::dir`]
+    /// (false for MCP servers, whose `dir` is only their working directory).
+    pub pin_dir: bool,
+    /// Declaration data outside `dir` that the approval digest also covers
+    /// (the `extensions.yaml` / `.mcp.json` entry); `Null` when none.
+    pub pinned: serde_json::Value,
+    /// Tools the manifest itself defines with their schemas (Salmex
+    /// `capabilities.tools`, VAI tool exports); empty when tools are only
+    /// known from the handshake.
+    pub tools: Vec<DeclaredTool>,
+    /// Salmex-specific rest of `plugin.json`.
+    pub salmex: Option<crate::salmex::SalmexSpec>,
+    /// VAI-specific rest of `vai-plugin.toml`.
+    pub vai: Option<crate::vai::VaiSpec>,
+    /// Microapp-specific rest of the `extensions.yaml` entry.
+    pub microapp: Option<crate::microapp::MicroappSpec>,
+    /// MCP-specific rest of the `.mcp.json` entry.
+    pub mcp: Option<crate::mcp::McpSpec>,
     /// Non-fatal findings (e.g. tolerated unknown keys), shown by
     /// `plugd plugin show`. Each is a lower-case sentence naming the field.
     pub warnings: Vec<String>,
+}
+
+impl PluginSpec {
+    /// A spec with every optional part empty, for dialect loaders to fill
+    /// with struct-update syntax (`..PluginSpec::base()`). Its id, version,
+    /// dir and command are placeholders that every loader sets.
+    pub fn base() -> PluginSpec {
+        PluginSpec {
+            id: String::new(),
+            version: String::new(),
+            name: None,
+            description: None,
+            dialect: Dialect::Native,
+            dir: PathBuf::new(),
+            manifest_path: PathBuf::new(),
+            command: CommandSpec::default(),
+            declared_tools: Vec::new(),
+            supervisor: SupervisorSpec::default(),
+            sandbox: None,
+            native: None,
+            warnings: Vec::new(),
+            pin_dir: true,
+            pinned: serde_json::Value::Null,
+            tools: Vec::new(),
+            salmex: None,
+            vai: None,
+            microapp: None,
+            mcp: None,
+        }
+    }
+}
+
+/// A tool defined in a manifest (rather than only advertised at handshake).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeclaredTool {
+    /// The name `plugd tool call` accepts (namespaced, e.g. `hello-node/say_hello`).
+    pub name: String,
+    /// The name on the wire (e.g. `say_hello`, or a VAI export id).
+    pub wire_name: String,
+    /// What it does.
+    pub description: String,
+    /// JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// Risk level (`low`, `medium`, `high`, `critical`) when the manifest says.
+    pub risk_level: Option<String>,
 }
 
 /// The child process to start.

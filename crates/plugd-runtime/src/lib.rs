@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use plugd_host::dialect::{CallContext, HostServices};
 use plugd_host::{CallToolError, Handshake, HostConfig, Observer, Status, Supervised, ToolDef};
 use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
@@ -139,7 +140,7 @@ impl Observer for TrustObserver {
                     spec.id
                 )
             })?;
-        let now = plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?;
+        let now = spec_digest(spec)?;
         if now != approval.digest {
             return Err(format!(
                 "its files changed since it was approved ({} then, {now} now); review it and run `plugd plugin approve {}`",
@@ -215,11 +216,11 @@ impl Runtime {
             registry: registry.clone(),
         });
         let config = Arc::new(config);
+        let services = HostServices::for_workspace(&dir);
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
         for (id, spec) in discovery.plugins {
-            let digest =
-                plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string());
+            let digest = spec_digest(&spec);
             if let (Some(approval), Ok(d)) = (store.approval(&id)?, &digest)
                 && &approval.digest == d
             {
@@ -227,7 +228,8 @@ impl Runtime {
                     serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
                 write(&registry).set_plugin_tools(&id, &tools);
             }
-            let supervised = Supervised::new(spec, config.clone(), observer.clone());
+            let supervised =
+                Supervised::new(spec, config.clone(), observer.clone(), services.clone());
             if let Some(failure) = store.failure(&id)? {
                 supervised.mark_failed(failure.reason);
             }
@@ -273,8 +275,7 @@ impl Runtime {
     fn digest_now(&self, id: &str, refresh: bool) -> Result<String, String> {
         let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
         if refresh && let Some(sup) = self.inner.plugins.get(id) {
-            let d =
-                plugin_digest(&sup.spec().dir, &DigestLimits::default()).map_err(|e| e.to_string());
+            let d = spec_digest(sup.spec());
             digests.insert(id.to_owned(), d);
         }
         digests
@@ -426,21 +427,34 @@ impl Runtime {
         read(&self.inner.registry).list()
     }
 
-    /// Validates `args` and calls tool `name`.
+    /// Validates `args` and calls tool `name` for the agent `agent_id`.
     pub async fn call_tool(
         &self,
         name: &str,
         args: Value,
         agent_id: Option<&str>,
     ) -> Result<Value, RuntimeError> {
+        let ctx = CallContext {
+            agent_id: agent_id.map(str::to_owned),
+            ..CallContext::default()
+        };
+        self.call_tool_with(name, args, &ctx).await
+    }
+
+    /// Validates `args` and calls tool `name` with a full call context
+    /// (binding, inbound message, progress sink).
+    pub async fn call_tool_with(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &CallContext,
+    ) -> Result<Value, RuntimeError> {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
         entry.validate(&args)?;
         let sup = self.supervised(&entry.plugin)?;
-        Ok(sup
-            .call_tool(&entry.wire_name, args, agent_id, None)
-            .await?)
+        Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
     }
 
     /// Starts every approved plugin whose manifest asks for an eager start.
@@ -482,5 +496,29 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         start: None,
         warnings: Vec::new(),
         stats: None,
+    }
+}
+
+/// The digest an approval is pinned to: the plugin directory's files (when
+/// the dialect keeps its code there) and the declaration entry outside it
+/// (`extensions.yaml` / `.mcp.json`), if any.
+pub fn spec_digest(spec: &PluginSpec) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    let dir = if spec.pin_dir {
+        Some(plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
+    match (&dir, &spec.pinned) {
+        (Some(d), Value::Null) => Ok(d.clone()),
+        _ => {
+            let mut h = Sha256::new();
+            h.update(b"plugd-spec-digest-v1\0");
+            h.update(dir.as_deref().unwrap_or("-").as_bytes());
+            h.update(b"\0");
+            // serde_json writes object keys in sorted order (no preserve_order).
+            h.update(serde_json::to_vec(&spec.pinned).unwrap_or_default());
+            Ok(format!("sha256:{}", hex::encode(h.finalize())))
+        }
     }
 }

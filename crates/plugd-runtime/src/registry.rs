@@ -20,13 +20,16 @@ pub struct ToolEntry {
     pub name: String,
     /// The plugin that serves it.
     pub plugin: String,
-    /// The name on the wire (for native plugins the same as `name`).
-    #[serde(skip)]
-    pub wire_name: String,
     /// What it does.
     pub description: String,
     /// JSON Schema of its arguments.
     pub input_schema: Value,
+    /// Risk level, when the plugin declares one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<String>,
+    /// The definition as the plugin gave it (wire name included).
+    #[serde(skip)]
+    pub def: ToolDef,
     #[serde(skip)]
     validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
@@ -91,9 +94,10 @@ impl ToolEntry {
         ToolEntry {
             name: def.name.clone(),
             plugin: plugin.to_owned(),
-            wire_name: def.name.clone(),
             description: def.description.clone(),
             input_schema: def.input_schema.clone(),
+            risk_level: def.risk_level.clone(),
+            def: def.clone(),
             validator: OnceLock::new(),
         }
     }
@@ -178,14 +182,7 @@ mod tests {
     use serde_json::json;
 
     fn entry(schema: Value) -> ToolEntry {
-        ToolEntry::new(
-            "p",
-            &ToolDef {
-                name: "p_t".into(),
-                description: String::new(),
-                input_schema: schema,
-            },
-        )
+        ToolEntry::new("p", &ToolDef::new("p_t", "", schema))
     }
 
     #[test]
@@ -240,11 +237,7 @@ mod tests {
     #[test]
     fn a_plugin_cannot_take_another_plugins_tool_name() {
         let mut reg = ToolRegistry::default();
-        let def = |name: &str| ToolDef {
-            name: name.into(),
-            description: String::new(),
-            input_schema: json!({}),
-        };
+        let def = |name: &str| ToolDef::new(name, "", json!({}));
         reg.set_plugin_tools("a", &[def("a_x")]);
         reg.set_plugin_tools("b", &[def("a_x"), def("b_y")]);
         assert_eq!(reg.get("a_x").unwrap().plugin, "a");

@@ -52,62 +52,69 @@ pub fn resolve_dir(flag: Option<&Path>) -> std::io::Result<PathBuf> {
         .map_err(|e| std::io::Error::new(e.kind(), format!("workspace {}: {e}", dir.display())))
 }
 
-/// Scans `DIR/.plugins/`.
+/// The per-directory manifest forms, in the order they are looked for.
+pub const MANIFEST_FILES: &[&str] = &[
+    NATIVE_MANIFEST,
+    plugd_manifest::salmex::SALMEX_MANIFEST_FILE,
+    plugd_manifest::vai::VAI_MANIFEST_FILE,
+];
+
+type EntryLoader = fn(
+    &Path,
+    &LoadOptions,
+) -> Result<
+    Vec<Result<PluginSpec, plugd_manifest::EntryError>>,
+    plugd_manifest::ManifestError,
+>;
+
+/// The workspace files that declare several plugins each.
+const ENTRY_FILES: [(&str, EntryLoader); 2] = [
+    (
+        plugd_manifest::microapp::EXTENSIONS_FILE,
+        plugd_manifest::microapp::load_extensions,
+    ),
+    (plugd_manifest::mcp::MCP_FILE, plugd_manifest::mcp::load_mcp),
+];
+
+/// Scans `DIR/.plugins/` (one plugin per directory: `nexo-plugin.toml`,
+/// `plugin.json` or `vai-plugin.toml`) and the workspace files
+/// `extensions.yaml` (microapps) and `.mcp.json` (MCP servers).
 pub fn discover(workspace: &Path, opts: &LoadOptions) -> Discovery {
     let mut found = Discovery::default();
-    let root = workspace.join(".plugins");
-    let entries = match std::fs::read_dir(&root) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return found,
-        Err(e) => {
-            found.broken.push(BrokenPlugin {
-                name: ".plugins".into(),
-                dir: root.clone(),
-                error: format!("cannot read {}: {e}", root.display()),
-            });
-            return found;
-        }
-    };
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    dirs.sort();
-    if dirs.len() > MAX_PLUGINS {
-        found.broken.push(BrokenPlugin {
-            name: ".plugins".into(),
-            dir: root.clone(),
-            error: format!("{} plugin directories, more than the {MAX_PLUGINS} plugd scans; only the first {MAX_PLUGINS} were loaded", dirs.len()),
-        });
-        dirs.truncate(MAX_PLUGINS);
-    }
     let mut by_id: BTreeMap<String, Vec<Arc<PluginSpec>>> = BTreeMap::new();
-    for dir in dirs {
+    for dir in plugin_dirs(workspace, &mut found.broken) {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let manifest = dir.join(NATIVE_MANIFEST);
-        if !manifest.exists() {
-            found.broken.push(BrokenPlugin {
-                name,
-                dir: dir.clone(),
-                error: format!(
-                    "no plugin manifest in {} (expected {NATIVE_MANIFEST})",
-                    dir.display()
-                ),
-            });
-            continue;
-        }
-        match plugd_manifest::load_native(&manifest, opts) {
+        match load_dir(&dir, opts) {
             Ok(spec) => by_id
                 .entry(spec.id.clone())
                 .or_default()
                 .push(Arc::new(spec)),
+            Err(error) => found.broken.push(BrokenPlugin { name, dir, error }),
+        }
+    }
+    for (file, load) in ENTRY_FILES {
+        match load(workspace, opts) {
+            Ok(entries) => {
+                for entry in entries {
+                    match entry {
+                        Ok(spec) => by_id
+                            .entry(spec.id.clone())
+                            .or_default()
+                            .push(Arc::new(spec)),
+                        Err(e) => found.broken.push(BrokenPlugin {
+                            name: e.name,
+                            dir: workspace.join(file),
+                            error: e.error.to_string(),
+                        }),
+                    }
+                }
+            }
             Err(e) => found.broken.push(BrokenPlugin {
-                name,
-                dir,
+                name: file.to_owned(),
+                dir: workspace.join(file),
                 error: e.to_string(),
             }),
         }
@@ -117,17 +124,87 @@ pub fn discover(workspace: &Path, opts: &LoadOptions) -> Discovery {
             found.plugins.insert(id, specs.pop().expect("one spec"));
             continue;
         }
-        let dirs: Vec<String> = specs.iter().map(|s| s.dir.display().to_string()).collect();
+        let places: Vec<String> = specs
+            .iter()
+            .map(|s| s.manifest_path.display().to_string())
+            .collect();
         for spec in specs {
             found.broken.push(BrokenPlugin {
                 name: id.clone(),
                 dir: spec.dir.clone(),
                 error: format!(
-                    "plugin id {id:?} is claimed by several directories ({}); ids must be unique",
-                    dirs.join(", ")
+                    "plugin id {id:?} is declared more than once ({}); ids must be unique",
+                    places.join(", ")
                 ),
             });
         }
     }
     found
+}
+
+/// The directories under `DIR/.plugins/`, sorted, at most [`MAX_PLUGINS`].
+fn plugin_dirs(workspace: &Path, broken: &mut Vec<BrokenPlugin>) -> Vec<PathBuf> {
+    let root = workspace.join(".plugins");
+    let entries = match std::fs::read_dir(&root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => {
+            broken.push(BrokenPlugin {
+                name: ".plugins".into(),
+                dir: root.clone(),
+                error: format!("cannot read {}: {e}", root.display()),
+            });
+            return Vec::new();
+        }
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    if dirs.len() > MAX_PLUGINS {
+        broken.push(BrokenPlugin {
+            name: ".plugins".into(),
+            dir: root,
+            error: format!(
+                "{} plugin directories, more than the {MAX_PLUGINS} plugd scans; only the first {MAX_PLUGINS} were loaded",
+                dirs.len()
+            ),
+        });
+        dirs.truncate(MAX_PLUGINS);
+    }
+    dirs
+}
+
+/// Loads the one manifest in a plugin directory.
+fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<PluginSpec, String> {
+    let present: Vec<&str> = MANIFEST_FILES
+        .iter()
+        .copied()
+        .filter(|f| dir.join(f).exists())
+        .collect();
+    match present.as_slice() {
+        [] => Err(format!(
+            "no plugin manifest in {} (expected one of {})",
+            dir.display(),
+            MANIFEST_FILES.join(", ")
+        )),
+        [one] => {
+            let path = dir.join(one);
+            let loaded = if *one == NATIVE_MANIFEST {
+                plugd_manifest::load_native(&path, opts)
+            } else if *one == plugd_manifest::salmex::SALMEX_MANIFEST_FILE {
+                plugd_manifest::salmex::load_salmex(&path, opts)
+            } else {
+                plugd_manifest::vai::load_vai(&path, opts)
+            };
+            loaded.map_err(|e| e.to_string())
+        }
+        several => Err(format!(
+            "{} holds several manifests ({}); keep exactly one",
+            dir.display(),
+            several.join(", ")
+        )),
+    }
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use plugd_host::dialect::HostServices;
 use plugd_host::spawn::{SpawnSpec, spawn};
 use plugd_host::{HostConfig, NoObserver, Supervised};
 use plugd_runtime::Runtime;
@@ -282,7 +283,12 @@ async fn cold(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<ColdStar
     );
     for _ in 0..n {
         // Through plugd: spawn, peer, handshake with validation.
-        let sup = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+        let sup = Supervised::new(
+            spec.clone(),
+            config.clone(),
+            Arc::new(NoObserver),
+            HostServices::for_workspace(&spec.dir),
+        );
         let t = Instant::now();
         sup.connection(Instant::now() + Duration::from_secs(10))
             .await
@@ -332,14 +338,24 @@ fn rss_kib() -> Result<f64> {
 async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f64> {
     let config = Arc::new(HostConfig::default());
     // Warm up allocator and runtime with one plugin first.
-    let warm = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+    let warm = Supervised::new(
+        spec.clone(),
+        config.clone(),
+        Arc::new(NoObserver),
+        HostServices::for_workspace(&spec.dir),
+    );
     warm.connection(Instant::now() + Duration::from_secs(10))
         .await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = rss_kib()?;
     let mut sups = Vec::new();
     for _ in 0..n {
-        let sup = Supervised::new(spec.clone(), config.clone(), Arc::new(NoObserver));
+        let sup = Supervised::new(
+            spec.clone(),
+            config.clone(),
+            Arc::new(NoObserver),
+            HostServices::for_workspace(&spec.dir),
+        );
         sup.connection(Instant::now() + Duration::from_secs(10))
             .await?;
         sups.push(sup);

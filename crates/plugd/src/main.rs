@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use plugd_host::HostConfig;
+use plugd_host::dialect::CallContext;
 use plugd_runtime::{PluginInfo, Runtime};
 use serde_json::Value;
 
@@ -270,8 +271,21 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             if !args.is_object() {
                 bail!("--args must be a JSON object, got {args}");
             }
-            let result = rt.call_tool(name, args, agent.as_deref()).await?;
-            print_json(&result, !json.json)?;
+            let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
+            let printer = tokio::spawn(async move {
+                while let Some(event) = events.recv().await {
+                    eprintln!("progress: {}", describe_progress(&event));
+                }
+            });
+            let ctx = CallContext {
+                agent_id: agent.clone(),
+                progress: Some(progress),
+                ..CallContext::default()
+            };
+            let result = rt.call_tool_with(name, args, &ctx).await;
+            drop(ctx);
+            let _ = printer.await;
+            print_json(&result?, !json.json)?;
         }
         Command::Serve => serve(rt).await?,
         Command::Bench(_) | Command::Manifest(_) => {
@@ -422,6 +436,27 @@ fn print_plugin_detail(p: &PluginInfo) {
     }
     for w in &p.warnings {
         println!("warning:   {w}");
+    }
+}
+
+/// One progress event as a line: `message (3/10)`, whatever the dialect's shape.
+fn describe_progress(event: &Value) -> String {
+    let message = ["message", "msg", "text", "status"]
+        .iter()
+        .find_map(|k| event.get(*k).and_then(Value::as_str))
+        .map(str::to_owned);
+    let done = event.get("progress").and_then(Value::as_f64);
+    let total = event.get("total").and_then(Value::as_f64);
+    let amount = match (done, total) {
+        (Some(d), Some(t)) if t > 0.0 => Some(format!("{d}/{t} ({:.0}%)", d / t * 100.0)),
+        (Some(d), _) => Some(format!("{d}")),
+        _ => None,
+    };
+    match (message, amount) {
+        (Some(m), Some(a)) => format!("{m} [{a}]"),
+        (Some(m), None) => m,
+        (None, Some(a)) => a,
+        (None, None) => event.to_string(),
     }
 }
 

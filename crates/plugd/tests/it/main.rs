@@ -4,4 +4,8 @@
 
 mod cli;
 mod hostile;
+mod mcp;
+mod microapp;
+mod salmex;
 mod support;
+mod vai;

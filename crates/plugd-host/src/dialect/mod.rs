@@ -1,0 +1,201 @@
+//! Dialects: one small module per plugin contract, all behind one interface.
+//!
+//! **Architecture invariant**: a dialect only translates. It says which
+//! envelope ([`Protocol`]) a plugin speaks, how the handshake goes, how a tool
+//! call and a shutdown look on the wire, and how the plugin's own requests and
+//! notifications are served ([`Handler`]). Supervision, deadlines, approval,
+//! schema validation and the registry are shared by all of them.
+//!
+//! | dialect | envelope | module |
+//! |---|---|---|
+//! | native (nexo contract) | JSON-RPC, lines | [`crate::native`] |
+//! | microapp | JSON-RPC, lines | [`microapp`] |
+//! | Salmex | JSON-RPC, Content-Length | [`salmex`] |
+//! | VAI | `vai.rpc.v1` frames, Content-Length | [`vai`] |
+//! | MCP | JSON-RPC, lines | [`mcp`] |
+
+pub mod mcp;
+pub mod microapp;
+pub mod salmex;
+pub mod vai;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plugd_manifest::{Dialect, PluginSpec};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::native::{self, Handshake, HandshakeError, ToolDef, ToolError};
+use crate::peer::{CancelPolicy, Handler, NoHandler, Peer};
+use crate::protocol::{JsonRpc, Protocol};
+use crate::supervisor::Conn;
+
+/// Who and what a tool call is for. Dialects send what their contract knows.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The agent making the call (native `agent_id`, microapp binding).
+    pub agent_id: Option<String>,
+    /// The session (microapp inbound, VAI context).
+    pub session_id: Option<String>,
+    /// Microapp `binding_context` (agent, channel, account, …).
+    pub binding: Option<Value>,
+    /// Microapp `inbound` message reference.
+    pub inbound: Option<Value>,
+    /// Trace id (VAI context); generated when absent.
+    pub trace_id: Option<String>,
+    /// Tenant scope (VAI context).
+    pub org_id: Option<String>,
+    /// Project scope (VAI context).
+    pub project_id: Option<String>,
+    /// Progress events of the call, as the plugin sends them.
+    pub progress: Option<mpsc::UnboundedSender<Value>>,
+}
+
+/// What the host offers dialect handlers.
+#[derive(Clone)]
+pub struct HostServices {
+    /// The workspace directory (MCP `roots/list`).
+    pub workspace: PathBuf,
+    /// Root of per-plugin state directories (`DIR/.plugd/state`).
+    pub state_root: PathBuf,
+}
+
+impl std::fmt::Debug for HostServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostServices")
+            .field("workspace", &self.workspace)
+            .finish()
+    }
+}
+
+impl HostServices {
+    /// Services for a workspace at `dir` (state under `dir/.plugd/state`).
+    pub fn for_workspace(dir: &std::path::Path) -> Self {
+        HostServices {
+            workspace: dir.to_path_buf(),
+            state_root: dir.join(".plugd").join("state"),
+        }
+    }
+
+    /// The state directory of plugin `id` (created on demand by dialects
+    /// that hand it to the plugin).
+    pub fn state_dir(&self, id: &str) -> PathBuf {
+        self.state_root.join(id.replace('/', "__"))
+    }
+}
+
+/// Asks the supervisor to re-read a running plugin's tool catalog (MCP
+/// `notifications/tools/list_changed`).
+pub type CatalogChanged = Arc<dyn Fn() + Send + Sync>;
+
+/// How to talk to one run of a plugin.
+pub struct Setup {
+    /// The envelope.
+    pub protocol: Arc<dyn Protocol>,
+    /// Serves the plugin's requests and notifications.
+    pub handler: Arc<dyn Handler>,
+    /// Cancel behaviour, for contracts that have one.
+    pub cancel: Option<CancelPolicy>,
+}
+
+/// The envelope, handler and cancel policy for `spec`'s dialect.
+pub fn setup(
+    spec: &Arc<PluginSpec>,
+    services: &HostServices,
+    catalog_changed: CatalogChanged,
+) -> Setup {
+    match spec.dialect {
+        Dialect::Microapp => microapp::setup(spec, services, catalog_changed),
+        Dialect::Salmex => salmex::setup(spec, services, catalog_changed),
+        Dialect::Vai => vai::setup(spec, services, catalog_changed),
+        Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
+        _ => Setup {
+            protocol: Arc::new(JsonRpc::LINES),
+            handler: Arc::new(NoHandler),
+            cancel: None,
+        },
+    }
+}
+
+/// The handshake; validates identity and the tool catalog.
+pub async fn handshake(
+    peer: &Peer,
+    spec: &PluginSpec,
+    services: &HostServices,
+    timeout: Duration,
+) -> Result<Handshake, HandshakeError> {
+    match spec.dialect {
+        Dialect::Microapp => microapp::handshake(peer, spec, services, timeout).await,
+        Dialect::Salmex => salmex::handshake(peer, spec, services, timeout).await,
+        Dialect::Vai => vai::handshake(peer, spec, services, timeout).await,
+        Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
+        _ => native::initialize(peer, spec, timeout).await,
+    }
+}
+
+/// Re-reads the tool catalog of a running plugin.
+pub async fn refresh_tools(
+    conn: &Conn,
+    spec: &PluginSpec,
+    timeout: Duration,
+) -> Result<Vec<ToolDef>, HandshakeError> {
+    match spec.dialect {
+        Dialect::Microapp => microapp::refresh_tools(conn, spec, timeout).await,
+        Dialect::Mcp => mcp::refresh_tools(conn, spec, timeout).await,
+        _ => Ok(conn.handshake.tools.clone()),
+    }
+}
+
+/// Calls one tool. `tool` is the registry entry (its wire name is sent).
+pub async fn call_tool(
+    conn: &Conn,
+    spec: &PluginSpec,
+    tool: &ToolDef,
+    args: Value,
+    ctx: &CallContext,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
+    match spec.dialect {
+        Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+        Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
+        Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
+        Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+        _ => {
+            native::invoke_tool(
+                &conn.peer,
+                tool.wire(),
+                args,
+                ctx.agent_id.as_deref(),
+                timeout,
+            )
+            .await
+        }
+    }
+}
+
+/// Asks the plugin to stop, the dialect's way; returns once the request was
+/// made (or failed). The supervisor then waits its grace period and kills.
+pub async fn shutdown(conn: &Conn, spec: &PluginSpec, reply_timeout: Duration) {
+    match spec.dialect {
+        Dialect::Microapp => microapp::shutdown(conn, spec, reply_timeout).await,
+        Dialect::Salmex => salmex::shutdown(conn, spec, reply_timeout).await,
+        Dialect::Vai => vai::shutdown(conn, spec, reply_timeout).await,
+        Dialect::Mcp => mcp::shutdown(conn, spec, reply_timeout).await,
+        _ => {
+            let _ = native::shutdown(&conn.peer, reply_timeout).await;
+        }
+    }
+}
+
+/// A handshake error for a dialect whose support is not built yet.
+pub(crate) fn unsupported(spec: &PluginSpec) -> HandshakeError {
+    HandshakeError::Malformed {
+        plugin: spec.id.clone(),
+        reason: format!(
+            "the {} dialect is not supported by this build",
+            spec.dialect
+        ),
+    }
+}

@@ -1,0 +1,1 @@
+//! mcp dialect: real plugins of this contract through the runtime and the CLI.

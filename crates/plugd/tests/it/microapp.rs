@@ -1,0 +1,1 @@
+//! microapp dialect: real plugins of this contract through the runtime and the CLI.

@@ -1,0 +1,1 @@
+//! salmex dialect: real plugins of this contract through the runtime and the CLI.
