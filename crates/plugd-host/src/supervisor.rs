@@ -225,6 +225,10 @@ pub struct Conn {
     pub stderr: StderrTail,
     /// The plugin's spec (its dialect decides the shutdown).
     pub spec: Arc<PluginSpec>,
+    /// What the host offers this plugin (workspace, state directories).
+    pub services: HostServices,
+    /// The dialect's per-connection state, from [`dialect::Setup::state`].
+    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
     started: Instant,
 }
 
@@ -609,6 +613,7 @@ impl SupInner {
             }
         });
         let setup = dialect::setup(spec, &self.services, catalog_changed);
+        let dialect_state = setup.state.clone();
         let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;
         peer_config.queue_depth = self.config.queue_depth;
@@ -665,6 +670,8 @@ impl SupInner {
                     handshake,
                     stderr: tail,
                     spec: spec.clone(),
+                    services: self.services.clone(),
+                    state: dialect_state,
                     started: Instant::now(),
                 }))
             }

@@ -22,6 +22,7 @@ pub fn setup(
         protocol: Arc::new(JsonRpc::LINES),
         handler: Arc::new(NoHandler),
         cancel: None,
+        state: None,
     }
 }
 

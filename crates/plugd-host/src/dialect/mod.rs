@@ -98,6 +98,9 @@ pub struct Setup {
     pub handler: Arc<dyn Handler>,
     /// Cancel behaviour, for contracts that have one.
     pub cancel: Option<CancelPolicy>,
+    /// Per-connection state the dialect keeps (downcast it in its own
+    /// functions through [`Conn::state`]).
+    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The envelope, handler and cancel policy for `spec`'s dialect.
@@ -115,6 +118,7 @@ pub fn setup(
             protocol: Arc::new(JsonRpc::LINES),
             handler: Arc::new(NoHandler),
             cancel: None,
+            state: None,
         },
     }
 }
