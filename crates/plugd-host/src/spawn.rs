@@ -115,6 +115,15 @@ impl ProcessHandle {
         self.shared.pid.as_raw_nonzero().get() as u32
     }
 
+    /// Sends `SIGTERM` to the whole process group (MCP's polite stop), unless
+    /// the leader is already reaped.
+    pub fn terminate_group(&self) {
+        let reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        if !*reaped {
+            let _ = rustix::process::kill_process_group(self.shared.pid, Signal::TERM);
+        }
+    }
+
     /// Sends `SIGKILL` to the whole process group, unless the leader is
     /// already reaped (then the group is gone too, see [`Reaper::wait`]).
     pub fn kill_group(&self) {
