@@ -38,6 +38,13 @@ use crate::protocol::{Incoming, JsonRpc, Protocol};
 /// Default depth of the host-to-child queue (nexo contract §8).
 pub const DEFAULT_QUEUE_DEPTH: usize = 64;
 
+/// How long a cancelled request is remembered (to spot a plugin still
+/// working on it).
+const CANCEL_MEMORY: Duration = Duration::from_secs(300);
+
+/// Most cancelled requests remembered at once.
+const MAX_CANCELLED: usize = 4096;
+
 /// The future a [`Handler`] returns for a child-to-host request.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
 
@@ -535,7 +542,12 @@ impl Drop for PendingGuard {
             let mut state = self.inner.lock();
             let abandoned = state.pending.remove(&self.id).is_some() && state.closed.is_none();
             if abandoned && self.inner.config.cancel.is_some() {
-                state.cancelled.insert(self.id, std::time::Instant::now());
+                // Forget old cancels (a contract expecting silence never
+                // removes them) so the map stays bounded.
+                state.cancelled.retain(|_, at| at.elapsed() < CANCEL_MEMORY);
+                if state.cancelled.len() < MAX_CANCELLED {
+                    state.cancelled.insert(self.id, std::time::Instant::now());
+                }
             }
             abandoned
         };
@@ -850,6 +862,157 @@ mod tests {
             100,
             "every notification is either queued or counted as shed"
         );
+    }
+
+    /// JSON-RPC lines whose `progress` notifications are events about the
+    /// request named in `params.id`, and whose cancel is a `cancel` notification.
+    struct Evented;
+    impl Protocol for Evented {
+        fn framing(&self) -> Framing {
+            Framing::Lines
+        }
+        fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
+            JsonRpc::LINES.encode_request(id, method, params)
+        }
+        fn encode_notification(&self, method: &str, params: Option<Value>) -> Vec<u8> {
+            JsonRpc::LINES.encode_notification(method, params)
+        }
+        fn encode_response(
+            &self,
+            id: plugd_wire::Id,
+            outcome: Result<Value, ErrorObject>,
+        ) -> Vec<u8> {
+            JsonRpc::LINES.encode_response(id, outcome)
+        }
+        fn encode_cancel(&self, id: i64, reason: &str) -> Option<Vec<u8>> {
+            Some(self.encode_notification("cancel", Some(json!({"id": id, "reason": reason}))))
+        }
+        fn decode(&self, bytes: &[u8]) -> Result<Incoming, String> {
+            match crate::protocol::decode_jsonrpc(bytes)? {
+                Incoming::Notification {
+                    method,
+                    params: Some(p),
+                } if method == "progress" => Ok(Incoming::Event {
+                    request_id: p["id"].as_i64(),
+                    event: p,
+                }),
+                other => Ok(other),
+            }
+        }
+    }
+
+    fn evented(expects_ack: bool, killed: Arc<std::sync::Mutex<Vec<String>>>) -> PeerConfig {
+        let mut config = PeerConfig::with_protocol("ev", Arc::new(Evented));
+        config.cancel = Some(CancelPolicy {
+            grace: Duration::from_millis(100),
+            expects_ack,
+        });
+        config.on_runaway = Some(Arc::new(move |why| killed.lock().unwrap().push(why)));
+        config
+    }
+
+    async fn read_json(
+        lines: &mut tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    ) -> Value {
+        serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn events_reach_the_caller_of_their_request() {
+        let killed = Arc::default();
+        let (peer, child) = Peer::memory(evented(true, killed), Arc::new(NoHandler));
+        let (r, mut w) = tokio::io::split(child);
+        let mut lines = BufReader::new(r).lines();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let p2 = peer.clone();
+        let call = tokio::spawn(async move {
+            p2.call_with("work", None, Duration::from_secs(5), Some(tx))
+                .await
+        });
+        let req = read_json(&mut lines).await;
+        let id = req["id"].as_i64().unwrap();
+        for step in 1..=3 {
+            let note =
+                json!({"jsonrpc":"2.0","method":"progress","params":{"id": id, "step": step}});
+            w.write_all(format!("{note}\n").as_bytes()).await.unwrap();
+        }
+        w.write_all(format!("{}\n", json!({"jsonrpc":"2.0","id": id,"result":"done"})).as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(call.await.unwrap().unwrap(), json!("done"));
+        let steps: Vec<i64> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|e| e["step"].as_i64().unwrap())
+            .collect();
+        assert_eq!(steps, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_that_is_never_acknowledged_is_a_runaway() {
+        let killed: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let (peer, child) = Peer::memory(evented(true, killed.clone()), Arc::new(NoHandler));
+        let (r, _w) = tokio::io::split(child);
+        let mut lines = BufReader::new(r).lines();
+        let err = peer
+            .call("work", None, Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, CallError::Timeout { .. }));
+        let _request = read_json(&mut lines).await;
+        let cancel = read_json(&mut lines).await;
+        assert_eq!(cancel["method"], "cancel");
+        assert_eq!(cancel["params"]["reason"], "deadline_exceeded");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let why = killed.lock().unwrap().clone();
+        assert_eq!(why.len(), 1, "{why:?}");
+        assert!(why[0].contains("not answered"), "{why:?}");
+    }
+
+    #[tokio::test]
+    async fn an_acknowledged_cancel_is_not_a_runaway() {
+        let killed: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let (peer, child) = Peer::memory(evented(true, killed.clone()), Arc::new(NoHandler));
+        let (r, mut w) = tokio::io::split(child);
+        let mut lines = BufReader::new(r).lines();
+        let _ = peer
+            .call("work", None, Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        let request = read_json(&mut lines).await;
+        let _cancel = read_json(&mut lines).await;
+        let ack = json!({"jsonrpc":"2.0","id": request["id"],"result":{"status":"cancelled"}});
+        w.write_all(format!("{ack}\n").as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(killed.lock().unwrap().is_empty());
+        assert_eq!(
+            peer.stats().unknown_ids,
+            0,
+            "a late answer to a cancelled call is expected, not unknown"
+        );
+    }
+
+    #[tokio::test]
+    async fn progress_after_a_cancel_and_its_grace_is_a_runaway_when_silence_is_expected() {
+        let killed: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+        let (peer, child) = Peer::memory(evented(false, killed.clone()), Arc::new(NoHandler));
+        let (r, mut w) = tokio::io::split(child);
+        let mut lines = BufReader::new(r).lines();
+        let _ = peer
+            .call("work", None, Duration::from_millis(50))
+            .await
+            .unwrap_err();
+        let request = read_json(&mut lines).await;
+        let id = request["id"].as_i64().unwrap();
+        let note = json!({"jsonrpc":"2.0","method":"progress","params":{"id": id}});
+        // Within the grace: tolerated.
+        w.write_all(format!("{note}\n").as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(killed.lock().unwrap().is_empty());
+        // After it: the plugin is still working on a cancelled request.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        w.write_all(format!("{note}\n").as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let why = killed.lock().unwrap().clone();
+        assert!(why.iter().any(|w| w.contains("still active")), "{why:?}");
     }
 
     struct SlowFast;
