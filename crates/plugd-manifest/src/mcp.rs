@@ -305,11 +305,17 @@ fn parse_entry(
                 let f = format!("{}[{i}]", field("args"));
                 match item {
                     Value::String(s) if s.contains('\0') => {
-                        return Err(invalid(f, format!("{} contains a NUL byte; remove it", quote(s))));
+                        return Err(invalid(
+                            f,
+                            format!("{} contains a NUL byte; remove it", quote(s)),
+                        ));
                     }
                     Value::String(s) => args.push(s.clone()),
                     other => {
-                        return Err(invalid(f, format!("expected a string, got {}", kind(other))));
+                        return Err(invalid(
+                            f,
+                            format!("expected a string, got {}", kind(other)),
+                        ));
                     }
                 }
             }
@@ -362,10 +368,7 @@ fn parse_env(
         Some(other) => {
             return Err(invalid(
                 env_field.to_owned(),
-                format!(
-                    "expected an object of string values, got {}",
-                    kind(other)
-                ),
+                format!("expected an object of string values, got {}", kind(other)),
             ));
         }
     };
@@ -402,10 +405,7 @@ fn parse_env(
             other => {
                 return Err(invalid(
                     key_field,
-                    format!(
-                        "expected a string, got {}; quote the value",
-                        kind(other)
-                    ),
+                    format!("expected a string, got {}; quote the value", kind(other)),
                 ));
             }
         }
@@ -497,7 +497,11 @@ mod tests {
     #[test]
     fn no_file_no_servers() {
         let dir = ws();
-        assert!(load_mcp(dir.path(), &LoadOptions::default()).unwrap().is_empty());
+        assert!(
+            load_mcp(dir.path(), &LoadOptions::default())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -537,7 +541,9 @@ mod tests {
         let err = entries[1].as_ref().unwrap_err();
         assert_eq!(err.name, "b");
         assert!(
-            err.error.to_string().contains("mcpServers.b.command: expected a string"),
+            err.error
+                .to_string()
+                .contains("mcpServers.b.command: expected a string"),
             "{}",
             err.error
         );
@@ -546,11 +552,17 @@ mod tests {
     #[test]
     fn malformed_json_names_the_position() {
         let e = file_err("{\"mcpServers\": {\"a\": {\"command\": \"x\",}}}");
-        assert!(e.contains(".mcp.json: line 1 column") && e.contains("invalid JSON"), "{e}");
+        assert!(
+            e.contains(".mcp.json: line 1 column") && e.contains("invalid JSON"),
+            "{e}"
+        );
         let e = file_err("[1, 2]");
         assert!(e.contains("expected an object like"), "{e}");
         let e = file_err("{\"servers\": {}}");
-        assert!(e.contains("servers: unknown key") && e.contains("mcpServers"), "{e}");
+        assert!(
+            e.contains("servers: unknown key") && e.contains("mcpServers"),
+            "{e}"
+        );
         let e = file_err("{}");
         assert!(e.contains("mcpServers: required key is missing"), "{e}");
         let e = file_err("{\"mcpServers\": []}");
@@ -562,15 +574,27 @@ mod tests {
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "cwd": "/tmp"}}}"#);
         assert!(e.contains("mcpServers.s.cwd: unknown key"), "{e}");
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "args": "a b"}}}"#);
-        assert!(e.contains("mcpServers.s.args: expected an array of strings, got a string"), "{e}");
+        assert!(
+            e.contains("mcpServers.s.args: expected an array of strings, got a string"),
+            "{e}"
+        );
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "args": ["a", 1]}}}"#);
-        assert!(e.contains("mcpServers.s.args[1]: expected a string, got a number"), "{e}");
+        assert!(
+            e.contains("mcpServers.s.args[1]: expected a string, got a number"),
+            "{e}"
+        );
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "env": {"K": 1}}}}"#);
-        assert!(e.contains("mcpServers.s.env.K: expected a string, got a number"), "{e}");
+        assert!(
+            e.contains("mcpServers.s.env.K: expected a string, got a number"),
+            "{e}"
+        );
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "env": []}}}"#);
         assert!(e.contains("mcpServers.s.env: expected an object"), "{e}");
         let e = one_err(r#"{"mcpServers": {"s": {"args": []}}}"#);
-        assert!(e.contains("mcpServers.s.command: required key is missing"), "{e}");
+        assert!(
+            e.contains("mcpServers.s.command: required key is missing"),
+            "{e}"
+        );
         let e = one_err(r#"{"mcpServers": {"s": {"command": "  "}}}"#);
         assert!(e.contains("command is empty"), "{e}");
         let e = one_err(r#"{"mcpServers": {"s": "node server.js"}}"#);
@@ -595,7 +619,10 @@ mod tests {
         for name in ["", "has space", "a/b", "../x", &"x".repeat(65), "é"] {
             let text = json!({"mcpServers": {name: {"command": "x"}}}).to_string();
             let e = one_err(&text);
-            assert!(e.contains("is not valid; use 1-64 characters"), "{name}: {e}");
+            assert!(
+                e.contains("is not valid; use 1-64 characters"),
+                "{name}: {e}"
+            );
         }
         assert!(is_valid_server_name(&"x".repeat(64)));
     }
@@ -609,8 +636,12 @@ mod tests {
             e.contains("mcpServers.s.type: transport \"sse\" is not supported; plugd runs MCP servers over stdio only"),
             "{e}"
         );
-        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "transport": "streamable-http"}}}"#);
-        assert!(e.contains("mcpServers.s.transport: transport \"streamable-http\""), "{e}");
+        let e =
+            one_err(r#"{"mcpServers": {"s": {"command": "x", "transport": "streamable-http"}}}"#);
+        assert!(
+            e.contains("mcpServers.s.transport: transport \"streamable-http\""),
+            "{e}"
+        );
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "type": 1}}}"#);
         assert!(e.contains("expected the string \"stdio\""), "{e}");
     }
@@ -624,12 +655,20 @@ mod tests {
             r#"{"mcpServers": {"in": {"command": "./bin/server"}, "out": {"command": "../../bin/sh"}, "abs": {"command": "/bin/sh"}}}"#,
         );
         let canon = dir.path().canonicalize().unwrap();
-        let by_name = |n: &str| entries.iter().find(|e| match e {
-            Ok(s) => s.id == n,
-            Err(e) => e.name == n,
-        }).unwrap();
+        let by_name = |n: &str| {
+            entries
+                .iter()
+                .find(|e| match e {
+                    Ok(s) => s.id == n,
+                    Err(e) => e.name == n,
+                })
+                .unwrap()
+        };
         let spec = by_name("in").as_ref().unwrap();
-        assert_eq!(spec.command.program, canon.join("bin/server").to_str().unwrap());
+        assert_eq!(
+            spec.command.program,
+            canon.join("bin/server").to_str().unwrap()
+        );
         let e = by_name("out").as_ref().unwrap_err().error.to_string();
         assert!(
             e.contains("mcpServers.out.command: \"../../bin/sh\" escapes the plugin directory"),
@@ -654,8 +693,15 @@ mod tests {
     #[test]
     fn non_utf8_is_refused() {
         let dir = ws();
-        std::fs::write(dir.path().join(MCP_FILE), b"{\"mcpServers\": {\"\xff\": {}}}").unwrap();
+        std::fs::write(
+            dir.path().join(MCP_FILE),
+            b"{\"mcpServers\": {\"\xff\": {}}}",
+        )
+        .unwrap();
         let e = load_mcp(dir.path(), &LoadOptions::default()).unwrap_err();
-        assert!(matches!(e, ManifestError::NotUtf8 { offset: 17, .. }), "{e:?}");
+        assert!(
+            matches!(e, ManifestError::NotUtf8 { offset: 17, .. }),
+            "{e:?}"
+        );
     }
 }

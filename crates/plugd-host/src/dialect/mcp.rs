@@ -322,7 +322,13 @@ pub async fn handshake(
     let mut warnings = Vec::new();
     let tools = if has_tools {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        list_tools(peer, spec, left.max(Duration::from_millis(1)), &mut warnings).await?
+        list_tools(
+            peer,
+            spec,
+            left.max(Duration::from_millis(1)),
+            &mut warnings,
+        )
+        .await?
     } else {
         warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
         Vec::new()
@@ -361,12 +367,15 @@ async fn list_tools(
             .saturating_duration_since(tokio::time::Instant::now())
             .max(Duration::from_millis(1));
         let reply = peer.call("tools/list", params, left).await?;
-        let list = reply.get("tools").and_then(Value::as_array).ok_or_else(|| {
-            malformed(format!(
-                "tools/list page {page}: expected {{\"tools\": [...]}}, got {}",
-                preview(&reply)
-            ))
-        })?;
+        let list = reply
+            .get("tools")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "tools/list page {page}: expected {{\"tools\": [...]}}, got {}",
+                    preview(&reply)
+                ))
+            })?;
         for (i, raw) in list.iter().enumerate() {
             let Some(name) = raw.get("name").and_then(Value::as_str) else {
                 return Err(malformed(format!(
@@ -580,13 +589,19 @@ mod tests {
         let bytes = McpProtocol.encode_cancel(9, "deadline_exceeded").unwrap();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["method"], "notifications/cancelled");
-        assert_eq!(v["params"], json!({"requestId": 9, "reason": "deadline_exceeded"}));
+        assert_eq!(
+            v["params"],
+            json!({"requestId": 9, "reason": "deadline_exceeded"})
+        );
         assert!(v.get("id").is_none());
     }
 
     #[test]
     fn file_uris_are_percent_encoded() {
-        assert_eq!(file_uri(Path::new("/tmp/a b/ü")), "file:///tmp/a%20b/%C3%BC");
+        assert_eq!(
+            file_uri(Path::new("/tmp/a b/ü")),
+            "file:///tmp/a%20b/%C3%BC"
+        );
     }
 
     #[test]
