@@ -111,6 +111,8 @@ pub fn load_mcp(
 /// Parses `.mcp.json` text. `path` is used in errors and copied into each
 /// spec; `workspace` (canonical) is every server's working directory and
 /// the base of relative commands.
+// The entry results' shape is fixed by workspace discovery's loader type.
+#[allow(clippy::result_large_err)]
 pub fn parse_mcp(
     text: &str,
     path: &Path,
@@ -688,6 +690,16 @@ mod tests {
         let e = load_mcp(dir.path(), &LoadOptions::default()).unwrap_err();
         assert!(matches!(e, ManifestError::TooLarge { .. }), "{e:?}");
         assert!(e.to_string().contains("over the 1048576-byte limit"), "{e}");
+    }
+
+    #[test]
+    fn the_example_workspace_entry_loads() {
+        let text = include_str!("../../../examples/workspace/.mcp.json");
+        let entries = parse_mcp(text, Path::new("/ws/.mcp.json"), Path::new("/ws")).unwrap();
+        let spec = entries.into_iter().next().unwrap().unwrap();
+        assert_eq!(spec.id, "everything");
+        assert_eq!(spec.command.program, "node");
+        assert_eq!(spec.command.args.last().map(String::as_str), Some("stdio"));
     }
 
     #[test]
