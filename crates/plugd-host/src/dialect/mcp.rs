@@ -480,7 +480,7 @@ pub async fn refresh_tools(
 /// `tools/call`; progress goes to `ctx.progress`.
 pub async fn call_tool(
     conn: &Conn,
-    spec: &PluginSpec,
+    _spec: &PluginSpec,
     tool: &ToolDef,
     args: Value,
     ctx: &CallContext,
@@ -511,7 +511,6 @@ pub async fn call_tool(
             message: error_text(&result),
         });
     }
-    let _ = spec;
     Ok(result)
 }
 
