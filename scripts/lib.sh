@@ -1,5 +1,5 @@
 # scripts/lib.sh: shared helpers for scripts/test and scripts/run (sourced, not executed).
-# Sets $repo, cds there, and provides section, die, need_apt and ensure_venv.
+# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv and ensure_npm_tools.
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -45,4 +45,31 @@ ensure_venv() {
     .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "nexoai==$NEXOAI_VERSION" </dev/null
   fi
   export PATH="$repo/.venv/bin:$PATH"
+}
+
+# The npm tools the tests and examples run, pinned; installed into $NPM_TOOLS.
+NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31")
+NPM_TOOLS="$repo/.npm-tools"
+
+# ensure_npm_tools: install $NPM_TOOLS_PACKAGES into .npm-tools/ (git-ignored),
+# non-interactively; skipped when every package is already there at its version.
+ensure_npm_tools() {
+  command -v npm >/dev/null || die "npm not found; install Node.js 20 with npm (the MCP tests run @modelcontextprotocol/server-everything)"
+  local spec name version missing=()
+  for spec in "${NPM_TOOLS_PACKAGES[@]}"; do
+    name=${spec%@*}
+    version=${spec##*@}
+    if ! node -e 'const p = require(process.argv[1]); process.exit(p.version === process.argv[2] ? 0 : 1)' \
+      "$NPM_TOOLS/node_modules/$name/package.json" "$version" 2>/dev/null; then
+      missing+=("$spec")
+    fi
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    mkdir -p "$NPM_TOOLS"
+    npm install --prefix "$NPM_TOOLS" --save-exact --no-audit --no-fund --no-progress \
+      --loglevel=error "${missing[@]}" </dev/null
+  fi
+  for spec in "${NPM_TOOLS_PACKAGES[@]}"; do
+    printf 'npm %s in %s\n' "$spec" "$NPM_TOOLS"
+  done
 }

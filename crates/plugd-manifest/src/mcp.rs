@@ -1,20 +1,65 @@
 //! The mcp dialect's manifest form: MCP server entries of `.mcp.json`.
+//!
+//! The file has the form most MCP clients share:
+//!
+//! ```json
+//! {"mcpServers": {"everything": {"command": "node", "args": ["server.js", "stdio"], "env": {"K": "v"}}}}
+//! ```
+//!
+//! Each entry becomes one [`PluginSpec`] whose id is the server name. An
+//! entry is only a command line, so the approval digest covers the entry
+//! itself (`pinned`), not a directory (`pin_dir = false`); the working
+//! directory is the workspace. Only stdio servers are supported: an entry
+//! whose `type`/`transport` says otherwise, or that has a `url`, is refused
+//! with a message saying so.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::{Map, Value};
 
-use crate::{LoadOptions, ManifestError, PluginSpec};
+use crate::native::quote;
+use crate::{
+    CommandSpec, Dialect, EntryError, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
+    SupervisorSpec, resolve_path,
+};
 
 /// The mcp-specific rest of a plugin declaration.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct McpSpec {
-    /// The declaration as read (placeholder until the loader lands).
-    pub raw: serde_json::Value,
+    /// The server's name: its key in `mcpServers`, also the plugin id and
+    /// the prefix of its tool names (`<server>/<tool>`).
+    pub server: String,
+    /// The transport. Always `"stdio"`: other transports are refused at load.
+    pub transport: String,
 }
 
 /// The file this dialect is declared in.
 pub const MCP_FILE: &str = ".mcp.json";
+
+/// Keys accepted in one `mcpServers` entry.
+pub const ENTRY_KEYS: &[&str] = &["command", "args", "env", "type", "transport"];
+
+/// How long an MCP server gets to exit after SIGTERM before SIGKILL (MCP has
+/// no shutdown request; the stdio transport stops with signals).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+const RESERVED_ENV_PREFIXES: &[&str] = &["NEXO_", "PLUGD_"];
+
+/// Version of every MCP plugin spec: an entry declares no version (the
+/// server reports its own in `serverInfo` at the handshake).
+pub const MCP_SPEC_VERSION: &str = "0.0.0";
+
+/// `true` when `name` matches `^[A-Za-z0-9_-]{1,64}$`.
+pub fn is_valid_server_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// Reads `.mcp.json` in `workspace`, one result per entry (a bad entry does not
 /// hide the good ones). `Ok(vec![])` when the file does not exist; `Err` when
@@ -22,15 +67,653 @@ pub const MCP_FILE: &str = ".mcp.json";
 pub fn load_mcp(
     workspace: &Path,
     opts: &LoadOptions,
-) -> Result<Vec<Result<PluginSpec, crate::EntryError>>, ManifestError> {
+) -> Result<Vec<Result<PluginSpec, EntryError>>, ManifestError> {
     let _ = opts;
     let path = workspace.join(MCP_FILE);
-    if !path.exists() {
-        return Ok(Vec::new());
+    let meta = match std::fs::metadata(&path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => return Err(ManifestError::Io { path, source }),
+    };
+    let io_err = |source| ManifestError::Io {
+        path: path.clone(),
+        source,
+    };
+    if !meta.is_file() {
+        return Err(io_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
     }
-    Err(ManifestError::Invalid {
-        path,
-        field: String::new(),
-        message: "this dialect is not supported by this build yet".into(),
+    let too_large = |size| ManifestError::TooLarge {
+        path: path.clone(),
+        size,
+        limit: MAX_MANIFEST_BYTES,
+    };
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&path)
+        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io_err)?;
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
+        path: path.clone(),
+        offset: e.utf8_error().valid_up_to(),
+    })?;
+    let workspace = std::fs::canonicalize(workspace).map_err(io_err)?;
+    parse_mcp(&text, &workspace.join(MCP_FILE), &workspace)
+}
+
+/// Parses `.mcp.json` text. `path` is used in errors and copied into each
+/// spec; `workspace` (canonical) is every server's working directory and
+/// the base of relative commands.
+// The entry results' shape is fixed by workspace discovery's loader type.
+#[allow(clippy::result_large_err)]
+pub fn parse_mcp(
+    text: &str,
+    path: &Path,
+    workspace: &Path,
+) -> Result<Vec<Result<PluginSpec, EntryError>>, ManifestError> {
+    let invalid = |field: &str, message: String| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        field: field.to_owned(),
+        message,
+    };
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge {
+            path: path.to_path_buf(),
+            size: text.len() as u64,
+            limit: MAX_MANIFEST_BYTES,
+        });
+    }
+    let root: Value = serde_json::from_str(text).map_err(|e| {
+        invalid(
+            &format!("line {} column {}", e.line(), e.column()),
+            format!("invalid JSON: {e}; fix the syntax at that position"),
+        )
+    })?;
+    let Value::Object(root) = root else {
+        return Err(invalid(
+            "(top level)",
+            format!(
+                "expected an object like {{\"mcpServers\": {{...}}}}, got {}",
+                kind(&root)
+            ),
+        ));
+    };
+    for key in root.keys() {
+        if key != "mcpServers" {
+            return Err(ManifestError::UnknownKey {
+                path: path.to_path_buf(),
+                field: key.clone(),
+                expected: vec!["mcpServers".into()],
+            });
+        }
+    }
+    let servers = match root.get("mcpServers") {
+        None => {
+            return Err(ManifestError::MissingField {
+                path: path.to_path_buf(),
+                field: "mcpServers".into(),
+            });
+        }
+        Some(Value::Object(m)) => m,
+        Some(other) => {
+            return Err(invalid(
+                "mcpServers",
+                format!(
+                    "expected an object mapping server names to entries, got {}",
+                    kind(other)
+                ),
+            ));
+        }
+    };
+    Ok(servers
+        .iter()
+        .map(|(name, entry)| {
+            parse_entry(name, entry, path, workspace).map_err(|error| EntryError {
+                name: name.clone(),
+                error,
+            })
+        })
+        .collect())
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Validates one `mcpServers` entry.
+fn parse_entry(
+    name: &str,
+    entry: &Value,
+    path: &Path,
+    workspace: &Path,
+) -> Result<PluginSpec, ManifestError> {
+    let base = format!("mcpServers.{}", field_key(name));
+    let field = |key: &str| format!("{base}.{key}");
+    let invalid = |field: String, message: String| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        field,
+        message,
+    };
+    if !is_valid_server_name(name) {
+        return Err(invalid(
+            base.clone(),
+            format!(
+                "server name {} is not valid; use 1-64 characters of A-Z, a-z, 0-9, _ and - (e.g. \"my-server\")",
+                quote(name)
+            ),
+        ));
+    }
+    let Value::Object(entry) = entry else {
+        return Err(invalid(
+            base.clone(),
+            format!(
+                "expected an object with \"command\" (and optional \"args\", \"env\"), got {}",
+                kind(entry)
+            ),
+        ));
+    };
+    if entry.contains_key("url") {
+        return Err(invalid(
+            field("url"),
+            "remote MCP servers (\"url\") are not supported; plugd runs stdio servers only: give a \"command\" to start instead".into(),
+        ));
+    }
+    for key in entry.keys() {
+        if !ENTRY_KEYS.contains(&key.as_str()) {
+            return Err(ManifestError::UnknownKey {
+                path: path.to_path_buf(),
+                field: field(&field_key(key)),
+                expected: ENTRY_KEYS.iter().map(|s| (*s).to_owned()).collect(),
+            });
+        }
+    }
+    for key in ["type", "transport"] {
+        match entry.get(key) {
+            None => {}
+            Some(Value::String(s)) if s == "stdio" => {}
+            Some(Value::String(s)) => {
+                return Err(invalid(
+                    field(key),
+                    format!(
+                        "transport {} is not supported; plugd runs MCP servers over stdio only: remove \"{key}\" or set it to \"stdio\"",
+                        quote(s)
+                    ),
+                ));
+            }
+            Some(other) => {
+                return Err(invalid(
+                    field(key),
+                    format!("expected the string \"stdio\", got {}", kind(other)),
+                ));
+            }
+        }
+    }
+
+    let command = match entry.get("command") {
+        None => {
+            return Err(ManifestError::MissingField {
+                path: path.to_path_buf(),
+                field: field("command"),
+            });
+        }
+        Some(Value::String(s)) => s.as_str(),
+        Some(other) => {
+            return Err(invalid(
+                field("command"),
+                format!(
+                    "expected a string (a program on PATH, an absolute path, or a path inside the workspace), got {}",
+                    kind(other)
+                ),
+            ));
+        }
+    };
+    if command.trim().is_empty() {
+        return Err(invalid(
+            field("command"),
+            "command is empty; set it to a program on PATH (e.g. \"node\"), an absolute path, or a path inside the workspace like \"./bin/server\"".into(),
+        ));
+    }
+    if command.contains('\0') {
+        return Err(invalid(
+            field("command"),
+            format!("{} contains a NUL byte; remove it", quote(command)),
+        ));
+    }
+    let program = if command.contains('/') && !Path::new(command).is_absolute() {
+        resolve_relative(command, workspace, path, &field("command"))?
+    } else {
+        command.to_owned()
+    };
+
+    let mut args = Vec::new();
+    match entry.get("args") {
+        None => {}
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                let f = format!("{}[{i}]", field("args"));
+                match item {
+                    Value::String(s) if s.contains('\0') => {
+                        return Err(invalid(
+                            f,
+                            format!("{} contains a NUL byte; remove it", quote(s)),
+                        ));
+                    }
+                    Value::String(s) => args.push(s.clone()),
+                    other => {
+                        return Err(invalid(
+                            f,
+                            format!("expected a string, got {}", kind(other)),
+                        ));
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(invalid(
+                field("args"),
+                format!("expected an array of strings, got {}", kind(other)),
+            ));
+        }
+    }
+
+    let env = parse_env(entry, path, &field("env"))?;
+
+    Ok(PluginSpec {
+        id: name.to_owned(),
+        version: MCP_SPEC_VERSION.to_owned(),
+        dialect: Dialect::Mcp,
+        dir: workspace.to_path_buf(),
+        manifest_path: path.to_path_buf(),
+        command: CommandSpec { program, args, env },
+        supervisor: SupervisorSpec {
+            shutdown_grace: SHUTDOWN_GRACE,
+            ..SupervisorSpec::default()
+        },
+        pin_dir: false,
+        pinned: Value::Object(entry.clone()),
+        mcp: Some(McpSpec {
+            server: name.to_owned(),
+            transport: "stdio".into(),
+        }),
+        ..PluginSpec::base()
     })
+}
+
+fn parse_env(
+    entry: &Map<String, Value>,
+    path: &Path,
+    env_field: &str,
+) -> Result<BTreeMap<String, String>, ManifestError> {
+    let invalid = |field: String, message: String| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        field,
+        message,
+    };
+    let mut env = BTreeMap::new();
+    let table = match entry.get("env") {
+        None => return Ok(env),
+        Some(Value::Object(t)) => t,
+        Some(other) => {
+            return Err(invalid(
+                env_field.to_owned(),
+                format!("expected an object of string values, got {}", kind(other)),
+            ));
+        }
+    };
+    for (key, value) in table {
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            return Err(invalid(
+                env_field.to_owned(),
+                format!(
+                    "key {} is not a valid environment variable name (empty, or contains '=' or NUL); rename it",
+                    quote(key)
+                ),
+            ));
+        }
+        if RESERVED_ENV_PREFIXES.iter().any(|p| {
+            key.len() >= p.len() && key.as_bytes()[..p.len()].eq_ignore_ascii_case(p.as_bytes())
+        }) {
+            return Err(ManifestError::ReservedEnvKey {
+                path: path.to_path_buf(),
+                field: env_field.to_owned(),
+                key: key.clone(),
+            });
+        }
+        let key_field = format!("{env_field}.{}", field_key(key));
+        match value {
+            Value::String(s) if s.contains('\0') => {
+                return Err(invalid(
+                    key_field,
+                    format!("{} contains a NUL byte; remove it", quote(s)),
+                ));
+            }
+            Value::String(s) => {
+                env.insert(key.clone(), s.clone());
+            }
+            other => {
+                return Err(invalid(
+                    key_field,
+                    format!("expected a string, got {}; quote the value", kind(other)),
+                ));
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// A key as it appears in a dotted field: bare when it is a simple name,
+/// else quoted.
+fn field_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        key.to_owned()
+    } else {
+        quote(key)
+    }
+}
+
+/// Resolves a relative command containing `/` against the workspace; it must
+/// stay inside it after resolving symlinks and `..`.
+fn resolve_relative(
+    command: &str,
+    workspace: &Path,
+    path: &Path,
+    field: &str,
+) -> Result<String, ManifestError> {
+    let resolved: PathBuf =
+        resolve_path(&workspace.join(command)).ok_or_else(|| ManifestError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_owned(),
+            message: format!(
+                "{} follows too many symlinks (a loop?); point it at the real file",
+                quote(command)
+            ),
+        })?;
+    if !resolved.starts_with(workspace) || resolved == workspace {
+        return Err(ManifestError::CommandEscapesPluginDir {
+            path: path.to_path_buf(),
+            field: field.to_owned(),
+            command: command.to_owned(),
+            resolved,
+        });
+    }
+    resolved
+        .into_os_string()
+        .into_string()
+        .map_err(|_| ManifestError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_owned(),
+            message: format!(
+                "{} resolves to a non-UTF-8 path; rename the directory",
+                quote(command)
+            ),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ws() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    fn load(dir: &tempfile::TempDir, text: &str) -> Vec<Result<PluginSpec, EntryError>> {
+        std::fs::write(dir.path().join(MCP_FILE), text).unwrap();
+        load_mcp(dir.path(), &LoadOptions::default()).unwrap()
+    }
+
+    fn one_err(text: &str) -> String {
+        let dir = ws();
+        let mut entries = load(&dir, text);
+        assert_eq!(entries.len(), 1);
+        entries.pop().unwrap().unwrap_err().error.to_string()
+    }
+
+    fn file_err(text: &str) -> String {
+        let dir = ws();
+        std::fs::write(dir.path().join(MCP_FILE), text).unwrap();
+        load_mcp(dir.path(), &LoadOptions::default())
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn no_file_no_servers() {
+        let dir = ws();
+        assert!(
+            load_mcp(dir.path(), &LoadOptions::default())
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_good_entry_becomes_a_spec_pinned_to_the_entry() {
+        let dir = ws();
+        let entries = load(
+            &dir,
+            r#"{"mcpServers": {"every-thing_1": {"command": "node", "args": ["s.js", "stdio"], "env": {"A": "1"}, "type": "stdio"}}}"#,
+        );
+        let spec = entries.into_iter().next().unwrap().unwrap();
+        let canon = dir.path().canonicalize().unwrap();
+        assert_eq!(spec.id, "every-thing_1");
+        assert_eq!(spec.dialect, Dialect::Mcp);
+        assert_eq!(spec.dir, canon);
+        assert_eq!(spec.manifest_path, canon.join(MCP_FILE));
+        assert_eq!(spec.command.program, "node");
+        assert_eq!(spec.command.args, ["s.js", "stdio"]);
+        assert_eq!(spec.command.env["A"], "1");
+        assert!(!spec.pin_dir);
+        assert_eq!(
+            spec.pinned,
+            json!({"command": "node", "args": ["s.js", "stdio"], "env": {"A": "1"}, "type": "stdio"})
+        );
+        assert_eq!(spec.supervisor.shutdown_grace, SHUTDOWN_GRACE);
+        assert_eq!(spec.mcp.unwrap().server, "every-thing_1");
+    }
+
+    #[test]
+    fn a_bad_entry_does_not_hide_the_good_ones() {
+        let dir = ws();
+        let entries = load(
+            &dir,
+            r#"{"mcpServers": {"a": {"command": "x"}, "b": {"command": 3}, "c": {"command": "y"}}}"#,
+        );
+        let ok: Vec<bool> = entries.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, false, true]);
+        let err = entries[1].as_ref().unwrap_err();
+        assert_eq!(err.name, "b");
+        assert!(
+            err.error
+                .to_string()
+                .contains("mcpServers.b.command: expected a string"),
+            "{}",
+            err.error
+        );
+    }
+
+    #[test]
+    fn malformed_json_names_the_position() {
+        let e = file_err("{\"mcpServers\": {\"a\": {\"command\": \"x\",}}}");
+        assert!(
+            e.contains(".mcp.json: line 1 column") && e.contains("invalid JSON"),
+            "{e}"
+        );
+        let e = file_err("[1, 2]");
+        assert!(e.contains("expected an object like"), "{e}");
+        let e = file_err("{\"servers\": {}}");
+        assert!(
+            e.contains("servers: unknown key") && e.contains("mcpServers"),
+            "{e}"
+        );
+        let e = file_err("{}");
+        assert!(e.contains("mcpServers: required key is missing"), "{e}");
+        let e = file_err("{\"mcpServers\": []}");
+        assert!(e.contains("mcpServers: expected an object mapping"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_and_unknown_fields_are_named() {
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "cwd": "/tmp"}}}"#);
+        assert!(e.contains("mcpServers.s.cwd: unknown key"), "{e}");
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "args": "a b"}}}"#);
+        assert!(
+            e.contains("mcpServers.s.args: expected an array of strings, got a string"),
+            "{e}"
+        );
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "args": ["a", 1]}}}"#);
+        assert!(
+            e.contains("mcpServers.s.args[1]: expected a string, got a number"),
+            "{e}"
+        );
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "env": {"K": 1}}}}"#);
+        assert!(
+            e.contains("mcpServers.s.env.K: expected a string, got a number"),
+            "{e}"
+        );
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "env": []}}}"#);
+        assert!(e.contains("mcpServers.s.env: expected an object"), "{e}");
+        let e = one_err(r#"{"mcpServers": {"s": {"args": []}}}"#);
+        assert!(
+            e.contains("mcpServers.s.command: required key is missing"),
+            "{e}"
+        );
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "  "}}}"#);
+        assert!(e.contains("command is empty"), "{e}");
+        let e = one_err(r#"{"mcpServers": {"s": "node server.js"}}"#);
+        assert!(e.contains("mcpServers.s: expected an object"), "{e}");
+    }
+
+    #[test]
+    fn reserved_env_keys_are_refused() {
+        for key in ["NEXO_TOKEN", "PLUGD_X", "plugd_lower"] {
+            let e = one_err(&format!(
+                r#"{{"mcpServers": {{"s": {{"command": "x", "env": {{"{key}": "v"}}}}}}}}"#
+            ));
+            assert!(
+                e.contains(&format!("key \"{key}\" is reserved")) && e.contains("mcpServers.s.env"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for name in ["", "has space", "a/b", "../x", &"x".repeat(65), "é"] {
+            let text = json!({"mcpServers": {name: {"command": "x"}}}).to_string();
+            let e = one_err(&text);
+            assert!(
+                e.contains("is not valid; use 1-64 characters"),
+                "{name}: {e}"
+            );
+        }
+        assert!(is_valid_server_name(&"x".repeat(64)));
+    }
+
+    #[test]
+    fn other_transports_are_refused_clearly() {
+        let e = one_err(r#"{"mcpServers": {"s": {"type": "http", "url": "https://x"}}}"#);
+        assert!(e.contains("mcpServers.s.url: remote MCP servers"), "{e}");
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "type": "sse"}}}"#);
+        assert!(
+            e.contains("mcpServers.s.type: transport \"sse\" is not supported; plugd runs MCP servers over stdio only"),
+            "{e}"
+        );
+        let e =
+            one_err(r#"{"mcpServers": {"s": {"command": "x", "transport": "streamable-http"}}}"#);
+        assert!(
+            e.contains("mcpServers.s.transport: transport \"streamable-http\""),
+            "{e}"
+        );
+        let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "type": 1}}}"#);
+        assert!(e.contains("expected the string \"stdio\""), "{e}");
+    }
+
+    #[test]
+    fn relative_commands_stay_inside_the_workspace() {
+        let dir = ws();
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        let entries = load(
+            &dir,
+            r#"{"mcpServers": {"in": {"command": "./bin/server"}, "out": {"command": "../../bin/sh"}, "abs": {"command": "/bin/sh"}}}"#,
+        );
+        let canon = dir.path().canonicalize().unwrap();
+        let by_name = |n: &str| {
+            entries
+                .iter()
+                .find(|e| match e {
+                    Ok(s) => s.id == n,
+                    Err(e) => e.name == n,
+                })
+                .unwrap()
+        };
+        let spec = by_name("in").as_ref().unwrap();
+        assert_eq!(
+            spec.command.program,
+            canon.join("bin/server").to_str().unwrap()
+        );
+        let e = by_name("out").as_ref().unwrap_err().error.to_string();
+        assert!(
+            e.contains("mcpServers.out.command: \"../../bin/sh\" escapes the plugin directory"),
+            "{e}"
+        );
+        assert_eq!(by_name("abs").as_ref().unwrap().command.program, "/bin/sh");
+    }
+
+    #[test]
+    fn an_oversized_file_is_refused() {
+        let dir = ws();
+        let big = format!(
+            "{{\"mcpServers\": {{}}, \"pad\": \"{}\"}}",
+            "x".repeat(MAX_MANIFEST_BYTES as usize)
+        );
+        std::fs::write(dir.path().join(MCP_FILE), big).unwrap();
+        let e = load_mcp(dir.path(), &LoadOptions::default()).unwrap_err();
+        assert!(matches!(e, ManifestError::TooLarge { .. }), "{e:?}");
+        assert!(e.to_string().contains("over the 1048576-byte limit"), "{e}");
+    }
+
+    #[test]
+    fn the_example_workspace_entry_loads() {
+        let text = include_str!("../../../examples/workspace/.mcp.json");
+        let entries = parse_mcp(text, Path::new("/ws/.mcp.json"), Path::new("/ws")).unwrap();
+        let spec = entries.into_iter().next().unwrap().unwrap();
+        assert_eq!(spec.id, "everything");
+        assert_eq!(spec.command.program, "node");
+        assert_eq!(spec.command.args.last().map(String::as_str), Some("stdio"));
+    }
+
+    #[test]
+    fn non_utf8_is_refused() {
+        let dir = ws();
+        std::fs::write(
+            dir.path().join(MCP_FILE),
+            b"{\"mcpServers\": {\"\xff\": {}}}",
+        )
+        .unwrap();
+        let e = load_mcp(dir.path(), &LoadOptions::default()).unwrap_err();
+        assert!(
+            matches!(e, ManifestError::NotUtf8 { offset: 17, .. }),
+            "{e:?}"
+        );
+    }
 }

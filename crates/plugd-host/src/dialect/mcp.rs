@@ -1,63 +1,622 @@
-//! The mcp dialect (placeholder: not supported yet).
+//! The mcp dialect: Model Context Protocol servers over stdio
+//! (line-delimited JSON-RPC 2.0, protocol revisions 2025-11-25, 2025-06-18
+//! and 2025-03-26).
+//!
+//! * Handshake: `initialize` (plugd offers [`PROTOCOL_VERSION`], accepts any
+//!   of [`SUPPORTED_VERSIONS`] back and refuses the rest, which kills the
+//!   server), then `notifications/initialized`, then `tools/list` over at most
+//!   [`MAX_PAGES`] pages.
+//! * Tool names: `<server>/<tool>` in the registry, the MCP tool name on the
+//!   wire; `inputSchema` is the input schema.
+//! * Calls: `tools/call {name, arguments, _meta: {progressToken}}`. The token
+//!   is the host's request id, inserted by [`McpProtocol`] when the request is
+//!   encoded, so `notifications/progress` maps straight back to the call as
+//!   an [`Incoming::Event`]. `isError: true` becomes
+//!   [`ToolError::ExecutionFailed`] with the text content; any other result
+//!   is returned whole.
+//! * Cancel: a caller that gives up sends `notifications/cancelled
+//!   {requestId, reason}`; a server still sending progress or a response for
+//!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`).
+//! * Server requests: `ping` → `{}`, `roots/list` → the workspace as a
+//!   `file://` root, `sampling/createMessage` and `elicitation/create` →
+//!   [`NOT_SUPPORTED`] saying plugd does not support them yet, anything else
+//!   `-32601`. `notifications/tools/list_changed` asks the supervisor to
+//!   re-read the catalog (bursts are coalesced).
+//! * Shutdown: MCP has no shutdown request; SIGTERM to the process group, and
+//!   the supervisor SIGKILLs after the spec's `shutdown_grace`.
 
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use plugd_manifest::PluginSpec;
-use serde_json::Value;
+use plugd_wire::{ErrorObject, Framing, Id, codes};
+use serde_json::{Value, json};
 
 use super::{CallContext, CatalogChanged, HostServices, Setup};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
-use crate::peer::{NoHandler, Peer};
-use crate::protocol::JsonRpc;
+use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
+use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
+use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
 use crate::supervisor::Conn;
 
-/// Envelope and handler.
+/// The protocol revision plugd offers in `initialize`.
+pub const PROTOCOL_VERSION: &str = "2025-11-25";
+
+/// The revisions plugd accepts in the `initialize` reply.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// Most `tools/list` pages read for one catalog.
+pub const MAX_PAGES: usize = 100;
+
+/// Most tools accepted from one server.
+pub const MAX_TOOLS: usize = 10_000;
+
+/// How long a server has to go quiet about a cancelled request.
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+
+/// JSON-RPC error code plugd answers `sampling/createMessage` and
+/// `elicitation/create` with: in the implementation-defined server-error
+/// range, distinct from `-32601` (which means "no such method").
+pub const NOT_SUPPORTED: i64 = -32001;
+
+/// How long bursts of `notifications/tools/list_changed` are gathered into
+/// one catalog refresh.
+const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// Longest MCP tool name accepted (the 2025-11-25 revision's limit).
+const MAX_TOOL_NAME: usize = 128;
+
+/// The MCP envelope: JSON-RPC over lines, with the progress token of
+/// `tools/call` set to the host request id, progress notifications routed to
+/// their call, and `notifications/cancelled` as the cancel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct McpProtocol;
+
+impl Protocol for McpProtocol {
+    fn framing(&self) -> Framing {
+        Framing::Lines
+    }
+
+    fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
+        let params = if method == "tools/call" {
+            let mut params = params.unwrap_or_else(|| json!({}));
+            if let Some(obj) = params.as_object_mut() {
+                let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert("progressToken".into(), json!(id));
+                }
+            }
+            Some(params)
+        } else {
+            params
+        };
+        JsonRpc::LINES.encode_request(id, method, params)
+    }
+
+    fn encode_notification(&self, method: &str, params: Option<Value>) -> Vec<u8> {
+        JsonRpc::LINES.encode_notification(method, params)
+    }
+
+    fn encode_response(&self, id: Id, outcome: Result<Value, ErrorObject>) -> Vec<u8> {
+        JsonRpc::LINES.encode_response(id, outcome)
+    }
+
+    fn encode_cancel(&self, id: i64, reason: &str) -> Option<Vec<u8>> {
+        Some(JsonRpc::LINES.encode_notification(
+            "notifications/cancelled",
+            Some(json!({"requestId": id, "reason": reason})),
+        ))
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Incoming, String> {
+        match decode_jsonrpc(bytes)? {
+            Incoming::Notification { method, params } if method == "notifications/progress" => {
+                match params.as_ref().and_then(progress_token) {
+                    Some(id) => Ok(Incoming::Event {
+                        request_id: Some(id),
+                        event: params.unwrap_or(Value::Null),
+                    }),
+                    // A token plugd never issued: let the handler log it.
+                    None => Ok(Incoming::Notification { method, params }),
+                }
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// The host request id a progress notification's token names (plugd sends
+/// integers; a server may echo it as a string).
+fn progress_token(params: &Value) -> Option<i64> {
+    match params.get("progressToken")? {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+/// Serves an MCP server's requests and notifications.
+pub struct McpHandler {
+    plugin: Arc<str>,
+    workspace: PathBuf,
+    catalog_changed: CatalogChanged,
+    refresh_pending: Arc<AtomicBool>,
+}
+
+impl McpHandler {
+    /// A handler for `plugin`, answering `roots/list` with `workspace`.
+    pub fn new(plugin: &str, workspace: &Path, catalog_changed: CatalogChanged) -> Self {
+        McpHandler {
+            plugin: plugin.into(),
+            workspace: workspace.to_path_buf(),
+            catalog_changed,
+            refresh_pending: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl Handler for McpHandler {
+    fn request(&self, method: String, params: Option<Value>) -> HandlerFuture {
+        let _ = params;
+        let outcome = match method.as_str() {
+            "ping" => Ok(json!({})),
+            "roots/list" => Ok(json!({"roots": [{
+                "uri": file_uri(&self.workspace),
+                "name": self.workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into()),
+            }]})),
+            "sampling/createMessage" | "elicitation/create" => {
+                tracing::info!(plugin = %self.plugin, method, "server request refused: not supported yet");
+                Err(ErrorObject::new(
+                    NOT_SUPPORTED,
+                    format!(
+                        "plugd does not support {method} yet; it did not declare this capability"
+                    ),
+                ))
+            }
+            _ => Err(ErrorObject::new(
+                codes::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            )),
+        };
+        Box::pin(async move { outcome })
+    }
+
+    fn notification(&self, method: String, params: Option<Value>) {
+        match method.as_str() {
+            "notifications/tools/list_changed" => {
+                if self.refresh_pending.swap(true, Ordering::AcqRel) {
+                    return; // a refresh is already scheduled
+                }
+                let pending = self.refresh_pending.clone();
+                let changed = self.catalog_changed.clone();
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        rt.spawn(async move {
+                            tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
+                            pending.store(false, Ordering::Release);
+                            changed();
+                        });
+                    }
+                    Err(_) => {
+                        pending.store(false, Ordering::Release);
+                        changed();
+                    }
+                }
+            }
+            "notifications/message" => {
+                let p = params.unwrap_or(Value::Null);
+                let level = p.get("level").and_then(Value::as_str).unwrap_or("info");
+                let data = p.get("data").map(Value::to_string).unwrap_or_default();
+                let data: String = data.chars().take(2000).collect();
+                match level {
+                    "debug" => tracing::debug!(plugin = %self.plugin, "server log: {data}"),
+                    "info" | "notice" => {
+                        tracing::info!(plugin = %self.plugin, "server log: {data}")
+                    }
+                    "warning" => tracing::warn!(plugin = %self.plugin, "server log: {data}"),
+                    _ => tracing::error!(plugin = %self.plugin, level, "server log: {data}"),
+                }
+            }
+            other => {
+                tracing::debug!(plugin = %self.plugin, method = other, "server notification ignored")
+            }
+        }
+    }
+}
+
+/// `file://` URI of an absolute path, percent-encoding everything but
+/// unreserved characters and `/`.
+pub fn file_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file://");
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+/// Envelope, handler and cancel policy for an MCP server.
 pub fn setup(
-    _spec: &Arc<PluginSpec>,
-    _services: &HostServices,
-    _catalog_changed: CatalogChanged,
+    spec: &Arc<PluginSpec>,
+    services: &HostServices,
+    catalog_changed: CatalogChanged,
 ) -> Setup {
     Setup {
-        protocol: Arc::new(JsonRpc::LINES),
-        handler: Arc::new(NoHandler),
-        cancel: None,
+        protocol: Arc::new(McpProtocol),
+        handler: Arc::new(McpHandler::new(
+            &spec.id,
+            &services.workspace,
+            catalog_changed,
+        )),
+        cancel: Some(CancelPolicy {
+            grace: CANCEL_GRACE,
+            expects_ack: false,
+        }),
         state: None,
     }
 }
 
-/// Handshake.
+/// `initialize` with version negotiation, `notifications/initialized`, then
+/// the tool catalog.
 pub async fn handshake(
-    _peer: &Peer,
+    peer: &Peer,
     spec: &PluginSpec,
     _services: &HostServices,
-    _timeout: Duration,
+    timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    Err(super::unsupported(spec))
-}
-
-/// Re-reads the catalog.
-pub async fn refresh_tools(
-    conn: &Conn,
-    _spec: &PluginSpec,
-    _timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    Ok(conn.handshake.tools.clone())
-}
-
-/// Calls a tool.
-pub async fn call_tool(
-    _conn: &Conn,
-    spec: &PluginSpec,
-    _tool: &ToolDef,
-    _args: Value,
-    _ctx: &CallContext,
-    _timeout: Duration,
-) -> Result<Value, ToolError> {
-    Err(ToolError::NotImplemented {
-        plugin: spec.id.as_str().into(),
+    let deadline = tokio::time::Instant::now() + timeout;
+    let malformed = |reason: String| HandshakeError::Malformed {
+        plugin: spec.id.clone(),
+        reason,
+    };
+    let reply = peer
+        .call(
+            "initialize",
+            Some(json!({
+                "protocolVersion": PROTOCOL_VERSION,
+                "capabilities": {"roots": {"listChanged": false}},
+                "clientInfo": {"name": "plugd", "version": env!("CARGO_PKG_VERSION")},
+            })),
+            timeout,
+        )
+        .await?;
+    let Some(obj) = reply.as_object() else {
+        return Err(malformed(format!(
+            "expected an initialize result object, got {}",
+            preview(&reply)
+        )));
+    };
+    let version = match obj.get("protocolVersion") {
+        Some(Value::String(v)) => v.as_str(),
+        Some(other) => {
+            return Err(malformed(format!(
+                "\"protocolVersion\" must be a string, got {}",
+                preview(other)
+            )));
+        }
+        None => return Err(malformed("the reply has no \"protocolVersion\"".into())),
+    };
+    if !SUPPORTED_VERSIONS.contains(&version) {
+        return Err(malformed(format!(
+            "unsupported MCP protocol version {:?}; plugd speaks {}; upgrade the server or pin a release that speaks one of them",
+            version.chars().take(64).collect::<String>(),
+            SUPPORTED_VERSIONS.join(", ")
+        )));
+    }
+    let server_version = obj
+        .get("serverInfo")
+        .and_then(|i| i.get("version"))
+        .and_then(Value::as_str)
+        .map(|s| s.chars().take(128).collect());
+    let has_tools = obj
+        .get("capabilities")
+        .and_then(|c| c.get("tools"))
+        .is_some_and(|t| !t.is_null());
+    peer.notify("notifications/initialized", None);
+    let mut warnings = Vec::new();
+    let tools = if has_tools {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        list_tools(
+            peer,
+            spec,
+            left.max(Duration::from_millis(1)),
+            &mut warnings,
+        )
+        .await?
+    } else {
+        warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
+        Vec::new()
+    };
+    Ok(Handshake {
+        server_version,
+        tools,
+        warnings,
     })
 }
 
-/// Shutdown.
-pub async fn shutdown(_conn: &Conn, _spec: &PluginSpec, _reply_timeout: Duration) {}
+/// Reads the whole catalog with `tools/list`, following `nextCursor`.
+async fn list_tools(
+    peer: &Peer,
+    spec: &PluginSpec,
+    timeout: Duration,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<ToolDef>, HandshakeError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let malformed = |reason: String| HandshakeError::Malformed {
+        plugin: spec.id.clone(),
+        reason,
+    };
+    let mut tools: Vec<ToolDef> = Vec::new();
+    let mut names: HashSet<String> = HashSet::new();
+    let mut cursors: HashSet<String> = HashSet::new();
+    let mut cursor: Option<String> = None;
+    for page in 0.. {
+        if page >= MAX_PAGES {
+            return Err(malformed(format!(
+                "tools/list still had more pages after {MAX_PAGES}; plugd reads at most {MAX_PAGES} pages"
+            )));
+        }
+        let params = cursor.as_ref().map(|c| json!({"cursor": c}));
+        let left = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(Duration::from_millis(1));
+        let reply = peer.call("tools/list", params, left).await?;
+        let list = reply
+            .get("tools")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                malformed(format!(
+                    "tools/list page {page}: expected {{\"tools\": [...]}}, got {}",
+                    preview(&reply)
+                ))
+            })?;
+        for (i, raw) in list.iter().enumerate() {
+            let Some(name) = raw.get("name").and_then(Value::as_str) else {
+                return Err(malformed(format!(
+                    "tools/list page {page}, tool {i}: no string \"name\" in {}",
+                    preview(raw)
+                )));
+            };
+            if !valid_tool_name(name) {
+                warnings.push(format!(
+                    "tool {:?} skipped: MCP tool names are 1-{MAX_TOOL_NAME} characters of A-Z, a-z, 0-9, _, -, . and /",
+                    name.chars().take(64).collect::<String>()
+                ));
+                continue;
+            }
+            let schema = match raw.get("inputSchema") {
+                None | Some(Value::Null) => json!({"type": "object"}),
+                Some(s) if s.is_object() => s.clone(),
+                Some(other) => {
+                    warnings.push(format!(
+                        "tool {name:?} skipped: its inputSchema is not a JSON Schema object ({})",
+                        preview(other)
+                    ));
+                    continue;
+                }
+            };
+            if !names.insert(name.to_owned()) {
+                warnings.push(format!(
+                    "tool {name:?} is listed twice; the first definition is kept"
+                ));
+                continue;
+            }
+            if tools.len() >= MAX_TOOLS {
+                return Err(malformed(format!(
+                    "the server lists more than {MAX_TOOLS} tools"
+                )));
+            }
+            let description = raw
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            tools.push(ToolDef {
+                name: format!("{}/{name}", spec.id),
+                description,
+                input_schema: schema,
+                wire_name: Some(name.to_owned()),
+                risk_level: None,
+            });
+        }
+        match reply.get("nextCursor") {
+            None | Some(Value::Null) => break,
+            Some(Value::String(next)) => {
+                if !cursors.insert(next.clone()) {
+                    return Err(malformed(format!(
+                        "tools/list returned cursor {:?} twice; its pagination loops",
+                        next.chars().take(64).collect::<String>()
+                    )));
+                }
+                cursor = Some(next.clone());
+            }
+            Some(other) => {
+                return Err(malformed(format!(
+                    "tools/list \"nextCursor\" must be a string, got {}",
+                    preview(other)
+                )));
+            }
+        }
+    }
+    Ok(tools)
+}
+
+fn valid_tool_name(name: &str) -> bool {
+    (1..=MAX_TOOL_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-./".contains(&b))
+}
+
+/// A short rendering of a value for error messages.
+fn preview(v: &Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+/// Re-reads the catalog (after `notifications/tools/list_changed`).
+pub async fn refresh_tools(
+    conn: &Conn,
+    spec: &PluginSpec,
+    timeout: Duration,
+) -> Result<Vec<ToolDef>, HandshakeError> {
+    let mut warnings = Vec::new();
+    let tools = list_tools(&conn.peer, spec, timeout, &mut warnings).await?;
+    for w in warnings {
+        tracing::warn!(plugin = %spec.id, "{w}");
+    }
+    Ok(tools)
+}
+
+/// `tools/call`; progress goes to `ctx.progress`.
+pub async fn call_tool(
+    conn: &Conn,
+    _spec: &PluginSpec,
+    tool: &ToolDef,
+    args: Value,
+    ctx: &CallContext,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
+    let plugin = conn.peer.plugin();
+    let result = conn
+        .peer
+        .call_with(
+            "tools/call",
+            Some(json!({"name": tool.wire(), "arguments": args})),
+            timeout,
+            ctx.progress.clone(),
+        )
+        .await
+        .map_err(|e| match e {
+            // -32601 here means "no tools/call", which map_tool_error would
+            // describe in native terms; keep the server's own error.
+            CallError::Remote { ref error, .. } if error.code == codes::METHOD_NOT_FOUND => {
+                ToolError::Call(e)
+            }
+            e => map_tool_error(plugin, &tool.name, e),
+        })?;
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        return Err(ToolError::ExecutionFailed {
+            plugin: plugin.clone(),
+            tool: tool.name.clone(),
+            message: error_text(&result),
+        });
+    }
+    Ok(result)
+}
+
+/// The text content of an `isError` result, joined by newlines (the JSON of
+/// the content when it has no text).
+fn error_text(result: &Value) -> String {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|c| c.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|c| c.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    let text = if texts.is_empty() {
+        result
+            .get("content")
+            .map(preview)
+            .unwrap_or_else(|| "the tool reported an error without content".into())
+    } else {
+        texts.join("\n")
+    };
+    text.chars().take(4096).collect()
+}
+
+/// MCP over stdio has no shutdown request: SIGTERM to the process group; the
+/// supervisor SIGKILLs after `shutdown_grace`.
+pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, _reply_timeout: Duration) {
+    conn.process.terminate_group();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_call_carries_the_request_id_as_progress_token() {
+        let bytes = McpProtocol.encode_request(
+            7,
+            "tools/call",
+            Some(json!({"name": "echo", "arguments": {}})),
+        );
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["params"]["_meta"]["progressToken"], 7);
+        assert_eq!(v["params"]["name"], "echo");
+        let bytes = McpProtocol.encode_request(8, "tools/list", None);
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(v.get("params").is_none(), "{v}");
+    }
+
+    #[test]
+    fn progress_is_an_event_of_its_call() {
+        let got = McpProtocol
+            .decode(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1,"total":2}}"#)
+            .unwrap();
+        assert_eq!(
+            got,
+            Incoming::Event {
+                request_id: Some(7),
+                event: json!({"progressToken":7,"progress":1,"total":2})
+            }
+        );
+        let got = McpProtocol
+            .decode(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x"}}"#)
+            .unwrap();
+        assert!(matches!(got, Incoming::Notification { .. }), "{got:?}");
+        assert!(McpProtocol.decode(b"not json").is_err());
+    }
+
+    #[test]
+    fn cancel_is_notifications_cancelled() {
+        let bytes = McpProtocol.encode_cancel(9, "deadline_exceeded").unwrap();
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["method"], "notifications/cancelled");
+        assert_eq!(
+            v["params"],
+            json!({"requestId": 9, "reason": "deadline_exceeded"})
+        );
+        assert!(v.get("id").is_none());
+    }
+
+    #[test]
+    fn file_uris_are_percent_encoded() {
+        assert_eq!(
+            file_uri(Path::new("/tmp/a b/ü")),
+            "file:///tmp/a%20b/%C3%BC"
+        );
+    }
+
+    #[test]
+    fn tool_names() {
+        for ok in ["echo", "get-sum", "a.b/c_d", &"x".repeat(128)] {
+            assert!(valid_tool_name(ok), "{ok}");
+        }
+        for bad in ["", "a b", "a\nb", "é", &"x".repeat(129)] {
+            assert!(!valid_tool_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn error_text_joins_text_content() {
+        let r = json!({"isError": true, "content": [{"type":"text","text":"a"},{"type":"image","data":""},{"type":"text","text":"b"}]});
+        assert_eq!(error_text(&r), "a\nb");
+        assert!(error_text(&json!({"isError": true})).contains("without content"));
+    }
+}

@@ -1,1 +1,648 @@
-//! mcp dialect: real plugins of this contract through the runtime and the CLI.
+//! mcp dialect: MCP servers over stdio, declared in `.mcp.json`, through the
+//! runtime and the CLI. The real `@modelcontextprotocol/server-everything`
+//! (installed by scripts/test into `.npm-tools/`) and a hostile Python server
+//! (`tests/plugins/mcp/hostile_mcp.py`) that crashes, lies about its protocol
+//! version, prints junk, pages endlessly and ignores cancellation and SIGTERM.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use plugd_host::dialect::CallContext;
+use plugd_host::dialect::mcp::{NOT_SUPPORTED, file_uri};
+use plugd_host::native::ToolError;
+use plugd_host::spawn::process_group_alive;
+use plugd_host::{CallError, CallToolError, Status};
+use plugd_runtime::{Runtime, RuntimeError};
+use serde_json::{Value, json};
+
+use crate::support::{Ws, eventually, quick, repo, stderr, stdout};
+
+/// `.npm-tools/…/server-everything/dist/index.js`, installed by scripts/test.
+fn everything_js() -> PathBuf {
+    let p = repo()
+        .join(".npm-tools/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/test, which installs @modelcontextprotocol/server-everything into .npm-tools/",
+        p.display()
+    );
+    p
+}
+
+fn everything() -> Value {
+    json!({"command": "node", "args": [everything_js(), "stdio"]})
+}
+
+fn hostile(mode: &str, arg: Option<&str>) -> Value {
+    let script = repo().join("tests/plugins/mcp/hostile_mcp.py");
+    let mut args = vec![json!(script), json!(mode)];
+    if let Some(a) = arg {
+        args.push(json!(a));
+    }
+    json!({"command": "python3", "args": args})
+}
+
+/// A workspace whose `.mcp.json` declares `servers`.
+fn mcp_ws(servers: Value) -> Ws {
+    let ws = Ws::new();
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        serde_json::to_vec_pretty(&json!({"mcpServers": servers})).unwrap(),
+    )
+    .unwrap();
+    ws
+}
+
+/// A workspace with one hostile server `h`, approved, in a runtime.
+async fn approved(mode: &str, arg: Option<&str>, tool_timeout_ms: u64) -> (Ws, Runtime) {
+    let ws = mcp_ws(json!({"h": hostile(mode, arg)}));
+    let rt = ws.runtime(quick(tool_timeout_ms));
+    rt.approve("h", "test").await.unwrap();
+    (ws, rt)
+}
+
+fn structured(v: &Value) -> &Value {
+    &v["structuredContent"]
+}
+
+async fn pid_of(rt: &Runtime) -> u64 {
+    let v = rt.call_tool("h/pid", json!({}), None).await.unwrap();
+    structured(&v)["pgid"].as_u64().unwrap()
+}
+
+/// Calls `name` with its own deadline (the runtime's default stays generous,
+/// so only this call can time out on a loaded machine).
+async fn call_within(
+    rt: &Runtime,
+    name: &str,
+    args: Value,
+    ms: u64,
+) -> Result<Value, CallToolError> {
+    let entry = rt.tools().into_iter().find(|t| t.name == name).unwrap();
+    rt.supervised(&entry.plugin)
+        .unwrap()
+        .call_tool(
+            &entry.def,
+            args,
+            &CallContext::default(),
+            Some(Duration::from_millis(ms)),
+        )
+        .await
+}
+
+fn is_timeout(err: &CallToolError) -> bool {
+    matches!(
+        err,
+        CallToolError::Tool(ToolError::Call(CallError::Timeout { .. }))
+    )
+}
+
+fn tool_names(rt: &Runtime) -> Vec<String> {
+    rt.tools().iter().map(|t| t.name.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_negotiates_and_lists_namespaced_tools() {
+    let (_ws, rt) = approved("good", None, 10_000).await;
+    let names = tool_names(&rt);
+    for t in ["h/echo", "h/fail", "h/sleep", "h/ask"] {
+        assert!(names.contains(&t.to_owned()), "{t} missing from {names:?}");
+    }
+    let echo = rt.tools().into_iter().find(|t| t.name == "h/echo").unwrap();
+    assert_eq!(
+        echo.def.wire(),
+        "echo",
+        "the MCP tool name goes on the wire"
+    );
+    assert_eq!(echo.def.input_schema["required"], json!(["message"]));
+    let info = rt.plugin("h").unwrap();
+    assert_eq!(info.dialect, "mcp");
+    assert!(info.approved);
+
+    // What plugd sent: the offer, its identity and capabilities, then initialized.
+    let client = rt.call_tool("h/client", json!({}), None).await.unwrap();
+    let init = &structured(&client)["initialize"];
+    assert_eq!(init["protocolVersion"], "2025-11-25");
+    assert_eq!(init["clientInfo"]["name"], "plugd");
+    assert!(init["clientInfo"]["version"].is_string());
+    assert_eq!(
+        init["capabilities"],
+        json!({"roots": {"listChanged": false}})
+    );
+    assert_eq!(structured(&client)["initialized"], true);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_returns_the_whole_result_and_is_error_is_a_tool_failure() {
+    let (_ws, rt) = approved("good", None, 10_000).await;
+    let got = rt
+        .call_tool("h/echo", json!({"message": "hi"}), None)
+        .await
+        .unwrap();
+    assert_eq!(got["content"][0]["text"], "Echo: hi");
+    assert_eq!(structured(&got), &json!({"echo": {"message": "hi"}}));
+
+    let err = rt.call_tool("h/fail", json!({}), None).await.unwrap_err();
+    match &err {
+        RuntimeError::Call(CallToolError::Tool(ToolError::ExecutionFailed {
+            plugin,
+            tool,
+            message,
+        })) => {
+            assert_eq!((&**plugin, tool.as_str()), ("h", "h/fail"));
+            assert_eq!(message, "it broke on purpose");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Arguments are checked against inputSchema before the server sees them.
+    let err = rt.call_tool("h/echo", json!({}), None).await.unwrap_err();
+    assert!(matches!(err, RuntimeError::Args(_)), "{err:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jsonrpc_error_reaches_the_caller_as_a_protocol_error() {
+    let (_ws, rt) = approved("good", None, 10_000).await;
+    let err = rt
+        .call_tool("h/proto_error", json!({}), None)
+        .await
+        .unwrap_err();
+    match &err {
+        RuntimeError::Call(CallToolError::Tool(ToolError::Call(CallError::Remote {
+            method,
+            error,
+            ..
+        }))) => {
+            assert_eq!(method, "tools/call");
+            assert_eq!(error.code, -32602);
+            assert_eq!(error.message, "no such thing: proto_error");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The connection is fine afterwards.
+    rt.call_tool("h/echo", json!({"message": "x"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_sends_cancelled_and_a_quiet_server_stays_alive() {
+    let (_ws, rt) = approved("good", None, 1000).await;
+    let before = pid_of(&rt).await;
+    let err = rt
+        .call_tool("h/sleep", json!({"ms": 5000}), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RuntimeError::Call(CallToolError::Tool(ToolError::Call(
+                CallError::Timeout { .. }
+            )))
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("did not answer tools/call within"),
+        "{err}"
+    );
+    // The cancel is queued as the caller gives up; ask until the server saw it.
+    let mut seen = Vec::new();
+    for _ in 0..50 {
+        let got = rt.call_tool("h/cancels", json!({}), None).await.unwrap();
+        seen = structured(&got)["cancelled"].as_array().unwrap().clone();
+        if !seen.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0]["requestId"].is_i64(), "{seen:?}");
+    assert_eq!(seen[0]["reason"], "deadline_exceeded");
+    // It went quiet: past the grace period it is still the same process.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(pid_of(&rt).await, before);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_keeps_working_after_cancel_is_killed() {
+    let (_ws, rt) = approved("ignore_cancel", None, 10_000).await;
+    let pgid = pid_of(&rt).await;
+    let err = call_within(&rt, "h/sleep", json!({"ms": 20_000}), 300)
+        .await
+        .unwrap_err();
+    assert!(is_timeout(&err), "{err:?}");
+    // Progress keeps coming for the cancelled call; past the 2 s grace the
+    // whole group is killed (long before the 20 s sleep would end).
+    assert!(
+        eventually(Duration::from_secs(10), || !process_group_alive(
+            pgid as u32
+        ))
+        .await,
+        "the runaway server {pgid} is still alive"
+    );
+    // The supervisor treats it as a crash and restarts it; handles keep working.
+    let sup = rt.supervised("h").unwrap().clone();
+    assert!(
+        eventually(
+            Duration::from_secs(10),
+            || matches!(sup.status(), Status::Running { pid, .. } if pid as u64 != pgid)
+        )
+        .await,
+        "{:?}",
+        sup.status()
+    );
+    rt.call_tool("h/echo", json!({"message": "again"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_fails_the_call_and_the_restart_keeps_tool_handles() {
+    let (_ws, rt) = approved("good", None, 30_000).await;
+    let before = pid_of(&rt).await;
+    let t = Instant::now();
+    let err = rt.call_tool("h/crash", json!({}), None).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("crashed: exit status 3") && text.contains("crashing on purpose"),
+        "{text}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "the crash, not the 30 s deadline, ended it"
+    );
+    let sup = rt.supervised("h").unwrap().clone();
+    assert!(
+        eventually(Duration::from_secs(10), || matches!(
+            sup.status(),
+            Status::Running { pid, .. } if pid as u64 != before
+        ))
+        .await,
+        "{:?}",
+        sup.status()
+    );
+    assert_ne!(
+        pid_of(&rt).await,
+        before,
+        "a new process serves the same handles"
+    );
+    rt.call_tool("h/echo", json!({"message": "x"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_protocol_version_is_refused_and_the_server_killed() {
+    let ws = Ws::new();
+    let pid_file = ws.dir().join("pid");
+    let mut entry = hostile("version", Some("1999-01-01"));
+    entry["env"] = json!({"HOSTILE_PID_FILE": pid_file});
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"h": entry, "old": hostile("version", Some("2025-03-26"))}})
+            .to_string(),
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    let err = rt.approve("h", "test").await.unwrap_err().to_string();
+    assert!(
+        err.contains("unsupported MCP protocol version \"1999-01-01\"")
+            && err.contains("2025-11-25, 2025-06-18, 2025-03-26"),
+        "{err}"
+    );
+    let info = rt.plugin("h").unwrap();
+    assert!(!info.approved && info.tools.is_empty(), "{info:?}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !process_group_alive(pid)).await,
+        "the refused server {pid} is still alive"
+    );
+    // An older revision plugd accepts.
+    rt.approve("old", "test").await.unwrap();
+    rt.call_tool("old/echo", json!({"message": "x"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_on_stdout_is_counted_and_skipped() {
+    let (_ws, rt) = approved("junk", None, 10_000).await;
+    let got = rt
+        .call_tool("h/echo", json!({"message": "through junk"}), None)
+        .await
+        .unwrap();
+    assert_eq!(got["content"][0]["text"], "Echo: through junk");
+    let stats = rt.plugin("h").unwrap().stats.unwrap();
+    assert!(stats.junk_frames >= 3, "{stats:?}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_pages_are_followed_and_endless_paging_is_refused() {
+    let (_ws, rt) = approved("paged", Some("2"), 10_000).await;
+    let names = tool_names(&rt);
+    assert_eq!(names.len(), 11, "six pages of two: {names:?}");
+    rt.call_tool("h/client", json!({}), None).await.unwrap();
+    rt.shutdown().await;
+
+    let ws = mcp_ws(json!({"h": hostile("endless_pages", None)}));
+    let rt = ws.runtime(quick(10_000));
+    let err = rt.approve("h", "test").await.unwrap_err().to_string();
+    assert!(err.contains("still had more pages after 100"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_puts_the_new_tool_in_the_registry() {
+    let (_ws, rt) = approved("good", None, 10_000).await;
+    assert!(!tool_names(&rt).contains(&"h/added".to_owned()));
+    rt.call_tool("h/add_tool", json!({}), None).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || tool_names(&rt)
+            .contains(&"h/added".to_owned()))
+        .await,
+        "{:?}",
+        tool_names(&rt)
+    );
+    let got = rt.call_tool("h/added", json!({}), None).await.unwrap();
+    assert_eq!(structured(&got), &json!({"added": true}));
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_requests_get_ping_roots_and_polite_refusals() {
+    let (ws, rt) = approved("good", None, 10_000).await;
+    let got = rt.call_tool("h/ask", json!({}), None).await.unwrap();
+    let got = structured(&got);
+    assert_eq!(got["ping"], json!({"result": {}}));
+    let root = &got["roots/list"]["result"]["roots"][0];
+    assert_eq!(
+        root["uri"],
+        file_uri(&ws.dir().canonicalize().unwrap()),
+        "{got}"
+    );
+    for method in ["sampling/createMessage", "elicitation/create"] {
+        let e = &got[method]["error"];
+        assert_eq!(e["code"], NOT_SUPPORTED, "{got}");
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("plugd does not support {method} yet")),
+            "{got}"
+        );
+    }
+    assert_eq!(got["bogus/method"]["error"]["code"], -32601, "{got}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_terminates_then_kills_the_group_with_no_orphan() {
+    // A server that exits on SIGTERM.
+    let (_ws, rt) = approved("good", None, 10_000).await;
+    let pgid = pid_of(&rt).await;
+    rt.shutdown().await;
+    assert!(eventually(Duration::from_secs(5), || !process_group_alive(pgid as u32)).await);
+
+    // One that ignores SIGTERM and has a grandchild: SIGKILL after the grace.
+    let (_ws, rt) = approved("ignore_term", None, 10_000).await;
+    let pgid = pid_of(&rt).await;
+    assert!(process_group_alive(pgid as u32));
+    let t = Instant::now();
+    rt.shutdown().await;
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "shutdown took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || !process_group_alive(pgid as u32)).await,
+        "process group {pgid} survived shutdown"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_entry_is_listed_broken_and_the_others_work() {
+    let ws = mcp_ws(json!({
+        "h": hostile("good", None),
+        "remote": {"type": "http", "url": "https://example.com/mcp"},
+    }));
+    let rt = ws.runtime(quick(10_000));
+    let plugins = rt.plugins().unwrap();
+    let remote = plugins.iter().find(|p| p.id == "remote").unwrap();
+    assert!(
+        remote
+            .error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("mcpServers.remote.url: remote MCP servers"),
+        "{remote:?}"
+    );
+    rt.approve("h", "test").await.unwrap();
+    rt.call_tool("h/echo", json!({"message": "x"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+    // Editing the entry withdraws the approval (it is what the digest pins).
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"h": hostile("junk", None)}}).to_string(),
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    assert_eq!(rt.plugin("h").unwrap().state, "changed");
+    rt.shutdown().await;
+}
+
+// The real server: @modelcontextprotocol/server-everything 2026.8.31.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_tools_are_listed_and_callable() {
+    let ws = mcp_ws(json!({"everything": everything()}));
+    let rt = ws.runtime(quick(20_000));
+    rt.approve("everything", "test").await.unwrap();
+    let names = tool_names(&rt);
+    for t in [
+        "everything/echo",
+        "everything/get-sum",
+        "everything/trigger-long-running-operation",
+    ] {
+        assert!(names.contains(&t.to_owned()), "{t} missing from {names:?}");
+    }
+    // Registered once the server knows plugd offers roots (after initialized).
+    assert!(
+        eventually(Duration::from_secs(5), || tool_names(&rt)
+            .contains(&"everything/get-roots-list".to_owned()))
+        .await,
+        "{:?}",
+        tool_names(&rt)
+    );
+    let echo = rt
+        .call_tool("everything/echo", json!({"message": "hi"}), None)
+        .await
+        .unwrap();
+    assert_eq!(echo["content"][0]["text"], "Echo: hi", "{echo}");
+    let sum = rt
+        .call_tool("everything/get-sum", json!({"a": 2, "b": 3}), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        sum["content"][0]["text"], "The sum of 2 and 3 is 5.",
+        "{sum}"
+    );
+    let roots = rt
+        .call_tool("everything/get-roots-list", json!({}), None)
+        .await
+        .unwrap();
+    assert!(
+        roots
+            .to_string()
+            .contains(&file_uri(&ws.dir().canonicalize().unwrap())),
+        "the server got plugd's roots/list answer: {roots}"
+    );
+
+    // Progress reaches the caller.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = CallContext {
+        progress: Some(tx),
+        ..CallContext::default()
+    };
+    let done = rt
+        .call_tool_with(
+            "everything/trigger-long-running-operation",
+            json!({"duration": 1, "steps": 4}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+    assert!(
+        done.to_string()
+            .contains("Long running operation completed"),
+        "{done}"
+    );
+    drop(ctx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    let steps: Vec<(f64, f64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["progress"].as_f64().unwrap(),
+                e["total"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [(1.0, 4.0), (2.0, 4.0), (3.0, 4.0), (4.0, 4.0)],
+        "{events:?}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_everything_keeps_reporting_progress_after_cancel_and_is_killed() {
+    let ws = mcp_ws(json!({"everything": everything()}));
+    let rt = ws.runtime(quick(20_000));
+    rt.approve("everything", "test").await.unwrap();
+    let sup = rt.supervised("everything").unwrap().clone();
+    let Status::Running { pid, .. } = sup.status() else {
+        panic!("{:?}", sup.status())
+    };
+    let err = call_within(
+        &rt,
+        "everything/trigger-long-running-operation",
+        json!({"duration": 30, "steps": 30}),
+        1500,
+    )
+    .await
+    .unwrap_err();
+    assert!(is_timeout(&err), "{err:?}");
+    // The server aborts the request (no response) but its tool keeps sending
+    // progress for it every second; past the 2 s grace plugd kills it.
+    assert!(
+        eventually(Duration::from_secs(10), || !process_group_alive(pid)).await,
+        "server-everything ({pid}) still runs after ignoring the cancel"
+    );
+    assert!(
+        eventually(
+            Duration::from_secs(10),
+            || matches!(sup.status(), Status::Running { pid: p, .. } if p != pid)
+        )
+        .await,
+        "{:?}",
+        sup.status()
+    );
+    rt.call_tool("everything/echo", json!({"message": "back"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
+
+#[test]
+fn server_everything_through_the_cli() {
+    let ws = mcp_ws(json!({"everything": everything()}));
+    let o = ws.plugd(&["plugin", "approve", "everything"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = ws.plugd(&["tool", "list", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let tools: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"everything/echo") && names.contains(&"everything/get-sum"),
+        "{names:?}"
+    );
+
+    let o = ws.plugd(&[
+        "tool",
+        "call",
+        "everything/echo",
+        "--args",
+        r#"{"message":"cli"}"#,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("Echo: cli"), "{}", stdout(&o));
+    let o = ws.plugd(&[
+        "tool",
+        "call",
+        "everything/get-sum",
+        "--args",
+        r#"{"a":40,"b":2}"#,
+    ]);
+    assert!(
+        stdout(&o).contains("The sum of 40 and 2 is 42."),
+        "{}",
+        stdout(&o)
+    );
+    let o = ws.plugd(&[
+        "tool",
+        "call",
+        "everything/trigger-long-running-operation",
+        "--args",
+        r#"{"duration":1,"steps":2}"#,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("progress: 1/2") && err.contains("progress: 2/2"),
+        "{err}"
+    );
+}
