@@ -288,6 +288,8 @@ struct SupInner {
     services: HostServices,
     control: Mutex<Control>,
     status: watch::Sender<Status>,
+    /// The plugin said its catalog changed before it was marked running.
+    catalog_dirty: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -320,6 +322,7 @@ impl Supervised {
                     epoch: 0,
                 }),
                 status: watch::channel(Status::Idle).0,
+                catalog_dirty: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -605,6 +608,11 @@ impl SupInner {
         let catalog_changed: dialect::CatalogChanged = Arc::new(move || {
             if let Some(inner) = weak.upgrade() {
                 let sup = Supervised { inner };
+                if sup.current().is_none() {
+                    // Still in the handshake: refresh once it is running.
+                    sup.inner.catalog_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
                 tokio::spawn(async move {
                     if let Err(e) = sup.refresh_tools().await {
                         tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");
@@ -733,6 +741,14 @@ impl SupInner {
                 drop(ctl);
                 self.observer.started(&self.spec, &conn.handshake);
                 self.publish(status);
+                if self.catalog_dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    let sup = Supervised { inner: self.clone() };
+                    tokio::spawn(async move {
+                        if let Err(e) = sup.refresh_tools().await {
+                            tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");
+                        }
+                    });
+                }
                 let this = self.clone();
                 tokio::spawn(async move { this.monitor(epoch, conn).await });
             }
