@@ -453,7 +453,11 @@ impl Cx<'_> {
         }
     }
 
-    fn object<'v>(&self, v: &'v Value, field: &str) -> Result<&'v Map<String, Value>, ManifestError> {
+    fn object<'v>(
+        &self,
+        v: &'v Value,
+        field: &str,
+    ) -> Result<&'v Map<String, Value>, ManifestError> {
         v.as_object()
             .ok_or_else(|| self.wrong_type(field, "an object", v))
     }
@@ -463,7 +467,10 @@ impl Cx<'_> {
             .as_str()
             .ok_or_else(|| self.wrong_type(field, "a string", v))?;
         if s.contains('\0') {
-            return Err(self.invalid(field, format!("{} contains a NUL byte; remove it", quote(s))));
+            return Err(self.invalid(
+                field,
+                format!("{} contains a NUL byte; remove it", quote(s)),
+            ));
         }
         Ok(s)
     }
@@ -519,10 +526,7 @@ impl Cx<'_> {
         }
         let p = Path::new(main);
         if p.is_absolute() {
-            return Err(self.invalid(
-                F,
-                format!("{} is an absolute path; {fix}", quote(main)),
-            ));
+            return Err(self.invalid(F, format!("{} is an absolute path; {fix}", quote(main))));
         }
         // Refuse lexical escapes before touching the filesystem.
         let mut depth: i64 = 0;
@@ -544,10 +548,7 @@ impl Cx<'_> {
         }
         let joined = dir.join(p);
         let Some(resolved) = resolve_path(&joined) else {
-            return Err(self.invalid(
-                F,
-                format!("{} is a symlink loop; {fix}", quote(main)),
-            ));
+            return Err(self.invalid(F, format!("{} is a symlink loop; {fix}", quote(main))));
         };
         let dir_resolved = resolve_path(dir).unwrap_or_else(|| dir.to_path_buf());
         let Ok(rel) = resolved.strip_prefix(&dir_resolved) else {
@@ -559,15 +560,8 @@ impl Cx<'_> {
             });
         };
         let rel = rel.to_path_buf();
-        let meta = std::fs::metadata(&resolved).map_err(|e| {
-            self.invalid(
-                F,
-                format!(
-                    "{} cannot be read ({e}); {fix}",
-                    quote(main)
-                ),
-            )
-        })?;
+        let meta = std::fs::metadata(&resolved)
+            .map_err(|e| self.invalid(F, format!("{} cannot be read ({e}); {fix}", quote(main))))?;
         if !meta.is_file() || rel.as_os_str().is_empty() {
             return Err(self.invalid(F, format!("{} is not a file; {fix}", quote(main))));
         }
@@ -600,9 +594,9 @@ impl Cx<'_> {
         let Some(list) = caps.get("tools") else {
             return Err(self.missing("capabilities.tools".to_owned()));
         };
-        let list = list
-            .as_array()
-            .ok_or_else(|| self.wrong_type("capabilities.tools", "an array of tool objects", list))?;
+        let list = list.as_array().ok_or_else(|| {
+            self.wrong_type("capabilities.tools", "an array of tool objects", list)
+        })?;
         let mut out: Vec<DeclaredTool> = Vec::new();
         for (i, item) in list.iter().enumerate() {
             let prefix = format!("capabilities.tools[{i}]");
@@ -782,7 +776,10 @@ impl Cx<'_> {
         if kind != "select" {
             return Err(self.invalid(
                 field,
-                format!("options only apply to \"select\" fields, this one is {}; remove them", quote(kind)),
+                format!(
+                    "options only apply to \"select\" fields, this one is {}; remove them",
+                    quote(kind)
+                ),
             ));
         }
         let arr = v
@@ -800,7 +797,10 @@ impl Cx<'_> {
             if out.iter().any(|x| x.value == value) {
                 return Err(self.invalid(
                     format!("{p}.value"),
-                    format!("option {} is listed twice; remove the duplicate", quote(value)),
+                    format!(
+                        "option {} is listed twice; remove the duplicate",
+                        quote(value)
+                    ),
                 ));
             }
             let label = self.optional_string(o, &p, "label")?;
@@ -977,7 +977,9 @@ mod tests {
         m["capabilities"]["tools"][0]["annotations"] = json!({});
         let spec = load(&m).unwrap();
         assert!(
-            spec.warnings.iter().any(|w| w.starts_with("homepage: unknown key")),
+            spec.warnings
+                .iter()
+                .any(|w| w.starts_with("homepage: unknown key")),
             "{:?}",
             spec.warnings
         );
@@ -999,21 +1001,64 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("line 3, column 3: invalid JSON"), "{text}");
         let e = parse_salmex("[1, 2]", &path, tmp.path(), &LoadOptions::default()).unwrap_err();
-        assert!(e.to_string().contains("expected an object, found an array"), "{e}");
+        assert!(
+            e.to_string().contains("expected an object, found an array"),
+            "{e}"
+        );
     }
 
     #[test]
     fn wrong_types_are_refused_naming_the_field() {
         for (pointer, value, field, fragment) in [
-            ("/name", json!(3), "name", "expected a string, found a number"),
+            (
+                "/name",
+                json!(3),
+                "name",
+                "expected a string, found a number",
+            ),
             ("/version", json!(1), "version", "expected a string"),
-            ("/eager", json!("yes"), "eager", "expected a boolean, found a string"),
-            ("/author", json!({"name": "x"}), "author", "expected a string, found an object"),
-            ("/capabilities", json!([]), "capabilities", "expected an object"),
-            ("/capabilities/tools", json!({}), "capabilities.tools", "expected an array"),
-            ("/capabilities/tools/0/parameters", json!("object"), "capabilities.tools[0].parameters", "expected a JSON Schema object"),
-            ("/capabilities/tools/0/risk_level", json!(1), "capabilities.tools[0].risk_level", "expected a string"),
-            ("/capabilities/tools/0/name", json!(null), "capabilities.tools[0].name", "expected a string, found null"),
+            (
+                "/eager",
+                json!("yes"),
+                "eager",
+                "expected a boolean, found a string",
+            ),
+            (
+                "/author",
+                json!({"name": "x"}),
+                "author",
+                "expected a string, found an object",
+            ),
+            (
+                "/capabilities",
+                json!([]),
+                "capabilities",
+                "expected an object",
+            ),
+            (
+                "/capabilities/tools",
+                json!({}),
+                "capabilities.tools",
+                "expected an array",
+            ),
+            (
+                "/capabilities/tools/0/parameters",
+                json!("object"),
+                "capabilities.tools[0].parameters",
+                "expected a JSON Schema object",
+            ),
+            (
+                "/capabilities/tools/0/risk_level",
+                json!(1),
+                "capabilities.tools[0].risk_level",
+                "expected a string",
+            ),
+            (
+                "/capabilities/tools/0/name",
+                json!(null),
+                "capabilities.tools[0].name",
+                "expected a string, found null",
+            ),
         ] {
             let e = load(&with(seed(), pointer, value)).unwrap_err();
             assert_eq!(e.field(), Some(field), "{e}");
@@ -1028,10 +1073,26 @@ mod tests {
             ("/name", json!("evil/../x"), "is not a valid plugin name"),
             ("/version", json!("1.0"), "is not a semver version"),
             ("/protocolVersion", json!("2.0"), "\"2.0\" is not supported"),
-            ("/interpreter", json!("ruby"), "\"ruby\" is not a supported interpreter"),
-            ("/capabilities/tools/0/risk_level", json!("extreme"), "\"extreme\" is not a risk level"),
-            ("/capabilities/tools/0/name", json!("other/say_hello"), "is not a valid tool name"),
-            ("/capabilities/tools/0/parameters/type", json!("string"), "tool arguments are always a JSON object"),
+            (
+                "/interpreter",
+                json!("ruby"),
+                "\"ruby\" is not a supported interpreter",
+            ),
+            (
+                "/capabilities/tools/0/risk_level",
+                json!("extreme"),
+                "\"extreme\" is not a risk level",
+            ),
+            (
+                "/capabilities/tools/0/name",
+                json!("other/say_hello"),
+                "is not a valid tool name",
+            ),
+            (
+                "/capabilities/tools/0/parameters/type",
+                json!("string"),
+                "tool arguments are always a JSON object",
+            ),
         ] {
             let text = err(&with(seed(), pointer, value));
             assert!(text.contains(fragment), "{pointer}: {text}");
@@ -1040,7 +1101,10 @@ mod tests {
         m.as_object_mut().unwrap().remove("interpreter");
         assert!(err(&m).contains("interpreter: required key is missing"));
         let mut m = seed();
-        m["capabilities"]["tools"][0].as_object_mut().unwrap().remove("risk_level");
+        m["capabilities"]["tools"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("risk_level");
         assert!(err(&m).contains("capabilities.tools[0].risk_level: required key is missing"));
         let mut m = seed();
         let t = m["capabilities"]["tools"][0].clone();
@@ -1051,15 +1115,42 @@ mod tests {
     #[test]
     fn config_schema_errors() {
         for (props, fragment) in [
-            (json!([{"key": "k", "type": "color"}]), "\"color\" is not a config type"),
-            (json!([{"key": "k", "type": "select"}]), "options: required key is missing"),
-            (json!([{"key": "k", "type": "select", "options": [{"value": "a"}], "default": "b"}]), "\"b\" is not one of the options"),
-            (json!([{"key": "k", "type": "integer", "default": 1.5}]), "expected an integer"),
-            (json!([{"key": "k", "type": "secret", "default": "hunter2"}]), "cannot have a default"),
-            (json!([{"key": "k", "type": "string"}, {"key": "k", "type": "string"}]), "declared twice"),
-            (json!([{"key": "k", "type": "string", "options": []}]), "only apply to \"select\""),
-            (json!([{"key": "k", "type": "boolean", "required": "yes"}]), "config.properties[0].required: expected a boolean"),
-            (json!([{"key": "k", "type": "string", "show_when": "x"}]), "show_when: expected an object"),
+            (
+                json!([{"key": "k", "type": "color"}]),
+                "\"color\" is not a config type",
+            ),
+            (
+                json!([{"key": "k", "type": "select"}]),
+                "options: required key is missing",
+            ),
+            (
+                json!([{"key": "k", "type": "select", "options": [{"value": "a"}], "default": "b"}]),
+                "\"b\" is not one of the options",
+            ),
+            (
+                json!([{"key": "k", "type": "integer", "default": 1.5}]),
+                "expected an integer",
+            ),
+            (
+                json!([{"key": "k", "type": "secret", "default": "hunter2"}]),
+                "cannot have a default",
+            ),
+            (
+                json!([{"key": "k", "type": "string"}, {"key": "k", "type": "string"}]),
+                "declared twice",
+            ),
+            (
+                json!([{"key": "k", "type": "string", "options": []}]),
+                "only apply to \"select\"",
+            ),
+            (
+                json!([{"key": "k", "type": "boolean", "required": "yes"}]),
+                "config.properties[0].required: expected a boolean",
+            ),
+            (
+                json!([{"key": "k", "type": "string", "show_when": "x"}]),
+                "show_when: expected an object",
+            ),
         ] {
             let mut m = seed();
             m["config"] = json!({"properties": props});
@@ -1072,7 +1163,10 @@ mod tests {
     fn main_must_stay_inside_the_plugin_directory() {
         // Traversal.
         let text = err(&with(seed(), "/main", json!("../../bin/sh")));
-        assert!(text.contains("main: \"../../bin/sh\" escapes the plugin directory"), "{text}");
+        assert!(
+            text.contains("main: \"../../bin/sh\" escapes the plugin directory"),
+            "{text}"
+        );
         let text = err(&with(seed(), "/main", json!("sub/../../x.js")));
         assert!(text.contains("escapes the plugin directory"), "{text}");
         // Absolute.
@@ -1088,7 +1182,10 @@ mod tests {
         std::fs::write(&outside, NODE_JS).unwrap();
         std::os::unix::fs::symlink(&outside, path.parent().unwrap().join("link.js")).unwrap();
         let e = load_salmex(&path, &LoadOptions::default()).unwrap_err();
-        assert!(matches!(e, ManifestError::CommandEscapesPluginDir { .. }), "{e}");
+        assert!(
+            matches!(e, ManifestError::CommandEscapesPluginDir { .. }),
+            "{e}"
+        );
         // A symlink that stays inside is fine and resolved.
         let (_tmp, path) = plugin(&with(seed(), "/main", json!("inner.js")));
         std::os::unix::fs::symlink("main.js", path.parent().unwrap().join("inner.js")).unwrap();
@@ -1105,7 +1202,10 @@ mod tests {
         let main = path.parent().unwrap().join("main.js");
         std::fs::set_permissions(&main, std::fs::Permissions::from_mode(0o755)).unwrap();
         let spec = load_salmex(&path, &LoadOptions::default()).unwrap();
-        assert_eq!(spec.command.program, main.canonicalize().unwrap().to_string_lossy());
+        assert_eq!(
+            spec.command.program,
+            main.canonicalize().unwrap().to_string_lossy()
+        );
         assert!(spec.command.args.is_empty());
         assert!(spec.salmex.unwrap().interpreter.is_none());
     }
@@ -1121,7 +1221,10 @@ mod tests {
         assert!(matches!(e, ManifestError::TooLarge { .. }), "{e}");
         std::fs::write(&path, b"{\"name\": \"\xff\"}").unwrap();
         let e = load_salmex(&path, &LoadOptions::default()).unwrap_err();
-        assert!(matches!(e, ManifestError::NotUtf8 { offset: 10, .. }), "{e}");
+        assert!(
+            matches!(e, ManifestError::NotUtf8 { offset: 10, .. }),
+            "{e}"
+        );
     }
 
     #[test]
