@@ -16,10 +16,13 @@
 //! * From the plugin: `log.debug|info|warn|error` go to `tracing` with the
 //!   plugin id; `event.progress` goes to the progress stream of the call it
 //!   names (or the one in flight).
+//! * Frames to the plugin are pure ASCII JSON (non-ASCII as `\uXXXX`), see
+//!   [`ascii_json`].
 //! * Malformed frames (bad headers, a header block without its blank line, a
 //!   frame over the size limit) end the connection: the plugin is killed and
 //!   every caller gets an error naming the cause at once.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,6 +53,35 @@ impl SalmexProtocol {
     const INNER: JsonRpc = JsonRpc::CONTENT_LENGTH;
 }
 
+/// Rewrites serialized JSON so it is pure ASCII: every non-ASCII character
+/// (they only occur inside strings) becomes `\uXXXX` escapes (UTF-16, so
+/// surrogate pairs above U+FFFF). Same JSON value, but its length in bytes
+/// equals its length in characters and in UTF-16 units. The Salmex
+/// documentation's reference `main.js` compares Content-Length (bytes) with
+/// a JavaScript string length (UTF-16 units) and would otherwise stall on
+/// the first non-ASCII argument.
+pub fn ascii_json(bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.is_ascii() {
+        return bytes;
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => return e.into_bytes(),
+    };
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        }
+    }
+    out.into_bytes()
+}
+
 /// The host request an `event.progress` is about: `params.id`,
 /// `params.requestId` or `params.request_id` when it is an integer.
 fn progress_request_id(params: &Value) -> Option<i64> {
@@ -64,15 +96,15 @@ impl Protocol for SalmexProtocol {
     }
 
     fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
-        Self::INNER.encode_request(id, method, params)
+        ascii_json(Self::INNER.encode_request(id, method, params))
     }
 
     fn encode_notification(&self, method: &str, params: Option<Value>) -> Vec<u8> {
-        Self::INNER.encode_notification(method, params)
+        ascii_json(Self::INNER.encode_notification(method, params))
     }
 
     fn encode_response(&self, id: Id, outcome: Result<Value, ErrorObject>) -> Vec<u8> {
-        Self::INNER.encode_response(id, outcome)
+        ascii_json(Self::INNER.encode_response(id, outcome))
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<Incoming, String> {
@@ -629,6 +661,17 @@ mod tests {
                 .is_err(),
             "a request with scalar params stays invalid"
         );
+    }
+
+    #[test]
+    fn frames_to_plugins_are_ascii_with_the_same_value() {
+        let params = json!({"name": "Zoë 😀 \"q\" \\ é"});
+        let bytes = SalmexProtocol.encode_request(1, "tools/call", Some(params.clone()));
+        assert!(bytes.is_ascii(), "{}", String::from_utf8_lossy(&bytes));
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains(r"Zo\u00eb \ud83d\ude00"), "{text}");
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back["params"], params);
     }
 
     #[test]

@@ -598,6 +598,17 @@ fn the_example_plugins_in_node_python_and_bash_work_through_the_cli() {
         let out =
             json_out(&ws.plugd(&["tool", "call", &name, "--args", r#"{"name":"x"}"#, "--json"]));
         assert_eq!(out["content"][0]["text"], "Hello, x!", "{name}: {out}");
+        // Non-ASCII arguments: the seed's main.js measures Content-Length in
+        // UTF-16 units, so the host sends ASCII-only JSON (\u escapes).
+        let out = json_out(&ws.plugd(&[
+            "tool",
+            "call",
+            &name,
+            "--args",
+            r#"{"name":"Zoë 😀"}"#,
+            "--json",
+        ]));
+        assert_eq!(out["content"][0]["text"], "Hello, Zoë 😀!", "{name}: {out}");
     }
     // The schema from plugin.json is enforced before the plugin is called.
     let o = ws.plugd(&[
