@@ -28,8 +28,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Serialize;
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
@@ -693,7 +693,10 @@ fn resolve_entry_path(
         return Err(cx.invalid(
             "path",
             line,
-            format!("{} is not a regular file; point it at the microapp's program", quote(rel)),
+            format!(
+                "{} is not a regular file; point it at the microapp's program",
+                quote(rel)
+            ),
         ));
     }
     let parent = resolved.parent().unwrap_or(workspace);
@@ -825,7 +828,10 @@ mod tests {
         assert_eq!(spec.command.program, "python3");
         assert_eq!(
             spec.command.args,
-            [ws.dir().join("extensions/hello/main.py").display().to_string()]
+            [ws.dir()
+                .join("extensions/hello/main.py")
+                .display()
+                .to_string()]
         );
         assert_eq!(spec.supervisor.call_timeout, Some(Duration::from_secs(7)));
         assert_eq!(spec.supervisor.shutdown_timeout, Duration::from_secs(5));
@@ -858,8 +864,14 @@ mod tests {
             .unwrap();
         let specs: Vec<PluginSpec> = r.into_iter().map(Result::unwrap).collect();
         let by = |id: &str| specs.iter().find(|s| s.id == id).unwrap();
-        assert_eq!(by("hello").supervisor.call_timeout, Some(DEFAULT_CALL_TIMEOUT));
-        assert_eq!(by("hello").microapp.as_ref().unwrap().config, serde_json::json!({}));
+        assert_eq!(
+            by("hello").supervisor.call_timeout,
+            Some(DEFAULT_CALL_TIMEOUT)
+        );
+        assert_eq!(
+            by("hello").microapp.as_ref().unwrap().config,
+            serde_json::json!({})
+        );
         assert_eq!(by("n").command.program, "node");
         assert_eq!(by("b").command.program, "bash");
         assert_eq!(
@@ -879,21 +891,36 @@ mod tests {
         assert_eq!(good, 1);
         let errs: Vec<&EntryError> = r.iter().filter_map(|e| e.as_ref().err()).collect();
         let bad = errs.iter().find(|e| e.name == "bad").unwrap();
-        assert!(bad.error.to_string().contains("entries.bad.path"), "{}", bad.error);
-        assert!(bad.error.to_string().contains("cannot be resolved"), "{}", bad.error);
+        assert!(
+            bad.error.to_string().contains("entries.bad.path"),
+            "{}",
+            bad.error
+        );
+        assert!(
+            bad.error.to_string().contains("cannot be resolved"),
+            "{}",
+            bad.error
+        );
         let worse = errs.iter().find(|e| e.name == "worse").unwrap();
         let t = worse.error.to_string();
-        assert!(t.contains("entries.worse") && t.contains("found a number") && t.contains("(line 4)"), "{t}");
+        assert!(
+            t.contains("entries.worse") && t.contains("found a number") && t.contains("(line 4)"),
+            "{t}"
+        );
     }
 
     #[test]
     fn unknown_keys_are_named_with_their_line() {
         let ws = Ws::new();
-        let t = ws.entry_err("entries:\n  hello:\n    path: extensions/hello/main.py\n    timeout: 3\n");
+        let t = ws
+            .entry_err("entries:\n  hello:\n    path: extensions/hello/main.py\n    timeout: 3\n");
         assert!(t.contains("entries.hello.timeout"), "{t}");
         assert!(t.contains("unknown key \"timeout\""), "{t}");
         assert!(t.contains("(line 4)"), "{t}");
-        assert!(t.contains("expected one of: path, config, timeout_secs, capabilities"), "{t}");
+        assert!(
+            t.contains("expected one of: path, config, timeout_secs, capabilities"),
+            "{t}"
+        );
 
         // At the top of the document, the whole file is refused with a line.
         let e = ws.load("entries: {}\nextras: 1\n").unwrap_err().to_string();
@@ -904,15 +931,42 @@ mod tests {
     fn wrong_types_are_refused() {
         let ws = Ws::new();
         for (yaml, want) in [
-            ("entries:\n  hello: {path: 5}\n", "entries.hello.path: expected a string, found a number"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: \"10\"}\n", "entries.hello.timeout_secs: expected a whole number of seconds, found a string"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: 1.5}\n", "1.5 is not a whole number"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: 0}\n", "0 is out of range"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: -3}\n", "entries.hello.timeout_secs"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, capabilities: agents_crud}\n", "entries.hello.capabilities: expected a list of capability names, found a string"),
-            ("entries:\n  hello: {path: extensions/hello/main.py, capabilities: [true]}\n", "entries.hello.capabilities[0]: expected a capability name (a string), found a boolean"),
-            ("entries:\n  hello: [a]\n", "entries.hello: expected a mapping"),
-            ("entries:\n  hello: {}\n", "entries.hello.path: required key is missing"),
+            (
+                "entries:\n  hello: {path: 5}\n",
+                "entries.hello.path: expected a string, found a number",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: \"10\"}\n",
+                "entries.hello.timeout_secs: expected a whole number of seconds, found a string",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: 1.5}\n",
+                "1.5 is not a whole number",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: 0}\n",
+                "0 is out of range",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, timeout_secs: -3}\n",
+                "entries.hello.timeout_secs",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, capabilities: agents_crud}\n",
+                "entries.hello.capabilities: expected a list of capability names, found a string",
+            ),
+            (
+                "entries:\n  hello: {path: extensions/hello/main.py, capabilities: [true]}\n",
+                "entries.hello.capabilities[0]: expected a capability name (a string), found a boolean",
+            ),
+            (
+                "entries:\n  hello: [a]\n",
+                "entries.hello: expected a mapping",
+            ),
+            (
+                "entries:\n  hello: {}\n",
+                "entries.hello.path: required key is missing",
+            ),
         ] {
             let t = ws.entry_err(yaml);
             assert!(t.contains(want), "{yaml:?}: {t}");
@@ -928,7 +982,10 @@ mod tests {
         let t = ws.entry_err(
             "entries:\n  hello:\n    path: extensions/hello/main.py\n    capabilities: [agents_crud, root_shell]\n",
         );
-        assert!(t.contains("entries.hello.capabilities[1]: unknown capability \"root_shell\""), "{t}");
+        assert!(
+            t.contains("entries.hello.capabilities[1]: unknown capability \"root_shell\""),
+            "{t}"
+        );
         assert!(t.contains("known capabilities: dispatch_outbound, agents_crud, credentials_crud, pairing_initiate, llm_keys_crud, channels_crud, transcripts_subscribe"), "{t}");
     }
 
@@ -936,10 +993,14 @@ mod tests {
     fn ids_are_checked() {
         let ws = Ws::new();
         for id in ["Hello", "1abc", "a b", "hé", "-x", &"a".repeat(65)] {
-            let t = ws.entry_err(&format!("entries:\n  \"{id}\": {{path: extensions/hello/main.py}}\n"));
+            let t = ws.entry_err(&format!(
+                "entries:\n  \"{id}\": {{path: extensions/hello/main.py}}\n"
+            ));
             assert!(t.contains("is not a valid extension id"), "{id}: {t}");
         }
-        let r = ws.load("entries:\n  a-b_1: {path: extensions/hello/main.py}\n").unwrap();
+        let r = ws
+            .load("entries:\n  a-b_1: {path: extensions/hello/main.py}\n")
+            .unwrap();
         assert!(r[0].is_ok());
         // Ids that only differ by - and _ would share a tool prefix.
         let r = ws
@@ -957,7 +1018,11 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(outside.path().join("evil.py"), "").unwrap();
         std::fs::create_dir_all(ws.tmp.path().join("extensions/link")).unwrap();
-        symlink(outside.path().join("evil.py"), ws.tmp.path().join("extensions/link/main.py")).unwrap();
+        symlink(
+            outside.path().join("evil.py"),
+            ws.tmp.path().join("extensions/link/main.py"),
+        )
+        .unwrap();
         symlink(outside.path(), ws.tmp.path().join("extensions/dirlink")).unwrap();
         ws.file(".plugd/x/app.py", "");
         ws.file("top.py", "");
@@ -966,15 +1031,24 @@ mod tests {
             ("../evil.py", "uses \"..\""),
             ("extensions/../../evil.py", "uses \"..\""),
             (abs.as_str(), "is absolute"),
-            ("extensions/link/main.py", "escapes the workspace through a symlink"),
-            ("extensions/dirlink/evil.py", "escapes the workspace through a symlink"),
+            (
+                "extensions/link/main.py",
+                "escapes the workspace through a symlink",
+            ),
+            (
+                "extensions/dirlink/evil.py",
+                "escapes the workspace through a symlink",
+            ),
             ("extensions/hello", "is not a regular file"),
             ("top.py", "lies directly in the workspace"),
             (".plugd/x/app.py", "lies in .plugd/"),
             ("", "is empty"),
         ] {
             let t = ws.entry_err(&format!("entries:\n  hello: {{path: \"{path}\"}}\n"));
-            assert!(t.contains(want) && t.contains("entries.hello.path"), "{path}: {t}");
+            assert!(
+                t.contains(want) && t.contains("entries.hello.path"),
+                "{path}: {t}"
+            );
         }
     }
 
@@ -989,8 +1063,14 @@ mod tests {
     #[test]
     fn malformed_yaml_is_refused_with_a_line() {
         let ws = Ws::new();
-        let e = ws.load("entries:\n  hello: {path: [\n").unwrap_err().to_string();
-        assert!(e.contains("invalid extensions.yaml") && e.contains("line "), "{e}");
+        let e = ws
+            .load("entries:\n  hello: {path: [\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("invalid extensions.yaml") && e.contains("line "),
+            "{e}"
+        );
         let e = ws
             .load("entries:\n  a: {path: extensions/hello/main.py}\n  a: {path: extensions/hello/main.py}\n")
             .unwrap_err()
@@ -1007,7 +1087,10 @@ mod tests {
     #[test]
     fn oversized_and_non_utf8_files_are_refused() {
         let ws = Ws::new();
-        let big = format!("# {}\nentries: {{}}\n", "x".repeat(MAX_MANIFEST_BYTES as usize));
+        let big = format!(
+            "# {}\nentries: {{}}\n",
+            "x".repeat(MAX_MANIFEST_BYTES as usize)
+        );
         let e = ws.load(&big).unwrap_err();
         assert!(matches!(e, ManifestError::TooLarge { .. }), "{e}");
         std::fs::write(ws.tmp.path().join(EXTENSIONS_FILE), b"entries: \xff\n").unwrap();
@@ -1035,7 +1118,11 @@ mod tests {
     #[test]
     fn no_file_means_no_entries() {
         let tmp = tempfile::tempdir().unwrap();
-        assert!(load_extensions(tmp.path(), &LoadOptions::default()).unwrap().is_empty());
+        assert!(
+            load_extensions(tmp.path(), &LoadOptions::default())
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]
