@@ -249,11 +249,14 @@ async fn a_crash_restarts_the_microapp_and_tool_handles_keep_working() {
         err.contains("crashed: exit status 3") && err.contains("crashing on purpose"),
         "{err}"
     );
+    // Wait for the new process, not the old one still reported running
+    // until the supervisor notices the exit.
     let sup = rt.supervised("crashy").unwrap().clone();
+    let old_pid = before["pid"].as_u64().unwrap() as u32;
     assert!(
         eventually(Duration::from_secs(15), || matches!(
             sup.status(),
-            Status::Running { .. }
+            Status::Running { pid, .. } if pid != old_pid
         ))
         .await,
         "{:?}",
