@@ -36,7 +36,7 @@ use serde_saphyr::Spanned;
 use crate::native::quote;
 use crate::{
     CommandSpec, Dialect, EntryError, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
-    SupervisorSpec,
+    StartMode, SupervisorSpec,
 };
 
 /// The file this dialect is declared in.
@@ -606,6 +606,8 @@ fn check_entry(
         manifest_path: path.to_path_buf(),
         command,
         supervisor: SupervisorSpec {
+            // Seed: "a child process the daemon launches once at boot".
+            start: StartMode::Eager,
             call_timeout: Some(call_timeout),
             shutdown_timeout: SHUTDOWN_TIMEOUT,
             shutdown_grace: SHUTDOWN_GRACE,
@@ -836,6 +838,7 @@ mod tests {
                 .to_string()]
         );
         assert_eq!(spec.supervisor.call_timeout, Some(Duration::from_secs(7)));
+        assert_eq!(spec.supervisor.start, StartMode::Eager);
         assert_eq!(spec.supervisor.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(spec.supervisor.shutdown_grace, Duration::from_secs(5));
         assert!(spec.pin_dir);
