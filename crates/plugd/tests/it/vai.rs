@@ -85,6 +85,24 @@ async fn conn(rt: &Runtime, id: &str) -> Arc<Conn> {
         .unwrap()
 }
 
+/// Waits until `id` runs again in a process other than `old_pid` (right
+/// after a crash the status can still show the dead run for a moment).
+async fn restarted(rt: &Runtime, id: &str, old_pid: u64) -> bool {
+    let sup = rt.supervised(id).unwrap().clone();
+    eventually(
+        Duration::from_secs(10),
+        || matches!(sup.status(), Status::Running { pid, .. } if u64::from(pid) != old_pid),
+    )
+    .await
+}
+
+fn running_pid(rt: &Runtime, id: &str) -> u64 {
+    match rt.supervised(id).unwrap().status() {
+        Status::Running { pid, .. } => u64::from(pid),
+        other => panic!("{id} is not running: {other:?}"),
+    }
+}
+
 fn pid_of(v: &Value) -> (u64, u64) {
     let s = &v["structured_output"];
     (s["pid"].as_u64().unwrap(), s["pgid"].as_u64().unwrap())
@@ -305,14 +323,7 @@ async fn a_plugin_that_ignores_cancel_is_killed_after_the_grace_and_restarted() 
         eventually(vai::CANCEL_GRACE * 4, || !process_group_alive(pgid)).await,
         "the runaway plugin must be killed"
     );
-    let sup = rt.supervised("test/stubborn").unwrap().clone();
-    assert!(
-        eventually(Duration::from_secs(10), || matches!(
-            sup.status(),
-            Status::Running { .. }
-        ))
-        .await
-    );
+    assert!(restarted(&rt, "test/stubborn", pid_of(&before).0).await);
     let after = rt
         .call_tool("test/stubborn/pid", json!({}), None)
         .await
@@ -337,14 +348,7 @@ async fn a_crash_fails_the_call_and_the_restart_keeps_tool_handles() {
         .unwrap_err();
     assert!(e.to_string().contains("crashed: exit status 3"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
-    let sup = rt.supervised("test/crashy").unwrap().clone();
-    assert!(
-        eventually(Duration::from_secs(10), || matches!(
-            sup.status(),
-            Status::Running { .. }
-        ))
-        .await
-    );
+    assert!(restarted(&rt, "test/crashy", pid_of(&before).0).await);
     let after = rt
         .call_tool("test/crashy/pid", json!({}), None)
         .await
@@ -435,6 +439,7 @@ async fn broken_framing_drops_the_connection_fast_and_the_plugin_restarts() {
     for kind in kinds {
         let id = format!("test/atk-{kind}");
         rt.approve(&id, "test").await.unwrap();
+        let old_pid = running_pid(&rt, &id);
         let t = Instant::now();
         let e = tool_err(
             rt.call_tool(&format!("{id}/attack"), json!({"kind": kind}), None)
@@ -451,16 +456,7 @@ async fn broken_framing_drops_the_connection_fast_and_the_plugin_restarts() {
             "{kind}: {:?}",
             t.elapsed()
         );
-        let sup = rt.supervised(&id).unwrap().clone();
-        assert!(
-            eventually(Duration::from_secs(10), || matches!(
-                sup.status(),
-                Status::Running { .. }
-            ))
-            .await,
-            "{kind}: {:?}",
-            sup.status()
-        );
+        assert!(restarted(&rt, &id, old_pid).await, "{kind}: not restarted");
         rt.call_tool(&format!("{id}/echo"), json!({}), None)
             .await
             .unwrap_or_else(|e| panic!("{kind}: {e}"));
