@@ -19,6 +19,11 @@
 //! * `max_concurrency` is enforced per export with a semaphore in the
 //!   connection state ([`VaiState`]); excess calls wait in a bounded queue.
 //! * Shutdown: a `shutdown` frame; the supervisor kills after its grace.
+//!
+//! The dialect interface gives [`handshake`] no access to [`Setup::state`] or
+//! the handler, so the plugin's `hello` is handed over through a slot keyed by
+//! the address of the plugin's `Arc<PluginSpec>` (the same in `setup` and
+//! `handshake` of one launch; launches of one plugin never overlap).
 
 pub mod codec;
 
@@ -172,8 +177,7 @@ struct HelloSlot {
 
 /// Hello slots by the address of the plugin's `PluginSpec`: `setup` and
 /// `handshake` of one launch see the same `Arc<PluginSpec>`, and a plugin's
-/// launches never overlap. (The dialect interface gives `handshake` no
-/// access to [`Setup::state`]; see the module docs.)
+/// launches never overlap (see the module docs).
 fn hello_slots() -> &'static Mutex<HashMap<usize, Weak<HelloSlot>>> {
     static SLOTS: OnceLock<Mutex<HashMap<usize, Weak<HelloSlot>>>> = OnceLock::new();
     SLOTS.get_or_init(Default::default)
