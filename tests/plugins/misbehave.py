@@ -65,7 +65,7 @@ MODES = {
     "slow_init": "sleep ARG ms (default 10000) before answering initialize",
     "ignore_shutdown": "spawn grandchild `sleep 300` (same process group), ignore shutdown and SIGTERM",
     "stderr_flood": "at start, write 1000 stderr lines and one 1 MiB stderr line",
-    "crash_after_init": "exit 9 right after answering initialize, last stderr line [ERROR] boom",
+    "crash_after_init": "exit 9 ARG ms (default 0) after answering initialize, last stderr line [ERROR] boom",
 }
 
 HUGE_LINE_BYTES = 100 * 1024 * 1024
@@ -147,6 +147,8 @@ class Plugin:
             {"manifest": manifest, "server_version": f"{self.id}-{self.version}", "tools": tools},
         )
         if self.mode == "crash_after_init":
+            # ARG: milliseconds to live after the reply (default 0).
+            time.sleep(int(self.arg or 0) / 1000)
             log("ERROR", "boom")
             os._exit(9)
         if self.mode == "no_read":

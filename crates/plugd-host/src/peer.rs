@@ -450,6 +450,11 @@ impl Peer {
         first_some(&self.inner.reader_done).await
     }
 
+    /// How the reader ended, if it has (`stdout closed` or `unreadable output: …`).
+    pub fn reader_end(&self) -> Option<String> {
+        self.inner.reader_done.borrow().clone()
+    }
+
     /// Counters of skipped and shed frames.
     pub fn stats(&self) -> PeerStats {
         let c = &self.inner.counters;

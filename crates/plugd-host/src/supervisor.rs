@@ -398,10 +398,18 @@ impl Supervised {
         let mut rx = inner.status.subscribe();
         let mut waited_on_start = false;
         loop {
+            // Mark the current status seen *before* looking at the slot, so a
+            // change made after the look always wakes the wait below.
+            let state = rx.borrow_and_update().name();
             {
                 let mut ctl = inner.lock();
                 match &ctl.slot {
-                    Slot::Running(conn) => return Ok(conn.clone()),
+                    // A connection whose process just died is not handed out:
+                    // the monitor is about to schedule the restart; wait for it.
+                    Slot::Running(conn) if conn.peer.closed_reason().is_none() => {
+                        return Ok(conn.clone());
+                    }
+                    Slot::Running(_) => {}
                     Slot::Failed(reason) => {
                         return Err(PluginError::Failed {
                             plugin: id(),
@@ -435,7 +443,6 @@ impl Supervised {
                     Slot::Stopping => return Err(PluginError::Stopping { plugin: id() }),
                 }
             }
-            let state = rx.borrow_and_update().name();
             match tokio::time::timeout_at(deadline.into(), rx.changed()).await {
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) | Err(_) => {
@@ -610,7 +617,9 @@ impl SupInner {
                 let sup = Supervised { inner };
                 if sup.current().is_none() {
                     // Still in the handshake: refresh once it is running.
-                    sup.inner.catalog_dirty.store(true, std::sync::atomic::Ordering::Relaxed);
+                    sup.inner
+                        .catalog_dirty
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
                     return;
                 }
                 tokio::spawn(async move {
@@ -638,9 +647,17 @@ impl SupInner {
             tokio::spawn(async move {
                 let status = reaper.wait().await;
                 tail.settle(Duration::from_millis(200)).await;
+                let exit = spawn::describe_exit(&status);
+                // A stream the host could not read is the real cause of a kill.
+                let cause = match peer.reader_end() {
+                    Some(why) if why.starts_with("unreadable output") => {
+                        format!("{why}; the plugin was killed ({exit})")
+                    }
+                    _ => exit,
+                };
                 peer.close(Closed {
                     plugin: peer.plugin().clone(),
-                    cause: spawn::describe_exit(&status),
+                    cause,
                     stderr_tail: tail.lines(),
                     expected: false,
                 });
@@ -653,7 +670,14 @@ impl SupInner {
             let handle = handle.clone();
             tokio::spawn(async move {
                 let why = peer.wait_reader_done().await;
-                if tokio::time::timeout(Duration::from_millis(500), peer.wait_closed())
+                // Unreadable output cannot recover: kill at once. A closed
+                // stdout may be an orderly exit: give it a moment first.
+                let wait = if why.starts_with("unreadable output") {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(500)
+                };
+                if tokio::time::timeout(wait, peer.wait_closed())
                     .await
                     .is_err()
                 {
@@ -741,8 +765,13 @@ impl SupInner {
                 drop(ctl);
                 self.observer.started(&self.spec, &conn.handshake);
                 self.publish(status);
-                if self.catalog_dirty.swap(false, std::sync::atomic::Ordering::Relaxed) {
-                    let sup = Supervised { inner: self.clone() };
+                if self
+                    .catalog_dirty
+                    .swap(false, std::sync::atomic::Ordering::Relaxed)
+                {
+                    let sup = Supervised {
+                        inner: self.clone(),
+                    };
                     tokio::spawn(async move {
                         if let Err(e) = sup.refresh_tools().await {
                             tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");

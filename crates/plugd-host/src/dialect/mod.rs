@@ -192,14 +192,3 @@ pub async fn shutdown(conn: &Conn, spec: &PluginSpec, reply_timeout: Duration) {
         }
     }
 }
-
-/// A handshake error for a dialect whose support is not built yet.
-pub(crate) fn unsupported(spec: &PluginSpec) -> HandshakeError {
-    HandshakeError::Malformed {
-        plugin: spec.id.clone(),
-        reason: format!(
-            "the {} dialect is not supported by this build",
-            spec.dialect
-        ),
-    }
-}

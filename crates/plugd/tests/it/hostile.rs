@@ -479,11 +479,12 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
     let rt = ws.runtime(quick(10_000));
     rt.approve("loop", "test").await.unwrap();
     rt.shutdown().await;
-    // Now make it die right after every handshake.
+    // Now make it die shortly after every handshake (late enough that the
+    // approval's own handshake completes).
     let manifest = std::fs::read_to_string(dir.join("nexo-plugin.toml")).unwrap();
     std::fs::write(
         dir.join("nexo-plugin.toml"),
-        manifest.replace("\"good\"", "\"crash_after_init\""),
+        manifest.replace("\"good\"", "\"crash_after_init\", \"300\""),
     )
     .unwrap();
     let rt = ws.runtime(quick(10_000));
