@@ -228,7 +228,7 @@ pub struct Conn {
     /// What the host offers this plugin (workspace, state directories).
     pub services: HostServices,
     /// The dialect's per-connection state, from [`dialect::Setup::state`].
-    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    pub state: Option<dialect::DialectState>,
     started: Instant,
 }
 
@@ -691,7 +691,7 @@ impl SupInner {
             .supervisor
             .init_timeout
             .unwrap_or(self.config.init_timeout);
-        match dialect::handshake(&peer, spec, &self.services, init_timeout).await {
+        match dialect::handshake(&peer, spec, &self.services, dialect_state.as_ref(), init_timeout).await {
             Ok(handshake) => {
                 for w in &handshake.warnings {
                     tracing::warn!(plugin = %plugin, "{w}");

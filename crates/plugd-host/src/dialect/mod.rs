@@ -86,6 +86,9 @@ impl HostServices {
     }
 }
 
+/// A dialect's per-connection state ([`Setup::state`], [`Conn::state`]).
+pub type DialectState = Arc<dyn std::any::Any + Send + Sync>;
+
 /// Asks the supervisor to re-read a running plugin's tool catalog (MCP
 /// `notifications/tools/list_changed`).
 pub type CatalogChanged = Arc<dyn Fn() + Send + Sync>;
@@ -99,8 +102,8 @@ pub struct Setup {
     /// Cancel behaviour, for contracts that have one.
     pub cancel: Option<CancelPolicy>,
     /// Per-connection state the dialect keeps (downcast it in its own
-    /// functions through [`Conn::state`]).
-    pub state: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// functions: the handshake gets it, later calls find it in [`Conn::state`]).
+    pub state: Option<DialectState>,
 }
 
 /// The envelope, handler and cancel policy for `spec`'s dialect.
@@ -123,17 +126,19 @@ pub fn setup(
     }
 }
 
-/// The handshake; validates identity and the tool catalog.
+/// The handshake; validates identity and the tool catalog. `state` is the
+/// connection state [`setup`] returned.
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     services: &HostServices,
+    state: Option<&DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     match spec.dialect {
         Dialect::Microapp => microapp::handshake(peer, spec, services, timeout).await,
         Dialect::Salmex => salmex::handshake(peer, spec, services, timeout).await,
-        Dialect::Vai => vai::handshake(peer, spec, services, timeout).await,
+        Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
         _ => native::initialize(peer, spec, timeout).await,
     }

@@ -19,18 +19,15 @@
 //! * `max_concurrency` is enforced per export with a semaphore in the
 //!   connection state ([`VaiState`]); excess calls wait in a bounded queue.
 //! * Shutdown: a `shutdown` frame; the supervisor kills after its grace.
-//!
-//! The dialect interface gives [`handshake`] no access to [`Setup::state`] or
-//! the handler, so the plugin's `hello` is handed over through a slot keyed by
-//! the address of the plugin's `Arc<PluginSpec>` (the same in `setup` and
-//! `handshake` of one launch; launches of one plugin never overlap).
+//! * The plugin's `hello` lands in a slot of the connection state, shared by
+//!   the handler and [`handshake`].
 
 pub mod codec;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugd_manifest::PluginSpec;
@@ -39,7 +36,7 @@ use plugd_wire::ErrorObject;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
-use super::{CallContext, CatalogChanged, HostServices, Setup};
+use super::{CallContext, CatalogChanged, DialectState, HostServices, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, Peer};
 use crate::supervisor::Conn;
@@ -162,10 +159,11 @@ struct Limit {
 }
 
 /// Per-connection state of a VAI plugin: one semaphore per export that
-/// declares `max_concurrency`.
-#[derive(Debug, Default)]
+/// declares `max_concurrency`, and the slot the plugin's `hello` lands in.
+#[derive(Debug)]
 pub struct VaiState {
     limits: HashMap<String, Limit>,
+    hello: Arc<HelloSlot>,
 }
 
 /// Where the plugin's `hello` lands until the handshake picks it up.
@@ -173,18 +171,6 @@ pub struct VaiState {
 struct HelloSlot {
     plugin: String,
     tx: watch::Sender<Option<Value>>,
-}
-
-/// Hello slots by the address of the plugin's `PluginSpec`: `setup` and
-/// `handshake` of one launch see the same `Arc<PluginSpec>`, and a plugin's
-/// launches never overlap (see the module docs).
-fn hello_slots() -> &'static Mutex<HashMap<usize, Weak<HelloSlot>>> {
-    static SLOTS: OnceLock<Mutex<HashMap<usize, Weak<HelloSlot>>>> = OnceLock::new();
-    SLOTS.get_or_init(Default::default)
-}
-
-fn spec_key(spec: &PluginSpec) -> usize {
-    std::ptr::from_ref(spec) as usize
 }
 
 /// Serves what a VAI plugin sends on its own: its `hello`. Plugin requests
@@ -227,11 +213,6 @@ pub fn setup(
         plugin: spec.id.clone(),
         tx: watch::channel(None).0,
     });
-    {
-        let mut slots = hello_slots().lock().unwrap_or_else(|p| p.into_inner());
-        slots.retain(|_, w| w.strong_count() > 0);
-        slots.insert(spec_key(spec), Arc::downgrade(&slot));
-    }
     let limits = spec
         .vai
         .iter()
@@ -250,12 +231,12 @@ pub fn setup(
         .collect();
     Setup {
         protocol: Arc::new(VaiRpc),
-        handler: Arc::new(VaiHandler { hello: slot }),
+        handler: Arc::new(VaiHandler { hello: slot.clone() }),
         cancel: Some(CancelPolicy {
             grace: CANCEL_GRACE,
             expects_ack: true,
         }),
-        state: Some(Arc::new(VaiState { limits })),
+        state: Some(Arc::new(VaiState { limits, hello: slot })),
     }
 }
 
@@ -266,6 +247,7 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     _services: &HostServices,
+    state: Option<&DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let deadline = tokio::time::Instant::now() + timeout;
@@ -273,11 +255,10 @@ pub async fn handshake(
         plugin: spec.id.clone(),
         reason,
     };
-    let slot = {
-        let mut slots = hello_slots().lock().unwrap_or_else(|p| p.into_inner());
-        slots.remove(&spec_key(spec)).and_then(|w| w.upgrade())
-    };
-    let Some(slot) = slot.filter(|s| s.plugin == spec.id) else {
+    let slot = state
+        .and_then(|s| s.downcast_ref::<VaiState>())
+        .map(|s| s.hello.clone());
+    let Some(slot) = slot else {
         return Err(malformed(
             "internal: no hello slot for this connection (setup was not called)".into(),
         ));
