@@ -639,7 +639,7 @@ async fn read_loop<R: AsyncRead + Unpin>(inner: Arc<Inner>, reader: R, handler: 
             Some(Ok(Frame::Oversized { len, prefix })) => {
                 inner.counters.oversized.fetch_add(1, Ordering::Relaxed);
                 let limit = inner.config.max_frame;
-                let answered = sniff_id(&prefix).is_some_and(|id| {
+                let answered = inner.config.protocol.sniff_id(&prefix).is_some_and(|id| {
                     inner.complete(id, |method| {
                         Err(CallError::FrameTooLarge {
                             plugin: plugin.clone(),
@@ -729,25 +729,6 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
     }
 }
 
-/// Finds `"id": <integer>` near the start of an oversized frame so the call it
-/// answers can fail at once instead of timing out.
-fn sniff_id(prefix: &[u8]) -> Option<i64> {
-    let text = std::str::from_utf8(prefix).ok().or_else(|| {
-        // The cut may fall inside a UTF-8 sequence; use the valid part.
-        let valid = std::str::from_utf8(prefix).err()?.valid_up_to();
-        std::str::from_utf8(&prefix[..valid]).ok()
-    })?;
-    let at = text.find("\"id\"")? + 4;
-    let rest = text[at..].trim_start().strip_prefix(':')?.trim_start();
-    let digits: String = rest
-        .chars()
-        .enumerate()
-        .take_while(|(i, c)| c.is_ascii_digit() || (*i == 0 && *c == '-'))
-        .map(|(_, c)| c)
-        .collect();
-    digits.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -757,9 +738,10 @@ mod tests {
     #[test]
     fn sniffs_ids() {
         assert_eq!(
-            sniff_id(br#"{"jsonrpc":"2.0","id": 42,"result":"xxxx"#),
+            crate::protocol::sniff_jsonrpc_id(br#"{"jsonrpc":"2.0","id": 42,"result":"xxxx"#),
             Some(42)
         );
+        use crate::protocol::sniff_jsonrpc_id as sniff_id;
         assert_eq!(sniff_id(br#"{"id":-3,"#), Some(-3));
         assert_eq!(sniff_id(br#"{"jsonrpc":"2.0","result":"aaaa"#), None);
         assert_eq!(sniff_id(br#"{"id":"str""#), None);

@@ -68,6 +68,33 @@ pub trait Protocol: Send + Sync + 'static {
     }
     /// Classifies one frame; `Err` describes junk.
     fn decode(&self, bytes: &[u8]) -> Result<Incoming, String>;
+
+    /// The host request id named near the start of an oversized (unread)
+    /// frame, so the call it answers can fail at once instead of timing out.
+    fn sniff_id(&self, prefix: &[u8]) -> Option<i64> {
+        sniff_jsonrpc_id(prefix)
+    }
+}
+
+/// The text right after the first `"id":` in `prefix` (the valid UTF-8 part).
+pub fn id_member(prefix: &[u8]) -> Option<&str> {
+    let text = match std::str::from_utf8(prefix) {
+        Ok(t) => t,
+        // The cut may fall inside a UTF-8 sequence; use the valid part.
+        Err(e) => std::str::from_utf8(&prefix[..e.valid_up_to()]).ok()?,
+    };
+    let at = text.find("\"id\"")? + 4;
+    Some(text[at..].trim_start().strip_prefix(':')?.trim_start())
+}
+
+/// `"id": <integer>` near the start of a JSON-RPC frame.
+pub fn sniff_jsonrpc_id(prefix: &[u8]) -> Option<i64> {
+    let rest = id_member(prefix)?;
+    let end = rest
+        .char_indices()
+        .find(|&(i, c)| !(c.is_ascii_digit() || (i == 0 && c == '-')))
+        .map_or(rest.len(), |(i, _)| i);
+    rest[..end].parse().ok()
 }
 
 /// JSON-RPC 2.0 with integer host ids.

@@ -691,7 +691,15 @@ impl SupInner {
             .supervisor
             .init_timeout
             .unwrap_or(self.config.init_timeout);
-        match dialect::handshake(&peer, spec, &self.services, dialect_state.as_ref(), init_timeout).await {
+        match dialect::handshake(
+            &peer,
+            spec,
+            &self.services,
+            dialect_state.as_ref(),
+            init_timeout,
+        )
+        .await
+        {
             Ok(handshake) => {
                 for w in &handshake.warnings {
                     tracing::warn!(plugin = %plugin, "{w}");

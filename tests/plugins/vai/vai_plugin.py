@@ -120,7 +120,8 @@ def attack(rid, kind):
     elif kind == "big_header":
         raw(b"X-Pad: " + b"a" * (1 << 20) + b"\r\nContent-Length: 2\r\n\r\n{}")
     elif kind == "oversized":
-        # 17 MiB body, over the 16 MiB limit: skipped as it streams, then the real answer.
+        # 17 MiB body, over the 16 MiB limit: skipped as it streams (the host fails the
+        # call from the id in its first bytes), then an answer the host must drop.
         pad = b" " * (17 * 1024 * 1024)
         body = b'{"protocol":"vai.rpc.v1","type":"response","id":"' + rid.encode() + b'","ok":true,"body":' + pad + b'{}}'
         raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)

@@ -26,8 +26,8 @@ pub mod codec;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugd_manifest::PluginSpec;
@@ -231,12 +231,17 @@ pub fn setup(
         .collect();
     Setup {
         protocol: Arc::new(VaiRpc),
-        handler: Arc::new(VaiHandler { hello: slot.clone() }),
+        handler: Arc::new(VaiHandler {
+            hello: slot.clone(),
+        }),
         cancel: Some(CancelPolicy {
             grace: CANCEL_GRACE,
             expects_ack: true,
         }),
-        state: Some(Arc::new(VaiState { limits, hello: slot })),
+        state: Some(Arc::new(VaiState {
+            limits,
+            hello: slot,
+        })),
     }
 }
 

@@ -465,17 +465,29 @@ async fn broken_framing_drops_the_connection_fast_and_the_plugin_restarts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_oversized_frame_is_skipped_and_the_next_answer_gets_through() {
+async fn an_oversized_response_fails_its_call_at_once_and_the_stream_recovers() {
     let ws = Ws::new();
     package(&ws, "huge", "good", &[]);
     let rt = approved(&ws, "test/huge", quick(30_000)).await;
-    let got = rt
+    // The plugin answers with a 17 MiB frame (skipped unread: its "req_<n>"
+    // id is found in the first bytes, so the call fails now, not at its
+    // deadline), then sends a valid answer for the same id, which is dropped.
+    let t = std::time::Instant::now();
+    let err = rt
         .call_tool("test/huge/attack", json!({"kind": "oversized"}), None)
         .await
-        .unwrap();
-    assert_eq!(got["content"][0]["text"], "after the oversized frame");
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("over the 16777216-byte limit"), "{err}");
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "failed at the deadline, not at once"
+    );
     let stats = rt.plugin("test/huge").unwrap().stats.unwrap();
     assert_eq!(stats.oversized_frames, 1, "{stats:?}");
+    // The stream resynchronised: the same process answers the next call.
+    let ok = rt.call_tool("test/huge/pid", json!({}), None).await;
+    assert!(ok.is_ok(), "{ok:?}");
     rt.shutdown().await;
 }
 

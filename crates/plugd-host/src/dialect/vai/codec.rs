@@ -67,6 +67,11 @@ impl Protocol for VaiRpc {
         Framing::ContentLength
     }
 
+    fn sniff_id(&self, prefix: &[u8]) -> Option<i64> {
+        let rest = crate::protocol::id_member(prefix)?.strip_prefix('"')?;
+        parse_wire_id(&rest[..rest.find('"')?])
+    }
+
     fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
         let mut m = envelope("request");
         m.insert("id".into(), json!(wire_id(id)));
@@ -277,6 +282,11 @@ mod tests {
                 raw_id: "\"req_7\"".into(),
                 outcome: Ok(json!({"status":"succeeded"}))
             }
+        );
+        assert_eq!(VaiRpc.sniff_id(br#"{"protocol":"vai.rpc.v1","type":"response","id": "req_42","ok":true,"body":{"x":"aaaa"#), Some(42));
+        assert_eq!(
+            VaiRpc.sniff_id(br#"{"protocol":"vai.rpc.v1","type":"response","id":"nope","#),
+            None
         );
         let Incoming::Response { id, outcome: Err(e), .. } = dec(r#"{"protocol":"vai.rpc.v1","type":"response","id":"req_8","ok":false,"error":{"code":"protocol.invalid_frame","message":"missing body"}}"#).unwrap() else {
             panic!("expected an error response")
