@@ -84,7 +84,7 @@ pub enum HandshakeError {
     Call(#[from] CallError),
     /// The child claims to be another plugin.
     #[error(
-        "plugin {expected:?} answered initialize as {got:?}; an impostor is refused (check the plugin's manifest id)"
+        "plugin {expected:?} identified itself as {got:?} in its handshake; an impostor is refused (check the identity the plugin declares)"
     )]
     IdentityMismatch {
         /// The id from the installed manifest.
@@ -102,23 +102,26 @@ pub enum HandshakeError {
     },
     /// An advertised tool is not in `[plugin.extends].tools`.
     #[error(
-        "plugin {plugin:?} advertised tool {tool:?}, which its manifest does not declare in [plugin.extends].tools; add it there or stop advertising it"
+        "plugin {plugin:?} advertised tool {tool:?}, which is not declared in {declared_in}; declare it there or stop advertising it"
     )]
     UndeclaredTool {
         /// Plugin id.
         plugin: String,
         /// The tool.
         tool: String,
+        /// Where tools are declared in this dialect.
+        declared_in: &'static str,
     },
-    /// An advertised tool breaks the `<id>_*` / `ext_<id>_*` rule.
-    #[error(
-        "plugin {plugin:?} advertised tool {tool:?} outside its namespace; names must start with \"{plugin}_\" or \"ext_{plugin}_\""
-    )]
+    /// An advertised tool breaks the dialect's naming rule (native:
+    /// `<id>_*` / `ext_<id>_*`).
+    #[error("plugin {plugin:?} advertised tool {tool:?} outside its namespace; {rule}")]
     Namespace {
         /// Plugin id.
         plugin: String,
         /// The tool.
         tool: String,
+        /// The dialect's naming rule, as advice.
+        rule: String,
     },
 }
 
@@ -185,12 +188,14 @@ pub fn check_initialize_reply(
             return Err(HandshakeError::Namespace {
                 plugin: spec.id.clone(),
                 tool: tool.name.clone(),
+                rule: format!("names must start with \"{0}_\" or \"ext_{0}_\"", spec.id),
             });
         }
         if !spec.declared_tools.iter().any(|d| d == &tool.name) {
             return Err(HandshakeError::UndeclaredTool {
                 plugin: spec.id.clone(),
                 tool: tool.name.clone(),
+                declared_in: "[plugin.extends].tools of nexo-plugin.toml",
             });
         }
         if !seen.insert(tool.name.as_str()) {

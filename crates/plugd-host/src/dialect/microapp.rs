@@ -317,10 +317,9 @@ fn check_tools(
         };
         if !tool_in_extension(&m.extension_id, name) {
             return Err(HandshakeError::Namespace {
-                // The prefix without its `_`, so the error's advice is right
-                // for ids with `-` too.
-                plugin: m.tool_prefix.trim_end_matches('_').to_owned(),
+                plugin: spec.id.clone(),
                 tool: name.chars().take(128).collect(),
+                rule: format!("microapp tool names must start with \"{}\"", m.tool_prefix),
             });
         }
         let description = match item.get("description") {

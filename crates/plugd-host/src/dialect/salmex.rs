@@ -392,12 +392,14 @@ pub fn check_initialize_reply(
             return Err(HandshakeError::Namespace {
                 plugin: plugin.clone(),
                 tool: shown,
+                rule: "Salmex tool names are plain (no \"/\"); plugd namespaces them as \"<plugin>/<tool>\"".into(),
             });
         }
         if !spec.tools.iter().any(|t| t.wire_name == name) {
             return Err(HandshakeError::UndeclaredTool {
                 plugin: plugin.clone(),
                 tool: shown,
+                declared_in: "capabilities.tools of plugin.json",
             });
         }
         if seen.iter().any(|(n, _)| *n == name) {

@@ -263,7 +263,7 @@ async fn approval_error(mode: &str, arg: Option<&str>) -> String {
 async fn a_plugin_echoing_another_plugins_id_is_refused() {
     let err = approval_error("wrong_identity", Some("hello_rust")).await;
     assert!(
-        err.contains("answered initialize as \"hello_rust\"") && err.contains("impostor"),
+        err.contains("identified itself as \"hello_rust\"") && err.contains("impostor"),
         "{err}"
     );
 }
@@ -272,7 +272,8 @@ async fn a_plugin_echoing_another_plugins_id_is_refused() {
 async fn an_undeclared_tool_is_refused() {
     let err = approval_error("undeclared_tool", None).await;
     assert!(
-        err.contains("advertised tool \"shady_extra\"") && err.contains("does not declare"),
+        err.contains("advertised tool \"shady_extra\"")
+            && err.contains("not declared in [plugin.extends].tools"),
         "{err}"
     );
 }

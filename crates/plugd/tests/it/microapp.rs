@@ -295,7 +295,7 @@ async fn an_impostor_and_tools_outside_the_prefix_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("answered initialize as \"someone-else\"") && err.contains("impostor"),
+        err.contains("identified itself as \"someone-else\"") && err.contains("impostor"),
         "{err}"
     );
     let err = rt.approve("outside", "test").await.unwrap_err().to_string();

@@ -291,7 +291,7 @@ async fn identity_and_impersonation_are_permanent_refusals() {
         ),
         (
             "undeclared",
-            "advertised tool \"sneaky\", which its manifest does not declare",
+            "advertised tool \"sneaky\", which is not declared in capabilities.tools of plugin.json",
         ),
     ] {
         let (err, status) = start_error(mode).await;

@@ -378,7 +378,7 @@ async fn an_impostor_or_another_version_is_refused_and_killed() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("answered initialize as \"evil/impostor@0.1.0\"")
+        e.contains("identified itself as \"evil/impostor@0.1.0\"")
             && e.contains("\"test/liar@0.1.0\"")
             && e.contains("impostor is refused"),
         "{e}"
