@@ -110,6 +110,10 @@ pub struct PluginInfo {
     pub warnings: Vec<String>,
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
+    /// The dialect-specific part of the declaration (native extends and
+    /// channels, Salmex config schema, VAI exports with their permissions,
+    /// microapp capabilities, MCP entry).
+    pub details: Value,
 }
 
 /// Who approved what, and when.
@@ -366,6 +370,10 @@ impl Runtime {
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
             stats: sup.stats(),
+            details: serde_json::to_value(&**spec)
+                .ok()
+                .and_then(|v| v.get(spec.dialect.to_string()).cloned())
+                .unwrap_or(Value::Null),
         })
     }
 
@@ -496,6 +504,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         start: None,
         warnings: Vec::new(),
         stats: None,
+        details: Value::Null,
     }
 }
 

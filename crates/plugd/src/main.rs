@@ -434,6 +434,24 @@ fn print_plugin_detail(p: &PluginInfo) {
             s.shed_notifications, s.junk_frames, s.unknown_ids, s.oversized_frames
         );
     }
+    if let Some(exports) = p.details.get("exports").and_then(Value::as_array) {
+        println!("exports:");
+        for e in exports {
+            let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+            let perms = e.get("permissions").cloned().unwrap_or(Value::Null);
+            let perm = |k: &str| perms.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+            println!(
+                "  {} ({}, {}): network={} filesystem={}",
+                field("id"),
+                field("kind"),
+                field("execution_class"),
+                perm("network"),
+                perm("filesystem")
+            );
+        }
+    } else if !p.details.is_null() {
+        println!("{}:  {}", p.dialect, p.details);
+    }
     for w in &p.warnings {
         println!("warning:   {w}");
     }
