@@ -3,7 +3,8 @@
 //! * raw baseline: a minimal echo child (`raw-echo`, no JSON-RPC), one line
 //!   out and one line back, with blocking pipe I/O on a dedicated thread;
 //! * `tool.invoke` round trip to the Rust echo plugin through the whole
-//!   runtime (registry, schema validation, supervisor, peer), sequential;
+//!   runtime (registry, schema validation, supervisor, peer), sequential,
+//!   measured in blocks alternating with the baseline's;
 //! * throughput with 1, 16 and 64 calls in flight;
 //! * cold start (spawn to `initialize` reply) of the Rust and Python examples,
 //!   through plugd and through a bare harness (spawn, write, read one line);
@@ -139,24 +140,13 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
         json!({"jsonrpc":"2.0","id":1,"method":"tool.invoke","params":{"plugin_id":"hello_rust","tool_name":"hello_rust_echo","args":payload,"agent_id":null}})
     );
 
-    eprintln!("bench: raw pipe baseline ({} round trips)", args.iterations);
-    let raw = raw_baseline(&raw_echo, &line, args.iterations).await?;
-
     let rt = Runtime::open(ws, HostConfig::default())?;
     rt.approve("hello_rust", "bench").await?;
-    eprintln!("bench: plugd sequential ({} calls)", args.iterations);
-    for _ in 0..1000 {
-        rt.call_tool("hello_rust_echo", payload.clone(), None)
-            .await?;
-    }
-    let mut samples = Vec::with_capacity(args.iterations as usize);
-    for _ in 0..args.iterations {
-        let t = Instant::now();
-        rt.call_tool("hello_rust_echo", payload.clone(), None)
-            .await?;
-        samples.push(t.elapsed());
-    }
-    let seq = latency(samples);
+    eprintln!(
+        "bench: raw pipe and plugd round trips, interleaved ({} each)",
+        args.iterations
+    );
+    let (raw, seq) = sequential(&rt, &raw_echo, &line, &payload, args.iterations).await?;
 
     let mut throughput = Vec::new();
     for in_flight in [1u32, 16, 64] {
@@ -209,39 +199,99 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// One line out, one line back, blocking I/O: the cheapest round trip a host
-/// can make with a child over pipes.
-async fn raw_baseline(raw_echo: &Path, line: &str, iterations: u32) -> Result<Latency> {
-    let spawned = spawn(&SpawnSpec {
-        plugin_id: "raw-echo".into(),
-        program: raw_echo.display().to_string(),
-        args: Vec::new(),
-        cwd: std::env::temp_dir(),
-        env: Default::default(),
-    })?;
-    let stdin = std::fs::File::from(spawned.stdin.into_owned_fd()?);
-    let stdout = std::fs::File::from(spawned.stdout.into_owned_fd()?);
-    let reaper = spawned.reaper;
-    let line = line.to_owned();
-    let samples = tokio::task::spawn_blocking(move || -> Result<Vec<Duration>> {
-        let mut w = stdin;
-        let mut r = BufReader::new(stdout);
+/// The raw baseline's child: one line out, one line back, blocking I/O on a
+/// dedicated thread: the cheapest round trip a host can make with a child
+/// over pipes.
+struct RawEcho {
+    stdin: std::fs::File,
+    stdout: BufReader<std::fs::File>,
+    line: String,
+    _reaper: plugd_host::spawn::Reaper,
+}
+
+impl RawEcho {
+    fn start(raw_echo: &Path, line: &str) -> Result<RawEcho> {
+        let spawned = spawn(&SpawnSpec {
+            plugin_id: "raw-echo".into(),
+            program: raw_echo.display().to_string(),
+            args: Vec::new(),
+            cwd: std::env::temp_dir(),
+            env: Default::default(),
+        })?;
+        Ok(RawEcho {
+            stdin: std::fs::File::from(spawned.stdin.into_owned_fd()?),
+            stdout: BufReader::new(std::fs::File::from(spawned.stdout.into_owned_fd()?)),
+            line: line.to_owned(),
+            _reaper: spawned.reaper, // kills and reaps on drop
+        })
+    }
+
+    /// `n` round trips; their durations are appended to `samples` when given.
+    fn round_trips(&mut self, n: u32, mut samples: Option<&mut Vec<Duration>>) -> Result<()> {
         let mut buf = String::new();
-        let mut samples = Vec::with_capacity(iterations as usize);
-        for i in 0..(iterations + 1000) {
+        for _ in 0..n {
             let t = Instant::now();
-            w.write_all(line.as_bytes())?;
+            self.stdin.write_all(self.line.as_bytes())?;
             buf.clear();
-            r.read_line(&mut buf)?;
-            if i >= 1000 {
-                samples.push(t.elapsed());
+            self.stdout.read_line(&mut buf)?;
+            if let Some(s) = samples.as_deref_mut() {
+                s.push(t.elapsed());
             }
         }
-        Ok(samples)
-    })
-    .await??;
-    drop(reaper); // kills and reaps
-    Ok(latency(samples))
+        Ok(())
+    }
+}
+
+/// Sequential round trips, raw and through plugd, in alternating blocks of
+/// 500 so both sides see the same machine (a shared VM drifts within seconds).
+async fn sequential(
+    rt: &Runtime,
+    raw_echo: &Path,
+    line: &str,
+    payload: &serde_json::Value,
+    iterations: u32,
+) -> Result<(Latency, Latency)> {
+    const BLOCK: u32 = 500;
+    let mut raw = Some(RawEcho::start(raw_echo, line)?);
+    let mut raw_samples = Vec::with_capacity(iterations as usize);
+    let mut plugd_samples = Vec::with_capacity(iterations as usize);
+    // Warm-up of both sides.
+    raw.as_mut().expect("present").round_trips(1000, None)?;
+    for _ in 0..1000 {
+        rt.call_tool("hello_rust_echo", payload.clone(), None)
+            .await?;
+    }
+    let mut left = iterations;
+    while left > 0 {
+        let n = left.min(BLOCK);
+        left -= n;
+        let mut echo = raw.take().expect("present");
+        let (echo, block) =
+            tokio::task::spawn_blocking(move || -> Result<(RawEcho, Vec<Duration>)> {
+                let mut block = Vec::with_capacity(n as usize);
+                echo.round_trips(n, Some(&mut block))?;
+                Ok((echo, block))
+            })
+            .await??;
+        raw = Some(echo);
+        raw_samples.extend(block);
+        // Callers of a running plugd (serve, HTTP handlers) are tasks on the
+        // runtime's workers, not the thread blocked in `block_on`: measure that.
+        let (rt2, payload2) = (rt.clone(), payload.clone());
+        let block = tokio::spawn(async move {
+            let mut block = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                let t = Instant::now();
+                rt2.call_tool("hello_rust_echo", payload2.clone(), None)
+                    .await?;
+                block.push(t.elapsed());
+            }
+            anyhow::Ok(block)
+        })
+        .await??;
+        plugd_samples.extend(block);
+    }
+    Ok((latency(raw_samples), latency(plugd_samples)))
 }
 
 async fn measure_throughput(

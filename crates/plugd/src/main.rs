@@ -439,7 +439,13 @@ fn print_plugin_detail(p: &PluginInfo) {
         for e in exports {
             let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
             let perms = e.get("permissions").cloned().unwrap_or(Value::Null);
-            let perm = |k: &str| perms.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+            let perm = |k: &str| {
+                perms
+                    .get(k)
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_owned()
+            };
             println!(
                 "  {} ({}, {}): network={} filesystem={}",
                 field("id"),
