@@ -10,6 +10,8 @@
 //! equals the digest of its directory as it is now; this is checked before
 //! every start, so a plugin changed on disk stops being startable at once.
 
+pub mod hooks;
+pub mod llm;
 pub mod registry;
 pub mod workspace;
 
