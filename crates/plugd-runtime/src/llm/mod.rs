@@ -234,3 +234,40 @@ pub trait LlmProvider: Send + Sync + 'static {
         deltas: Option<mpsc::UnboundedSender<Delta>>,
     ) -> LlmFuture<'a>;
 }
+
+/// The `llm:` section of `plugd.yaml`: which provider the agent turn uses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LlmConfig {
+    /// An OpenAI-compatible chat-completions endpoint (any compatible server).
+    Openai {
+        /// Base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:8080/v1`.
+        base_url: String,
+        /// Model name.
+        model: String,
+        /// Environment variable holding the API key (none for local servers).
+        #[serde(default)]
+        api_key_env: Option<String>,
+        /// Output budget per request.
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        /// Request timeout in milliseconds (default 60 000; 300 000 when streaming).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// A plugin provider served through the native `llm.chat` method.
+    Plugin {
+        /// The plugin id.
+        plugin: String,
+        /// The provider name it declares in `[plugin.extends].llm_providers`.
+        name: String,
+        /// Model name.
+        model: String,
+    },
+    /// A deterministic provider replaying a file of responses and tool calls
+    /// (for demos and tests; it never calls a model).
+    Scripted {
+        /// The script file (absolute after `${{workspace_dir}}` expansion).
+        script: std::path::PathBuf,
+    },
+}
