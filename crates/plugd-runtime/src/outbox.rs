@@ -38,7 +38,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use crate::{Runtime, RuntimeError};
+use crate::Runtime;
 
 /// The semantic event types plugd itself emits. Others may be emitted too
 /// (any type accepted by [`plugd_store::outbox::valid_event_type`]).
@@ -151,15 +151,6 @@ pub enum OutboxError {
         /// What it counts.
         unit: &'static str,
     },
-    /// The workspace's plugins could not be listed.
-    #[error("cannot find the subscribers of event {event_type:?}: {source}")]
-    Subscribers {
-        /// The event type.
-        event_type: String,
-        /// Why.
-        #[source]
-        source: RuntimeError,
-    },
     /// The state store failed (or refused the event type).
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -169,7 +160,7 @@ pub enum OutboxError {
 pub trait OutboxExt {
     /// Every hook export of the workspace's VAI plugins (approved or not)
     /// that subscribes to `event_type`, in plugin and manifest order.
-    fn subscribers(&self, event_type: &str) -> Result<Vec<Subscriber>, OutboxError>;
+    fn subscribers(&self, event_type: &str) -> Vec<Subscriber>;
 
     /// Records a semantic event with one delivery per subscriber, in one
     /// transaction, and wakes this process's workers. Returns the delivery
@@ -184,14 +175,9 @@ pub trait OutboxExt {
 }
 
 impl OutboxExt for Runtime {
-    fn subscribers(&self, event_type: &str) -> Result<Vec<Subscriber>, OutboxError> {
-        let error = |source| OutboxError::Subscribers {
-            event_type: event_type.to_owned(),
-            source,
-        };
+    fn subscribers(&self, event_type: &str) -> Vec<Subscriber> {
         let mut out = Vec::new();
-        for id in self.inner.plugins.keys() {
-            let sup = self.supervised(id).map_err(error)?;
+        for (id, sup) in &self.inner.plugins {
             let Some(vai) = &sup.spec().vai else { continue };
             for export in &vai.exports {
                 let subscribed = export.kind == ExportKind::Hook
@@ -207,7 +193,7 @@ impl OutboxExt for Runtime {
                 }
             }
         }
-        Ok(out)
+        out
     }
 
     fn emit(
@@ -216,7 +202,7 @@ impl OutboxExt for Runtime {
         subject: Value,
         summary: Value,
     ) -> Result<Vec<DeliveryId>, OutboxError> {
-        let subscribers = self.subscribers(event_type)?;
+        let subscribers = self.subscribers(event_type);
         let event = NewEvent {
             event_type: event_type.to_owned(),
             subject,

@@ -368,7 +368,7 @@ async fn a_failure_marked_not_retryable_and_an_unapproved_plugin() {
 fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
     let ws = Ws::new();
     let rec = package(&ws, "sleep_first");
-    let lease = Duration::from_millis(600);
+    let lease = Duration::from_millis(1500);
     let config = OutboxConfig { lease, ..fast(5) };
     let config = OutboxConfig {
         hook_timeout: Duration::from_secs(60),
@@ -450,7 +450,7 @@ impl Serve {
         let child = plugd_cmd(ws.dir())
             .arg("serve")
             .env("PLUGD_LOG", "info")
-            .env("PLUGD_OUTBOX_LEASE_MS", "1500")
+            .env("PLUGD_OUTBOX_LEASE_MS", "3000")
             .env("PLUGD_OUTBOX_POLL_MS", "100")
             .env("PLUGD_OUTBOX_HOOK_TIMEOUT_MS", "60000")
             .stdin(Stdio::null())
