@@ -12,6 +12,7 @@
 
 pub mod hooks;
 pub mod llm;
+pub mod outbox;
 pub mod registry;
 pub mod workspace;
 

@@ -11,6 +11,7 @@
 
 pub mod digest;
 mod error;
+pub mod outbox;
 mod store;
 mod time;
 

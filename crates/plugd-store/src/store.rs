@@ -38,6 +38,9 @@ const MIGRATIONS: &[&str] = &[
         reason    TEXT NOT NULL,
         at        TEXT NOT NULL
     ) STRICT;",
+    // 3: the durable outbox of semantic events and their hook deliveries
+    // (see `crate::outbox`).
+    crate::outbox::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.
@@ -256,13 +259,19 @@ impl Store {
         Ok(n > 0)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Connection> {
+    /// The database's name in messages: the file's path, or `:memory:`.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave a half-applied write:
-        // every write is one statement, atomic in SQLite. So poisoning is ignored.
+        // every write is one statement or one transaction (rolled back when
+        // dropped unfinished), atomic in SQLite. So poisoning is ignored.
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn query_error(&self, action: String, e: rusqlite::Error) -> StoreError {
+    pub(crate) fn query_error(&self, action: String, e: rusqlite::Error) -> StoreError {
         StoreError::Query {
             db: self.label.clone(),
             action,

@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod bench;
+mod outbox_cmd;
 
 use std::path::PathBuf;
 
@@ -46,6 +47,12 @@ enum Command {
     /// Manifest helpers.
     #[command(subcommand)]
     Manifest(ManifestCmd),
+    /// Record semantic events for the async (VAI) hooks.
+    #[command(subcommand)]
+    Events(outbox_cmd::EventsCmd),
+    /// Inspect hook deliveries of the durable outbox; retry dead letters.
+    #[command(subcommand)]
+    Outbox(outbox_cmd::OutboxCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -288,6 +295,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             print_json(&result?, !json.json)?;
         }
         Command::Serve => serve(rt).await?,
+        Command::Events(c) => outbox_cmd::events(rt, c)?,
+        Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }
@@ -299,6 +308,7 @@ async fn serve(rt: &Runtime) -> Result<()> {
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let started = rt.start_eager();
+    let _outbox = outbox_cmd::start_worker(rt)?;
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),

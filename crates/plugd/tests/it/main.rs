@@ -6,6 +6,7 @@ mod cli;
 mod hostile;
 mod mcp;
 mod microapp;
+mod outbox;
 mod salmex;
 mod support;
 mod vai;
