@@ -137,6 +137,10 @@ pub struct DextoOptions {
     /// How long the host has to answer a ping after a call was abandoned
     /// before it is considered wedged and killed.
     pub liveness: Duration,
+    /// Variables for the module's process, on top of plugd's allowlist
+    /// (`PATH`, `HOME`, `LANG`): the host environment is not inherited, so a
+    /// module reading secrets from `process.env` needs them listed here.
+    pub env: BTreeMap<String, String>,
 }
 
 impl Default for DextoOptions {
@@ -146,6 +150,7 @@ impl Default for DextoOptions {
             init_timeout: Duration::from_secs(10),
             call_limit: Duration::from_secs(60),
             liveness: Duration::from_secs(2),
+            env: BTreeMap::new(),
         }
     }
 }
@@ -192,11 +197,17 @@ impl LoadFailure {
             LoadFailure::NoDefaultExport => {
                 "export the plugin class with `export default class …` or `module.exports = class …`"
             }
-            LoadFailure::NotAClass => "export the plugin class itself, not an instance or an object",
-            LoadFailure::Instantiate => "the constructor must work without arguments",
+            LoadFailure::NotAClass => {
+                "export the plugin class itself, not an instance or an object"
+            }
+            LoadFailure::Instantiate => {
+                "the class must be constructible with `new Plugin()`, without arguments"
+            }
             LoadFailure::NoExtensionPoint => "add at least one of these methods to the class",
             LoadFailure::NotAFunction => "make it a method or remove it",
-            LoadFailure::Initialize => "fix the module or its `config`; plugd does not start with a broken plugin",
+            LoadFailure::Initialize => {
+                "fix the module or its `config`; plugd does not start with a broken plugin"
+            }
             LoadFailure::Other => "see plugd's log for the module's stderr",
         }
     }
@@ -222,7 +233,9 @@ pub enum DextoError {
         module: PathBuf,
     },
     /// Not a JavaScript or TypeScript file.
-    #[error("dexto module {module:?} is not a .js, .mjs, .cjs or .ts file; point `module` at the plugin's JavaScript")]
+    #[error(
+        "dexto module {module:?} is not a .js, .mjs, .cjs or .ts file; point `module` at the plugin's JavaScript"
+    )]
     Extension {
         /// The path.
         module: PathBuf,
@@ -549,7 +562,7 @@ impl DextoModule {
             program: self.launch.program.clone(),
             args: self.launch.args.clone(),
             cwd: self.workspace.clone(),
-            env: BTreeMap::new(),
+            env: self.options.env.clone(),
         })
         .map_err(|e| match e {
             SpawnError::NotFound { program, .. } => DextoError::NodeMissing {
@@ -739,7 +752,8 @@ impl DextoModule {
             .peer
             .call("hook", Some(params), self.options.call_limit)
             .await;
-        let failed = |what: String| HookError::Failed(format!("dexto module {:?}: {what}", self.module));
+        let failed =
+            |what: String| HookError::Failed(format!("dexto module {:?}: {what}", self.module));
         match reply {
             Ok(v) => {
                 guard.armed = false;
@@ -1001,7 +1015,9 @@ fn to_result(method: &str, returned: &str, value: Value) -> Result<HandlerResult
 
 fn notice(method: &str, i: usize, n: Value) -> Result<Notice, String> {
     let bad = |what: &str| {
-        format!("{method} returned notices[{i}] {what}; a notice is {{kind: \"allow\"|\"block\"|\"warn\"|\"info\", code?, message, details?}}")
+        format!(
+            "{method} returned notices[{i}] {what}; a notice is {{kind: \"allow\"|\"block\"|\"warn\"|\"info\", code?, message, details?}}"
+        )
     };
     let Value::Object(mut n) = n else {
         return Err(bad(&format!("that is {}", kind_of(&n))));
@@ -1012,7 +1028,9 @@ fn notice(method: &str, i: usize, n: Value) -> Result<Notice, String> {
         Some("warn") => NoticeKind::Warn,
         Some("info") => NoticeKind::Info,
         _ => {
-            let got = n.get("kind").map_or("missing".to_owned(), |k| k.to_string());
+            let got = n
+                .get("kind")
+                .map_or("missing".to_owned(), |k| k.to_string());
             return Err(bad(&format!("with kind {}", cut(&got))));
         }
     };
@@ -1063,7 +1081,12 @@ mod tests {
         assert!(e.contains("beforeToolCall returned a string"), "{e}");
         let e = to_result("beforeToolCall", "object", json!({"ok": "yes"})).unwrap_err();
         assert!(e.contains("\"ok\" is a string"), "{e}");
-        let e = to_result("beforeToolCall", "object", json!({"ok": true, "modify": [1]})).unwrap_err();
+        let e = to_result(
+            "beforeToolCall",
+            "object",
+            json!({"ok": true, "modify": [1]}),
+        )
+        .unwrap_err();
         assert!(e.contains("\"modify\" is an array"), "{e}");
         let e = to_result(
             "beforeToolCall",
@@ -1096,7 +1119,8 @@ mod tests {
             module: "plugins/x.js".into(),
         };
         assert!(
-            e.to_string().contains("\"${{dexto.agent_dir}}/plugins/<file>.js\""),
+            e.to_string()
+                .contains("\"${{dexto.agent_dir}}/plugins/<file>.js\""),
             "{e}"
         );
     }

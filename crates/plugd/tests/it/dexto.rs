@@ -82,8 +82,14 @@ async fn every_loader_failure_names_the_handler_the_module_and_the_cause() {
             "syntax.mjs",
             &["cannot be imported", "SyntaxError: Unexpected token ','"],
         ),
-        ("no-default.mjs", &["has no default export", "export default class"]),
-        ("not-class.mjs", &["plugin 'h' default export must be a class"]),
+        (
+            "no-default.mjs",
+            &["has no default export", "export default class"],
+        ),
+        (
+            "not-class.mjs",
+            &["plugin 'h' default export must be a class"],
+        ),
         (
             "ctor-throws.mjs",
             &["failed to instantiate plugin 'h': Error: constructor needs a database"],
@@ -95,7 +101,10 @@ async fn every_loader_failure_names_the_handler_the_module_and_the_cause() {
                 "beforeLLMRequest, beforeToolCall, afterToolResult, beforeResponse",
             ],
         ),
-        ("bad-initialize.mjs", &["plugin 'h' initialize must be a function"]),
+        (
+            "bad-initialize.mjs",
+            &["plugin 'h' initialize must be a function"],
+        ),
         (
             "init-throws.mjs",
             &[
@@ -146,7 +155,10 @@ async fn every_loader_failure_names_the_handler_the_module_and_the_cause() {
         .await
         .unwrap_err()
         .to_string();
-    assert!(wrong.contains("is not a .js, .mjs, .cjs or .ts file"), "{wrong}");
+    assert!(
+        wrong.contains("is not a .js, .mjs, .cjs or .ts file"),
+        "{wrong}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -533,7 +545,10 @@ async fn console_output_does_not_break_the_protocol() {
             )
             .await;
         assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
-        assert_eq!(out.payload, json!({"act": "chatty", "content": "hi", "chatty": true}));
+        assert_eq!(
+            out.payload,
+            json!({"act": "chatty", "content": "hi", "chatty": true})
+        );
     }
 }
 
@@ -628,7 +643,10 @@ async fn the_context_logger_forwards_to_plugd_tracing_with_the_handler_name() {
         "{warn}"
     );
     let info = text.lines().find(|l| l.contains("plain info")).unwrap();
-    assert!(info.contains("INFO") && info.contains("handler=\"auditor\""), "{info}");
+    assert!(
+        info.contains("INFO") && info.contains("handler=\"auditor\""),
+        "{info}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -677,7 +695,11 @@ async fn the_tenant_auth_example_blocks_over_quota_and_unauthorized_tenants() {
 
     // Unknown tenant: UNAUTHORIZED.
     let out = p
-        .run(HookPoint::BeforeLlmRequest, llm.clone(), &tenant("umbrella"))
+        .run(
+            HookPoint::BeforeLlmRequest,
+            llm.clone(),
+            &tenant("umbrella"),
+        )
         .await;
     assert_eq!(out.outcome, OutcomeKind::Blocked);
     assert_eq!(codes(&out), ["UNAUTHORIZED"]);
@@ -692,7 +714,11 @@ async fn the_tenant_auth_example_blocks_over_quota_and_unauthorized_tenants() {
     // Tool access: initech's plan has one tool.
     let tool = |name: &str| json!({"toolName": name, "args": {}});
     let out = p
-        .run(HookPoint::BeforeToolCall, tool("fs_write"), &tenant("initech"))
+        .run(
+            HookPoint::BeforeToolCall,
+            tool("fs_write"),
+            &tenant("initech"),
+        )
         .await;
     assert_eq!(out.outcome, OutcomeKind::Blocked);
     assert_eq!(
