@@ -1,0 +1,763 @@
+//! Dexto plugin modules in real Node host processes, through `dexto::load`
+//! and the hook `Pipeline` (no YAML): loader validation, modify, cancel,
+//! throwing, hanging, spinning and exiting modules, logger forwarding,
+//! cleanup, console noise, and the seed's tenant-auth example.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plugd_host::spawn::process_group_alive;
+use plugd_runtime::hooks::dexto::{self, DextoModule, DextoOptions};
+use plugd_runtime::hooks::{
+    HandlerSpec, HookContext, HookHandler, HookPoint, OnError, Outcome, OutcomeKind, Pipeline,
+    PipelineError,
+};
+use serde_json::{Value, json};
+
+use crate::support::{Ws, eventually, repo};
+
+fn module(file: &str) -> PathBuf {
+    repo().join("tests/plugins/dexto").join(file)
+}
+
+const DEXTO_POINTS: [HookPoint; 4] = [
+    HookPoint::BeforeLlmRequest,
+    HookPoint::BeforeToolCall,
+    HookPoint::AfterToolResult,
+    HookPoint::BeforeResponse,
+];
+
+fn spec(name: &str, priority: i64, blocking: bool, timeout_ms: u64) -> HandlerSpec {
+    HandlerSpec {
+        name: name.into(),
+        points: DEXTO_POINTS.to_vec(),
+        priority,
+        blocking,
+        on_error: None,
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+async fn load_with(
+    ws: &Ws,
+    name: &str,
+    path: &Path,
+    config: Value,
+    options: &DextoOptions,
+) -> Result<Arc<DextoModule>, PipelineError> {
+    dexto::load_module(name, path, &config, ws.dir(), options).await
+}
+
+async fn load(ws: &Ws, name: &str, file: &str, config: Value) -> Arc<DextoModule> {
+    load_with(ws, name, &module(file), config, &DextoOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("loading {file}: {e}"))
+}
+
+fn pipeline(entries: Vec<(HandlerSpec, Arc<DextoModule>)>) -> Pipeline {
+    Pipeline::new(
+        entries
+            .into_iter()
+            .map(|(s, m)| (s, m as Arc<dyn HookHandler>))
+            .collect(),
+    )
+    .unwrap()
+}
+
+fn codes(out: &Outcome) -> Vec<&str> {
+    out.notices
+        .iter()
+        .filter_map(|n| n.code.as_deref())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_loader_failure_names_the_handler_the_module_and_the_cause() {
+    let ws = Ws::new();
+    let cases: &[(&str, &[&str])] = &[
+        ("does-not-exist.mjs", &["does not exist"]),
+        (
+            "syntax.mjs",
+            &["cannot be imported", "SyntaxError: Unexpected token ','"],
+        ),
+        (
+            "no-default.mjs",
+            &["has no default export", "export default class"],
+        ),
+        (
+            "not-class.mjs",
+            &["plugin 'h' default export must be a class"],
+        ),
+        (
+            "ctor-throws.mjs",
+            &["failed to instantiate plugin 'h': Error: constructor needs a database"],
+        ),
+        (
+            "no-points.mjs",
+            &[
+                "plugin 'h' must implement at least one extension point method",
+                "beforeLLMRequest, beforeToolCall, afterToolResult, beforeResponse",
+            ],
+        ),
+        (
+            "bad-initialize.mjs",
+            &["plugin 'h' initialize must be a function"],
+        ),
+        (
+            "init-throws.mjs",
+            &[
+                "failed to initialize plugin 'h': Error: missing TENANT_DB_URL (config: {\"region\":\"eu\"})",
+                "plugd does not start with a broken plugin",
+            ],
+        ),
+    ];
+    for (file, wanted) in cases {
+        let path = module(file);
+        let err = load_with(
+            &ws,
+            "h",
+            &path,
+            json!({"region": "eu"}),
+            &DextoOptions::default(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+        let head = format!(
+            "hook handler \"h\" failed to initialize: dexto module {:?}",
+            path
+        );
+        assert!(err.starts_with(&head), "{file}: {err}");
+        for w in *wanted {
+            assert!(err.contains(w), "{file}: wanted {w:?} in {err}");
+        }
+    }
+
+    let relative = load_with(
+        &ws,
+        "h",
+        Path::new("plugins/x.js"),
+        json!({}),
+        &DextoOptions::default(),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        relative.contains("\"plugins/x.js\" is not an absolute path")
+            && relative.contains("${{dexto.agent_dir}}/plugins/"),
+        "{relative}"
+    );
+    let python = repo().join("tests/plugins/misbehave.py");
+    let wrong = load_with(&ws, "h", &python, json!({}), &DextoOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.contains("is not a .js, .mjs, .cjs or .ts file"),
+        "{wrong}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_missing_is_named() {
+    let ws = Ws::new();
+    let options = DextoOptions {
+        node: "plugd-test-no-such-node".into(),
+        ..DextoOptions::default()
+    };
+    let err = load_with(&ws, "h", &module("behave.mjs"), json!({}), &options)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("hook handler \"h\" failed to initialize: dexto module")
+            && err.contains("needs Node.js, but \"plugd-test-no-such-node\" is not on PATH"),
+        "{err}"
+    );
+}
+
+/// Node here is 20 (no `--experimental-strip-types`) and there is no tsx:
+/// the message says so. Where a loader exists the module must simply work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typescript_needs_a_loader_and_says_so_without_one() {
+    let ws = Ws::new();
+    let r = load_with(
+        &ws,
+        "typed",
+        &module("typed.ts"),
+        json!({}),
+        &DextoOptions::default(),
+    )
+    .await;
+    let node = plugd_host::spawn::resolve_program("t", "node").unwrap();
+    let version = node_version(&node);
+    let v = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let parts: Vec<u32> = v.split('.').filter_map(|p| p.parse().ok()).collect();
+    let strip_types = parts.as_slice() >= [22, 6, 0].as_slice();
+    let tsx = plugd_host::spawn::resolve_program("t", "tsx").is_ok();
+    match r {
+        Ok(m) => {
+            assert!(strip_types || tsx, "loaded without a loader on node {v}");
+            let p = pipeline(vec![(spec("typed", 1, true, 5000), m)]);
+            let out = p
+                .run(
+                    HookPoint::BeforeToolCall,
+                    json!({"toolName": "t"}),
+                    &HookContext::default(),
+                )
+                .await;
+            assert_eq!(out.payload["typed"], "t");
+        }
+        Err(e) => {
+            let e = e.to_string();
+            assert!(!strip_types && !tsx, "node {v}, tsx {tsx}: {e}");
+            assert!(
+                e.contains("is TypeScript, but no TypeScript loader is available")
+                    && e.contains(&format!(
+                        "node v{v} has no --experimental-strip-types (it needs 22.6 or newer) and tsx is not on PATH"
+                    ))
+                    && e.contains("typed.ts"),
+                "{e}"
+            );
+        }
+    }
+}
+
+fn node_version(node: &Path) -> std::process::Output {
+    #[allow(clippy::disallowed_methods)] // a one-off probe in a test, not a plugin
+    std::process::Command::new(node)
+        .args(["-p", "process.versions.node"])
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commonjs_modules_load_both_ways() {
+    let ws = Ws::new();
+    let a = load(&ws, "cjs", "common.cjs", json!({})).await;
+    let b = load(&ws, "emitted", "exports-default.js", json!({})).await;
+    assert_eq!(a.points().await, [HookPoint::BeforeToolCall]);
+    let p = pipeline(vec![
+        (spec("cjs", 1, true, 5000), a),
+        (spec("emitted", 2, true, 5000), b),
+    ]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"toolName": "x"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue);
+    assert_eq!(
+        out.payload,
+        json!({"toolName": "x!", "form": "exports.default"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modifications_pass_through_with_the_context_and_config() {
+    let ws = Ws::new();
+    let a = load(&ws, "a", "behave.mjs", json!({"tag": "a"})).await;
+    let b = load(&ws, "b", "behave.mjs", json!({"tag": "b"})).await;
+    // Registered out of order: priority decides.
+    let p = pipeline(vec![
+        (spec("b", 20, false, 5000), b),
+        (spec("a", 10, true, 5000), a),
+    ]);
+    let ctx = HookContext {
+        session_id: Some("s-1".into()),
+        user_id: Some("u-1".into()),
+        tenant_id: Some("t-1".into()),
+        ..HookContext::default()
+    };
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "modify", "toolName": "x", "args": {"q": 1}}),
+            &ctx,
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    assert_eq!(out.payload["tag"], "ab", "b saw a's modification");
+    assert_eq!(out.payload["args"], json!({"q": 1}));
+    assert_eq!(
+        out.payload["seen"],
+        json!({"sessionId": "s-1", "userId": "u-1", "tenantId": "t-1"})
+    );
+    assert_eq!(out.payload["config"], json!({"tag": "b"}));
+
+    // afterToolResult is not implemented by the module: it passes untouched;
+    // before_message is not a Dexto point: it passes too.
+    for point in [HookPoint::AfterToolResult, HookPoint::BeforeMessage] {
+        let out = p
+            .run(point, json!({"act": "block"}), &HookContext::default())
+            .await;
+        assert_eq!(out.outcome, OutcomeKind::Continue);
+        assert_eq!(out.payload, json!({"act": "block"}));
+    }
+    p.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_cancel_stops_the_chain() {
+    let ws = Ws::new();
+    let guard = load(&ws, "guard", "behave.mjs", json!({"tag": "g"})).await;
+    let later = load(&ws, "later", "behave.mjs", json!({"tag": "l"})).await;
+    let p = pipeline(vec![
+        (spec("guard", 10, true, 5000), guard),
+        (spec("later", 20, true, 5000), later),
+    ]);
+    let out = p
+        .run(
+            HookPoint::BeforeLlmRequest,
+            json!({"act": "block", "text": "hi"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    assert_eq!(out.message.as_deref(), Some("blocked by g"));
+    assert_eq!(codes(&out), ["TEST_BLOCK"]);
+    assert_eq!(out.notices[0].handler.as_deref(), Some("guard"));
+    assert_eq!(out.payload, json!({"act": "block", "text": "hi"}));
+    p.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throwing_hook_is_a_handler_error_under_its_policy() {
+    let ws = Ws::new();
+    let m = load(&ws, "thrower", "behave.mjs", json!({"tag": "t"})).await;
+    let blocking = pipeline(vec![(spec("thrower", 1, true, 5000), m.clone())]);
+    let out = blocking
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "throw"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    let msg = out.message.clone().unwrap();
+    assert!(
+        msg.contains("hook handler \"thrower\" failed at before_tool_call")
+            && msg.contains(&format!("dexto module {:?}", module("behave.mjs")))
+            && msg.contains("beforeToolCall threw Error: boom in hook"),
+        "{msg}"
+    );
+    assert_eq!(codes(&out), ["HOOK_FAILED"]);
+
+    // The same module, on_error continue: a warning, and the chain goes on.
+    let mut lenient = spec("thrower", 1, true, 5000);
+    lenient.on_error = Some(OnError::Continue);
+    let p = pipeline(vec![(lenient, m)]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "throw"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue);
+    assert_eq!(codes(&out), ["HOOK_FAILED"]);
+    // The host survived the throw.
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "modify"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.payload["tag"], "t");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_of_the_wrong_shape_are_errors_naming_the_module() {
+    let ws = Ws::new();
+    let m = load(&ws, "liar", "behave.mjs", json!({"tag": "x"})).await;
+    let p = pipeline(vec![(spec("liar", 1, true, 5000), m)]);
+    for (act, wanted) in [
+        (
+            "bad",
+            "beforeToolCall returned a string; it must return a PluginResult",
+        ),
+        (
+            "bad-ok",
+            "beforeToolCall returned a PluginResult whose \"ok\" is a string (\"yes\")",
+        ),
+    ] {
+        let out = p
+            .run(
+                HookPoint::BeforeToolCall,
+                json!({ "act": act }),
+                &HookContext::default(),
+            )
+            .await;
+        assert_eq!(out.outcome, OutcomeKind::Blocked);
+        let msg = out.message.unwrap();
+        assert!(
+            msg.contains(&format!("dexto module {:?}", module("behave.mjs")))
+                && msg.contains(wanted),
+            "{act}: {msg}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_that_never_resolves_times_out_and_the_next_call_works() {
+    let ws = Ws::new();
+    let m = load(&ws, "sleepy", "behave.mjs", json!({"tag": "s"})).await;
+    let pid = m.pid().await.unwrap();
+    let p = pipeline(vec![(spec("sleepy", 1, true, 300), m.clone())]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "hang"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    assert_eq!(codes(&out), ["HOOK_TIMEOUT"]);
+    // The host still answers (a pending promise does not wedge it), and was
+    // not restarted: the same process serves the next call.
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "modify"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    assert_eq!(out.payload["pid"], pid);
+    // Even after the liveness ping had time to run.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(m.pid().await, Some(pid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_looping_host_is_killed_and_restarted() {
+    let ws = Ws::new();
+    let options = DextoOptions {
+        liveness: Duration::from_millis(300),
+        ..DextoOptions::default()
+    };
+    let m = load_with(
+        &ws,
+        "spinner",
+        &module("behave.mjs"),
+        json!({"tag": "s"}),
+        &options,
+    )
+    .await
+    .unwrap();
+    let pid = m.pid().await.unwrap();
+    let p = pipeline(vec![(spec("spinner", 1, true, 300), m.clone())]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "spin"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(codes(&out), ["HOOK_TIMEOUT"]);
+    assert!(
+        eventually(Duration::from_secs(10), || !process_group_alive(pid)).await,
+        "the stuck host was killed"
+    );
+    let mut last = None;
+    for _ in 0..20 {
+        let out = p
+            .run(
+                HookPoint::BeforeToolCall,
+                json!({"act": "modify"}),
+                &HookContext::default(),
+            )
+            .await;
+        if out.outcome == OutcomeKind::Continue {
+            last = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = last.expect("a restarted host answers");
+    assert_ne!(out.payload["pid"], pid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_exit_fails_the_call_and_the_next_call_restarts_and_reinitializes() {
+    let ws = Ws::new();
+    let marker = ws.dir().join("inits");
+    let m = load(
+        &ws,
+        "quitter",
+        "behave.mjs",
+        json!({"tag": "q", "initMarker": marker}),
+    )
+    .await;
+    let first = m.pid().await.unwrap();
+    let p = pipeline(vec![(spec("quitter", 1, true, 5000), m.clone())]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "exit"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    let msg = out.message.unwrap();
+    assert!(
+        msg.contains("the node host died during beforeToolCall")
+            && msg.contains("exit status 1")
+            && msg.contains("it starts again on the next call"),
+        "{msg}"
+    );
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "modify"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    let second = out.payload["pid"].as_u64().unwrap();
+    assert_ne!(second, u64::from(first));
+    let inits = std::fs::read_to_string(&marker).unwrap();
+    assert_eq!(
+        inits.lines().collect::<Vec<_>>(),
+        [first.to_string(), second.to_string()],
+        "initialize ran again in the new host"
+    );
+    p.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_output_does_not_break_the_protocol() {
+    let ws = Ws::new();
+    let m = load(&ws, "chatty", "behave.mjs", json!({"tag": "c"})).await;
+    let p = pipeline(vec![(spec("chatty", 1, true, 5000), m)]);
+    for _ in 0..3 {
+        let out = p
+            .run(
+                HookPoint::BeforeResponse,
+                json!({"act": "chatty", "content": "hi"}),
+                &HookContext::default(),
+            )
+            .await;
+        assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+        assert_eq!(
+            out.payload,
+            json!({"act": "chatty", "content": "hi", "chatty": true})
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_runs_on_pipeline_cleanup_and_stops_the_host() {
+    let ws = Ws::new();
+    let marker = ws.dir().join("cleaned");
+    let m = load(
+        &ws,
+        "tidy",
+        "behave.mjs",
+        json!({"tag": "t", "cleanupMarker": marker}),
+    )
+    .await;
+    let pid = m.pid().await.unwrap();
+    let p = pipeline(vec![(spec("tidy", 1, true, 5000), m.clone())]);
+    p.cleanup().await;
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap(),
+        format!("cleaned {pid}")
+    );
+    assert!(eventually(Duration::from_secs(5), || !process_group_alive(pid)).await);
+    assert_eq!(m.pid().await, None);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "modify"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert!(
+        out.message.unwrap().contains("was cleaned up"),
+        "no restart after cleanup"
+    );
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+// Single-threaded, so the subscriber set for this thread sees the peer's
+// reader task, which forwards the notifications.
+#[tokio::test(flavor = "current_thread")]
+async fn the_context_logger_forwards_to_plugd_tracing_with_the_handler_name() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::DEBUG)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let ws = Ws::new();
+    let m = load(&ws, "auditor", "behave.mjs", json!({"tag": "a"})).await;
+    let p = pipeline(vec![(spec("auditor", 1, false, 5000), m)]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"act": "log"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue);
+    let text = captured.text();
+    let warn = text
+        .lines()
+        .find(|l| l.contains("quota nearly used"))
+        .unwrap_or_else(|| panic!("no forwarded warning in:\n{text}"));
+    assert!(
+        warn.contains("WARN")
+            && warn.contains("plugd::dexto")
+            && warn.contains("handler=\"auditor\"")
+            && warn.contains("hook=\"beforeToolCall\"")
+            && warn.contains(r#"data="{\"used\":99}""#),
+        "{warn}"
+    );
+    let info = text.lines().find(|l| l.contains("plain info")).unwrap();
+    assert!(
+        info.contains("INFO") && info.contains("handler=\"auditor\""),
+        "{info}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tenant_auth_example_blocks_over_quota_and_unauthorized_tenants() {
+    let ws = Ws::new();
+    let path = repo().join("examples/workspace/plugins/tenant-auth.js");
+    let m = load_with(
+        &ws,
+        "tenant-auth",
+        &path,
+        json!({"enforceQuota": true}),
+        &DextoOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        m.points().await,
+        [
+            HookPoint::BeforeLlmRequest,
+            HookPoint::BeforeToolCall,
+            HookPoint::AfterToolResult
+        ]
+    );
+    let p = pipeline(vec![(spec("tenant-auth", 100, true, 5000), m)]);
+    let tenant = |t: &str| HookContext {
+        tenant_id: Some(t.into()),
+        user_id: Some("u-7".into()),
+        ..HookContext::default()
+    };
+    let llm = json!({"text": "hello", "sessionId": "s-1"});
+
+    // Over quota: blocked with the seed's message and QUOTA_EXCEEDED.
+    let out = p
+        .run(HookPoint::BeforeLlmRequest, llm.clone(), &tenant("globex"))
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    assert_eq!(
+        out.message.as_deref(),
+        Some("Daily token limit exceeded. Please upgrade your plan or try again tomorrow.")
+    );
+    assert_eq!(codes(&out), ["QUOTA_EXCEEDED"]);
+    assert_eq!(
+        out.notices[0].details,
+        Some(json!({"used": 100000, "limit": 100000}))
+    );
+
+    // Unknown tenant: UNAUTHORIZED.
+    let out = p
+        .run(
+            HookPoint::BeforeLlmRequest,
+            llm.clone(),
+            &tenant("umbrella"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    assert_eq!(codes(&out), ["UNAUTHORIZED"]);
+
+    // Allowed tenant, and a request without a tenant: both pass unchanged.
+    for ctx in [tenant("acme"), HookContext::default()] {
+        let out = p.run(HookPoint::BeforeLlmRequest, llm.clone(), &ctx).await;
+        assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+        assert_eq!(out.payload, llm);
+    }
+
+    // Tool access: initech's plan has one tool.
+    let tool = |name: &str| json!({"toolName": name, "args": {}});
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            tool("fs_write"),
+            &tenant("initech"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked);
+    assert_eq!(
+        out.message.as_deref(),
+        Some("Tool 'fs_write' is not available on your plan.")
+    );
+    assert_eq!(codes(&out), ["TOOL_NOT_ALLOWED"]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            tool("hello_python_greet"),
+            &tenant("initech"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue);
+    let out = p
+        .run(
+            HookPoint::AfterToolResult,
+            json!({"toolName": "hello_python_greet", "result": "hi", "success": true}),
+            &tenant("initech"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue);
+    p.cleanup().await;
+
+    // initialize received the config: with enforceQuota off, globex passes.
+    let relaxed = load_with(
+        &ws,
+        "tenant-auth",
+        &path,
+        json!({"enforceQuota": false}),
+        &DextoOptions::default(),
+    )
+    .await
+    .unwrap();
+    let p = pipeline(vec![(spec("tenant-auth", 100, true, 5000), relaxed)]);
+    let out = p
+        .run(HookPoint::BeforeLlmRequest, llm.clone(), &tenant("globex"))
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    p.cleanup().await;
+}

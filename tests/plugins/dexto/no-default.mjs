@@ -1,0 +1,6 @@
+// Invalid: no default export.
+export class Named {
+  async beforeToolCall() {
+    return { ok: true };
+  }
+}

@@ -1,0 +1,6 @@
+// Invalid: the default export is an object, not a class.
+export default {
+  async beforeToolCall() {
+    return { ok: true };
+  },
+};
