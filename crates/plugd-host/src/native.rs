@@ -387,11 +387,7 @@ pub struct HookResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Key-by-key event mutation; non-object values are ignored (and reported).
-    #[serde(
-        default,
-        rename = "override",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
     pub override_: Option<Value>,
     /// The richer decision (Phase 83.3).
     #[serde(default, skip_serializing_if = "Option::is_none")]

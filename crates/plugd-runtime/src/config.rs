@@ -408,7 +408,12 @@ struct Cx<'a> {
 }
 
 impl Cx<'_> {
-    fn invalid(&self, field: impl Into<String>, line: u64, message: impl fmt::Display) -> ConfigError {
+    fn invalid(
+        &self,
+        field: impl Into<String>,
+        line: u64,
+        message: impl fmt::Display,
+    ) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_path_buf(),
             field: field.into(),
@@ -487,7 +492,10 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
     if let Some(at) = message.rfind(" at line ") {
         message.truncate(at);
     }
-    let message = message.replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+    let mut message = message.replace(", set DuplicateKeyPolicy in Options if acceptable", "");
+    if message.starts_with("unknown field") {
+        message.push_str("; remove it or fix its spelling");
+    }
     let (line, column) = e
         .location()
         .map(|l| (l.line(), l.column()))
@@ -498,6 +506,15 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
         column,
         message,
     }
+}
+
+/// How `plugd.yaml` is read: YAML 1.2 booleans only (`off` is a string),
+/// no source snippets in errors.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    options.with_snippet = false;
+    options.strict_booleans = true;
+    options
 }
 
 fn point_names() -> String {
@@ -541,11 +558,8 @@ impl PlugdConfig {
     /// Parses and validates `plugd.yaml` text; `path` names the file in
     /// errors and `workspace` is what the templates expand to.
     pub fn parse(text: &str, path: &Path, workspace: &Path) -> Result<PlugdConfig, ConfigError> {
-        let mut options = serde_saphyr::Options::default();
-        options.with_snippet = false;
-        options.strict_booleans = true;
-        let raw: Option<RawDoc> =
-            serde_saphyr::from_str_with_options(text, options).map_err(|e| yaml_error(path, &e))?;
+        let raw: Option<RawDoc> = serde_saphyr::from_str_with_options(text, yaml_options())
+            .map_err(|e| yaml_error(path, &e))?;
         let mut config = PlugdConfig {
             path: Some(path.to_path_buf()),
             workspace: workspace.to_path_buf(),
@@ -625,6 +639,20 @@ impl PlugdConfig {
     }
 }
 
+/// Checks `plugd.yaml` text against [`SCHEMA`] alone (shapes and types, not
+/// the rules only plugd enforces); returns the violations, each naming its
+/// JSON pointer. `Err` when the text is not YAML.
+pub fn schema_violations(text: &str) -> Result<Vec<String>, String> {
+    let schema: Value = serde_json::from_str(SCHEMA).map_err(|e| format!("the schema: {e}"))?;
+    let doc: Value =
+        serde_saphyr::from_str_with_options(text, yaml_options()).map_err(|e| e.to_string())?;
+    let validator = jsonschema::validator_for(&schema).map_err(|e| format!("the schema: {e}"))?;
+    Ok(validator
+        .iter_errors(&doc)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect())
+}
+
 /// The pipeline name of the `contentPolicy` built-in.
 pub const CONTENT_POLICY: &str = "content_policy";
 /// The pipeline name of the `responseSanitizer` built-in.
@@ -677,11 +705,20 @@ fn plugins_config(cx: &Cx<'_>, raw: RawPlugins) -> Result<PluginsConfig, ConfigE
     Ok(out)
 }
 
-fn custom_entry(cx: &Cx<'_>, i: usize, line: u64, raw: RawCustom) -> Result<CustomEntry, ConfigError> {
+fn custom_entry(
+    cx: &Cx<'_>,
+    i: usize,
+    line: u64,
+    raw: RawCustom,
+) -> Result<CustomEntry, ConfigError> {
     let at = |k: &str| format!("plugins.custom[{i}].{k}");
     let name = raw.name.trim().to_owned();
     if name.is_empty() {
-        return Err(cx.invalid(at("name"), line, "the name is empty; give the handler a name for logs and errors"));
+        return Err(cx.invalid(
+            at("name"),
+            line,
+            "the name is empty; give the handler a name for logs and errors",
+        ));
     }
     let ctx_of = |k: &str| format!("{} ({name:?})", at(k));
     let timeout = match raw.timeout_ms {
@@ -690,7 +727,9 @@ fn custom_entry(cx: &Cx<'_>, i: usize, line: u64, raw: RawCustom) -> Result<Cust
             return Err(cx.invalid(
                 ctx_of("timeout_ms"),
                 line,
-                format!("{ms} is out of range; use 1 to {MAX_TIMEOUT_MS} milliseconds (default 5000)"),
+                format!(
+                    "{ms} is out of range; use 1 to {MAX_TIMEOUT_MS} milliseconds (default 5000)"
+                ),
             ));
         }
         Some(ms) => Duration::from_millis(ms),
@@ -726,12 +765,18 @@ fn custom_entry(cx: &Cx<'_>, i: usize, line: u64, raw: RawCustom) -> Result<Cust
             }
             let module_line = module.referenced.line();
             let module = cx.absolute(&ctx_of("module"), module_line, &module.value)?;
-            let mut config = raw.config.unwrap_or_else(|| Value::Object(Default::default()));
+            let mut config = raw
+                .config
+                .unwrap_or_else(|| Value::Object(Default::default()));
             if config.is_null() {
                 config = Value::Object(Default::default());
             }
             if !config.is_object() {
-                return Err(cx.invalid(ctx_of("config"), line, "config must be a mapping (it is passed to the module's initialize)"));
+                return Err(cx.invalid(
+                    ctx_of("config"),
+                    line,
+                    "config must be a mapping (it is passed to the module's initialize)",
+                ));
             }
             cx.expand_value(&mut config)
                 .map_err(|m| cx.invalid(ctx_of("config"), line, m))?;
@@ -747,7 +792,11 @@ fn custom_entry(cx: &Cx<'_>, i: usize, line: u64, raw: RawCustom) -> Result<Cust
             }
             let plugin = plugin.trim().to_owned();
             if plugin.is_empty() {
-                return Err(cx.invalid(ctx_of("plugin"), line, "the plugin id is empty; `plugd plugin list` shows the ids"));
+                return Err(cx.invalid(
+                    ctx_of("plugin"),
+                    line,
+                    "the plugin id is empty; `plugd plugin list` shows the ids",
+                ));
             }
             let binding = binding(cx, &ctx_of, line, raw.hook, raw.point, raw.tool)?;
             Source::Plugin { plugin, binding }
@@ -832,7 +881,6 @@ fn binding(
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -857,18 +905,15 @@ mod tests {
     }
 
     fn schema_accepts(text: &str) {
-        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
-        let doc: Value = serde_saphyr::from_str(text).unwrap();
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+        let errors = schema_violations(text).unwrap();
         assert!(errors.is_empty(), "schema rejects {text}: {errors:?}");
     }
 
     fn schema_rejects(text: &str) {
-        let schema: Value = serde_json::from_str(SCHEMA).unwrap();
-        let doc: Value = serde_saphyr::from_str(text).unwrap();
-        let validator = jsonschema::validator_for(&schema).unwrap();
-        assert!(!validator.is_valid(&doc), "schema accepts {text}");
+        assert!(
+            !schema_violations(text).unwrap().is_empty(),
+            "schema accepts {text}"
+        );
     }
 
     const ISSUE_EXAMPLE: &str = r#"plugins:
@@ -939,7 +984,12 @@ mod tests {
         let c = PlugdConfig::load(dir.path()).unwrap();
         assert_eq!(c.path, None);
         assert!(c.plugins.custom.is_empty() && c.llm.is_none());
-        for text in ["", "# nothing\n", "plugins: {}\n", "plugins:\n  custom: []\n"] {
+        for text in [
+            "",
+            "# nothing\n",
+            "plugins: {}\n",
+            "plugins:\n  custom: []\n",
+        ] {
             let c = valid(text);
             assert!(c.plugins.custom.is_empty(), "{text:?}");
         }
@@ -968,8 +1018,14 @@ tools: {}
             ..HookContext::default()
         });
         assert_eq!(ctx.tenant_id.as_deref(), Some("acme"));
-        assert_eq!(ctx.user_id.as_deref(), Some("bo"), "the request's fields win");
-        valid("llm:\n  provider: openai\n  base_url: http://127.0.0.1:8080/v1\n  model: m\n  api_key_env: KEY\n");
+        assert_eq!(
+            ctx.user_id.as_deref(),
+            Some("bo"),
+            "the request's fields win"
+        );
+        valid(
+            "llm:\n  provider: openai\n  base_url: http://127.0.0.1:8080/v1\n  model: m\n  api_key_env: KEY\n",
+        );
     }
 
     #[test]
@@ -978,7 +1034,9 @@ tools: {}
         assert!(e.contains("extras") && e.contains("line 3"), "{e}");
         let e = err("plugins:\n  contentPolicy:\n    priority: 1\n    maxInputChar: 5\n");
         assert!(e.contains("maxInputChar") && e.contains("line 4"), "{e}");
-        let e = err("plugins:\n  custom:\n    - name: a\n      plugin: p\n      hook: before_message\n      priority: 1\n      timeout: 5\n");
+        let e = err(
+            "plugins:\n  custom:\n    - name: a\n      plugin: p\n      hook: before_message\n      priority: 1\n      timeout: 5\n",
+        );
         assert!(e.contains("`timeout`") && e.contains("line 7"), "{e}");
         let e = err("agent:\n  rounds: 2\n");
         assert!(e.contains("rounds") && e.contains("line 2"), "{e}");
@@ -994,9 +1052,13 @@ tools: {}
 
     #[test]
     fn wrong_types_and_bad_points_have_lines() {
-        let e = err("plugins:\n  custom:\n    - name: a\n      plugin: p\n      point: before_lunch\n      hook: x\n      priority: 1\n");
+        let e = err(
+            "plugins:\n  custom:\n    - name: a\n      plugin: p\n      point: before_lunch\n      hook: x\n      priority: 1\n",
+        );
         assert!(e.contains("before_lunch") && e.contains("line 5"), "{e}");
-        let e = err("plugins:\n  custom:\n    - name: a\n      plugin: p\n      hook: x\n      priority: high\n");
+        let e = err(
+            "plugins:\n  custom:\n    - name: a\n      plugin: p\n      hook: x\n      priority: high\n",
+        );
         assert!(e.contains("line 6"), "{e}");
         let e = err("plugins:\n  responseSanitizer: {redactEmails: true}\n");
         assert!(e.contains("priority"), "{e}");
@@ -1004,7 +1066,9 @@ tools: {}
 
     #[test]
     fn relative_module_paths_are_refused_with_the_template() {
-        let e = err("plugins:\n  custom:\n    - name: audit\n      priority: 1\n      module: ./plugins/audit.js\n");
+        let e = err(
+            "plugins:\n  custom:\n    - name: audit\n      priority: 1\n      module: ./plugins/audit.js\n",
+        );
         assert!(
             e.contains(r#""./plugins/audit.js" is a relative path"#)
                 && e.contains(r#"write "${{dexto.agent_dir}}/plugins/audit.js""#)
@@ -1012,11 +1076,18 @@ tools: {}
                 && e.contains("line 5"),
             "{e}"
         );
-        let e = err("plugins:\n  custom:\n    - {name: a, priority: 1, module: \"${{agent_dir}}/a.js\"}\n");
+        let e = err(
+            "plugins:\n  custom:\n    - {name: a, priority: 1, module: \"${{agent_dir}}/a.js\"}\n",
+        );
         assert!(e.contains("unknown template ${{agent_dir}}"), "{e}");
         let e = err("llm: {provider: scripted, script: turns.yaml}\n");
-        assert!(e.contains("llm.script") && e.contains("${{dexto.agent_dir}}/turns.yaml"), "{e}");
-        let c = valid("plugins:\n  custom:\n    - {name: a, priority: 1, module: /opt/a.js, config: {log: \"${{workspace_dir}}/audit.log\"}}\n");
+        assert!(
+            e.contains("llm.script") && e.contains("${{dexto.agent_dir}}/turns.yaml"),
+            "{e}"
+        );
+        let c = valid(
+            "plugins:\n  custom:\n    - {name: a, priority: 1, module: /opt/a.js, config: {log: \"${{workspace_dir}}/audit.log\"}}\n",
+        );
         let Source::Module { config, .. } = &c.plugins.custom[0].source else {
             panic!()
         };
@@ -1027,20 +1098,29 @@ tools: {}
     fn module_xor_plugin() {
         let both = "plugins:\n  custom:\n    - name: x\n      priority: 1\n      module: /opt/x.js\n      plugin: p\n      hook: before_message\n";
         let e = err(both);
-        assert!(e.contains("both module and plugin are set") && e.contains("line 3"), "{e}");
+        assert!(
+            e.contains("both module and plugin are set") && e.contains("line 3"),
+            "{e}"
+        );
         schema_rejects(both);
         let neither = "plugins:\n  custom:\n    - {name: x, priority: 1}\n";
         assert!(err(neither).contains("neither module nor plugin"));
         schema_rejects(neither);
-        let e = err("plugins:\n  custom:\n    - {name: x, priority: 1, module: /x.js, hook: before_message}\n");
+        let e = err(
+            "plugins:\n  custom:\n    - {name: x, priority: 1, module: /x.js, hook: before_message}\n",
+        );
         assert!(e.contains("hook is for plugin: entries"), "{e}");
-        let e = err("plugins:\n  custom:\n    - {name: x, priority: 1, plugin: p, hook: before_message, config: {}}\n");
+        let e = err(
+            "plugins:\n  custom:\n    - {name: x, priority: 1, plugin: p, hook: before_message, config: {}}\n",
+        );
         assert!(e.contains("config is for module: entries"), "{e}");
     }
 
     #[test]
     fn the_hook_point_tool_rule() {
-        let entry = |rest: &str| format!("plugins:\n  custom:\n    - {{name: x, priority: 1, plugin: p, {rest}}}\n");
+        let entry = |rest: &str| {
+            format!("plugins:\n  custom:\n    - {{name: x, priority: 1, plugin: p, {rest}}}\n")
+        };
         let binding = |rest: &str| match valid(&entry(rest)).plugins.custom[0].source.clone() {
             Source::Plugin { binding, .. } => binding,
             other => panic!("{other:?}"),
@@ -1074,7 +1154,10 @@ tools: {}
             }
         );
         let e = err(&entry("hook: pii_redact"));
-        assert!(e.contains("\"pii_redact\" is not a hook point") && e.contains("point:"), "{e}");
+        assert!(
+            e.contains("\"pii_redact\" is not a hook point") && e.contains("point:"),
+            "{e}"
+        );
         let e = err(&entry("tool: check"));
         assert!(e.contains("needs point:"), "{e}");
         let e = err(&entry("tool: check, hook: x, point: before_message"));
@@ -1086,19 +1169,32 @@ tools: {}
 
     #[test]
     fn names_are_unique_and_values_in_range() {
-        let e = err("plugins:\n  custom:\n    - {name: a, priority: 1, module: /a.js}\n    - {name: a, priority: 2, module: /b.js}\n");
-        assert!(e.contains("\"a\" is already used") && e.contains("line 4"), "{e}");
-        let e = err("plugins:\n  custom:\n    - {name: content_policy, priority: 1, module: /a.js}\n");
+        let e = err(
+            "plugins:\n  custom:\n    - {name: a, priority: 1, module: /a.js}\n    - {name: a, priority: 2, module: /b.js}\n",
+        );
+        assert!(
+            e.contains("\"a\" is already used") && e.contains("line 4"),
+            "{e}"
+        );
+        let e =
+            err("plugins:\n  custom:\n    - {name: content_policy, priority: 1, module: /a.js}\n");
         assert!(e.contains("already used"), "{e}");
-        let e = err("plugins:\n  custom:\n    - {name: a, priority: 1, module: /a.js, timeout_ms: 0}\n");
-        assert!(e.contains("timeout_ms") && e.contains("out of range"), "{e}");
+        let e = err(
+            "plugins:\n  custom:\n    - {name: a, priority: 1, module: /a.js, timeout_ms: 0}\n",
+        );
+        assert!(
+            e.contains("timeout_ms") && e.contains("out of range"),
+            "{e}"
+        );
         let e = err("agent: {max_tool_rounds: 0}\n");
         assert!(e.contains("at least 1"), "{e}");
     }
 
     #[test]
     fn disabled_entries_are_kept_but_skipped_by_specs() {
-        let c = valid("plugins:\n  contentPolicy: {priority: 5, enabled: false}\n  custom:\n    - {name: a, priority: 5, plugin: p, hook: before_llm_request, enabled: false}\n    - {name: b, priority: 5, plugin: p, hook: before_llm_request}\n");
+        let c = valid(
+            "plugins:\n  contentPolicy: {priority: 5, enabled: false}\n  custom:\n    - {name: a, priority: 5, plugin: p, hook: before_llm_request, enabled: false}\n    - {name: b, priority: 5, plugin: p, hook: before_llm_request}\n",
+        );
         let names: Vec<String> = crate::hooks::build::specs(&c)
             .into_iter()
             .map(|s| s.name)
@@ -1108,7 +1204,8 @@ tools: {}
 
     #[test]
     fn the_example_workspace_config_is_valid() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workspace/plugd.yaml");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workspace/plugd.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
         let c = valid(&text);
         assert!(c.plugins.content_policy.is_some() && c.plugins.response_sanitizer.is_some());

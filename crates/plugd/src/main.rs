@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod bench;
+mod hook_cmd;
 
 use std::path::PathBuf;
 
@@ -46,6 +47,9 @@ enum Command {
     /// Manifest helpers.
     #[command(subcommand)]
     Manifest(ManifestCmd),
+    /// Run and check the hook pipeline of plugd.yaml.
+    #[command(subcommand)]
+    Hook(hook_cmd::HookCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -288,6 +292,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             print_json(&result?, !json.json)?;
         }
         Command::Serve => serve(rt).await?,
+        Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::Runtime;
 use crate::config::{
-    BuiltinConfig, Binding, CONTENT_POLICY, CustomEntry, PlugdConfig, RESPONSE_SANITIZER, Source,
+    Binding, BuiltinConfig, CONTENT_POLICY, CustomEntry, PlugdConfig, RESPONSE_SANITIZER, Source,
 };
 
 /// How long a hook plugin may take to start at build time.
@@ -207,7 +207,7 @@ async fn load(
                 return Err(init(
                     entry,
                     format!(
-                        "plugin {plugin:?} is a {other} plugin, which has no hook method; bind one of its tools with tool: NAME and point: POINT"
+                        "plugin {plugin:?} (dialect {other}) has no hook method; bind one of its tools with tool: NAME and point: POINT"
                     ),
                 ));
             }
@@ -216,40 +216,41 @@ async fn load(
     // Fail fast: the plugin must start (handshake included) now.
     sup.connection(Instant::now() + START_TIMEOUT)
         .await
-        .map_err(|e| init(entry, format!("plugin {plugin:?} could not start: {e}")))?;
-    let handler: Arc<dyn HookHandler> = match binding {
-        Binding::Hook { hook, .. } if spec.dialect == Dialect::Native => Arc::new(
-            NativeHook::new(runtime.clone(), plugin, hook, entry.timeout),
-        ),
-        Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
-            runtime.clone(),
-            plugin,
-            hook,
-            entry.timeout,
-        )),
-        Binding::Tool { tool, .. } => {
-            if find_tool(runtime, plugin, tool).is_none() {
-                let mut names: Vec<String> = runtime
-                    .tools()
-                    .iter()
-                    .filter(|t| t.plugin == plugin)
-                    .map(|t| t.name.clone())
-                    .collect();
-                names.sort();
-                return Err(init(
-                    entry,
-                    format!(
-                        "plugin {plugin:?} has no tool {tool:?} (its tools: {}); fix tool:",
-                        if names.is_empty() {
-                            "none".to_owned()
-                        } else {
-                            names.join(", ")
-                        }
-                    ),
-                ));
+        .map_err(|e| init(entry, e.to_string()))?;
+    let handler: Arc<dyn HookHandler> =
+        match binding {
+            Binding::Hook { hook, .. } if spec.dialect == Dialect::Native => Arc::new(
+                NativeHook::new(runtime.clone(), plugin, hook, entry.timeout),
+            ),
+            Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
+                runtime.clone(),
+                plugin,
+                hook,
+                entry.timeout,
+            )),
+            Binding::Tool { tool, .. } => {
+                if find_tool(runtime, plugin, tool).is_none() {
+                    let mut names: Vec<String> = runtime
+                        .tools()
+                        .iter()
+                        .filter(|t| t.plugin == plugin)
+                        .map(|t| t.name.clone())
+                        .collect();
+                    names.sort();
+                    return Err(init(
+                        entry,
+                        format!(
+                            "plugin {plugin:?} has no tool {tool:?} (its tools: {}); fix tool:",
+                            if names.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    ));
+                }
+                Arc::new(ToolHook::new(runtime.clone(), plugin, tool))
             }
-            Arc::new(ToolHook::new(runtime.clone(), plugin, tool))
-        }
-    };
+        };
     Ok(handler)
 }

@@ -44,10 +44,16 @@ pub const API_KEY_PATTERNS: &[(&str, &str)] = &[
     ("secret key (sk-)", r"\bsk-[A-Za-z0-9_-]{20,}"),
     ("AWS access key id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     ("GitHub token", r"\bgh[pousr]_[A-Za-z0-9]{36,}"),
-    ("GitHub fine-grained token", r"\bgithub_pat_[A-Za-z0-9_]{22,}"),
+    (
+        "GitHub fine-grained token",
+        r"\bgithub_pat_[A-Za-z0-9_]{22,}",
+    ),
     ("Slack token", r"\bxox[abprs]-[A-Za-z0-9-]{10,}"),
     ("Google API key", r"\bAIza[0-9A-Za-z_-]{35}"),
-    ("bearer token", r"(?i:(\bbearer\s+))[A-Za-z0-9._~+/-]{20,}=*"),
+    (
+        "bearer token",
+        r"(?i:(\bbearer\s+))[A-Za-z0-9._~+/-]{20,}=*",
+    ),
 ];
 
 static EMAIL: LazyLock<Regex> = LazyLock::new(|| Regex::new(EMAIL_PATTERN).expect("valid regex"));
@@ -105,7 +111,12 @@ fn redact(
     if emails {
         let (t, n) = redact_emails(&text);
         if n > 0 {
-            notices.push(redaction_notice("EMAIL_REDACTED", "email address", n, field));
+            notices.push(redaction_notice(
+                "EMAIL_REDACTED",
+                "email address",
+                n,
+                field,
+            ));
             text = t;
         }
     }
@@ -322,7 +333,10 @@ mod tests {
             redact_api_keys: true,
         };
         let r = p.check(&json!({"text": "ñññññ"}));
-        assert!(!r.cancel, "5 characters (10 bytes) are within a 5-character limit");
+        assert!(
+            !r.cancel,
+            "5 characters (10 bytes) are within a 5-character limit"
+        );
         let r = p.check(&json!({"text": "a@b.io!"}));
         assert!(r.cancel);
         assert_eq!(r.notices[0].code.as_deref(), Some("INPUT_TOO_LONG"));
@@ -368,7 +382,9 @@ mod tests {
             redact_api_keys: false,
             max_response_length: Some(20),
         };
-        let r = s.sanitize(&json!({"content": "write to ana@example.com about it all", "provider": "x"}));
+        let r = s.sanitize(
+            &json!({"content": "write to ana@example.com about it all", "provider": "x"}),
+        );
         let content = r.modify.unwrap()["content"].as_str().unwrap().to_owned();
         assert_eq!(content, format!("write to [REDACTED_E{TRUNCATION_MARKER}"));
         let codes: Vec<_> = r.notices.iter().map(|n| n.code.clone().unwrap()).collect();

@@ -25,7 +25,9 @@ use plugd_host::native::{self, HookCallError, HookDecision, HookResponse, ToolEr
 use plugd_host::{CallError, CallToolError, Conn, PluginError};
 use serde_json::{Map, Value, json};
 
-use super::{HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind};
+use super::{
+    HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
+};
 use crate::{Runtime, RuntimeError};
 
 /// The payload field a `transform` decision rewrites at `point`
@@ -122,7 +124,9 @@ pub fn map_hook_response(
             let mut n = Notice::new(
                 NoticeKind::Warn,
                 Some("HOOK_OVERRIDE_IGNORED"),
-                format!("plugin {plugin:?} sent override as {kind}; only an object is merged, so it was ignored"),
+                format!(
+                    "plugin {plugin:?} sent override as {kind}; only an object is merged, so it was ignored"
+                ),
             );
             n.details = Some(details.clone());
             result.notices.push(n);
@@ -233,7 +237,8 @@ impl MicroappHook {
                 let message = vote.reason.clone().unwrap_or_else(|| {
                     format!("denied by microapp {:?} (hooks/{})", self.plugin, self.hook)
                 });
-                let details = json!({"plugin": self.plugin, "hook": self.hook, "metadata": vote.metadata});
+                let details =
+                    json!({"plugin": self.plugin, "hook": self.hook, "metadata": vote.metadata});
                 Ok(HandlerResult {
                     cancel: true,
                     notices: vec![block_notice("HOOK_BLOCKED", &message, details)],
@@ -376,10 +381,17 @@ pub fn parse_tool_result(result: &Value) -> Result<HandlerResult, String> {
             .and_then(|c| c.get("text"))
             .and_then(Value::as_str)
             .ok_or_else(|| format!("content without text: {}", short(result)))?;
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| format!("text content that is not JSON ({e}): {:?}", short(&Value::String(text.to_owned()))))?;
+        let v: Value = serde_json::from_str(text).map_err(|e| {
+            format!(
+                "text content that is not JSON ({e}): {:?}",
+                short(&Value::String(text.to_owned()))
+            )
+        })?;
         if !v.is_object() {
-            return Err(format!("text content that is not a JSON object: {}", short(&v)));
+            return Err(format!(
+                "text content that is not a JSON object: {}",
+                short(&v)
+            ));
         }
         v
     } else if result.is_object() {
@@ -407,39 +419,85 @@ mod tests {
     #[test]
     fn native_block_transform_override_and_anti_loop() {
         let p = HookPoint::BeforeMessage;
-        let r = map_hook_response(p, "c", "h", resp(json!({"abort": true, "reason": "PII detected", "decision": "block"}))).unwrap();
+        let r = map_hook_response(
+            p,
+            "c",
+            "h",
+            resp(json!({"abort": true, "reason": "PII detected", "decision": "block"})),
+        )
+        .unwrap();
         assert!(r.cancel);
         assert_eq!(r.message.as_deref(), Some("PII detected"));
         assert_eq!(r.notices[0].code.as_deref(), Some("HOOK_BLOCKED"));
         // Legacy abort alone blocks too, with a default message naming the plugin.
         let r = map_hook_response(p, "c", "h", resp(json!({"abort": true}))).unwrap();
         assert!(r.cancel && r.message.unwrap().contains("\"c\""));
-        let r = map_hook_response(p, "c", "h", resp(json!({"decision": "transform", "transformed_body": "[REDACTED]"}))).unwrap();
+        let r = map_hook_response(
+            p,
+            "c",
+            "h",
+            resp(json!({"decision": "transform", "transformed_body": "[REDACTED]"})),
+        )
+        .unwrap();
         assert_eq!(r.modify.unwrap()["body"], "[REDACTED]");
         let r = map_hook_response(HookPoint::BeforeLlmRequest, "c", "h", resp(json!({"decision": "transform", "transformed_body": "x", "override": {"text": "y", "k": 1}}))).unwrap();
-        assert_eq!(Value::Object(r.modify.unwrap()), json!({"text": "x", "k": 1}));
-        let r = map_hook_response(p, "c", "h", resp(json!({"override": [1], "do_not_reply_again": true}))).unwrap();
+        assert_eq!(
+            Value::Object(r.modify.unwrap()),
+            json!({"text": "x", "k": 1})
+        );
+        let r = map_hook_response(
+            p,
+            "c",
+            "h",
+            resp(json!({"override": [1], "do_not_reply_again": true})),
+        )
+        .unwrap();
         assert!(r.modify.is_none());
         let codes: Vec<_> = r.notices.iter().map(|n| n.code.clone().unwrap()).collect();
         assert_eq!(codes, ["DO_NOT_REPLY_AGAIN", "HOOK_OVERRIDE_IGNORED"]);
         let r = map_hook_response(p, "c", "h", resp(json!({}))).unwrap();
         assert_eq!(r, HandlerResult::pass());
-        let r = map_hook_response(p, "c", "h", resp(json!({"decision": "allow", "reason": "fine"}))).unwrap();
+        let r = map_hook_response(
+            p,
+            "c",
+            "h",
+            resp(json!({"decision": "allow", "reason": "fine"})),
+        )
+        .unwrap();
         assert_eq!(r, HandlerResult::pass());
     }
 
     #[test]
     fn native_transform_errors() {
-        let e = map_hook_response(HookPoint::BeforeToolCall, "c", "h", resp(json!({"decision": "transform", "transformed_body": "x"}))).unwrap_err();
+        let e = map_hook_response(
+            HookPoint::BeforeToolCall,
+            "c",
+            "h",
+            resp(json!({"decision": "transform", "transformed_body": "x"})),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no text field"), "{e}");
-        let e = map_hook_response(HookPoint::BeforeMessage, "c", "h", resp(json!({"decision": "transform"}))).unwrap_err();
+        let e = map_hook_response(
+            HookPoint::BeforeMessage,
+            "c",
+            "h",
+            resp(json!({"decision": "transform"})),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("no transformed_body"), "{e}");
     }
 
     #[test]
     fn hook_response_rejects_wrong_types_and_unknown_decisions() {
-        for bad in [json!({"decision": "maybe"}), json!({"abort": "yes"}), json!({"transformed_body": 3})] {
-            assert!(serde_json::from_value::<HookResponse>(bad.clone()).is_err(), "{bad}");
+        for bad in [
+            json!({"decision": "maybe"}),
+            json!({"abort": "yes"}),
+            json!({"transformed_body": 3}),
+        ] {
+            assert!(
+                serde_json::from_value::<HookResponse>(bad.clone()).is_err(),
+                "{bad}"
+            );
         }
         // Unknown fields are tolerated (nexo adds fields in minor versions).
         assert!(serde_json::from_value::<HookResponse>(json!({"future": 1})).is_ok());
@@ -451,12 +509,20 @@ mod tests {
         assert_eq!(r.modify.unwrap()["text"], "x");
         let r = parse_tool_result(&json!({"content": [{"type": "text", "text": "{\"cancel\": true, \"message\": \"no\"}"}]})).unwrap();
         assert!(r.cancel && r.message.as_deref() == Some("no"));
-        let r = parse_tool_result(&json!({"content": [], "structuredContent": {"modify": {"a": 1}}})).unwrap();
+        let r =
+            parse_tool_result(&json!({"content": [], "structuredContent": {"modify": {"a": 1}}}))
+                .unwrap();
         assert_eq!(r.modify.unwrap()["a"], 1);
         // An object without verdict fields passes.
-        assert_eq!(parse_tool_result(&json!({"logged": true})).unwrap(), HandlerResult::pass());
+        assert_eq!(
+            parse_tool_result(&json!({"logged": true})).unwrap(),
+            HandlerResult::pass()
+        );
         // Spoofed handler names are cleared.
-        let r = parse_tool_result(&json!({"notices": [{"kind": "info", "message": "m", "handler": "content_policy"}]})).unwrap();
+        let r = parse_tool_result(
+            &json!({"notices": [{"kind": "info", "message": "m", "handler": "content_policy"}]}),
+        )
+        .unwrap();
         assert_eq!(r.notices[0].handler, None);
         for bad in [
             json!("yes"),

@@ -3,6 +3,7 @@
 //! One test binary, so the workspace links it once.
 
 mod cli;
+mod hooks;
 mod hostile;
 mod mcp;
 mod microapp;
