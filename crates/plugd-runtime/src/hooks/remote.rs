@@ -51,10 +51,15 @@ async fn connection(
     let sup = runtime
         .supervised(plugin)
         .map_err(|e| HookError::Failed(e.to_string()))?;
-    sup.connection(Instant::now() + timeout)
+    let started = Instant::now();
+    sup.connection(started + timeout)
         .await
         .map_err(|e| match e {
-            PluginError::NotReady { .. } => HookError::Timeout(timeout),
+            // Not ready because the time ran out; a start that failed
+            // earlier (backoff) is a failure, not a timeout.
+            PluginError::NotReady { .. } if started.elapsed() >= timeout => {
+                HookError::Timeout(timeout)
+            }
             other => HookError::Failed(other.to_string()),
         })
 }
