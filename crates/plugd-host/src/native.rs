@@ -374,6 +374,100 @@ pub async fn shutdown(peer: &Peer, timeout: Duration) -> Result<(), CallError> {
     .map(|_| ())
 }
 
+/// A native plugin's answer to `hook.on_hook` (§5.z, nexo's `HookResponse`).
+/// Every field is optional on the wire; `{}` means "continue unchanged".
+/// Unknown fields are ignored (nexo adds fields in minor versions); known
+/// fields with the wrong type make the reply malformed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HookResponse {
+    /// Legacy block signal (Phase 11.6): `true` stops the event.
+    #[serde(default)]
+    pub abort: bool,
+    /// Operator-readable explanation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Key-by-key event mutation; non-object values are ignored (and reported).
+    #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
+    pub override_: Option<Value>,
+    /// The richer decision (Phase 83.3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<HookDecision>,
+    /// The new body, meaningful with `decision: "transform"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transformed_body: Option<String>,
+    /// Anti-loop signal: suppress pending auto-replies for the conversation.
+    #[serde(default)]
+    pub do_not_reply_again: bool,
+}
+
+/// `HookResponse.decision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HookDecision {
+    /// Proceed.
+    Allow,
+    /// Stop.
+    Block,
+    /// Proceed with `transformed_body` as the new body.
+    Transform,
+}
+
+/// Why `hook.on_hook` produced no [`HookResponse`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum HookCallError {
+    /// The call failed (timeout, crash, JSON-RPC error other than `-32601`).
+    #[error(transparent)]
+    Call(#[from] CallError),
+    /// The reply is not a `HookResponse`.
+    #[error(
+        "plugin {plugin:?} answered hook.on_hook ({hook:?}) with a malformed HookResponse: {reason}; reply with {{abort, reason, override, decision: allow|block|transform, transformed_body, do_not_reply_again}}"
+    )]
+    Malformed {
+        /// Plugin id.
+        plugin: Arc<str>,
+        /// The hook name.
+        hook: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Asks a native plugin to handle one hook event (`hook.on_hook`, §5.z).
+/// `-32601` (the plugin does not implement hooks) is `HookResponse::default()`
+/// (continue), as in nexo; every other failure is an error, so the caller's
+/// error policy decides (plugd does not adopt nexo's continue-on-error).
+pub async fn on_hook(
+    peer: &Peer,
+    plugin_id: &str,
+    hook_name: &str,
+    event: Value,
+    timeout: Duration,
+) -> Result<HookResponse, HookCallError> {
+    let params = json!({"plugin_id": plugin_id, "hook_name": hook_name, "event": event});
+    let reply = match peer.call("hook.on_hook", Some(params), timeout).await {
+        Ok(r) => r,
+        Err(CallError::Remote { error, .. }) if error.code == codes::METHOD_NOT_FOUND => {
+            return Ok(HookResponse::default());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let malformed = |reason: String| HookCallError::Malformed {
+        plugin: peer.plugin().clone(),
+        hook: hook_name.to_owned(),
+        reason,
+    };
+    match &reply {
+        Value::Null => return Ok(HookResponse::default()),
+        Value::Object(_) => {}
+        other => {
+            let text: String = other.to_string().chars().take(120).collect();
+            return Err(malformed(format!("expected an object, got {text}")));
+        }
+    }
+    serde_json::from_value(reply).map_err(|e| malformed(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod bench;
+mod hook_cmd;
 mod outbox_cmd;
 
 use std::path::PathBuf;
@@ -53,6 +54,9 @@ enum Command {
     /// Inspect hook deliveries of the durable outbox; retry dead letters.
     #[command(subcommand)]
     Outbox(outbox_cmd::OutboxCmd),
+    /// Run and check the hook pipeline of plugd.yaml.
+    #[command(subcommand)]
+    Hook(hook_cmd::HookCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -297,6 +301,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Serve => serve(rt).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
+        Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }

@@ -28,7 +28,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+pub mod build;
+pub mod builtin;
 pub mod dexto;
+pub mod remote;
 
 /// An interception point of the agent loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -4,6 +4,7 @@
 
 mod cli;
 mod dexto;
+mod hooks;
 mod hostile;
 mod mcp;
 mod microapp;

@@ -1,0 +1,256 @@
+//! Building the [`Pipeline`] from `plugd.yaml`: the built-ins, Dexto modules
+//! and plugin-served handlers, fail-fast.
+//!
+//! Order of checks: priorities first (a clash names both handlers, before
+//! any plugin starts), then each enabled custom entry in file order. A
+//! handler that cannot load — unknown or broken plugin, unapproved plugin,
+//! a plugin whose handshake fails, an undeclared native hook, a missing tool,
+//! a dialect without a hook method, a missing or failing module — stops
+//! start-up with [`PipelineError::Init`] naming it; handlers already loaded
+//! are cleaned up first.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugd_manifest::Dialect;
+use serde_json::Value;
+
+use super::remote::{MicroappHook, NativeHook, ToolHook, find_tool};
+use super::{
+    HandlerSpec, HookContext, HookFuture, HookHandler, HookPoint, Pipeline, PipelineError, dexto,
+};
+use crate::Runtime;
+use crate::config::{
+    Binding, BuiltinConfig, CONTENT_POLICY, CustomEntry, PlugdConfig, RESPONSE_SANITIZER, Source,
+};
+
+/// How long a hook plugin may take to start at build time.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A handler that does nothing (for the priority pre-check only).
+struct Noop;
+impl HookHandler for Noop {
+    fn handle<'a>(&'a self, _: HookPoint, _: &'a Value, _: &'a HookContext) -> HookFuture<'a> {
+        Box::pin(async { Ok(super::HandlerResult::pass()) })
+    }
+}
+
+fn builtin_spec<T>(name: &str, points: &[HookPoint], b: &BuiltinConfig<T>) -> HandlerSpec {
+    HandlerSpec {
+        name: name.to_owned(),
+        points: points.to_vec(),
+        priority: b.priority,
+        blocking: b.blocking,
+        on_error: None,
+        timeout: HandlerSpec::DEFAULT_TIMEOUT,
+    }
+}
+
+/// The enabled handlers' specs, built-ins first, then custom entries in file order.
+pub fn specs(config: &PlugdConfig) -> Vec<HandlerSpec> {
+    let mut out = Vec::new();
+    if let Some(cp) = config.plugins.content_policy.as_ref().filter(|b| b.enabled) {
+        out.push(builtin_spec(
+            CONTENT_POLICY,
+            &super::builtin::ContentPolicy::POINTS,
+            cp,
+        ));
+    }
+    if let Some(rs) = config
+        .plugins
+        .response_sanitizer
+        .as_ref()
+        .filter(|b| b.enabled)
+    {
+        out.push(builtin_spec(
+            RESPONSE_SANITIZER,
+            &super::builtin::ResponseSanitizer::POINTS,
+            rs,
+        ));
+    }
+    out.extend(
+        config
+            .plugins
+            .custom
+            .iter()
+            .filter(|c| c.enabled)
+            .map(CustomEntry::spec),
+    );
+    out
+}
+
+/// Builds the pipeline of `config` over `runtime`'s plugins (see the module
+/// documentation for the checks). Plugin-served handlers are started here.
+pub async fn build_pipeline(
+    config: &PlugdConfig,
+    runtime: &Runtime,
+) -> Result<Pipeline, PipelineError> {
+    // Priority clashes first: cheap, and nothing has started yet.
+    let noop: Arc<dyn HookHandler> = Arc::new(Noop);
+    Pipeline::new(
+        specs(config)
+            .into_iter()
+            .map(|s| (s, noop.clone()))
+            .collect(),
+    )?;
+
+    let mut handlers: Vec<(HandlerSpec, Arc<dyn HookHandler>)> = Vec::new();
+    if let Some(cp) = config.plugins.content_policy.as_ref().filter(|b| b.enabled) {
+        handlers.push((
+            builtin_spec(CONTENT_POLICY, &super::builtin::ContentPolicy::POINTS, cp),
+            Arc::new(cp.settings.handler()),
+        ));
+    }
+    if let Some(rs) = config
+        .plugins
+        .response_sanitizer
+        .as_ref()
+        .filter(|b| b.enabled)
+    {
+        handlers.push((
+            builtin_spec(
+                RESPONSE_SANITIZER,
+                &super::builtin::ResponseSanitizer::POINTS,
+                rs,
+            ),
+            Arc::new(rs.settings.handler()),
+        ));
+    }
+    for entry in config.plugins.custom.iter().filter(|c| c.enabled) {
+        match load(entry, config, runtime).await {
+            Ok(h) => handlers.push((entry.spec(), h)),
+            Err(e) => {
+                for (_, h) in &handlers {
+                    h.cleanup().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    Pipeline::new(handlers)
+}
+
+fn init(entry: &CustomEntry, reason: impl Into<String>) -> PipelineError {
+    PipelineError::Init {
+        name: entry.name.clone(),
+        reason: reason.into(),
+    }
+}
+
+async fn load(
+    entry: &CustomEntry,
+    config: &PlugdConfig,
+    runtime: &Runtime,
+) -> Result<Arc<dyn HookHandler>, PipelineError> {
+    let (plugin, binding) = match &entry.source {
+        Source::Module {
+            module,
+            config: module_config,
+        } => {
+            if !module.is_file() {
+                return Err(init(
+                    entry,
+                    format!(
+                        "module {} does not exist or is not a file; fix the module path in plugd.yaml",
+                        module.display()
+                    ),
+                ));
+            }
+            return dexto::load(&entry.name, module, module_config, &config.workspace).await;
+        }
+        Source::Plugin { plugin, binding } => (plugin.as_str(), binding),
+    };
+    let sup = runtime
+        .supervised(plugin)
+        .map_err(|e| init(entry, e.to_string()))?;
+    let info = runtime
+        .plugin(plugin)
+        .map_err(|e| init(entry, e.to_string()))?;
+    if !info.approved {
+        return Err(init(
+            entry,
+            format!(
+                "plugin {plugin:?} is {}{}; review it and run `plugd plugin approve {plugin}`",
+                info.state,
+                info.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    let spec = sup.spec().clone();
+    if let Binding::Hook { hook, .. } = binding {
+        match spec.dialect {
+            Dialect::Native => {
+                let declared = spec
+                    .native
+                    .as_ref()
+                    .map(|n| n.extends.hooks.clone())
+                    .unwrap_or_default();
+                if !declared.iter().any(|d| d == hook) {
+                    return Err(init(
+                        entry,
+                        format!(
+                            "plugin {plugin:?} does not declare hook {hook:?} in [plugin.extends].hooks of nexo-plugin.toml (it declares: {}); declare it there or fix hook:",
+                            if declared.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                declared.join(", ")
+                            }
+                        ),
+                    ));
+                }
+            }
+            Dialect::Microapp => {}
+            other => {
+                return Err(init(
+                    entry,
+                    format!(
+                        "plugin {plugin:?} (dialect {other}) has no hook method; bind one of its tools with tool: NAME and point: POINT"
+                    ),
+                ));
+            }
+        }
+    }
+    // Fail fast: the plugin must start (handshake included) now.
+    sup.connection(Instant::now() + START_TIMEOUT)
+        .await
+        .map_err(|e| init(entry, e.to_string()))?;
+    let handler: Arc<dyn HookHandler> =
+        match binding {
+            Binding::Hook { hook, .. } if spec.dialect == Dialect::Native => Arc::new(
+                NativeHook::new(runtime.clone(), plugin, hook, entry.timeout),
+            ),
+            Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
+                runtime.clone(),
+                plugin,
+                hook,
+                entry.timeout,
+            )),
+            Binding::Tool { tool, .. } => {
+                if find_tool(runtime, plugin, tool).is_none() {
+                    let mut names: Vec<String> = runtime
+                        .tools()
+                        .iter()
+                        .filter(|t| t.plugin == plugin)
+                        .map(|t| t.name.clone())
+                        .collect();
+                    names.sort();
+                    return Err(init(
+                        entry,
+                        format!(
+                            "plugin {plugin:?} has no tool {tool:?} (its tools: {}); fix tool:",
+                            if names.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                names.join(", ")
+                            }
+                        ),
+                    ));
+                }
+                Arc::new(ToolHook::new(runtime.clone(), plugin, tool))
+            }
+        };
+    Ok(handler)
+}
