@@ -310,9 +310,24 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
 }
 
 async fn serve(rt: &Runtime) -> Result<()> {
+    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
-    let started = rt.start_eager();
+    let mut started = rt.start_eager();
+    // `eager:` in plugd.yaml adds to the manifests' own eager starts.
+    let extra: Vec<&String> = config.eager.iter().filter(|id| !started.contains(id)).collect();
+    for id in extra {
+        match rt.plugin(id) {
+            Ok(info) if info.approved => {
+                rt.supervised(id)?.start();
+                started.push(id.clone());
+            }
+            Ok(info) => tracing::warn!(plugin = %id, state = %info.state, "listed in plugd.yaml eager: but not approved; not started"),
+            Err(e) => tracing::warn!(plugin = %id, "listed in plugd.yaml eager: {e}"),
+        }
+    }
+    // Fail fast: every configured hook handler must load before plugd serves.
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
     let _outbox = outbox_cmd::start_worker(rt)?;
     tracing::info!(
         workspace = %rt.dir().display(),
@@ -326,6 +341,7 @@ async fn serve(rt: &Runtime) -> Result<()> {
     }
     shutdown_signal().await;
     tracing::info!("shutting plugins down");
+    pipeline.cleanup().await;
     rt.shutdown().await;
     tracing::info!("all plugins stopped");
     Ok(())
