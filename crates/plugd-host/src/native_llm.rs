@@ -56,9 +56,7 @@ pub fn llm_timeout(override_ms: Option<&str>, stream: bool) -> Result<Duration, 
             .ok()
             .filter(|n| *n > 0)
             .map(Duration::from_millis)
-            .ok_or_else(|| {
-                format!("{TIMEOUT_ENV}={v:?} is not a positive integer (milliseconds)")
-            }),
+            .ok_or_else(|| format!("{TIMEOUT_ENV}={v:?} is not a positive integer (milliseconds)")),
         None if stream => Ok(STREAM_TIMEOUT),
         None => Ok(SYNC_TIMEOUT),
     }
@@ -383,7 +381,10 @@ impl Merge {
     /// The final result, with streamed parts filling what it leaves empty.
     fn finish(self, result: &Value) -> Result<LlmReply, String> {
         let Some(obj) = result.as_object() else {
-            return Err(format!("the result must be an object, got {}", preview(result)));
+            return Err(format!(
+                "the result must be an object, got {}",
+                preview(result)
+            ));
         };
         let (mut text, mut tool_calls) = (String::new(), Vec::new());
         match obj.get("content") {
@@ -536,7 +537,10 @@ mod tests {
             Duration::from_millis(1500)
         );
         let err = llm_timeout(Some("soon"), false).unwrap_err();
-        assert!(err.contains(TIMEOUT_ENV) && err.contains("\"soon\""), "{err}");
+        assert!(
+            err.contains(TIMEOUT_ENV) && err.contains("\"soon\""),
+            "{err}"
+        );
         assert!(llm_timeout(Some("0"), false).is_err());
     }
 
@@ -631,7 +635,10 @@ mod tests {
             .finish(&json!({"content": {"type": "tool_calls", "tool_calls": [
                 {"id": "c1", "name": "lookup", "arguments": "{nope"}]}}))
             .unwrap_err();
-        assert!(bad.contains("\"lookup\"") && bad.contains("malformed"), "{bad}");
+        assert!(
+            bad.contains("\"lookup\"") && bad.contains("malformed"),
+            "{bad}"
+        );
         assert!(Merge::default().finish(&json!("text")).is_err());
         assert!(
             Merge::default()

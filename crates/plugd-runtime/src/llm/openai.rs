@@ -421,7 +421,10 @@ fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, LlmError>
         )
     })?;
     if let Some(err) = v.get("error") {
-        return Err(malformed(provider, format!("the server sent an error: {err}")));
+        return Err(malformed(
+            provider,
+            format!("the server sent an error: {err}"),
+        ));
     }
     let choice = v
         .get("choices")
@@ -504,7 +507,11 @@ fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
 }
 
 fn usage(v: Option<&Value>) -> Usage {
-    let n = |k: &str| v.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
+    let n = |k: &str| {
+        v.and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
     Usage {
         prompt_tokens: n("prompt_tokens"),
         completion_tokens: n("completion_tokens"),

@@ -72,7 +72,11 @@ impl PluginProvider {
             .supervised(&self.plugin)
             .map_err(|e| LlmError::NotConfigured(format!("llm plugin provider: {e}")))?;
         let spec = sup.spec();
-        let Some(native) = spec.native.as_ref().filter(|_| spec.dialect == Dialect::Native) else {
+        let Some(native) = spec
+            .native
+            .as_ref()
+            .filter(|_| spec.dialect == Dialect::Native)
+        else {
             return Err(LlmError::NotConfigured(format!(
                 "plugin {:?} speaks the {} dialect; only native (nexo-plugin.toml) plugins serve llm.chat providers",
                 self.plugin, spec.dialect

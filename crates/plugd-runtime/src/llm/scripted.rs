@@ -195,7 +195,9 @@ impl ScriptedProvider {
                 (None, Some(calls)) if !calls.is_empty() => {
                     let mut out = Vec::with_capacity(calls.len());
                     for (i, c) in calls.into_iter().enumerate() {
-                        let arguments = c.arguments.unwrap_or_else(|| Value::Object(Default::default()));
+                        let arguments = c
+                            .arguments
+                            .unwrap_or_else(|| Value::Object(Default::default()));
                         if !arguments.is_object() {
                             return Err(invalid(
                                 None,
@@ -296,6 +298,9 @@ impl ScriptedProvider {
 /// `text` in up to [`TEXT_PIECES`] pieces, split after spaces; the pieces
 /// concatenate to `text`.
 fn pieces(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
     let cuts: Vec<usize> = text.match_indices(' ').map(|(i, _)| i + 1).collect();
     if cuts.is_empty() {
         return vec![text];
@@ -417,7 +422,8 @@ mod tests {
             tool_call_id: None,
         });
         assert_eq!(s.answer(&req).unwrap().content, "sunny");
-        req.messages.push(ChatMessage::text(Role::Assistant, "sunny"));
+        req.messages
+            .push(ChatMessage::text(Role::Assistant, "sunny"));
         let e = s.answer(&req).unwrap_err().to_string();
         assert!(e.contains("exhausted") && e.contains("2 steps"), "{e}");
         let other = ChatRequest {

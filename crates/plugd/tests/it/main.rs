@@ -4,6 +4,7 @@
 
 mod cli;
 mod hostile;
+mod llm;
 mod mcp;
 mod microapp;
 mod salmex;
