@@ -6,11 +6,13 @@
 //!   transport (reader task + writer task, deadlines, bounded queue).
 //! * [`stderr`]: a plugin's stderr into `tracing`, with a tail for crash reports.
 //! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
+//! * [`native_llm`]: nexo `llm.chat` for plugin LLM providers (sync and streaming).
 //! * [`supervisor`]: lazy/eager start, crash detection, restart with backoff,
 //!   graceful shutdown, handles that survive restarts.
 
 pub mod dialect;
 pub mod native;
+pub mod native_llm;
 pub mod peer;
 pub mod protocol;
 pub mod spawn;

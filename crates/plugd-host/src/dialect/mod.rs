@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 
 use crate::native::{self, Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CancelPolicy, Handler, NoHandler, Peer};
-use crate::protocol::{JsonRpc, Protocol};
+use crate::protocol::Protocol;
 use crate::supervisor::Conn;
 
 /// Who and what a tool call is for. Dialects send what their contract knows.
@@ -117,8 +117,9 @@ pub fn setup(
         Dialect::Salmex => salmex::setup(spec, services, catalog_changed),
         Dialect::Vai => vai::setup(spec, services, catalog_changed),
         Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
+        // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call.
         _ => Setup {
-            protocol: Arc::new(JsonRpc::LINES),
+            protocol: Arc::new(crate::native_llm::NativeProtocol),
             handler: Arc::new(NoHandler),
             cancel: None,
             state: None,

@@ -7,6 +7,13 @@
 //! (§5.y): text or tool calls, a finish reason, token usage, and streamed
 //! deltas.
 
+mod build;
+pub mod openai;
+pub mod plugin;
+pub mod scripted;
+
+pub use build::build_provider;
+
 use std::future::Future;
 use std::pin::Pin;
 

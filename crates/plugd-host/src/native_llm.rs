@@ -1,0 +1,693 @@
+//! The host side of nexo §5.y `llm.chat`: plugin LLM providers, sync and streaming.
+//!
+//! A native plugin that declares `[plugin.extends].llm_providers` answers
+//! `llm.chat {provider, model, stream, request}` with a result
+//! `{content: {type: text|tool_calls, ..}, usage, finish_reason: {kind, reason?}}`.
+//! When `stream` is true it first sends `llm.chat.delta {request_id, chunk}`
+//! notifications; [`NativeProtocol`] turns them into per-request events so
+//! [`Peer::call_with`] hands them to the call that asked. [`chat`] merges
+//! the streamed chunks into the complete reply (the final result of a
+//! stream usually carries empty text). Typed errors `-33101..-33105` map to
+//! [`LlmCallError`] variants.
+//!
+//! This module knows only the wire; `plugd-runtime` maps [`LlmReply`] and
+//! [`LlmChunk`] onto its provider contract.
+
+use std::time::Duration;
+
+use plugd_wire::{ErrorObject, Framing, Id, codes};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::peer::{CallError, Peer};
+use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
+
+/// The request method.
+pub const LLM_CHAT: &str = "llm.chat";
+/// The streaming notification method.
+pub const LLM_CHAT_DELTA: &str = "llm.chat.delta";
+/// Default deadline of a sync `llm.chat` (§5.y).
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default deadline of a streaming `llm.chat` (§5.y).
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(300);
+/// The operator override of both deadlines, in milliseconds.
+pub const TIMEOUT_ENV: &str = "NEXO_PLUGIN_LLM_TIMEOUT_MS";
+
+/// `-33101`: the plugin could not reach its model.
+pub const LLM_CONNECTION_FAILED: i64 = -33101;
+/// `-33102`: the model refused the plugin's credentials.
+pub const LLM_AUTHENTICATION_FAILED: i64 = -33102;
+/// `-33103`: rate limited (`data.retry_after_secs`).
+pub const LLM_RATE_LIMITED: i64 = -33103;
+/// `-33104`: unknown model.
+pub const LLM_MODEL_NOT_FOUND: i64 = -33104;
+/// `-33105`: the conversation does not fit the context.
+pub const LLM_CONTEXT_OVERFLOW: i64 = -33105;
+
+/// The deadline of one call: `override_ms` (the value of
+/// [`TIMEOUT_ENV`], if set) for both modes, else 60 s sync / 300 s streaming.
+/// An override that is not a positive integer is an error naming the variable.
+pub fn llm_timeout(override_ms: Option<&str>, stream: bool) -> Result<Duration, String> {
+    match override_ms {
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .map(Duration::from_millis)
+            .ok_or_else(|| format!("{TIMEOUT_ENV}={v:?} is not a positive integer (milliseconds)")),
+        None if stream => Ok(STREAM_TIMEOUT),
+        None => Ok(SYNC_TIMEOUT),
+    }
+}
+
+/// The envelope of the native dialect: line-delimited JSON-RPC, where an
+/// `llm.chat.delta` notification is an event of the request it names
+/// (`params.request_id`; when absent, of the one call in flight that
+/// collects events). Everything else is plain [`JsonRpc::LINES`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NativeProtocol;
+
+impl Protocol for NativeProtocol {
+    fn framing(&self) -> Framing {
+        Framing::Lines
+    }
+
+    fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
+        JsonRpc::LINES.encode_request(id, method, params)
+    }
+
+    fn encode_notification(&self, method: &str, params: Option<Value>) -> Vec<u8> {
+        JsonRpc::LINES.encode_notification(method, params)
+    }
+
+    fn encode_response(&self, id: Id, outcome: Result<Value, ErrorObject>) -> Vec<u8> {
+        JsonRpc::LINES.encode_response(id, outcome)
+    }
+
+    fn decode(&self, bytes: &[u8]) -> Result<Incoming, String> {
+        match decode_jsonrpc(bytes)? {
+            Incoming::Notification { method, params } if method == LLM_CHAT_DELTA => {
+                let mut params = params.unwrap_or(Value::Null);
+                let request_id = params.get("request_id").and_then(Value::as_i64);
+                let event = params
+                    .get_mut("chunk")
+                    .map(Value::take)
+                    .unwrap_or(Value::Null);
+                Ok(Incoming::Event { request_id, event })
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// Token counts as the plugin reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LlmUsage {
+    /// Input tokens.
+    #[serde(default)]
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// `finish_reason: {kind, reason?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LlmFinish {
+    /// `stop`, `tool_use`, `length` or `other`.
+    pub kind: String,
+    /// Detail for `other`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One tool call in a reply (`arguments` parsed when the plugin sent a
+/// JSON string).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmToolCall {
+    /// Call id.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments (a JSON value).
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// One streamed chunk (`llm.chat.delta` `params.chunk`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LlmChunk {
+    /// More text.
+    TextDelta {
+        /// The text.
+        delta: String,
+    },
+    /// A tool call begins.
+    ToolCallStart {
+        /// Call id.
+        id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// More of a tool call's arguments (JSON text).
+    ToolCallArgsDelta {
+        /// Call id.
+        id: String,
+        /// Argument text.
+        delta: String,
+    },
+    /// A tool call is complete.
+    ToolCallEnd {
+        /// Call id.
+        id: String,
+    },
+    /// Token counts so far.
+    Usage {
+        /// The counts.
+        usage: LlmUsage,
+    },
+    /// The stream ends.
+    End {
+        /// Why the model stopped.
+        finish_reason: LlmFinish,
+    },
+    /// A chunk type this host does not know (skipped, for forward compatibility).
+    #[serde(other)]
+    Unknown,
+}
+
+/// The complete reply of one `llm.chat`, streamed parts merged in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmReply {
+    /// The text (streamed text when the final result carries none).
+    pub text: String,
+    /// Tool calls, in order.
+    pub tool_calls: Vec<LlmToolCall>,
+    /// Token counts.
+    pub usage: LlmUsage,
+    /// Why the model stopped (`stop` when the plugin said nothing).
+    pub finish_reason: LlmFinish,
+    /// The optional `cache_usage` object, as sent.
+    pub cache_usage: Option<Value>,
+}
+
+/// Why an `llm.chat` failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum LlmCallError {
+    /// `-33101`.
+    #[error("plugin {plugin:?}: llm connection failed: {message}")]
+    ConnectionFailed {
+        /// Plugin id.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// `-33102`.
+    #[error("plugin {plugin:?}: llm authentication failed: {message}")]
+    AuthenticationFailed {
+        /// Plugin id.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// `-33103`.
+    #[error("plugin {plugin:?}: llm rate limited: {message}{}", retry_after_secs.map(|s| format!("; retry after {s}s")).unwrap_or_default())]
+    RateLimited {
+        /// Plugin id.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+        /// `data.retry_after_secs`.
+        retry_after_secs: Option<u64>,
+    },
+    /// `-33104`.
+    #[error("plugin {plugin:?}: llm model not found: {message}")]
+    ModelNotFound {
+        /// Plugin id.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// `-33105`.
+    #[error("plugin {plugin:?}: llm context overflow: {message}")]
+    ContextOverflow {
+        /// Plugin id.
+        plugin: String,
+        /// The plugin's message.
+        message: String,
+    },
+    /// `-32601`: the plugin does not implement `llm.chat`.
+    #[error(
+        "plugin {plugin:?} does not implement llm.chat (method not found); it must serve the providers it declares in [plugin.extends].llm_providers"
+    )]
+    NotImplemented {
+        /// Plugin id.
+        plugin: String,
+    },
+    /// The reply or a chunk does not have the §5.y shape.
+    #[error("plugin {plugin:?}: malformed llm.chat reply: {reason}")]
+    Malformed {
+        /// Plugin id.
+        plugin: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Any other failure of the call (other error codes, timeout, crash).
+    #[error(transparent)]
+    Call(#[from] CallError),
+}
+
+/// Maps an `llm.chat` error reply to a typed [`LlmCallError`].
+pub fn map_llm_error(plugin: &str, err: CallError) -> LlmCallError {
+    let CallError::Remote { error, .. } = &err else {
+        return LlmCallError::Call(err);
+    };
+    let ErrorObject {
+        code,
+        message,
+        data,
+    } = (**error).clone();
+    let plugin = plugin.to_owned();
+    match code {
+        LLM_CONNECTION_FAILED => LlmCallError::ConnectionFailed { plugin, message },
+        LLM_AUTHENTICATION_FAILED => LlmCallError::AuthenticationFailed { plugin, message },
+        LLM_RATE_LIMITED => LlmCallError::RateLimited {
+            plugin,
+            message,
+            retry_after_secs: data
+                .as_ref()
+                .and_then(|d| d.get("retry_after_secs"))
+                .and_then(Value::as_u64),
+        },
+        LLM_MODEL_NOT_FOUND => LlmCallError::ModelNotFound { plugin, message },
+        LLM_CONTEXT_OVERFLOW => LlmCallError::ContextOverflow { plugin, message },
+        codes::METHOD_NOT_FOUND => LlmCallError::NotImplemented { plugin },
+        _ => LlmCallError::Call(err),
+    }
+}
+
+/// Sends `llm.chat {provider, model, stream, request}` and returns the
+/// complete reply. With `stream`, each `llm.chat.delta` chunk is passed to
+/// `deltas` (if given) as it arrives, and the chunks are merged into the
+/// reply. `timeout` covers the whole call (see [`llm_timeout`]).
+pub async fn chat(
+    peer: &Peer,
+    provider: &str,
+    model: &str,
+    request: &Value,
+    stream: bool,
+    mut deltas: Option<&mut (dyn FnMut(&LlmChunk) + Send)>,
+    timeout: Duration,
+) -> Result<LlmReply, LlmCallError> {
+    let plugin = peer.plugin().to_string();
+    let params = json!({
+        "provider": provider,
+        "model": model,
+        "stream": stream,
+        "request": request,
+    });
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let events = stream.then_some(tx);
+    let call = peer.call_with(LLM_CHAT, Some(params), timeout, events);
+    let mut merged = Merge::default();
+    let pump = async {
+        // Ends when the call's event sink is dropped (answer, timeout, crash).
+        while let Some(event) = rx.recv().await {
+            match serde_json::from_value::<LlmChunk>(event) {
+                Ok(chunk) => {
+                    merged.add(&chunk);
+                    if let Some(f) = deltas.as_deref_mut() {
+                        f(&chunk);
+                    }
+                }
+                Err(e) => {
+                    merged
+                        .malformed
+                        .get_or_insert(format!("llm.chat.delta chunk: {e}"));
+                }
+            }
+        }
+    };
+    let (result, ()) = tokio::join!(call, pump);
+    let result = result.map_err(|e| map_llm_error(&plugin, e))?;
+    let malformed = |reason: String| LlmCallError::Malformed {
+        plugin: plugin.clone(),
+        reason,
+    };
+    if let Some(reason) = merged.malformed.take() {
+        return Err(malformed(reason));
+    }
+    merged.finish(&result).map_err(malformed)
+}
+
+/// Streamed parts collected while the call runs.
+#[derive(Default)]
+struct Merge {
+    text: String,
+    /// Tool calls in start order: id, name, argument text.
+    calls: Vec<(String, String, String)>,
+    usage: Option<LlmUsage>,
+    finish: Option<LlmFinish>,
+    malformed: Option<String>,
+}
+
+impl Merge {
+    fn add(&mut self, chunk: &LlmChunk) {
+        match chunk {
+            LlmChunk::TextDelta { delta } => self.text.push_str(delta),
+            LlmChunk::ToolCallStart { id, name } => {
+                self.calls.push((id.clone(), name.clone(), String::new()))
+            }
+            LlmChunk::ToolCallArgsDelta { id, delta } => {
+                match self.calls.iter_mut().find(|c| &c.0 == id) {
+                    Some(call) => call.2.push_str(delta),
+                    None => {
+                        self.malformed.get_or_insert(format!(
+                            "tool_call_args_delta for call {id:?}, which no tool_call_start began"
+                        ));
+                    }
+                }
+            }
+            LlmChunk::ToolCallEnd { .. } | LlmChunk::Unknown => {}
+            LlmChunk::Usage { usage } => self.usage = Some(*usage),
+            LlmChunk::End { finish_reason } => self.finish = Some(finish_reason.clone()),
+        }
+    }
+
+    /// The final result, with streamed parts filling what it leaves empty.
+    fn finish(self, result: &Value) -> Result<LlmReply, String> {
+        let Some(obj) = result.as_object() else {
+            return Err(format!(
+                "the result must be an object, got {}",
+                preview(result)
+            ));
+        };
+        let (mut text, mut tool_calls) = (String::new(), Vec::new());
+        match obj.get("content") {
+            None | Some(Value::Null) => {}
+            Some(content) => match content.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    text = match content.get("text") {
+                        None | Some(Value::Null) => String::new(),
+                        Some(Value::String(s)) => s.clone(),
+                        Some(other) => {
+                            return Err(format!(
+                                "content.text must be a string, got {}",
+                                preview(other)
+                            ));
+                        }
+                    }
+                }
+                Some("tool_calls") => {
+                    let calls = content
+                        .get("tool_calls")
+                        .and_then(Value::as_array)
+                        .ok_or("content.tool_calls must be an array")?;
+                    for (i, call) in calls.iter().enumerate() {
+                        tool_calls.push(tool_call(i, call)?);
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "content.type must be \"text\" or \"tool_calls\", got {}",
+                        preview(content.get("type").unwrap_or(&Value::Null))
+                    ));
+                }
+            },
+        }
+        if text.is_empty() {
+            text = self.text;
+        }
+        if tool_calls.is_empty() {
+            for (id, name, args) in self.calls {
+                let arguments = parse_arguments(&name, &Value::String(args))?;
+                tool_calls.push(LlmToolCall {
+                    id,
+                    name,
+                    arguments,
+                });
+            }
+        }
+        let usage = match obj.get("usage") {
+            None | Some(Value::Null) => self.usage.unwrap_or_default(),
+            Some(u) => serde_json::from_value(u.clone()).map_err(|e| format!("usage: {e}"))?,
+        };
+        let finish_reason = match obj.get("finish_reason") {
+            None | Some(Value::Null) => self.finish.unwrap_or_else(|| LlmFinish {
+                kind: if tool_calls.is_empty() {
+                    "stop"
+                } else {
+                    "tool_use"
+                }
+                .to_owned(),
+                reason: None,
+            }),
+            Some(f) => {
+                serde_json::from_value(f.clone()).map_err(|e| format!("finish_reason: {e}"))?
+            }
+        };
+        Ok(LlmReply {
+            text,
+            tool_calls,
+            usage,
+            finish_reason,
+            cache_usage: obj.get("cache_usage").cloned().filter(|v| !v.is_null()),
+        })
+    }
+}
+
+fn tool_call(i: usize, call: &Value) -> Result<LlmToolCall, String> {
+    let field = |k: &str| {
+        call.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("content.tool_calls[{i}].{k} must be a string"))
+    };
+    let name = field("name")?;
+    let id = field("id")?;
+    let arguments = parse_arguments(&name, call.get("arguments").unwrap_or(&Value::Null))?;
+    Ok(LlmToolCall {
+        id,
+        name,
+        arguments,
+    })
+}
+
+/// Arguments as a JSON value: objects as sent, JSON text parsed, nothing as `{}`.
+fn parse_arguments(tool: &str, raw: &Value) -> Result<Value, String> {
+    match raw {
+        Value::Null => Ok(json!({})),
+        Value::String(s) if s.trim().is_empty() => Ok(json!({})),
+        Value::String(s) => serde_json::from_str(s).map_err(|e| {
+            format!(
+                "tool call {tool:?} has malformed arguments ({e}): {}",
+                preview(raw)
+            )
+        }),
+        other => Ok(other.clone()),
+    }
+}
+
+fn preview(v: &Value) -> String {
+    let s = v.to_string();
+    if s.len() <= 120 {
+        return s;
+    }
+    let mut end = 120;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::{NoHandler, PeerConfig};
+    use std::sync::Arc;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    #[test]
+    fn delta_notifications_become_events_of_their_request() {
+        let frame = br#"{"jsonrpc":"2.0","method":"llm.chat.delta","params":{"request_id":51,"chunk":{"type":"text_delta","delta":"Hello"}}}"#;
+        assert_eq!(
+            NativeProtocol.decode(frame).unwrap(),
+            Incoming::Event {
+                request_id: Some(51),
+                event: json!({"type":"text_delta","delta":"Hello"}),
+            }
+        );
+        let other = br#"{"jsonrpc":"2.0","method":"broker.publish","params":{}}"#;
+        assert!(matches!(
+            NativeProtocol.decode(other).unwrap(),
+            Incoming::Notification { .. }
+        ));
+    }
+
+    #[test]
+    fn timeouts_follow_the_contract_and_the_override() {
+        assert_eq!(llm_timeout(None, false).unwrap(), SYNC_TIMEOUT);
+        assert_eq!(llm_timeout(None, true).unwrap(), STREAM_TIMEOUT);
+        assert_eq!(
+            llm_timeout(Some("1500"), true).unwrap(),
+            Duration::from_millis(1500)
+        );
+        let err = llm_timeout(Some("soon"), false).unwrap_err();
+        assert!(
+            err.contains(TIMEOUT_ENV) && err.contains("\"soon\""),
+            "{err}"
+        );
+        assert!(llm_timeout(Some("0"), false).is_err());
+    }
+
+    fn remote(code: i64, data: Option<Value>) -> CallError {
+        CallError::Remote {
+            plugin: "p".into(),
+            method: LLM_CHAT.into(),
+            error: Box::new(ErrorObject {
+                code,
+                message: "m".into(),
+                data,
+            }),
+        }
+    }
+
+    #[test]
+    fn typed_errors() {
+        let e = map_llm_error("p", remote(-33103, Some(json!({"retry_after_secs": 30}))));
+        assert!(matches!(
+            e,
+            LlmCallError::RateLimited {
+                retry_after_secs: Some(30),
+                ..
+            }
+        ));
+        assert!(e.to_string().contains("retry after 30s"), "{e}");
+        assert!(matches!(
+            map_llm_error("p", remote(-33101, None)),
+            LlmCallError::ConnectionFailed { .. }
+        ));
+        assert!(matches!(
+            map_llm_error("p", remote(-33102, None)),
+            LlmCallError::AuthenticationFailed { .. }
+        ));
+        assert!(matches!(
+            map_llm_error("p", remote(-33104, None)),
+            LlmCallError::ModelNotFound { .. }
+        ));
+        assert!(matches!(
+            map_llm_error("p", remote(-33105, None)),
+            LlmCallError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            map_llm_error("p", remote(-32601, None)),
+            LlmCallError::NotImplemented { .. }
+        ));
+        assert!(matches!(
+            map_llm_error("p", remote(-32000, None)),
+            LlmCallError::Call(_)
+        ));
+    }
+
+    #[test]
+    fn final_results_and_streamed_parts_merge() {
+        let sync = Merge::default()
+            .finish(&json!({
+                "content": {"type": "tool_calls", "tool_calls": [
+                    {"id": "c1", "name": "t", "arguments": {"a": 1}},
+                    {"id": "c2", "name": "u", "arguments": "{\"b\": 2}"}
+                ]},
+                "usage": {"prompt_tokens": 3, "completion_tokens": 4},
+                "finish_reason": {"kind": "tool_use"}
+            }))
+            .unwrap();
+        assert_eq!(sync.tool_calls[1].arguments, json!({"b": 2}));
+        assert_eq!(sync.usage.completion_tokens, 4);
+        assert_eq!(sync.finish_reason.kind, "tool_use");
+
+        let mut m = Merge::default();
+        for c in [
+            json!({"type":"text_delta","delta":"Hel"}),
+            json!({"type":"text_delta","delta":"lo"}),
+            json!({"type":"tool_call_start","id":"c1","name":"t"}),
+            json!({"type":"tool_call_args_delta","id":"c1","delta":"{\"x\":"}),
+            json!({"type":"tool_call_args_delta","id":"c1","delta":"1}"}),
+            json!({"type":"tool_call_end","id":"c1"}),
+            json!({"type":"usage","usage":{"prompt_tokens":1,"completion_tokens":2}}),
+            json!({"type":"end","finish_reason":{"kind":"other","reason":"filtered"}}),
+            json!({"type":"from_the_future"}),
+        ] {
+            m.add(&serde_json::from_value(c).unwrap());
+        }
+        let r = m
+            .finish(&json!({"content": {"type": "text", "text": ""}}))
+            .unwrap();
+        assert_eq!(r.text, "Hello");
+        assert_eq!(r.tool_calls[0].arguments, json!({"x": 1}));
+        assert_eq!(r.usage.prompt_tokens, 1);
+        assert_eq!(r.finish_reason.reason.as_deref(), Some("filtered"));
+
+        let bad = Merge::default()
+            .finish(&json!({"content": {"type": "tool_calls", "tool_calls": [
+                {"id": "c1", "name": "lookup", "arguments": "{nope"}]}}))
+            .unwrap_err();
+        assert!(
+            bad.contains("\"lookup\"") && bad.contains("malformed"),
+            "{bad}"
+        );
+        assert!(Merge::default().finish(&json!("text")).is_err());
+        assert!(
+            Merge::default()
+                .finish(&json!({"content": {"type": "image"}}))
+                .is_err()
+        );
+    }
+
+    /// A streaming call over the in-memory transport: chunks reach the
+    /// callback in order, before the call returns.
+    #[tokio::test]
+    async fn streamed_chunks_reach_the_caller_in_order() {
+        let config = PeerConfig::with_protocol("p", Arc::new(NativeProtocol));
+        let (peer, child) = Peer::memory(config, Arc::new(NoHandler));
+        let (r, mut w) = tokio::io::split(child);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(r).lines();
+            let line = lines.next_line().await.unwrap().unwrap();
+            let req: Value = serde_json::from_str(&line).unwrap();
+            let id = req["id"].clone();
+            assert_eq!(req["params"]["provider"], "echo");
+            for d in ["a", "b", "c"] {
+                let n = json!({"jsonrpc":"2.0","method":"llm.chat.delta",
+                    "params":{"request_id": id, "chunk":{"type":"text_delta","delta": d}}});
+                w.write_all(format!("{n}\n").as_bytes()).await.unwrap();
+            }
+            let done = json!({"jsonrpc":"2.0","id": id,"result":{"content":{"type":"text","text":""},
+                "finish_reason":{"kind":"stop"}}});
+            w.write_all(format!("{done}\n").as_bytes()).await.unwrap();
+            // Keep the pipe open until the host has read everything.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        let mut seen = Vec::new();
+        let mut sink = |c: &LlmChunk| seen.push(c.clone());
+        let reply = chat(
+            &peer,
+            "echo",
+            "m",
+            &json!({}),
+            true,
+            Some(&mut sink),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(reply.text, "abc");
+        assert_eq!(
+            seen,
+            ["a", "b", "c"].map(|d| LlmChunk::TextDelta { delta: d.into() })
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! Builds the provider the `llm:` section of `plugd.yaml` names.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::openai::{OpenAiOptions, OpenAiProvider};
+use super::plugin::PluginProvider;
+use super::scripted::ScriptedProvider;
+use super::{LlmConfig, LlmError, LlmProvider};
+use crate::Runtime;
+
+/// The provider for `config`: an OpenAI-compatible client (its API key read
+/// now from the variable `api_key_env` names), a plugin provider of
+/// `runtime` (the plugin must declare the provider; it starts on first use),
+/// or a scripted provider (its file loaded and checked now). `workspace`
+/// expands `${{workspace_dir}}` / `${{dexto.agent_dir}}` in a script path
+/// that still carries them; the path must then be absolute.
+pub fn build_provider(
+    config: &LlmConfig,
+    runtime: &Runtime,
+    workspace: &Path,
+) -> Result<Arc<dyn LlmProvider>, LlmError> {
+    match config {
+        LlmConfig::Openai {
+            base_url,
+            model,
+            api_key_env,
+            max_tokens,
+            timeout_ms,
+        } => {
+            let api_key = match api_key_env {
+                None => None,
+                Some(var) => match std::env::var(var) {
+                    Ok(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
+                    _ => {
+                        return Err(LlmError::NotConfigured(format!(
+                            "llm.api_key_env names {var:?}, which is not set or empty; export it, or remove api_key_env for a server without keys"
+                        )));
+                    }
+                },
+            };
+            let mut options = OpenAiOptions::new(base_url.clone(), model.clone());
+            options.api_key = api_key;
+            options.max_tokens = *max_tokens;
+            options.timeout = timeout_ms.map(Duration::from_millis);
+            Ok(Arc::new(OpenAiProvider::new(options)?))
+        }
+        LlmConfig::Plugin {
+            plugin,
+            name,
+            model,
+        } => Ok(Arc::new(PluginProvider::new(runtime, plugin, name, model)?)),
+        LlmConfig::Scripted { script } => {
+            let path = expand(script, workspace);
+            if !path.is_absolute() {
+                return Err(LlmError::NotConfigured(format!(
+                    "llm.script {:?} is relative; write \"${{{{workspace_dir}}}}/{}\"",
+                    script.display(),
+                    script.display()
+                )));
+            }
+            Ok(Arc::new(ScriptedProvider::load(&path)?))
+        }
+    }
+}
+
+/// Expands the workspace templates in `path`.
+fn expand(path: &Path, workspace: &Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    if !text.contains("${{") {
+        return path.to_path_buf();
+    }
+    let ws = workspace.to_string_lossy();
+    PathBuf::from(
+        text.replace("${{workspace_dir}}", &ws)
+            .replace("${{dexto.agent_dir}}", &ws),
+    )
+}

@@ -1,0 +1,832 @@
+//! The OpenAI-compatible chat-completions provider (`POST {base_url}/chat/completions`).
+//!
+//! Works with OpenAI and any compatible server (llama.cpp, vLLM, Ollama,
+//! LM Studio, …). A [`ChatRequest`] becomes `{model, messages, tools,
+//! max_tokens, temperature, stream}`: the system prompt first, tools as
+//! `{type: "function", function: {name, description, parameters}}`,
+//! assistant tool calls with their arguments as JSON text, tool results as
+//! `role: "tool"` messages with `tool_call_id`. Streaming uses server-sent
+//! events (`data:` lines, `[DONE]` at the end); text and tool-call deltas are
+//! forwarded as [`Delta`]s (tool calls accumulated by `index`) and merged into
+//! the complete response.
+//!
+//! HTTP failures map onto [`LlmError`]: 401/403 authentication, 404 model not
+//! found, 429 rate limited (with `retry-after`), context-length errors,
+//! connection failures and timeouts. Response bodies are bounded
+//! ([`DEFAULT_MAX_RESPONSE_BYTES`]).
+
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::{
+    ChatMessage, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, LlmFuture, LlmProvider,
+    Role, ToolCall, Usage,
+};
+
+/// Largest response body read (sync body, or a whole stream): 8 MiB.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 8 << 20;
+/// Default deadline of a sync request.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default deadline of a streamed request.
+pub const DEFAULT_STREAM_TIMEOUT: Duration = Duration::from_secs(300);
+/// Deadline for establishing the connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Settings of one [`OpenAiProvider`].
+#[derive(Clone)]
+pub struct OpenAiOptions {
+    /// The provider's name in logs and errors (e.g. `openai`).
+    pub name: String,
+    /// Base URL, e.g. `https://api.openai.com/v1`; `/chat/completions` is appended.
+    pub base_url: String,
+    /// The model used when a request names none.
+    pub model: String,
+    /// Bearer token, if the server wants one.
+    pub api_key: Option<String>,
+    /// Output budget used when a request sets none.
+    pub max_tokens: Option<u32>,
+    /// Deadline of one request; `None` = 60 s sync, 300 s streaming.
+    pub timeout: Option<Duration>,
+    /// Largest response body read.
+    pub max_response_bytes: usize,
+}
+
+impl std::fmt::Debug for OpenAiOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiOptions")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_tokens", &self.max_tokens)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl OpenAiOptions {
+    /// Options for `base_url` and `model`, no key, default limits.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        OpenAiOptions {
+            name: "openai".into(),
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key: None,
+            max_tokens: None,
+            timeout: None,
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// An OpenAI-compatible chat-completions client.
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    options: OpenAiOptions,
+    url: String,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// A client for `options`; fails on a base URL that is not `http(s)://`.
+    pub fn new(options: OpenAiOptions) -> Result<Self, LlmError> {
+        let base = options.base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(LlmError::NotConfigured(format!(
+                "llm.base_url {:?} must start with http:// or https:// (e.g. \"https://api.openai.com/v1\")",
+                options.base_url
+            )));
+        }
+        let url = format!("{base}/chat/completions");
+        // reqwest's rustls backend needs a process-wide crypto provider; an
+        // `Err` only means one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .build()
+            .map_err(|e| LlmError::NotConfigured(format!("http client: {e}")))?;
+        Ok(OpenAiProvider {
+            options,
+            url,
+            client,
+        })
+    }
+
+    /// The request body for `request`.
+    pub fn request_body(&self, request: &ChatRequest, stream: bool) -> Value {
+        request_body(&self.options, request, stream)
+    }
+
+    fn err_other(&self, message: impl Into<String>) -> LlmError {
+        LlmError::Other {
+            provider: self.options.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    async fn run(
+        &self,
+        request: &ChatRequest,
+        deltas: Option<mpsc::UnboundedSender<Delta>>,
+    ) -> Result<ChatResponse, LlmError> {
+        let stream = deltas.is_some();
+        let timeout = self.options.timeout.unwrap_or(if stream {
+            DEFAULT_STREAM_TIMEOUT
+        } else {
+            DEFAULT_TIMEOUT
+        });
+        let body = self.request_body(request, stream);
+        let exchange = async {
+            let mut builder = self
+                .client
+                .post(&self.url)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(
+                    reqwest::header::ACCEPT,
+                    if stream {
+                        "text/event-stream"
+                    } else {
+                        "application/json"
+                    },
+                )
+                .body(serde_json::to_vec(&body).unwrap_or_default());
+            if let Some(key) = &self.options.api_key {
+                builder = builder.bearer_auth(key);
+            }
+            let mut response = builder.send().await.map_err(|e| self.transport(e))?;
+            let status = response.status();
+            if !status.is_success() {
+                let retry_after = response
+                    .headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok());
+                let body = self.read_body(&mut response, 64 << 10).await?;
+                return Err(http_error(
+                    &self.options.name,
+                    status.as_u16(),
+                    retry_after,
+                    &body,
+                ));
+            }
+            let is_sse = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("text/event-stream"));
+            match deltas {
+                Some(tx) if is_sse => self.read_stream(&mut response, &tx).await,
+                deltas => {
+                    // A server that ignores `stream: true` answers with one body.
+                    let body = self
+                        .read_body(&mut response, self.options.max_response_bytes)
+                        .await?;
+                    let reply = parse_response(&self.options.name, &body)?;
+                    if let Some(tx) = deltas {
+                        replay_as_deltas(&reply, &tx);
+                    }
+                    Ok(reply)
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(r) => r,
+            Err(_) => Err(LlmError::Connection {
+                provider: self.options.name.clone(),
+                message: format!(
+                    "{} did not answer within {timeout:?}; raise llm.timeout_ms or check the server",
+                    self.url
+                ),
+            }),
+        }
+    }
+
+    fn transport(&self, e: reqwest::Error) -> LlmError {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message.push_str(": ");
+            message.push_str(&s.to_string());
+            source = s.source();
+        }
+        LlmError::Connection {
+            provider: self.options.name.clone(),
+            message: format!("{message}; is the server at {} running?", self.url),
+        }
+    }
+
+    /// The body, refusing more than `limit` bytes.
+    async fn read_body(
+        &self,
+        response: &mut reqwest::Response,
+        limit: usize,
+    ) -> Result<Vec<u8>, LlmError> {
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(e))? {
+            if body.len() + chunk.len() > limit {
+                return Err(self.err_other(format!(
+                    "the response is larger than {limit} bytes; it was refused"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
+    }
+
+    async fn read_stream(
+        &self,
+        response: &mut reqwest::Response,
+        tx: &mpsc::UnboundedSender<Delta>,
+    ) -> Result<ChatResponse, LlmError> {
+        let limit = self.options.max_response_bytes;
+        let mut sse = SseState::new(&self.options.name, tx);
+        let mut pending = Vec::new();
+        let mut total = 0usize;
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(e))? {
+            total += chunk.len();
+            if total > limit {
+                return Err(self.err_other(format!(
+                    "the event stream is larger than {limit} bytes; it was refused"
+                )));
+            }
+            pending.extend_from_slice(&chunk);
+            while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=nl).collect();
+                sse.line(&line)?;
+                if sse.done {
+                    return sse.finish();
+                }
+            }
+        }
+        if !pending.is_empty() {
+            sse.line(&pending)?;
+        }
+        sse.finish()
+    }
+}
+
+impl LlmProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        &self.options.name
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        deltas: Option<mpsc::UnboundedSender<Delta>>,
+    ) -> LlmFuture<'a> {
+        Box::pin(self.run(request, deltas))
+    }
+}
+
+/// The chat-completions body for `request`.
+fn request_body(options: &OpenAiOptions, request: &ChatRequest, stream: bool) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = &request.system_prompt {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    messages.extend(request.messages.iter().map(message_json));
+    let mut body = Map::new();
+    body.insert(
+        "model".into(),
+        json!(request.model.as_deref().unwrap_or(&options.model)),
+    );
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(n) = request.max_tokens.or(options.max_tokens) {
+        body.insert("max_tokens".into(), json!(n));
+    }
+    if let Some(t) = request.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    Value::Object(body)
+}
+
+fn message_json(m: &ChatMessage) -> Value {
+    match m.role {
+        Role::Assistant if !m.tool_calls.is_empty() => {
+            let calls: Vec<Value> = m
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    json!({"id": c.id, "type": "function", "function": {
+                        "name": c.name, "arguments": c.arguments.to_string()}})
+                })
+                .collect();
+            let content = if m.content.is_empty() {
+                Value::Null
+            } else {
+                json!(m.content)
+            };
+            json!({"role": "assistant", "content": content, "tool_calls": calls})
+        }
+        Role::Tool => json!({
+            "role": "tool",
+            "tool_call_id": m.tool_call_id.as_deref().unwrap_or_default(),
+            "content": m.content,
+        }),
+        role => json!({"role": role, "content": m.content}),
+    }
+}
+
+/// Maps an HTTP error status and body to an [`LlmError`].
+fn http_error(provider: &str, status: u16, retry_after: Option<u64>, body: &[u8]) -> LlmError {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let err = parsed.as_ref().and_then(|v| v.get("error"));
+    let message = err
+        .and_then(|e| e.get("message").or(Some(e)))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| excerpt(&String::from_utf8_lossy(body)));
+    let code = err
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let provider = provider.to_owned();
+    let detail = format!("HTTP {status}: {message}");
+    let lower = message.to_lowercase();
+    let overflow = code == "context_length_exceeded"
+        || lower.contains("context length")
+        || lower.contains("context_length")
+        || lower.contains("maximum context")
+        || lower.contains("context window");
+    match status {
+        401 | 403 => LlmError::Authentication {
+            provider,
+            message: format!("{detail}; check the API key variable (llm.api_key_env)"),
+        },
+        404 => LlmError::ModelNotFound {
+            provider,
+            message: format!("{detail}; check llm.model and llm.base_url"),
+        },
+        429 => LlmError::RateLimited {
+            provider,
+            retry_after_secs: retry_after,
+        },
+        413 => LlmError::ContextOverflow {
+            provider,
+            message: detail,
+        },
+        400 if overflow => LlmError::ContextOverflow {
+            provider,
+            message: detail,
+        },
+        _ => LlmError::Other {
+            provider,
+            message: detail,
+        },
+    }
+}
+
+fn excerpt(s: &str) -> String {
+    let s = s.trim();
+    match s.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+fn malformed(provider: &str, what: String) -> LlmError {
+    LlmError::Other {
+        provider: provider.to_owned(),
+        message: format!("malformed chat-completions reply: {what}"),
+    }
+}
+
+/// Parses a non-streamed chat-completions body.
+fn parse_response(provider: &str, body: &[u8]) -> Result<ChatResponse, LlmError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        malformed(
+            provider,
+            format!(
+                "not JSON ({e}): {}",
+                excerpt(&String::from_utf8_lossy(body))
+            ),
+        )
+    })?;
+    if let Some(err) = v.get("error") {
+        return Err(malformed(
+            provider,
+            format!("the server sent an error: {err}"),
+        ));
+    }
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| malformed(provider, "no choices[0]".into()))?;
+    let message = choice
+        .get("message")
+        .ok_or_else(|| malformed(provider, "no choices[0].message".into()))?;
+    let content = match message.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(malformed(
+                provider,
+                format!("choices[0].message.content is not text: {other}"),
+            ));
+        }
+    };
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").filter(|c| !c.is_null()) {
+        let calls = calls
+            .as_array()
+            .ok_or_else(|| malformed(provider, "tool_calls is not an array".into()))?;
+        for (i, call) in calls.iter().enumerate() {
+            let function = call.get("function");
+            let name = function
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| malformed(provider, format!("tool_calls[{i}] has no name")))?;
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("call_{i}"));
+            let args = function.and_then(|f| f.get("arguments"));
+            let arguments = match args {
+                None | Some(Value::Null) => json!({}),
+                Some(Value::String(s)) => parse_arguments(provider, name, s)?,
+                Some(other) => other.clone(),
+            };
+            tool_calls.push(ToolCall {
+                id,
+                name: name.to_owned(),
+                arguments,
+            });
+        }
+    }
+    let finish = choice.get("finish_reason").and_then(Value::as_str);
+    Ok(ChatResponse {
+        content,
+        finish_reason: finish_reason(finish, !tool_calls.is_empty()),
+        tool_calls,
+        usage: usage(v.get("usage")),
+    })
+}
+
+fn parse_arguments(provider: &str, tool: &str, text: &str) -> Result<Value, LlmError> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(text).map_err(|e| LlmError::Other {
+        provider: provider.to_owned(),
+        message: format!(
+            "the model called tool {tool:?} with malformed JSON arguments ({e}): {}",
+            excerpt(text)
+        ),
+    })
+}
+
+fn finish_reason(reason: Option<&str>, has_tool_calls: bool) -> FinishReason {
+    match reason {
+        Some("stop") | Some("eos") => FinishReason::Stop,
+        Some("tool_calls") | Some("function_call") => FinishReason::ToolUse,
+        Some("length") => FinishReason::Length,
+        Some(other) => FinishReason::Other(other.to_owned()),
+        None if has_tool_calls => FinishReason::ToolUse,
+        None => FinishReason::Stop,
+    }
+}
+
+fn usage(v: Option<&Value>) -> Usage {
+    let n = |k: &str| {
+        v.and_then(|u| u.get(k))
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+    };
+    Usage {
+        prompt_tokens: n("prompt_tokens"),
+        completion_tokens: n("completion_tokens"),
+    }
+}
+
+/// Sends a complete reply as deltas (for a server that did not stream).
+fn replay_as_deltas(reply: &ChatResponse, tx: &mpsc::UnboundedSender<Delta>) {
+    if !reply.content.is_empty() {
+        let _ = tx.send(Delta::TextDelta {
+            delta: reply.content.clone(),
+        });
+    }
+    for call in &reply.tool_calls {
+        let _ = tx.send(Delta::ToolCallStart {
+            id: call.id.clone(),
+            name: call.name.clone(),
+        });
+        let _ = tx.send(Delta::ToolCallArgsDelta {
+            id: call.id.clone(),
+            delta: call.arguments.to_string(),
+        });
+        let _ = tx.send(Delta::ToolCallEnd {
+            id: call.id.clone(),
+        });
+    }
+}
+
+/// One tool call being streamed.
+struct StreamedCall {
+    index: u64,
+    id: String,
+    name: String,
+    args: String,
+}
+
+/// Reassembles a chat-completions event stream.
+struct SseState<'a> {
+    provider: &'a str,
+    tx: &'a mpsc::UnboundedSender<Delta>,
+    text: String,
+    calls: Vec<StreamedCall>,
+    finish: Option<String>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+impl<'a> SseState<'a> {
+    fn new(provider: &'a str, tx: &'a mpsc::UnboundedSender<Delta>) -> Self {
+        SseState {
+            provider,
+            tx,
+            text: String::new(),
+            calls: Vec::new(),
+            finish: None,
+            usage: None,
+            done: false,
+        }
+    }
+
+    fn send(&self, delta: Delta) {
+        // The receiver may be gone (caller stopped listening); keep assembling.
+        let _ = self.tx.send(delta);
+    }
+
+    /// One line of the stream (with or without its newline).
+    fn line(&mut self, raw: &[u8]) -> Result<(), LlmError> {
+        let line = String::from_utf8_lossy(raw);
+        let line = line.trim_end_matches(['\n', '\r']);
+        // Blank lines end an event; `:` lines are comments; `event:`/`id:`
+        // lines carry nothing chat-completions needs.
+        let Some(data) = line.strip_prefix("data:") else {
+            return Ok(());
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let event: Value = serde_json::from_str(data).map_err(|e| {
+            malformed(
+                self.provider,
+                format!("stream event is not JSON ({e}): {}", excerpt(data)),
+            )
+        })?;
+        if let Some(err) = event.get("error") {
+            return Err(LlmError::Other {
+                provider: self.provider.to_owned(),
+                message: format!("the server reported an error mid-stream: {err}"),
+            });
+        }
+        if let Some(u) = event.get("usage").filter(|u| u.is_object()) {
+            self.usage = Some(usage(Some(u)));
+        }
+        let Some(choice) = event
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first())
+        else {
+            return Ok(());
+        };
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish = Some(reason.to_owned());
+        }
+        let Some(delta) = choice.get("delta") else {
+            return Ok(());
+        };
+        if let Some(text) = delta.get("content").and_then(Value::as_str)
+            && !text.is_empty()
+        {
+            self.text.push_str(text);
+            self.send(Delta::TextDelta {
+                delta: text.to_owned(),
+            });
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (pos, call) in calls.iter().enumerate() {
+                self.tool_call_delta(pos, call)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tool_call_delta(&mut self, pos: usize, call: &Value) -> Result<(), LlmError> {
+        let index = call
+            .get("index")
+            .and_then(Value::as_u64)
+            .unwrap_or(pos as u64);
+        let function = call.get("function");
+        let args = function
+            .and_then(|f| f.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let at = match self.calls.iter().position(|c| c.index == index) {
+            Some(at) => at,
+            None => {
+                let name = function
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        malformed(
+                            self.provider,
+                            format!("streamed tool call {index} began without a function name"),
+                        )
+                    })?;
+                let id = call
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("call_{index}"));
+                self.send(Delta::ToolCallStart {
+                    id: id.clone(),
+                    name: name.to_owned(),
+                });
+                self.calls.push(StreamedCall {
+                    index,
+                    id,
+                    name: name.to_owned(),
+                    args: String::new(),
+                });
+                self.calls.len() - 1
+            }
+        };
+        if !args.is_empty() {
+            let c = &mut self.calls[at];
+            c.args.push_str(args);
+            let id = c.id.clone();
+            self.send(Delta::ToolCallArgsDelta {
+                id,
+                delta: args.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<ChatResponse, LlmError> {
+        if !self.done && self.finish.is_none() {
+            return Err(malformed(
+                self.provider,
+                "the event stream ended before a finish_reason or [DONE]".into(),
+            ));
+        }
+        let mut tool_calls = Vec::new();
+        for c in &self.calls {
+            self.send(Delta::ToolCallEnd { id: c.id.clone() });
+        }
+        for c in self.calls {
+            let arguments = parse_arguments(self.provider, &c.name, &c.args)?;
+            tool_calls.push(ToolCall {
+                id: c.id,
+                name: c.name,
+                arguments,
+            });
+        }
+        Ok(ChatResponse {
+            content: self.text,
+            finish_reason: finish_reason(self.finish.as_deref(), !tool_calls.is_empty()),
+            tool_calls,
+            usage: self.usage.unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::llm::ToolSpec;
+
+    #[test]
+    fn request_body_has_the_chat_completions_shape() {
+        let options = OpenAiOptions::new("http://127.0.0.1:1/v1", "m1");
+        let req = ChatRequest {
+            model: None,
+            messages: vec![
+                ChatMessage::text(Role::User, "weather?"),
+                ChatMessage {
+                    role: Role::Assistant,
+                    content: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "weather".into(),
+                        arguments: json!({"city": "Paris"}),
+                    }],
+                    tool_call_id: None,
+                },
+                ChatMessage {
+                    role: Role::Tool,
+                    content: "sunny".into(),
+                    tool_calls: Vec::new(),
+                    tool_call_id: Some("c1".into()),
+                },
+            ],
+            tools: vec![ToolSpec {
+                name: "weather".into(),
+                description: "looks it up".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            max_tokens: Some(10),
+            temperature: None,
+            system_prompt: Some("be brief".into()),
+        };
+        let body = request_body(&options, &req, true);
+        assert_eq!(
+            body,
+            json!({
+                "model": "m1",
+                "messages": [
+                    {"role": "system", "content": "be brief"},
+                    {"role": "user", "content": "weather?"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+                ],
+                "tools": [{"type": "function", "function": {"name": "weather", "description": "looks it up", "parameters": {"type": "object"}}}],
+                "max_tokens": 10,
+                "stream": true,
+                "stream_options": {"include_usage": true}
+            })
+        );
+    }
+
+    #[test]
+    fn http_errors_map_to_typed_errors() {
+        let body = br#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#;
+        assert!(matches!(
+            http_error("o", 400, None, body),
+            LlmError::ContextOverflow { .. }
+        ));
+        assert!(matches!(
+            http_error("o", 400, None, b"bad request"),
+            LlmError::Other { .. }
+        ));
+        assert!(matches!(
+            http_error("o", 429, Some(7), b""),
+            LlmError::RateLimited {
+                retry_after_secs: Some(7),
+                ..
+            }
+        ));
+        let e = http_error("o", 401, None, br#"{"error":{"message":"bad key"}}"#);
+        assert!(matches!(e, LlmError::Authentication { .. }));
+        assert!(e.to_string().contains("bad key"), "{e}");
+        assert!(matches!(
+            http_error("o", 404, None, b"nope"),
+            LlmError::ModelNotFound { .. }
+        ));
+    }
+
+    #[test]
+    fn sse_lines_assemble_text_and_tool_calls() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut s = SseState::new("o", &tx);
+        for line in [
+            ": keep-alive",
+            r#"data: {"choices":[{"delta":{"role":"assistant","content":"Hi"}}]}"#,
+            "",
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c9","type":"function","function":{"name":"t","arguments":""}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}"#,
+            r#"data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#,
+            r#"data: {"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":6}}"#,
+            "data: [DONE]",
+        ] {
+            s.line(line.as_bytes()).unwrap();
+        }
+        let r = s.finish().unwrap();
+        assert_eq!(r.content, "Hi");
+        assert_eq!(r.tool_calls[0].arguments, json!({"a": 1}));
+        assert_eq!(r.finish_reason, FinishReason::ToolUse);
+        assert_eq!(r.usage.completion_tokens, 6);
+        let got: Vec<Delta> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(got.len(), 5, "{got:?}");
+        assert_eq!(got[4], Delta::ToolCallEnd { id: "c9".into() });
+    }
+}
