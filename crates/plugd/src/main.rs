@@ -315,14 +315,20 @@ async fn serve(rt: &Runtime) -> Result<()> {
     let approved = plugins.iter().filter(|p| p.approved).count();
     let mut started = rt.start_eager();
     // `eager:` in plugd.yaml adds to the manifests' own eager starts.
-    let extra: Vec<&String> = config.eager.iter().filter(|id| !started.contains(id)).collect();
+    let extra: Vec<&String> = config
+        .eager
+        .iter()
+        .filter(|id| !started.contains(id))
+        .collect();
     for id in extra {
         match rt.plugin(id) {
             Ok(info) if info.approved => {
                 rt.supervised(id)?.start();
                 started.push(id.clone());
             }
-            Ok(info) => tracing::warn!(plugin = %id, state = %info.state, "listed in plugd.yaml eager: but not approved; not started"),
+            Ok(info) => {
+                tracing::warn!(plugin = %id, state = %info.state, "listed in plugd.yaml eager: but not approved; not started")
+            }
             Err(e) => tracing::warn!(plugin = %id, "listed in plugd.yaml eager: {e}"),
         }
     }

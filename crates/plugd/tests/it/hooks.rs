@@ -220,6 +220,13 @@ fn builtins_block_redact_and_truncate_through_the_cli() {
 fn the_example_workspace_config_runs_its_builtins() {
     let ws = Ws::new();
     let text = std::fs::read_to_string(repo().join("examples/workspace/plugd.yaml")).unwrap();
+    // The example's Dexto module (tenant-auth) comes along.
+    std::fs::create_dir_all(ws.dir().join("plugins")).unwrap();
+    std::fs::copy(
+        repo().join("examples/workspace/plugins/tenant-auth.js"),
+        ws.dir().join("plugins/tenant-auth.js"),
+    )
+    .unwrap();
     valid_config(&ws, &text);
     let v = hook_run(
         &ws,
@@ -228,6 +235,14 @@ fn the_example_workspace_config_runs_its_builtins() {
         None,
     );
     assert_eq!(v["payload"]["text"], "[REDACTED_API_KEY]");
+    let v = hook_run(
+        &ws,
+        "before_llm_request",
+        json!({"text": "hi"}),
+        Some(json!({"tenant_id": "globex"})),
+    );
+    assert_eq!(v["outcome"], "blocked", "{v}");
+    assert_eq!(v["notices"][0]["code"], "QUOTA_EXCEEDED", "{v}");
 }
 
 #[test]
