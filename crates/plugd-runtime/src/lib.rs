@@ -10,6 +10,7 @@
 //! equals the digest of its directory as it is now; this is checked before
 //! every start, so a plugin changed on disk stops being startable at once.
 
+pub mod agent;
 pub mod config;
 pub mod hooks;
 pub mod llm;

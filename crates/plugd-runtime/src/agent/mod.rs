@@ -1,0 +1,276 @@
+//! The agent turn: LLM ↔ tools through the hook pipeline, with sessions and
+//! transcripts in the state store.
+//!
+//! A turn: `before_llm_request` → LLM → for each tool call: `before_tool_call`
+//! → tool (any dialect) → `after_tool_result` → back to the LLM until it
+//! answers → `before_response` → reply. The number of tool rounds is bounded
+//! (`agent.max_tool_rounds`, default 8). A blocked step ends the turn with the
+//! block message and notice codes, never a crash.
+//!
+//! This module is the contract the CLI (`plugd run`, `plugd chat`) and the
+//! HTTP API build on; the implementation lands behind it.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::Runtime;
+use crate::config::PlugdConfig;
+use crate::hooks::{HookContext, HookPoint, Notice, Pipeline, PipelineError};
+use crate::llm::{LlmError, LlmProvider, Usage};
+
+/// How one turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TurnStatus {
+    /// The model answered; the reply passed `before_response`.
+    Completed,
+    /// A hook blocked a step; `message` and `notices` say which and why.
+    Blocked,
+}
+
+/// One tool call made during a turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRecord {
+    /// The model's call id.
+    pub call_id: String,
+    /// The tool's registry name (as `plugd tool list` shows it).
+    pub tool: String,
+    /// The arguments actually sent (after `before_tool_call` modifications).
+    pub args: Value,
+    /// Whether it succeeded.
+    pub ok: bool,
+    /// The result (or the error text) the model saw, after `after_tool_result`.
+    pub result: Value,
+}
+
+/// The result of one turn (`plugd run --json` prints it; the HTTP API returns it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnOutcome {
+    /// The session.
+    pub session_id: String,
+    /// Completed or blocked.
+    pub status: TurnStatus,
+    /// The reply (completed turns).
+    pub reply: Option<String>,
+    /// The block message (blocked turns).
+    pub message: Option<String>,
+    /// The point that blocked (blocked turns).
+    pub blocked_at: Option<HookPoint>,
+    /// Every notice of every hook run in the turn, in order.
+    pub notices: Vec<Notice>,
+    /// The tool calls made.
+    pub tool_calls: Vec<ToolCallRecord>,
+    /// LLM requests made.
+    pub rounds: u32,
+    /// Token counts summed over the rounds.
+    pub usage: Usage,
+}
+
+/// What happens during a turn, as it happens (`plugd chat`, SSE).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TurnEvent {
+    /// Streamed reply text.
+    Delta {
+        /// The text.
+        text: String,
+    },
+    /// The model asked for a tool (after `before_tool_call`).
+    ToolCall {
+        /// Call id.
+        call_id: String,
+        /// Registry name.
+        tool: String,
+        /// Arguments.
+        args: Value,
+    },
+    /// A tool returned (after `after_tool_result`).
+    ToolResult {
+        /// Call id.
+        call_id: String,
+        /// Registry name.
+        tool: String,
+        /// Success.
+        ok: bool,
+        /// Result or error text.
+        result: Value,
+    },
+    /// A hook notice.
+    Notice {
+        /// The point.
+        point: HookPoint,
+        /// The notice.
+        notice: Notice,
+    },
+    /// The turn is over (the last event).
+    Done {
+        /// The outcome.
+        outcome: Box<TurnOutcome>,
+    },
+}
+
+/// One transcript entry of a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    /// `user`, `assistant`, `tool` or `system`.
+    pub role: String,
+    /// Text content.
+    pub content: String,
+    /// Tool calls (assistant entries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::llm::ToolCall>,
+    /// The call answered (tool entries).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// When (RFC 3339).
+    pub at: String,
+}
+
+/// A stored session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// Its id.
+    pub id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// Its transcript, oldest first.
+    pub transcript: Vec<TranscriptEntry>,
+}
+
+/// Why a turn could not run at all (a blocked turn is not an error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// No `llm:` section in plugd.yaml, or the provider cannot be built.
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+    /// A hook handler failed to load.
+    #[error(transparent)]
+    Pipeline(#[from] PipelineError),
+    /// The model kept calling tools past the limit.
+    #[error(
+        "the model made more than {limit} rounds of tool calls in one turn; raise agent.max_tool_rounds in plugd.yaml or check the model"
+    )]
+    TooManyRounds {
+        /// The limit.
+        limit: u32,
+    },
+    /// A session id that is not acceptable.
+    #[error("invalid session id {0:?}: use 1-128 characters of letters, digits, '-', '_' and '.'")]
+    BadSession(String),
+    /// The state store failed.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// Turn settings (`agent:` in plugd.yaml).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSettings {
+    /// Most tool rounds per turn.
+    pub max_tool_rounds: u32,
+    /// System prompt.
+    pub system_prompt: Option<String>,
+    /// Default hook context (`tenant:`), overlaid by each turn's context.
+    pub defaults: HookContext,
+}
+
+/// Runs turns. Cheap to clone.
+#[derive(Clone)]
+pub struct Agent {
+    runtime: Runtime,
+    pipeline: Arc<Pipeline>,
+    llm: Arc<dyn LlmProvider>,
+    settings: Arc<AgentSettings>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("llm", &self.llm.name())
+            .finish()
+    }
+}
+
+impl Agent {
+    /// An agent over explicit parts.
+    pub fn new(
+        runtime: Runtime,
+        pipeline: Arc<Pipeline>,
+        llm: Arc<dyn LlmProvider>,
+        settings: AgentSettings,
+    ) -> Agent {
+        Agent {
+            runtime,
+            pipeline,
+            llm,
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// An agent from plugd.yaml: builds the pipeline (fail fast) and the
+    /// provider of its `llm:` section.
+    pub async fn from_config(runtime: &Runtime, config: &PlugdConfig) -> Result<Agent, AgentError> {
+        let llm_config = config.llm.as_ref().ok_or_else(|| {
+            LlmError::NotConfigured(format!(
+                "{} has no llm: section; add one (provider: openai | plugin | scripted)",
+                runtime.dir().join(crate::config::CONFIG_FILE).display()
+            ))
+        })?;
+        let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir())?;
+        let pipeline = crate::hooks::build::build_pipeline(config, runtime).await?;
+        Ok(Agent::new(
+            runtime.clone(),
+            Arc::new(pipeline),
+            llm,
+            AgentSettings {
+                max_tool_rounds: config.agent.max_tool_rounds.max(1),
+                system_prompt: config.agent.system_prompt.clone(),
+                defaults: config.tenant.clone(),
+            },
+        ))
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The hook pipeline.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// The LLM provider.
+    pub fn llm(&self) -> &Arc<dyn LlmProvider> {
+        &self.llm
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &AgentSettings {
+        &self.settings
+    }
+
+    /// Runs one turn of `session_id` with the user's `input`. Events (deltas,
+    /// tool calls, notices, and finally `Done`) go to `events` as they happen.
+    pub async fn turn(
+        &self,
+        session_id: &str,
+        input: &str,
+        ctx: &HookContext,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnOutcome, AgentError> {
+        let _ = (session_id, input, ctx, events);
+        Err(AgentError::Store(
+            "the agent turn is not implemented in this build yet".into(),
+        ))
+    }
+
+    /// The stored session `id`, if any.
+    pub fn session(&self, id: &str) -> Result<Option<Session>, AgentError> {
+        let _ = id;
+        Ok(None)
+    }
+}
