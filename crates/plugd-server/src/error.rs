@@ -279,7 +279,9 @@ fn tool_error(err: &ToolError, message: String) -> ApiError {
                 None => e,
             };
         }
-        ToolError::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE),
+        ToolError::Unavailable { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
+        }
         ToolError::Denied { .. } => (StatusCode::FORBIDDEN, code::TOOL_DENIED),
         ToolError::NotFound { .. } | ToolError::ExecutionFailed { .. } => {
             (StatusCode::BAD_GATEWAY, code::TOOL_FAILED)

@@ -68,7 +68,9 @@ pub enum ServeError {
         addr: SocketAddr,
     },
     /// The socket could not be bound.
-    #[error("cannot listen on {addr}: {source}; pick another --listen address or stop what uses it")]
+    #[error(
+        "cannot listen on {addr}: {source}; pick another --listen address or stop what uses it"
+    )]
     Bind {
         /// The address.
         addr: SocketAddr,
@@ -237,12 +239,27 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
             .headers()
             .get(header::CONTENT_TYPE)
             .map(|v| v.to_str().unwrap_or("(not text)").to_owned());
+        // A declared length over the limit is refused before reading.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > state.body_limit as u64) {
+            return Err(ApiError::too_large(state.body_limit));
+        }
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|e| body_rejection(&e, state.body_limit))?;
         let is_json = content_type.as_deref().is_some_and(|ct| {
-            let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-            mime == "application/json" || (mime.starts_with("application/") && mime.ends_with("+json"))
+            let mime = ct
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
         });
         let bytes: &[u8] = match (&content_type, bytes.is_empty()) {
             (None, true) => b"{}",

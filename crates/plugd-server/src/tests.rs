@@ -63,7 +63,9 @@ fn assert_error(got: &(StatusCode, Value), status: StatusCode, code: &str) {
     assert_eq!(got.0, status, "{}", got.1);
     assert_eq!(got.1["error"]["code"], code, "{}", got.1);
     assert!(
-        got.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
         "{}",
         got.1
     );
@@ -102,7 +104,10 @@ fn error_types_have_fixed_statuses_and_bodies() {
     assert_eq!(e.code, "malformed_json");
     assert_eq!(e.details, Some(json!({"line": 2, "column": 8})));
     let shape = serde_json::from_str::<MessageRequest>("{\"txt\": 1}").unwrap_err();
-    assert_eq!(ApiError::json(&shape).status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        ApiError::json(&shape).status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
     assert_eq!(ApiError::json(&shape).code, "invalid_body");
 
     let blocked = ApiError::blocked(&outcome(&["INPUT_TOO_LONG"]));
@@ -152,15 +157,27 @@ impl RuntimeErrorLike {
 
 #[test]
 fn only_loopback_addresses_may_listen() {
-    for ok in ["127.0.0.1:0", "[::1]:0", "127.1.2.3:80", "[::ffff:127.0.0.1]:0"] {
+    for ok in [
+        "127.0.0.1:0",
+        "[::1]:0",
+        "127.1.2.3:80",
+        "[::ffff:127.0.0.1]:0",
+    ] {
         let addr: SocketAddr = ok.parse().unwrap();
         check_listen(addr).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
-    for bad in ["0.0.0.0:0", "[::]:0", "10.0.0.1:7777", "[::ffff:10.0.0.1]:0"] {
+    for bad in [
+        "0.0.0.0:0",
+        "[::]:0",
+        "10.0.0.1:7777",
+        "[::ffff:10.0.0.1]:0",
+    ] {
         let addr: SocketAddr = bad.parse().unwrap();
         let err = check_listen(addr).unwrap_err().to_string();
         assert!(
-            err.starts_with(&format!("refusing to listen on {addr}: it is not a loopback address")),
+            err.starts_with(&format!(
+                "refusing to listen on {addr}: it is not a loopback address"
+            )),
             "{err}"
         );
     }
@@ -169,14 +186,28 @@ fn only_loopback_addresses_may_listen() {
 #[tokio::test]
 async fn listings_are_json_arrays() {
     let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
-    assert_eq!(call(&app, get("/v1/plugins")).await, (StatusCode::OK, json!([])));
-    assert_eq!(call(&app, get("/v1/tools")).await, (StatusCode::OK, json!([])));
+    assert_eq!(
+        call(&app, get("/v1/plugins")).await,
+        (StatusCode::OK, json!([]))
+    );
+    assert_eq!(
+        call(&app, get("/v1/tools")).await,
+        (StatusCode::OK, json!([]))
+    );
 }
 
 #[tokio::test]
 async fn bodies_are_checked_before_any_work() {
     let (_tmp, app) = app("", 64).await;
-    let got = call(&app, post("/v1/tools/x:invoke", Some("application/json"), "{\"args\": [")).await;
+    let got = call(
+        &app,
+        post(
+            "/v1/tools/x:invoke",
+            Some("application/json"),
+            "{\"args\": [",
+        ),
+    )
+    .await;
     assert_error(&got, StatusCode::BAD_REQUEST, "malformed_json");
     assert_eq!(got.1["error"]["details"], json!({"line": 1, "column": 10}));
     assert!(
@@ -188,9 +219,17 @@ async fn bodies_are_checked_before_any_work() {
         got.1
     );
     let got = call(&app, post("/v1/tools/x:invoke", Some("text/plain"), "{}")).await;
-    assert_error(&got, StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type");
+    assert_error(
+        &got,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
     let big = json!({"args": {"pad": "x".repeat(100)}}).to_string();
-    let got = call(&app, post("/v1/tools/x:invoke", Some("application/json"), big)).await;
+    let got = call(
+        &app,
+        post("/v1/tools/x:invoke", Some("application/json"), big),
+    )
+    .await;
     assert_error(&got, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
     assert_eq!(got.1["error"]["details"]["limit"], 64);
     let got = call(&app, post_json("/v1/tools/x:invoke", json!({"argz": {}}))).await;
@@ -209,7 +248,11 @@ async fn bodies_are_checked_before_any_work() {
 #[tokio::test]
 async fn unknown_routes_points_and_methods_are_json_errors() {
     let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
-    assert_error(&call(&app, get("/v2/x")).await, StatusCode::NOT_FOUND, "not_found");
+    assert_error(
+        &call(&app, get("/v2/x")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
     assert_error(
         &call(&app, post_json("/v1/tools/a/b", json!({}))).await,
         StatusCode::NOT_FOUND,
@@ -220,10 +263,18 @@ async fn unknown_routes_points_and_methods_are_json_errors() {
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
     );
-    let got = call(&app, post_json("/v1/hooks/before_lunch:run", json!({"payload": {}}))).await;
+    let got = call(
+        &app,
+        post_json("/v1/hooks/before_lunch:run", json!({"payload": {}})),
+    )
+    .await;
     assert_error(&got, StatusCode::NOT_FOUND, "unknown_hook_point");
     assert_eq!(got.1["error"]["details"]["point"], "before_lunch");
-    let got = call(&app, post_json("/v1/hooks/before_message:run", json!({"payload": 3}))).await;
+    let got = call(
+        &app,
+        post_json("/v1/hooks/before_message:run", json!({"payload": 3})),
+    )
+    .await;
     assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");
 }
 
@@ -236,7 +287,10 @@ async fn hook_runs_answer_200_continue_or_blocked() {
     .await;
     let got = call(
         &app,
-        post_json("/v1/hooks/before_llm_request:run", json!({"payload": {"text": "hi"}})),
+        post_json(
+            "/v1/hooks/before_llm_request:run",
+            json!({"payload": {"text": "hi"}}),
+        ),
     )
     .await;
     assert_eq!(
@@ -262,7 +316,11 @@ async fn hook_runs_answer_200_continue_or_blocked() {
 #[tokio::test]
 async fn sessions_without_an_llm_answer_503() {
     let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
-    let got = call(&app, post_json("/v1/sessions/s1/messages", json!({"text": "hi"}))).await;
+    let got = call(
+        &app,
+        post_json("/v1/sessions/s1/messages", json!({"text": "hi"})),
+    )
+    .await;
     assert_error(&got, StatusCode::SERVICE_UNAVAILABLE, "llm_not_configured");
     assert!(
         got.1["error"]["message"]
@@ -299,5 +357,8 @@ async fn app_in(tmp: tempfile::TempDir, yaml: &str) -> (tempfile::TempDir, Route
     let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
     let agent = agent_for(&rt, &pipeline, &config).unwrap();
     assert!(agent.is_some());
-    (tmp, router(AppState::new(rt, pipeline, Arc::new(config), agent)))
+    (
+        tmp,
+        router(AppState::new(rt, pipeline, Arc::new(config), agent)),
+    )
 }
