@@ -81,7 +81,7 @@ pub struct ApiError {
     /// Structured detail (fields, positions), when there is some.
     pub details: Option<Value>,
     /// Extra top-level members of the body (a blocked turn's `outcome`).
-    pub extra: Option<(&'static str, Value)>,
+    pub extra: Option<Box<(&'static str, Value)>>,
 }
 
 impl ApiError {
@@ -109,7 +109,8 @@ impl ApiError {
             error["details"] = d.clone();
         }
         let mut body = json!({ "error": error });
-        if let Some((k, v)) = &self.extra {
+        if let Some(extra) = &self.extra {
+            let (k, v) = &**extra;
             body[*k] = v.clone();
         }
         body
@@ -225,10 +226,10 @@ impl ApiError {
                 outcome.message.as_deref().unwrap_or("(no message)")
             ),
         );
-        e.extra = Some((
+        e.extra = Some(Box::new((
             "outcome",
             serde_json::to_value(outcome).unwrap_or(Value::Null),
-        ));
+        )));
         e
     }
 }

@@ -493,11 +493,11 @@ struct SseState {
 /// The next SSE event: the turn's events as they come, then (if the turn
 /// sent no `done`) a `done` from its result, or an `error` event.
 async fn next_sse(mut st: SseState) -> Option<(Result<Event, Infallible>, SseState)> {
-    if !st.saw_done {
-        if let Some(ev) = st.events.recv().await {
-            st.saw_done = matches!(ev, TurnEvent::Done { .. });
-            return Some((Ok(sse_event(&ev)), st));
-        }
+    if !st.saw_done
+        && let Some(ev) = st.events.recv().await
+    {
+        st.saw_done = matches!(ev, TurnEvent::Done { .. });
+        return Some((Ok(sse_event(&ev)), st));
     }
     let result = st.result.take()?.await;
     let event = match result {

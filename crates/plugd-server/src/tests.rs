@@ -20,6 +20,8 @@ use super::*;
 /// A workspace with `yaml` as plugd.yaml (none when empty) and its router.
 async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
     let tmp = tempfile::tempdir().unwrap();
+    // The script of configurations with `llm: {provider: scripted}`.
+    std::fs::write(tmp.path().join("turns.yaml"), "steps:\n  - text: hello\n").unwrap();
     if !yaml.is_empty() {
         std::fs::write(tmp.path().join("plugd.yaml"), yaml).unwrap();
     }
@@ -132,7 +134,7 @@ fn error_types_have_fixed_statuses_and_bodies() {
         (StatusCode::UNAUTHORIZED, "unauthorized")
     );
 
-    let e = ApiError::from(RuntimeErrorLike::unknown_tool());
+    let e = ApiError::from(plugd_runtime::RuntimeError::UnknownTool("nope".into()));
     assert_eq!((e.status, e.code), (StatusCode::NOT_FOUND, "unknown_tool"));
     let e = ApiError::from(AgentError::BadSession("a b".into()));
     assert_eq!(
@@ -144,15 +146,6 @@ fn error_types_have_fixed_statuses_and_bodies() {
         (e.status, e.code),
         (StatusCode::INTERNAL_SERVER_ERROR, "internal")
     );
-}
-
-/// Builds runtime errors for the mapping test.
-struct RuntimeErrorLike;
-
-impl RuntimeErrorLike {
-    fn unknown_tool() -> plugd_runtime::RuntimeError {
-        plugd_runtime::RuntimeError::UnknownTool("nope".into())
-    }
 }
 
 #[test]
@@ -336,29 +329,11 @@ async fn sessions_without_an_llm_answer_503() {
 
 #[tokio::test]
 async fn unknown_sessions_are_404() {
-    let (tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
-    std::fs::write(tmp.path().join("turns.yaml"), "steps:\n  - text: hello\n").unwrap();
-    drop(app);
-    let (tmp2, app) = app_in(
-        tmp,
+    let (_tmp, app) = app(
         "llm: {provider: scripted, script: \"${{workspace_dir}}/turns.yaml\"}\n",
+        DEFAULT_BODY_LIMIT,
     )
     .await;
     let got = call(&app, get("/v1/sessions/never-seen")).await;
     assert_error(&got, StatusCode::NOT_FOUND, "unknown_session");
-    drop(tmp2);
-}
-
-/// Like [`app`] in an existing directory.
-async fn app_in(tmp: tempfile::TempDir, yaml: &str) -> (tempfile::TempDir, Router) {
-    std::fs::write(tmp.path().join("plugd.yaml"), yaml).unwrap();
-    let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
-    let config = PlugdConfig::load(tmp.path()).unwrap();
-    let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
-    let agent = agent_for(&rt, &pipeline, &config).unwrap();
-    assert!(agent.is_some());
-    (
-        tmp,
-        router(AppState::new(rt, pipeline, Arc::new(config), agent)),
-    )
 }
