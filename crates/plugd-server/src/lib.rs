@@ -12,6 +12,12 @@
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
 //! | `GET /v1/sessions/{id}`            | the stored session, 404 when unknown           |
 //!
+//! A blocked turn answers 403 (429 with a quota notice, 401 with an
+//! unauthorized one) with the `outcome` beside the error; as SSE it is a
+//! `done` event whose outcome is `blocked` (the status line is already 200).
+//! A turn that cannot run at all ends an SSE stream with an `error` event
+//! carrying the same JSON as the error response.
+//!
 //! Tool names may contain `/` (`hello-salmex-node/say_hello`): the route is a
 //! wildcard whose last segment ends in `:invoke`.
 //!
