@@ -41,8 +41,8 @@ enum Command {
     /// List and call tools.
     #[command(subcommand)]
     Tool(ToolCmd),
-    /// Keep the workspace's approved plugins supervised until Ctrl-C or SIGTERM.
-    Serve,
+    /// Keep the workspace's approved plugins supervised and serve the HTTP API until Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
     /// Measure round trips, throughput, cold start and memory on this machine.
     Bench(bench::BenchArgs),
     /// Manifest helpers.
@@ -115,6 +115,13 @@ enum ManifestCmd {
     Schema,
 }
 
+#[derive(Args, Debug, Clone)]
+struct ServeArgs {
+    /// Address of the HTTP API (loopback only until it has authentication).
+    #[arg(long, value_name = "ADDR", default_value = plugd_server::DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+}
+
 #[derive(Args, Debug, Clone, Copy)]
 struct JsonFlag {
     /// Print JSON instead of a table.
@@ -124,7 +131,7 @@ struct JsonFlag {
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve));
+    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve(_)));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -207,7 +214,7 @@ async fn run(cli: Cli) -> Result<i32> {
     let rt = open(&cli)?;
     let result = match &cli.command {
         // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
-        Command::Serve => serve(&rt).await,
+        Command::Serve(args) => serve(&rt, args).await,
         other => interruptible(&rt, dispatch(&rt, other)).await,
     };
     rt.shutdown().await;
@@ -298,7 +305,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             let _ = printer.await;
             print_json(&result?, !json.json)?;
         }
-        Command::Serve => serve(rt).await?,
+        Command::Serve(args) => serve(rt, args).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
@@ -309,7 +316,9 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     Ok(())
 }
 
-async fn serve(rt: &Runtime) -> Result<()> {
+async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
+    // Refuse a non-loopback address before anything starts.
+    plugd_server::check_listen(args.listen)?;
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
@@ -333,8 +342,29 @@ async fn serve(rt: &Runtime) -> Result<()> {
         }
     }
     // Fail fast: every configured hook handler must load before plugd serves.
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let pipeline =
+        std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
     let _outbox = outbox_cmd::start_worker(rt)?;
+    // The HTTP API shares that pipeline (Dexto modules load once).
+    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
+    let state = plugd_server::AppState::new(
+        rt.clone(),
+        pipeline.clone(),
+        std::sync::Arc::new(config),
+        agent,
+    );
+    let listener = plugd_server::bind(args.listen).await?;
+    let bound = listener
+        .local_addr()
+        .with_context(|| format!("cannot read the address bound for {}", args.listen))?;
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut http = tokio::spawn(plugd_server::serve(
+        listener,
+        plugd_server::router(state),
+        async move {
+            let _ = http_stopped.await;
+        },
+    ));
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),
@@ -345,7 +375,38 @@ async fn serve(rt: &Runtime) -> Result<()> {
     for p in plugins.iter().filter(|p| !p.approved) {
         tracing::warn!(plugin = %p.id, state = %p.state, "not serving: {}", p.error.as_deref().unwrap_or("not approved"));
     }
-    shutdown_signal().await;
+    // The handlers are installed before the serving line, so a SIGTERM sent
+    // as soon as it is read is a clean shutdown.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
+    // Tests and scripts read the bound port from this line.
+    println!("plugd serving on http://{bound}");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        r = &mut http => {
+            // The server stopped on its own: an accept loop failure.
+            let err = match r {
+                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {bound} stopped unexpectedly"),
+                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {bound} failed: {e}"),
+                Err(e) => anyhow::anyhow!("the HTTP server on {bound} crashed: {e}"),
+            };
+            pipeline.cleanup().await;
+            rt.shutdown().await;
+            return Err(err);
+        }
+    }
+    tracing::info!("stopping the HTTP API");
+    let _ = stop_http.send(());
+    // Requests in flight (a streaming turn) get a bounded grace period.
+    if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP requests still running after 10 s; closing them");
+        http.abort();
+    }
     tracing::info!("shutting plugins down");
     pipeline.cleanup().await;
     rt.shutdown().await;

@@ -6,6 +6,7 @@ mod cli;
 mod dexto;
 mod hooks;
 mod hostile;
+mod http;
 mod llm;
 mod mcp;
 mod microapp;

@@ -1,0 +1,316 @@
+//! HTTP errors as types: each [`ApiError`] has a fixed status and a stable
+//! code, and renders as `{"error": {"code", "message", "details"?}}`.
+//!
+//! The mapping from runtime errors lives here too, so a status is decided in
+//! one place: unknown tool/plugin/session → 404, argument schema violation →
+//! 422, tool failure → 502, plugin unavailable → 503, plugin timeout → 504.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use plugd_host::{CallError, CallToolError, ToolError};
+use plugd_runtime::agent::{AgentError, TurnOutcome};
+use plugd_runtime::llm::LlmError;
+use plugd_runtime::{ArgsError, RuntimeError};
+use serde_json::{Value, json};
+
+/// Stable error codes of the HTTP API (the `error.code` field).
+pub mod code {
+    /// No such route.
+    pub const NOT_FOUND: &str = "not_found";
+    /// The route exists but not for this method.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// The body is not JSON (`details.line`, `details.column`).
+    pub const MALFORMED_JSON: &str = "malformed_json";
+    /// The body is JSON of the wrong shape (`details.line`, `details.column`).
+    pub const INVALID_BODY: &str = "invalid_body";
+    /// The request is not `application/json`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    /// The body is over the size limit.
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    /// The body could not be read.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// No tool of that name.
+    pub const UNKNOWN_TOOL: &str = "unknown_tool";
+    /// No plugin of that id.
+    pub const UNKNOWN_PLUGIN: &str = "unknown_plugin";
+    /// No session of that id.
+    pub const UNKNOWN_SESSION: &str = "unknown_session";
+    /// No hook point of that name.
+    pub const UNKNOWN_HOOK_POINT: &str = "unknown_hook_point";
+    /// The arguments violate the tool's input schema (`details.fields`).
+    pub const INVALID_ARGUMENTS: &str = "invalid_arguments";
+    /// The session id is not acceptable.
+    pub const INVALID_SESSION_ID: &str = "invalid_session_id";
+    /// The tool ran and failed (the plugin's message).
+    pub const TOOL_FAILED: &str = "tool_failed";
+    /// The plugin's own authorization refused the call.
+    pub const TOOL_DENIED: &str = "tool_denied";
+    /// The plugin cannot be reached (not started, failed, crashed, broken).
+    pub const PLUGIN_UNAVAILABLE: &str = "plugin_unavailable";
+    /// The plugin did not answer in time.
+    pub const PLUGIN_TIMEOUT: &str = "plugin_timeout";
+    /// The plugin answered with something unusable.
+    pub const PLUGIN_ERROR: &str = "plugin_error";
+    /// plugd.yaml has no `llm:` section.
+    pub const LLM_NOT_CONFIGURED: &str = "llm_not_configured";
+    /// The LLM provider failed.
+    pub const LLM_UNAVAILABLE: &str = "llm_unavailable";
+    /// The model kept calling tools past `agent.max_tool_rounds`.
+    pub const TOO_MANY_ROUNDS: &str = "too_many_rounds";
+    /// A hook blocked the turn (403).
+    pub const TURN_BLOCKED: &str = "turn_blocked";
+    /// A hook blocked the turn with a quota notice (429).
+    pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
+    /// A hook blocked the turn with an unauthorized notice (401).
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// Anything else that went wrong inside plugd.
+    pub const INTERNAL: &str = "internal";
+}
+
+/// One HTTP error: a status, a stable code, a message and optional details.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{status} {code}: {message}")]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// The stable code (see [`code`]).
+    pub code: &'static str,
+    /// A human message naming what failed and what to do.
+    pub message: String,
+    /// Structured detail (fields, positions), when there is some.
+    pub details: Option<Value>,
+    /// Extra top-level members of the body (a blocked turn's `outcome`).
+    pub extra: Option<Box<(&'static str, Value)>>,
+}
+
+impl ApiError {
+    /// An error with `status`, `code` and `message`.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+            extra: None,
+        }
+    }
+
+    /// Adds `details`.
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Value {
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(d) = &self.details {
+            error["details"] = d.clone();
+        }
+        let mut body = json!({ "error": error });
+        if let Some(extra) = &self.extra {
+            let (k, v) = &**extra;
+            body[*k] = v.clone();
+        }
+        body
+    }
+
+    /// 404 for a path no route serves.
+    pub fn no_route(method: &str, path: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            code::NOT_FOUND,
+            format!("no route {method} {path}; see README.md (HTTP API) for the endpoints"),
+        )
+    }
+
+    /// 400 or 422 for a body serde_json refused, with its line and column.
+    pub fn json(err: &serde_json::Error) -> ApiError {
+        let (status, code, what) = match err.classify() {
+            serde_json::error::Category::Data => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code::INVALID_BODY,
+                "the request body does not have the expected fields",
+            ),
+            _ => (
+                StatusCode::BAD_REQUEST,
+                code::MALFORMED_JSON,
+                "the request body is not valid JSON",
+            ),
+        };
+        ApiError::new(
+            status,
+            code,
+            format!(
+                "{what} (line {}, column {}): {err}",
+                err.line(),
+                err.column()
+            ),
+        )
+        .with_details(json!({"line": err.line(), "column": err.column()}))
+    }
+
+    /// 415 for a body that is not `application/json`.
+    pub fn media_type(got: Option<&str>) -> ApiError {
+        ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "the request body must be JSON; send Content-Type: application/json (got {})",
+                got.map(|g| format!("{g:?}"))
+                    .unwrap_or_else(|| "no Content-Type".into())
+            ),
+        )
+    }
+
+    /// 413 for a body over `limit` bytes.
+    pub fn too_large(limit: usize) -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than the {limit}-byte limit; send less"),
+        )
+        .with_details(json!({ "limit": limit }))
+    }
+
+    /// 404 (or 400 for an invalid id) for session `id`.
+    pub fn unknown_session(id: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            code::UNKNOWN_SESSION,
+            format!("no session {id:?}; POST /v1/sessions/{id}/messages starts it"),
+        )
+    }
+
+    /// 503 when plugd.yaml has no `llm:` section.
+    pub fn llm_not_configured(why: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::LLM_NOT_CONFIGURED,
+            format!("the sessions endpoints need an LLM: {why}"),
+        )
+    }
+
+    /// The error for a blocked turn: 401 for an unauthorized notice, 429 for
+    /// a quota notice, 403 otherwise; the outcome is in the body.
+    pub fn blocked(outcome: &TurnOutcome) -> ApiError {
+        let codes: Vec<String> = outcome
+            .notices
+            .iter()
+            .filter_map(|n| n.code.as_deref())
+            .map(str::to_ascii_uppercase)
+            .collect();
+        let has = |set: &[&str]| codes.iter().any(|c| set.contains(&c.as_str()));
+        let (status, code) = if has(&["UNAUTHORIZED", "UNAUTHENTICATED"]) {
+            (StatusCode::UNAUTHORIZED, code::UNAUTHORIZED)
+        } else if has(&[
+            "QUOTA_EXCEEDED",
+            "RATE_LIMITED",
+            "RATE_LIMIT_EXCEEDED",
+            "TOO_MANY_REQUESTS",
+        ]) {
+            (StatusCode::TOO_MANY_REQUESTS, code::QUOTA_EXCEEDED)
+        } else {
+            (StatusCode::FORBIDDEN, code::TURN_BLOCKED)
+        };
+        let at = outcome
+            .blocked_at
+            .map(|p| format!(" at {}", p.name()))
+            .unwrap_or_default();
+        let mut e = ApiError::new(
+            status,
+            code,
+            format!(
+                "the turn was blocked{at}: {}",
+                outcome.message.as_deref().unwrap_or("(no message)")
+            ),
+        );
+        e.extra = Some(Box::new((
+            "outcome",
+            serde_json::to_value(outcome).unwrap_or(Value::Null),
+        )));
+        e
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body())).into_response()
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(err: RuntimeError) -> ApiError {
+        let message = err.to_string();
+        let (status, code) = match &err {
+            RuntimeError::UnknownTool(_) => (StatusCode::NOT_FOUND, code::UNKNOWN_TOOL),
+            RuntimeError::UnknownPlugin(_) => (StatusCode::NOT_FOUND, code::UNKNOWN_PLUGIN),
+            RuntimeError::Args(ArgsError::Invalid { errors, .. }) => {
+                return ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    code::INVALID_ARGUMENTS,
+                    message,
+                )
+                .with_details(json!({ "fields": errors }));
+            }
+            RuntimeError::Args(_) => (StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR),
+            RuntimeError::Call(CallToolError::Plugin(_))
+            | RuntimeError::Broken { .. }
+            | RuntimeError::ApprovalFailed { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
+            }
+            RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
+        };
+        ApiError::new(status, code, message)
+    }
+}
+
+fn tool_error(err: &ToolError, message: String) -> ApiError {
+    let (status, code) = match err {
+        ToolError::ArgumentInvalid { details, .. } => {
+            let e = ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code::INVALID_ARGUMENTS,
+                message,
+            );
+            return match details {
+                Some(d) => e.with_details(json!({ "fields": d })),
+                None => e,
+            };
+        }
+        ToolError::Unavailable { .. } => {
+            (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
+        }
+        ToolError::Denied { .. } => (StatusCode::FORBIDDEN, code::TOOL_DENIED),
+        ToolError::NotFound { .. } | ToolError::ExecutionFailed { .. } => {
+            (StatusCode::BAD_GATEWAY, code::TOOL_FAILED)
+        }
+        ToolError::Call(CallError::Timeout { .. }) => {
+            (StatusCode::GATEWAY_TIMEOUT, code::PLUGIN_TIMEOUT)
+        }
+        ToolError::Call(CallError::Closed(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
+        }
+        ToolError::Call(CallError::Remote { .. }) => (StatusCode::BAD_GATEWAY, code::TOOL_FAILED),
+        _ => (StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR),
+    };
+    ApiError::new(status, code, message)
+}
+
+impl From<AgentError> for ApiError {
+    fn from(err: AgentError) -> ApiError {
+        let message = err.to_string();
+        let (status, code) = match &err {
+            AgentError::Llm(LlmError::NotConfigured(why)) => {
+                return ApiError::llm_not_configured(why);
+            }
+            AgentError::Llm(_) => (StatusCode::SERVICE_UNAVAILABLE, code::LLM_UNAVAILABLE),
+            AgentError::BadSession(_) => (StatusCode::BAD_REQUEST, code::INVALID_SESSION_ID),
+            AgentError::TooManyRounds { .. } => (StatusCode::BAD_GATEWAY, code::TOO_MANY_ROUNDS),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
+        };
+        ApiError::new(status, code, message)
+    }
+}

@@ -1,0 +1,554 @@
+//! plugd's first HTTP API (`plugd serve --listen ADDR`): plugins, tools, hook
+//! runs and agent sessions over axum, with JSON errors of stable codes.
+//!
+//! Endpoints (all JSON; request bodies `application/json`, 1 MiB by default):
+//!
+//! | method and path                    | answer                                         |
+//! |------------------------------------|------------------------------------------------|
+//! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
+//! | `GET /v1/tools`                    | the rows of `plugd tool list --json`           |
+//! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
+//! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
+//! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
+//! | `GET /v1/sessions/{id}`            | the stored session, 404 when unknown           |
+//!
+//! A blocked turn answers 403 (429 with a quota notice, 401 with an
+//! unauthorized one) with the `outcome` beside the error; as SSE it is a
+//! `done` event whose outcome is `blocked` (the status line is already 200).
+//! A turn that cannot run at all ends an SSE stream with an `error` event
+//! carrying the same JSON as the error response.
+//!
+//! Tool names may contain `/` (`hello-salmex-node/say_hello`): the route is a
+//! wildcard whose last segment ends in `:invoke`.
+//!
+//! Errors are [`ApiError`]s: `{"error": {"code", "message", "details"?}}`
+//! with a fixed status per code (see [`error::code`]).
+//!
+//! **API boundary**: until authentication exists, [`bind`] refuses every
+//! address that is not loopback.
+
+pub mod error;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use plugd_host::dialect::CallContext;
+use plugd_runtime::agent::{Agent, AgentError, AgentSettings, TurnEvent, TurnOutcome, TurnStatus};
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::hooks::{HookContext, HookPoint, Pipeline};
+use plugd_runtime::llm::LlmError;
+use plugd_runtime::{PluginInfo, Runtime};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot};
+
+pub use error::ApiError;
+
+/// The address `plugd serve` listens on without `--listen`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
+
+/// The request body limit without configuration: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// A non-loopback address before authentication exists.
+    #[error(
+        "refusing to listen on {addr}: it is not a loopback address and the HTTP API has no authentication yet; use --listen 127.0.0.1:PORT or [::1]:PORT"
+    )]
+    NotLoopback {
+        /// The refused address.
+        addr: SocketAddr,
+    },
+    /// The socket could not be bound.
+    #[error(
+        "cannot listen on {addr}: {source}; pick another --listen address or stop what uses it"
+    )]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `llm:` section names a provider that cannot be built.
+    #[error("the llm: section of plugd.yaml cannot be used by the sessions endpoints: {0}")]
+    Llm(#[from] LlmError),
+}
+
+/// Refuses `addr` unless it is loopback (`127.0.0.0/8`, `::1`, or an
+/// IPv4-mapped loopback), until the API has authentication.
+pub fn check_listen(addr: SocketAddr) -> Result<(), ServeError> {
+    if addr.ip().to_canonical().is_loopback() {
+        Ok(())
+    } else {
+        Err(ServeError::NotLoopback { addr })
+    }
+}
+
+/// Checks `addr` with [`check_listen`] and binds it.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    check_listen(addr)?;
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then finishes the
+/// requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Builds the agent of the sessions endpoints from plugd.yaml's `llm:`
+/// section over the pipeline `plugd serve` already built (Dexto modules are
+/// not loaded twice). `None` without an `llm:` section.
+pub fn agent_for(
+    runtime: &Runtime,
+    pipeline: &Arc<Pipeline>,
+    config: &PlugdConfig,
+) -> Result<Option<Agent>, ServeError> {
+    let Some(llm) = &config.llm else {
+        return Ok(None);
+    };
+    let provider = plugd_runtime::llm::build_provider(llm, runtime, runtime.dir())?;
+    Ok(Some(Agent::new(
+        runtime.clone(),
+        pipeline.clone(),
+        provider,
+        AgentSettings {
+            max_tool_rounds: config.agent.max_tool_rounds.max(1),
+            system_prompt: config.agent.system_prompt.clone(),
+            defaults: config.tenant.clone(),
+        },
+    )))
+}
+
+/// Everything the handlers share. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    runtime: Runtime,
+    pipeline: Arc<Pipeline>,
+    config: Arc<PlugdConfig>,
+    agent: Option<Agent>,
+    body_limit: usize,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("workspace", &self.runtime.dir())
+            .field("agent", &self.agent)
+            .field("body_limit", &self.body_limit)
+            .finish()
+    }
+}
+
+impl AppState {
+    /// State over the runtime, the hook pipeline, plugd.yaml and the agent
+    /// (`None`: the sessions endpoints answer 503 `llm_not_configured`).
+    pub fn new(
+        runtime: Runtime,
+        pipeline: Arc<Pipeline>,
+        config: Arc<PlugdConfig>,
+        agent: Option<Agent>,
+    ) -> AppState {
+        AppState {
+            runtime,
+            pipeline,
+            config,
+            agent,
+            body_limit: DEFAULT_BODY_LIMIT,
+        }
+    }
+
+    /// Sets the request body limit in bytes (413 beyond).
+    pub fn with_body_limit(mut self, limit: usize) -> AppState {
+        self.body_limit = limit;
+        self
+    }
+
+    fn agent(&self) -> Result<&Agent, ApiError> {
+        self.agent.as_ref().ok_or_else(|| {
+            ApiError::llm_not_configured(&format!(
+                "{} has no llm: section; add one (provider: openai | plugin | scripted) and restart plugd serve",
+                self.runtime
+                    .dir()
+                    .join(plugd_runtime::config::CONFIG_FILE)
+                    .display()
+            ))
+        })
+    }
+}
+
+/// The API's router over `state`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.body_limit;
+    Router::new()
+        .route("/v1/plugins", get(list_plugins))
+        .route("/v1/tools", get(list_tools))
+        .route("/v1/tools/{*name}", post(invoke_tool))
+        .route("/v1/hooks/{point}", post(run_hook))
+        .route("/v1/sessions/{id}/messages", post(post_message))
+        .route("/v1/sessions/{id}", get(get_session))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::no_route(method.as_str(), uri.path())
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        error::code::METHOD_NOT_ALLOWED,
+        format!(
+            "{} does not accept {method}; see README.md (HTTP API) for the endpoints",
+            uri.path()
+        ),
+    )
+}
+
+/// A JSON request body: `application/json` (415 otherwise), within the body
+/// limit (413), parsed with its error position (400 malformed, 422 wrong
+/// shape). An empty body without a content type is `{}`.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap_or("(not text)").to_owned());
+        // A declared length over the limit is refused before reading.
+        let declared = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > state.body_limit as u64) {
+            return Err(ApiError::too_large(state.body_limit));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| body_rejection(&e, state.body_limit))?;
+        let is_json = content_type.as_deref().is_some_and(|ct| {
+            let mime = ct
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
+        });
+        let bytes: &[u8] = match (&content_type, bytes.is_empty()) {
+            (None, true) => b"{}",
+            _ if is_json => &bytes,
+            _ => return Err(ApiError::media_type(content_type.as_deref())),
+        };
+        serde_json::from_slice(bytes)
+            .map(JsonBody)
+            .map_err(|e| ApiError::json(&e))
+    }
+}
+
+fn body_rejection(e: &BytesRejection, limit: usize) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large(limit)
+    } else {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            error::code::BAD_REQUEST,
+            format!("the request body could not be read: {}", e.body_text()),
+        )
+    }
+}
+
+/// One row of `GET /v1/plugins` (the fields of `plugd plugin list --json`).
+#[derive(Debug, Serialize)]
+pub struct PluginRow<'a> {
+    /// Plugin id.
+    pub id: &'a str,
+    /// Manifest dialect.
+    pub dialect: &'a str,
+    /// State.
+    pub state: &'a str,
+    /// Approved and unchanged.
+    pub approved: bool,
+    /// Version.
+    pub version: Option<&'a str>,
+    /// Tools.
+    pub tools: &'a [String],
+    /// Directory.
+    pub dir: &'a std::path::Path,
+    /// Why it is invalid, changed or failed.
+    pub error: Option<&'a str>,
+}
+
+impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
+    fn from(p: &'a PluginInfo) -> Self {
+        PluginRow {
+            id: &p.id,
+            dialect: &p.dialect,
+            state: &p.state,
+            approved: p.approved,
+            version: p.version.as_deref(),
+            tools: &p.tools,
+            dir: &p.dir,
+            error: p.error.as_deref(),
+        }
+    }
+}
+
+async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let plugins = state.runtime.plugins()?;
+    let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::from).collect();
+    Ok(Json(rows).into_response())
+}
+
+async fn list_tools(State(state): State<AppState>) -> Response {
+    let tools = state.runtime.tools();
+    let rows: Vec<&plugd_runtime::ToolEntry> = tools.iter().map(|t| &**t).collect();
+    Json(rows).into_response()
+}
+
+/// The body of `POST /v1/tools/{name}:invoke`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvokeRequest {
+    /// The arguments (a JSON object; `{}` when absent).
+    #[serde(default)]
+    pub args: Option<Value>,
+    /// The agent the call is made for.
+    #[serde(default)]
+    pub agent_id: Option<String>,
+}
+
+async fn invoke_tool(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+    method: Method,
+    uri: Uri,
+    JsonBody(body): JsonBody<InvokeRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
+        return Err(ApiError::no_route(method.as_str(), uri.path()));
+    };
+    let args = body.args.unwrap_or_else(|| json!({}));
+    if !args.is_object() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            error::code::INVALID_ARGUMENTS,
+            format!("\"args\" must be a JSON object of {name:?}'s arguments, got {args}"),
+        )
+        .with_details(json!({"fields": [{"path": "", "message": "not an object"}]})));
+    }
+    let ctx = CallContext {
+        agent_id: body.agent_id,
+        ..CallContext::default()
+    };
+    let result = state.runtime.call_tool_with(name, args, &ctx).await?;
+    Ok(Json(result))
+}
+
+/// The body of `POST /v1/hooks/{point}:run`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookRunRequest {
+    /// The payload, with Dexto's field names.
+    pub payload: Value,
+    /// Context fields; plugd.yaml's `tenant:` fills the rest.
+    #[serde(default)]
+    pub context: Option<HookContext>,
+}
+
+async fn run_hook(
+    State(state): State<AppState>,
+    Path(segment): Path<String>,
+    method: Method,
+    uri: Uri,
+    JsonBody(body): JsonBody<HookRunRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let Some(name) = segment.strip_suffix(":run") else {
+        return Err(ApiError::no_route(method.as_str(), uri.path()));
+    };
+    let point = HookPoint::parse(name).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            error::code::UNKNOWN_HOOK_POINT,
+            format!(
+                "unknown hook point {name:?}; use one of: {}",
+                HookPoint::ALL.map(HookPoint::name).join(", ")
+            ),
+        )
+        .with_details(json!({"point": name}))
+    })?;
+    if !body.payload.is_object() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            error::code::INVALID_BODY,
+            format!(
+                "\"payload\" must be a JSON object with the payload fields of {point}, got {}",
+                body.payload
+            ),
+        ));
+    }
+    let ctx = state.config.context(&body.context.unwrap_or_default());
+    let outcome = state.pipeline.run(point, body.payload, &ctx).await;
+    let mut out = serde_json::to_value(&outcome).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            error::code::INTERNAL,
+            format!("cannot encode the hook outcome: {e}"),
+        )
+    })?;
+    if let Some(map) = out.as_object_mut() {
+        map.entry("message").or_insert(Value::Null);
+    }
+    Ok(Json(out))
+}
+
+/// The body of `POST /v1/sessions/{id}/messages`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageRequest {
+    /// The user's message.
+    pub text: String,
+    /// Context fields; plugd.yaml's `tenant:` fills the rest.
+    #[serde(default)]
+    pub context: Option<HookContext>,
+}
+
+fn wants_sse(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.to_ascii_lowercase().contains("text/event-stream"))
+}
+
+async fn post_message(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<MessageRequest>,
+) -> Result<Response, ApiError> {
+    let agent = state.agent()?.clone();
+    let mut ctx = body.context.unwrap_or_default();
+    ctx.session_id = Some(id.clone());
+    if !wants_sse(&headers) {
+        let outcome = agent.turn(&id, &body.text, &ctx, None).await?;
+        return Ok(match outcome.status {
+            TurnStatus::Completed => Json(outcome).into_response(),
+            TurnStatus::Blocked => ApiError::blocked(&outcome).into_response(),
+        });
+    }
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (result_tx, result) = oneshot::channel();
+    // The turn runs to its end even if the client goes away: its transcript
+    // is stored either way.
+    tokio::spawn(async move {
+        let r = agent.turn(&id, &body.text, &ctx, Some(events_tx)).await;
+        let _ = result_tx.send(r);
+    });
+    let stream = futures_util::stream::unfold(
+        SseState {
+            events,
+            result: Some(result),
+            saw_done: false,
+        },
+        next_sse,
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+struct SseState {
+    events: mpsc::UnboundedReceiver<TurnEvent>,
+    result: Option<oneshot::Receiver<Result<TurnOutcome, AgentError>>>,
+    saw_done: bool,
+}
+
+/// The next SSE event: the turn's events as they come, then (if the turn
+/// sent no `done`) a `done` from its result, or an `error` event.
+async fn next_sse(mut st: SseState) -> Option<(Result<Event, Infallible>, SseState)> {
+    if !st.saw_done
+        && let Some(ev) = st.events.recv().await
+    {
+        st.saw_done = matches!(ev, TurnEvent::Done { .. });
+        return Some((Ok(sse_event(&ev)), st));
+    }
+    let result = st.result.take()?.await;
+    let event = match result {
+        Ok(Ok(_)) if st.saw_done => return None,
+        Ok(Ok(outcome)) => {
+            st.saw_done = true;
+            sse_event(&TurnEvent::Done {
+                outcome: Box::new(outcome),
+            })
+        }
+        Ok(Err(e)) => error_event(&ApiError::from(e)),
+        Err(_) => error_event(&ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            error::code::INTERNAL,
+            "the turn ended without a result (its task panicked); see plugd's log",
+        )),
+    };
+    Some((Ok(event), st))
+}
+
+/// `event: <type>` and `data: <the TurnEvent as JSON>`.
+pub fn sse_event(ev: &TurnEvent) -> Event {
+    let data = serde_json::to_value(ev).unwrap_or(Value::Null);
+    let kind = data
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("event")
+        .to_owned();
+    Event::default().event(kind).data(data.to_string())
+}
+
+fn error_event(e: &ApiError) -> Event {
+    Event::default().event("error").data(e.body().to_string())
+}
+
+async fn get_session(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let agent = state.agent()?;
+    match agent.session(&id)? {
+        Some(session) => Ok(Json(session).into_response()),
+        None => Err(ApiError::unknown_session(&id)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

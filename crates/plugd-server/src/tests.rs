@@ -1,0 +1,339 @@
+//! The router and its errors without a socket (`ServiceExt::oneshot`): each
+//! error type's fixed status and body, and each endpoint's refusals.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use plugd_host::HostConfig;
+use plugd_runtime::Runtime;
+use plugd_runtime::agent::{TurnOutcome, TurnStatus};
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::hooks::build::build_pipeline;
+use plugd_runtime::hooks::{HookPoint, Notice, NoticeKind};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::*;
+
+/// A workspace with `yaml` as plugd.yaml (none when empty) and its router.
+async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
+    let tmp = tempfile::tempdir().unwrap();
+    // The script of configurations with `llm: {provider: scripted}`.
+    std::fs::write(tmp.path().join("turns.yaml"), "steps:\n  - text: hello\n").unwrap();
+    if !yaml.is_empty() {
+        std::fs::write(tmp.path().join("plugd.yaml"), yaml).unwrap();
+    }
+    let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
+    let config = PlugdConfig::load(tmp.path()).unwrap();
+    let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
+    let agent = agent_for(&rt, &pipeline, &config).unwrap();
+    let state = AppState::new(rt, pipeline, Arc::new(config), agent).with_body_limit(limit);
+    (tmp, router(state))
+}
+
+async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let v = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&bytes)));
+    (status, v)
+}
+
+fn post(uri: &str, content_type: Option<&str>, body: impl Into<Body>) -> Request<Body> {
+    let mut b = Request::post(uri);
+    if let Some(ct) = content_type {
+        b = b.header("content-type", ct);
+    }
+    b.body(body.into()).unwrap()
+}
+
+fn post_json(uri: &str, body: Value) -> Request<Body> {
+    post(uri, Some("application/json"), body.to_string())
+}
+
+fn get(uri: &str) -> Request<Body> {
+    Request::get(uri).body(Body::empty()).unwrap()
+}
+
+#[track_caller]
+fn assert_error(got: &(StatusCode, Value), status: StatusCode, code: &str) {
+    assert_eq!(got.0, status, "{}", got.1);
+    assert_eq!(got.1["error"]["code"], code, "{}", got.1);
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        got.1
+    );
+}
+
+fn outcome(codes: &[&str]) -> TurnOutcome {
+    TurnOutcome {
+        session_id: "s1".into(),
+        status: TurnStatus::Blocked,
+        reply: None,
+        message: Some("no".into()),
+        blocked_at: Some(HookPoint::BeforeLlmRequest),
+        notices: codes
+            .iter()
+            .map(|c| Notice::new(NoticeKind::Block, Some(c), "no"))
+            .collect(),
+        tool_calls: vec![],
+        rounds: 0,
+        usage: Default::default(),
+    }
+}
+
+#[test]
+fn error_types_have_fixed_statuses_and_bodies() {
+    let e = ApiError::too_large(10);
+    assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(
+        e.body(),
+        json!({"error": {"code": "payload_too_large",
+            "message": "the request body is larger than the 10-byte limit; send less",
+            "details": {"limit": 10}}})
+    );
+    let parse = serde_json::from_str::<Value>("{\n  \"a\": }").unwrap_err();
+    let e = ApiError::json(&parse);
+    assert_eq!(e.status, StatusCode::BAD_REQUEST);
+    assert_eq!(e.code, "malformed_json");
+    assert_eq!(e.details, Some(json!({"line": 2, "column": 8})));
+    let shape = serde_json::from_str::<MessageRequest>("{\"txt\": 1}").unwrap_err();
+    assert_eq!(
+        ApiError::json(&shape).status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+    assert_eq!(ApiError::json(&shape).code, "invalid_body");
+
+    let blocked = ApiError::blocked(&outcome(&["INPUT_TOO_LONG"]));
+    assert_eq!(
+        (blocked.status, blocked.code),
+        (StatusCode::FORBIDDEN, "turn_blocked")
+    );
+    let body = blocked.body();
+    assert_eq!(body["outcome"]["status"], "blocked");
+    assert_eq!(
+        body["error"]["message"],
+        "the turn was blocked at before_llm_request: no"
+    );
+    let quota = ApiError::blocked(&outcome(&["INPUT_TOO_LONG", "QUOTA_EXCEEDED"]));
+    assert_eq!(
+        (quota.status, quota.code),
+        (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded")
+    );
+    let auth = ApiError::blocked(&outcome(&["QUOTA_EXCEEDED", "UNAUTHORIZED"]));
+    assert_eq!(
+        (auth.status, auth.code),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+
+    let e = ApiError::from(plugd_runtime::RuntimeError::UnknownTool("nope".into()));
+    assert_eq!((e.status, e.code), (StatusCode::NOT_FOUND, "unknown_tool"));
+    let e = ApiError::from(AgentError::BadSession("a b".into()));
+    assert_eq!(
+        (e.status, e.code),
+        (StatusCode::BAD_REQUEST, "invalid_session_id")
+    );
+    let e = ApiError::from(AgentError::Store("disk full".into()));
+    assert_eq!(
+        (e.status, e.code),
+        (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+    );
+}
+
+#[test]
+fn only_loopback_addresses_may_listen() {
+    for ok in [
+        "127.0.0.1:0",
+        "[::1]:0",
+        "127.1.2.3:80",
+        "[::ffff:127.0.0.1]:0",
+    ] {
+        let addr: SocketAddr = ok.parse().unwrap();
+        check_listen(addr).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
+    for bad in [
+        "0.0.0.0:0",
+        "[::]:0",
+        "10.0.0.1:7777",
+        "[::ffff:10.0.0.1]:0",
+    ] {
+        let addr: SocketAddr = bad.parse().unwrap();
+        let err = check_listen(addr).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "refusing to listen on {addr}: it is not a loopback address"
+            )),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn listings_are_json_arrays() {
+    let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    assert_eq!(
+        call(&app, get("/v1/plugins")).await,
+        (StatusCode::OK, json!([]))
+    );
+    assert_eq!(
+        call(&app, get("/v1/tools")).await,
+        (StatusCode::OK, json!([]))
+    );
+}
+
+#[tokio::test]
+async fn bodies_are_checked_before_any_work() {
+    let (_tmp, app) = app("", 64).await;
+    let got = call(
+        &app,
+        post(
+            "/v1/tools/x:invoke",
+            Some("application/json"),
+            "{\"args\": [",
+        ),
+    )
+    .await;
+    assert_error(&got, StatusCode::BAD_REQUEST, "malformed_json");
+    assert_eq!(got.1["error"]["details"], json!({"line": 1, "column": 10}));
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(line 1, column 10)"),
+        "{}",
+        got.1
+    );
+    let got = call(&app, post("/v1/tools/x:invoke", Some("text/plain"), "{}")).await;
+    assert_error(
+        &got,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+    );
+    let big = json!({"args": {"pad": "x".repeat(100)}}).to_string();
+    let got = call(
+        &app,
+        post("/v1/tools/x:invoke", Some("application/json"), big),
+    )
+    .await;
+    assert_error(&got, StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    assert_eq!(got.1["error"]["details"]["limit"], 64);
+    let got = call(&app, post_json("/v1/tools/x:invoke", json!({"argz": {}}))).await;
+    assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");
+    let got = call(&app, post_json("/v1/tools/x:invoke", json!({"args": [1]}))).await;
+    assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "invalid_arguments");
+    // An empty body without a content type means `{}`.
+    let got = call(&app, post("/v1/tools/nope:invoke", None, Body::empty())).await;
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_tool");
+    assert_eq!(
+        got.1["error"]["message"],
+        "no tool \"nope\"; `plugd tool list` shows the tools of approved plugins"
+    );
+}
+
+#[tokio::test]
+async fn unknown_routes_points_and_methods_are_json_errors() {
+    let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    assert_error(
+        &call(&app, get("/v2/x")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &call(&app, post_json("/v1/tools/a/b", json!({}))).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_error(
+        &call(&app, post_json("/v1/plugins", json!({}))).await,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+    );
+    let got = call(
+        &app,
+        post_json("/v1/hooks/before_lunch:run", json!({"payload": {}})),
+    )
+    .await;
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_hook_point");
+    assert_eq!(got.1["error"]["details"]["point"], "before_lunch");
+    let got = call(
+        &app,
+        post_json("/v1/hooks/before_message:run", json!({"payload": 3})),
+    )
+    .await;
+    assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");
+}
+
+#[tokio::test]
+async fn hook_runs_answer_200_continue_or_blocked() {
+    let (_tmp, app) = app(
+        "plugins:\n  contentPolicy: {priority: 10, maxInputChars: 5}\n",
+        DEFAULT_BODY_LIMIT,
+    )
+    .await;
+    let got = call(
+        &app,
+        post_json(
+            "/v1/hooks/before_llm_request:run",
+            json!({"payload": {"text": "hi"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        got,
+        (
+            StatusCode::OK,
+            json!({"outcome": "continue", "payload": {"text": "hi"}, "message": null, "notices": []})
+        )
+    );
+    let got = call(
+        &app,
+        post_json(
+            "/v1/hooks/before_llm_request:run",
+            json!({"payload": {"text": "too long"}, "context": {"tenant_id": "t"}}),
+        ),
+    )
+    .await;
+    assert_eq!(got.0, StatusCode::OK);
+    assert_eq!(got.1["outcome"], "blocked");
+    assert_eq!(got.1["notices"][0]["code"], "INPUT_TOO_LONG");
+}
+
+#[tokio::test]
+async fn sessions_without_an_llm_answer_503() {
+    let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    let got = call(
+        &app,
+        post_json("/v1/sessions/s1/messages", json!({"text": "hi"})),
+    )
+    .await;
+    assert_error(&got, StatusCode::SERVICE_UNAVAILABLE, "llm_not_configured");
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has no llm: section"),
+        "{}",
+        got.1
+    );
+    let got = call(&app, get("/v1/sessions/s1")).await;
+    assert_error(&got, StatusCode::SERVICE_UNAVAILABLE, "llm_not_configured");
+}
+
+#[tokio::test]
+async fn unknown_sessions_are_404() {
+    let (_tmp, app) = app(
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/turns.yaml\"}\n",
+        DEFAULT_BODY_LIMIT,
+    )
+    .await;
+    let got = call(&app, get("/v1/sessions/never-seen")).await;
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_session");
+}
