@@ -458,7 +458,7 @@ impl Turn<'_> {
             self.agent.emit(
                 "run.completed",
                 json!({"kind": "session", "id": self.session_id}),
-                json!({"task": self.input, "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
+                json!({"task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
             );
         }
         let outcome = TurnOutcome {
