@@ -12,7 +12,11 @@ use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ws, plugd_cmd, repo, stderr, stdout};
+use plugd_runtime::agent::{Agent, AgentError, TurnEvent, TurnStatus};
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::hooks::HookContext;
+
+use crate::support::{Ws, plugd_cmd, quick, repo, stderr, stdout};
 
 /// `tk`: the native misbehave plugin (`tk_echo`, `tk_pid`, …) and `guard`:
 /// the MCP server whose calls are logged to the returned file. Both approved.
@@ -80,7 +84,7 @@ const CHATTY_FOR_MODEL: &str = "guard_chatty";
 fn a_whole_turn_calls_a_native_and_an_mcp_tool_and_records_the_events() {
     let ws = Ws::new();
     let log = two_dialects(&ws);
-    let records = vai_recorder(&ws);
+    vai_recorder(&ws);
     scripted(
         &ws,
         json!([
@@ -130,12 +134,11 @@ fn a_whole_turn_calls_a_native_and_an_mcp_tool_and_records_the_events() {
         ],
         "{rows:?}"
     );
-    let _ = records;
 }
 
 /// A VAI package subscribing one hook export to the agent's events (never
 /// started here: `plugd run` records deliveries; `plugd serve` would deliver).
-fn vai_recorder(ws: &Ws) -> PathBuf {
+fn vai_recorder(ws: &Ws) {
     let dir = ws.plugin_dir("recorder");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
@@ -152,7 +155,6 @@ fn vai_recorder(ws: &Ws) -> PathBuf {
         ),
     )
     .unwrap();
-    records
 }
 
 #[test]
@@ -415,4 +417,70 @@ fn chat_streams_a_plugin_providers_deltas_from_piped_stdin() {
         err.contains("[notice before_llm_request] EMAIL_REDACTED"),
         "{err}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
+    let ws = Ws::new();
+    let dir = ws.plugin_dir("llmplug");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/llm/llm_plugin.py"),
+        dir.join("llm_plugin.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("nexo-plugin.toml"),
+        "[plugin]\nid = \"llmplug\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"llm_plugin.py\"]\n\n[plugin.extends]\nllm_providers = [\"echo_llm\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: plugin, plugin: llmplug, name: echo_llm, model: m1}\n",
+    )
+    .unwrap();
+    // The runtime spawns python3 from PATH: the venv's, as the CLI tests use.
+    let rt = ws.runtime(quick(10_000));
+    rt.approve("llmplug", "test").await.unwrap();
+    let config = PlugdConfig::load(ws.dir()).unwrap();
+    let agent = Agent::from_config(&rt, &config).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let outcome = agent
+        .turn(
+            "st-1",
+            "one two three four",
+            &HookContext::default(),
+            Some(tx),
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome.status, TurnStatus::Completed);
+    assert_eq!(
+        outcome.reply.as_deref(),
+        Some("echo[echo_llm/m1]: one two three four")
+    );
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            TurnEvent::Delta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(deltas.len() > 1, "streamed in pieces: {deltas:?}");
+    assert_eq!(deltas.concat(), "echo[echo_llm/m1]: one two three four");
+    assert!(matches!(events.last(), Some(TurnEvent::Done { outcome: o }) if **o == outcome));
+
+    let session = agent.session("st-1").unwrap().unwrap();
+    let roles: Vec<&str> = session.transcript.iter().map(|e| e.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant"]);
+    assert!(agent.session("unknown").unwrap().is_none());
+    assert!(matches!(
+        agent.session("bad id"),
+        Err(AgentError::BadSession(_))
+    ));
+    rt.shutdown().await;
 }
