@@ -484,3 +484,42 @@ async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
     ));
     rt.shutdown().await;
 }
+
+#[test]
+fn a_failing_or_unknown_tool_is_a_result_the_model_sees_not_a_crash() {
+    let ws = Ws::new();
+    ws.misbehave("tk", "good", None, "");
+    approve(&ws, "tk");
+    scripted(
+        &ws,
+        json!([
+            {"tool_calls": [
+                {"name": "tk_fail", "arguments": {"code": -32000, "message": "disk on fire"}},
+                {"name": "no_such_tool", "arguments": {}}
+            ]},
+            {"text": "I could not do it."}
+        ]),
+        "",
+    );
+    let (v, out) = run_json(&ws, "try", &["--session", "f1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["reply"], "I could not do it.");
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert_eq!(calls[0]["ok"], false);
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("disk on fire"),
+        "{v}"
+    );
+    assert_eq!(calls[1]["ok"], false);
+    assert!(
+        calls[1]["result"]
+            .as_str()
+            .unwrap()
+            .contains("no_such_tool"),
+        "{v}"
+    );
+}
