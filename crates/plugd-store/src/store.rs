@@ -41,6 +41,8 @@ const MIGRATIONS: &[&str] = &[
     // 3: the durable outbox of semantic events and their hook deliveries
     // (see `crate::outbox`).
     crate::outbox::MIGRATION,
+    // 4: agent sessions and their transcripts (see `crate::sessions`).
+    crate::sessions::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

@@ -1,9 +1,11 @@
 //! The `plugd` command line: thin glue over `plugd-runtime` (and `plugd bench`).
 //!
 //! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
-//! otherwise (2 for usage errors, from clap), 130 when interrupted.
+//! otherwise (2 for usage errors, from clap), 3 when `plugd run`'s turn was
+//! blocked by a hook, 130 when interrupted.
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
+mod agent_cmd;
 mod bench;
 mod hook_cmd;
 mod outbox_cmd;
@@ -57,6 +59,10 @@ enum Command {
     /// Run and check the hook pipeline of plugd.yaml.
     #[command(subcommand)]
     Hook(hook_cmd::HookCmd),
+    /// Run one agent turn and print the reply (exit 3 when a hook blocks it).
+    Run(agent_cmd::RunArgs),
+    /// Chat with the agent: one turn per stdin line, replies streamed.
+    Chat(agent_cmd::ChatArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -309,6 +315,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
+        Command::Run(args) => agent_cmd::run(rt, args).await?,
+        Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }

@@ -8,7 +8,14 @@
 //! block message and notice codes, never a crash.
 //!
 //! This module is the contract the CLI (`plugd run`, `plugd chat`) and the
-//! HTTP API build on; the implementation lands behind it.
+//! HTTP API build on. Tool names are mapped to provider-safe names and back
+//! (see `names`); the loop, the stored transcript and the outbox events
+//! (`session.created`, `tool.completed`, `run.completed`) are in `turn`.
+
+mod names;
+mod turn;
+
+pub use turn::new_session_id;
 
 use std::sync::Arc;
 
@@ -262,15 +269,24 @@ impl Agent {
         ctx: &HookContext,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        let _ = (session_id, input, ctx, events);
-        Err(AgentError::Store(
-            "the agent turn is not implemented in this build yet".into(),
-        ))
+        self.run_turn(session_id, input, ctx, events).await
     }
 
     /// The stored session `id`, if any.
     pub fn session(&self, id: &str) -> Result<Option<Session>, AgentError> {
-        let _ = id;
-        Ok(None)
+        if !plugd_store::sessions::valid_session_id(id) {
+            return Err(AgentError::BadSession(id.to_owned()));
+        }
+        let row = self
+            .runtime
+            .store()
+            .session_get(id)
+            .map_err(|e| AgentError::Store(e.to_string()))?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(Session {
+            id: row.id,
+            created_at: row.created_at,
+            transcript: self.load(id)?,
+        }))
     }
 }

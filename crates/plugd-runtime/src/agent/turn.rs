@@ -1,0 +1,480 @@
+//! The turn loop behind [`Agent::turn`]: hooks, LLM rounds, tool calls, the
+//! transcript and the outbox events of one turn.
+//!
+//! What is stored: the user message as `before_llm_request` left it (so a
+//! redacted text is never persisted), each assistant message with its tool
+//! calls (registry names), each tool result as the model saw it, and the
+//! reply as `before_response` left it. A blocked or failed turn stores the
+//! user message and a `system` note saying what stopped it; notes are kept
+//! for people reading the session and are never sent to the model.
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use plugd_host::dialect::CallContext;
+
+use super::names::ToolNames;
+use super::{
+    Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
+};
+use crate::hooks::{HookContext, HookPoint, Notice, Outcome};
+use crate::llm::{
+    ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
+};
+use crate::outbox::OutboxExt;
+
+/// A new session id: `s_` and 16 hex digits mixed from the clock, the
+/// process id and a counter.
+pub fn new_session_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or_default();
+    let mix = nanos
+        ^ (u64::from(std::process::id()) << 32)
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    format!("s_{mix:016x}")
+}
+
+/// `base` overlaid by `over` (fields set in `over` win).
+pub(super) fn overlay(base: &HookContext, over: &HookContext) -> HookContext {
+    let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
+    HookContext {
+        session_id: pick(&over.session_id, &base.session_id),
+        tenant_id: pick(&over.tenant_id, &base.tenant_id),
+        user_id: pick(&over.user_id, &base.user_id),
+        agent_id: pick(&over.agent_id, &base.agent_id),
+        channel: pick(&over.channel, &base.channel),
+        account_id: pick(&over.account_id, &base.account_id),
+        trace_id: pick(&over.trace_id, &base.trace_id),
+        deadline_ms: over.deadline_ms.or(base.deadline_ms),
+    }
+}
+
+fn entry(role: &str, content: impl Into<String>) -> TranscriptEntry {
+    TranscriptEntry {
+        role: role.to_owned(),
+        content: content.into(),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        at: plugd_store::now_rfc3339(),
+    }
+}
+
+/// The text a model is given for a tool result.
+fn result_text(result: &Value) -> String {
+    match result {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The state of one running turn.
+struct Turn<'a> {
+    agent: &'a Agent,
+    session_id: String,
+    input: String,
+    ctx: HookContext,
+    events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    names: ToolNames,
+    tools: Vec<ToolSpec>,
+    /// The stored transcript before this turn.
+    prior: Vec<TranscriptEntry>,
+    /// This turn's entries so far (stored at the end).
+    new: Vec<TranscriptEntry>,
+    notices: Vec<Notice>,
+    tool_calls: Vec<ToolCallRecord>,
+    rounds: u32,
+    usage: Usage,
+}
+
+/// How a step ended when it did not continue.
+enum Stop {
+    Blocked { point: HookPoint, message: String },
+    Failed(AgentError),
+}
+
+impl Agent {
+    pub(super) async fn run_turn(
+        &self,
+        session_id: &str,
+        input: &str,
+        ctx: &HookContext,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnOutcome, AgentError> {
+        if !plugd_store::sessions::valid_session_id(session_id) {
+            return Err(AgentError::BadSession(session_id.to_owned()));
+        }
+        let prior = self.load(session_id)?;
+        let (_, created) = self
+            .runtime
+            .store()
+            .session_ensure(session_id)
+            .map_err(|e| AgentError::Store(e.to_string()))?;
+        if created {
+            self.emit(
+                "session.created",
+                json!({"kind": "session", "id": session_id}),
+                json!({"session_id": session_id}),
+            );
+        }
+        let mut ctx = overlay(&self.settings.defaults, ctx);
+        ctx.session_id = Some(session_id.to_owned());
+        let registry = self.runtime.tools();
+        let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
+        let tools = registry
+            .iter()
+            .map(|t| ToolSpec {
+                name: names.model_name(&t.name),
+                description: t.description.clone(),
+                parameters: t.input_schema.clone(),
+            })
+            .collect();
+        let mut turn = Turn {
+            agent: self,
+            session_id: session_id.to_owned(),
+            input: input.to_owned(),
+            ctx,
+            events,
+            names,
+            tools,
+            prior,
+            new: Vec::new(),
+            notices: Vec::new(),
+            tool_calls: Vec::new(),
+            rounds: 0,
+            usage: Usage::default(),
+        };
+        let result = turn.steps().await;
+        turn.finish(result)
+    }
+
+    /// The stored transcript of `id` (empty when unknown).
+    pub(super) fn load(&self, id: &str) -> Result<Vec<TranscriptEntry>, AgentError> {
+        let rows = self
+            .runtime
+            .store()
+            .session_transcript(id)
+            .map_err(|e| AgentError::Store(e.to_string()))?;
+        rows.into_iter()
+            .map(|v| {
+                serde_json::from_value(v).map_err(|e| {
+                    AgentError::Store(format!(
+                        "the stored transcript of session {id:?} has an entry plugd cannot read ({e}); start a new session"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Records an outbox event; a failure is logged, never fails the turn.
+    fn emit(&self, event_type: &str, subject: Value, summary: Value) {
+        if let Err(e) = self.runtime.emit(event_type, subject, summary) {
+            tracing::warn!(event_type, error = %e, "could not record the event in the outbox");
+        }
+    }
+}
+
+impl Turn<'_> {
+    fn send(&self, event: TurnEvent) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// Runs `point`; records its notices; `Err` when it blocked.
+    async fn hook(&mut self, point: HookPoint, payload: Value) -> Result<Value, Stop> {
+        let outcome = self.agent.pipeline.run(point, payload, &self.ctx).await;
+        let blocked = outcome.is_blocked();
+        let Outcome {
+            payload,
+            message,
+            notices,
+            ..
+        } = outcome;
+        for notice in &notices {
+            self.send(TurnEvent::Notice {
+                point,
+                notice: notice.clone(),
+            });
+        }
+        self.notices.extend(notices);
+        if blocked {
+            return Err(Stop::Blocked {
+                point,
+                message: message.unwrap_or_else(|| format!("blocked by a {point} hook")),
+            });
+        }
+        Ok(payload)
+    }
+
+    /// The request messages: the stored transcript and this turn's entries,
+    /// without notes, tool names mapped for the model.
+    fn messages(&self) -> Vec<ChatMessage> {
+        self.prior
+            .iter()
+            .chain(&self.new)
+            .filter_map(|e| {
+                let role = match e.role.as_str() {
+                    "user" => Role::User,
+                    "assistant" => Role::Assistant,
+                    "tool" => Role::Tool,
+                    _ => return None,
+                };
+                Some(ChatMessage {
+                    role,
+                    content: e.content.clone(),
+                    tool_calls: e
+                        .tool_calls
+                        .iter()
+                        .map(|c| ToolCall {
+                            id: c.id.clone(),
+                            name: self.names.model_name(&c.name),
+                            arguments: c.arguments.clone(),
+                        })
+                        .collect(),
+                    tool_call_id: e.tool_call_id.clone(),
+                })
+            })
+            .collect()
+    }
+
+    async fn chat(&mut self) -> Result<ChatResponse, Stop> {
+        let request = ChatRequest {
+            model: None,
+            messages: self.messages(),
+            tools: self.tools.clone(),
+            max_tokens: None,
+            temperature: None,
+            system_prompt: self.agent.settings.system_prompt.clone(),
+        };
+        self.rounds += 1;
+        let llm = self.agent.llm.clone();
+        let response = match &self.events {
+            None => llm.chat(&request, None).await,
+            Some(events) => {
+                let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
+                let forward = |d: Delta| {
+                    if let Delta::TextDelta { delta } = d {
+                        let _ = events.send(TurnEvent::Delta { text: delta });
+                    }
+                };
+                let fut = llm.chat(&request, Some(tx));
+                tokio::pin!(fut);
+                let r = loop {
+                    tokio::select! {
+                        r = &mut fut => break r,
+                        Some(d) = rx.recv() => forward(d),
+                    }
+                };
+                while let Ok(d) = rx.try_recv() {
+                    forward(d);
+                }
+                r
+            }
+        };
+        let response = response.map_err(|e: LlmError| Stop::Failed(e.into()))?;
+        self.usage.prompt_tokens += response.usage.prompt_tokens;
+        self.usage.completion_tokens += response.usage.completion_tokens;
+        Ok(response)
+    }
+
+    async fn steps(&mut self) -> Result<String, Stop> {
+        let payload = json!({"text": self.input, "sessionId": self.session_id});
+        let out = self.hook(HookPoint::BeforeLlmRequest, payload).await;
+        let out = match out {
+            Ok(v) => v,
+            Err(stop) => {
+                self.new.push(entry("user", self.input.clone()));
+                return Err(stop);
+            }
+        };
+        let text = out
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or(&self.input)
+            .to_owned();
+        self.new.push(entry("user", text));
+        let limit = self.agent.settings.max_tool_rounds;
+        let mut tool_rounds = 0u32;
+        loop {
+            let response = self.chat().await?;
+            if response.tool_calls.is_empty() {
+                return self.respond(response.content).await;
+            }
+            tool_rounds += 1;
+            if tool_rounds > limit {
+                return Err(Stop::Failed(AgentError::TooManyRounds { limit }));
+            }
+            let calls: Vec<ToolCall> = response
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: self.names.registry_name(&c.name),
+                    arguments: c.arguments.clone(),
+                })
+                .collect();
+            let mut assistant = entry("assistant", response.content.clone());
+            assistant.tool_calls = calls.clone();
+            self.new.push(assistant);
+            for call in calls {
+                self.call(call).await?;
+            }
+        }
+    }
+
+    async fn call(&mut self, call: ToolCall) -> Result<(), Stop> {
+        let payload = json!({
+            "toolName": call.name,
+            "args": call.arguments,
+            "sessionId": self.session_id,
+            "callId": call.id,
+        });
+        let out = self.hook(HookPoint::BeforeToolCall, payload).await?;
+        let args = out.get("args").cloned().unwrap_or(call.arguments);
+        self.send(TurnEvent::ToolCall {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            args: args.clone(),
+        });
+        let cctx = CallContext {
+            agent_id: self.ctx.agent_id.clone(),
+            session_id: Some(self.session_id.clone()),
+            trace_id: self.ctx.trace_id.clone(),
+            org_id: self.ctx.tenant_id.clone(),
+            ..CallContext::default()
+        };
+        let (ok, result) = match self
+            .agent
+            .runtime
+            .call_tool_with(&call.name, args.clone(), &cctx)
+            .await
+        {
+            Ok(v) => (true, v),
+            Err(e) => (false, Value::String(format!("error: {e}"))),
+        };
+        let payload = json!({
+            "toolName": call.name,
+            "result": result,
+            "success": ok,
+            "sessionId": self.session_id,
+            "callId": call.id,
+        });
+        let out = self.hook(HookPoint::AfterToolResult, payload).await?;
+        let result = out.get("result").cloned().unwrap_or(result);
+        self.send(TurnEvent::ToolResult {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            ok,
+            result: result.clone(),
+        });
+        self.agent.emit(
+            "tool.completed",
+            json!({"kind": "session", "id": self.session_id}),
+            json!({"tool": call.name, "call_id": call.id, "success": ok}),
+        );
+        let mut message = entry("tool", result_text(&result));
+        message.tool_call_id = Some(call.id.clone());
+        self.new.push(message);
+        self.tool_calls.push(ToolCallRecord {
+            call_id: call.id,
+            tool: call.name,
+            args,
+            ok,
+            result,
+        });
+        Ok(())
+    }
+
+    async fn respond(&mut self, content: String) -> Result<String, Stop> {
+        let payload = json!({
+            "content": content,
+            "provider": self.agent.llm.name(),
+            "model": Value::Null,
+            "sessionId": self.session_id,
+            "tokenUsage": {
+                "input": self.usage.prompt_tokens,
+                "output": self.usage.completion_tokens,
+                "total": self.usage.prompt_tokens + self.usage.completion_tokens,
+            },
+        });
+        let out = self.hook(HookPoint::BeforeResponse, payload).await?;
+        let reply = out
+            .get("content")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or(content);
+        self.new.push(entry("assistant", reply.clone()));
+        Ok(reply)
+    }
+
+    /// Stores the turn's entries, records the events, and builds the outcome.
+    fn finish(mut self, result: Result<String, Stop>) -> Result<TurnOutcome, AgentError> {
+        let (status, reply, message, blocked_at, error) = match result {
+            Ok(reply) => (TurnStatus::Completed, Some(reply), None, None, None),
+            Err(Stop::Blocked { point, message }) => {
+                (TurnStatus::Blocked, None, Some(message), Some(point), None)
+            }
+            Err(Stop::Failed(e)) => (TurnStatus::Blocked, None, None, None, Some(e)),
+        };
+        if status != TurnStatus::Completed {
+            // Keep only the user message; add a note of what stopped the turn.
+            self.new.truncate(1);
+            let note = match (&blocked_at, &message, &error) {
+                (Some(point), Some(m), _) => {
+                    let codes: Vec<&str> = self
+                        .notices
+                        .iter()
+                        .filter_map(|n| n.code.as_deref())
+                        .collect();
+                    format!("turn blocked at {point}: {m} [{}]", codes.join(", "))
+                }
+                (_, _, Some(e)) => format!("turn failed: {e}"),
+                _ => "turn stopped".to_owned(),
+            };
+            self.new.push(entry("system", note));
+        }
+        let stored = self.agent.runtime.store().session_append(
+            &self.session_id,
+            &self
+                .new
+                .iter()
+                .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+                .collect::<Vec<_>>(),
+        );
+        if let Some(e) = error {
+            if let Err(s) = stored {
+                tracing::warn!(session = %self.session_id, error = %s, "could not store the failed turn");
+            }
+            return Err(e);
+        }
+        stored.map_err(|e| AgentError::Store(e.to_string()))?;
+        if let Some(reply) = &reply {
+            self.agent.emit(
+                "run.completed",
+                json!({"kind": "session", "id": self.session_id}),
+                json!({"task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
+            );
+        }
+        let outcome = TurnOutcome {
+            session_id: self.session_id.clone(),
+            status,
+            reply,
+            message,
+            blocked_at,
+            notices: std::mem::take(&mut self.notices),
+            tool_calls: std::mem::take(&mut self.tool_calls),
+            rounds: self.rounds,
+            usage: self.usage,
+        };
+        self.send(TurnEvent::Done {
+            outcome: Box::new(outcome.clone()),
+        });
+        Ok(outcome)
+    }
+}
