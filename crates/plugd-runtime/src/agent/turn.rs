@@ -254,7 +254,15 @@ impl Turn<'_> {
         };
         self.rounds += 1;
         let llm = self.agent.llm.clone();
-        let response = match &self.events {
+        // With before_response handlers, raw model text must not reach the
+        // caller before they ran (a sanitizer would be bypassed): the reply
+        // is sent as one delta after the hooks instead.
+        let stream_to = if self.holds_deltas() {
+            None
+        } else {
+            self.events.as_ref()
+        };
+        let response = match stream_to {
             None => llm.chat(&request, None).await,
             Some(events) => {
                 let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
@@ -409,8 +417,22 @@ impl Turn<'_> {
             .and_then(Value::as_str)
             .map(str::to_owned)
             .unwrap_or(content);
+        if self.holds_deltas() && !reply.is_empty() {
+            self.send(TurnEvent::Delta {
+                text: reply.clone(),
+            });
+        }
         self.new.push(entry("assistant", reply.clone()));
         Ok(reply)
+    }
+
+    /// `true` when streamed text is held back until `before_response` ran.
+    fn holds_deltas(&self) -> bool {
+        !self
+            .agent
+            .pipeline
+            .chain(HookPoint::BeforeResponse)
+            .is_empty()
     }
 
     /// Stores the turn's entries, records the events, and builds the outcome.

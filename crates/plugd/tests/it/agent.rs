@@ -523,3 +523,64 @@ fn a_failing_or_unknown_tool_is_a_result_the_model_sees_not_a_crash() {
         "{v}"
     );
 }
+
+/// Regression: streamed text used to reach the caller before
+/// `before_response` ran, so a response sanitizer could be bypassed over
+/// `plugd chat` or SSE. With handlers on that point the reply is held back
+/// and sent once, sanitized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_text_never_bypasses_the_response_sanitizer() {
+    let ws = Ws::new();
+    let dir = ws.plugin_dir("llmplug");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/llm/llm_plugin.py"),
+        dir.join("llm_plugin.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("nexo-plugin.toml"),
+        "[plugin]\nid = \"llmplug\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"llm_plugin.py\"]\n\n[plugin.extends]\nllm_providers = [\"echo_llm\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: plugin, plugin: llmplug, name: echo_llm, model: m1}\nplugins:\n  responseSanitizer: {priority: 900, redactEmails: true}\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    rt.approve("llmplug", "test").await.unwrap();
+    let config = PlugdConfig::load(ws.dir()).unwrap();
+    let agent = Agent::from_config(&rt, &config).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // The echo provider repeats the input, email address included.
+    let outcome = agent
+        .turn(
+            "st-2",
+            "write to bob@example.com",
+            &HookContext::default(),
+            Some(tx),
+        )
+        .await
+        .unwrap();
+    let reply = outcome.reply.clone().unwrap();
+    assert!(
+        reply.contains("[REDACTED_EMAIL]") && !reply.contains("bob@example.com"),
+        "{reply}"
+    );
+    let mut deltas = String::new();
+    while let Some(e) = rx.recv().await {
+        if let TurnEvent::Delta { text } = e {
+            deltas.push_str(&text);
+        }
+    }
+    assert!(
+        !deltas.contains("bob@example.com"),
+        "raw text leaked: {deltas:?}"
+    );
+    assert_eq!(
+        deltas, reply,
+        "the caller still gets the whole (sanitized) reply"
+    );
+    rt.shutdown().await;
+}
