@@ -624,18 +624,7 @@ impl PlugdConfig {
 
     /// `tenant` defaults overlaid with the fields `ctx` sets.
     pub fn context(&self, ctx: &HookContext) -> HookContext {
-        let d = &self.tenant;
-        let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
-        HookContext {
-            session_id: pick(&ctx.session_id, &d.session_id),
-            tenant_id: pick(&ctx.tenant_id, &d.tenant_id),
-            user_id: pick(&ctx.user_id, &d.user_id),
-            agent_id: pick(&ctx.agent_id, &d.agent_id),
-            channel: pick(&ctx.channel, &d.channel),
-            account_id: pick(&ctx.account_id, &d.account_id),
-            trace_id: pick(&ctx.trace_id, &d.trace_id),
-            deadline_ms: ctx.deadline_ms.or(d.deadline_ms),
-        }
+        self.tenant.overlaid(ctx)
     }
 }
 

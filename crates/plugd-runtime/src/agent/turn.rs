@@ -42,17 +42,7 @@ pub fn new_session_id() -> String {
 
 /// `base` overlaid by `over` (fields set in `over` win).
 pub(super) fn overlay(base: &HookContext, over: &HookContext) -> HookContext {
-    let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
-    HookContext {
-        session_id: pick(&over.session_id, &base.session_id),
-        tenant_id: pick(&over.tenant_id, &base.tenant_id),
-        user_id: pick(&over.user_id, &base.user_id),
-        agent_id: pick(&over.agent_id, &base.agent_id),
-        channel: pick(&over.channel, &base.channel),
-        account_id: pick(&over.account_id, &base.account_id),
-        trace_id: pick(&over.trace_id, &base.trace_id),
-        deadline_ms: over.deadline_ms.or(base.deadline_ms),
-    }
+    base.overlaid(over)
 }
 
 fn entry(role: &str, content: impl Into<String>) -> TranscriptEntry {

@@ -116,6 +116,23 @@ pub struct HookContext {
     pub deadline_ms: Option<u64>,
 }
 
+impl HookContext {
+    /// `self` (the defaults) overlaid by `over`: fields set in `over` win.
+    pub fn overlaid(&self, over: &HookContext) -> HookContext {
+        let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
+        HookContext {
+            session_id: pick(&over.session_id, &self.session_id),
+            tenant_id: pick(&over.tenant_id, &self.tenant_id),
+            user_id: pick(&over.user_id, &self.user_id),
+            agent_id: pick(&over.agent_id, &self.agent_id),
+            channel: pick(&over.channel, &self.channel),
+            account_id: pick(&over.account_id, &self.account_id),
+            trace_id: pick(&over.trace_id, &self.trace_id),
+            deadline_ms: over.deadline_ms.or(self.deadline_ms),
+        }
+    }
+}
+
 /// The kind of a [`Notice`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

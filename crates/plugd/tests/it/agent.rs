@@ -419,9 +419,10 @@ fn chat_streams_a_plugin_providers_deltas_from_piped_stdin() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
-    let ws = Ws::new();
+/// A workspace whose LLM is the streaming echo provider of
+/// `tests/plugins/llm/llm_plugin.py`, approved, with `extra` appended to
+/// plugd.yaml; the runtime spawns python3 from PATH (the venv's).
+async fn echo_llm_agent(ws: &Ws, extra: &str) -> (plugd_runtime::Runtime, Agent) {
     let dir = ws.plugin_dir("llmplug");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
@@ -436,14 +437,20 @@ async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
     .unwrap();
     std::fs::write(
         ws.dir().join("plugd.yaml"),
-        "llm: {provider: plugin, plugin: llmplug, name: echo_llm, model: m1}\n",
+        format!("llm: {{provider: plugin, plugin: llmplug, name: echo_llm, model: m1}}\n{extra}"),
     )
     .unwrap();
-    // The runtime spawns python3 from PATH: the venv's, as the CLI tests use.
     let rt = ws.runtime(quick(10_000));
     rt.approve("llmplug", "test").await.unwrap();
     let config = PlugdConfig::load(ws.dir()).unwrap();
     let agent = Agent::from_config(&rt, &config).await.unwrap();
+    (rt, agent)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
+    let ws = Ws::new();
+    let (rt, agent) = echo_llm_agent(&ws, "").await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let outcome = agent
         .turn(
@@ -531,27 +538,11 @@ fn a_failing_or_unknown_tool_is_a_result_the_model_sees_not_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_text_never_bypasses_the_response_sanitizer() {
     let ws = Ws::new();
-    let dir = ws.plugin_dir("llmplug");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        repo().join("tests/plugins/llm/llm_plugin.py"),
-        dir.join("llm_plugin.py"),
+    let (rt, agent) = echo_llm_agent(
+        &ws,
+        "plugins:\n  responseSanitizer: {priority: 900, redactEmails: true}\n",
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("nexo-plugin.toml"),
-        "[plugin]\nid = \"llmplug\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"llm_plugin.py\"]\n\n[plugin.extends]\nllm_providers = [\"echo_llm\"]\n",
-    )
-    .unwrap();
-    std::fs::write(
-        ws.dir().join("plugd.yaml"),
-        "llm: {provider: plugin, plugin: llmplug, name: echo_llm, model: m1}\nplugins:\n  responseSanitizer: {priority: 900, redactEmails: true}\n",
-    )
-    .unwrap();
-    let rt = ws.runtime(quick(10_000));
-    rt.approve("llmplug", "test").await.unwrap();
-    let config = PlugdConfig::load(ws.dir()).unwrap();
-    let agent = Agent::from_config(&rt, &config).await.unwrap();
+    .await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     // The echo provider repeats the input, email address included.
     let outcome = agent
