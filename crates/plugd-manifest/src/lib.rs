@@ -40,6 +40,7 @@ mod ids;
 pub mod mcp;
 pub mod microapp;
 mod native;
+mod read;
 pub mod salmex;
 mod sandbox;
 mod schema;

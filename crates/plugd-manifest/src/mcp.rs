@@ -14,7 +14,6 @@
 //! with a message saying so.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -79,31 +78,7 @@ pub fn load_mcp(
         path: path.clone(),
         source,
     };
-    if !meta.is_file() {
-        return Err(io_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
-    let too_large = |size| ManifestError::TooLarge {
-        path: path.clone(),
-        size,
-        limit: MAX_MANIFEST_BYTES,
-    };
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(&path)
-        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-        path: path.clone(),
-        offset: e.utf8_error().valid_up_to(),
-    })?;
+    let text = crate::read::read_limited(&path, &meta)?;
     let workspace = std::fs::canonicalize(workspace).map_err(io_err)?;
     parse_mcp(&text, &workspace.join(MCP_FILE), &workspace)
 }

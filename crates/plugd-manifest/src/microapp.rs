@@ -23,7 +23,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -199,7 +198,7 @@ pub fn load_extensions(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => return Err(ManifestError::Io { path, source }),
     };
-    let text = read_limited(&path, &meta)?;
+    let text = crate::read::read_limited(&path, &meta)?;
     let workspace = workspace
         .canonicalize()
         .map_err(|source| ManifestError::Io {
@@ -208,38 +207,6 @@ pub fn load_extensions(
         })?;
     let path = workspace.join(EXTENSIONS_FILE);
     parse_extensions(&text, &path, &workspace)
-}
-
-fn read_limited(path: &Path, meta: &std::fs::Metadata) -> Result<String, ManifestError> {
-    let io_err = |source| ManifestError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    if !meta.is_file() {
-        return Err(io_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file (a symlink or a directory is refused)",
-        )));
-    }
-    let too_large = |size| ManifestError::TooLarge {
-        path: path.to_path_buf(),
-        size,
-        limit: MAX_MANIFEST_BYTES,
-    };
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-        path: path.to_path_buf(),
-        offset: e.utf8_error().valid_up_to(),
-    })
 }
 
 /// Parses and validates `extensions.yaml` text. `path` is used in errors and

@@ -7,7 +7,6 @@
 //! other section rejects them (the effect of `serde(deny_unknown_fields)`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -74,42 +73,7 @@ const RESERVED_ENV_PREFIXES: &[&str] = &["NEXO_", "PLUGD_"];
 /// text. The plugin directory is the manifest's parent, canonicalized; the
 /// returned `manifest_path` is inside that canonical directory.
 pub fn load_native(manifest_path: &Path, opts: &LoadOptions) -> Result<PluginSpec, ManifestError> {
-    let io_err = |source| ManifestError::Io {
-        path: manifest_path.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(manifest_path).map_err(io_err)?;
-    if !meta.is_file() {
-        return Err(io_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
-    let too_large = |size| ManifestError::TooLarge {
-        path: manifest_path.to_path_buf(),
-        size,
-        limit: MAX_MANIFEST_BYTES,
-    };
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
-    std::fs::File::open(manifest_path)
-        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-        path: manifest_path.to_path_buf(),
-        offset: e.utf8_error().valid_up_to(),
-    })?;
-
-    let parent = match manifest_path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let dir = std::fs::canonicalize(parent).map_err(io_err)?;
+    let (text, dir) = crate::read::read_manifest(manifest_path)?;
     let canonical_manifest = match manifest_path.file_name() {
         Some(name) => dir.join(name),
         None => manifest_path.to_path_buf(),

@@ -347,41 +347,7 @@ fn go_arch(rust: &'static str) -> &'static str {
 /// Refuses files over [`MAX_MANIFEST_BYTES`], non-regular files and non-UTF-8
 /// text; the package directory is the manifest's parent, canonicalized.
 pub fn load_vai(manifest_path: &Path, opts: &LoadOptions) -> Result<PluginSpec, ManifestError> {
-    let io_err = |source| ManifestError::Io {
-        path: manifest_path.to_path_buf(),
-        source,
-    };
-    let meta = std::fs::metadata(manifest_path).map_err(io_err)?;
-    if !meta.is_file() {
-        return Err(io_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
-    }
-    let too_large = |size| ManifestError::TooLarge {
-        path: manifest_path.to_path_buf(),
-        size,
-        limit: MAX_MANIFEST_BYTES,
-    };
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(too_large(meta.len()));
-    }
-    let mut bytes = Vec::new();
-    std::fs::File::open(manifest_path)
-        .and_then(|f| f.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io_err)?;
-    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
-        return Err(too_large(bytes.len() as u64));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-        path: manifest_path.to_path_buf(),
-        offset: e.utf8_error().valid_up_to(),
-    })?;
-    let parent = match manifest_path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let dir = std::fs::canonicalize(parent).map_err(io_err)?;
+    let (text, dir) = crate::read::read_manifest(manifest_path)?;
     let canonical_manifest = dir.join(VAI_MANIFEST_FILE);
     parse_vai(&text, &canonical_manifest, &dir, opts)
 }
