@@ -6,6 +6,9 @@
 //! | method and path                    | answer                                         |
 //! |------------------------------------|------------------------------------------------|
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
+//! | `POST /v1/plugins/{id}:approve`    | `{"by"?}` → `plugd plugin approve` on serve's runtime; the row plus `digest` |
+//! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
+//! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
 //! | `GET /v1/tools`                    | the rows of `plugd tool list --json`           |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
@@ -19,7 +22,8 @@
 //! carrying the same JSON as the error response.
 //!
 //! Tool names may contain `/` (`hello-salmex-node/say_hello`): the route is a
-//! wildcard whose last segment ends in `:invoke`.
+//! wildcard whose last segment ends in `:invoke`. Plugin ids may too (VAI
+//! package ids), so the plugin actions are routed the same way.
 //!
 //! Errors are [`ApiError`]s: `{"error": {"code", "message", "details"?}}`
 //! with a fixed status per code (see [`error::code`]).
@@ -205,6 +209,7 @@ pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     Router::new()
         .route("/v1/plugins", get(list_plugins))
+        .route("/v1/plugins/{*action}", post(plugin_action))
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{*name}", post(invoke_tool))
         .route("/v1/hooks/{point}", post(run_hook))
@@ -330,6 +335,101 @@ async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiErro
     let plugins = state.runtime.plugins()?;
     let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::from).collect();
     Ok(Json(rows).into_response())
+}
+
+/// The body of `POST /v1/plugins/{id}:approve|revoke|restart`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginActionRequest {
+    /// Who approves (`:approve` only; default `http`).
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
+/// What `POST /v1/plugins/{id}:ACTION` does: the CLI's `plugd plugin ACTION`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginAction {
+    /// `:approve`.
+    Approve,
+    /// `:revoke`.
+    Revoke,
+    /// `:restart`.
+    Restart,
+}
+
+impl PluginAction {
+    /// Every action.
+    pub const ALL: [PluginAction; 3] = [
+        PluginAction::Approve,
+        PluginAction::Revoke,
+        PluginAction::Restart,
+    ];
+
+    /// The suffix after `:` in the path.
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginAction::Approve => "approve",
+            PluginAction::Revoke => "revoke",
+            PluginAction::Restart => "restart",
+        }
+    }
+
+    /// Splits `{id}:{action}` (the id may contain `/` and `:`; the action is
+    /// after the last `:`).
+    pub fn split(path: &str) -> Option<(&str, PluginAction)> {
+        let (id, name) = path.rsplit_once(':')?;
+        let action = PluginAction::ALL.into_iter().find(|a| a.name() == name)?;
+        (!id.is_empty()).then_some((id, action))
+    }
+}
+
+async fn plugin_action(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+    method: Method,
+    uri: Uri,
+    JsonBody(body): JsonBody<PluginActionRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let Some((id, action)) = PluginAction::split(&path) else {
+        return Err(ApiError::no_route(method.as_str(), uri.path()));
+    };
+    let rt = &state.runtime;
+    let mut was_approved = None;
+    let info = match action {
+        PluginAction::Approve => {
+            let by = body
+                .by
+                .as_deref()
+                .filter(|b| !b.is_empty())
+                .unwrap_or("http");
+            rt.approve(id, by).await?
+        }
+        PluginAction::Revoke => {
+            was_approved = Some(rt.revoke(id).await?);
+            rt.plugin(id)?
+        }
+        PluginAction::Restart => {
+            rt.restart(id).await?;
+            rt.plugin(id)?
+        }
+    };
+    let mut row = serde_json::to_value(PluginRow::from(&info)).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            error::code::INTERNAL,
+            format!("cannot encode the plugin row of {id:?}: {e}"),
+        )
+    })?;
+    if let Some(map) = row.as_object_mut() {
+        if let Some(had) = was_approved {
+            map.insert("was_approved".into(), Value::Bool(had));
+        }
+        if action == PluginAction::Approve {
+            let digest = info.approval.as_ref().map(|a| a.digest.clone());
+            map.insert("digest".into(), digest.map_or(Value::Null, Value::String));
+        }
+    }
+    Ok(Json(row))
 }
 
 async fn list_tools(State(state): State<AppState>) -> Response {

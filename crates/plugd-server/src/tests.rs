@@ -337,3 +337,33 @@ async fn unknown_sessions_are_404() {
     let got = call(&app, get("/v1/sessions/never-seen")).await;
     assert_error(&got, StatusCode::NOT_FOUND, "unknown_session");
 }
+
+#[tokio::test]
+async fn plugin_actions_route_slash_ids_and_refuse_unknown_ones() {
+    let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    assert_eq!(
+        PluginAction::split("@acme/pkg:restart"),
+        Some(("@acme/pkg", PluginAction::Restart))
+    );
+    assert_eq!(
+        PluginAction::split("a:b:approve"),
+        Some(("a:b", PluginAction::Approve))
+    );
+    assert_eq!(PluginAction::split(":revoke"), None);
+    assert_eq!(PluginAction::split("x:explode"), None);
+    for action in PluginAction::ALL {
+        let got = call(
+            &app,
+            post_json(
+                &format!("/v1/plugins/@acme/nope:{}", action.name()),
+                json!({}),
+            ),
+        )
+        .await;
+        assert_error(&got, StatusCode::NOT_FOUND, error::code::UNKNOWN_PLUGIN);
+    }
+    let got = call(&app, post_json("/v1/plugins/x:explode", json!({}))).await;
+    assert_error(&got, StatusCode::NOT_FOUND, error::code::NOT_FOUND);
+    let got = call(&app, post_json("/v1/plugins/x:approve", json!({"who": 1}))).await;
+    assert_eq!(got.0, StatusCode::UNPROCESSABLE_ENTITY, "{}", got.1);
+}

@@ -9,6 +9,7 @@ mod agent_cmd;
 mod bench;
 mod hook_cmd;
 mod outbox_cmd;
+mod remote;
 
 use std::path::PathBuf;
 
@@ -215,6 +216,16 @@ async fn run(cli: Cli) -> Result<i32> {
             );
             return Ok(0);
         }
+        Command::Plugin(
+            cmd
+            @ (PluginCmd::Approve { .. } | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
+        ) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            if let Some(serve) = remote::Remote::find(&dir).await {
+                plugin_via_serve(&serve, cmd).await?;
+                return Ok(0);
+            }
+        }
         _ => {}
     }
     let rt = open(&cli)?;
@@ -246,10 +257,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             }
         }
         Command::Plugin(PluginCmd::Approve { id, by }) => {
-            let by = by
-                .clone()
-                .or_else(|| std::env::var("USER").ok())
-                .unwrap_or_else(|| "unknown".into());
+            let by = approver(by.as_deref());
             let info = rt.approve(id, &by).await?;
             let digest = info
                 .approval
@@ -324,6 +332,49 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     Ok(())
 }
 
+fn approver(by: Option<&str>) -> String {
+    by.map(str::to_owned)
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// `plugd plugin approve|revoke|restart` through a running serve: the same
+/// lines as the local commands, plus which serve did it.
+async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()> {
+    let via = format!("(via plugd serve pid {})", serve.pid());
+    match cmd {
+        PluginCmd::Approve { id, by } => {
+            let by = approver(by.as_deref());
+            let row = serve.plugin_action(id, "approve", Some(&by)).await?;
+            let digest = row["digest"].as_str().unwrap_or("?");
+            let tools: Vec<&str> = row["tools"]
+                .as_array()
+                .map(|t| t.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            println!(
+                "approved {id} ({digest}); tools: {} {via}",
+                tools.join(", ")
+            );
+        }
+        PluginCmd::Revoke { id } => {
+            let row = serve.plugin_action(id, "revoke", None).await?;
+            if row["was_approved"].as_bool().unwrap_or(true) {
+                println!("revoked {id} {via}");
+            } else {
+                println!("{id} was not approved {via}");
+            }
+        }
+        PluginCmd::Restart { id } => {
+            serve.plugin_action(id, "restart", None).await?;
+            println!("restarted {id}: failure cleared, restart budget reset {via}");
+        }
+        PluginCmd::List(_) | PluginCmd::Show { .. } => {
+            bail!("only approve, revoke and restart go through plugd serve")
+        }
+    }
+    Ok(())
+}
+
 async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
     plugd_server::check_listen(args.listen)?;
@@ -388,6 +439,9 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
+    // The CLI's plugin commands find this serve through .plugd/serve.json;
+    // dropping the record (every way out of this function) removes it.
+    let _record = remote::ServeFile::write(rt.dir(), bound)?;
     // Tests and scripts read the bound port from this line.
     println!("plugd serving on http://{bound}");
     tokio::select! {

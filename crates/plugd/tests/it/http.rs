@@ -15,15 +15,15 @@ use serde_json::{Value, json};
 use crate::support::{Ws, plugd_cmd, repo, stderr};
 
 /// A running `plugd serve`; killed on drop if the test did not stop it.
-struct Serve {
-    child: Child,
-    addr: SocketAddr,
+pub(crate) struct Serve {
+    pub(crate) child: Child,
+    pub(crate) addr: SocketAddr,
     log: PathBuf,
 }
 
 impl Serve {
     /// Starts `plugd serve --listen listen` and waits for its serving line.
-    fn start(ws: &Ws, listen: &str) -> Serve {
+    pub(crate) fn start(ws: &Ws, listen: &str) -> Serve {
         let log = ws
             .dir()
             .join(format!("serve-{}.log", listen.replace(':', "_")));
@@ -55,7 +55,7 @@ impl Serve {
     }
 
     /// SIGTERM, then the exit status and the log.
-    fn stop(mut self) -> (ExitStatus, String) {
+    pub(crate) fn stop(mut self) -> (ExitStatus, String) {
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
             rustix::process::Signal::TERM,
@@ -68,11 +68,11 @@ impl Serve {
         )
     }
 
-    fn get(&self, path: &str) -> Resp {
+    pub(crate) fn get(&self, path: &str) -> Resp {
         request(self.addr, "GET", path, &[], None)
     }
 
-    fn post(&self, path: &str, body: &Value) -> Resp {
+    pub(crate) fn post(&self, path: &str, body: &Value) -> Resp {
         request(
             self.addr,
             "POST",
@@ -92,14 +92,14 @@ impl Drop for Serve {
 
 /// One response.
 #[derive(Debug)]
-struct Resp {
-    status: u16,
+pub(crate) struct Resp {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
 impl Resp {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {
             panic!(
                 "not JSON ({e}): {} {}",
@@ -118,7 +118,7 @@ impl Resp {
 
     /// Asserts a JSON error of `status` and `code`; returns the body.
     #[track_caller]
-    fn error(&self, status: u16, code: &str) -> Value {
+    pub(crate) fn error(&self, status: u16, code: &str) -> Value {
         let v = self.json();
         assert_eq!(self.status, status, "{v}");
         assert_eq!(v["error"]["code"], code, "{v}");

@@ -4,6 +4,7 @@
 
 mod agent;
 mod cli;
+mod ctl;
 mod dexto;
 mod hooks;
 mod hostile;

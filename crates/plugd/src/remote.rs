@@ -1,0 +1,248 @@
+//! The CLI's way to a running `plugd serve`: serve records where it listens in
+//! `.plugd/serve.json`, and `plugd plugin approve|revoke|restart` act through
+//! its HTTP API when one is live, so they change the plugins it supervises.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The file `plugd serve` writes under the workspace's `.plugd/`.
+pub const SERVE_FILE: &str = "serve.json";
+
+/// How long the CLI waits for a recorded serve to answer `GET /v1/plugins`.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long one plugin action may take in serve (an approval handshakes, up
+/// to 30 s).
+const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why recording or reaching a serve failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    /// `.plugd/serve.json` could not be written.
+    #[error("cannot record the serving address in {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client to reach plugd serve: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The request did not get an answer.
+    #[error("plugd serve (pid {pid}, http://{addr}) did not answer {what}: {source}")]
+    Transport {
+        /// Serve's pid.
+        pid: u32,
+        /// Its address.
+        addr: SocketAddr,
+        /// The request.
+        what: String,
+        /// The transport error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// Serve answered with an API error.
+    #[error("plugd serve (pid {pid}) refused {what}: {message} ({code}, HTTP {status})")]
+    Api {
+        /// Serve's pid.
+        pid: u32,
+        /// The request.
+        what: String,
+        /// The HTTP status.
+        status: u16,
+        /// The error code.
+        code: String,
+        /// The error message.
+        message: String,
+    },
+}
+
+/// What `.plugd/serve.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServeRecord {
+    /// The serving process.
+    pub pid: u32,
+    /// Where its HTTP API listens.
+    pub addr: SocketAddr,
+    /// When it started (RFC 3339).
+    pub started_at: String,
+}
+
+fn serve_file(workspace: &Path) -> PathBuf {
+    workspace.join(".plugd").join(SERVE_FILE)
+}
+
+fn pid_alive(pid: u32) -> bool {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
+}
+
+fn read_record(workspace: &Path) -> Option<ServeRecord> {
+    let text = std::fs::read_to_string(serve_file(workspace)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// `.plugd/serve.json` for as long as it lives: written atomically (mode
+/// 0600) by [`ServeFile::write`], removed on drop if it is still this
+/// process's record.
+#[derive(Debug)]
+pub struct ServeFile {
+    path: PathBuf,
+    pid: u32,
+}
+
+impl ServeFile {
+    /// Records `addr` for this process, replacing any earlier record (a
+    /// stale one of a dead serve, or a live serve's, which is warned about).
+    pub fn write(workspace: &Path, addr: SocketAddr) -> Result<ServeFile, RemoteError> {
+        let path = serve_file(workspace);
+        let pid = std::process::id();
+        if let Some(old) = read_record(workspace)
+            && old.pid != pid
+            && pid_alive(old.pid)
+        {
+            tracing::warn!(
+                pid = old.pid,
+                addr = %old.addr,
+                "another plugd serve seems to run on this workspace; CLI plugin commands now reach this one"
+            );
+        }
+        let record = ServeRecord {
+            pid,
+            addr,
+            started_at: plugd_store::now_rfc3339(),
+        };
+        let err = |source| RemoteError::Write {
+            path: path.clone(),
+            source,
+        };
+        let dir = path.parent().unwrap_or(workspace);
+        std::fs::create_dir_all(dir).map_err(err)?;
+        // A temporary file is created 0600; the rename makes it appear whole.
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".serve.json.")
+            .tempfile_in(dir)
+            .map_err(err)?;
+        let text = serde_json::to_string(&record).map_err(|e| err(e.into()))?;
+        tmp.write_all(text.as_bytes()).map_err(err)?;
+        tmp.as_file().sync_all().map_err(err)?;
+        tmp.persist(&path).map_err(|e| err(e.error))?;
+        Ok(ServeFile { path, pid })
+    }
+}
+
+impl Drop for ServeFile {
+    fn drop(&mut self) {
+        let ours = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<ServeRecord>(&t).ok())
+            .is_some_and(|r| r.pid == self.pid);
+        if ours && let Err(e) = std::fs::remove_file(&self.path) {
+            tracing::warn!(path = %self.path.display(), "cannot remove the serve record: {e}");
+        }
+    }
+}
+
+/// A live `plugd serve` of this workspace.
+#[derive(Debug)]
+pub struct Remote {
+    record: ServeRecord,
+    client: reqwest::Client,
+}
+
+fn client(timeout: Duration) -> Result<reqwest::Client, RemoteError> {
+    // reqwest is built with rustls and no provider; plain HTTP never uses it,
+    // but building a client needs one installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(timeout)
+        .build()
+        .map_err(RemoteError::Client)
+}
+
+impl Remote {
+    /// The serve recorded in `workspace`'s `.plugd/serve.json` if its pid is
+    /// alive and `GET /v1/plugins` answers on loopback within 1 s; `None`
+    /// otherwise (no record, a stale one, or nothing answering).
+    pub async fn find(workspace: &Path) -> Option<Remote> {
+        let record = read_record(workspace)?;
+        if !record.addr.ip().to_canonical().is_loopback() || !pid_alive(record.pid) {
+            return None;
+        }
+        let probe = client(PROBE_TIMEOUT).ok()?;
+        let answered = probe
+            .get(format!("http://{}/v1/plugins", record.addr))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success());
+        if !answered {
+            tracing::debug!(pid = record.pid, addr = %record.addr, "recorded plugd serve does not answer; acting locally");
+            return None;
+        }
+        let client = client(ACTION_TIMEOUT).ok()?;
+        Some(Remote { record, client })
+    }
+
+    /// The serving process's pid.
+    pub fn pid(&self) -> u32 {
+        self.record.pid
+    }
+
+    /// `POST /v1/plugins/{id}:{action}` with `by` (approve only); the
+    /// plugin row serve answers.
+    pub async fn plugin_action(
+        &self,
+        id: &str,
+        action: &str,
+        by: Option<&str>,
+    ) -> Result<Value, RemoteError> {
+        let what = format!("plugin {action} {id}");
+        let body = match by {
+            Some(by) => json!({ "by": by }),
+            None => json!({}),
+        };
+        let transport = |source| RemoteError::Transport {
+            pid: self.record.pid,
+            addr: self.record.addr,
+            what: what.clone(),
+            source,
+        };
+        let resp = self
+            .client
+            .post(format!(
+                "http://{}/v1/plugins/{id}:{action}",
+                self.record.addr
+            ))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(transport)?;
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(
+            |_| json!({"error": {"code": "internal", "message": String::from_utf8_lossy(&bytes)}}),
+        );
+        if status.is_success() {
+            return Ok(v);
+        }
+        let text = |k: &str| v["error"][k].as_str().unwrap_or("(no message)").to_owned();
+        Err(RemoteError::Api {
+            pid: self.record.pid,
+            what,
+            status: status.as_u16(),
+            code: text("code"),
+            message: text("message"),
+        })
+    }
+}
