@@ -18,6 +18,8 @@ pub mod protocol;
 pub mod spawn;
 pub mod stderr;
 pub mod supervisor;
+#[cfg(test)]
+mod test_json;
 
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};

@@ -691,3 +691,178 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "type",
+        "content",
+        "text",
+        "tool_calls",
+        "id",
+        "name",
+        "arguments",
+        "usage",
+        "prompt_tokens",
+        "completion_tokens",
+        "finish_reason",
+        "kind",
+        "reason",
+        "cache_usage",
+        "delta",
+        "chunk",
+        "request_id",
+    ];
+    const STRINGS: &[&str] = &[
+        "text",
+        "tool_calls",
+        "text_delta",
+        "tool_call_start",
+        "tool_call_args_delta",
+        "tool_call_end",
+        "usage",
+        "end",
+        "stop",
+        "tool_use",
+        "{}",
+        "{\"a\":1}",
+        "{nope",
+        "c1",
+    ];
+
+    fn json() -> BoxedStrategy<Value> {
+        json_with(KEYS, STRINGS)
+    }
+
+    /// A tool call's arguments without floats (exact through JSON text).
+    fn args() -> impl Strategy<Value = Value> {
+        proptest::collection::btree_map(
+            "[a-z]{1,6}",
+            prop_oneof![
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<String>().prop_map(Value::String),
+                any::<bool>().prop_map(Value::Bool),
+                Just(Value::Null),
+            ],
+            0..4,
+        )
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
+    fn finish() -> impl Strategy<Value = LlmFinish> {
+        (
+            prop_oneof![
+                Just("stop"),
+                Just("tool_use"),
+                Just("length"),
+                Just("other")
+            ],
+            prop::option::of(any::<String>()),
+        )
+            .prop_map(|(kind, reason)| LlmFinish {
+                kind: kind.into(),
+                reason,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn the_result_parser_never_panics(v in json(), chunks in proptest::collection::vec(json(), 0..6)) {
+            let mut m = Merge::default();
+            for c in chunks {
+                if let Ok(chunk) = serde_json::from_value::<LlmChunk>(c) {
+                    m.add(&chunk);
+                }
+            }
+            let _ = m.finish(&v);
+        }
+
+        #[test]
+        fn the_chunk_parser_never_panics(chunk in json(), request_id in json()) {
+            let _ = serde_json::from_value::<LlmChunk>(chunk.clone());
+            let frame = json!({"jsonrpc": "2.0", "method": LLM_CHAT_DELTA,
+                "params": {"request_id": request_id, "chunk": chunk}});
+            let _ = NativeProtocol.decode(frame.to_string().as_bytes());
+        }
+
+        /// A well-formed text reply parses to what was generated.
+        #[test]
+        fn text_replies_parse_to_what_was_sent(
+            text in any::<String>(),
+            prompt in any::<u64>(),
+            completion in any::<u64>(),
+            finish in finish(),
+        ) {
+            let result = json!({
+                "content": {"type": "text", "text": text},
+                "usage": {"prompt_tokens": prompt, "completion_tokens": completion},
+                "finish_reason": finish,
+            });
+            let r = Merge::default().finish(&result).unwrap();
+            prop_assert_eq!(r.text, text);
+            prop_assert!(r.tool_calls.is_empty());
+            prop_assert_eq!(r.usage, LlmUsage { prompt_tokens: prompt, completion_tokens: completion });
+            prop_assert_eq!(r.finish_reason, finish);
+        }
+
+        /// Tool calls, arguments as objects or as JSON text, parse to what was sent.
+        #[test]
+        fn tool_call_replies_parse_to_what_was_sent(
+            calls in proptest::collection::vec(("[a-z0-9_]{1,8}", "[a-z_.]{1,12}", args(), any::<bool>()), 1..4),
+        ) {
+            let wire: Vec<Value> = calls
+                .iter()
+                .map(|(id, name, a, as_text)| {
+                    let arguments = if *as_text { json!(a.to_string()) } else { a.clone() };
+                    json!({"id": id, "name": name, "arguments": arguments})
+                })
+                .collect();
+            let r = Merge::default()
+                .finish(&json!({"content": {"type": "tool_calls", "tool_calls": wire}}))
+                .unwrap();
+            let want: Vec<LlmToolCall> = calls
+                .into_iter()
+                .map(|(id, name, arguments, _)| LlmToolCall { id, name, arguments })
+                .collect();
+            prop_assert_eq!(r.tool_calls, want);
+            prop_assert_eq!(r.finish_reason.kind, "tool_use");
+        }
+
+        /// Streamed text and argument deltas, cut anywhere, merge to what was sent.
+        #[test]
+        fn streamed_parts_merge_to_what_was_sent(
+            text in any::<String>(),
+            text_cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+            a in args(),
+            arg_cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..6),
+        ) {
+            let pieces = |s: &str, cuts: &[prop::sample::Index]| -> Vec<String> {
+                let bounds: Vec<usize> = (0..=s.len()).filter(|i| s.is_char_boundary(*i)).collect();
+                let mut at: Vec<usize> = cuts.iter().map(|c| bounds[c.index(bounds.len())]).collect();
+                at.push(0);
+                at.push(s.len());
+                at.sort_unstable();
+                at.windows(2).map(|w| s[w[0]..w[1]].to_owned()).collect()
+            };
+            let mut m = Merge::default();
+            for delta in pieces(&text, &text_cuts) {
+                m.add(&LlmChunk::TextDelta { delta });
+            }
+            m.add(&LlmChunk::ToolCallStart { id: "c1".into(), name: "t".into() });
+            for delta in pieces(&a.to_string(), &arg_cuts) {
+                m.add(&LlmChunk::ToolCallArgsDelta { id: "c1".into(), delta });
+            }
+            m.add(&LlmChunk::ToolCallEnd { id: "c1".into() });
+            prop_assert!(m.malformed.is_none());
+            let r = m.finish(&json!({})).unwrap();
+            prop_assert_eq!(r.text, text);
+            prop_assert_eq!(&r.tool_calls[0].arguments, &a);
+        }
+    }
+}

@@ -692,3 +692,57 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+const PROP_MCP: &str = r#"{"mcpServers": {
+  "every-thing_1": {"command": "node", "args": ["s.js", "stdio"], "env": {"A": "1"}, "type": "stdio"},
+  "rel": {"command": "./bin/server", "transport": "stdio"},
+  "b": {"command": "x", "env": {"TOKEN": "${TOKEN}"}}
+}}"#;
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::tests::{apply, mutation};
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_base_document_is_valid() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().canonicalize().unwrap();
+        let entries = parse_mcp(PROP_MCP, &dir.join(MCP_FILE), &dir).unwrap();
+        assert!(entries.iter().all(Result::is_ok), "{entries:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_strings(s in any::<String>()) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap();
+            let parse = |t: &str| parse_mcp(t, &dir.join(MCP_FILE), &dir);
+            if let Err(e) = parse(&s) {
+                let _ = e.to_string();
+            }
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_documents(
+            base in proptest::sample::select(vec![PROP_MCP]),
+            muts in proptest::collection::vec(mutation(), 1..6),
+        ) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap();
+            let parse = |t: &str| parse_mcp(t, &dir.join(MCP_FILE), &dir);
+            let mut text = base.to_owned();
+            for m in &muts {
+                text = apply(&text, m);
+            }
+            if let Err(e) = parse(&text) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
+    }
+}

@@ -1106,3 +1106,67 @@ mod tests {
         assert!(!tool_in_extension("greeter", "hello_world_greet"));
     }
 }
+
+#[cfg(test)]
+const PROP_EXTENSIONS: &str = "entries:
+  agent-creator:
+    path: extensions/hello/main.py
+    config: {model: small, n: 2}
+    timeout_secs: 7
+    capabilities: [agents_crud, dispatch_outbound, agents_crud]
+  other:
+    path: extensions/hello/main.py
+";
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::tests::{apply, mutation};
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_base_document_is_valid() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(dir.join("extensions/hello")).unwrap();
+        std::fs::write(dir.join("extensions/hello/main.py"), "print()\n").unwrap();
+        let entries = parse_extensions(PROP_EXTENSIONS, &dir.join(EXTENSIONS_FILE), &dir).unwrap();
+        assert!(entries.iter().all(Result::is_ok), "{entries:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_strings(s in any::<String>()) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap();
+            std::fs::create_dir_all(dir.join("extensions/hello")).unwrap();
+            std::fs::write(dir.join("extensions/hello/main.py"), "print()\n").unwrap();
+            let parse = |t: &str| parse_extensions(t, &dir.join(EXTENSIONS_FILE), &dir);
+            if let Err(e) = parse(&s) {
+                let _ = e.to_string();
+            }
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_documents(
+            base in proptest::sample::select(vec![PROP_EXTENSIONS]),
+            muts in proptest::collection::vec(mutation(), 1..6),
+        ) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap();
+            std::fs::create_dir_all(dir.join("extensions/hello")).unwrap();
+            std::fs::write(dir.join("extensions/hello/main.py"), "print()\n").unwrap();
+            let parse = |t: &str| parse_extensions(t, &dir.join(EXTENSIONS_FILE), &dir);
+            let mut text = base.to_owned();
+            for m in &muts {
+                text = apply(&text, m);
+            }
+            if let Err(e) = parse(&text) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
+    }
+}

@@ -1199,3 +1199,84 @@ mod tests {
         assert_eq!(spec.command.args, ["run", "main.js"]);
     }
 }
+
+#[cfg(test)]
+const PROP_SALMEX: &str = r#"{
+  "name": "hello-node",
+  "version": "0.1.0",
+  "description": "A minimal Node.js plugin",
+  "protocolVersion": "1.0",
+  "interpreter": "node",
+  "main": "main.js",
+  "eager": false,
+  "config": {"properties": [
+    {"key": "units", "type": "select", "label": "Units", "default": "metric",
+     "options": [{"value": "metric", "label": "Metric"}]}
+  ]},
+  "capabilities": {"tools": [{
+    "name": "say_hello",
+    "description": "Greet someone by name",
+    "risk_level": "low",
+    "parameters": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+  }]}
+}"#;
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::tests::{apply, mutation};
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_base_document_is_valid() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().canonicalize().unwrap().join("hello-node");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.js"), "process.stdin.resume();\n").unwrap();
+        parse_salmex(
+            PROP_SALMEX,
+            &dir.join(SALMEX_MANIFEST_FILE),
+            &dir,
+            &LoadOptions::default(),
+        )
+        .unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_strings(s in any::<String>()) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap().join("hello-node");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("main.js"), "process.stdin.resume();\n").unwrap();
+            let opts = LoadOptions::default();
+            let parse = |t: &str| parse_salmex(t, &dir.join(SALMEX_MANIFEST_FILE), &dir, &opts);
+            if let Err(e) = parse(&s) {
+                let _ = e.to_string();
+            }
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_documents(
+            base in proptest::sample::select(vec![PROP_SALMEX]),
+            muts in proptest::collection::vec(mutation(), 1..6),
+        ) {
+            let ws = tempfile::tempdir().unwrap();
+            let dir = ws.path().canonicalize().unwrap().join("hello-node");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("main.js"), "process.stdin.resume();\n").unwrap();
+            let opts = LoadOptions::default();
+            let parse = |t: &str| parse_salmex(t, &dir.join(SALMEX_MANIFEST_FILE), &dir, &opts);
+            let mut text = base.to_owned();
+            for m in &muts {
+                text = apply(&text, m);
+            }
+            if let Err(e) = parse(&text) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
+    }
+}

@@ -1449,7 +1449,7 @@ fn schema_rejects_what_the_parser_rejects() {
 
 // ---------------------------------------------------------------- properties
 
-fn mutation() -> impl Strategy<Value = (usize, u8, String)> {
+pub(crate) fn mutation() -> impl Strategy<Value = (usize, u8, String)> {
     let interesting = prop_oneof![
         Just(String::new()),
         Just("\"".to_owned()),
@@ -1463,6 +1463,12 @@ fn mutation() -> impl Strategy<Value = (usize, u8, String)> {
         Just("/".to_owned()),
         Just("é".to_owned()),
         Just("\u{0}".to_owned()),
+        Just("{".to_owned()),
+        Just("}".to_owned()),
+        Just(":".to_owned()),
+        Just(",".to_owned()),
+        Just("- ".to_owned()),
+        Just("  ".to_owned()),
         Just("[[plugin.channels.register]]\n".to_owned()),
         Just("\n[plugin.sandbox]\nenabled = true\n".to_owned()),
         "[ -~]{0,8}",
@@ -1471,7 +1477,7 @@ fn mutation() -> impl Strategy<Value = (usize, u8, String)> {
     (any::<usize>(), 0u8..3, interesting)
 }
 
-fn apply(base: &str, (pos, op, s): &(usize, u8, String)) -> String {
+pub(crate) fn apply(base: &str, (pos, op, s): &(usize, u8, String)) -> String {
     let mut text = base.to_owned();
     let mut at = pos % (text.len() + 1);
     while !text.is_char_boundary(at) {

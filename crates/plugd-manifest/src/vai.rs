@@ -1275,7 +1275,7 @@ mod tests {
     use super::*;
 
     /// A package directory with the seed's schema files and an executable.
-    fn package() -> tempfile::TempDir {
+    pub(super) fn package() -> tempfile::TempDir {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
         std::fs::create_dir_all(d.join("bin")).unwrap();
@@ -1299,7 +1299,7 @@ mod tests {
     }
 
     /// The seed's complete example manifest.
-    const SEED: &str = r#"
+    pub(super) const SEED: &str = r#"
 api_version = "vai.plugin.v1"
 package_id = "acme/devkit"
 version = "0.1.0"
@@ -1845,5 +1845,39 @@ supports_pinned_items = true
         );
         let e = err(pkg.path(), "");
         assert!(e.contains("api_version: required key is missing"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::tests::{SEED, package};
+    use super::*;
+    use crate::tests::{apply, mutation};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_strings(s in any::<String>()) {
+            let tmp = package();
+            let dir = tmp.path().canonicalize().unwrap();
+            let _ = parse_vai(&s, &dir.join(VAI_MANIFEST_FILE), &dir, &LoadOptions::default())
+                .map_err(|e| e.to_string());
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_documents(muts in proptest::collection::vec(mutation(), 1..6)) {
+            let tmp = package();
+            let dir = tmp.path().canonicalize().unwrap();
+            let mut text = SEED.to_owned();
+            for m in &muts {
+                text = apply(&text, m);
+            }
+            if let Err(e) = parse_vai(&text, &dir.join(VAI_MANIFEST_FILE), &dir, &LoadOptions::default()) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
     }
 }

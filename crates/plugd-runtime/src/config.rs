@@ -1200,3 +1200,106 @@ tools: {}
         assert!(c.plugins.content_policy.is_some() && c.plugins.response_sanitizer.is_some());
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const EXAMPLE: &str = r#"plugins:
+  contentPolicy: {priority: 10, maxInputChars: 10000, redactEmails: true, redactApiKeys: true}
+  responseSanitizer: {priority: 900, redactEmails: true, redactApiKeys: true, maxResponseLength: 50000}
+  custom:
+    - name: tenant-auth
+      module: "${{dexto.agent_dir}}/plugins/tenant-auth.js"
+      enabled: true
+      blocking: true
+      priority: 100
+      config: {enforceQuota: true}
+    - name: pii-guard
+      plugin: compliance
+      hook: before_message
+      priority: 50
+      on_error: block
+      timeout_ms: 2000
+llm: {provider: scripted, script: "${{workspace_dir}}/turns.yaml"}
+eager: [compliance, guard]
+tenant: {tenant_id: acme, user_id: ana, agent_id: support}
+agent: {max_tool_rounds: 3, system_prompt: "be brief"}
+tools: {}
+"#;
+
+    fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
+        PlugdConfig::parse(
+            text,
+            Path::new("/srv/agent/plugd.yaml"),
+            Path::new("/srv/agent"),
+        )
+    }
+
+    /// Insert, delete or replace at a position (char boundaries kept).
+    fn mutation() -> impl Strategy<Value = (usize, u8, String)> {
+        let s = prop_oneof![
+            Just(String::new()),
+            Just(":".to_owned()),
+            Just("- ".to_owned()),
+            Just("  ".to_owned()),
+            Just("\n".to_owned()),
+            Just("{".to_owned()),
+            Just("}".to_owned()),
+            Just("[".to_owned()),
+            Just("\"".to_owned()),
+            Just("${{".to_owned()),
+            Just("}}".to_owned()),
+            Just("&a ".to_owned()),
+            Just("*a".to_owned()),
+            Just("!!str ".to_owned()),
+            Just("é".to_owned()),
+            "[ -~]{0,8}",
+            any::<String>(),
+        ];
+        (any::<usize>(), 0u8..3, s)
+    }
+
+    fn apply(text: &mut String, (pos, op, s): &(usize, u8, String)) {
+        let mut at = pos % (text.len() + 1);
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        let mut end = (at + s.len().max(usize::from(*op == 1))).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        match op {
+            0 => text.insert_str(at, s),
+            1 => text.replace_range(at..end, ""),
+            _ => text.replace_range(at..end, s),
+        }
+    }
+
+    #[test]
+    fn the_base_document_is_valid() {
+        parse(EXAMPLE).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn parse_never_panics_on_arbitrary_strings(s in any::<String>()) {
+            let _ = parse(&s).map_err(|e| e.to_string());
+        }
+
+        #[test]
+        fn parse_never_panics_on_mutated_documents(muts in proptest::collection::vec(mutation(), 1..6)) {
+            let mut text = EXAMPLE.to_owned();
+            for m in &muts {
+                apply(&mut text, m);
+            }
+            if let Err(e) = parse(&text) {
+                let msg = e.to_string();
+                prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
+    }
+}

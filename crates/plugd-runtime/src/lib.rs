@@ -16,6 +16,8 @@ pub mod hooks;
 pub mod llm;
 pub mod outbox;
 pub mod registry;
+#[cfg(test)]
+mod test_json;
 pub mod workspace;
 
 use std::collections::{BTreeMap, HashMap};

@@ -620,3 +620,70 @@ mod tests {
         assert!(error_text(&json!({"isError": true})).contains("without content"));
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "progressToken",
+        "progress",
+        "total",
+        "message",
+        "requestId",
+        "reason",
+        "_meta",
+    ];
+    const STRINGS: &[&str] = &[
+        "notifications/progress",
+        "notifications/message",
+        "notifications/cancelled",
+        "notifications/tools/list_changed",
+        "tools/call",
+        "1",
+        "-1",
+        "9223372036854775808",
+        " 1",
+    ];
+
+    /// A JSON-RPC frame: usually a notification of a method this envelope
+    /// maps, sometimes with an id (a request or a response).
+    fn frame() -> impl Strategy<Value = Value> {
+        (
+            proptest::sample::select(STRINGS),
+            json_with(KEYS, STRINGS),
+            prop::option::weighted(0.2, json_with(KEYS, STRINGS)),
+            prop::option::weighted(0.1, json_with(KEYS, STRINGS)),
+        )
+            .prop_map(|(method, params, id, result)| {
+                let mut m = serde_json::Map::new();
+                m.insert("jsonrpc".into(), json!("2.0"));
+                m.insert("method".into(), json!(method));
+                m.insert("params".into(), params);
+                if let Some(id) = id {
+                    m.insert("id".into(), id);
+                }
+                if let Some(result) = result {
+                    m.remove("method");
+                    m.insert("result".into(), result);
+                }
+                Value::Object(m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn decode_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = McpProtocol.decode(&bytes);
+        }
+
+        #[test]
+        fn decode_never_panics_on_notifications(v in frame()) {
+            let _ = McpProtocol.decode(v.to_string().as_bytes());
+        }
+    }
+}

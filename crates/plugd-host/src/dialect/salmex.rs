@@ -686,3 +686,76 @@ mod tests {
         assert!(log_parts(Some(&json!(long))).0.len() <= MAX_LOG_MESSAGE + 4);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "id",
+        "requestId",
+        "request_id",
+        "message",
+        "msg",
+        "progress",
+        "level",
+    ];
+    const STRINGS: &[&str] = &[
+        "event.progress",
+        "log.info",
+        "log.error",
+        "log.debug",
+        "log.warn",
+        "1",
+    ];
+
+    /// A JSON-RPC frame: usually a notification of a method this envelope
+    /// maps, sometimes with an id (a request or a response).
+    fn frame() -> impl Strategy<Value = Value> {
+        (
+            proptest::sample::select(STRINGS),
+            json_with(KEYS, STRINGS),
+            prop::option::weighted(0.2, json_with(KEYS, STRINGS)),
+            prop::option::weighted(0.1, json_with(KEYS, STRINGS)),
+        )
+            .prop_map(|(method, params, id, result)| {
+                let mut m = serde_json::Map::new();
+                m.insert("jsonrpc".into(), json!("2.0"));
+                m.insert("method".into(), json!(method));
+                m.insert("params".into(), params);
+                if let Some(id) = id {
+                    m.insert("id".into(), id);
+                }
+                if let Some(result) = result {
+                    m.remove("method");
+                    m.insert("result".into(), result);
+                }
+                Value::Object(m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn decode_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = SalmexProtocol.decode(&bytes);
+        }
+
+        #[test]
+        fn decode_never_panics_on_notifications(v in frame()) {
+            let _ = SalmexProtocol.decode(v.to_string().as_bytes());
+        }
+
+        /// `log.*` params render to one bounded line.
+        #[test]
+        fn log_parts_never_panic(v in prop::option::of(json_with(KEYS, STRINGS))) {
+            let (message, fields) = log_parts(v.as_ref());
+            for s in std::iter::once(&message).chain(fields.as_ref()) {
+                prop_assert!(!s.contains('\n') && s.len() <= MAX_LOG_MESSAGE + 16, "{s:?}");
+            }
+        }
+    }
+}

@@ -757,15 +757,7 @@ impl DextoModule {
         match reply {
             Ok(v) => {
                 guard.armed = false;
-                if v["skipped"] == Value::Bool(true) {
-                    return Ok(HandlerResult::pass());
-                }
-                let returned = v["returned"].as_str().unwrap_or("nothing").to_owned();
-                let value = match v {
-                    Value::Object(mut m) => m.remove("value").unwrap_or(Value::Null),
-                    _ => Value::Null,
-                };
-                to_result(method, &returned, value).map_err(failed)
+                reply_result(method, v).map_err(failed)
             }
             Err(CallError::Remote { error, .. }) => {
                 guard.armed = false;
@@ -934,6 +926,19 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Reads the host's `hook` reply `{skipped?, returned, value}`.
+fn reply_result(method: &str, v: Value) -> Result<HandlerResult, String> {
+    if v["skipped"] == Value::Bool(true) {
+        return Ok(HandlerResult::pass());
+    }
+    let returned = v["returned"].as_str().unwrap_or("nothing").to_owned();
+    let value = match v {
+        Value::Object(mut m) => m.remove("value").unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    to_result(method, &returned, value)
 }
 
 /// Validates a module's `PluginResult` and maps it onto [`HandlerResult`].
@@ -1123,5 +1128,47 @@ mod tests {
                 .contains("\"${{dexto.agent_dir}}/plugins/<file>.js\""),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "skipped", "returned", "value", "ok", "modify", "cancel", "message", "notices", "kind",
+        "code", "details", "level", "method", "data",
+    ];
+    const STRINGS: &[&str] = &[
+        "object",
+        "undefined",
+        "null",
+        "array",
+        "string",
+        "allow",
+        "block",
+        "warn",
+        "info",
+        "error",
+        "debug",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn reply_validation_never_panics(v in json_with(KEYS, STRINGS), returned in proptest::sample::select(STRINGS)) {
+            let _ = reply_result("beforeLLMRequest", v.clone());
+            let _ = to_result("beforeResponse", returned, v.clone());
+            let _ = reply_result("beforeToolCall", json!({"returned": "object", "value": v}));
+        }
+
+        #[test]
+        fn log_notifications_never_panic(params in prop::option::of(json_with(KEYS, STRINGS))) {
+            let events = HostEvents { handler: "h".into(), module: "m".into() };
+            events.notification("log".into(), params);
+        }
     }
 }

@@ -541,3 +541,65 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "abort",
+        "reason",
+        "override",
+        "decision",
+        "transformed_body",
+        "do_not_reply_again",
+        "ok",
+        "modify",
+        "cancel",
+        "message",
+        "notices",
+        "kind",
+        "code",
+        "details",
+        "handler",
+        "structuredContent",
+        "content",
+        "type",
+        "text",
+    ];
+    const STRINGS: &[&str] = &[
+        "allow",
+        "block",
+        "transform",
+        "warn",
+        "info",
+        "text",
+        "{}",
+        "{\"ok\":true}",
+        "{\"cancel\":true,\"message\":\"m\"}",
+        "[]",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn map_hook_response_never_panics(v in json_with(KEYS, STRINGS)) {
+            if let Ok(resp) = serde_json::from_value::<HookResponse>(v) {
+                for point in HookPoint::ALL {
+                    let _ = map_hook_response(point, "p", "h", resp.clone());
+                }
+            }
+        }
+
+        #[test]
+        fn parse_tool_result_never_panics(v in json_with(KEYS, STRINGS)) {
+            if let Ok(r) = parse_tool_result(&v) {
+                prop_assert!(r.notices.iter().all(|n| n.handler.is_none()));
+            }
+            let _ = parse_tool_result(&json!({"content": [{"type": "text", "text": v.to_string()}]}));
+        }
+    }
+}

@@ -242,7 +242,6 @@ impl OpenAiProvider {
     ) -> Result<ChatResponse, LlmError> {
         let limit = self.options.max_response_bytes;
         let mut sse = SseState::new(&self.options.name, tx);
-        let mut pending = Vec::new();
         let mut total = 0usize;
         while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(e))? {
             total += chunk.len();
@@ -251,18 +250,12 @@ impl OpenAiProvider {
                     "the event stream is larger than {limit} bytes; it was refused"
                 )));
             }
-            pending.extend_from_slice(&chunk);
-            while let Some(nl) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=nl).collect();
-                sse.line(&line)?;
-                if sse.done {
-                    return sse.finish();
-                }
+            sse.feed(&chunk)?;
+            if sse.done {
+                return sse.finish();
             }
         }
-        if !pending.is_empty() {
-            sse.line(&pending)?;
-        }
+        sse.end()?;
         sse.finish()
     }
 }
@@ -557,6 +550,8 @@ struct SseState<'a> {
     finish: Option<String>,
     usage: Option<Usage>,
     done: bool,
+    /// Bytes of a line not yet complete.
+    pending: Vec<u8>,
 }
 
 impl<'a> SseState<'a> {
@@ -569,7 +564,31 @@ impl<'a> SseState<'a> {
             finish: None,
             usage: None,
             done: false,
+            pending: Vec::new(),
         }
+    }
+
+    /// Stream bytes as they arrive, cut anywhere (inside a line or a UTF-8
+    /// sequence): complete lines are parsed, the rest waits for more. Stops
+    /// at `[DONE]`.
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), LlmError> {
+        self.pending.extend_from_slice(bytes);
+        while !self.done
+            && let Some(nl) = self.pending.iter().position(|b| *b == b'\n')
+        {
+            let line: Vec<u8> = self.pending.drain(..=nl).collect();
+            self.line(&line)?;
+        }
+        Ok(())
+    }
+
+    /// The stream ended: a last line without its newline still counts.
+    fn end(&mut self) -> Result<(), LlmError> {
+        if !self.done && !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.line(&line)?;
+        }
+        Ok(())
     }
 
     fn send(&self, delta: Delta) {
@@ -828,5 +847,205 @@ mod tests {
         let got: Vec<Delta> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
         assert_eq!(got.len(), 5, "{got:?}");
         assert_eq!(got[4], Delta::ToolCallEnd { id: "c9".into() });
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+
+    const KEYS: &[&str] = &[
+        "choices",
+        "delta",
+        "message",
+        "content",
+        "tool_calls",
+        "index",
+        "id",
+        "function",
+        "name",
+        "arguments",
+        "finish_reason",
+        "usage",
+        "prompt_tokens",
+        "completion_tokens",
+        "error",
+    ];
+    const STRINGS: &[&str] = &[
+        "stop",
+        "tool_calls",
+        "length",
+        "{}",
+        "{\"a\":",
+        "1}",
+        "[DONE]",
+        "data: ",
+        "é",
+    ];
+
+    fn json() -> BoxedStrategy<Value> {
+        json_with(KEYS, STRINGS)
+    }
+
+    /// Tool arguments without floats (exact through JSON text).
+    fn args() -> impl Strategy<Value = Value> {
+        proptest::collection::btree_map(
+            "[a-zé]{1,6}",
+            prop_oneof![
+                any::<i64>().prop_map(|n| json!(n)),
+                any::<String>().prop_map(Value::String),
+                any::<bool>().prop_map(Value::Bool),
+            ],
+            0..4,
+        )
+        .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
+    /// `s` cut at `cuts` (char boundaries only when `chars`).
+    fn pieces(s: &[u8], cuts: &[Index], chars: bool) -> Vec<Vec<u8>> {
+        let text = std::str::from_utf8(s).ok();
+        let bounds: Vec<usize> = (0..=s.len())
+            .filter(|i| !chars || text.is_some_and(|t| t.is_char_boundary(*i)))
+            .collect();
+        let mut at: Vec<usize> = cuts.iter().map(|c| bounds[c.index(bounds.len())]).collect();
+        at.extend([0, s.len()]);
+        at.sort_unstable();
+        at.windows(2).map(|w| s[w[0]..w[1]].to_vec()).collect()
+    }
+
+    fn data(v: Value, tight: bool) -> String {
+        if tight {
+            format!("data:{v}")
+        } else {
+            format!("data: {v}")
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn sse_lines_never_panic(lines in proptest::collection::vec(
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..64),
+                json().prop_map(|v| format!("data: {v}").into_bytes()),
+                "(data:|event:|:| |\\[DONE\\]|\\{|\"|é|\r|\n){0,8}".prop_map(String::into_bytes),
+            ],
+            0..8,
+        )) {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let mut s = SseState::new("o", &tx);
+            for line in &lines {
+                if s.line(line).is_err() {
+                    return Ok(());
+                }
+            }
+            let _ = s.finish();
+        }
+
+        #[test]
+        fn sse_bytes_never_panic(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..8)) {
+            let (tx, _rx) = mpsc::unbounded_channel();
+            let mut s = SseState::new("o", &tx);
+            for c in &chunks {
+                if s.feed(c).is_err() {
+                    return Ok(());
+                }
+            }
+            if s.end().is_ok() {
+                let _ = s.finish();
+            }
+        }
+
+        #[test]
+        fn the_response_parser_never_panics(v in json(), bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = parse_response("o", v.to_string().as_bytes());
+            let _ = parse_response("o", &bytes);
+            let wrapped = json!({"choices": [{"message": v, "finish_reason": "stop"}]});
+            let _ = parse_response("o", wrapped.to_string().as_bytes());
+        }
+
+        /// A stream of text and interleaved tool-call argument deltas, its
+        /// bytes cut anywhere (inside `data:` lines and UTF-8 sequences),
+        /// reassembles to what was sent.
+        #[test]
+        fn streams_cut_anywhere_reassemble(
+            texts in proptest::collection::vec(any::<String>(), 0..5),
+            calls in proptest::collection::vec((args(), proptest::collection::vec(any::<Index>(), 0..5)), 0..3),
+            crlf in any::<bool>(),
+            tight in any::<bool>(),
+            done in any::<bool>(),
+            cuts in proptest::collection::vec(any::<Index>(), 0..12),
+        ) {
+            let mut lines = vec![": keep-alive".to_owned()];
+            for t in &texts {
+                lines.push(data(json!({"choices": [{"delta": {"content": t}}]}), tight));
+                lines.push(String::new());
+            }
+            let arg_pieces: Vec<Vec<String>> = calls
+                .iter()
+                .map(|(a, cuts)| {
+                    pieces(a.to_string().as_bytes(), cuts, true)
+                        .into_iter()
+                        .map(|p| String::from_utf8(p).unwrap())
+                        .collect()
+                })
+                .collect();
+            for (i, _) in calls.iter().enumerate() {
+                lines.push(data(json!({"choices": [{"delta": {"tool_calls": [
+                    {"index": i, "id": format!("c{i}"), "type": "function",
+                     "function": {"name": format!("t{i}"), "arguments": ""}}]}}]}), tight));
+            }
+            let rounds = arg_pieces.iter().map(Vec::len).max().unwrap_or(0);
+            for r in 0..rounds {
+                for (i, p) in arg_pieces.iter().enumerate() {
+                    if let Some(piece) = p.get(r) {
+                        lines.push(data(json!({"choices": [{"delta": {"tool_calls": [
+                            {"index": i, "function": {"arguments": piece}}]}}]}), tight));
+                    }
+                }
+            }
+            lines.push(data(json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}), tight));
+            if done {
+                lines.push("data: [DONE]".into());
+            }
+            let eol = if crlf { "\r\n" } else { "\n" };
+            let body = lines.join(eol);
+
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            let mut s = SseState::new("o", &tx);
+            for chunk in pieces(body.as_bytes(), &cuts, false) {
+                s.feed(&chunk).unwrap();
+            }
+            s.end().unwrap();
+            let r = s.finish().unwrap();
+            prop_assert_eq!(&r.content, &texts.concat());
+            let want: Vec<ToolCall> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, (a, _))| ToolCall { id: format!("c{i}"), name: format!("t{i}"), arguments: a.clone() })
+                .collect();
+            prop_assert_eq!(&r.tool_calls, &want);
+
+            let mut streamed = String::new();
+            let mut args: Vec<String> = vec![String::new(); calls.len()];
+            while let Ok(d) = rx.try_recv() {
+                match d {
+                    Delta::TextDelta { delta } => streamed.push_str(&delta),
+                    Delta::ToolCallArgsDelta { id, delta } => {
+                        let i: usize = id[1..].parse().unwrap();
+                        args[i].push_str(&delta);
+                    }
+                    _ => {}
+                }
+            }
+            prop_assert_eq!(streamed, texts.concat());
+            for (i, (a, _)) in calls.iter().enumerate() {
+                prop_assert_eq!(&args[i], &a.to_string());
+            }
+        }
     }
 }

@@ -356,7 +356,7 @@ mod tests {
         }
     }
 
-    /// A small deterministic fuzz (plugd-host has no proptest): random bytes
+    /// A small deterministic fuzz (the proptest properties are in `props`): random bytes
     /// and every truncation and byte flip of valid frames never panic.
     #[test]
     fn decode_never_panics() {
@@ -381,6 +381,183 @@ mod tests {
         }
         for id in [0i64, 1, 42, i64::MAX] {
             assert_eq!(parse_wire_id(&wire_id(id)), Some(id));
+        }
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "protocol",
+        "type",
+        "id",
+        "ok",
+        "body",
+        "error",
+        "code",
+        "message",
+        "request_id",
+        "event",
+        "op",
+        "reason",
+    ];
+    const STRINGS: &[&str] = &[
+        PROTOCOL,
+        "response",
+        "event",
+        "request",
+        "hello",
+        "cancel",
+        "shutdown",
+        "req_0",
+        "req_1",
+        "req_",
+        "req_-1",
+        "req_99999999999999999999",
+        "req_１",
+    ];
+
+    fn norm(v: &Value) -> Value {
+        serde_json::from_slice(&serde_json::to_vec(v).unwrap()).unwrap()
+    }
+
+    /// A frame object: the envelope keys usually right, the rest random.
+    fn frame() -> impl Strategy<Value = Value> {
+        (
+            json_with(KEYS, STRINGS),
+            prop::option::weighted(0.9, json_with(KEYS, STRINGS)),
+            prop::option::weighted(0.9, proptest::sample::select(STRINGS)),
+            prop::option::of(json_with(KEYS, STRINGS)),
+        )
+            .prop_map(|(base, id, kind, body)| {
+                let mut m = match base {
+                    Value::Object(m) => m,
+                    other => Map::from_iter([("body".to_owned(), other)]),
+                };
+                m.insert("protocol".into(), json!(PROTOCOL));
+                if let Some(kind) = kind {
+                    m.insert("type".into(), json!(kind));
+                }
+                if let Some(id) = id {
+                    m.insert("id".into(), id.clone());
+                    m.insert("request_id".into(), id);
+                }
+                if let Some(body) = body {
+                    m.insert("event".into(), body);
+                }
+                Value::Object(m)
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn decode_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = decode(&bytes);
+        }
+
+        #[test]
+        fn decode_never_panics_on_frame_objects(v in frame()) {
+            let _ = decode(&serde_json::to_vec(&v).unwrap());
+        }
+
+        #[test]
+        fn requests_round_trip(n in 0..=i64::MAX, op in "[a-z._/]{1,20}", body in prop::option::of(json_with(KEYS, STRINGS))) {
+            let bytes = VaiRpc.encode_request(n, &op, body.clone());
+            let want = Incoming::Request {
+                id: Id::Str(wire_id(n)),
+                method: op,
+                params: Some(body.as_ref().map_or(json!({}), norm)),
+            };
+            prop_assert_eq!(decode(&bytes).unwrap(), want);
+        }
+
+        #[test]
+        fn responses_round_trip(n in 0..=i64::MAX, body in json_with(KEYS, STRINGS)) {
+            let bytes = VaiRpc.encode_response(Id::Str(wire_id(n)), Ok(body.clone()));
+            prop_assert_eq!(decode(&bytes).unwrap(), Incoming::Response {
+                id: Some(n),
+                raw_id: format!("{:?}", wire_id(n)),
+                outcome: Ok(norm(&body)),
+            });
+        }
+
+        #[test]
+        fn error_responses_round_trip(
+            n in 0..=i64::MAX,
+            code in any::<i64>(),
+            message in any::<String>(),
+            string_code in prop::option::of("[a-z._]{1,20}"),
+        ) {
+            let data = string_code.as_ref().map(|c| json!({"code": c}));
+            let bytes = VaiRpc.encode_response(
+                Id::Str(wire_id(n)),
+                Err(ErrorObject { code, message: message.clone(), data }),
+            );
+            let want_code = string_code.unwrap_or_else(|| match code {
+                plugd_wire::codes::METHOD_NOT_FOUND => "protocol.unsupported_op".into(),
+                _ => "host.error".into(),
+            });
+            let Incoming::Response { id, outcome: Err(e), .. } = decode(&bytes).unwrap() else {
+                return Err(TestCaseError::fail("expected an error response"));
+            };
+            prop_assert_eq!(id, Some(n));
+            prop_assert_eq!(e.message, format!("{want_code}: {message}"));
+            prop_assert_eq!(e.data, Some(json!({"code": want_code})));
+        }
+
+        #[test]
+        fn events_round_trip(n in 0..=i64::MAX, event in prop::collection::btree_map("[a-z_]{1,8}", json_with(KEYS, STRINGS), 0..5)) {
+            let event = Value::Object(event.into_iter().collect());
+            let mut m = envelope("event");
+            m.insert("request_id".into(), json!(wire_id(n)));
+            m.insert("event".into(), event.clone());
+            prop_assert_eq!(decode(&to_vec(m)).unwrap(), Incoming::Event {
+                request_id: Some(n),
+                event: norm(&event),
+            });
+        }
+
+        #[test]
+        fn cancels_round_trip(n in 0..=i64::MAX, reason in any::<String>()) {
+            let bytes = VaiRpc.encode_cancel(n, &reason).unwrap();
+            let Incoming::Notification { method, params: Some(p) } = decode(&bytes).unwrap() else {
+                return Err(TestCaseError::fail("expected a cancel notification"));
+            };
+            prop_assert_eq!(method, "cancel");
+            prop_assert_eq!(&p["request_id"], &json!(wire_id(n)));
+            prop_assert_eq!(&p["reason"], &json!(reason.replace(' ', "_")));
+        }
+
+        #[test]
+        fn sniff_id_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = VaiRpc.sniff_id(&bytes);
+        }
+
+        #[test]
+        fn sniff_id_never_panics_on_id_like_prefixes(s in "(\\{|\"id\"|:| |\"|req_|[0-9]{1,3}|é|,)*") {
+            let _ = VaiRpc.sniff_id(s.as_bytes());
+        }
+
+        /// Every prefix of a seed-shaped response: the id once its closing
+        /// quote is in, nothing before.
+        #[test]
+        fn sniff_id_finds_the_response_id(
+            n in 0..=i64::MAX,
+            ws in "[ \t\n]{0,3}",
+            body in json_with(KEYS, STRINGS),
+        ) {
+            let head = format!(r#"{{"protocol":"vai.rpc.v1","type":"response","id":{ws}"{}""#, wire_id(n));
+            let frame = format!(r#"{head},"ok":true,"body":{body}}}"#);
+            for cut in 0..=frame.len() {
+                let got = VaiRpc.sniff_id(&frame.as_bytes()[..cut]);
+                prop_assert_eq!(got, (cut >= head.len()).then_some(n), "cut {}", cut);
+            }
         }
     }
 }
