@@ -208,6 +208,62 @@ fn a_blocking_hook_denies_the_tool_which_is_never_called() {
     assert!(mcp_calls(&log).is_empty(), "the tool was called");
 }
 
+/// `after_tool_result` can rewrite what the model sees of a tool's result, or
+/// block the turn before the result reaches the model.
+#[test]
+fn after_tool_result_rewrites_or_blocks_what_the_model_sees() {
+    let ws = Ws::new();
+    ws.misbehave("tk", "good", None, "");
+    approve(&ws, "tk");
+    let module = repo().join("tests/plugins/agent/result-guard.mjs");
+    let guard = format!(
+        "plugins:\n  custom:\n    - {{name: result-guard, module: \"{}\", priority: 10, blocking: true}}\n",
+        module.display()
+    );
+    scripted(
+        &ws,
+        json!([
+            {"tool_calls": [{"name": "tk_echo", "arguments": {"token": "secret-123"}}]},
+            {"text": "done"}
+        ]),
+        &guard,
+    );
+    let (v, out) = run_json(&ws, "fetch the token", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let call = &v["tool_calls"][0];
+    assert_eq!(
+        call["args"],
+        json!({"token": "secret-123"}),
+        "the tool got the real args: {v}"
+    );
+    assert_eq!(
+        call["result"],
+        json!({"redacted": true}),
+        "the model saw the rewrite: {v}"
+    );
+    assert!(v["notices"].to_string().contains("RESULT_REDACTED"), "{v}");
+
+    scripted(
+        &ws,
+        json!([
+            {"tool_calls": [{"name": "tk_echo", "arguments": {"block": true}}]},
+            {"text": "never reached"}
+        ]),
+        &guard,
+    );
+    let (v, out) = run_json(&ws, "try the blocked one", &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a blocked turn exits 3: {}",
+        stderr(&out)
+    );
+    assert_eq!(v["status"], "blocked", "{v}");
+    assert_eq!(v["blocked_at"], "after_tool_result", "{v}");
+    assert_eq!(v["reply"], Value::Null, "{v}");
+    assert!(v["notices"].to_string().contains("RESULT_BLOCKED"), "{v}");
+}
+
 #[test]
 fn modifying_hooks_run_in_priority_order_and_the_tool_gets_their_args() {
     let ws = Ws::new();
