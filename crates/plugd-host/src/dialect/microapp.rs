@@ -654,7 +654,7 @@ mod tests {
 #[cfg(test)]
 mod props {
     use super::*;
-    use crate::test_json::json_with;
+    use crate::test_json::jsonrpc_frame;
     use proptest::prelude::*;
 
     const KEYS: &[&str] = &["method", "app_id", "message", "vote", "decision"];
@@ -667,29 +667,8 @@ mod props {
         "hook.vote",
     ];
 
-    /// A JSON-RPC frame: usually a notification of a method this envelope
-    /// maps, sometimes with an id (a request or a response).
-    fn frame() -> impl Strategy<Value = Value> {
-        (
-            proptest::sample::select(STRINGS),
-            json_with(KEYS, STRINGS),
-            prop::option::weighted(0.2, json_with(KEYS, STRINGS)),
-            prop::option::weighted(0.1, json_with(KEYS, STRINGS)),
-        )
-            .prop_map(|(method, params, id, result)| {
-                let mut m = serde_json::Map::new();
-                m.insert("jsonrpc".into(), json!("2.0"));
-                m.insert("method".into(), json!(method));
-                m.insert("params".into(), params);
-                if let Some(id) = id {
-                    m.insert("id".into(), id);
-                }
-                if let Some(result) = result {
-                    m.remove("method");
-                    m.insert("result".into(), result);
-                }
-                Value::Object(m)
-            })
+    fn frame() -> BoxedStrategy<Value> {
+        jsonrpc_frame(STRINGS, KEYS, STRINGS)
     }
 
     proptest! {
