@@ -11,6 +11,7 @@
 //!   graceful shutdown, handles that survive restarts.
 
 pub mod dialect;
+pub mod launch;
 pub mod native;
 pub mod native_llm;
 pub mod peer;
@@ -21,6 +22,7 @@ pub mod supervisor;
 #[cfg(test)]
 mod test_json;
 
+pub use launch::Launch;
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{

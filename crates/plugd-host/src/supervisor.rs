@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::dialect::{self, CallContext, HostServices};
+use crate::launch::Launch;
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CallError, Closed, Peer, PeerConfig, PeerStats};
 use crate::spawn::{self, ProcessHandle, SpawnError, SpawnSpec};
@@ -92,10 +93,12 @@ impl HostConfig {
 /// What the runtime around the supervisor wants to know and decide.
 pub trait Observer: Send + Sync + 'static {
     /// Called before every start; an `Err` refuses the start with that reason
-    /// (e.g. the plugin lost its approval).
-    fn may_start(&self, spec: &PluginSpec) -> Result<(), String> {
+    /// (e.g. the plugin lost its approval). `Ok` carries what the host decided
+    /// for this start ([`Launch`]: configuration, containment, secrets to
+    /// scrub).
+    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
         let _ = spec;
-        Ok(())
+        Ok(Launch::default())
     }
     /// Called after each successful handshake.
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -229,6 +232,8 @@ pub struct Conn {
     pub services: HostServices,
     /// The dialect's per-connection state, from [`dialect::Setup::state`].
     pub state: Option<dialect::DialectState>,
+    /// What the host decided for this start (configuration, containment).
+    pub launch: Arc<Launch>,
     started: Instant,
 }
 
@@ -590,12 +595,15 @@ impl SupInner {
     async fn launch(self: &Arc<Self>) -> Result<Arc<Conn>, PluginError> {
         let spec = &self.spec;
         let plugin = spec.id.clone();
-        self.observer
-            .may_start(spec)
-            .map_err(|reason| PluginError::Refused {
-                plugin: plugin.clone(),
-                reason,
-            })?;
+        let launch =
+            Arc::new(
+                self.observer
+                    .may_start(spec)
+                    .map_err(|reason| PluginError::Refused {
+                        plugin: plugin.clone(),
+                        reason,
+                    })?,
+            );
         let spawned = spawn::spawn(&SpawnSpec {
             plugin_id: plugin.clone(),
             program: spec.command.program.clone(),
@@ -696,6 +704,7 @@ impl SupInner {
             spec,
             &self.services,
             dialect_state.as_ref(),
+            &launch,
             init_timeout,
         )
         .await
@@ -712,6 +721,7 @@ impl SupInner {
                     spec: spec.clone(),
                     services: self.services.clone(),
                     state: dialect_state,
+                    launch,
                     started: Instant::now(),
                 }))
             }

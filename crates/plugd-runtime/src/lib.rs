@@ -26,7 +26,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use plugd_host::dialect::{CallContext, HostServices};
-use plugd_host::{CallToolError, Handshake, HostConfig, Observer, Status, Supervised, ToolDef};
+use plugd_host::{
+    CallToolError, Handshake, HostConfig, Launch, Observer, Status, Supervised, ToolDef,
+};
 use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
@@ -140,7 +142,7 @@ struct TrustObserver {
 }
 
 impl Observer for TrustObserver {
-    fn may_start(&self, spec: &PluginSpec) -> Result<(), String> {
+    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
         let approval = self
             .store
             .approval(&spec.id)
@@ -158,7 +160,7 @@ impl Observer for TrustObserver {
                 approval.digest, spec.id
             ));
         }
-        Ok(())
+        Ok(Launch::default())
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {

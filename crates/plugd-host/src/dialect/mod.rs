@@ -27,6 +27,7 @@ use plugd_manifest::{Dialect, PluginSpec};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::launch::Launch;
 use crate::native::{self, Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CancelPolicy, Handler, NoHandler, Peer};
 use crate::protocol::Protocol;
@@ -128,17 +129,18 @@ pub fn setup(
 }
 
 /// The handshake; validates identity and the tool catalog. `state` is the
-/// connection state [`setup`] returned.
+/// connection state [`setup`] returned; `launch` carries the configuration.
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     services: &HostServices,
     state: Option<&DialectState>,
+    launch: &Launch,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     match spec.dialect {
         Dialect::Microapp => microapp::handshake(peer, spec, services, timeout).await,
-        Dialect::Salmex => salmex::handshake(peer, spec, services, timeout).await,
+        Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
         _ => native::initialize(peer, spec, timeout).await,

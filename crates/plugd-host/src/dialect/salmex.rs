@@ -309,12 +309,17 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     _services: &HostServices,
+    launch: &crate::launch::Launch,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    let config = spec
-        .salmex
-        .as_ref()
-        .map_or_else(|| json!({}), |s| s.default_config());
+    // The stored configuration when the host has one, else the defaults.
+    let config = if launch.config.is_null() {
+        spec.salmex
+            .as_ref()
+            .map_or_else(|| json!({}), |s| s.default_config())
+    } else {
+        launch.config.clone()
+    };
     let params = json!({"protocolVersion": SALMEX_PROTOCOL_VERSION, "config": config});
     let reply = guarded_call(peer, None, "initialize", params, timeout, None).await?;
     let handshake = check_initialize_reply(spec, &reply)?;

@@ -1,0 +1,55 @@
+//! What the host decides for one start of a plugin, beyond its manifest.
+//!
+//! The runtime computes a [`Launch`] in [`crate::Observer::may_start`] right
+//! before every spawn (approval, signatures, configuration, containment are
+//! all checked there), and the supervisor applies it: the spawn gets the
+//! containment, the dialect's handshake gets the configuration, and the
+//! stderr tail is scrubbed of the secret values. A running connection keeps
+//! the launch it was started with ([`crate::Conn::launch`]).
+
+use serde_json::Value;
+
+/// The host's decisions for one start of a plugin.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// The plugin's effective configuration, secrets decrypted, as the
+    /// dialect's handshake sends it (Salmex `initialize.config`). `Null`:
+    /// none stored (the dialect falls back to the manifest's defaults).
+    pub config: Value,
+    /// Values that must never leave the host in clear: scrubbed from stderr
+    /// tails, crash reports and logs (the decrypted secrets).
+    pub redact: Vec<String>,
+}
+
+impl Launch {
+    /// `text` with every [`Launch::redact`] value replaced by `••••`.
+    pub fn scrub(&self, text: &str) -> String {
+        scrub(text, &self.redact)
+    }
+}
+
+/// `text` with every non-empty value of `secrets` replaced by `••••`
+/// (longest first, so a secret that contains another is hidden whole).
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut sorted: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut out = text.to_owned();
+    for s in sorted {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), "••••");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scrub_hides_every_secret_longest_first() {
+        let secrets = vec!["abc".to_owned(), "abcdef".to_owned(), String::new()];
+        assert_eq!(scrub("x abcdef y abc z", &secrets), "x •••• y •••• z");
+        assert_eq!(scrub("nothing here", &secrets), "nothing here");
+    }
+}
