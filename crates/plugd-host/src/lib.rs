@@ -10,6 +10,7 @@
 //! * [`supervisor`]: lazy/eager start, crash detection, restart with backoff,
 //!   graceful shutdown, handles that survive restarts.
 
+pub mod bus;
 pub mod dialect;
 pub mod launch;
 pub mod native;
