@@ -43,6 +43,8 @@ const MIGRATIONS: &[&str] = &[
     crate::outbox::MIGRATION,
     // 4: agent sessions and their transcripts (see `crate::sessions`).
     crate::sessions::MIGRATION,
+    // 5: long-term agent memory with its FTS5 index (see `crate::memory`).
+    crate::memory::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

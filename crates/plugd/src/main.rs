@@ -8,6 +8,7 @@
 mod agent_cmd;
 mod bench;
 mod hook_cmd;
+mod memory_cmd;
 mod outbox_cmd;
 mod remote;
 
@@ -64,6 +65,9 @@ enum Command {
     Run(agent_cmd::RunArgs),
     /// Chat with the agent: one turn per stdin line, replies streamed.
     Chat(agent_cmd::ChatArgs),
+    /// The agents' long-term memory (what plugins recall through memory.recall).
+    #[command(subcommand)]
+    Memory(memory_cmd::MemoryCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -325,6 +329,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
+        Command::Memory(c) => memory_cmd::run(rt, c)?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }

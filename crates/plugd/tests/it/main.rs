@@ -11,6 +11,7 @@ mod hostile;
 mod http;
 mod llm;
 mod mcp;
+mod memory;
 mod microapp;
 mod outbox;
 mod salmex;

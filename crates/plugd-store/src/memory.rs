@@ -1,0 +1,325 @@
+//! Long-term agent memory with full-text search (SQLite FTS5): what
+//! `memory.recall` (nexo contract §5.2) and `plugd memory` read and write.
+//!
+//! Entries belong to one agent and are searched only within it. A query is
+//! cut into words and matched as "any of them", best match first (BM25), so
+//! user text with quotes, operators or punctuation can never be a syntax
+//! error.
+//!
+//! **API boundary:** plain data in and out ([`MemoryEntry`]); nothing
+//! SQLite-specific leaks.
+
+use rusqlite::{TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Schema step: memory entries and their FTS5 index (external content, kept
+/// in step by triggers).
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE memories (
+        seq        INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,
+        agent_id   TEXT NOT NULL,
+        content    TEXT NOT NULL,
+        tags       TEXT NOT NULL DEFAULT '[]',
+        created_at TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX memories_by_agent ON memories (agent_id, seq);
+    CREATE VIRTUAL TABLE memories_fts USING fts5(
+        content, tags, content='memories', content_rowid='seq',
+        tokenize='unicode61 remove_diacritics 2'
+    );
+    CREATE TRIGGER memories_ai AFTER INSERT ON memories BEGIN
+        INSERT INTO memories_fts (rowid, content, tags) VALUES (new.seq, new.content, new.tags);
+    END;
+    CREATE TRIGGER memories_ad AFTER DELETE ON memories BEGIN
+        INSERT INTO memories_fts (memories_fts, rowid, content, tags)
+            VALUES ('delete', old.seq, old.content, old.tags);
+    END;
+";
+
+/// Results returned when a caller gives no limit (§5.2).
+pub const DEFAULT_RECALL_LIMIT: usize = 10;
+/// Hard cap on results, whatever the caller asks (§5.2).
+pub const MAX_RECALL_LIMIT: usize = 1000;
+/// Longest entry content, in bytes.
+pub const MAX_MEMORY_BYTES: usize = 64 * 1024;
+/// Most tags on one entry.
+pub const MAX_TAGS: usize = 32;
+/// Longest tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 64;
+/// Longest agent id.
+pub const MAX_AGENT_ID_LEN: usize = 128;
+/// Most words of a query used for matching (the rest are ignored).
+const MAX_QUERY_TERMS: usize = 32;
+
+/// One memory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEntry {
+    /// Its id (`mem_` and 16 hex digits).
+    pub id: String,
+    /// The agent it belongs to.
+    pub agent_id: String,
+    /// What to remember.
+    pub content: String,
+    /// Free-form labels (also searched).
+    pub tags: Vec<String>,
+    /// When it was stored (RFC 3339).
+    pub created_at: String,
+}
+
+fn invalid(what: String, problem: &'static str) -> StoreError {
+    StoreError::Invalid { what, problem }
+}
+
+/// Whether `id` is an acceptable agent id: 1-128 of `[A-Za-z0-9_.:-]`.
+pub fn valid_agent_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_AGENT_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
+}
+
+fn check_agent(agent_id: &str) -> Result<(), StoreError> {
+    if valid_agent_id(agent_id) {
+        Ok(())
+    } else {
+        Err(invalid(
+            format!("agent id {:?}", clip(agent_id)),
+            "use 1-128 characters of letters, digits, '-', '_', '.' and ':'",
+        ))
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// The FTS5 query for `text`: each word quoted, joined with OR; `None` when
+/// the text has no word at all.
+fn match_expr(text: &str) -> Option<String> {
+    let words: Vec<String> = text
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(MAX_QUERY_TERMS)
+        .map(|w| format!("\"{w}\""))
+        .collect();
+    (!words.is_empty()).then(|| words.join(" OR "))
+}
+
+fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<MemoryEntry> {
+    let tags: String = r.get(3)?;
+    Ok(MemoryEntry {
+        id: r.get(0)?,
+        agent_id: r.get(1)?,
+        content: r.get(2)?,
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+        created_at: r.get(4)?,
+    })
+}
+
+impl Store {
+    /// Stores a memory for `agent_id`.
+    pub fn memory_add(
+        &self,
+        agent_id: &str,
+        content: &str,
+        tags: &[String],
+    ) -> Result<MemoryEntry, StoreError> {
+        check_agent(agent_id)?;
+        if content.trim().is_empty() {
+            return Err(invalid(
+                "memory content".into(),
+                "it is empty; say what to remember",
+            ));
+        }
+        if content.len() > MAX_MEMORY_BYTES {
+            return Err(invalid(
+                format!("memory content of {} bytes", content.len()),
+                "it is over the 64 KiB limit; store a shorter text",
+            ));
+        }
+        if tags.len() > MAX_TAGS {
+            return Err(invalid(format!("{} tags", tags.len()), "at most 32 tags"));
+        }
+        if let Some(t) = tags
+            .iter()
+            .find(|t| t.trim().is_empty() || t.len() > MAX_TAG_BYTES)
+        {
+            return Err(invalid(
+                format!("tag {:?}", clip(t)),
+                "tags are 1-64 bytes and not blank",
+            ));
+        }
+        let tags_json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
+        let now = crate::now_rfc3339();
+        let action = || format!("store a memory for agent {agent_id:?}");
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.query_error(action(), e))?;
+        let stored = tx
+            .query_row(
+                "INSERT INTO memories (id, agent_id, content, tags, created_at)
+                 VALUES ('mem_' || lower(hex(randomblob(8))), ?1, ?2, ?3, ?4)
+                 RETURNING id, agent_id, content, tags, created_at",
+                params![agent_id, content, tags_json, now],
+                entry,
+            )
+            .map_err(|e| self.query_error(action(), e))?;
+        tx.commit().map_err(|e| self.query_error(action(), e))?;
+        Ok(stored)
+    }
+
+    /// The entries of `agent_id` that match any word of `query`, best first;
+    /// at most `limit` (default [`DEFAULT_RECALL_LIMIT`], capped at
+    /// [`MAX_RECALL_LIMIT`]). A query without words matches nothing.
+    pub fn memory_search(
+        &self,
+        agent_id: &str,
+        query: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<MemoryEntry>, StoreError> {
+        check_agent(agent_id)?;
+        let limit = limit.unwrap_or(DEFAULT_RECALL_LIMIT).min(MAX_RECALL_LIMIT);
+        let Some(expr) = match_expr(query) else {
+            return Ok(Vec::new());
+        };
+        let action = || format!("search the memories of agent {agent_id:?}");
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT m.id, m.agent_id, m.content, m.tags, m.created_at
+                 FROM memories_fts f JOIN memories m ON m.seq = f.rowid
+                 WHERE memories_fts MATCH ?1 AND m.agent_id = ?2
+                 ORDER BY bm25(memories_fts), m.seq DESC
+                 LIMIT ?3",
+            )
+            .map_err(|e| self.query_error(action(), e))?;
+        let rows = stmt
+            .query_map(params![expr, agent_id, limit as i64], entry)
+            .and_then(Iterator::collect)
+            .map_err(|e| self.query_error(action(), e))?;
+        Ok(rows)
+    }
+
+    /// The newest entries of `agent_id`, newest first, at most `limit`
+    /// (capped at [`MAX_RECALL_LIMIT`]).
+    pub fn memory_list(
+        &self,
+        agent_id: &str,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StoreError> {
+        check_agent(agent_id)?;
+        let action = || format!("list the memories of agent {agent_id:?}");
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, agent_id, content, tags, created_at FROM memories
+                 WHERE agent_id = ?1 ORDER BY seq DESC LIMIT ?2",
+            )
+            .map_err(|e| self.query_error(action(), e))?;
+        let rows = stmt
+            .query_map(params![agent_id, limit.min(MAX_RECALL_LIMIT) as i64], entry)
+            .and_then(Iterator::collect)
+            .map_err(|e| self.query_error(action(), e))?;
+        Ok(rows)
+    }
+
+    /// Deletes memory `id`; `false` when there was none.
+    pub fn memory_delete(&self, id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .lock()
+            .execute("DELETE FROM memories WHERE id = ?1", params![id])
+            .map_err(|e| self.query_error(format!("delete memory {:?}", clip(id)), e))?;
+        Ok(n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        (dir, store)
+    }
+
+    #[test]
+    fn search_is_scoped_ranked_and_capped() {
+        let (_d, s) = store();
+        s.memory_add("a1", "user prefers concise answers", &["preference".into()])
+            .unwrap();
+        s.memory_add("a1", "the deploy runs on Fridays", &[])
+            .unwrap();
+        s.memory_add("a2", "user prefers long answers", &[])
+            .unwrap();
+        let hits = s.memory_search("a1", "concise answers?", None).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].content, "user prefers concise answers");
+        assert_eq!(hits[0].tags, vec!["preference".to_string()]);
+        assert!(hits[0].id.starts_with("mem_"));
+        // Tags are searched too; other agents' entries never show.
+        assert_eq!(s.memory_search("a1", "preference", None).unwrap().len(), 1);
+        assert_eq!(s.memory_search("a2", "concise", None).unwrap().len(), 0);
+        for i in 0..20 {
+            s.memory_add("a3", &format!("note {i} about cats"), &[])
+                .unwrap();
+        }
+        assert_eq!(s.memory_search("a3", "cats", None).unwrap().len(), 10);
+        assert_eq!(s.memory_search("a3", "cats", Some(5000)).unwrap().len(), 20);
+        assert_eq!(
+            s.memory_list("a3", 3).unwrap()[0].content,
+            "note 19 about cats"
+        );
+    }
+
+    #[test]
+    fn query_syntax_never_errors() {
+        let (_d, s) = store();
+        s.memory_add("a", "alpha beta", &[]).unwrap();
+        for q in [
+            "\"",
+            "alpha\" OR",
+            "NEAR(",
+            "*",
+            "a:b",
+            ")",
+            "-alpha",
+            "",
+            "   ",
+            "ümlaut",
+        ] {
+            s.memory_search("a", q, None).unwrap();
+        }
+        assert_eq!(s.memory_search("a", "\"alpha\"", None).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn bad_input_is_refused_with_a_reason() {
+        let (_d, s) = store();
+        let e = s.memory_add("bad agent", "x", &[]).unwrap_err().to_string();
+        assert!(e.contains("agent id"), "{e}");
+        assert!(s.memory_add("a", "  ", &[]).is_err());
+        assert!(
+            s.memory_add("a", &"x".repeat(MAX_MEMORY_BYTES + 1), &[])
+                .is_err()
+        );
+        assert!(s.memory_add("a", "x", &["".into()]).is_err());
+        assert!(s.memory_add("a", "x", &vec!["t".to_string(); 33]).is_err());
+        assert!(s.memory_search("", "x", None).is_err());
+    }
+
+    #[test]
+    fn deleted_entries_leave_the_index() {
+        let (_d, s) = store();
+        let e = s.memory_add("a", "forget me", &[]).unwrap();
+        assert!(s.memory_delete(&e.id).unwrap());
+        assert!(!s.memory_delete(&e.id).unwrap());
+        assert!(s.memory_search("a", "forget", None).unwrap().is_empty());
+    }
+}
