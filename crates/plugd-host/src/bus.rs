@@ -44,6 +44,10 @@ pub struct Event {
     /// What it carries.
     #[serde(default)]
     pub payload: Value,
+    /// Other fields publishers send (`correlation_id`, `metadata`), kept as
+    /// they are.
+    #[serde(default, flatten)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 impl Event {
@@ -57,6 +61,7 @@ impl Event {
             source: source.into(),
             session_id: None,
             payload,
+            extra: serde_json::Map::new(),
         }
     }
 

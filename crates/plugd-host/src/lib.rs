@@ -14,6 +14,7 @@ pub mod bus;
 pub mod dialect;
 pub mod launch;
 pub mod native;
+pub mod native_host;
 pub mod native_llm;
 pub mod peer;
 pub mod protocol;

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use plugd_wire::{ErrorObject, Frame, FrameDecoder, Framing};
+use plugd_wire::{ErrorObject, Frame, FrameDecoder, Framing, Id};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -48,6 +48,50 @@ const MAX_CANCELLED: usize = 4096;
 /// The future a [`Handler`] returns for a child-to-host request.
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
 
+/// A child-to-host request as it arrived, with a way to talk back while it
+/// is served.
+#[derive(Debug)]
+pub struct Request {
+    /// The child's id (echoed in the response; streams correlate their
+    /// notifications with it, e.g. `llm.complete.delta {request_id}`).
+    pub id: Id,
+    /// Method.
+    pub method: String,
+    /// Parameters.
+    pub params: Option<Value>,
+    /// Notifications to the child while the request is served.
+    pub notifier: Notifier,
+}
+
+/// Sends notifications to the child for one request being served: each waits
+/// for room in the queue (a stream's pieces are never shed) and all of them
+/// go out before the request's response.
+#[derive(Clone)]
+pub struct Notifier {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Notifier")
+    }
+}
+
+impl Notifier {
+    /// Queues a notification, waiting for room; `false` once the connection
+    /// is gone.
+    pub async fn send(&self, method: &str, params: Option<Value>) -> bool {
+        let Some(inner) = self.inner.upgrade() else {
+            return false;
+        };
+        let protocol = &*inner.config.protocol;
+        let frame = frame(protocol, protocol.encode_notification(method, params));
+        let out = inner.out.clone();
+        drop(inner);
+        out.send(frame).await.is_ok()
+    }
+}
+
 /// Serves what the child sends to the host.
 pub trait Handler: Send + Sync + 'static {
     /// A child-to-host request; runs on its own task.
@@ -59,6 +103,12 @@ pub trait Handler: Send + Sync + 'static {
                 format!("method not found: {method}"),
             ))
         })
+    }
+
+    /// A child-to-host request with its id and a [`Notifier`]; by default
+    /// [`Handler::request`]. Override it to stream to the child while serving.
+    fn handle(&self, request: Request) -> HandlerFuture {
+        self.request(request.method, request.params)
     }
 
     /// A child-to-host notification; must not block.
@@ -682,7 +732,14 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
             }
         }
         Ok(Incoming::Request { id, method, params }) => {
-            let fut = handler.request(method, params);
+            let fut = handler.handle(Request {
+                id: id.clone(),
+                method,
+                params,
+                notifier: Notifier {
+                    inner: Arc::downgrade(inner),
+                },
+            });
             let inner = inner.clone();
             tokio::spawn(async move {
                 let outcome = fut.await;

@@ -13,6 +13,7 @@
 pub mod agent;
 pub mod config;
 pub mod hooks;
+mod host_api;
 pub mod llm;
 pub mod outbox;
 pub mod registry;
@@ -119,6 +120,9 @@ pub struct PluginInfo {
     pub warnings: Vec<String>,
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
+    /// Broker traffic since this runtime opened: events published, publishes
+    /// dropped (outside the allowlist), events delivered and shed.
+    pub broker: Option<plugd_host::native_host::BrokerStats>,
     /// The dialect-specific part of the declaration (native extends and
     /// channels, Salmex config schema, VAI exports with their permissions,
     /// microapp capabilities, MCP entry).
@@ -205,6 +209,7 @@ struct RtInner {
     broken: Vec<BrokenPlugin>,
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
+    api: Arc<host_api::RuntimeApi>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -229,7 +234,9 @@ impl Runtime {
             registry: registry.clone(),
         });
         let config = Arc::new(config);
-        let services = HostServices::for_workspace(&dir);
+        let api = Arc::new(host_api::RuntimeApi::new(store.clone()));
+        let mut services = HostServices::for_workspace(&dir);
+        services.api = Some(api.clone());
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
         for (id, spec) in discovery.plugins {
@@ -249,7 +256,7 @@ impl Runtime {
             digests.insert(id.clone(), digest);
             plugins.insert(id, supervised);
         }
-        Ok(Runtime {
+        let runtime = Runtime {
             inner: Arc::new(RtInner {
                 dir,
                 store,
@@ -257,8 +264,23 @@ impl Runtime {
                 broken: discovery.broken,
                 registry,
                 digests: Mutex::new(digests),
+                api,
             }),
-        })
+        };
+        runtime.inner.api.bind(&runtime);
+        Ok(runtime)
+    }
+
+    /// The bus plugins publish on and receive from (`broker.publish`,
+    /// `broker.event`).
+    pub fn bus(&self) -> Arc<dyn plugd_host::bus::Bus> {
+        self.inner.api.local_bus().clone()
+    }
+
+    /// Broker traffic counters of plugin `id` since this runtime opened
+    /// (`None` before its first broker activity).
+    pub fn broker_stats(&self, id: &str) -> Option<plugd_host::native_host::BrokerStats> {
+        self.inner.api.counters_of(id).map(|c| c.snapshot())
     }
 
     /// The workspace directory.
@@ -379,6 +401,7 @@ impl Runtime {
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
             stats: sup.stats(),
+            broker: self.broker_stats(id),
             details: serde_json::to_value(&**spec)
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
@@ -513,6 +536,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         start: None,
         warnings: Vec::new(),
         stats: None,
+        broker: None,
         details: Value::Null,
     }
 }

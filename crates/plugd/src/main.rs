@@ -599,6 +599,12 @@ fn print_plugin_detail(p: &PluginInfo) {
             s.shed_notifications, s.junk_frames, s.unknown_ids, s.oversized_frames
         );
     }
+    if let Some(b) = &p.broker {
+        println!(
+            "broker:    published={} dropped={} delivered={} shed={}",
+            b.published, b.dropped, b.delivered, b.shed
+        );
+    }
     if let Some(exports) = p.details.get("exports").and_then(Value::as_array) {
         println!("exports:");
         for e in exports {

@@ -29,7 +29,8 @@ use tokio::sync::mpsc;
 
 use crate::launch::Launch;
 use crate::native::{self, Handshake, HandshakeError, ToolDef, ToolError};
-use crate::peer::{CancelPolicy, Handler, NoHandler, Peer};
+use crate::native_host::{self, HostApi, NativeHost, NativeState};
+use crate::peer::{CancelPolicy, Handler, Peer};
 use crate::protocol::Protocol;
 use crate::supervisor::Conn;
 
@@ -61,6 +62,9 @@ pub struct HostServices {
     pub workspace: PathBuf,
     /// Root of per-plugin state directories (`DIR/.plugd/state`).
     pub state_root: PathBuf,
+    /// The runtime's services for native plugins (broker, memory, LLM);
+    /// `None`: every such request answers `-32603`.
+    pub api: Option<Arc<dyn HostApi>>,
 }
 
 impl std::fmt::Debug for HostServices {
@@ -77,6 +81,7 @@ impl HostServices {
         HostServices {
             workspace: dir.to_path_buf(),
             state_root: dir.join(".plugd").join("state"),
+            api: None,
         }
     }
 
@@ -118,12 +123,13 @@ pub fn setup(
         Dialect::Salmex => salmex::setup(spec, services, catalog_changed),
         Dialect::Vai => vai::setup(spec, services, catalog_changed),
         Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
-        // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call.
+        // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
+        // the plugin's own requests go to the host services.
         _ => Setup {
             protocol: Arc::new(crate::native_llm::NativeProtocol),
-            handler: Arc::new(NoHandler),
+            handler: Arc::new(NativeHost::new(spec.clone(), services.api.clone())),
             cancel: None,
-            state: None,
+            state: Some(Arc::new(NativeState::default())),
         },
     }
 }
@@ -143,7 +149,13 @@ pub async fn handshake(
         Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
-        _ => native::initialize(peer, spec, timeout).await,
+        _ => {
+            let handshake = native::initialize(peer, spec, timeout).await?;
+            if let Some(native) = state.and_then(|s| s.downcast_ref::<NativeState>()) {
+                native_host::attach(peer, spec, services.api.as_ref(), native);
+            }
+            Ok(handshake)
+        }
     }
 }
 

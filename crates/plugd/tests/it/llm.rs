@@ -32,12 +32,12 @@ use crate::support::{Ws, quick, repo};
 // ---------------------------------------------------------------------------
 
 #[derive(Default)]
-struct Seen {
+pub(crate) struct Seen {
     bodies: Vec<Value>,
     auth: Vec<Option<String>>,
 }
 
-type Shared = Arc<Mutex<Seen>>;
+pub(crate) type Shared = Arc<Mutex<Seen>>;
 
 fn latest_user(body: &Value) -> String {
     body["messages"]
@@ -207,7 +207,7 @@ async fn completions(State(seen): State<Shared>, headers: HeaderMap, body: Strin
 }
 
 /// Starts the double on 127.0.0.1; returns its base URL and what it saw.
-async fn double() -> (String, Shared) {
+pub(crate) async fn double() -> (String, Shared) {
     let seen: Shared = Arc::default();
     let app = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(completions))

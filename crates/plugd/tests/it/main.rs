@@ -3,6 +3,7 @@
 //! One test binary, so the workspace links it once.
 
 mod agent;
+mod broker;
 mod cli;
 mod ctl;
 mod dexto;

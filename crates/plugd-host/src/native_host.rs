@@ -1,0 +1,627 @@
+//! The host side of the nexo contract's services for native plugins: the
+//! broker bridge (§5.1 `broker.event`, §5.4 `broker.publish`, §6 allowlist,
+//! §8 shedding) and the child-to-host requests `memory.recall` (§5.2) and
+//! `llm.complete` with `llm.complete.delta` streaming (§5.3).
+//!
+//! **Architecture invariant**: this module checks what crosses the boundary
+//! (parameters, topics, capabilities, identity) and maps outcomes to the
+//! contract's error codes; the services themselves (the store, the LLM
+//! providers, the bus) are the runtime's, behind [`HostApi`].
+//!
+//! A plugin may use a service only when its manifest asks for it in
+//! `[plugin.requires] nexo_capabilities`: `broker` for the bus, `memory` for
+//! `memory.recall`, `llm` for `llm.complete`. Each request is served on its
+//! own task with its own deadline, so a slow LLM never delays a tool reply.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plugd_manifest::PluginSpec;
+use plugd_wire::{ErrorObject, codes};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::bus::{Allowlist, Bus, Delivery, Event, Sink, SubscriptionGuard, check_subject};
+use crate::peer::{Handler, HandlerFuture, Peer, Request};
+
+/// Capability that grants the broker bridge.
+pub const CAP_BROKER: &str = "broker";
+/// Capability that grants `memory.recall`.
+pub const CAP_MEMORY: &str = "memory";
+/// Capability that grants `llm.complete`.
+pub const CAP_LLM: &str = "llm";
+
+/// `memory.recall` deadline.
+pub const MEMORY_RECALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// `llm.complete` deadline (`NEXO_PLUGIN_LLM_TIMEOUT_MS` overrides both).
+pub const LLM_COMPLETE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `llm.complete` deadline when streaming.
+pub const LLM_STREAM_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `limit` when a `memory.recall` gives none (§5.2).
+pub const DEFAULT_RECALL_LIMIT: u64 = 10;
+/// Hard cap on `memory.recall` `limit` (§5.2).
+pub const MAX_RECALL_LIMIT: u64 = 1000;
+/// `max_tokens` when an `llm.complete` gives none (§5.3).
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// `temperature` when an `llm.complete` gives none (§5.3).
+pub const DEFAULT_TEMPERATURE: f32 = 0.7;
+
+/// What a host service returns.
+pub type ApiFuture<T> = Pin<Box<dyn Future<Output = Result<T, ServiceError>> + Send>>;
+
+/// Why a host service failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The service is not set up (`-32603`, e.g. "memory disabled", "llm not configured").
+    #[error("{0}")]
+    NotConfigured(String),
+    /// The service failed (`-32603`).
+    #[error("{0}")]
+    Failed(String),
+    /// The parameters were refused by the service (`-32602`).
+    #[error("{0}")]
+    InvalidParams(String),
+    /// The provider answered with tool calls only (`-32601`, §5.3).
+    #[error("the provider returned tool calls instead of text; llm.complete supports text only")]
+    ToolCallsOnly,
+}
+
+impl ServiceError {
+    fn into_error(self) -> ErrorObject {
+        let code = match &self {
+            ServiceError::InvalidParams(_) => codes::INVALID_PARAMS,
+            ServiceError::ToolCallsOnly => codes::METHOD_NOT_FOUND,
+            _ => codes::INTERNAL_ERROR,
+        };
+        ErrorObject::new(code, self.to_string())
+    }
+}
+
+/// One message of an `llm.complete` request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteMessage {
+    /// `system`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+/// An `llm.complete` request, checked and with defaults applied.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompleteRequest {
+    /// Provider name.
+    pub provider: String,
+    /// Model name.
+    pub model: String,
+    /// The conversation (never empty).
+    pub messages: Vec<CompleteMessage>,
+    /// Output budget.
+    pub max_tokens: u32,
+    /// Sampling temperature.
+    pub temperature: f32,
+    /// Optional system prompt.
+    pub system_prompt: Option<String>,
+}
+
+/// Token counts of a completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteUsage {
+    /// Input tokens.
+    pub prompt_tokens: u64,
+    /// Output tokens.
+    pub completion_tokens: u64,
+}
+
+/// A finished completion.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Completion {
+    /// The whole text.
+    pub content: String,
+    /// `stop`, `length`, `tool_use` or `other:<reason>`.
+    pub finish_reason: String,
+    /// Token counts.
+    pub usage: CompleteUsage,
+}
+
+/// Counters of one plugin's broker traffic (shown by `plugd plugin show`).
+#[derive(Debug, Default)]
+pub struct BrokerCounters {
+    /// Events the plugin published that reached the bus.
+    pub published: AtomicU64,
+    /// Publishes dropped because the topic is outside the plugin's allowlist
+    /// or the event was malformed.
+    pub dropped: AtomicU64,
+    /// `broker.event` notifications queued for the plugin.
+    pub delivered: AtomicU64,
+    /// `broker.event` notifications shed because its queue was full (§8).
+    pub shed: AtomicU64,
+}
+
+/// A snapshot of [`BrokerCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct BrokerStats {
+    /// Events published.
+    pub published: u64,
+    /// Publishes dropped.
+    pub dropped: u64,
+    /// Events delivered.
+    pub delivered: u64,
+    /// Events shed.
+    pub shed: u64,
+}
+
+impl BrokerCounters {
+    /// The current values.
+    pub fn snapshot(&self) -> BrokerStats {
+        BrokerStats {
+            published: self.published.load(Ordering::Relaxed),
+            dropped: self.dropped.load(Ordering::Relaxed),
+            delivered: self.delivered.load(Ordering::Relaxed),
+            shed: self.shed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The services a runtime offers native plugins.
+pub trait HostApi: Send + Sync + 'static {
+    /// Up to `limit` long-term memory entries of `agent_id` matching `query`,
+    /// as §5.2 entry objects.
+    fn memory_recall(
+        &self,
+        plugin: &str,
+        agent_id: String,
+        query: String,
+        limit: usize,
+    ) -> ApiFuture<Vec<Value>>;
+    /// One completion; with `deltas`, text chunks are sent as they arrive.
+    fn llm_complete(
+        &self,
+        plugin: &str,
+        request: CompleteRequest,
+        deltas: Option<mpsc::UnboundedSender<String>>,
+    ) -> ApiFuture<Completion>;
+    /// The bus.
+    fn bus(&self) -> Arc<dyn Bus>;
+    /// The broker counters of `plugin` (kept across restarts).
+    fn broker_counters(&self, plugin: &str) -> Arc<BrokerCounters>;
+    /// What `spec` may receive and publish: its channel kinds' topics (§6)
+    /// plus operator grants.
+    fn allowlist(&self, spec: &PluginSpec) -> Allowlist {
+        Allowlist::for_channels(&channel_kinds(spec))
+    }
+    /// A fresh event id.
+    fn event_id(&self) -> String;
+    /// The time now, RFC 3339.
+    fn now(&self) -> String;
+    /// The deadline of `llm.complete` (streaming or not).
+    fn llm_timeout(&self, stream: bool) -> Duration {
+        if stream {
+            LLM_STREAM_TIMEOUT
+        } else {
+            LLM_COMPLETE_TIMEOUT
+        }
+    }
+}
+
+/// The channel kinds of a native plugin's `[[plugin.channels.register]]`.
+pub fn channel_kinds(spec: &PluginSpec) -> Vec<String> {
+    spec.native
+        .as_ref()
+        .map(|n| n.channels.iter().map(|c| c.kind.clone()).collect())
+        .unwrap_or_default()
+}
+
+fn granted(spec: &PluginSpec, cap: &str) -> bool {
+    spec.native
+        .as_ref()
+        .is_some_and(|n| n.requires.nexo_capabilities.iter().any(|c| c == cap))
+}
+
+fn invalid(message: impl Into<String>) -> ErrorObject {
+    ErrorObject::new(codes::INVALID_PARAMS, message.into())
+}
+
+/// Serves a native plugin's requests and notifications.
+pub struct NativeHost {
+    spec: Arc<PluginSpec>,
+    api: Option<Arc<dyn HostApi>>,
+    allowlist: Allowlist,
+    counters: Option<Arc<BrokerCounters>>,
+}
+
+impl std::fmt::Debug for NativeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeHost")
+            .field("plugin", &self.spec.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The per-connection state of a native plugin: its bus subscriptions.
+#[derive(Debug, Default)]
+pub struct NativeState {
+    subscriptions: Mutex<Vec<SubscriptionGuard>>,
+}
+
+impl NativeHost {
+    /// The handler for `spec`; without `api`, every service answers `-32603`.
+    pub fn new(spec: Arc<PluginSpec>, api: Option<Arc<dyn HostApi>>) -> NativeHost {
+        let allowlist = api.as_ref().map(|a| a.allowlist(&spec)).unwrap_or_default();
+        let counters = api.as_ref().map(|a| a.broker_counters(&spec.id));
+        NativeHost {
+            spec,
+            api,
+            allowlist,
+            counters,
+        }
+    }
+
+    fn need(&self, cap: &str, method: &str) -> Result<Arc<dyn HostApi>, ErrorObject> {
+        if !granted(&self.spec, cap) {
+            return Err(ErrorObject::new(
+                codes::METHOD_NOT_FOUND,
+                format!(
+                    "{method} is not granted to plugin {:?}: add \"{cap}\" to [plugin.requires] nexo_capabilities",
+                    self.spec.id
+                ),
+            ));
+        }
+        self.api.clone().ok_or_else(|| {
+            ErrorObject::new(
+                codes::INTERNAL_ERROR,
+                format!("{method}: host services are not available in this host"),
+            )
+        })
+    }
+
+    fn recall(&self, params: Option<Value>) -> HandlerFuture {
+        let api = match self.need(CAP_MEMORY, "memory.recall") {
+            Ok(api) => api,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let parsed = (|| {
+            let p = params.as_ref().and_then(Value::as_object).ok_or_else(|| {
+                invalid("memory.recall params must be an object {agent_id, query, limit}")
+            })?;
+            let agent = p
+                .get("agent_id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| invalid("memory.recall: agent_id must be a non-empty string"))?;
+            let query = p
+                .get("query")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid("memory.recall: query must be a string"))?;
+            let limit = match p.get("limit") {
+                None | Some(Value::Null) => DEFAULT_RECALL_LIMIT,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| invalid("memory.recall: limit must be a positive integer"))?,
+            };
+            Ok((
+                agent.to_owned(),
+                query.to_owned(),
+                limit.min(MAX_RECALL_LIMIT),
+            ))
+        })();
+        let plugin = self.spec.id.clone();
+        Box::pin(async move {
+            let (agent, query, limit) = parsed?;
+            let fut = api.memory_recall(&plugin, agent, query, limit as usize);
+            match tokio::time::timeout(MEMORY_RECALL_TIMEOUT, fut).await {
+                Ok(Ok(entries)) => Ok(json!({ "entries": entries })),
+                Ok(Err(e)) => Err(e.into_error()),
+                Err(_) => Err(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!(
+                        "memory.recall timed out after {} ms",
+                        MEMORY_RECALL_TIMEOUT.as_millis()
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn complete(&self, request: Request) -> HandlerFuture {
+        let api = match self.need(CAP_LLM, "llm.complete") {
+            Ok(api) => api,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let parsed = parse_complete(request.params.as_ref());
+        let plugin = self.spec.id.clone();
+        Box::pin(async move {
+            let (req, stream) = parsed?;
+            let timeout = api.llm_timeout(stream);
+            let request_id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+            let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+            let fut = api.llm_complete(&plugin, req, stream.then_some(tx));
+            // Forward chunks as they come; all are queued before the reply.
+            let notifier = request.notifier.clone();
+            let forward = async move {
+                while let Some(chunk) = rx.recv().await {
+                    let params = json!({"request_id": request_id, "chunk": chunk});
+                    if !notifier.send("llm.complete.delta", Some(params)).await {
+                        break;
+                    }
+                }
+            };
+            let work = async move {
+                let (out, ()) = tokio::join!(fut, forward);
+                out
+            };
+            match tokio::time::timeout(timeout, work).await {
+                Ok(Ok(done)) if stream => Ok(json!({
+                    "finish_reason": done.finish_reason,
+                    "usage": done.usage,
+                })),
+                Ok(Ok(done)) => Ok(json!({
+                    "content": done.content,
+                    "finish_reason": done.finish_reason,
+                    "usage": done.usage,
+                })),
+                Ok(Err(e)) => Err(e.into_error()),
+                Err(_) => Err(ErrorObject::new(
+                    codes::INTERNAL_ERROR,
+                    format!("llm.complete timed out after {} ms", timeout.as_millis()),
+                )),
+            }
+        })
+    }
+
+    fn publish(&self, params: Option<Value>) {
+        let plugin = &self.spec.id;
+        let drop_it = |why: String| {
+            if let Some(c) = &self.counters {
+                let n = c.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::warn!(plugin = %plugin, dropped_total = n, "broker.publish dropped: {why}");
+            } else {
+                tracing::warn!(plugin = %plugin, "broker.publish dropped: {why}");
+            }
+        };
+        let Ok(api) = self.need(CAP_BROKER, "broker.publish") else {
+            return drop_it(format!(
+                "the plugin does not require \"{CAP_BROKER}\" in [plugin.requires] nexo_capabilities"
+            ));
+        };
+        let Some(p) = params.as_ref().and_then(Value::as_object) else {
+            return drop_it("params must be an object {topic, event}".into());
+        };
+        let Some(topic) = p.get("topic").and_then(Value::as_str) else {
+            return drop_it("topic must be a string".into());
+        };
+        if let Err(e) = check_subject(topic) {
+            return drop_it(e.to_string());
+        }
+        if !self.allowlist.may_publish(topic) {
+            return drop_it(format!(
+                "topic {topic:?} is outside its allowlist ({})",
+                if self.allowlist.accept.is_empty() {
+                    "empty: declare [[plugin.channels.register]] kinds".to_owned()
+                } else {
+                    self.allowlist.accept.join(", ")
+                }
+            ));
+        }
+        let raw = p.get("event").cloned().unwrap_or_else(|| json!({}));
+        if !raw.is_object() {
+            return drop_it("event must be an object".into());
+        }
+        let mut event: Event = match serde_json::from_value(raw) {
+            Ok(e) => e,
+            Err(e) => return drop_it(format!("event is malformed: {e}")),
+        };
+        // The checked topic is the one that counts; a source naming someone
+        // else is replaced by the plugin's own id.
+        event.topic = topic.to_owned();
+        let kinds = channel_kinds(&self.spec);
+        if event.source != *plugin && !kinds.contains(&event.source) {
+            if !event.source.is_empty() {
+                tracing::warn!(plugin = %plugin, claimed = %event.source, "broker.publish: source replaced by the plugin id");
+            }
+            event.source = plugin.clone();
+        }
+        event.complete(|| api.event_id(), || api.now());
+        if let Some(c) = &self.counters {
+            c.published.fetch_add(1, Ordering::Relaxed);
+        }
+        api.bus().publish(event);
+    }
+}
+
+fn parse_complete(params: Option<&Value>) -> Result<(CompleteRequest, bool), ErrorObject> {
+    let p = params
+        .and_then(Value::as_object)
+        .ok_or_else(|| invalid("llm.complete params must be an object"))?;
+    let text = |k: &str| -> Result<String, ErrorObject> {
+        p.get(k)
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| invalid(format!("llm.complete: {k} must be a non-empty string")))
+    };
+    let provider = text("provider")?;
+    let model = text("model")?;
+    let list = p
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("llm.complete: messages must be a non-empty array"))?;
+    let mut messages = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str);
+        let content = m.get("content").and_then(Value::as_str);
+        match (role, content) {
+            (Some(r @ ("system" | "user" | "assistant" | "tool")), Some(c)) => {
+                messages.push(CompleteMessage {
+                    role: r.to_owned(),
+                    content: c.to_owned(),
+                })
+            }
+            _ => {
+                return Err(invalid(format!(
+                    "llm.complete: messages[{i}] must be {{role: system|user|assistant|tool, content: string}}"
+                )));
+            }
+        }
+    }
+    let max_tokens = match p.get("max_tokens") {
+        None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n > 0)
+            .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+            .ok_or_else(|| invalid("llm.complete: max_tokens must be a positive integer"))?,
+    };
+    let temperature = match p.get("temperature") {
+        None | Some(Value::Null) => DEFAULT_TEMPERATURE,
+        Some(v) => v
+            .as_f64()
+            .filter(|t| t.is_finite() && (0.0..=2.0).contains(t))
+            .ok_or_else(|| invalid("llm.complete: temperature must be a number from 0 to 2"))?
+            as f32,
+    };
+    let system_prompt = match p.get("system_prompt") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(_) => return Err(invalid("llm.complete: system_prompt must be a string")),
+    };
+    let stream = match p.get("stream") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(invalid("llm.complete: stream must be a boolean")),
+    };
+    Ok((
+        CompleteRequest {
+            provider,
+            model,
+            messages,
+            max_tokens,
+            temperature,
+            system_prompt,
+        },
+        stream,
+    ))
+}
+
+impl Handler for NativeHost {
+    fn handle(&self, request: Request) -> HandlerFuture {
+        match request.method.as_str() {
+            "memory.recall" => self.recall(request.params),
+            "llm.complete" => self.complete(request),
+            _ => self.request(request.method, request.params),
+        }
+    }
+
+    fn notification(&self, method: String, params: Option<Value>) {
+        match method.as_str() {
+            "broker.publish" => self.publish(params),
+            _ => {
+                tracing::debug!(plugin = %self.spec.id, %method, "notification from plugin ignored")
+            }
+        }
+    }
+}
+
+/// After a successful handshake: delivers the bus events the plugin's
+/// allowlist names as `broker.event` notifications, shed when its queue is
+/// full (§8). The subscriptions end with the connection's state.
+pub fn attach(peer: &Peer, spec: &PluginSpec, api: Option<&Arc<dyn HostApi>>, state: &NativeState) {
+    let Some(api) = api else { return };
+    if !granted(spec, CAP_BROKER) {
+        return;
+    }
+    let allowlist = api.allowlist(spec);
+    let counters = api.broker_counters(&spec.id);
+    let bus = api.bus();
+    let mut guards = state
+        .subscriptions
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    for pattern in &allowlist.deliver {
+        let peer = peer.clone();
+        let counters = counters.clone();
+        let sink: Sink = Arc::new(move |event: &Event| {
+            if peer.closed_reason().is_some() {
+                return Delivery::Closed;
+            }
+            let params = json!({"topic": event.topic, "event": event});
+            if peer.notify("broker.event", Some(params)) {
+                counters.delivered.fetch_add(1, Ordering::Relaxed);
+                Delivery::Queued
+            } else if peer.closed_reason().is_some() {
+                Delivery::Closed
+            } else {
+                counters.shed.fetch_add(1, Ordering::Relaxed);
+                Delivery::Shed
+            }
+        });
+        match bus.subscribe_sink(pattern, sink) {
+            Ok(guard) => guards.push(guard),
+            Err(e) => {
+                tracing::warn!(plugin = %spec.id, %pattern, "cannot subscribe: {e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complete_params_are_checked_with_defaults() {
+        let (r, stream) = parse_complete(Some(&json!({
+            "provider": "p", "model": "m",
+            "messages": [{"role": "user", "content": "hi"}]
+        })))
+        .unwrap();
+        assert!(!stream);
+        assert_eq!(r.max_tokens, DEFAULT_MAX_TOKENS);
+        assert!((r.temperature - DEFAULT_TEMPERATURE).abs() < f32::EPSILON);
+        let bad = [
+            json!(null),
+            json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+            json!({"provider": "p", "model": "m", "messages": []}),
+            json!({"provider": "p", "model": "m", "messages": [{"role": "robot", "content": "x"}]}),
+            json!({"provider": "p", "model": "m", "messages": [{"role": "user"}]}),
+            json!({"provider": "p", "model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": -1}),
+            json!({"provider": "p", "model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+            json!({"provider": "p", "model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}),
+        ];
+        for b in bad {
+            let e = parse_complete(Some(&b)).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_PARAMS, "{b}");
+        }
+        let (r, _) = parse_complete(Some(&json!({
+            "provider": "p", "model": "m", "max_tokens": 1u64 << 40,
+            "messages": [{"role": "user", "content": "x"}]
+        })))
+        .unwrap();
+        assert_eq!(r.max_tokens, u32::MAX);
+    }
+
+    #[test]
+    fn service_errors_map_to_contract_codes() {
+        assert_eq!(
+            ServiceError::NotConfigured("llm not configured".into())
+                .into_error()
+                .code,
+            codes::INTERNAL_ERROR
+        );
+        assert_eq!(
+            ServiceError::ToolCallsOnly.into_error().code,
+            codes::METHOD_NOT_FOUND
+        );
+        assert_eq!(
+            ServiceError::InvalidParams("x".into()).into_error().code,
+            codes::INVALID_PARAMS
+        );
+    }
+}

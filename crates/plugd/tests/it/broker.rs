@@ -1,0 +1,408 @@
+//! Host services of the nexo contract with a real plugin written with the
+//! PyPI `nexoai` SDK: broker.publish and broker.event through the bus,
+//! memory.recall from the state store, llm.complete (plain and streamed)
+//! through an OpenAI-compatible provider (the local HTTP double of `llm.rs`,
+//! the only stand-in: no model is reachable here).
+
+use std::time::{Duration, Instant};
+
+use plugd_host::bus::Event;
+use plugd_runtime::Runtime;
+use serde_json::{Value, json};
+
+use crate::support::{Ws, eventually, quick, repo};
+
+/// A nexoai plugin `id` using every service; `requires` are its
+/// `nexo_capabilities`; the workspace's LLM is the double at `llm_base`.
+fn services_plugin(ws: &Ws, id: &str, requires: &[&str], llm_base: Option<&str>) {
+    let dir = ws.plugin_dir(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/broker/nexoai_services.py"),
+        dir.join("main.py"),
+    )
+    .unwrap();
+    let python = repo().join(".venv/bin/python3");
+    let tools: Vec<String> = ["recall", "complete", "stream", "publish", "flood", "ping"]
+        .iter()
+        .map(|t| format!("\"{id}_{t}\""))
+        .collect();
+    let caps: Vec<String> = requires.iter().map(|c| format!("\"{c}\"")).collect();
+    std::fs::write(
+        dir.join("nexo-plugin.toml"),
+        format!(
+            "[plugin]\nid = \"{id}\"\nversion = \"0.1.0\"\n\n\
+             [plugin.requires]\nnexo_capabilities = [{}]\n\n\
+             [plugin.entrypoint]\ncommand = \"{}\"\nargs = [\"main.py\"]\n\n\
+             [[plugin.channels.register]]\nkind = \"loop\"\n\n\
+             [plugin.extends]\ntools = [{}]\n",
+            caps.join(", "),
+            python.display(),
+            tools.join(", ")
+        ),
+    )
+    .unwrap();
+    if let Some(base) = llm_base {
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("llm:\n  provider: openai\n  base_url: \"{base}\"\n  model: test-model\n"),
+        )
+        .unwrap();
+    }
+}
+
+fn text(v: &Value) -> String {
+    v["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {v}"))
+        .to_owned()
+}
+
+async fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, String> {
+    rt.call_tool(tool, args, None)
+        .await
+        .map(|v| text(&v))
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
+    let ws = Ws::new();
+    services_plugin(&ws, "svc", &["broker"], None);
+    let rt = ws.runtime(quick(30_000));
+    let mut inbound = rt.bus().subscribe("plugin.inbound.>", 64).unwrap();
+    let mut core = rt.bus().subscribe("agent.>", 64).unwrap();
+    rt.approve("svc", "test").await.unwrap();
+
+    call(
+        &rt,
+        "svc_publish",
+        json!({"topic": "plugin.inbound.loop.team_a", "text": "hi"}),
+    )
+    .await
+    .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.topic, "plugin.inbound.loop.team_a");
+    assert_eq!(event.source, "loop");
+    assert_eq!(event.payload, json!({"text": "hi"}));
+    // The SDK sends neither id nor timestamp: the host completes them.
+    assert!(event.id.starts_with("evt_"), "{event:?}");
+    assert!(event.timestamp.ends_with('Z'), "{event:?}");
+
+    // A source naming someone else is replaced by the plugin's id.
+    call(
+        &rt,
+        "svc_publish",
+        json!({"topic": "plugin.inbound.loop", "source": "agent.coordinator"}),
+    )
+    .await
+    .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(event.source, "svc");
+
+    // Core subjects and other channels' subjects never reach the bus.
+    for topic in [
+        "agent.route.x",
+        "command.shutdown",
+        "plugin.inbound.slack",
+        "plugin.outbound.loop",
+    ] {
+        call(&rt, "svc_publish", json!({"topic": topic}))
+            .await
+            .unwrap();
+    }
+    call(&rt, "svc_ping", json!({})).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || rt
+            .broker_stats("svc")
+            .is_some_and(|s| s.dropped == 4))
+        .await,
+        "{:?}",
+        rt.broker_stats("svc")
+    );
+    assert!(core.try_recv().is_none());
+    assert!(inbound.try_recv().is_none());
+    let stats = rt.broker_stats("svc").unwrap();
+    assert_eq!(stats.published, 2);
+    assert_eq!(rt.plugin("svc").unwrap().broker.unwrap().dropped, 4);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_on_a_forbidden_subject_is_dropped_and_counted_exactly() {
+    let ws = Ws::new();
+    services_plugin(&ws, "flooder", &["broker"], None);
+    let rt = ws.runtime(quick(60_000));
+    let mut all = rt.bus().subscribe(">", 64).unwrap();
+    rt.approve("flooder", "test").await.unwrap();
+    call(
+        &rt,
+        "flooder_flood",
+        json!({"topic": "agent.route.hijack", "n": 2000}),
+    )
+    .await
+    .unwrap();
+    call(&rt, "flooder_ping", json!({})).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || rt
+            .broker_stats("flooder")
+            .is_some_and(|s| s.dropped == 2000))
+        .await,
+        "{:?}",
+        rt.broker_stats("flooder")
+    );
+    assert!(all.try_recv().is_none(), "nothing reached the bus");
+    assert_eq!(rt.broker_stats("flooder").unwrap().published, 0);
+    // The plugin still answers.
+    assert_eq!(call(&rt, "flooder_ping", json!({})).await.unwrap(), "pong");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_events_are_delivered_and_the_plugin_answers_inbound() {
+    let ws = Ws::new();
+    services_plugin(&ws, "chan", &["broker"], None);
+    let rt = ws.runtime(quick(30_000));
+    let mut inbound = rt.bus().subscribe("plugin.inbound.loop", 64).unwrap();
+    rt.approve("chan", "test").await.unwrap();
+
+    let mut out = Event::new(
+        "plugin.outbound.loop.team_a",
+        "agent.coordinator",
+        json!({"text": "hello"}),
+    );
+    out.session_id = Some("s1".into());
+    let published = rt.bus().publish(out);
+    assert_eq!(published.delivered, 1);
+    let echo = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        echo.payload,
+        json!({"echo": "hello", "topic": "plugin.outbound.loop.team_a"})
+    );
+    // Topics outside the plugin's outbound allowlist are not delivered.
+    assert_eq!(
+        rt.bus()
+            .publish(Event::new("plugin.outbound.slack", "x", json!({})))
+            .delivered,
+        0
+    );
+    assert_eq!(rt.broker_stats("chan").unwrap().delivered, 1);
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backpressure_sheds_broker_events_and_counts_each_one() {
+    let ws = Ws::new();
+    services_plugin(&ws, "slow", &["broker"], None);
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("slow", "test").await.unwrap();
+    // 5000 events at once cannot all fit the 64-frame queue of a Python
+    // child; every one is either delivered or shed, none blocks.
+    let t = Instant::now();
+    let (mut delivered, mut shed) = (0, 0);
+    for i in 0..5000 {
+        let p = rt.bus().publish(Event::new(
+            "plugin.outbound.loop",
+            "t",
+            json!({"text": i.to_string()}),
+        ));
+        delivered += p.delivered;
+        shed += p.shed;
+    }
+    let took = t.elapsed();
+    assert_eq!(delivered + shed, 5000);
+    assert!(shed > 0, "some events must be shed");
+    let stats = rt.broker_stats("slow").unwrap();
+    assert_eq!(stats.shed as usize, shed);
+    assert_eq!(stats.delivered as usize, delivered);
+    assert_eq!(
+        rt.plugin("slow").unwrap().stats.unwrap().shed_notifications as usize,
+        shed
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "publishing never waits: {took:?}"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_recall_reads_the_agents_memory_from_inside_a_tool() {
+    let ws = Ws::new();
+    services_plugin(&ws, "mem", &["memory"], None);
+    let rt = ws.runtime(quick(30_000));
+    let store = rt.store().clone();
+    store
+        .memory_add(
+            "ventas_v1",
+            "user prefers concise answers",
+            &["preference".into()],
+        )
+        .unwrap();
+    store
+        .memory_add("ventas_v1", "the deploy is on Friday", &[])
+        .unwrap();
+    store.memory_add("other", "concise is good", &[]).unwrap();
+    rt.approve("mem", "test").await.unwrap();
+    let got = call(
+        &rt,
+        "mem_recall",
+        json!({"agent": "ventas_v1", "query": "concise answers"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(got, r#"["user prefers concise answers"]"#);
+    // Bad params are -32602 (the SDK surfaces the host's error).
+    let err = call(&rt, "mem_recall", json!({"agent": "", "query": "x"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("agent_id must be a non-empty string"), "{err}");
+    let err = call(
+        &rt,
+        "mem_recall",
+        json!({"agent": "a", "query": "x", "limit": -3}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.contains("limit must be a positive integer"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_the_manifest_does_not_require_are_refused() {
+    let ws = Ws::new();
+    services_plugin(&ws, "bare", &[], None);
+    let rt = ws.runtime(quick(30_000));
+    let mut all = rt.bus().subscribe(">", 64).unwrap();
+    rt.approve("bare", "test").await.unwrap();
+    let err = call(&rt, "bare_recall", json!({"agent": "a", "query": "x"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("memory.recall is not granted"), "{err}");
+    let err = call(&rt, "bare_complete", json!({"prompt": "hi"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("llm.complete is not granted"), "{err}");
+    call(&rt, "bare_publish", json!({"topic": "plugin.inbound.loop"}))
+        .await
+        .unwrap();
+    call(&rt, "bare_ping", json!({})).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || rt
+            .broker_stats("bare")
+            .is_some_and(|s| s.dropped == 1))
+        .await
+    );
+    assert!(all.try_recv().is_none());
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_complete_plain_and_streamed_through_the_configured_provider() {
+    let (base, _seen) = crate::llm::double().await;
+    let ws = Ws::new();
+    services_plugin(&ws, "brain", &["llm"], Some(&base));
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("brain", "test").await.unwrap();
+
+    let plain: Value = serde_json::from_str(
+        &call(&rt, "brain_complete", json!({"prompt": "say hi"}))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        plain,
+        json!({"content": "echo: say hi", "finish": "stop", "usage": [5, 4]})
+    );
+
+    let streamed: Value = serde_json::from_str(
+        &call(&rt, "brain_stream", json!({"prompt": "one two three"}))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    // Chunks arrive in order before the final reply, which omits content.
+    assert_eq!(
+        streamed["chunks"].as_array().unwrap().concat_strings(),
+        "echo: one two three"
+    );
+    assert!(streamed["chunks"].as_array().unwrap().len() > 1);
+    assert_eq!(streamed["content"], Value::Null);
+    assert_eq!(streamed["finish"], "stop");
+
+    // Tool calls from the provider are -32601; an unknown provider -32603.
+    let err = call(&rt, "brain_complete", json!({"prompt": "[tool:lookup]"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("tool calls instead of text"), "{err}");
+    let err = call(
+        &rt,
+        "brain_complete",
+        json!({"prompt": "x", "provider": "minimax"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.contains("provider \"minimax\" is not registered"),
+        "{err}"
+    );
+    let err = call(&rt, "brain_complete", json!({"prompt": "[status:401]"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("authentication failed"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_llm_complete_never_delays_a_concurrent_tool_reply() {
+    let (base, _seen) = crate::llm::double().await;
+    let ws = Ws::new();
+    services_plugin(&ws, "busy", &["llm"], Some(&base));
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("busy", "test").await.unwrap();
+    let slow = {
+        let rt = rt.clone();
+        tokio::spawn(async move { call(&rt, "busy_complete", json!({"prompt": "[slow] x"})).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The double holds the slow answer for 5 s; the ping must come back
+    // while the completion is still outstanding.
+    assert_eq!(call(&rt, "busy_ping", json!({})).await.unwrap(), "pong");
+    assert!(!slow.is_finished(), "the slow completion is still running");
+    let done = slow.await.unwrap().unwrap();
+    assert!(done.contains("echo: [slow] x"), "{done}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_complete_without_an_llm_section_is_not_configured() {
+    let ws = Ws::new();
+    services_plugin(&ws, "nollm", &["llm"], None);
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("nollm", "test").await.unwrap();
+    let err = call(&rt, "nollm_complete", json!({"prompt": "x"}))
+        .await
+        .unwrap_err();
+    assert!(err.contains("llm not configured"), "{err}");
+    rt.shutdown().await;
+}
+
+trait ConcatStrings {
+    fn concat_strings(&self) -> String;
+}
+
+impl ConcatStrings for Vec<Value> {
+    fn concat_strings(&self) -> String {
+        self.iter().filter_map(Value::as_str).collect()
+    }
+}
