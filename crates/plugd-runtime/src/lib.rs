@@ -277,6 +277,23 @@ impl Runtime {
         self.inner.api.local_bus().clone()
     }
 
+    /// Publishes `event` on the bus as the host (operators, `plugd bus
+    /// publish`): the subject is checked, a missing id and timestamp are
+    /// filled. Returns the event as published and who took it.
+    pub fn publish(
+        &self,
+        mut event: plugd_host::bus::Event,
+    ) -> Result<(plugd_host::bus::Event, plugd_host::bus::Published), plugd_host::bus::SubjectError>
+    {
+        use plugd_host::bus::Bus as _;
+        use plugd_host::native_host::HostApi as _;
+        plugd_host::bus::check_subject(&event.topic)?;
+        let api = &self.inner.api;
+        event.complete(|| api.event_id(), || api.now());
+        let published = api.local_bus().publish(event.clone());
+        Ok((event, published))
+    }
+
     /// Broker traffic counters of plugin `id` since this runtime opened
     /// (`None` before its first broker activity).
     pub fn broker_stats(&self, id: &str) -> Option<plugd_host::native_host::BrokerStats> {

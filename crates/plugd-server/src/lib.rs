@@ -14,6 +14,9 @@
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
 //! | `GET /v1/sessions/{id}`            | the stored session, 404 when unknown           |
+//! | `POST /v1/bus/publish`             | `{"subject", "payload"?, "source"?, "session_id"?}` → `{event, delivered, shed}` |
+//! | `GET /v1/bus/tail/{pattern}`       | SSE: every bus event matching the pattern (`event: bus`) |
+//! | `GET /metrics`                     | per-plugin counters, Prometheus text format    |
 //!
 //! A blocked turn answers 403 (429 with a quota notice, 401 with an
 //! unauthorized one) with the `outcome` beside the error; as SSE it is a
@@ -58,6 +61,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 pub use error::ApiError;
+
+mod bus;
 
 /// The address `plugd serve` listens on without `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
@@ -215,6 +220,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/hooks/{point}", post(run_hook))
         .route("/v1/sessions/{id}/messages", post(post_message))
         .route("/v1/sessions/{id}", get(get_session))
+        .route("/v1/bus/publish", post(bus::publish))
+        .route("/v1/bus/tail/{pattern}", get(bus::tail))
+        .route("/metrics", get(bus::metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

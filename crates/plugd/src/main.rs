@@ -7,6 +7,7 @@
 
 mod agent_cmd;
 mod bench;
+mod bus_cmd;
 mod hook_cmd;
 mod memory_cmd;
 mod outbox_cmd;
@@ -68,6 +69,9 @@ enum Command {
     /// The agents' long-term memory (what plugins recall through memory.recall).
     #[command(subcommand)]
     Memory(memory_cmd::MemoryCmd),
+    /// Publish on and tail the bus of the running plugd serve.
+    #[command(subcommand)]
+    Bus(bus_cmd::BusCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -213,6 +217,10 @@ async fn shutdown_signal() {
 async fn run(cli: Cli) -> Result<i32> {
     match &cli.command {
         Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        Command::Bus(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return bus_cmd::run(&dir, cmd).await.map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -330,7 +338,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c)?,
-        Command::Bench(_) | Command::Manifest(_) => {
+        Command::Bench(_) | Command::Manifest(_) | Command::Bus(_) => {
             unreachable!("handled before the workspace opens")
         }
     }

@@ -206,43 +206,104 @@ impl Remote {
         action: &str,
         by: Option<&str>,
     ) -> Result<Value, RemoteError> {
-        let what = format!("plugin {action} {id}");
         let body = match by {
             Some(by) => json!({ "by": by }),
             None => json!({}),
         };
-        let transport = |source| RemoteError::Transport {
+        self.post(
+            &format!("/v1/plugins/{id}:{action}"),
+            &body,
+            format!("plugin {action} {id}"),
+        )
+        .await
+    }
+
+    fn transport(&self, what: &str) -> impl Fn(reqwest::Error) -> RemoteError + '_ {
+        let what = what.to_owned();
+        move |source| RemoteError::Transport {
             pid: self.record.pid,
             addr: self.record.addr,
             what: what.clone(),
             source,
-        };
+        }
+    }
+
+    fn api_error(&self, what: String, status: u16, bytes: &[u8]) -> RemoteError {
+        let v: Value = serde_json::from_slice(bytes).unwrap_or_else(
+            |_| json!({"error": {"code": "internal", "message": String::from_utf8_lossy(bytes)}}),
+        );
+        let text = |k: &str| v["error"][k].as_str().unwrap_or("(no message)").to_owned();
+        RemoteError::Api {
+            pid: self.record.pid,
+            what,
+            status,
+            code: text("code"),
+            message: text("message"),
+        }
+    }
+
+    /// `POST path` with a JSON `body`; serve's JSON answer. `what` names the
+    /// request in errors.
+    pub async fn post(&self, path: &str, body: &Value, what: String) -> Result<Value, RemoteError> {
+        let transport = self.transport(&what);
         let resp = self
             .client
-            .post(format!(
-                "http://{}/v1/plugins/{id}:{action}",
-                self.record.addr
-            ))
+            .post(format!("http://{}{path}", self.record.addr))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .send()
             .await
-            .map_err(transport)?;
+            .map_err(&transport)?;
         let status = resp.status();
-        let bytes = resp.bytes().await.map_err(transport)?;
-        let v: Value = serde_json::from_slice(&bytes).unwrap_or_else(
-            |_| json!({"error": {"code": "internal", "message": String::from_utf8_lossy(&bytes)}}),
-        );
+        let bytes = resp.bytes().await.map_err(&transport)?;
         if status.is_success() {
-            return Ok(v);
+            return serde_json::from_slice(&bytes)
+                .map_err(|_| self.api_error(what, status.as_u16(), &bytes));
         }
-        let text = |k: &str| v["error"][k].as_str().unwrap_or("(no message)").to_owned();
-        Err(RemoteError::Api {
-            pid: self.record.pid,
-            what,
-            status: status.as_u16(),
-            code: text("code"),
-            message: text("message"),
-        })
+        Err(self.api_error(what, status.as_u16(), &bytes))
+    }
+
+    /// `GET path` as server-sent events: calls `on_data` with the `data` of
+    /// each event until it returns `false` or the stream ends. Waits without
+    /// a deadline (a tail is meant to run until stopped).
+    pub async fn sse(
+        &self,
+        path: &str,
+        what: String,
+        mut on_data: impl FnMut(&str) -> bool,
+    ) -> Result<(), RemoteError> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(RemoteError::Client)?;
+        let transport = self.transport(&what);
+        let mut resp = client
+            .get(format!("http://{}{path}", self.record.addr))
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(&transport)?;
+        let status = resp.status();
+        if !status.is_success() {
+            let bytes = resp.bytes().await.map_err(&transport)?;
+            return Err(self.api_error(what, status.as_u16(), &bytes));
+        }
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(&transport)? {
+            buf.extend_from_slice(&chunk);
+            while let Some(end) = buf.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = buf.drain(..end + 2).collect();
+                let text = String::from_utf8_lossy(&block);
+                let data: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                    .collect();
+                if !data.is_empty() && !on_data(&data.join("\n")) {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -406,3 +406,119 @@ impl ConcatStrings for Vec<Value> {
         self.iter().filter_map(Value::as_str).collect()
     }
 }
+
+#[test]
+fn bus_cli_publishes_into_serve_and_tails_what_plugins_answer() {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    use crate::http::Serve;
+    use crate::support::{plugd_cmd, stderr, stdout};
+
+    let ws = Ws::new();
+    services_plugin(&ws, "chan", &["broker"], None);
+    let manifest = ws.plugin_dir("chan").join("nexo-plugin.toml");
+    let mut text = std::fs::read_to_string(&manifest).unwrap();
+    text.push_str("\n[plugin.supervisor]\nstart = \"eager\"\n");
+    std::fs::write(&manifest, text).unwrap();
+
+    // Without a serve, the bus commands say what to do.
+    let out = ws.plugd(&["bus", "tail", "plugin.>"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no plugd serve is running"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = ws.plugd(&["plugin", "approve", "chan"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+
+    let mut tail = plugd_cmd(ws.dir())
+        .args(["bus", "tail", "plugin.inbound.>", "--count", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The tail subscribes asynchronously: publish until it has seen one echo.
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut published = None;
+    while Instant::now() < end && tail.try_wait().unwrap().is_none() {
+        let out = ws.plugd(&[
+            "bus",
+            "publish",
+            "plugin.outbound.loop",
+            "--payload",
+            r#"{"text": "ping"}"#,
+            "--session",
+            "s1",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        published = Some(serde_json::from_str::<Value>(&stdout(&out)).unwrap());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let status = tail.wait().unwrap();
+    let mut lines = String::new();
+    tail.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut lines)
+        .unwrap();
+    assert!(status.success(), "tail failed: {lines}");
+    let published = published.unwrap();
+    assert_eq!(published["event"]["topic"], "plugin.outbound.loop");
+    assert_eq!(published["event"]["source"], "operator");
+    assert_eq!(published["event"]["session_id"], "s1");
+    assert!(
+        published["event"]["id"]
+            .as_str()
+            .unwrap()
+            .starts_with("evt_")
+    );
+    assert_eq!(published["delivered"], 1, "{published}");
+    let echo: Value = serde_json::from_str(lines.trim()).unwrap();
+    assert_eq!(echo["topic"], "plugin.inbound.loop");
+    assert_eq!(echo["source"], "loop");
+    assert_eq!(echo["payload"]["echo"], "ping");
+
+    // The counters are in serve's metrics.
+    let metrics = serve.get("/metrics");
+    assert_eq!(metrics.status, 200);
+    let metrics = metrics.text();
+    let value = |name: &str| -> u64 {
+        let prefix = format!("{name}{{plugin=\"chan\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(value("plugd_broker_delivered_total") >= 1, "{metrics}");
+    assert!(value("plugd_broker_published_total") >= 1, "{metrics}");
+    assert_eq!(value("plugd_broker_dropped_total"), 0, "{metrics}");
+    assert!(metrics.contains("# TYPE plugd_broker_shed_total counter"));
+
+    // Bad subjects and payloads are refused with the reason.
+    let out = ws.plugd(&["bus", "publish", "plugin.*.x"]);
+    assert!(
+        stderr(&out).contains("contains a wildcard"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ws.plugd(&["bus", "publish", "a..b"]);
+    assert!(stderr(&out).contains("empty segment"), "{}", stderr(&out));
+    let out = ws.plugd(&["bus", "publish", "x", "--payload", "{nope"]);
+    assert!(
+        stderr(&out).contains("--payload is not valid JSON"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ws.plugd(&["bus", "tail", "a.>.b"]);
+    assert!(
+        stderr(&out).contains("misuses a wildcard"),
+        "{}",
+        stderr(&out)
+    );
+}
