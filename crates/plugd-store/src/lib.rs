@@ -16,6 +16,7 @@ pub mod outbox;
 pub mod sessions;
 mod store;
 mod time;
+pub mod vectors;
 
 pub use error::{BackendError, StoreError};
 pub use store::{Approval, Failure, SCHEMA_VERSION, STATE_DB_FILE, Store};

@@ -45,6 +45,8 @@ const MIGRATIONS: &[&str] = &[
     crate::sessions::MIGRATION,
     // 5: long-term agent memory with its FTS5 index (see `crate::memory`).
     crate::memory::MIGRATION,
+    // 6: the built-in vector index (see `crate::vectors`).
+    crate::vectors::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

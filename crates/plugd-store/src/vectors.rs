@@ -1,0 +1,460 @@
+//! The built-in vector index: records with dense embeddings in collections,
+//! searched by exact cosine similarity.
+//!
+//! **Scaling limit**: a search reads every record of the collection and
+//! scores it in Rust (no ANN index), so it is linear in the collection size:
+//! fine for thousands to tens of thousands of records of a few hundred
+//! dimensions, not for millions; use a vector-backend plugin beyond that.
+//!
+//! A collection's dimension is fixed by its first record; later records and
+//! queries of another dimension are refused ([`VectorStoreError::DimensionMismatch`]).
+//! A filter is a JSON object whose keys must all equal the same keys of a
+//! record's metadata.
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Schema step: vector collections and records.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE vector_collections (
+        name      TEXT PRIMARY KEY NOT NULL,
+        dimension INTEGER NOT NULL
+    ) STRICT;
+    CREATE TABLE vector_records (
+        collection TEXT NOT NULL REFERENCES vector_collections (name),
+        id         TEXT NOT NULL,
+        content    TEXT NOT NULL,
+        embedding  BLOB NOT NULL,
+        metadata   TEXT NOT NULL DEFAULT '{}',
+        PRIMARY KEY (collection, id)
+    ) STRICT;
+";
+
+/// Largest embedding accepted.
+pub const MAX_DIMENSION: usize = 8192;
+/// Most records in one upsert.
+pub const MAX_BATCH: usize = 10_000;
+/// Most matches one search returns.
+pub const MAX_LIMIT: usize = 1000;
+
+/// One record to store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorRecord {
+    /// Its id within the collection (an upsert replaces a record of the same id).
+    pub id: String,
+    /// The text it stands for.
+    #[serde(default)]
+    pub content: String,
+    /// The embedding.
+    pub embedding: Vec<f32>,
+    /// Opaque metadata (a JSON object), filterable by equality.
+    #[serde(default)]
+    pub metadata: Value,
+}
+
+/// One search result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VectorMatch {
+    /// Record id.
+    pub id: String,
+    /// Record content.
+    pub content: String,
+    /// Cosine similarity, -1 to 1.
+    pub score: f32,
+    /// Record metadata.
+    pub metadata: Value,
+}
+
+/// Why a vector operation failed (the nexo `-33301..-33304` cases).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VectorStoreError {
+    /// No such collection (`-33301`).
+    #[error("collection {collection:?} not found")]
+    CollectionNotFound {
+        /// The collection.
+        collection: String,
+    },
+    /// The embedding's dimension is not the collection's (`-33302`).
+    #[error("dimension mismatch: expected {expected}, got {got}")]
+    DimensionMismatch {
+        /// The collection's dimension.
+        expected: usize,
+        /// The one given.
+        got: usize,
+    },
+    /// Bad input (`-32602`).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed (`-33304`).
+    #[error("write failed: {0}")]
+    Store(#[from] StoreError),
+}
+
+fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_blob(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn check_embedding(e: &[f32], what: &str) -> Result<(), VectorStoreError> {
+    if e.is_empty() || e.len() > MAX_DIMENSION {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what}: an embedding has 1 to {MAX_DIMENSION} numbers, got {}",
+            e.len()
+        )));
+    }
+    if e.iter().any(|x| !x.is_finite()) {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what}: an embedding holds finite numbers only"
+        )));
+    }
+    Ok(())
+}
+
+fn check_name(name: &str, what: &str) -> Result<(), VectorStoreError> {
+    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what} {:?}: use 1-128 characters without control characters",
+            name.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    (dot / (na.sqrt() * nb.sqrt())) as f32
+}
+
+fn matches_filter(metadata: &Value, filter: &Map<String, Value>) -> bool {
+    filter
+        .iter()
+        .all(|(k, v)| metadata.get(k).is_some_and(|m| m == v))
+}
+
+impl Store {
+    fn collection_dimension(&self, collection: &str) -> Result<Option<usize>, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT dimension FROM vector_collections WHERE name = ?1",
+                params![collection],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|d| d.map(|d| d as usize))
+            .map_err(|e| self.query_error(format!("read vector collection {collection:?}"), e))
+    }
+
+    /// Inserts or replaces `records` in `collection` (created on first use
+    /// with the first record's dimension). Returns how many were written.
+    pub fn vector_upsert(
+        &self,
+        collection: &str,
+        records: &[VectorRecord],
+    ) -> Result<usize, VectorStoreError> {
+        check_name(collection, "collection")?;
+        if records.len() > MAX_BATCH {
+            return Err(VectorStoreError::Invalid(format!(
+                "at most {MAX_BATCH} records per upsert, got {}",
+                records.len()
+            )));
+        }
+        let Some(first) = records.first() else {
+            return Ok(0);
+        };
+        for r in records {
+            check_name(&r.id, "record id")?;
+            check_embedding(&r.embedding, &format!("record {:?}", r.id))?;
+            if !(r.metadata.is_object() || r.metadata.is_null()) {
+                return Err(VectorStoreError::Invalid(format!(
+                    "record {:?}: metadata must be a JSON object",
+                    r.id
+                )));
+            }
+        }
+        let expected = self
+            .collection_dimension(collection)?
+            .unwrap_or(first.embedding.len());
+        if let Some(bad) = records.iter().find(|r| r.embedding.len() != expected) {
+            return Err(VectorStoreError::DimensionMismatch {
+                expected,
+                got: bad.embedding.len(),
+            });
+        }
+        let action = || format!("upsert into vector collection {collection:?}");
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.query_error(action(), e))?;
+        let write = || -> rusqlite::Result<()> {
+            tx.execute(
+                "INSERT INTO vector_collections (name, dimension) VALUES (?1, ?2)
+                 ON CONFLICT (name) DO NOTHING",
+                params![collection, expected as i64],
+            )?;
+            let mut stmt = tx.prepare(
+                "INSERT INTO vector_records (collection, id, content, embedding, metadata)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (collection, id) DO UPDATE SET
+                   content = excluded.content, embedding = excluded.embedding,
+                   metadata = excluded.metadata",
+            )?;
+            for r in records {
+                let meta = if r.metadata.is_null() {
+                    "{}".to_owned()
+                } else {
+                    r.metadata.to_string()
+                };
+                stmt.execute(params![
+                    collection,
+                    r.id,
+                    r.content,
+                    to_blob(&r.embedding),
+                    meta
+                ])?;
+            }
+            Ok(())
+        };
+        write().map_err(|e| self.query_error(action(), e))?;
+        tx.commit().map_err(|e| self.query_error(action(), e))?;
+        Ok(records.len())
+    }
+
+    /// The `limit` records of `collection` most similar to `embedding`
+    /// (cosine, best first) whose metadata matches `filter`.
+    pub fn vector_search(
+        &self,
+        collection: &str,
+        embedding: &[f32],
+        limit: usize,
+        filter: Option<&Value>,
+    ) -> Result<Vec<VectorMatch>, VectorStoreError> {
+        check_name(collection, "collection")?;
+        check_embedding(embedding, "query")?;
+        let filter = match filter {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => {
+                return Err(VectorStoreError::Invalid(
+                    "filter must be a JSON object of metadata keys and values".into(),
+                ));
+            }
+        };
+        let expected = self.collection_dimension(collection)?.ok_or_else(|| {
+            VectorStoreError::CollectionNotFound {
+                collection: collection.to_owned(),
+            }
+        })?;
+        if embedding.len() != expected {
+            return Err(VectorStoreError::DimensionMismatch {
+                expected,
+                got: embedding.len(),
+            });
+        }
+        let action = || format!("search vector collection {collection:?}");
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, content, embedding, metadata FROM vector_records WHERE collection = ?1",
+            )
+            .map_err(|e| self.query_error(action(), e))?;
+        let mut scored: Vec<VectorMatch> = Vec::new();
+        let rows = stmt
+            .query_map(params![collection], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.query_error(action(), e))?;
+        for row in rows {
+            let (id, content, blob, meta) = row.map_err(|e| self.query_error(action(), e))?;
+            let metadata: Value = serde_json::from_str(&meta).unwrap_or(Value::Null);
+            if !matches_filter(&metadata, &filter) {
+                continue;
+            }
+            let score = cosine(embedding, &from_blob(&blob));
+            scored.push(VectorMatch {
+                id,
+                content,
+                score,
+                metadata,
+            });
+        }
+        scored.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+        scored.truncate(limit.clamp(1, MAX_LIMIT));
+        Ok(scored)
+    }
+
+    /// Deletes the records `ids` of `collection`; returns how many existed.
+    pub fn vector_delete(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<usize, VectorStoreError> {
+        check_name(collection, "collection")?;
+        if self.collection_dimension(collection)?.is_none() {
+            return Err(VectorStoreError::CollectionNotFound {
+                collection: collection.to_owned(),
+            });
+        }
+        let action = || format!("delete from vector collection {collection:?}");
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.query_error(action(), e))?;
+        let mut n = 0;
+        {
+            let mut stmt = tx
+                .prepare("DELETE FROM vector_records WHERE collection = ?1 AND id = ?2")
+                .map_err(|e| self.query_error(action(), e))?;
+            for id in ids {
+                n += stmt
+                    .execute(params![collection, id])
+                    .map_err(|e| self.query_error(action(), e))?;
+            }
+        }
+        tx.commit().map_err(|e| self.query_error(action(), e))?;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rec(id: &str, e: &[f32], meta: Value) -> VectorRecord {
+        VectorRecord {
+            id: id.into(),
+            content: format!("content of {id}"),
+            embedding: e.to_vec(),
+            metadata: meta,
+        }
+    }
+
+    #[test]
+    fn cosine_search_ranks_filters_and_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let n = s
+            .vector_upsert(
+                "kb",
+                &[
+                    rec("x", &[1.0, 0.0, 0.0], json!({"t": "a"})),
+                    rec("y", &[0.0, 1.0, 0.0], json!({"t": "b"})),
+                    rec("xy", &[1.0, 1.0, 0.0], json!({"t": "a"})),
+                ],
+            )
+            .unwrap();
+        assert_eq!(n, 3);
+        let m = s.vector_search("kb", &[1.0, 0.1, 0.0], 2, None).unwrap();
+        assert_eq!(
+            m.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+            ["x", "xy"]
+        );
+        assert!(m[0].score > 0.99 && m[0].score <= 1.0);
+        let only_b = s
+            .vector_search("kb", &[1.0, 0.0, 0.0], 10, Some(&json!({"t": "b"})))
+            .unwrap();
+        assert_eq!(only_b.len(), 1);
+        assert_eq!(only_b[0].id, "y");
+        assert!(only_b[0].score.abs() < 1e-6);
+        // Upsert replaces.
+        s.vector_upsert("kb", &[rec("y", &[1.0, 0.0, 0.0], json!({"t": "b"}))])
+            .unwrap();
+        let top = s
+            .vector_search("kb", &[1.0, 0.0, 0.0], 1, Some(&json!({"t": "b"})))
+            .unwrap();
+        assert!(top[0].score > 0.99);
+        assert_eq!(
+            s.vector_delete("kb", &["x".into(), "nope".into()]).unwrap(),
+            1
+        );
+    }
+
+    #[test]
+    fn typed_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        assert!(matches!(
+            s.vector_search("missing", &[1.0], 1, None),
+            Err(VectorStoreError::CollectionNotFound { .. })
+        ));
+        assert!(matches!(
+            s.vector_delete("missing", &[]),
+            Err(VectorStoreError::CollectionNotFound { .. })
+        ));
+        s.vector_upsert("kb", &[rec("a", &[1.0, 2.0], json!({}))])
+            .unwrap();
+        let e = s
+            .vector_upsert("kb", &[rec("b", &[1.0, 2.0, 3.0], json!({}))])
+            .unwrap_err();
+        assert!(matches!(
+            e,
+            VectorStoreError::DimensionMismatch {
+                expected: 2,
+                got: 3
+            }
+        ));
+        assert_eq!(e.to_string(), "dimension mismatch: expected 2, got 3");
+        assert!(matches!(
+            s.vector_search("kb", &[1.0], 1, None),
+            Err(VectorStoreError::DimensionMismatch {
+                expected: 2,
+                got: 1
+            })
+        ));
+        for bad in [vec![], vec![f32::NAN, 1.0]] {
+            assert!(matches!(
+                s.vector_upsert("kb", &[rec("c", &bad, json!({}))]),
+                Err(VectorStoreError::Invalid(_))
+            ));
+        }
+        assert!(matches!(
+            s.vector_upsert("kb", &[rec("c", &[1.0, 1.0], json!([1]))]),
+            Err(VectorStoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            s.vector_search("kb", &[1.0, 1.0], 1, Some(&json!("x"))),
+            Err(VectorStoreError::Invalid(_))
+        ));
+        // A mixed batch is refused whole.
+        assert!(
+            s.vector_upsert(
+                "kb",
+                &[
+                    rec("ok", &[1.0, 0.0], json!({})),
+                    rec("bad", &[1.0], json!({}))
+                ]
+            )
+            .is_err()
+        );
+        assert!(
+            s.vector_search("kb", &[1.0, 0.0], 10, None)
+                .unwrap()
+                .iter()
+                .all(|m| m.id != "ok")
+        );
+    }
+}
