@@ -12,6 +12,7 @@
 
 pub mod bus;
 pub mod dialect;
+pub mod extensions;
 pub mod launch;
 pub mod native;
 pub mod native_host;
