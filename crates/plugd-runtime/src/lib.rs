@@ -19,6 +19,7 @@ pub mod outbox;
 pub mod registry;
 #[cfg(test)]
 mod test_json;
+pub mod vector;
 pub mod workspace;
 
 use std::collections::{BTreeMap, HashMap};
@@ -80,6 +81,14 @@ pub enum RuntimeError {
     /// The plugin directory could not be digested.
     #[error(transparent)]
     Digest(#[from] plugd_store::digest::DigestError),
+    /// No vector backend with that name.
+    #[error("no vector backend {name:?}; the backends here are {known}")]
+    UnknownVectorBackend {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
 }
 
 /// What `plugd plugin list` / `show` report about one plugin.

@@ -337,7 +337,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
-        Command::Memory(c) => memory_cmd::run(rt, c)?,
+        Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Bench(_) | Command::Manifest(_) | Command::Bus(_) => {
             unreachable!("handled before the workspace opens")
         }

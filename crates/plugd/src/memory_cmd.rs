@@ -1,10 +1,12 @@
 //! `plugd memory add|search|list`: the agents' long-term memory in the state
 //! store (what plugins read through `memory.recall`).
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use plugd_runtime::Runtime;
 use plugd_store::memory::{DEFAULT_RECALL_LIMIT, MAX_RECALL_LIMIT, MemoryEntry};
+use plugd_store::vectors::VectorRecord;
+use serde_json::{Value, json};
 
 /// `plugd memory …`.
 #[derive(Subcommand, Debug)]
@@ -48,12 +50,147 @@ pub enum MemoryCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Vector memory: the built-in index or a backend plugin.
+    #[command(subcommand)]
+    Vector(VectorCmd),
+}
+
+/// `plugd memory vector …`.
+#[derive(Subcommand, Debug)]
+pub enum VectorCmd {
+    /// Insert or replace records; prints {"count": N}.
+    Upsert {
+        /// `builtin`, or a name a plugin declares in [plugin.extends].memory_backends.
+        #[arg(long, default_value = "builtin")]
+        backend: String,
+        /// The collection.
+        #[arg(long)]
+        collection: String,
+        /// The records, a JSON array of {id, content?, embedding, metadata?}.
+        #[arg(long, value_name = "JSON", conflicts_with_all = ["id", "embedding"])]
+        records: Option<String>,
+        /// One record's id (with --embedding).
+        #[arg(long, requires = "embedding")]
+        id: Option<String>,
+        /// One record's embedding, a JSON array of numbers.
+        #[arg(long, value_name = "JSON")]
+        embedding: Option<String>,
+        /// One record's content.
+        #[arg(long, default_value = "")]
+        content: String,
+        /// One record's metadata, a JSON object.
+        #[arg(long, value_name = "JSON")]
+        metadata: Option<String>,
+    },
+    /// The records most similar to an embedding, best first, as JSON.
+    Search {
+        /// `builtin`, or a plugin's backend name.
+        #[arg(long, default_value = "builtin")]
+        backend: String,
+        /// The collection.
+        #[arg(long)]
+        collection: String,
+        /// The query embedding, a JSON array of numbers.
+        #[arg(long, value_name = "JSON")]
+        embedding: String,
+        /// Most matches (default 10).
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Metadata to match, a JSON object (the backend interprets it).
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
+    },
+    /// Delete records by id; prints {"count": N}.
+    Delete {
+        /// `builtin`, or a plugin's backend name.
+        #[arg(long, default_value = "builtin")]
+        backend: String,
+        /// The collection.
+        #[arg(long)]
+        collection: String,
+        /// Record ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+fn json_arg<T: serde::de::DeserializeOwned>(flag: &str, text: &str) -> Result<T> {
+    serde_json::from_str(text)
+        .with_context(|| format!("{flag} is not valid JSON of the expected shape: {text:?}"))
+}
+
+/// Runs `plugd memory vector …`.
+pub async fn vector(rt: &Runtime, cmd: &VectorCmd) -> Result<()> {
+    match cmd {
+        VectorCmd::Upsert {
+            backend,
+            collection,
+            records,
+            id,
+            embedding,
+            content,
+            metadata,
+        } => {
+            let records: Vec<VectorRecord> = match (records, id, embedding) {
+                (Some(r), _, _) => json_arg("--records", r)?,
+                (None, Some(id), Some(e)) => vec![VectorRecord {
+                    id: id.clone(),
+                    content: content.clone(),
+                    embedding: json_arg("--embedding", e)?,
+                    metadata: match metadata {
+                        Some(m) => json_arg("--metadata", m)?,
+                        None => json!({}),
+                    },
+                }],
+                _ => bail!("give --records JSON, or --id with --embedding"),
+            };
+            let b = rt.vector_backend(backend)?;
+            let n = b
+                .upsert(collection, records)
+                .await
+                .with_context(|| format!("backend {backend:?}, collection {collection:?}"))?;
+            println!("{}", json!({ "count": n }));
+        }
+        VectorCmd::Search {
+            backend,
+            collection,
+            embedding,
+            limit,
+            filter,
+        } => {
+            let embedding: Vec<f32> = json_arg("--embedding", embedding)?;
+            let filter: Option<Value> = filter
+                .as_deref()
+                .map(|f| json_arg("--filter", f))
+                .transpose()?;
+            let b = rt.vector_backend(backend)?;
+            let matches = b
+                .search(collection, embedding, *limit, filter)
+                .await
+                .with_context(|| format!("backend {backend:?}, collection {collection:?}"))?;
+            println!("{}", serde_json::to_string_pretty(&matches)?);
+        }
+        VectorCmd::Delete {
+            backend,
+            collection,
+            ids,
+        } => {
+            let b = rt.vector_backend(backend)?;
+            let n = b
+                .delete(collection, ids.clone())
+                .await
+                .with_context(|| format!("backend {backend:?}, collection {collection:?}"))?;
+            println!("{}", json!({ "count": n }));
+        }
+    }
+    Ok(())
 }
 
 /// Runs `plugd memory …`.
-pub fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
+pub async fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
     let store = rt.store();
     match cmd {
+        MemoryCmd::Vector(v) => vector(rt, v).await?,
         MemoryCmd::Add { agent, text, tags } => {
             let entry = store.memory_add(agent, text, tags)?;
             println!("{}", entry.id);

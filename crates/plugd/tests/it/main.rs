@@ -18,3 +18,4 @@ mod outbox;
 mod salmex;
 mod support;
 mod vai;
+mod vector;

@@ -1,0 +1,258 @@
+//! Vector memory backends behind one trait: the built-in index in the state
+//! store (`builtin`, exact cosine search) and plugins that declare
+//! `[plugin.extends].memory_backends` (nexo §5.w).
+//!
+//! A plugin backend is looked up per call through its `Supervised`, so a
+//! restart swaps the connection underneath; it starts on first use (it must
+//! be approved).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugd_host::extensions::{
+    self, MEMORY_TIMEOUT_ENV, VECTOR_SEARCH_TIMEOUT, VECTOR_WRITE_TIMEOUT, VectorError,
+};
+use plugd_manifest::Dialect;
+use plugd_store::Store;
+use plugd_store::vectors::{VectorMatch, VectorRecord, VectorStoreError};
+use serde_json::{Value, json};
+
+use crate::{Runtime, RuntimeError};
+
+/// The name of the built-in backend.
+pub const BUILTIN_BACKEND: &str = "builtin";
+
+/// What a backend returns.
+pub type VectorFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, VectorError>> + Send + 'a>>;
+
+/// A vector memory backend.
+pub trait VectorBackend: Send + Sync {
+    /// Its name (`builtin`, or the name a plugin declares).
+    fn name(&self) -> &str;
+    /// Inserts or replaces records; the count written.
+    fn upsert<'a>(
+        &'a self,
+        collection: &'a str,
+        records: Vec<VectorRecord>,
+    ) -> VectorFuture<'a, u64>;
+    /// The `limit` best matches for `embedding` whose metadata matches `filter`.
+    fn search<'a>(
+        &'a self,
+        collection: &'a str,
+        embedding: Vec<f32>,
+        limit: usize,
+        filter: Option<Value>,
+    ) -> VectorFuture<'a, Vec<VectorMatch>>;
+    /// Deletes records; the count deleted.
+    fn delete<'a>(&'a self, collection: &'a str, ids: Vec<String>) -> VectorFuture<'a, u64>;
+}
+
+fn from_store(e: VectorStoreError) -> VectorError {
+    match e {
+        VectorStoreError::CollectionNotFound { collection } => {
+            VectorError::CollectionNotFound { collection }
+        }
+        VectorStoreError::DimensionMismatch { expected, got } => VectorError::DimensionMismatch {
+            expected: expected as u64,
+            got: got as u64,
+        },
+        VectorStoreError::Invalid(message) => VectorError::Invalid { message },
+        other => VectorError::WriteFailed {
+            message: other.to_string(),
+        },
+    }
+}
+
+/// The built-in backend: the state store's vector index. **Scaling limit**:
+/// exact search reads the whole collection (see `plugd_store::vectors`).
+#[derive(Debug, Clone)]
+pub struct StoreBackend {
+    store: Arc<Store>,
+}
+
+impl StoreBackend {
+    /// The backend over `store`.
+    pub fn new(store: Arc<Store>) -> Self {
+        StoreBackend { store }
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, VectorStoreError> + Send + 'static,
+) -> Result<T, VectorError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| VectorError::Other {
+            message: format!("the store task failed: {e}"),
+        })?
+        .map_err(from_store)
+}
+
+impl VectorBackend for StoreBackend {
+    fn name(&self) -> &str {
+        BUILTIN_BACKEND
+    }
+
+    fn upsert<'a>(
+        &'a self,
+        collection: &'a str,
+        records: Vec<VectorRecord>,
+    ) -> VectorFuture<'a, u64> {
+        let store = self.store.clone();
+        let collection = collection.to_owned();
+        Box::pin(async move {
+            blocking(move || store.vector_upsert(&collection, &records).map(|n| n as u64)).await
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        collection: &'a str,
+        embedding: Vec<f32>,
+        limit: usize,
+        filter: Option<Value>,
+    ) -> VectorFuture<'a, Vec<VectorMatch>> {
+        let store = self.store.clone();
+        let collection = collection.to_owned();
+        Box::pin(async move {
+            blocking(move || store.vector_search(&collection, &embedding, limit, filter.as_ref()))
+                .await
+        })
+    }
+
+    fn delete<'a>(&'a self, collection: &'a str, ids: Vec<String>) -> VectorFuture<'a, u64> {
+        let store = self.store.clone();
+        let collection = collection.to_owned();
+        Box::pin(async move {
+            blocking(move || store.vector_delete(&collection, &ids).map(|n| n as u64)).await
+        })
+    }
+}
+
+/// A backend served by a native plugin.
+#[derive(Debug, Clone)]
+pub struct PluginBackend {
+    runtime: Runtime,
+    plugin: String,
+    name: String,
+    write_timeout: Duration,
+    search_timeout: Duration,
+}
+
+impl PluginBackend {
+    async fn conn(&self, timeout: Duration) -> Result<Arc<plugd_host::Conn>, VectorError> {
+        let sup = self
+            .runtime
+            .supervised(&self.plugin)
+            .map_err(|e| VectorError::Other {
+                message: e.to_string(),
+            })?;
+        sup.connection(Instant::now() + timeout)
+            .await
+            .map_err(|e| VectorError::Other {
+                message: format!("backend {:?}: {e}", self.name),
+            })
+    }
+}
+
+impl VectorBackend for PluginBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn upsert<'a>(
+        &'a self,
+        collection: &'a str,
+        records: Vec<VectorRecord>,
+    ) -> VectorFuture<'a, u64> {
+        Box::pin(async move {
+            let conn = self.conn(self.write_timeout).await?;
+            let records = serde_json::to_value(&records).unwrap_or(Value::Null);
+            extensions::vector_upsert(
+                &conn.peer,
+                &self.name,
+                collection,
+                records,
+                self.write_timeout,
+            )
+            .await
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        collection: &'a str,
+        embedding: Vec<f32>,
+        limit: usize,
+        filter: Option<Value>,
+    ) -> VectorFuture<'a, Vec<VectorMatch>> {
+        Box::pin(async move {
+            let conn = self.conn(self.search_timeout).await?;
+            let query = json!({"embedding": embedding, "limit": limit, "filter": filter});
+            let matches = extensions::vector_search(
+                &conn.peer,
+                &self.name,
+                collection,
+                query,
+                self.search_timeout,
+            )
+            .await?;
+            serde_json::from_value(matches.clone()).map_err(|e| VectorError::Other {
+                message: format!(
+                    "backend {:?} answered matches that are not [{{id, content, score, metadata}}]: {e}",
+                    self.name
+                ),
+            })
+        })
+    }
+
+    fn delete<'a>(&'a self, collection: &'a str, ids: Vec<String>) -> VectorFuture<'a, u64> {
+        Box::pin(async move {
+            let conn = self.conn(self.write_timeout).await?;
+            extensions::vector_delete(&conn.peer, &self.name, collection, &ids, self.write_timeout)
+                .await
+        })
+    }
+}
+
+impl Runtime {
+    /// The vector backend `name`: `builtin`, or the native plugin that
+    /// declares it in `[plugin.extends].memory_backends`.
+    pub fn vector_backend(&self, name: &str) -> Result<Arc<dyn VectorBackend>, RuntimeError> {
+        if name == BUILTIN_BACKEND {
+            return Ok(Arc::new(StoreBackend::new(self.store().clone())));
+        }
+        let mut declared = vec![BUILTIN_BACKEND.to_owned()];
+        for (id, sup) in &self.inner.plugins {
+            let spec = sup.spec();
+            let Some(native) = spec
+                .native
+                .as_ref()
+                .filter(|_| spec.dialect == Dialect::Native)
+            else {
+                continue;
+            };
+            if native.extends.memory_backends.iter().any(|b| b == name) {
+                let write_timeout = extensions::deadline(MEMORY_TIMEOUT_ENV, VECTOR_WRITE_TIMEOUT)
+                    .map_err(RuntimeError::Workspace)?;
+                let search_timeout =
+                    extensions::deadline(MEMORY_TIMEOUT_ENV, VECTOR_SEARCH_TIMEOUT)
+                        .map_err(RuntimeError::Workspace)?;
+                return Ok(Arc::new(PluginBackend {
+                    runtime: self.clone(),
+                    plugin: id.clone(),
+                    name: name.to_owned(),
+                    write_timeout,
+                    search_timeout,
+                }));
+            }
+            declared.extend(native.extends.memory_backends.iter().cloned());
+        }
+        Err(RuntimeError::UnknownVectorBackend {
+            name: name.to_owned(),
+            known: declared.join(", "),
+        })
+    }
+}
