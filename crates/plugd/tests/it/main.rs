@@ -14,5 +14,6 @@ mod mcp;
 mod microapp;
 mod outbox;
 mod salmex;
+mod signatures;
 mod support;
 mod vai;
