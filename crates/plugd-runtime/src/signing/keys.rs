@@ -61,7 +61,7 @@ pub fn generate() -> Result<SigningKey, String> {
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).map_err(|e| format!("cannot read random bytes: {e}"))?;
     let key = SigningKey::from_bytes(&seed);
-    seed.fill(0);
+    zeroize::Zeroize::zeroize(&mut seed);
     Ok(key)
 }
 
@@ -109,17 +109,16 @@ pub fn read_private_key(path: &Path) -> Result<SigningKey, String> {
             meta.len()
         ));
     }
-    let mut text = String::new();
+    // The PEM text holds the secret: wiped when it is dropped.
+    let mut text = zeroize::Zeroizing::new(String::new());
     std::fs::File::open(path)
         .and_then(|f| f.take(MAX_KEY_FILE_BYTES).read_to_string(&mut text))
         .map_err(|e| format!("key {shown}: {e}"))?;
-    let key = SigningKey::from_pkcs8_pem(&text).map_err(|e| {
+    SigningKey::from_pkcs8_pem(&text).map_err(|e| {
         format!(
             "key {shown} is not an Ed25519 private key in PKCS#8 PEM (-----BEGIN PRIVATE KEY-----): {e}; create one with `plugd plugin keygen --out FILE`"
         )
-    });
-    text.replace_range(.., &" ".repeat(text.len()));
-    key
+    })
 }
 
 #[cfg(test)]
@@ -169,5 +168,11 @@ mod tests {
         std::fs::set_permissions(&junk, std::fs::Permissions::from_mode(0o600)).unwrap();
         let err = read_private_key(&junk).unwrap_err();
         assert!(err.contains("not an Ed25519 private key"), "{err}");
+
+        let huge = tmp.path().join("huge.pem");
+        std::fs::write(&huge, vec![b'A'; MAX_KEY_FILE_BYTES as usize + 1]).unwrap();
+        std::fs::set_permissions(&huge, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = read_private_key(&huge).unwrap_err();
+        assert!(err.contains("over the 16384-byte limit"), "{err}");
     }
 }
