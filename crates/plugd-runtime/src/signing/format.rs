@@ -424,13 +424,7 @@ pub fn verify(dir: &Path, limits: &DigestLimits) -> Result<Verified, SignatureEr
             });
         }
     };
-    let malformed = |message: String| SignatureError::Malformed {
-        path: path.clone(),
-        message,
-    };
-    let sig: SignatureFile = serde_json::from_slice(&text)
-        .map_err(|e| malformed(format!("not a {FORMAT} signature file: {e}")))?;
-    let (public, signature) = check_fields(&sig, limits).map_err(malformed)?;
+    let (sig, public, signature) = parse(&text, &path, limits)?;
     if public
         .verify_strict(
             &payload(&sig.key_id, &sig.signed_at, &sig.digest),
@@ -459,6 +453,24 @@ pub fn verify(dir: &Path, limits: &DigestLimits) -> Result<Verified, SignatureEr
         files: sig.files.len(),
         digest: sig.digest,
     })
+}
+
+/// Parses and checks the text of a signature file (named `path` in errors)
+/// field by field; returns it with its public key and signature, not yet
+/// verified.
+pub fn parse(
+    text: &[u8],
+    path: &Path,
+    limits: &DigestLimits,
+) -> Result<(SignatureFile, VerifyingKey, Signature), SignatureError> {
+    let malformed = |message: String| SignatureError::Malformed {
+        path: path.to_owned(),
+        message,
+    };
+    let sig: SignatureFile = serde_json::from_slice(text)
+        .map_err(|e| malformed(format!("not a {FORMAT} signature file: {e}")))?;
+    let (public, signature) = check_fields(&sig, limits).map_err(malformed)?;
+    Ok((sig, public, signature))
 }
 
 /// Reads the signature file: `None` when absent; refuses a symlink, a
@@ -733,5 +745,107 @@ mod tests {
         }
         check_path("a/b/c.txt").unwrap();
         check_path("..hidden").unwrap();
+    }
+
+    /// A signature made by this format's first release: if the listing,
+    /// payload or key id rules change, old signatures stop verifying and
+    /// this test says so.
+    const KNOWN: &str = r#"{
+  "format": "plugd-signature/1",
+  "algorithm": "ed25519",
+  "public_key": "iojj3XQJ8ZX9UtstPLpdcspnCb8dlBIb83SIAbQPb1w=",
+  "key_id": "34750f98bd59fcfc",
+  "signed_at": "2026-01-02T03:04:05Z",
+  "digest": "sha256:f26a057c479cbd149ffb4e25405ba06cc11ab79c42c2eef8109aca6318849dd8",
+  "files": {
+    "bin/run.sh": "sha256:299001868fb8c02fd431c336c6d058f5558c5dff5b5af5e6fe04b870a6a9cbba",
+    "plugin.json": "sha256:ca3d163bab055381827226140568f3bef7eaac187cebd76878e0b63e9e442356"
+  },
+  "signature": "SEp/9SSCL/vERwmlQY9BK0HKxHjVlTYGqdbf/fS5+CDByUik5cYaBoa+W6omHNZCM88gIw5QWPGxIJODEssNDg=="
+}
+"#;
+
+    fn known_tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir(tmp.path().join("bin")).unwrap();
+        std::fs::write(tmp.path().join("bin/run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+        std::fs::write(tmp.path().join("plugin.json"), "{}\n").unwrap();
+        tmp
+    }
+
+    #[test]
+    fn a_known_signature_still_verifies_and_signing_is_deterministic() {
+        let tmp = known_tree();
+        std::fs::write(tmp.path().join(SIGNATURE_FILE), KNOWN).unwrap();
+        let ok = verify(tmp.path(), &DigestLimits::default()).unwrap();
+        assert_eq!(ok.key_id, "34750f98bd59fcfc");
+        std::fs::remove_file(tmp.path().join(SIGNATURE_FILE)).unwrap();
+        let key = SigningKey::from_bytes(&[1; 32]);
+        let again = sign(
+            tmp.path(),
+            &key,
+            "2026-01-02T03:04:05Z",
+            &DigestLimits::default(),
+        )
+        .unwrap();
+        let known: SignatureFile = serde_json::from_str(KNOWN).unwrap();
+        assert_eq!(again, known);
+        assert_eq!(serde_json::to_string_pretty(&again).unwrap() + "\n", KNOWN);
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn parse_never_panics_on_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = parse(&bytes, Path::new("x.json"), &DigestLimits::default());
+            }
+
+            /// Any one field of a good file replaced by any JSON value: an
+            /// error naming the file or a signature that fails, unless the
+            /// value is the same; never a panic.
+            #[test]
+            fn a_mutated_field_is_refused_with_the_file_named(
+                field in proptest::sample::select(vec![
+                    "format", "algorithm", "public_key", "key_id", "signed_at",
+                    "digest", "files", "signature",
+                ]),
+                value in prop_oneof![
+                    any::<i64>().prop_map(serde_json::Value::from),
+                    ".{0,40}".prop_map(serde_json::Value::from),
+                    Just(serde_json::json!(null)),
+                    Just(serde_json::json!({"../x": "sha256:00"})),
+                    Just(serde_json::json!([])),
+                ],
+            ) {
+                let mut v: serde_json::Value = serde_json::from_str(KNOWN).unwrap();
+                let same = v[field] == value;
+                v[field] = value;
+                let r = parse(v.to_string().as_bytes(), Path::new("x.json"), &DigestLimits::default());
+                match r {
+                    // Well-formed: then the signature must fail unless nothing changed.
+                    Ok((sig, public, signature)) => {
+                        let p = payload(&sig.key_id, &sig.signed_at, &sig.digest);
+                        prop_assert_eq!(public.verify_strict(&p, &signature).is_ok(), same);
+                    }
+                    Err(e) => prop_assert!(e.to_string().starts_with("x.json: "), "{}", e),
+                }
+            }
+
+            /// The listing depends on the set of (path, hash) pairs only.
+            #[test]
+            fn the_listing_is_independent_of_insert_order(
+                entries in proptest::collection::vec(("[a-z/._-]{1,12}", "[0-9a-f]{64}"), 0..20),
+            ) {
+                let forward: BTreeMap<String, String> = entries.iter().cloned().collect();
+                let backward: BTreeMap<String, String> = entries.iter().rev().cloned().collect();
+                // Later duplicates win in a map; keep the pairs unique.
+                prop_assume!(forward.len() == entries.len());
+                prop_assert_eq!(canonical_listing(&forward), canonical_listing(&backward));
+                prop_assert_eq!(listing_digest(&forward), listing_digest(&backward));
+            }
+        }
     }
 }

@@ -596,3 +596,56 @@ fn copy_tree(from: &Path, to: &Path) {
         }
     }
 }
+
+/// docs/signatures.md is enough to check a signature without plugd: the
+/// listing from `find | sort | sha256sum`, the payload by hand, the Ed25519
+/// signature with `openssl pkeyutl`, the public key from the openssl key.
+#[test]
+fn a_signature_checks_out_with_sha256sum_and_openssl_as_the_doc_describes() {
+    let ws = Ws::new();
+    let dir = ws.example("hello-python");
+    std::fs::create_dir(dir.join("lib")).unwrap();
+    std::fs::write(dir.join("lib/ünïcode name.txt"), "x\n").unwrap();
+    std::fs::write(dir.join("Zed.md"), "upper case sorts first\n").unwrap();
+    let pem = ws.dir().join("k.pem");
+    let script = r#"
+set -eu
+cd "$1"
+openssl genpkey -algorithm ed25519 -out "$2" 2>/dev/null
+chmod 600 "$2"
+"$3" --workspace "$4" plugin sign . --key "$2" >/dev/null
+sig=marketplace.signature.json
+field() { python3 -c "import json,sys; print(json.load(open('$sig'))[sys.argv[1]])" "$1"; }
+# The canonical listing and its digest, from coreutils alone.
+listing=$(find . -type f ! -path "./$sig" | sed 's|^\./||' | LC_ALL=C sort | while IFS= read -r f; do
+  printf 'sha256:%s  %s\n' "$(sha256sum < "$f" | cut -d' ' -f1)" "$f"; done)
+digest="sha256:$(printf '%s\n' "$listing" | sha256sum | cut -d' ' -f1)"
+[ "$digest" = "$(field digest)" ] || { echo "digest $digest != $(field digest)"; exit 1; }
+# The public key is the openssl key's, its id the first 8 bytes of its SHA-256.
+pub=$(openssl pkey -in "$2" -pubout -outform DER | tail -c 32 | base64 -w0)
+[ "$pub" = "$(field public_key)" ] || { echo "public key differs"; exit 1; }
+id=$(printf '%s' "$pub" | base64 -d | sha256sum | cut -c1-16)
+[ "$id" = "$(field key_id)" ] || { echo "key id differs"; exit 1; }
+# The payload and the signature.
+tmp=$(mktemp -d)
+printf 'plugd-signature/1\ned25519\n%s\n%s\n%s\n' "$id" "$(field signed_at)" "$digest" > "$tmp/payload"
+field signature | base64 -d > "$tmp/sig"
+openssl pkey -in "$2" -pubout -out "$tmp/pub.pem"
+openssl pkeyutl -verify -pubin -inkey "$tmp/pub.pem" -rawin -in "$tmp/payload" -sigfile "$tmp/sig"
+"#;
+    #[allow(clippy::disallowed_methods)] // the test runs bash, coreutils and openssl
+    let out = std::process::Command::new("bash")
+        .args(["-c", script, "check"])
+        .arg(&dir)
+        .arg(&pem)
+        .arg(env!("CARGO_BIN_EXE_plugd"))
+        .arg(ws.dir())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && stdout(&out).contains("Signature Verified Successfully"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+}
