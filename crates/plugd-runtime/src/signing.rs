@@ -307,7 +307,13 @@ mod tests {
             public(1)
         );
         let config = PlugdConfig::parse(&text, path, Path::new("/ws")).unwrap();
+        assert_eq!(
+            crate::config::schema_violations(&text).unwrap(),
+            Vec::<String>::new()
+        );
         assert!(config.signing.require_signatures);
+        let short = "trusted_publishers: [{name: a, public_key: \"ed25519:AAAA\"}]\n";
+        assert_eq!(crate::config::schema_violations(short).unwrap().len(), 1);
         assert_eq!(config.signing.trusted_publishers[0].name, "acme");
 
         let bad = "trusted_publishers:\n  - {name: acme, public_key: \"ed25519:AAAA\"}\n  - {name: bob, public_key: \"AAAA\"}\n";

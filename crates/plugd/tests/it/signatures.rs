@@ -309,7 +309,8 @@ fn a_signed_approved_plugin_tampered_under_serve_does_not_start_and_the_call_nam
     let refused = serve.post("/v1/tools/sealed_echo:invoke", &json!({"args": {"x": 1}}));
     let body = refused.json();
     let message = body["error"]["message"].as_str().unwrap_or_default();
-    assert_ne!(refused.status, 200, "{body}");
+    assert_eq!(refused.status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "plugin_unavailable", "{body}");
     assert!(
         message.contains("plugin \"sealed\" may not start: its signature check failed")
             && message.contains("misbehave.py changed"),
