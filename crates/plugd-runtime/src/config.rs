@@ -104,6 +104,8 @@ pub struct PlugdConfig {
     pub tenant: HookContext,
     /// `agent:`: the agent turn.
     pub agent: AgentConfig,
+    /// `require_signatures:` and `trusted_publishers:` (see [`crate::signing`]).
+    pub signing: crate::signing::SigningPolicy,
 }
 
 /// `agent:`.
@@ -325,6 +327,10 @@ struct RawDoc {
     agent: Option<Spanned<AgentConfig>>,
     #[serde(default)]
     tools: Option<ToolsReserved>,
+    #[serde(default)]
+    require_signatures: Option<bool>,
+    #[serde(default)]
+    trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -486,7 +492,7 @@ impl Cx<'_> {
     }
 }
 
-fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
+pub(crate) fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
     let message = e.to_string();
     let mut message = message.lines().next().unwrap_or("").trim().to_owned();
     if let Some(at) = message.rfind(" at line ") {
@@ -510,7 +516,7 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
 
 /// How `plugd.yaml` is read: YAML 1.2 booleans only (`off` is a string),
 /// no source snippets in errors.
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
     options.strict_booleans = true;
@@ -606,6 +612,11 @@ impl PlugdConfig {
             }
             config.agent = agent.value;
         }
+        config.signing = crate::signing::SigningPolicy::from_raw(
+            path,
+            raw.require_signatures,
+            raw.trusted_publishers,
+        )?;
         Ok(config)
     }
 

@@ -17,6 +17,7 @@ mod host_api;
 pub mod llm;
 pub mod outbox;
 pub mod registry;
+pub mod signing;
 #[cfg(test)]
 mod test_json;
 pub mod vector;
@@ -136,6 +137,8 @@ pub struct PluginInfo {
     /// channels, Salmex config schema, VAI exports with their permissions,
     /// microapp capabilities, MCP entry).
     pub details: Value,
+    /// Its signature: signed by whom, unsigned, tampered, not applicable.
+    pub signature: signing::SignatureStatus,
 }
 
 /// Who approved what, and when.
@@ -152,6 +155,7 @@ pub struct ApprovalInfo {
 struct TrustObserver {
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
+    signing: Arc<signing::SigningPolicy>,
 }
 
 impl Observer for TrustObserver {
@@ -166,6 +170,7 @@ impl Observer for TrustObserver {
                     spec.id
                 )
             })?;
+        signing::check(&self.signing, spec)?;
         let now = spec_digest(spec)?;
         if now != approval.digest {
             return Err(format!(
@@ -219,6 +224,7 @@ struct RtInner {
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
     api: Arc<host_api::RuntimeApi>,
+    signing: Arc<signing::SigningPolicy>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -238,9 +244,14 @@ impl Runtime {
         let store = Arc::new(Store::open(&dir.join(".plugd"))?);
         let discovery = workspace::discover(&dir, &LoadOptions::from_env());
         let registry = Arc::new(RwLock::new(ToolRegistry::default()));
+        let signing = Arc::new(
+            signing::SigningPolicy::load(&dir)
+                .map_err(|e| RuntimeError::Workspace(e.to_string()))?,
+        );
         let observer = Arc::new(TrustObserver {
             store: store.clone(),
             registry: registry.clone(),
+            signing: signing.clone(),
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new(store.clone()));
@@ -274,6 +285,7 @@ impl Runtime {
                 registry,
                 digests: Mutex::new(digests),
                 api,
+                signing,
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -432,6 +444,7 @@ impl Runtime {
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
                 .unwrap_or(Value::Null),
+            signature: signing::status(&self.inner.signing, spec),
         })
     }
 
@@ -440,6 +453,12 @@ impl Runtime {
     /// approval back if the plugin fails its handshake.
     pub async fn approve(&self, id: &str, by: &str) -> Result<PluginInfo, RuntimeError> {
         let sup = self.supervised(id)?.clone();
+        signing::check(&self.inner.signing, sup.spec()).map_err(|reason| {
+            RuntimeError::ApprovalFailed {
+                plugin: id.to_owned(),
+                reason,
+            }
+        })?;
         let digest = self
             .digest_now(id, true)
             .map_err(|reason| RuntimeError::ApprovalFailed {
@@ -564,6 +583,9 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         stats: None,
         broker: None,
         details: Value::Null,
+        signature: signing::SignatureStatus::NotApplicable {
+            reason: "the plugin cannot be loaded".into(),
+        },
     }
 }
 

@@ -12,6 +12,7 @@ mod hook_cmd;
 mod memory_cmd;
 mod outbox_cmd;
 mod remote;
+mod sign_cmd;
 
 use std::path::PathBuf;
 
@@ -103,6 +104,8 @@ enum PluginCmd {
         /// Plugin id.
         id: String,
     },
+    #[command(flatten)]
+    Signing(sign_cmd::SigningCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -228,6 +231,11 @@ async fn run(cli: Cli) -> Result<i32> {
             );
             return Ok(0);
         }
+        Command::Plugin(PluginCmd::Signing(cmd)) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            sign_cmd::run(cmd, &dir)?;
+            return Ok(0);
+        }
         Command::Plugin(
             cmd
             @ (PluginCmd::Approve { .. } | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
@@ -338,7 +346,10 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
-        Command::Bench(_) | Command::Manifest(_) | Command::Bus(_) => {
+        Command::Bench(_)
+        | Command::Manifest(_)
+        | Command::Bus(_)
+        | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }
     }
@@ -381,7 +392,7 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             serve.plugin_action(id, "restart", None).await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
-        PluginCmd::List(_) | PluginCmd::Show { .. } => {
+        PluginCmd::List(_) | PluginCmd::Show { .. } | PluginCmd::Signing(_) => {
             bail!("only approve, revoke and restart go through plugd serve")
         }
     }
@@ -562,6 +573,7 @@ fn print_plugin_detail(p: &PluginInfo) {
         println!("error:     {e}");
     }
     println!("dir:       {}", p.dir.display());
+    println!("signature: {}", p.signature.summary());
     println!("digest:    {}", p.digest.as_deref().unwrap_or("-"));
     match &p.approval {
         Some(a) if p.approved => {

@@ -16,6 +16,7 @@ mod memory;
 mod microapp;
 mod outbox;
 mod salmex;
+mod signatures;
 mod support;
 mod vai;
 mod vector;
