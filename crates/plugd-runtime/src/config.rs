@@ -1,7 +1,8 @@
 //! `DIR/plugd.yaml`: the workspace's agent configuration — hook handlers
 //! (`plugins:`, Dexto's YAML extended for remote handlers), the LLM provider
-//! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`) and
-//! the agent turn (`agent:`). Its JSON Schema is `docs/plugd.schema.json`
+//! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`),
+//! the agent turn (`agent:`) and the risk policy (`risk:`, parsed in
+//! `risk.rs`). Its JSON Schema is `docs/plugd.schema.json`
 //! ([`SCHEMA`]).
 //!
 //! Rules:
@@ -104,6 +105,8 @@ pub struct PlugdConfig {
     pub tenant: HookContext,
     /// `agent:`: the agent turn.
     pub agent: AgentConfig,
+    /// `risk:`: per-tool risk levels and the approval timeout.
+    pub risk: crate::risk::RiskConfig,
 }
 
 /// `agent:`.
@@ -325,6 +328,8 @@ struct RawDoc {
     agent: Option<Spanned<AgentConfig>>,
     #[serde(default)]
     tools: Option<ToolsReserved>,
+    #[serde(default)]
+    risk: Option<Spanned<crate::risk::RawRisk>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -605,6 +610,9 @@ impl PlugdConfig {
                 ));
             }
             config.agent = agent.value;
+        }
+        if let Some(risk) = raw.risk {
+            config.risk = crate::risk::parse_config(risk, path)?;
         }
         Ok(config)
     }

@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod llm;
 pub mod outbox;
 pub mod registry;
+pub mod risk;
 #[cfg(test)]
 mod test_json;
 pub mod workspace;
@@ -79,6 +80,9 @@ pub enum RuntimeError {
     /// The plugin directory could not be digested.
     #[error(transparent)]
     Digest(#[from] plugd_store::digest::DigestError),
+    /// The risk gate refused the call (disabled, denied, not approved in time).
+    #[error(transparent)]
+    Gate(#[from] risk::GateError),
 }
 
 /// What `plugd plugin list` / `show` report about one plugin.
@@ -117,6 +121,8 @@ pub struct PluginInfo {
     pub start: Option<String>,
     /// Non-fatal manifest findings.
     pub warnings: Vec<String>,
+    /// Each tool's effective risk and whether it is enabled.
+    pub tool_risks: BTreeMap<String, risk::ToolRisk>,
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
     /// The dialect-specific part of the declaration (native extends and
@@ -199,6 +205,7 @@ pub struct Runtime {
 }
 
 struct RtInner {
+    risk: risk::RiskState,
     dir: PathBuf,
     store: Arc<Store>,
     plugins: BTreeMap<String, Supervised>,
@@ -251,6 +258,7 @@ impl Runtime {
         }
         Ok(Runtime {
             inner: Arc::new(RtInner {
+                risk: risk::RiskState::default(),
                 dir,
                 store,
                 plugins,
@@ -378,6 +386,7 @@ impl Runtime {
             cwd: Some(spec.dir.clone()),
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
+            tool_risks: self.tool_risks(id),
             stats: sup.stats(),
             details: serde_json::to_value(&**spec)
                 .ok()
@@ -439,9 +448,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// Every tool of the approved plugins, sorted by name.
+    /// Every enabled tool of the approved plugins, sorted by name (what the
+    /// agent sees; [`Runtime::tool_views`] includes disabled ones).
     pub fn tools(&self) -> Vec<Arc<ToolEntry>> {
-        read(&self.inner.registry).list()
+        self.enabled_tools()
     }
 
     /// Validates `args` and calls tool `name` for the agent `agent_id`.
@@ -469,7 +479,9 @@ impl Runtime {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
+        risk::check_enabled(self, &entry)?;
         entry.validate(&args)?;
+        risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
     }
@@ -512,6 +524,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         cwd: None,
         start: None,
         warnings: Vec::new(),
+        tool_risks: BTreeMap::new(),
         stats: None,
         details: Value::Null,
     }

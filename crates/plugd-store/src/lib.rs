@@ -15,6 +15,7 @@ pub mod outbox;
 pub mod sessions;
 mod store;
 mod time;
+pub mod tool_state;
 
 pub use error::{BackendError, StoreError};
 pub use store::{Approval, Failure, SCHEMA_VERSION, STATE_DB_FILE, Store};

@@ -43,6 +43,8 @@ const MIGRATIONS: &[&str] = &[
     crate::outbox::MIGRATION,
     // 4: agent sessions and their transcripts (see `crate::sessions`).
     crate::sessions::MIGRATION,
+    // 5: disabled tools and per-call approvals (see `crate::tool_state`).
+    crate::tool_state::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

@@ -10,6 +10,7 @@ mod bench;
 mod hook_cmd;
 mod outbox_cmd;
 mod remote;
+mod risk_cmd;
 
 use std::path::PathBuf;
 
@@ -64,6 +65,9 @@ enum Command {
     Run(agent_cmd::RunArgs),
     /// Chat with the agent: one turn per stdin line, replies streamed.
     Chat(agent_cmd::ChatArgs),
+    /// List, approve or deny calls of high and critical tools waiting in plugd serve.
+    #[command(subcommand)]
+    Approvals(risk_cmd::ApprovalsCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -113,6 +117,22 @@ enum ToolCmd {
         agent: Option<String>,
         #[command(flatten)]
         json: JsonFlag,
+        /// Approve a high-risk call without asking (never covers critical ones).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Enable a disabled tool again.
+    Enable {
+        /// Tool name, as `plugd tool list` shows it.
+        name: String,
+    },
+    /// Disable one tool: hidden from agents and refused by `tool call`; the rest of its plugin is unaffected.
+    Disable {
+        /// Tool name, as `plugd tool list` shows it.
+        name: String,
+        /// Who disables it (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
     },
 }
 
@@ -229,6 +249,7 @@ async fn run(cli: Cli) -> Result<i32> {
         _ => {}
     }
     let rt = open(&cli)?;
+    risk_cmd::install_approver(&rt, &cli.command);
     let result = match &cli.command {
         // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
         Command::Serve(args) => serve(&rt, args).await,
@@ -277,26 +298,18 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             rt.restart(id).await?;
             println!("restarted {id}: failure cleared, restart budget reset");
         }
-        Command::Tool(ToolCmd::List(f)) => {
-            let tools = rt.tools();
-            if f.json {
-                let rows: Vec<&plugd_runtime::ToolEntry> = tools.iter().map(|t| &**t).collect();
-                print_json(&rows, false)?;
-            } else if tools.is_empty() {
-                println!("no tools (approve a plugin with `plugd plugin approve ID`)");
-            } else {
-                let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-                println!("{:width$}  {:16}  DESCRIPTION", "NAME", "PLUGIN");
-                for t in &tools {
-                    println!("{:width$}  {:16}  {}", t.name, t.plugin, t.description);
-                }
-            }
+        Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
+        Command::Tool(ToolCmd::Enable { name }) => risk_cmd::set_enabled(rt, name, true, None)?,
+        Command::Tool(ToolCmd::Disable { name, by }) => {
+            risk_cmd::set_enabled(rt, name, false, by.as_deref())?
         }
+        Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
         Command::Tool(ToolCmd::Call {
             name,
             args,
             agent,
             json,
+            ..
         }) => {
             let args: Value = serde_json::from_str(args)
                 .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
@@ -618,6 +631,7 @@ fn print_plugin_detail(p: &PluginInfo) {
     } else if !p.details.is_null() {
         println!("{}:  {}", p.dialect, p.details);
     }
+    risk_cmd::print_tool_risks(p);
     for w in &p.warnings {
         println!("warning:   {w}");
     }
