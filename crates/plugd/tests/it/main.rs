@@ -13,6 +13,7 @@ mod llm;
 mod mcp;
 mod microapp;
 mod outbox;
+mod risk;
 mod salmex;
 mod support;
 mod vai;
