@@ -900,6 +900,25 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_knows_the_risk_section() {
+        let ok = "risk:\n  tools: {p_x: high}\n  approval_timeout_secs: 30\n";
+        assert_eq!(
+            crate::config::schema_violations(ok).unwrap(),
+            Vec::<String>::new()
+        );
+        for bad in [
+            "risk: {tools: {p_x: severe}}\n",
+            "risk: {approval_timeout_secs: 0}\n",
+            "risk: {nope: 1}\n",
+        ] {
+            assert!(
+                !crate::config::schema_violations(bad).unwrap().is_empty(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn effective_risk_prefers_config_then_declaration_then_medium() {
         let def = |risk: Option<&str>| {
             let mut d = plugd_host::ToolDef::new("p_x", "", json!({}));

@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use plugd_runtime::risk::{ApprovalRequest, Approver, Decision, DecisionFuture};
 use serde_json::{Value, json};
 
 use crate::http::Serve;
@@ -60,6 +61,16 @@ while True:
     elif "id" in msg:
         send({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "no " + str(method)}})
 "#;
+
+/// An approver that approves every call, for tests of other behaviour that
+/// call `high` or `critical` tools through a library `Runtime`.
+pub(crate) struct ApproveAll;
+
+impl Approver for ApproveAll {
+    fn decide<'a>(&'a self, _: &'a ApprovalRequest) -> DecisionFuture<'a> {
+        Box::pin(async { Decision::Approved { by: "test".into() } })
+    }
+}
 
 /// Tool, declared risk.
 const TOOLS: &[(&str, &str)] = &[
