@@ -183,19 +183,20 @@ fn yes_runs_a_high_tool_and_never_a_critical_one() {
     assert_eq!(runs(&ws, "crit"), 0);
 }
 
-/// Runs `plugd tool call TOOL` under a real pseudo-terminal (python3 `pty`),
-/// answering `answer` at the prompt; the driver's report.
-fn on_a_terminal(ws: &Ws, tool: &str, answer: &str) -> Value {
+/// Runs plugd with `args` under a real pseudo-terminal (python3 `pty`):
+/// each time the output (after the previous match) shows `expect`, it types
+/// `send`. The driver's report: exit code, steps done, everything printed.
+fn on_a_terminal(ws: &Ws, args: &[&str], script: &[(&str, &str)]) -> Value {
     let driver = ws.dir().join("pty_driver.py");
     std::fs::write(
         &driver,
         r#"
 import json, os, pty, select, sys, time
-argv, answer = json.loads(sys.argv[1]), sys.argv[2]
+argv, script = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 pid, fd = pty.fork()
 if pid == 0:
     os.execv(argv[0], argv)
-out, answered, deadline = b"", False, time.time() + 60
+out, seen, done, deadline = b"", 0, 0, time.time() + 60
 while time.time() < deadline:
     r, _, _ = select.select([fd], [], [], 0.5)
     if fd in r:
@@ -206,29 +207,29 @@ while time.time() < deadline:
         if not data:
             break
         out += data
-        if not answered and b"[y/N]" in out:
-            os.write(fd, (answer + "\n").encode())
-            answered = True
+    while done < len(script):
+        at = out.find(script[done][0].encode(), seen)
+        if at < 0:
+            break
+        seen = at + len(script[done][0])
+        os.write(fd, script[done][1].encode())
+        done += 1
 _, status = os.waitpid(pid, 0)
-print(json.dumps({"code": os.waitstatus_to_exitcode(status), "answered": answered, "output": out.decode("utf-8", "replace")}))
+print(json.dumps({"code": os.waitstatus_to_exitcode(status), "steps": done, "output": out.decode("utf-8", "replace")}))
 "#,
     )
     .unwrap();
-    let argv = json!([
-        env!("CARGO_BIN_EXE_plugd"),
-        "--workspace",
-        ws.dir(),
-        "tool",
-        "call",
-        tool,
-        "--args",
-        r#"{"path":"/etc/passwd"}"#
-    ]);
+    let mut argv = vec![
+        json!(env!("CARGO_BIN_EXE_plugd")),
+        json!("--workspace"),
+        json!(ws.dir()),
+    ];
+    argv.extend(args.iter().map(|a| json!(a)));
     #[allow(clippy::disallowed_methods)] // the test drives a pty around plugd
     let out = std::process::Command::new("python3")
         .arg(&driver)
-        .arg(argv.to_string())
-        .arg(answer)
+        .arg(Value::Array(argv).to_string())
+        .arg(json!(script).to_string())
         .env("PATH", path_with_venv())
         .env_remove("PLUGD_LOG")
         .output()
@@ -237,12 +238,22 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "answered": answere
         .unwrap_or_else(|e| panic!("driver said ({e}): {} {}", stdout(&out), stderr(&out)))
 }
 
+/// `plugd tool call TOOL` on a terminal, answering `answer` at the prompt.
+fn call_on_a_terminal(ws: &Ws, tool: &str, answer: &str) -> Value {
+    let answer = format!("{answer}\n");
+    on_a_terminal(
+        ws,
+        &["tool", "call", tool, "--args", r#"{"path":"/etc/passwd"}"#],
+        &[("[y/N]", &answer)],
+    )
+}
+
 #[test]
 fn an_interactive_prompt_runs_the_call_on_y_and_not_on_n() {
     let ws = workspace("");
-    let v = on_a_terminal(&ws, "risky/crit", "n");
+    let v = call_on_a_terminal(&ws, "risky/crit", "n");
     let text = v["output"].as_str().unwrap();
-    assert_eq!(v["answered"], true, "{text}");
+    assert_eq!(v["steps"], 1, "{text}");
     assert!(
         text.contains("tool \"risky/crit\" of plugin \"risky\" is critical risk")
             && text.contains(r#"{"path":"/etc/passwd"}"#),
@@ -255,11 +266,54 @@ fn an_interactive_prompt_runs_the_call_on_y_and_not_on_n() {
     );
     assert_eq!(runs(&ws, "crit"), 0);
 
-    let v = on_a_terminal(&ws, "risky/crit", "y");
+    let v = call_on_a_terminal(&ws, "risky/crit", "y");
     let text = v["output"].as_str().unwrap();
     assert_eq!(v["code"], 0, "{text}");
     assert!(text.contains("ran crit"), "{text}");
     assert_eq!(runs(&ws, "crit"), 1);
+}
+
+#[test]
+fn plugd_chat_asks_on_the_terminal_for_each_risky_call() {
+    let ws = workspace("llm:\n  provider: scripted\n  script: \"${{workspace_dir}}/turns.yaml\"\n");
+    std::fs::write(
+        ws.dir().join("turns.yaml"),
+        json!({"steps": [
+            {"tool_calls": [{"name": "risky_hi", "arguments": {"n": 1}, "id": "c1"}]},
+            {"text": "first done"},
+            {"tool_calls": [{"name": "risky_hi", "arguments": {"n": 2}, "id": "c2"}]},
+            {"text": "second done"}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let v = on_a_terminal(
+        &ws,
+        &["chat", "--session", "pty"],
+        &[
+            ("you> ", "one\n"),
+            ("[y/N]", "y\n"),
+            ("you> ", "two\n"),
+            ("[y/N]", "no\n"),
+            ("you> ", "/exit\n"),
+        ],
+    );
+    let text = v["output"].as_str().unwrap();
+    assert_eq!(
+        (v["code"].clone(), v["steps"].clone()),
+        (json!(0), json!(5)),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"arguments: {"n":1}"#) && text.contains(r#"arguments: {"n":2}"#),
+        "{text}"
+    );
+    assert!(text.contains("[tool result] risky/hi ok"), "{text}");
+    assert!(
+        text.contains("[tool result] risky/hi failed") && text.contains("answered \"no\""),
+        "{text}"
+    );
+    assert_eq!(runs(&ws, "hi"), 1, "only the approved call ran");
 }
 
 #[test]
