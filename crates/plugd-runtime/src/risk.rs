@@ -5,7 +5,9 @@
 //!   plugd.yaml's `risk.tools` gives it, else the level its plugin declares
 //!   (Salmex `risk_level`), else `medium`.
 //! * `low` runs. `medium` runs and is noticed: a log line and a
-//!   `tool.risk_notice` outbox event (and a notice in the agent turn).
+//!   `tool.risk_notice` outbox event (and a notice in the agent turn); the
+//!   event is recorded at most once per tool per minute and process, with
+//!   the number of calls it covers, so most calls write nothing.
 //!   `high` and `critical` run only when the runtime's [`Approver`] approves
 //!   that one call; with no approver the call is denied, never run.
 //! * A **disabled** tool (`plugd tool disable NAME`, kept in the state store)
@@ -53,6 +55,18 @@ pub const MAX_APPROVAL_TIMEOUT_SECS: u64 = 86_400;
 
 /// The outbox event type a `medium` call records.
 pub const NOTICE_EVENT: &str = "tool.risk_notice";
+
+/// A medium tool's `tool.risk_notice` events are at most one per this
+/// window per process; each says how many calls it covers.
+pub const NOTICE_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long the disabled tools read from the store are trusted before they
+/// are read again: a `plugd tool disable` in another process reaches a
+/// running serve within this time.
+pub const DISABLED_TTL: Duration = Duration::from_millis(200);
+
+/// Disabled (plugin, tool) pairs.
+type DisabledSet = std::collections::HashSet<(String, String)>;
 
 /// Longest argument preview kept in an approval record or a prompt.
 pub const MAX_ARGS_PREVIEW: usize = 2_000;
@@ -402,6 +416,37 @@ pub(crate) struct RiskState {
     policy: RwLock<Option<Arc<RiskConfig>>>,
     approver: RwLock<Option<Arc<dyn Approver>>>,
     decided: Arc<Notify>,
+    /// The disabled tools as last read, and when.
+    disabled: std::sync::Mutex<Option<(Instant, Arc<DisabledSet>)>>,
+    /// Per medium tool: when its last notice event was recorded and how
+    /// many calls happened since.
+    notices: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
+}
+
+impl RiskState {
+    /// `Some(calls)` when a notice event of `tool` is due: its first call
+    /// in this process, or the first call after [`NOTICE_WINDOW`]; `calls`
+    /// counts the calls it covers (this one included).
+    fn notice_due(&self, tool: &str) -> Option<u64> {
+        let mut map = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match map.get_mut(tool) {
+            None => {
+                map.insert(tool.to_owned(), (now, 0));
+                Some(1)
+            }
+            Some((last, since)) => {
+                *since += 1;
+                if now.duration_since(*last) < NOTICE_WINDOW {
+                    return None;
+                }
+                let calls = *since;
+                *last = now;
+                *since = 0;
+                Some(calls)
+            }
+        }
+    }
 }
 
 fn lock_read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -506,14 +551,31 @@ impl Runtime {
         }
     }
 
-    fn disabled_set(&self) -> Result<std::collections::HashSet<(String, String)>, RuntimeError> {
-        Ok(self
+    /// The disabled (plugin, tool) pairs: re-read from the store when the
+    /// cached copy is older than [`DISABLED_TTL`] (another process may have
+    /// changed them) or this runtime changed them.
+    fn disabled_set(&self) -> Result<Arc<DisabledSet>, RuntimeError> {
+        let mut cache = self
             .inner
-            .store
-            .disabled_tools()?
-            .into_iter()
-            .map(|d| (d.plugin_id, d.tool))
-            .collect())
+            .risk
+            .disabled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some((at, set)) = cache.as_ref()
+            && at.elapsed() < DISABLED_TTL
+        {
+            return Ok(set.clone());
+        }
+        let set: Arc<DisabledSet> = Arc::new(
+            self.inner
+                .store
+                .disabled_tools()?
+                .into_iter()
+                .map(|d| (d.plugin_id, d.tool))
+                .collect(),
+        );
+        *cache = Some((Instant::now(), set.clone()));
+        Ok(set)
     }
 
     /// The enabled tools (what the agent and `GET /v1/tools` see). When the
@@ -550,6 +612,12 @@ impl Runtime {
         } else {
             store.tool_disable(&entry.plugin, &entry.name, by)?
         };
+        *self
+            .inner
+            .risk
+            .disabled
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         let view = self
             .tool_views()?
             .into_iter()
@@ -616,7 +684,8 @@ impl Runtime {
 
 /// Refuses a call of a disabled tool (before its arguments are checked).
 pub(crate) fn check_enabled(rt: &Runtime, entry: &ToolEntry) -> Result<(), RuntimeError> {
-    if rt.inner.store.tool_disabled(&entry.plugin, &entry.name)? {
+    let disabled = rt.disabled_set()?;
+    if disabled.contains(&(entry.plugin.clone(), entry.name.clone())) {
         return Err(GateError::Disabled {
             tool: entry.name.clone(),
             plugin: entry.plugin.clone(),
@@ -641,6 +710,10 @@ pub(crate) async fn gate(
         RiskLevel::Low => Ok(()),
         RiskLevel::Medium => {
             tracing::info!(tool = %tool, plugin = %plugin, risk = %risk, "calling a medium-risk tool");
+            // One event per tool per window keeps a store write off most calls.
+            let Some(calls) = rt.inner.risk.notice_due(&tool) else {
+                return Ok(());
+            };
             let summary = json!({
                 "tool": tool,
                 "plugin": plugin,
@@ -648,6 +721,7 @@ pub(crate) async fn gate(
                 "risk_source": source,
                 "agent_id": ctx.agent_id,
                 "session_id": ctx.session_id,
+                "calls": calls,
             });
             if let Err(e) = rt.emit(NOTICE_EVENT, json!({"kind": "tool", "id": tool}), summary) {
                 tracing::warn!(tool = %tool, error = %e, "could not record the risk notice in the outbox");
@@ -897,6 +971,20 @@ mod tests {
         );
         let e = parse("risk:\n  tool: {}\n").unwrap_err().to_string();
         assert!(e.contains("unknown field") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn notice_events_are_one_per_tool_per_window() {
+        let st = RiskState::default();
+        assert_eq!(st.notice_due("a"), Some(1));
+        assert_eq!(st.notice_due("a"), None);
+        assert_eq!(st.notice_due("b"), Some(1), "per tool");
+        // Pretend the window passed: the next event covers both later calls.
+        if let Some(w) = st.notices.lock().unwrap().get_mut("a") {
+            w.0 -= NOTICE_WINDOW;
+        }
+        assert_eq!(st.notice_due("a"), Some(2));
+        assert_eq!(st.notice_due("a"), None);
     }
 
     #[test]

@@ -591,9 +591,17 @@ fn http_calls_wait_for_an_operator() {
         assert_eq!(runs(&ws, "crit"), 0);
         assert_eq!(serve.get("/v1/approvals").json(), json!([]));
     });
-    // A disabled tool is gone from GET /v1/tools and refused by :invoke.
+    // A disabled tool is gone from GET /v1/tools and refused by :invoke
+    // (serve re-reads the disabled tools at most DISABLED_TTL later).
     assert!(ws.plugd(&["tool", "disable", "risky/lo"]).status.success());
-    let tools = serve.get("/v1/tools").json();
+    let end = Instant::now() + Duration::from_secs(10);
+    let tools = loop {
+        let tools = serve.get("/v1/tools").json();
+        if !tools.to_string().contains("risky/lo") || Instant::now() > end {
+            break tools;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert!(!tools.to_string().contains("risky/lo"), "{tools}");
     assert!(tools.to_string().contains("\"risk\":\"high\""), "{tools}");
     serve
