@@ -392,6 +392,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
     plugd_server::check_listen(args.listen)?;
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
+    // The risk policy serve gates calls with is the plugd.yaml it started with.
+    rt.set_risk_config(config.risk.clone());
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let mut started = rt.start_eager();
