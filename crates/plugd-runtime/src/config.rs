@@ -1,7 +1,8 @@
 //! `DIR/plugd.yaml`: the workspace's agent configuration — hook handlers
 //! (`plugins:`, Dexto's YAML extended for remote handlers), the LLM provider
-//! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`) and
-//! the agent turn (`agent:`). Its JSON Schema is `docs/plugd.schema.json`
+//! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`),
+//! the agent turn (`agent:`) and the risk policy (`risk:`, parsed in
+//! `risk.rs`). Its JSON Schema is `docs/plugd.schema.json`
 //! ([`SCHEMA`]).
 //!
 //! Rules:
@@ -106,6 +107,8 @@ pub struct PlugdConfig {
     pub agent: AgentConfig,
     /// `require_signatures:` and `trusted_publishers:` (see [`crate::signing`]).
     pub signing: crate::signing::SigningPolicy,
+    /// `risk:`: per-tool risk levels and the approval timeout.
+    pub risk: crate::risk::RiskConfig,
 }
 
 /// `agent:`.
@@ -331,6 +334,7 @@ struct RawDoc {
     require_signatures: Option<bool>,
     #[serde(default)]
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
+    risk: Option<Spanned<crate::risk::RawRisk>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -617,6 +621,9 @@ impl PlugdConfig {
             raw.require_signatures,
             raw.trusted_publishers,
         )?;
+        if let Some(risk) = raw.risk {
+            config.risk = crate::risk::parse_config(risk, path)?;
+        }
         Ok(config)
     }
 

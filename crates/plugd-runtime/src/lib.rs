@@ -17,6 +17,7 @@ mod host_api;
 pub mod llm;
 pub mod outbox;
 pub mod registry;
+pub mod risk;
 pub mod signing;
 #[cfg(test)]
 mod test_json;
@@ -90,6 +91,9 @@ pub enum RuntimeError {
         /// The names there are.
         known: String,
     },
+    /// The risk gate refused the call (disabled, denied, not approved in time).
+    #[error(transparent)]
+    Gate(#[from] risk::GateError),
 }
 
 /// What `plugd plugin list` / `show` report about one plugin.
@@ -128,6 +132,8 @@ pub struct PluginInfo {
     pub start: Option<String>,
     /// Non-fatal manifest findings.
     pub warnings: Vec<String>,
+    /// Each tool's effective risk and whether it is enabled.
+    pub tool_risks: BTreeMap<String, risk::ToolRisk>,
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
     /// Broker traffic since this runtime opened: events published, publishes
@@ -217,6 +223,7 @@ pub struct Runtime {
 }
 
 struct RtInner {
+    risk: risk::RiskState,
     dir: PathBuf,
     store: Arc<Store>,
     plugins: BTreeMap<String, Supervised>,
@@ -278,6 +285,7 @@ impl Runtime {
         }
         let runtime = Runtime {
             inner: Arc::new(RtInner {
+                risk: risk::RiskState::default(),
                 dir,
                 store,
                 plugins,
@@ -438,6 +446,7 @@ impl Runtime {
             cwd: Some(spec.dir.clone()),
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
+            tool_risks: self.tool_risks(id),
             stats: sup.stats(),
             broker: self.broker_stats(id),
             details: serde_json::to_value(&**spec)
@@ -507,9 +516,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// Every tool of the approved plugins, sorted by name.
+    /// Every enabled tool of the approved plugins, sorted by name (what the
+    /// agent sees; [`Runtime::tool_views`] includes disabled ones).
     pub fn tools(&self) -> Vec<Arc<ToolEntry>> {
-        read(&self.inner.registry).list()
+        self.enabled_tools()
     }
 
     /// Validates `args` and calls tool `name` for the agent `agent_id`.
@@ -537,7 +547,9 @@ impl Runtime {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
+        risk::check_enabled(self, &entry)?;
         entry.validate(&args)?;
+        risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
     }
@@ -580,6 +592,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         cwd: None,
         start: None,
         warnings: Vec::new(),
+        tool_risks: BTreeMap::new(),
         stats: None,
         broker: None,
         details: Value::Null,

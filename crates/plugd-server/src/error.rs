@@ -3,7 +3,9 @@
 //!
 //! The mapping from runtime errors lives here too, so a status is decided in
 //! one place: unknown tool/plugin/session → 404, argument schema violation →
-//! 422, tool failure → 502, plugin unavailable → 503, plugin timeout → 504.
+//! 422, tool failure → 502, plugin unavailable → 503, plugin timeout → 504,
+//! a call the risk gate refused (disabled, denied, not approved) → 403, an
+//! unknown call approval → 404, one decided already → 409.
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -11,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use plugd_host::{CallError, CallToolError, ToolError};
 use plugd_runtime::agent::{AgentError, TurnOutcome};
 use plugd_runtime::llm::LlmError;
+use plugd_runtime::risk::{DecideError, GateError};
 use plugd_runtime::{ArgsError, RuntimeError};
 use serde_json::{Value, json};
 
@@ -64,6 +67,20 @@ pub mod code {
     pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     /// A hook blocked the turn with an unauthorized notice (401).
     pub const UNAUTHORIZED: &str = "unauthorized";
+    /// The tool is disabled (`plugd tool enable NAME`).
+    pub const TOOL_DISABLED: &str = "tool_disabled";
+    /// An operator (or the caller's approver) denied the call.
+    pub const CALL_DENIED: &str = "call_denied";
+    /// Nobody approved the call within `risk.approval_timeout_secs`.
+    pub const APPROVAL_TIMED_OUT: &str = "approval_timed_out";
+    /// The call needs an approval and nobody could be asked.
+    pub const APPROVAL_REQUIRED: &str = "approval_required";
+    /// plugd.yaml's risk policy cannot be read, so no tool runs.
+    pub const RISK_POLICY_INVALID: &str = "risk_policy_invalid";
+    /// No call approval of that id.
+    pub const UNKNOWN_APPROVAL: &str = "unknown_approval";
+    /// The call approval was decided (or timed out) already.
+    pub const APPROVAL_ALREADY_DECIDED: &str = "approval_already_decided";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
 }
@@ -261,9 +278,68 @@ impl From<RuntimeError> for ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
             }
             RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
+            RuntimeError::Gate(g) => return gate_error(g, message),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
         };
         ApiError::new(status, code, message)
+    }
+}
+
+fn gate_error(err: &GateError, message: String) -> ApiError {
+    let (status, code) = match err {
+        GateError::Disabled { .. } => (StatusCode::FORBIDDEN, code::TOOL_DISABLED),
+        GateError::Denied { .. } => (StatusCode::FORBIDDEN, code::CALL_DENIED),
+        GateError::TimedOut { .. } => (StatusCode::FORBIDDEN, code::APPROVAL_TIMED_OUT),
+        GateError::NoApprover { .. } => (StatusCode::FORBIDDEN, code::APPROVAL_REQUIRED),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, code::RISK_POLICY_INVALID),
+    };
+    let details = match err {
+        GateError::Disabled { tool, plugin } => json!({"tool": tool, "plugin": plugin}),
+        GateError::Denied {
+            tool,
+            plugin,
+            risk,
+            by,
+            ..
+        } => json!({"tool": tool, "plugin": plugin, "risk": risk, "decided_by": by}),
+        GateError::TimedOut {
+            tool,
+            plugin,
+            risk,
+            after,
+            id,
+        } => {
+            json!({"tool": tool, "plugin": plugin, "risk": risk, "timeout_secs": after.as_secs(), "approval_id": id})
+        }
+        GateError::NoApprover {
+            tool, plugin, risk, ..
+        } => json!({"tool": tool, "plugin": plugin, "risk": risk}),
+        _ => Value::Null,
+    };
+    let e = ApiError::new(status, code, message);
+    if details.is_null() {
+        e
+    } else {
+        e.with_details(details)
+    }
+}
+
+impl From<DecideError> for ApiError {
+    fn from(err: DecideError) -> ApiError {
+        let message = err.to_string();
+        match &err {
+            DecideError::Unknown(id) => {
+                ApiError::new(StatusCode::NOT_FOUND, code::UNKNOWN_APPROVAL, message)
+                    .with_details(json!({ "id": id }))
+            }
+            DecideError::AlreadyDecided(a) => ApiError::new(
+                StatusCode::CONFLICT,
+                code::APPROVAL_ALREADY_DECIDED,
+                message,
+            )
+            .with_details(json!({"id": a.id, "state": a.state, "decided_by": a.decided_by})),
+            _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL, message),
+        }
     }
 }
 

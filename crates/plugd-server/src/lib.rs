@@ -9,7 +9,7 @@
 //! | `POST /v1/plugins/{id}:approve`    | `{"by"?}` → `plugd plugin approve` on serve's runtime; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
-//! | `GET /v1/tools`                    | the rows of `plugd tool list --json`           |
+//! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
@@ -17,6 +17,9 @@
 //! | `POST /v1/bus/publish`             | `{"subject", "payload"?, "source"?, "session_id"?}` → `{event, delivered, shed}` |
 //! | `GET /v1/bus/tail/{pattern}`       | SSE: every bus event matching the pattern (`event: bus`) |
 //! | `GET /metrics`                     | per-plugin counters, Prometheus text format    |
+//! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator |
+//! | `POST /v1/approvals/{id}:approve`  | `{"by"?}` → the waiting call runs; the approval record |
+//! | `POST /v1/approvals/{id}:deny`     | `{"by"?, "reason"?}` → the waiting call fails (`call_denied`) |
 //!
 //! A blocked turn answers 403 (429 with a quota notice, 401 with an
 //! unauthorized one) with the `outcome` beside the error; as SSE it is a
@@ -34,6 +37,7 @@
 //! **API boundary**: until authentication exists, [`bind`] refuses every
 //! address that is not loopback.
 
+pub mod approvals;
 pub mod error;
 
 use std::convert::Infallible;
@@ -223,6 +227,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/bus/publish", post(bus::publish))
         .route("/v1/bus/tail/{pattern}", get(bus::tail))
         .route("/metrics", get(bus::metrics))
+        .merge(approvals::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -440,10 +445,11 @@ async fn plugin_action(
     Ok(Json(row))
 }
 
-async fn list_tools(State(state): State<AppState>) -> Response {
-    let tools = state.runtime.tools();
-    let rows: Vec<&plugd_runtime::ToolEntry> = tools.iter().map(|t| &**t).collect();
-    Json(rows).into_response()
+async fn list_tools(State(state): State<AppState>) -> Result<Response, ApiError> {
+    // What an agent may call: disabled tools are left out.
+    let mut rows = state.runtime.tool_views()?;
+    rows.retain(|t| t.enabled);
+    Ok(Json(rows).into_response())
 }
 
 /// The body of `POST /v1/tools/{name}:invoke`.

@@ -16,6 +16,7 @@ pub mod outbox;
 pub mod sessions;
 mod store;
 mod time;
+pub mod tool_state;
 pub mod vectors;
 
 pub use error::{BackendError, StoreError};

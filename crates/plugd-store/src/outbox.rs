@@ -629,6 +629,29 @@ impl Store {
             .collect()
     }
 
+    /// The recorded events of `event_type` (their JSON bodies), oldest first,
+    /// whether or not anything subscribes to them.
+    pub fn outbox_events(&self, event_type: &str) -> Result<Vec<Value>, StoreError> {
+        let rows: Vec<String> = {
+            let conn = self.lock();
+            let read = || -> rusqlite::Result<Vec<String>> {
+                let mut stmt = conn
+                    .prepare("SELECT body FROM outbox_events WHERE event_type = ?1 ORDER BY id")?;
+                stmt.query_map(params![event_type], |r| r.get(0))?.collect()
+            };
+            read().map_err(|e| self.query_error(format!("list {event_type:?} events"), e))?
+        };
+        rows.into_iter()
+            .map(|body| {
+                serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+                    db: self.label().to_owned(),
+                    plugin_id: format!("event {event_type}"),
+                    detail: format!("an outbox event is not JSON ({e})"),
+                })
+            })
+            .collect()
+    }
+
     /// The delivery whose row id (all digits) or delivery id is `key`, with its event.
     pub fn outbox_delivery(&self, key: &str) -> Result<Option<Leased>, StoreError> {
         let row = self

@@ -47,6 +47,8 @@ const MIGRATIONS: &[&str] = &[
     crate::memory::MIGRATION,
     // 6: the built-in vector index (see `crate::vectors`).
     crate::vectors::MIGRATION,
+    // 7: disabled tools and per-call approvals (see `crate::tool_state`).
+    crate::tool_state::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

@@ -12,6 +12,7 @@ mod hook_cmd;
 mod memory_cmd;
 mod outbox_cmd;
 mod remote;
+mod risk_cmd;
 mod sign_cmd;
 
 use std::path::PathBuf;
@@ -73,6 +74,9 @@ enum Command {
     /// Publish on and tail the bus of the running plugd serve.
     #[command(subcommand)]
     Bus(bus_cmd::BusCmd),
+    /// List, approve or deny calls of high and critical tools waiting in plugd serve.
+    #[command(subcommand)]
+    Approvals(risk_cmd::ApprovalsCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -124,6 +128,22 @@ enum ToolCmd {
         agent: Option<String>,
         #[command(flatten)]
         json: JsonFlag,
+        /// Approve a high-risk call without asking (never covers critical ones).
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Enable a disabled tool again.
+    Enable {
+        /// Tool name, as `plugd tool list` shows it.
+        name: String,
+    },
+    /// Disable one tool: hidden from agents and refused by `tool call`; the rest of its plugin is unaffected.
+    Disable {
+        /// Tool name, as `plugd tool list` shows it.
+        name: String,
+        /// Who disables it (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
     },
 }
 
@@ -249,6 +269,7 @@ async fn run(cli: Cli) -> Result<i32> {
         _ => {}
     }
     let rt = open(&cli)?;
+    risk_cmd::install_approver(&rt, &cli.command);
     let result = match &cli.command {
         // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
         Command::Serve(args) => serve(&rt, args).await,
@@ -297,26 +318,18 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             rt.restart(id).await?;
             println!("restarted {id}: failure cleared, restart budget reset");
         }
-        Command::Tool(ToolCmd::List(f)) => {
-            let tools = rt.tools();
-            if f.json {
-                let rows: Vec<&plugd_runtime::ToolEntry> = tools.iter().map(|t| &**t).collect();
-                print_json(&rows, false)?;
-            } else if tools.is_empty() {
-                println!("no tools (approve a plugin with `plugd plugin approve ID`)");
-            } else {
-                let width = tools.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
-                println!("{:width$}  {:16}  DESCRIPTION", "NAME", "PLUGIN");
-                for t in &tools {
-                    println!("{:width$}  {:16}  {}", t.name, t.plugin, t.description);
-                }
-            }
+        Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
+        Command::Tool(ToolCmd::Enable { name }) => risk_cmd::set_enabled(rt, name, true, None)?,
+        Command::Tool(ToolCmd::Disable { name, by }) => {
+            risk_cmd::set_enabled(rt, name, false, by.as_deref())?
         }
+        Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
         Command::Tool(ToolCmd::Call {
             name,
             args,
             agent,
             json,
+            ..
         }) => {
             let args: Value = serde_json::from_str(args)
                 .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
@@ -403,6 +416,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
     plugd_server::check_listen(args.listen)?;
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
+    // The risk policy serve gates calls with is the plugd.yaml it started with.
+    rt.set_risk_config(config.risk.clone());
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let mut started = rt.start_eager();
@@ -649,6 +664,7 @@ fn print_plugin_detail(p: &PluginInfo) {
     } else if !p.details.is_null() {
         println!("{}:  {}", p.dialect, p.details);
     }
+    risk_cmd::print_tool_risks(p);
     for w in &p.warnings {
         println!("warning:   {w}");
     }

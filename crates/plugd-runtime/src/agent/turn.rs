@@ -347,6 +347,14 @@ impl Turn<'_> {
             org_id: self.ctx.tenant_id.clone(),
             ..CallContext::default()
         };
+        // The risk gate records medium calls in the outbox; the turn shows them too.
+        if let Some(notice) = self.agent.runtime.risk_notice(&call.name) {
+            self.send(TurnEvent::Notice {
+                point: HookPoint::BeforeToolCall,
+                notice: notice.clone(),
+            });
+            self.notices.push(notice);
+        }
         let (ok, result) = match self
             .agent
             .runtime

@@ -15,6 +15,7 @@ mod mcp;
 mod memory;
 mod microapp;
 mod outbox;
+mod risk;
 mod salmex;
 mod signatures;
 mod support;

@@ -221,6 +221,8 @@ async fn a_crash_is_reported_and_the_restart_keeps_tool_handles() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
     let rt = ws.runtime(quick(30_000));
+    // `crash` is a high-risk tool: approve its calls.
+    rt.set_approver(std::sync::Arc::new(crate::risk::ApproveAll));
     rt.approve("sx", "test").await.unwrap();
     let (pid, _) = pid_of(&rt, "sx").await;
     let t = Instant::now();
@@ -441,6 +443,8 @@ async fn shutdown_leaves_no_process_behind() {
     // One that ignores it: killed after the grace period.
     hostile(&ws, "stubborn", "ignore_shutdown");
     let rt = ws.runtime(quick(10_000));
+    // `spawn_child` is a critical-risk tool: approve its calls.
+    rt.set_approver(std::sync::Arc::new(crate::risk::ApproveAll));
     rt.approve("sx", "test").await.unwrap();
     rt.approve("stubborn", "test").await.unwrap();
     let v = rt
