@@ -104,6 +104,9 @@ pub struct PlugdConfig {
     pub tenant: HookContext,
     /// `agent:`: the agent turn.
     pub agent: AgentConfig,
+    /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
+    /// VAI grants ([`crate::containment`]).
+    pub sandbox: crate::containment::SandboxConfig,
 }
 
 /// `agent:`.
@@ -325,6 +328,8 @@ struct RawDoc {
     agent: Option<Spanned<AgentConfig>>,
     #[serde(default)]
     tools: Option<ToolsReserved>,
+    #[serde(default)]
+    sandbox: Option<crate::containment::RawSandbox>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -486,7 +491,7 @@ impl Cx<'_> {
     }
 }
 
-fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
+pub(crate) fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
     let message = e.to_string();
     let mut message = message.lines().next().unwrap_or("").trim().to_owned();
     if let Some(at) = message.rfind(" at line ") {
@@ -510,7 +515,7 @@ fn yaml_error(path: &Path, e: &serde_saphyr::Error) -> ConfigError {
 
 /// How `plugd.yaml` is read: YAML 1.2 booleans only (`off` is a string),
 /// no source snippets in errors.
-fn yaml_options() -> serde_saphyr::Options {
+pub(crate) fn yaml_options() -> serde_saphyr::Options {
     let mut options = serde_saphyr::Options::default();
     options.with_snippet = false;
     options.strict_booleans = true;
@@ -594,6 +599,9 @@ impl PlugdConfig {
                 ));
             }
             config.eager.push(id.value);
+        }
+        if let Some(sandbox) = raw.sandbox {
+            config.sandbox = crate::containment::sandbox_config(path, sandbox)?;
         }
         config.tenant = raw.tenant.unwrap_or_default();
         if let Some(agent) = raw.agent {

@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod containment;
 pub mod hooks;
 pub mod llm;
 pub mod outbox;
@@ -119,6 +120,10 @@ pub struct PluginInfo {
     pub warnings: Vec<String>,
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
+    /// Effective permissions of the next start: sandbox mechanism, network,
+    /// paths, user, limits, environment, VAI requested vs granted
+    /// (`None` when they cannot be computed; see `error`).
+    pub permissions: Option<containment::EffectivePermissions>,
     /// The dialect-specific part of the declaration (native extends and
     /// channels, Salmex config schema, VAI exports with their permissions,
     /// microapp capabilities, MCP entry).
@@ -137,6 +142,7 @@ pub struct ApprovalInfo {
 }
 
 struct TrustObserver {
+    dir: PathBuf,
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
 }
@@ -160,7 +166,11 @@ impl Observer for TrustObserver {
                 approval.digest, spec.id
             ));
         }
-        Ok(Launch::default())
+        let (containment, _) = containment::effective(spec, &self.dir)?;
+        Ok(Launch {
+            containment,
+            ..Launch::default()
+        })
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -225,6 +235,7 @@ impl Runtime {
         let discovery = workspace::discover(&dir, &LoadOptions::from_env());
         let registry = Arc::new(RwLock::new(ToolRegistry::default()));
         let observer = Arc::new(TrustObserver {
+            dir: dir.clone(),
             store: store.clone(),
             registry: registry.clone(),
         });
@@ -343,9 +354,7 @@ impl Runtime {
             .filter(|t| t.plugin == id)
             .map(|t| t.name.clone())
             .collect();
-        let program = plugd_host::spawn::resolve_program(id, &spec.command.program)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| spec.command.program.clone());
+        let program = containment::program_path(spec, &self.inner.dir);
         let env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()
             .map(|(k, v)| {
@@ -379,6 +388,10 @@ impl Runtime {
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
             stats: sup.stats(),
+            permissions: Some(containment::effective(spec, &self.inner.dir).map_or_else(
+                |why| containment::EffectivePermissions::refused(why),
+                |(_, r)| r,
+            )),
             details: serde_json::to_value(&**spec)
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
@@ -513,6 +526,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         start: None,
         warnings: Vec::new(),
         stats: None,
+        permissions: None,
         details: Value::Null,
     }
 }

@@ -271,11 +271,17 @@ const SIGXCPU: i32 = 24;
 /// (limits.cpu_seconds)`. Under bwrap a signal death of the plugin shows as
 /// exit status 128 + signal.
 pub fn describe_exit(status: &ExitStatus, containment: &Containment) -> String {
-    let base = crate::spawn::describe_exit(status);
     let bwrap = containment.sandbox.is_some();
     let signal = status
         .signal()
         .or_else(|| status.code().filter(|c| bwrap && *c > 128).map(|c| c - 128));
+    let mut base = crate::spawn::describe_exit(status);
+    if let (None, Some(sig)) = (status.signal(), signal) {
+        base = format!(
+            "{base} (the sandboxed program was {})",
+            crate::spawn::describe_exit(&ExitStatus::from_raw(sig))
+        );
+    }
     let limits = &containment.limits;
     if let (Some(SIGXCPU), Some(cpu)) = (signal, limits.cpu_seconds) {
         return format!(
