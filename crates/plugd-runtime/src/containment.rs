@@ -24,9 +24,10 @@
 //! Rules: the operator's policy sandboxes a plugin that has no sandbox of its
 //! own, and only narrows one that has (network `deny` wins, path lists are
 //! intersected, `drop_user` can only be switched on, limits take the tighter
-//! value). A VAI package is always sandboxed from its exports' granted
-//! permissions; one process serves every export, so the process gets the
-//! union of the granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
+//! value). A VAI package listed under `sandbox.plugins` is sandboxed from
+//! its exports' granted permissions (requested, narrowed by `grants`); one
+//! process serves every export, so the process gets the union of the
+//! granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
 //! every plugin without a sandbox; `network: host` from the operator's
 //! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
 
@@ -380,6 +381,7 @@ pub fn effective(
         });
     }
     let mut vai = Vec::new();
+    let mut vai_unenforced = false;
     if let Some(v) = &spec.vai {
         for e in &v.exports {
             let requested = Grant {
@@ -402,18 +404,22 @@ pub fn effective(
         let scratch = vai
             .iter()
             .any(|e| e.granted.filesystem == FilesystemPermission::Scratch);
-        source.push("VAI permissions (the union of the granted exports)".to_owned());
-        plan = Some(SandboxPlan {
-            network: if egress { Network::Host } else { Network::Deny },
-            read_paths: Vec::new(),
-            write_paths: if scratch {
-                vec![state_dir.join("scratch")]
-            } else {
-                Vec::new()
-            },
-            drop_user: true,
-            fallback: Fallback::None,
-        });
+        if policy.is_none() {
+            vai_unenforced = true;
+        } else {
+            source.push("VAI permissions (the union of the granted exports)".to_owned());
+            plan = Some(SandboxPlan {
+                network: if egress { Network::Host } else { Network::Deny },
+                read_paths: Vec::new(),
+                write_paths: if scratch {
+                    vec![state_dir.join("scratch")]
+                } else {
+                    Vec::new()
+                },
+                drop_user: true,
+                fallback: Fallback::None,
+            });
+        }
     }
     if let Some(p) = policy {
         source.push(format!("plugd.yaml sandbox.plugins.{}", spec.id));
@@ -493,7 +499,13 @@ pub fn effective(
         sandbox: plan,
         limits,
     };
-    let report = report(spec, &containment, source, vai);
+    let mut report = report(spec, &containment, source, vai);
+    if vai_unenforced {
+        report.notes.push(format!(
+            "VAI permissions are enforced once the operator sandboxes the package: add sandbox.plugins.{}: {{}} to plugd.yaml",
+            spec.id
+        ));
+    }
     Ok((containment, report))
 }
 
