@@ -388,10 +388,10 @@ impl Runtime {
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
             stats: sup.stats(),
-            permissions: Some(containment::effective(spec, &self.inner.dir).map_or_else(
-                |why| containment::EffectivePermissions::refused(why),
-                |(_, r)| r,
-            )),
+            permissions: Some(
+                containment::effective(spec, &self.inner.dir)
+                    .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
+            ),
             details: serde_json::to_value(&**spec)
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
