@@ -707,3 +707,75 @@ impl EffectivePermissions {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PlugdConfig;
+
+    fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
+        PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
+    }
+
+    #[test]
+    fn sandbox_key_parses_and_matches_the_schema() {
+        let text = "sandbox:\n  fallback: landlock\n  plugins:\n    hello_salmex:\n      network: deny\n      fs_read_paths: [/usr/share]\n      fs_write_paths: [\"${state_dir}/cache\"]\n      limits: {cpu_seconds: 5, open_files: 128}\n      grants:\n        summarize: {network: none, filesystem: scratch}\n";
+        let c = parse(text).unwrap();
+        assert_eq!(c.sandbox.fallback, Fallback::Landlock);
+        let p = &c.sandbox.plugins["hello_salmex"];
+        assert!(p.enabled);
+        assert_eq!(p.network, Some(Network::Deny));
+        assert_eq!(p.limits.cpu_seconds, Some(5));
+        assert_eq!(
+            p.grants["summarize"].filesystem,
+            FilesystemPermission::Scratch
+        );
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_denylisted_operator_path_is_refused_with_field_and_line() {
+        let err =
+            parse("sandbox:\n  plugins:\n    p:\n      fs_read_paths: [/usr/../etc/shadow]\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.starts_with("/ws/plugd.yaml: sandbox.plugins.p.fs_read_paths[0]: \"/usr/../etc/shadow\" (resolves to \"/etc/shadow\") touches the denylisted path \"/etc/shadow\""),
+            "{err}"
+        );
+        let err = parse("sandbox:\n  plugins:\n    p:\n      network: wide\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wide"), "{err}");
+        let err = parse("sandbox:\n  plugins:\n    p:\n      limits: {cpu_seconds: 0}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sandbox.plugins.p.limits.cpu_seconds: must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn vai_grants_only_narrow_the_request() {
+        let req = Grant {
+            network: NetworkPermission::None,
+            filesystem: FilesystemPermission::Scratch,
+        };
+        let wider = Grant {
+            network: NetworkPermission::Egress,
+            filesystem: FilesystemPermission::AssetsRo,
+        };
+        assert_eq!(
+            narrow(req, wider),
+            Grant {
+                network: NetworkPermission::None,
+                filesystem: FilesystemPermission::None,
+            }
+        );
+        assert_eq!(narrow(req, req), req);
+    }
+}
