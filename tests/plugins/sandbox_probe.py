@@ -10,6 +10,8 @@ Serves one tool, ID_probe, that tries one thing and reports what happened:
   {"op": "write", "path": P}       -> writes "x" to P
   {"op": "connect", "port": N}     -> TCP connect to 127.0.0.1:N
   {"op": "env", "name": K}         -> {"ok": true, "value": os.environ.get(K)}
+  {"op": "alloc", "mb": N}         -> allocates N MiB
+  {"op": "open_many", "n": N}      -> opens N file descriptors at once
   {"op": "burn"}                   -> spins the CPU until killed
   {"op": "whoami"}                 -> uid, gid, pid
 
@@ -51,6 +53,14 @@ def probe(args):
             return {"ok": True}
         if op == "env":
             return {"ok": True, "value": os.environ.get(args["name"])}
+        if op == "alloc":
+            block = bytearray(int(args["mb"]) * 1024 * 1024)
+            return {"ok": True, "bytes": len(block)}
+        if op == "open_many":
+            files = [open("/dev/null") for _ in range(int(args["n"]))]
+            for f in files:
+                f.close()
+            return {"ok": True}
         if op == "burn":
             while True:
                 pass

@@ -390,3 +390,56 @@ fn a_plugin_over_its_cpu_limit_is_reported_as_such() {
         "{err}"
     );
 }
+
+#[test]
+fn address_space_and_open_file_limits_hold_inside_the_plugin() {
+    let ws = Ws::new();
+    probe(
+        &ws,
+        "small",
+        "[plugin.limits]\naddress_space_mb = 512\nopen_files = 32\n",
+    );
+    approve(&ws, "small", &[]);
+    let show = stdout(&ws.plugd(&["plugin", "show", "small"]));
+    assert!(
+        show.contains("  limits:    address_space_mb=512 open_files=32"),
+        "{show}"
+    );
+    let fits = call(&ws, "small", json!({"op": "alloc", "mb": 16}), &[]).unwrap();
+    assert_eq!(fits["ok"], json!(true));
+    assert_eq!(
+        error_of(call(&ws, "small", json!({"op": "alloc", "mb": 1024}), &[])),
+        "MemoryError: "
+    );
+    assert_eq!(
+        error_of(call(&ws, "small", json!({"op": "open_many", "n": 64}), &[])),
+        "OSError: [Errno 24] Too many open files: '/dev/null'"
+    );
+}
+
+#[test]
+fn operator_policy_sandboxes_a_salmex_plugin() {
+    let ws = Ws::new();
+    ws.example("hello-salmex-python");
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    hello-salmex-python: {network: deny}\n",
+    )
+    .unwrap();
+    let out = ws.plugd(&["plugin", "approve", "hello-salmex-python"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let show = stdout(&ws.plugd(&["plugin", "show", "hello-salmex-python"]));
+    assert!(show.contains("  sandbox:   bwrap ("), "{show}");
+    assert!(
+        show.contains("  from:      plugd.yaml sandbox.plugins.hello-salmex-python"),
+        "{show}"
+    );
+    let tools = stdout(&ws.plugd(&["tool", "list"]));
+    let name = tools
+        .split_whitespace()
+        .find(|w| w.starts_with("hello-salmex-python/"))
+        .unwrap_or_else(|| panic!("no salmex tool in {tools}"))
+        .to_owned();
+    let out = ws.plugd(&["tool", "call", &name, "--args", r#"{"name":"Ada"}"#]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
