@@ -443,3 +443,114 @@ fn operator_policy_sandboxes_a_salmex_plugin() {
     let out = ws.plugd(&["tool", "call", &name, "--args", r#"{"name":"Ada"}"#]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A VAI package `test/<name>` with two tool exports: `offline` (network
+/// none, filesystem scratch) and `online` (network egress, filesystem none).
+fn vai_probe(ws: &Ws, name: &str) {
+    let dir = ws.plugin_dir(name);
+    std::fs::create_dir_all(dir.join("schemas")).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/vai/vai_probe.py"),
+        dir.join("plugin.py"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("schemas/any.json"), r#"{"type":"object"}"#).unwrap();
+    let m = format!(
+        "api_version = \"vai.plugin.v1\"\npackage_id = \"test/{name}\"\nversion = \"0.1.0\"\n\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = [\"python3\", \"plugin.py\", \"test/{name}\", \"0.1.0\"]\n\
+         \n[[exports]]\nid = \"offline\"\nkind = \"tool\"\ndescription = \"no network\"\n[exports.permissions]\nnetwork = \"none\"\nfilesystem = \"scratch\"\n[exports.tool]\ninput_schema = \"schemas/any.json\"\n\
+         \n[[exports]]\nid = \"online\"\nkind = \"tool\"\ndescription = \"egress\"\n[exports.permissions]\nnetwork = \"egress\"\nfilesystem = \"none\"\n[exports.tool]\ninput_schema = \"schemas/any.json\"\n"
+    );
+    std::fs::write(dir.join("vai-plugin.toml"), m).unwrap();
+}
+
+fn vai_call(ws: &Ws, tool: &str, input: Value) -> Value {
+    let out = ws.plugd(&["tool", "call", tool, "--args", &input.to_string(), "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    v.get("structured_output")
+        .cloned()
+        .unwrap_or_else(|| panic!("no structured_output in {v}"))
+}
+
+#[test]
+fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ws = Ws::new();
+    vai_probe(&ws, "probe");
+    let id = "test/probe";
+    // Sandboxed by the operator, with the requested permissions granted:
+    // one process serves both exports, so it gets the union (egress).
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    test/probe: {}\n",
+    )
+    .unwrap();
+    let out = ws.plugd(&["plugin", "approve", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let show = stdout(&ws.plugd(&["plugin", "show", id]));
+    assert!(show.contains("  sandbox:   bwrap ("), "{show}");
+    assert!(
+        show.contains(
+            "    offline: network=none filesystem=scratch -> network=none filesystem=scratch"
+        ),
+        "{show}"
+    );
+    assert!(
+        show.contains(
+            "    online: network=egress filesystem=none -> network=egress filesystem=none"
+        ),
+        "{show}"
+    );
+    assert!(show.contains("  network:   host"), "{show}");
+    let online = vai_call(
+        &ws,
+        "test/probe/online",
+        json!({"op": "connect", "port": port}),
+    );
+    assert_eq!(online["ok"], json!(true), "{online}");
+    // Writable: the scratch root only.
+    let scratch = vai_call(
+        &ws,
+        "test/probe/offline",
+        json!({"op": "write", "path": "SCRATCH/f"}),
+    );
+    assert_eq!(scratch["ok"], json!(true), "{scratch}");
+    let pkg = ws.plugin_dir("probe").join("planted");
+    let planted = vai_call(
+        &ws,
+        "test/probe/offline",
+        json!({"op": "write", "path": path(&pkg)}),
+    );
+    assert_eq!(
+        planted["error"],
+        json!(format!(
+            "OSError: [Errno 30] Read-only file system: '{}'",
+            path(&pkg)
+        ))
+    );
+
+    // The operator grants `online` no network: now no export has egress and
+    // the process gets no network at all.
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    test/probe:\n      grants:\n        online: {network: none}\n",
+    )
+    .unwrap();
+    ws.plugd(&["plugin", "restart", id]);
+    let show = stdout(&ws.plugd(&["plugin", "show", id]));
+    assert!(
+        show.contains("    online: network=egress filesystem=none -> network=none filesystem=none"),
+        "{show}"
+    );
+    assert!(show.contains("  network:   deny"), "{show}");
+    let offline = vai_call(
+        &ws,
+        "test/probe/offline",
+        json!({"op": "connect", "port": port}),
+    );
+    assert_eq!(
+        offline["error"],
+        json!("ConnectionRefusedError: [Errno 111] Connection refused")
+    );
+}
