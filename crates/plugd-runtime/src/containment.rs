@@ -328,6 +328,8 @@ pub struct EffectivePermissions {
     pub mechanism_detail: Option<String>,
     /// Where the sandbox comes from.
     pub source: Vec<String>,
+    /// The exact command line under bwrap (`None` without bwrap).
+    pub wrapped_command: Option<Vec<String>>,
     /// `deny` or `host` (`host` also without a sandbox).
     pub network: String,
     /// Paths visible read-only besides the system paths (`/usr /bin /sbin
@@ -378,6 +380,7 @@ pub fn effective(
             write_paths: sb.fs_write_paths.iter().map(|e| expand(e)).collect(),
             drop_user: sb.drop_user,
             fallback: Fallback::None,
+            hide_cwd: false,
         });
     }
     let mut vai = Vec::new();
@@ -418,6 +421,7 @@ pub fn effective(
                 },
                 drop_user: true,
                 fallback: Fallback::None,
+                hide_cwd: false,
             });
         }
     }
@@ -444,6 +448,7 @@ pub fn effective(
                     write_paths: write.unwrap_or_default(),
                     drop_user: p.drop_user.unwrap_or(true),
                     fallback: Fallback::None,
+                    hide_cwd: false,
                 }
             }
             Some(mut own) => {
@@ -474,6 +479,9 @@ pub fn effective(
     };
     if let Some(p) = plan.as_mut() {
         p.fallback = fallback;
+        // An MCP server's working directory is not its own code (it may be
+        // the whole workspace): never show it.
+        p.hide_cwd = !spec.pin_dir;
     }
     if plan.is_none() && std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
         return Err(format!(
@@ -583,7 +591,9 @@ fn report(
                 Network::Host => "host",
             }
             .to_owned(),
-            std::iter::once(spec.dir.clone())
+            (!p.hide_cwd)
+                .then(|| spec.dir.clone())
+                .into_iter()
                 .chain(p.read_paths.iter().cloned())
                 .collect(),
             p.write_paths.clone(),
@@ -600,10 +610,23 @@ fn report(
             "plugd's user".to_owned(),
         ),
     };
+    let wrapped_command = sandbox::bwrap_command_line(
+        &spec.id,
+        c,
+        &spec.command.program,
+        &spec.command.args,
+        &spec.dir,
+        &spec.command.env,
+    )
+    .unwrap_or_else(|why| {
+        notes.push(format!("the sandbox cannot start: {why}"));
+        None
+    });
     EffectivePermissions {
         mechanism,
         mechanism_detail: detail,
         source,
+        wrapped_command,
         network,
         read_only,
         writable,
@@ -622,6 +645,7 @@ impl EffectivePermissions {
             mechanism: "refused".to_owned(),
             mechanism_detail: Some(why),
             source: Vec::new(),
+            wrapped_command: None,
             network: "-".to_owned(),
             read_only: Vec::new(),
             writable: Vec::new(),
@@ -653,6 +677,9 @@ impl EffectivePermissions {
         out.push(format!("  sandbox:   {mech}"));
         if !self.source.is_empty() {
             out.push(format!("  from:      {}", self.source.join("; ")));
+        }
+        if let Some(cmd) = &self.wrapped_command {
+            out.push(format!("  runs as:   {}", cmd.join(" ")));
         }
         out.push(format!("  network:   {}", self.network));
         out.push(format!("  read-only: {}", paths(&self.read_only)));

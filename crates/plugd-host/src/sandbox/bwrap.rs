@@ -68,6 +68,11 @@ pub fn argv(w: &Wrapped<'_>) -> Vec<OsString> {
     for p in w.rw {
         bind("--bind", p);
     }
+    if w.plan.hide_cwd {
+        // An empty directory to start in, not the host's.
+        a.push("--dir".into());
+        a.push(w.cwd.into());
+    }
     a.push("--chdir".into());
     a.push(w.cwd.into());
     a.push("--".into());
@@ -114,5 +119,31 @@ mod tests {
              --ro-bind /ws/.plugins/p /ws/.plugins/p --bind /ws/.plugd/state/p /ws/.plugd/state/p \
              --chdir /ws/.plugins/p -- /usr/bin/python3 main.py"
         );
+    }
+
+    #[test]
+    fn a_hidden_cwd_is_an_empty_directory() {
+        let plan = SandboxPlan {
+            hide_cwd: true,
+            ..SandboxPlan::default()
+        };
+        let got = argv(&Wrapped {
+            plan: &plan,
+            env: &[],
+            ro: &[],
+            rw: &[],
+            cwd: Path::new("/ws"),
+            program: Path::new("/usr/bin/node"),
+            args: &[],
+        });
+        let got: Vec<String> = got
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            got.join(" ")
+                .ends_with("--dir /ws --chdir /ws -- /usr/bin/node")
+        );
+        assert!(!got.iter().any(|a| a == "--ro-bind"));
     }
 }

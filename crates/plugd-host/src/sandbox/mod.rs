@@ -88,6 +88,9 @@ pub struct SandboxPlan {
     pub drop_user: bool,
     /// What to do when bwrap is missing.
     pub fallback: Fallback,
+    /// Do not show the working directory (an MCP server's cwd may be the
+    /// whole workspace): bwrap creates it empty, Landlock grants nothing.
+    pub hide_cwd: bool,
 }
 
 /// The mechanism that will isolate a start, as [`select_mechanism`] finds it.
@@ -230,11 +233,26 @@ pub fn checked_binds(
     plugin_dir: &Path,
     program: &Path,
 ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+    binds(plugin, plan, plugin_dir, program, true)
+}
+
+/// [`checked_binds`], creating missing write paths only when `create` is set
+/// (`plugd plugin show` must not change the disk).
+fn binds(
+    plugin: &str,
+    plan: &SandboxPlan,
+    plugin_dir: &Path,
+    program: &Path,
+    create: bool,
+) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
     let check = |p: &Path, what: &str| {
         plugd_manifest::check_sandbox_path(p)
             .map_err(|e| format!("plugin {plugin:?}: sandbox {what} {e}"))
     };
-    let mut ro = vec![check(plugin_dir, "plugin directory")?];
+    let mut ro = Vec::new();
+    if !plan.hide_cwd {
+        ro.push(check(plugin_dir, "plugin directory")?);
+    }
     if let Some(parent) = program.parent() {
         let canonical = check(parent, "program directory")?;
         let shown = SYSTEM_RO_PATHS
@@ -252,6 +270,10 @@ pub fn checked_binds(
     for p in &plan.write_paths {
         // Check before creating: never create a directory inside a denied path.
         check(p, "write path")?;
+        if !create {
+            rw.push(check(p, "write path")?);
+            continue;
+        }
         std::fs::create_dir_all(p).map_err(|e| {
             format!(
                 "plugin {plugin:?}: cannot create the sandbox write path {:?}: {e}",
@@ -261,6 +283,43 @@ pub fn checked_binds(
         rw.push(check(p, "write path")?);
     }
     Ok((ro, rw))
+}
+
+/// The full command line a sandboxed start runs under bwrap (`bwrap ARGS --
+/// program args`), for `plugd plugin show`; `None` when the start is not
+/// under bwrap. Changes nothing on disk.
+pub fn bwrap_command_line(
+    plugin: &str,
+    containment: &Containment,
+    program: &str,
+    args: &[String],
+    cwd: &Path,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Vec<String>>, String> {
+    let Some(plan) = &containment.sandbox else {
+        return Ok(None);
+    };
+    let Mechanism::Bwrap { path } = select_mechanism(plugin, containment)? else {
+        return Ok(None);
+    };
+    let program = resolve_visible_program(plugin, program, cwd)?;
+    let (ro, rw) = binds(plugin, plan, cwd, &program, false)?;
+    let env = crate::spawn::child_env(env);
+    let argv = bwrap::argv(&bwrap::Wrapped {
+        plan,
+        env: &env,
+        ro: &ro,
+        rw: &rw,
+        cwd,
+        program: &program,
+        args,
+    });
+    Ok(Some(
+        std::iter::once(path.into_os_string())
+            .chain(argv)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+    ))
 }
 
 /// SIGXCPU: the soft CPU limit was reached.

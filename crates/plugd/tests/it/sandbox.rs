@@ -97,6 +97,18 @@ fn a_bwrap_sandboxed_plugin_cannot_read_secrets_other_plugins_or_host_env() {
 
     let show = stdout(&ws.plugd(&["plugin", "show", "boxed"]));
     assert!(show.contains("  sandbox:   bwrap ("), "{show}");
+    assert!(
+        show.contains("  runs as:   /usr/bin/bwrap --die-with-parent --unshare-pid"),
+        "{show}"
+    );
+    assert!(
+        show.contains(" --unshare-net --proc /proc --dev /dev --tmpfs /tmp "),
+        "{show}"
+    );
+    assert!(
+        show.contains("-- /usr/bin/python3 sandbox_probe.py boxed\n"),
+        "{show}"
+    );
     assert!(show.contains("  network:   deny"), "{show}");
     assert!(show.contains("  user:      nobody (65534)"), "{show}");
     // The command is the python3 visible in the sandbox, not a pyenv shim.
