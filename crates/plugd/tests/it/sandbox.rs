@@ -566,3 +566,42 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
         json!("ConnectionRefusedError: [Errno 111] Connection refused")
     );
 }
+
+#[test]
+fn host_network_needs_the_operator_capability_and_then_reaches_the_listener() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ws = Ws::new();
+    probe(
+        &ws,
+        "hostnet",
+        "[plugin.sandbox]\nenabled = true\nnetwork = \"host\"\n",
+    );
+    let out = ws.plugd(&["plugin", "show", "hostnet"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("plugin.sandbox.network: network \"host\" needs the operator capability NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1"),
+        "{e}"
+    );
+    let allow = [("NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW", "1")];
+    approve(&ws, "hostnet", &allow);
+    let ok = call(
+        &ws,
+        "hostnet",
+        json!({"op": "connect", "port": port}),
+        &allow,
+    )
+    .unwrap();
+    assert_eq!(ok["ok"], json!(true), "{ok}");
+    // Still sandboxed: the filesystem is as narrow as with network deny.
+    assert_eq!(
+        error_of(call(
+            &ws,
+            "hostnet",
+            json!({"op": "read", "path": "/etc/shadow"}),
+            &allow
+        )),
+        "FileNotFoundError: [Errno 2] No such file or directory: '/etc/shadow'"
+    );
+}
