@@ -48,6 +48,8 @@ mod spec;
 pub mod vai;
 
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod tests;
 
 pub use error::{EntryError, ManifestError};
