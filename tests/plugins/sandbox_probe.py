@@ -12,6 +12,7 @@ Serves one tool, ID_probe, that tries one thing and reports what happened:
   {"op": "env", "name": K}         -> {"ok": true, "value": os.environ.get(K)}
   {"op": "alloc", "mb": N}         -> allocates N MiB
   {"op": "open_many", "n": N}      -> opens N file descriptors at once
+  {"op": "signal_parent"}          -> signal 0 to its parent (plugd)
   {"op": "burn"}                   -> spins the CPU until killed
   {"op": "whoami"}                 -> uid, gid, pid
 
@@ -60,6 +61,9 @@ def probe(args):
             files = [open("/dev/null") for _ in range(int(args["n"]))]
             for f in files:
                 f.close()
+            return {"ok": True}
+        if op == "signal_parent":
+            os.kill(os.getppid(), 0)
             return {"ok": True}
         if op == "burn":
             while True:

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
-    RulesetCreated, RulesetCreatedAttr, path_beneath_rules,
+    RulesetCreated, RulesetCreatedAttr, Scope, path_beneath_rules,
 };
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -85,6 +85,14 @@ pub fn prepare(plan: &SandboxPlan, ro: &[PathBuf], rw: &[PathBuf]) -> Result<Pre
             .handle_access(AccessNet::from_all(abi))
             .map_err(ll)?;
     }
+    // Where the kernel has it (Landlock ABI 6, Linux 6.12): no signals to
+    // processes outside the sandbox (plugd itself, other plugins) and no
+    // abstract UNIX sockets created outside it. The fallback has no PID
+    // namespace, so this is what keeps a plugin from killing its host.
+    ruleset = ruleset
+        .set_compatibility(CompatLevel::BestEffort)
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)
+        .map_err(ll)?;
     let read: Vec<PathBuf> = SYSTEM_RO_PATHS
         .iter()
         .map(PathBuf::from)
@@ -139,7 +147,9 @@ impl Prepared {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         };
         match ruleset.restrict_self() {
-            Ok(status) if status.ruleset == landlock::RulesetStatus::FullyEnforced => {}
+            // Filesystem and TCP rules are hard requirements (prepare fails
+            // without them); only the scopes may be missing on older kernels.
+            Ok(status) if status.ruleset != landlock::RulesetStatus::NotEnforced => {}
             _ => return Err(std::io::Error::from_raw_os_error(libc::EPERM)),
         }
         seccompiler::apply_filter(&self.filter)

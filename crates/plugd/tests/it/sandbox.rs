@@ -373,6 +373,21 @@ fn missing_bwrap_fails_closed_and_the_allowed_fallback_still_contains_the_plugin
     )
     .unwrap();
     assert_eq!(ok["ok"], json!(true));
+    // Landlock scope: no signal reaches plugd from inside (an unsandboxed
+    // plugin's does).
+    probe(&ws, "plain", "");
+    approve(&ws, "plain", &[]);
+    let plain = call(&ws, "plain", json!({"op": "signal_parent"}), &[]).unwrap();
+    assert_eq!(plain["ok"], json!(true), "{plain}");
+    assert_eq!(
+        error_of(call(
+            &ws,
+            "boxed",
+            json!({"op": "signal_parent"}),
+            &fallback
+        )),
+        "PermissionError: [Errno 1] Operation not permitted"
+    );
     // seccomp: no socket family but AF_UNIX.
     assert_eq!(
         error_of(call(
