@@ -620,3 +620,27 @@ fn host_network_needs_the_operator_capability_and_then_reaches_the_listener() {
         "FileNotFoundError: [Errno 2] No such file or directory: '/etc/shadow'"
     );
 }
+
+#[test]
+fn the_sandboxed_example_cannot_peek_at_shadow_but_reads_its_own_code() {
+    let ws = Ws::new();
+    let dir = ws.example("sandboxed-python");
+    approve(&ws, "sandboxed_python", &[]);
+    let peek = |p: &str| {
+        let out = ws.plugd(&[
+            "tool",
+            "call",
+            "sandboxed_python_peek",
+            "--args",
+            &json!({ "path": p }).to_string(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap()
+    };
+    assert_eq!(
+        peek("/etc/shadow"),
+        json!({"path": "/etc/shadow", "readable": false, "error": "[Errno 2] No such file or directory: '/etc/shadow'"})
+    );
+    let own = path(&dir.join("plugin.py"));
+    assert_eq!(peek(&own)["readable"], json!(true));
+}
