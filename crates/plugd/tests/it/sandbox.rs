@@ -644,3 +644,38 @@ fn the_sandboxed_example_cannot_peek_at_shadow_but_reads_its_own_code() {
     let own = path(&dir.join("plugin.py"));
     assert_eq!(peek(&own)["readable"], json!(true));
 }
+
+#[test]
+fn a_program_only_reachable_through_a_denylisted_path_is_refused() {
+    let bin = std::path::PathBuf::from(format!("/root/.plugd-sandbox-bin-{}", std::process::id()));
+    std::fs::create_dir_all(&bin).unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(bin.clone());
+    let tool = bin.join("probe-python");
+    std::os::unix::fs::symlink("/usr/bin/python3", &tool).unwrap();
+    let ws = Ws::new();
+    probe(&ws, "hidden", SANDBOX);
+    let manifest = ws.plugin_dir("hidden").join("nexo-plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "command = \"python3\"",
+        &format!("command = \"{}\"", path(&tool)),
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let out = ws.plugd(&["plugin", "approve", "hidden"]);
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains(&format!(
+            "plugin \"hidden\": command \"{}\" resolves only to paths the sandbox cannot show: \"{}\"",
+            path(&tool),
+            path(&tool)
+        )),
+        "{e}"
+    );
+    assert!(e.contains("touches the denylisted path \"/root\""), "{e}");
+}
