@@ -121,8 +121,9 @@ pub struct PluginInfo {
     /// Counters of the live connection (shed notifications, junk lines, …).
     pub stats: Option<plugd_host::PeerStats>,
     /// Effective permissions of the next start: sandbox mechanism, network,
-    /// paths, user, limits, environment, VAI requested vs granted
-    /// (`None` when they cannot be computed; see `error`).
+    /// paths, user, limits, environment, VAI requested vs granted; mechanism
+    /// `refused` when the next start would be refused. `None` for a plugin
+    /// whose manifest does not load.
     pub permissions: Option<containment::EffectivePermissions>,
     /// The dialect-specific part of the declaration (native extends and
     /// channels, Salmex config schema, VAI exports with their permissions,
