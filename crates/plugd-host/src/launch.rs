@@ -19,6 +19,8 @@ pub struct Launch {
     /// Values that must never leave the host in clear: scrubbed from stderr
     /// tails, crash reports and logs (the decrypted secrets).
     pub redact: Vec<String>,
+    /// Sandbox and resource limits for this start (default: none).
+    pub containment: crate::sandbox::Containment,
 }
 
 impl Launch {

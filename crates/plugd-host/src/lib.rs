@@ -7,6 +7,8 @@
 //! * [`stderr`]: a plugin's stderr into `tracing`, with a tail for crash reports.
 //! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
 //! * [`native_llm`]: nexo `llm.chat` for plugin LLM providers (sync and streaming).
+//! * [`sandbox`]: containment of a start (bubblewrap, the Landlock + seccomp
+//!   fallback, resource limits) and exits explained by the limit hit.
 //! * [`supervisor`]: lazy/eager start, crash detection, restart with backoff,
 //!   graceful shutdown, handles that survive restarts.
 
@@ -19,6 +21,7 @@ pub mod native_host;
 pub mod native_llm;
 pub mod peer;
 pub mod protocol;
+pub mod sandbox;
 pub mod spawn;
 pub mod stderr;
 pub mod supervisor;

@@ -11,7 +11,10 @@
 //! * is watched through a pidfd, so its exit is noticed at once (no polling)
 //!   and signals can never reach a recycled PID;
 //! * has its group killed and the leader reaped on drop, so no orphan or
-//!   zombie outlives its handle.
+//!   zombie outlives its handle;
+//! * is contained as [`SpawnSpec::containment`] says: resource limits set
+//!   before `exec`, and a sandbox (bubblewrap, or the Landlock + seccomp
+//!   fallback) when one was asked for (see [`crate::sandbox`]).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -25,6 +28,8 @@ use std::sync::{Arc, Mutex};
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::io::unix::AsyncFd;
 use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+use crate::sandbox::{self, Containment, Mechanism};
 
 /// Host variables a child inherits when set (everything else is cleared).
 pub const ENV_ALLOWLIST: &[&str] = &["PATH", "HOME", "LANG"];
@@ -49,6 +54,8 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// Extra variables from the manifest (already validated).
     pub env: BTreeMap<String, String>,
+    /// Sandbox and resource limits ([`Containment::default`]: none).
+    pub containment: Containment,
 }
 
 /// Why a child could not be started.
@@ -66,6 +73,16 @@ pub enum SpawnError {
         program: String,
         /// The directory of the plugd executable.
         exe_dir: Option<PathBuf>,
+    },
+    /// The sandbox could not be set up, or refused the start (bwrap missing
+    /// without an allowed fallback, a bind that touches the denylist, a
+    /// program only reachable through a denylisted path).
+    #[error("{reason}")]
+    Sandbox {
+        /// Plugin id.
+        plugin: String,
+        /// Why, naming the plugin, the cause and the fix.
+        reason: String,
     },
     /// The OS refused to start it.
     #[error("plugin {plugin:?}: cannot start {program:?}: {source}")]
@@ -236,31 +253,81 @@ pub fn child_env(extra: &BTreeMap<String, String>) -> Vec<(OsString, OsString)> 
 /// Starts a child as described in the module docs. Must be called inside a
 /// tokio runtime.
 pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
-    let program = resolve_program(&spec.plugin_id, &spec.program)?;
+    let sandbox_err = |reason: String| SpawnError::Sandbox {
+        plugin: spec.plugin_id.clone(),
+        reason,
+    };
+    let containment = &spec.containment;
+    let mechanism = sandbox::select_mechanism(&spec.plugin_id, containment).map_err(sandbox_err)?;
+    let program = match &containment.sandbox {
+        Some(_) => sandbox::resolve_visible_program(&spec.plugin_id, &spec.program, &spec.cwd)
+            .map_err(sandbox_err)?,
+        None => resolve_program(&spec.plugin_id, &spec.program)?,
+    };
+    let env = child_env(&spec.env);
+    let mut fallback = None;
+    #[allow(clippy::disallowed_methods)] // this is the audited helper
+    let mut cmd = match (&mechanism, &containment.sandbox) {
+        (Mechanism::Bwrap { path }, Some(plan)) => {
+            let (ro, rw) = sandbox::checked_binds(&spec.plugin_id, plan, &spec.cwd, &program)
+                .map_err(sandbox_err)?;
+            let mut cmd = std::process::Command::new(path);
+            cmd.args(sandbox::bwrap::argv(&sandbox::bwrap::Wrapped {
+                plan,
+                env: &env,
+                ro: &ro,
+                rw: &rw,
+                cwd: &spec.cwd,
+                program: &program,
+                args: &spec.args,
+            }))
+            .env_clear();
+            cmd
+        }
+        (Mechanism::LandlockSeccomp, Some(plan)) => {
+            let (ro, rw) = sandbox::checked_binds(&spec.plugin_id, plan, &spec.cwd, &program)
+                .map_err(sandbox_err)?;
+            fallback = Some(sandbox::fallback::prepare(plan, &ro, &rw).map_err(|e| {
+                sandbox_err(format!(
+                    "plugin {:?}: cannot set up the Landlock+seccomp sandbox: {e}",
+                    spec.plugin_id
+                ))
+            })?);
+            let mut cmd = std::process::Command::new(&program);
+            cmd.args(&spec.args).env_clear().envs(env);
+            cmd
+        }
+        _ => {
+            let mut cmd = std::process::Command::new(&program);
+            cmd.args(&spec.args).env_clear().envs(env);
+            cmd
+        }
+    };
     let os_err = |source: io::Error| SpawnError::Os {
         plugin: spec.plugin_id.clone(),
         program: program.clone(),
         source,
     };
-    #[allow(clippy::disallowed_methods)] // this is the audited helper
-    let mut cmd = std::process::Command::new(&program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(child_env(&spec.env))
+    cmd.current_dir(&spec.cwd)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
     let parent = rustix::process::getpid();
-    // SAFETY: the closure only makes raw syscalls (prctl, getppid, exit),
-    // which are async-signal-safe; it allocates nothing.
+    let limits = containment.limits.plan();
+    // SAFETY: the closure only makes raw syscalls (prctl, getppid, exit,
+    // setrlimit, landlock_restrict_self, seccomp); everything it uses was
+    // built before the fork, and it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
                 std::process::exit(1);
+            }
+            sandbox::limits::apply(&limits)?;
+            if let Some(f) = fallback.as_mut() {
+                f.apply()?;
             }
             Ok(())
         });

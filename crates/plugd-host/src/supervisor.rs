@@ -610,6 +610,7 @@ impl SupInner {
             args: spec.command.args.clone(),
             cwd: spec.dir.clone(),
             env: spec.command.env.clone(),
+            containment: launch.containment.clone(),
         })
         .map_err(|e| PluginError::Spawn(Arc::new(e)))?;
         let spawn::Spawned {
@@ -652,10 +653,11 @@ impl SupInner {
         {
             let peer = peer.clone();
             let tail = tail.clone();
+            let launch = launch.clone();
             tokio::spawn(async move {
                 let status = reaper.wait().await;
                 tail.settle(Duration::from_millis(200)).await;
-                let exit = spawn::describe_exit(&status);
+                let exit = crate::sandbox::describe_exit(&status, &launch.containment);
                 // A stream the host could not read is the real cause of a kill.
                 let cause = match peer.reader_end() {
                     Some(why) if why.starts_with("unreadable output") => {

@@ -48,6 +48,8 @@ mod spec;
 pub mod vai;
 
 #[cfg(test)]
+mod limits_tests;
+#[cfg(test)]
 mod tests;
 
 pub use error::{EntryError, ManifestError};
@@ -56,8 +58,9 @@ pub use native::{MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, load_native, parse_na
 pub use sandbox::{SANDBOX_DENYLIST, SandboxPathError, check_sandbox_path, resolve_path};
 pub use schema::native_manifest_schema;
 pub use spec::{
-    ChannelRegistration, CommandSpec, DeclaredTool, Dialect, EXTENDS_SECTIONS, Extends, NativeSpec,
-    PluginSpec, Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
+    ChannelRegistration, CommandSpec, DeclaredTool, Dialect, EXTENDS_SECTIONS, Extends, LimitsSpec,
+    NativeSpec, PluginSpec, Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode,
+    SupervisorSpec,
 };
 
 /// Host-side options that change how a manifest validates.

@@ -17,8 +17,8 @@ use crate::error::ManifestError;
 use crate::ids::{is_valid_plugin_id, tool_in_namespace};
 use crate::sandbox::{SandboxPathError, check_sandbox_path, resolve_path};
 use crate::spec::{
-    ChannelRegistration, CommandSpec, Dialect, EXTENDS_SECTIONS, Extends, NativeSpec, PluginSpec,
-    Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
+    ChannelRegistration, CommandSpec, Dialect, EXTENDS_SECTIONS, Extends, LimitsSpec, NativeSpec,
+    PluginSpec, Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
 };
 
 /// File name of the native manifest.
@@ -40,6 +40,7 @@ const PLUGIN_KEYS: &[&str] = &[
     "channels",
     "supervisor",
     "sandbox",
+    "limits",
 ];
 const ENTRYPOINT_KEYS: &[&str] = &["command", "args", "env"];
 const REQUIRES_KEYS: &[&str] = &["nexo_capabilities"];
@@ -57,6 +58,7 @@ const SUPERVISOR_KEYS: &[&str] = &[
     "shutdown_timeout_ms",
     "shutdown_grace_ms",
 ];
+const LIMITS_KEYS: &[&str] = &["address_space_mb", "open_files", "processes", "cpu_seconds"];
 const SANDBOX_KEYS: &[&str] = &[
     "enabled",
     "network",
@@ -158,6 +160,7 @@ pub fn parse_native(
     let channels = cx.channels(plugin)?;
     let supervisor = cx.supervisor(plugin)?;
     let sandbox = cx.sandbox(plugin, opts)?;
+    let limits = cx.limits(plugin)?;
 
     Ok(PluginSpec {
         id: id.to_owned(),
@@ -171,6 +174,7 @@ pub fn parse_native(
         declared_tools: extends.tools.clone(),
         supervisor,
         sandbox,
+        limits,
         native: Some(NativeSpec {
             requires,
             extends,
@@ -855,6 +859,24 @@ impl Cx<'_> {
             fs_write_paths,
             drop_user,
         }))
+    }
+
+    fn limits(&mut self, plugin: &Table) -> Result<LimitsSpec, ManifestError> {
+        const P: &str = "plugin.limits";
+        let Some(t) = self.optional_table(plugin, "plugin", "limits")? else {
+            return Ok(LimitsSpec::default());
+        };
+        self.check_keys(t, P, LIMITS_KEYS, Unknown::Error)?;
+        let get = |key: &str, max: u64| -> Result<Option<u64>, ManifestError> {
+            let max = i64::try_from(max).unwrap_or(i64::MAX);
+            Ok(self.integer(t, P, key, 1, max)?.map(|n| n.unsigned_abs()))
+        };
+        Ok(LimitsSpec {
+            address_space_mb: get("address_space_mb", LimitsSpec::MAX_ADDRESS_SPACE_MB)?,
+            open_files: get("open_files", LimitsSpec::MAX_OPEN_FILES)?,
+            processes: get("processes", LimitsSpec::MAX_PROCESSES)?,
+            cpu_seconds: get("cpu_seconds", LimitsSpec::MAX_CPU_SECONDS)?,
+        })
     }
 
     fn bad_interpolation(&self, field: String, entry: &str, reason: &str) -> ManifestError {

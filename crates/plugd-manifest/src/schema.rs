@@ -1,5 +1,6 @@
 //! Hand-written JSON Schema (2020-12) of `nexo-plugin.toml`, for editors and `plugd` tooling.
 
+use crate::spec::LimitsSpec;
 use serde_json::{Value, json};
 
 /// Returns a JSON Schema (draft 2020-12) describing `nexo-plugin.toml`, as
@@ -150,6 +151,19 @@ pub fn native_manifest_schema() -> Value {
         }
     });
 
+    let limit = |what: &str, max: u64| json!({ "type": "integer", "minimum": 1, "maximum": max, "description": what });
+    let limits = json!({
+        "type": "object",
+        "description": "Resource limits (setrlimit on the child before exec); plugd.yaml `sandbox.plugins.<id>.limits` may narrow them.",
+        "additionalProperties": false,
+        "properties": {
+            "address_space_mb": limit("RLIMIT_AS in MiB.", LimitsSpec::MAX_ADDRESS_SPACE_MB),
+            "open_files": limit("RLIMIT_NOFILE.", LimitsSpec::MAX_OPEN_FILES),
+            "processes": limit("RLIMIT_NPROC (counts every process of the user; not enforced for root).", LimitsSpec::MAX_PROCESSES),
+            "cpu_seconds": limit("RLIMIT_CPU in seconds; the plugin gets SIGXCPU at the limit.", LimitsSpec::MAX_CPU_SECONDS)
+        }
+    });
+
     json!({
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://plugd.invalid/schemas/nexo-plugin.schema.json",
@@ -184,7 +198,8 @@ pub fn native_manifest_schema() -> Value {
                     "extends": extends,
                     "channels": channels,
                     "supervisor": supervisor,
-                    "sandbox": sandbox
+                    "sandbox": sandbox,
+                    "limits": limits
                 }
             }
         }

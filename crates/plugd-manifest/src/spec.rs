@@ -79,6 +79,8 @@ pub struct PluginSpec {
     pub supervisor: SupervisorSpec,
     /// Sandbox policy; `Some` only when `[plugin.sandbox] enabled = true`.
     pub sandbox: Option<SandboxSpec>,
+    /// Resource limits (native: `[plugin.limits]`); all `None` when unset.
+    pub limits: LimitsSpec,
     /// The nexo-specific rest of a native manifest; `None` for other dialects.
     pub native: Option<NativeSpec>,
     /// Whether the approval digest covers the files of [`PluginSpec::dir`]
@@ -121,6 +123,7 @@ impl PluginSpec {
             declared_tools: Vec::new(),
             supervisor: SupervisorSpec::default(),
             sandbox: None,
+            limits: LimitsSpec::default(),
             native: None,
             warnings: Vec::new(),
             pin_dir: true,
@@ -268,6 +271,31 @@ pub struct SandboxSpec {
     /// `drop_user`: run as nobody (uid/gid 65534) via `--unshare-user`;
     /// default true.
     pub drop_user: bool,
+}
+
+/// Resource limits a manifest asks for (native: `[plugin.limits]`); the
+/// host applies them with `setrlimit` before `exec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct LimitsSpec {
+    /// `address_space_mb`: `RLIMIT_AS` in MiB (1 ..= 1 048 576).
+    pub address_space_mb: Option<u64>,
+    /// `open_files`: `RLIMIT_NOFILE` (1 ..= 1 048 576).
+    pub open_files: Option<u64>,
+    /// `processes`: `RLIMIT_NPROC` (1 ..= 1 000 000).
+    pub processes: Option<u64>,
+    /// `cpu_seconds`: `RLIMIT_CPU` in seconds (1 ..= 86 400).
+    pub cpu_seconds: Option<u64>,
+}
+
+impl LimitsSpec {
+    /// Largest `address_space_mb` (1 TiB).
+    pub const MAX_ADDRESS_SPACE_MB: u64 = 1_048_576;
+    /// Largest `open_files`.
+    pub const MAX_OPEN_FILES: u64 = 1_048_576;
+    /// Largest `processes`.
+    pub const MAX_PROCESSES: u64 = 1_000_000;
+    /// Largest `cpu_seconds` (a day).
+    pub const MAX_CPU_SECONDS: u64 = 86_400;
 }
 
 /// The nexo-specific parts of a native manifest that have no dialect-neutral

@@ -109,6 +109,9 @@ pub struct PlugdConfig {
     pub signing: crate::signing::SigningPolicy,
     /// `risk:`: per-tool risk levels and the approval timeout.
     pub risk: crate::risk::RiskConfig,
+    /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
+    /// VAI grants ([`crate::containment`]).
+    pub sandbox: crate::containment::SandboxConfig,
 }
 
 /// `agent:`.
@@ -335,6 +338,7 @@ struct RawDoc {
     #[serde(default)]
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
     risk: Option<Spanned<crate::risk::RawRisk>>,
+    sandbox: Option<crate::containment::RawSandbox>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -604,6 +608,9 @@ impl PlugdConfig {
                 ));
             }
             config.eager.push(id.value);
+        }
+        if let Some(sandbox) = raw.sandbox {
+            config.sandbox = crate::containment::sandbox_config(path, sandbox)?;
         }
         config.tenant = raw.tenant.unwrap_or_default();
         if let Some(agent) = raw.agent {

@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod config;
+pub mod containment;
 pub mod hooks;
 mod host_api;
 pub mod llm;
@@ -139,6 +140,11 @@ pub struct PluginInfo {
     /// Broker traffic since this runtime opened: events published, publishes
     /// dropped (outside the allowlist), events delivered and shed.
     pub broker: Option<plugd_host::native_host::BrokerStats>,
+    /// Effective permissions of the next start: sandbox mechanism, network,
+    /// paths, user, limits, environment, VAI requested vs granted; mechanism
+    /// `refused` when the next start would be refused. `None` for a plugin
+    /// whose manifest does not load.
+    pub permissions: Option<containment::EffectivePermissions>,
     /// The dialect-specific part of the declaration (native extends and
     /// channels, Salmex config schema, VAI exports with their permissions,
     /// microapp capabilities, MCP entry).
@@ -159,6 +165,7 @@ pub struct ApprovalInfo {
 }
 
 struct TrustObserver {
+    dir: PathBuf,
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
     signing: Arc<signing::SigningPolicy>,
@@ -184,7 +191,11 @@ impl Observer for TrustObserver {
                 approval.digest, spec.id
             ));
         }
-        Ok(Launch::default())
+        let (containment, _) = containment::effective(spec, &self.dir)?;
+        Ok(Launch {
+            containment,
+            ..Launch::default()
+        })
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -256,6 +267,7 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Workspace(e.to_string()))?,
         );
         let observer = Arc::new(TrustObserver {
+            dir: dir.clone(),
             store: store.clone(),
             registry: registry.clone(),
             signing: signing.clone(),
@@ -411,9 +423,7 @@ impl Runtime {
             .filter(|t| t.plugin == id)
             .map(|t| t.name.clone())
             .collect();
-        let program = plugd_host::spawn::resolve_program(id, &spec.command.program)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| spec.command.program.clone());
+        let program = containment::program_path(spec, &self.inner.dir);
         let env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()
             .map(|(k, v)| {
@@ -449,6 +459,10 @@ impl Runtime {
             tool_risks: self.tool_risks(id),
             stats: sup.stats(),
             broker: self.broker_stats(id),
+            permissions: Some(
+                containment::effective(spec, &self.inner.dir)
+                    .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
+            ),
             details: serde_json::to_value(&**spec)
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
@@ -595,6 +609,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         tool_risks: BTreeMap::new(),
         stats: None,
         broker: None,
+        permissions: None,
         details: Value::Null,
         signature: signing::SignatureStatus::NotApplicable {
             reason: "the plugin cannot be loaded".into(),

@@ -216,6 +216,7 @@ impl RawEcho {
             program: raw_echo.display().to_string(),
             args: Vec::new(),
             cwd: std::env::temp_dir(),
+            containment: Default::default(),
             env: Default::default(),
         })?;
         Ok(RawEcho {
@@ -354,6 +355,7 @@ async fn cold(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<ColdStar
             args: spec.command.args.clone(),
             cwd: spec.dir.clone(),
             env: spec.command.env.clone(),
+            containment: Default::default(),
         })?;
         let mut stdin = std::fs::File::from(spawned.stdin.into_owned_fd()?);
         let stdout = std::fs::File::from(spawned.stdout.into_owned_fd()?);

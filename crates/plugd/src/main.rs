@@ -620,6 +620,9 @@ fn print_plugin_detail(p: &PluginInfo) {
             println!("  {k}={}", shell_quote(v));
         }
     }
+    for line in p.permissions.iter().flat_map(|e| e.text_lines()) {
+        println!("{line}");
+    }
     println!(
         "tools:     {}",
         if p.tools.is_empty() {

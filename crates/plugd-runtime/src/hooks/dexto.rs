@@ -450,6 +450,7 @@ async fn node_version(node: &str, cwd: &Path) -> Result<(u32, u32, u32), String>
         args: vec!["-p".into(), "process.versions.node".into()],
         cwd: cwd.to_path_buf(),
         env: BTreeMap::new(),
+        containment: Default::default(),
     })
     .map_err(|e| format!("cannot ask node for its version: {e}"))?;
     let spawn::Spawned {
@@ -563,6 +564,7 @@ impl DextoModule {
             args: self.launch.args.clone(),
             cwd: self.workspace.clone(),
             env: self.options.env.clone(),
+            containment: Default::default(),
         })
         .map_err(|e| match e {
             SpawnError::NotFound { program, .. } => DextoError::NodeMissing {

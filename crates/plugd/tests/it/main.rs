@@ -17,6 +17,7 @@ mod microapp;
 mod outbox;
 mod risk;
 mod salmex;
+mod sandbox;
 mod signatures;
 mod support;
 mod vai;

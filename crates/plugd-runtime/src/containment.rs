@@ -1,0 +1,808 @@
+//! The effective containment of a plugin: its manifest's sandbox and limits,
+//! VAI permissions, the operator's `sandbox:` policy in `plugd.yaml` and the
+//! operator's environment knobs, combined into the
+//! [`plugd_host::sandbox::Containment`] the next start uses and the
+//! "effective permissions" `plugd plugin show` prints.
+//!
+//! `plugd.yaml`:
+//!
+//! ```yaml
+//! sandbox:
+//!   fallback: landlock          # when bwrap is missing (default: refuse)
+//!   plugins:
+//!     hello_salmex:             # any dialect
+//!       enabled: true           # default true
+//!       network: deny           # deny | host
+//!       fs_read_paths: [/usr/share/dict]
+//!       fs_write_paths: ["${state_dir}"]
+//!       drop_user: true
+//!       limits: {cpu_seconds: 10, address_space_mb: 1024, open_files: 256, processes: 64}
+//!       grants:                 # VAI packages: per export, at most what it requests
+//!         summarize: {network: none, filesystem: none}
+//! ```
+//!
+//! Rules: the operator's policy sandboxes a plugin that has no sandbox of its
+//! own, and only narrows one that has (network `deny` wins, path lists are
+//! intersected, `drop_user` can only be switched on, limits take the tighter
+//! value). A VAI package listed under `sandbox.plugins` is sandboxed from
+//! its exports' granted permissions (requested, narrowed by `grants`); one
+//! process serves every export, so the process gets the union of the
+//! granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
+//! every plugin without a sandbox; `network: host` from the operator's
+//! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plugd_host::sandbox::{self, Containment, Fallback, Limits, Network, SandboxPlan};
+use plugd_manifest::vai::{FilesystemPermission, NetworkPermission};
+use plugd_manifest::{LoadOptions, PluginSpec, STATE_DIR_TOKEN, SandboxNetwork};
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use crate::config::{CONFIG_FILE, ConfigError};
+
+/// Operator knob: refuse every plugin that would run without a sandbox.
+pub const REQUIRE_ENV: &str = "NEXO_PLUGIN_SANDBOX_REQUIRE";
+
+/// `sandbox:` of `plugd.yaml`, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct SandboxConfig {
+    /// `fallback`: what to do when bwrap is missing.
+    pub fallback: Fallback,
+    /// `plugins`: the operator's policy per plugin id.
+    pub plugins: BTreeMap<String, OperatorPolicy>,
+}
+
+/// `sandbox.plugins.<id>`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct OperatorPolicy {
+    /// `enabled` (default true): sandbox the plugin.
+    pub enabled: bool,
+    /// `network`.
+    pub network: Option<Network>,
+    /// `fs_read_paths` (absolute, checked against the denylist).
+    pub fs_read_paths: Option<Vec<PathBuf>>,
+    /// `fs_write_paths` (absolute, or `${state_dir}[/...]`).
+    pub fs_write_paths: Option<Vec<String>>,
+    /// `drop_user`.
+    pub drop_user: Option<bool>,
+    /// `limits`.
+    pub limits: Limits,
+    /// `grants`: VAI export id → granted permissions.
+    pub grants: BTreeMap<String, Grant>,
+}
+
+/// VAI permissions, as requested or granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    /// `none` | `egress`.
+    pub network: NetworkPermission,
+    /// `none` | `scratch` | `assets_ro`.
+    pub filesystem: FilesystemPermission,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSandbox {
+    #[serde(default)]
+    fallback: Option<RawFallback>,
+    #[serde(default)]
+    plugins: Option<BTreeMap<String, Spanned<RawPolicy>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawFallback {
+    None,
+    Landlock,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RawNetwork {
+    Deny,
+    Host,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    #[serde(default)]
+    enabled: Option<bool>,
+    #[serde(default)]
+    network: Option<RawNetwork>,
+    #[serde(default)]
+    fs_read_paths: Option<Vec<String>>,
+    #[serde(default)]
+    fs_write_paths: Option<Vec<String>>,
+    #[serde(default)]
+    drop_user: Option<bool>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    grants: Option<BTreeMap<String, RawGrant>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    #[serde(default)]
+    address_space_mb: Option<u64>,
+    #[serde(default)]
+    open_files: Option<u64>,
+    #[serde(default)]
+    processes: Option<u64>,
+    #[serde(default)]
+    cpu_seconds: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    #[serde(default)]
+    network: Option<RawVaiNetwork>,
+    #[serde(default)]
+    filesystem: Option<RawVaiFs>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawVaiNetwork {
+    None,
+    Egress,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawVaiFs {
+    None,
+    Scratch,
+    AssetsRo,
+}
+
+/// Only the `sandbox:` key of `plugd.yaml` (the rest is ignored here and
+/// validated by [`crate::config::PlugdConfig`]).
+#[derive(Deserialize)]
+struct OnlySandbox {
+    #[serde(default)]
+    sandbox: Option<RawSandbox>,
+}
+
+impl SandboxConfig {
+    /// Reads the `sandbox:` key of `workspace/plugd.yaml` (missing file or
+    /// key: the empty policy).
+    pub fn load(workspace: &Path) -> Result<SandboxConfig, ConfigError> {
+        let path = workspace.join(CONFIG_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(SandboxConfig::default());
+            }
+            Err(e) => {
+                return Err(ConfigError::Read {
+                    path,
+                    reason: e.to_string(),
+                });
+            }
+            Ok(t) => t,
+        };
+        let raw: Option<OnlySandbox> =
+            serde_saphyr::from_str_with_options(&text, crate::config::yaml_options())
+                .map_err(|e| crate::config::yaml_error(&path, &e))?;
+        match raw.and_then(|r| r.sandbox) {
+            Some(s) => sandbox_config(&path, s),
+            None => Ok(SandboxConfig::default()),
+        }
+    }
+}
+
+/// Validates a parsed `sandbox:` (called by the `plugd.yaml` parser too).
+pub(crate) fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, ConfigError> {
+    let invalid = |field: String, line: u64, message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        field,
+        line,
+        message,
+    };
+    let mut out = SandboxConfig {
+        fallback: match raw.fallback {
+            Some(RawFallback::Landlock) => Fallback::Landlock,
+            _ => Fallback::None,
+        },
+        plugins: BTreeMap::new(),
+    };
+    for (id, p) in raw.plugins.unwrap_or_default() {
+        let line = p.referenced.line();
+        let p = p.value;
+        let at = |k: &str| format!("sandbox.plugins.{id}.{k}");
+        let mut read = None;
+        if let Some(list) = p.fs_read_paths {
+            let mut v = Vec::new();
+            for (i, e) in list.iter().enumerate() {
+                plugd_manifest::check_sandbox_path(Path::new(e)).map_err(|err| {
+                    invalid(at(&format!("fs_read_paths[{i}]")), line, err.to_string())
+                })?;
+                v.push(PathBuf::from(e));
+            }
+            read = Some(v);
+        }
+        if let Some(list) = &p.fs_write_paths {
+            for (i, e) in list.iter().enumerate() {
+                let field = at(&format!("fs_write_paths[{i}]"));
+                if let Some(rest) = e.strip_prefix(STATE_DIR_TOKEN) {
+                    if !(rest.is_empty() || rest.starts_with('/'))
+                        || rest.contains("${")
+                        || rest.split('/').any(|c| c == "..")
+                    {
+                        return Err(invalid(
+                            field,
+                            line,
+                            format!(
+                                "{e:?}: use \"${{state_dir}}\" alone or followed by a relative path without \"..\""
+                            ),
+                        ));
+                    }
+                } else {
+                    plugd_manifest::check_sandbox_path(Path::new(e))
+                        .map_err(|err| invalid(field, line, err.to_string()))?;
+                }
+            }
+        }
+        let limits = p.limits.map_or_else(Limits::default, |l| Limits {
+            address_space_mb: l.address_space_mb,
+            open_files: l.open_files,
+            processes: l.processes,
+            cpu_seconds: l.cpu_seconds,
+        });
+        for (k, v) in [
+            ("address_space_mb", limits.address_space_mb),
+            ("open_files", limits.open_files),
+            ("processes", limits.processes),
+            ("cpu_seconds", limits.cpu_seconds),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(
+                    at(&format!("limits.{k}")),
+                    line,
+                    "must be at least 1; leave it out for no limit".into(),
+                ));
+            }
+        }
+        let grants = p
+            .grants
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(export, g)| {
+                (
+                    export,
+                    Grant {
+                        network: match g.network {
+                            Some(RawVaiNetwork::Egress) => NetworkPermission::Egress,
+                            _ => NetworkPermission::None,
+                        },
+                        filesystem: match g.filesystem {
+                            Some(RawVaiFs::Scratch) => FilesystemPermission::Scratch,
+                            Some(RawVaiFs::AssetsRo) => FilesystemPermission::AssetsRo,
+                            _ => FilesystemPermission::None,
+                        },
+                    },
+                )
+            })
+            .collect();
+        out.plugins.insert(
+            id.clone(),
+            OperatorPolicy {
+                enabled: p.enabled.unwrap_or(true),
+                network: p.network.map(|n| match n {
+                    RawNetwork::Deny => Network::Deny,
+                    RawNetwork::Host => Network::Host,
+                }),
+                fs_read_paths: read,
+                fs_write_paths: p.fs_write_paths,
+                drop_user: p.drop_user,
+                limits,
+                grants,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// One VAI export's permissions, requested and granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExportPermissions {
+    /// Export id.
+    pub export: String,
+    /// What `vai-plugin.toml` asks for.
+    pub requested: Grant,
+    /// What the host grants (the request narrowed by `sandbox.plugins.<id>.grants`).
+    pub granted: Grant,
+}
+
+/// What `plugd plugin show` reports as a plugin's effective permissions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EffectivePermissions {
+    /// `none`, `bwrap`, `landlock+seccomp`, or `refused` (see `mechanism_detail`).
+    pub mechanism: String,
+    /// The bwrap path, or why the start would be refused.
+    pub mechanism_detail: Option<String>,
+    /// Where the sandbox comes from.
+    pub source: Vec<String>,
+    /// The exact command line under bwrap (`None` without bwrap).
+    pub wrapped_command: Option<Vec<String>>,
+    /// `deny` or `host` (`host` also without a sandbox).
+    pub network: String,
+    /// Paths visible read-only besides the system paths (`/usr /bin /sbin
+    /// /lib /lib64 /etc/ssl`): the plugin directory, then `fs_read_paths`.
+    pub read_only: Vec<PathBuf>,
+    /// Writable paths (`${state_dir}` expanded).
+    pub writable: Vec<PathBuf>,
+    /// `nobody (65534)` or `plugd's user`.
+    pub user: String,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Names of the environment variables the child gets.
+    pub env: Vec<String>,
+    /// VAI exports: requested and granted side by side.
+    pub vai: Vec<ExportPermissions>,
+    /// Caveats (fallback differences, root and `processes`, cgroups).
+    pub notes: Vec<String>,
+}
+
+/// The containment of the next start of `spec` and its report, or why the
+/// plugin must not start (`NEXO_PLUGIN_SANDBOX_REQUIRE=1` and no sandbox,
+/// operator `network: host` without the capability, a bad `plugd.yaml`).
+pub fn effective(
+    spec: &PluginSpec,
+    workspace: &Path,
+) -> Result<(Containment, EffectivePermissions), String> {
+    let config = SandboxConfig::load(workspace).map_err(|e| e.to_string())?;
+    let state_dir = workspace
+        .join(".plugd")
+        .join("state")
+        .join(spec.id.replace('/', "__"));
+    let expand = |e: &str| match e.strip_prefix(STATE_DIR_TOKEN) {
+        Some("") => state_dir.clone(),
+        Some(rest) => state_dir.join(rest.trim_start_matches('/')),
+        None => PathBuf::from(e),
+    };
+    let policy = config.plugins.get(&spec.id).filter(|p| p.enabled);
+    let mut source = Vec::new();
+    let mut plan: Option<SandboxPlan> = None;
+    if let Some(sb) = &spec.sandbox {
+        source.push("manifest [plugin.sandbox]".to_owned());
+        plan = Some(SandboxPlan {
+            network: match sb.network {
+                SandboxNetwork::Host => Network::Host,
+                _ => Network::Deny,
+            },
+            read_paths: sb.fs_read_paths.clone(),
+            write_paths: sb.fs_write_paths.iter().map(|e| expand(e)).collect(),
+            drop_user: sb.drop_user,
+            fallback: Fallback::None,
+            hide_cwd: false,
+        });
+    }
+    let mut vai = Vec::new();
+    let mut vai_unenforced = false;
+    if let Some(v) = &spec.vai {
+        for e in &v.exports {
+            let requested = Grant {
+                network: e.permissions.network,
+                filesystem: e.permissions.filesystem,
+            };
+            let granted = match policy.and_then(|p| p.grants.get(&e.id)) {
+                Some(g) => narrow(requested, *g),
+                None => requested,
+            };
+            vai.push(ExportPermissions {
+                export: e.id.clone(),
+                requested,
+                granted,
+            });
+        }
+        let egress = vai
+            .iter()
+            .any(|e| e.granted.network == NetworkPermission::Egress);
+        let scratch = vai
+            .iter()
+            .any(|e| e.granted.filesystem == FilesystemPermission::Scratch);
+        if policy.is_none() {
+            vai_unenforced = true;
+        } else {
+            source.push("VAI permissions (the union of the granted exports)".to_owned());
+            plan = Some(SandboxPlan {
+                network: if egress { Network::Host } else { Network::Deny },
+                read_paths: Vec::new(),
+                write_paths: if scratch {
+                    vec![state_dir.join("scratch")]
+                } else {
+                    Vec::new()
+                },
+                drop_user: true,
+                fallback: Fallback::None,
+                hide_cwd: false,
+            });
+        }
+    }
+    if let Some(p) = policy {
+        source.push(format!("plugd.yaml sandbox.plugins.{}", spec.id));
+        let write = p
+            .fs_write_paths
+            .as_ref()
+            .map(|l| l.iter().map(|e| expand(e)).collect::<Vec<_>>());
+        plan = Some(match plan {
+            None => {
+                if p.network == Some(Network::Host)
+                    && !LoadOptions::from_env().sandbox_host_net_allow
+                {
+                    return Err(format!(
+                        "plugd.yaml sandbox.plugins.{}.network: \"host\" needs the operator capability {}=1; use network: deny or set it",
+                        spec.id,
+                        LoadOptions::HOST_NET_ALLOW_ENV
+                    ));
+                }
+                SandboxPlan {
+                    network: p.network.unwrap_or_default(),
+                    read_paths: p.fs_read_paths.clone().unwrap_or_default(),
+                    write_paths: write.unwrap_or_default(),
+                    drop_user: p.drop_user.unwrap_or(true),
+                    fallback: Fallback::None,
+                    hide_cwd: false,
+                }
+            }
+            Some(mut own) => {
+                if p.network == Some(Network::Deny) {
+                    own.network = Network::Deny;
+                }
+                if let Some(allowed) = &p.fs_read_paths {
+                    own.read_paths.retain(|r| allowed.contains(r));
+                }
+                if let Some(allowed) = &write {
+                    own.write_paths.retain(|w| allowed.contains(w));
+                }
+                own.drop_user |= p.drop_user.unwrap_or(false);
+                own
+            }
+        });
+    }
+    let fallback = match std::env::var(sandbox::FALLBACK_ENV).ok().as_deref() {
+        None | Some("") => config.fallback,
+        Some("landlock") => Fallback::Landlock,
+        Some("none") => Fallback::None,
+        Some(other) => {
+            return Err(format!(
+                "{}={other:?} is not a sandbox fallback; use \"landlock\" or \"none\"",
+                sandbox::FALLBACK_ENV
+            ));
+        }
+    };
+    if let Some(p) = plan.as_mut() {
+        p.fallback = fallback;
+        // An MCP server's working directory is not its own code (it may be
+        // the whole workspace): never show it.
+        p.hide_cwd = !spec.pin_dir;
+    }
+    if plan.is_none() && std::env::var(REQUIRE_ENV).is_ok_and(|v| v == "1") {
+        return Err(format!(
+            "it runs without a sandbox and the operator requires one ({REQUIRE_ENV}=1); enable [plugin.sandbox] in its manifest or sandbox it in plugd.yaml under sandbox.plugins.{}",
+            spec.id
+        ));
+    }
+    let limits = Limits {
+        address_space_mb: spec.limits.address_space_mb,
+        open_files: spec.limits.open_files,
+        processes: spec.limits.processes,
+        cpu_seconds: spec.limits.cpu_seconds,
+    };
+    let limits = match policy {
+        Some(p) => limits.narrowed_by(&p.limits),
+        // Limits alone (without a sandbox) apply too.
+        None => match config.plugins.get(&spec.id) {
+            Some(p) => limits.narrowed_by(&p.limits),
+            None => limits,
+        },
+    };
+    let containment = Containment {
+        sandbox: plan,
+        limits,
+    };
+    let mut report = report(spec, &containment, source, vai);
+    if vai_unenforced {
+        report.notes.push(format!(
+            "VAI permissions are enforced once the operator sandboxes the package: add sandbox.plugins.{}: {{}} to plugd.yaml",
+            spec.id
+        ));
+    }
+    Ok((containment, report))
+}
+
+/// The program a start of `spec` runs, as `plugd plugin show` prints it: for
+/// a sandboxed plugin the path visible inside the sandbox (not a shim under
+/// a denylisted directory), else the plain `PATH` look-up.
+pub fn program_path(spec: &PluginSpec, workspace: &Path) -> String {
+    let sandboxed = matches!(effective(spec, workspace), Ok((c, _)) if c.sandbox.is_some());
+    let found = if sandboxed {
+        sandbox::resolve_visible_program(&spec.id, &spec.command.program, &spec.dir).ok()
+    } else {
+        plugd_host::spawn::resolve_program(&spec.id, &spec.command.program).ok()
+    };
+    found.map_or_else(|| spec.command.program.clone(), |p| p.display().to_string())
+}
+
+fn narrow(requested: Grant, granted: Grant) -> Grant {
+    let network = if requested.network == NetworkPermission::Egress
+        && granted.network == NetworkPermission::Egress
+    {
+        NetworkPermission::Egress
+    } else {
+        NetworkPermission::None
+    };
+    let filesystem = if requested.filesystem == granted.filesystem {
+        requested.filesystem
+    } else {
+        FilesystemPermission::None
+    };
+    Grant {
+        network,
+        filesystem,
+    }
+}
+
+fn report(
+    spec: &PluginSpec,
+    c: &Containment,
+    source: Vec<String>,
+    vai: Vec<ExportPermissions>,
+) -> EffectivePermissions {
+    let env = plugd_host::spawn::child_env(&spec.command.env)
+        .into_iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    let mut notes = Vec::new();
+    let (mechanism, detail) = match sandbox::select_mechanism(&spec.id, c) {
+        Ok(m @ sandbox::Mechanism::Bwrap { .. }) => {
+            let detail = match &m {
+                sandbox::Mechanism::Bwrap { path } => Some(path.display().to_string()),
+                _ => None,
+            };
+            (m.name().to_owned(), detail)
+        }
+        Ok(sandbox::Mechanism::LandlockSeccomp) => {
+            notes.push("bubblewrap is missing: Landlock + seccomp fallback (no private /tmp, /proc or namespaces; the user is not changed)".to_owned());
+            (
+                "landlock+seccomp".to_owned(),
+                Some("bubblewrap not found; fallback allowed by the operator".to_owned()),
+            )
+        }
+        Ok(m) => (m.name().to_owned(), None),
+        Err(why) => ("refused".to_owned(), Some(why)),
+    };
+    if c.limits.processes.is_some() {
+        notes.push("limits.processes counts every process of the user and is not enforced when plugd runs as root".to_owned());
+    }
+    if !c.limits.is_empty() {
+        notes.push("limits are setrlimit per process; cgroup v2 is not used".to_owned());
+    }
+    let (network, read_only, writable, user) = match &c.sandbox {
+        Some(p) => (
+            match p.network {
+                Network::Deny => "deny",
+                Network::Host => "host",
+            }
+            .to_owned(),
+            (!p.hide_cwd)
+                .then(|| spec.dir.clone())
+                .into_iter()
+                .chain(p.read_paths.iter().cloned())
+                .collect(),
+            p.write_paths.clone(),
+            if p.drop_user && mechanism == "bwrap" {
+                "nobody (65534)".to_owned()
+            } else {
+                "plugd's user".to_owned()
+            },
+        ),
+        None => (
+            "host".to_owned(),
+            vec![PathBuf::from("/")],
+            vec![PathBuf::from("/")],
+            "plugd's user".to_owned(),
+        ),
+    };
+    let wrapped_command = sandbox::bwrap_command_line(
+        &spec.id,
+        c,
+        &spec.command.program,
+        &spec.command.args,
+        &spec.dir,
+        &spec.command.env,
+    )
+    .unwrap_or_else(|why| {
+        notes.push(format!("the sandbox cannot start: {why}"));
+        None
+    });
+    EffectivePermissions {
+        mechanism,
+        mechanism_detail: detail,
+        source,
+        wrapped_command,
+        network,
+        read_only,
+        writable,
+        user,
+        limits: c.limits,
+        env,
+        vai,
+        notes,
+    }
+}
+
+impl EffectivePermissions {
+    /// The report of a plugin whose next start would be refused, and why.
+    pub fn refused(why: String) -> EffectivePermissions {
+        EffectivePermissions {
+            mechanism: "refused".to_owned(),
+            mechanism_detail: Some(why),
+            source: Vec::new(),
+            wrapped_command: None,
+            network: "-".to_owned(),
+            read_only: Vec::new(),
+            writable: Vec::new(),
+            user: "-".to_owned(),
+            limits: Limits::default(),
+            env: Vec::new(),
+            vai: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// The report as the text lines `plugd plugin show` prints.
+    pub fn text_lines(&self) -> Vec<String> {
+        let paths = |v: &[PathBuf]| {
+            if v.is_empty() {
+                "-".to_owned()
+            } else {
+                v.iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        };
+        let mut out = vec!["effective permissions:".to_owned()];
+        let mech = match &self.mechanism_detail {
+            Some(d) => format!("{} ({d})", self.mechanism),
+            None => self.mechanism.clone(),
+        };
+        out.push(format!("  sandbox:   {mech}"));
+        if !self.source.is_empty() {
+            out.push(format!("  from:      {}", self.source.join("; ")));
+        }
+        if let Some(cmd) = &self.wrapped_command {
+            out.push(format!("  runs as:   {}", cmd.join(" ")));
+        }
+        out.push(format!("  network:   {}", self.network));
+        out.push(format!("  read-only: {}", paths(&self.read_only)));
+        out.push(format!("  writable:  {}", paths(&self.writable)));
+        out.push(format!("  user:      {}", self.user));
+        let l = &self.limits;
+        let lim = [
+            ("address_space_mb", l.address_space_mb),
+            ("open_files", l.open_files),
+            ("processes", l.processes),
+            ("cpu_seconds", l.cpu_seconds),
+        ]
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+        .collect::<Vec<_>>();
+        out.push(format!(
+            "  limits:    {}",
+            if lim.is_empty() {
+                "-".to_owned()
+            } else {
+                lim.join(" ")
+            }
+        ));
+        out.push(format!("  env:       {}", self.env.join(" ")));
+        if !self.vai.is_empty() {
+            out.push("  vai exports (requested -> granted):".to_owned());
+            let g = |g: &Grant| {
+                let n = match g.network {
+                    NetworkPermission::None => "none",
+                    NetworkPermission::Egress => "egress",
+                };
+                let f = match g.filesystem {
+                    FilesystemPermission::None => "none",
+                    FilesystemPermission::Scratch => "scratch",
+                    FilesystemPermission::AssetsRo => "assets_ro",
+                };
+                format!("network={n} filesystem={f}")
+            };
+            for e in &self.vai {
+                out.push(format!(
+                    "    {}: {} -> {}",
+                    e.export,
+                    g(&e.requested),
+                    g(&e.granted)
+                ));
+            }
+            out.push("    (one process serves every export: it gets the union of the granted permissions)".to_owned());
+        }
+        for n in &self.notes {
+            out.push(format!("  note:      {n}"));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PlugdConfig;
+
+    fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
+        PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
+    }
+
+    #[test]
+    fn sandbox_key_parses_and_matches_the_schema() {
+        let text = "sandbox:\n  fallback: landlock\n  plugins:\n    hello_salmex:\n      network: deny\n      fs_read_paths: [/usr/share]\n      fs_write_paths: [\"${state_dir}/cache\"]\n      limits: {cpu_seconds: 5, open_files: 128}\n      grants:\n        summarize: {network: none, filesystem: scratch}\n";
+        let c = parse(text).unwrap();
+        assert_eq!(c.sandbox.fallback, Fallback::Landlock);
+        let p = &c.sandbox.plugins["hello_salmex"];
+        assert!(p.enabled);
+        assert_eq!(p.network, Some(Network::Deny));
+        assert_eq!(p.limits.cpu_seconds, Some(5));
+        assert_eq!(
+            p.grants["summarize"].filesystem,
+            FilesystemPermission::Scratch
+        );
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_denylisted_operator_path_is_refused_with_field_and_line() {
+        let err =
+            parse("sandbox:\n  plugins:\n    p:\n      fs_read_paths: [/usr/../etc/shadow]\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.starts_with("/ws/plugd.yaml: sandbox.plugins.p.fs_read_paths[0]: \"/usr/../etc/shadow\" (resolves to \"/etc/shadow\") touches the denylisted path \"/etc/shadow\""),
+            "{err}"
+        );
+        let err = parse("sandbox:\n  plugins:\n    p:\n      network: wide\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wide"), "{err}");
+        let err = parse("sandbox:\n  plugins:\n    p:\n      limits: {cpu_seconds: 0}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sandbox.plugins.p.limits.cpu_seconds: must be at least 1"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn vai_grants_only_narrow_the_request() {
+        let req = Grant {
+            network: NetworkPermission::None,
+            filesystem: FilesystemPermission::Scratch,
+        };
+        let wider = Grant {
+            network: NetworkPermission::Egress,
+            filesystem: FilesystemPermission::AssetsRo,
+        };
+        assert_eq!(
+            narrow(req, wider),
+            Grant {
+                network: NetworkPermission::None,
+                filesystem: FilesystemPermission::None,
+            }
+        );
+        assert_eq!(narrow(req, req), req);
+    }
+}
