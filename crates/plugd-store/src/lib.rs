@@ -12,6 +12,7 @@
 pub mod digest;
 mod error;
 pub mod outbox;
+pub mod secrets;
 pub mod sessions;
 mod store;
 mod time;

@@ -43,6 +43,8 @@ const MIGRATIONS: &[&str] = &[
     crate::outbox::MIGRATION,
     // 4: agent sessions and their transcripts (see `crate::sessions`).
     crate::sessions::MIGRATION,
+    // 5: per-plugin configuration values, secrets sealed (see `crate::secrets`).
+    crate::secrets::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.
