@@ -646,7 +646,12 @@ impl SupInner {
         let runaway = handle.clone();
         peer_config.on_runaway = Some(Arc::new(move |_why: String| runaway.kill_group()));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
-        let tail = stderr::collect(peer.plugin().clone(), stderr, self.config.stderr_tail);
+        let tail = stderr::collect_redacted(
+            peer.plugin().clone(),
+            stderr,
+            self.config.stderr_tail,
+            launch.redact.clone(),
+        );
 
         // The reaper notices the exit at once and fails every pending call.
         {

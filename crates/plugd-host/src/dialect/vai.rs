@@ -542,6 +542,7 @@ async fn invoke(
         "deadline_at": rfc3339(deadline_at),
         "scratch_dir": scratch.0.display().to_string(),
         "gateway": {"base_url": null, "delegation_token": null, "scopes": []},
+        "secrets": slot_secrets(spec, export_id, &conn.launch.config),
     });
     fields.insert("export_id".into(), json!(export_id));
     fields.insert("context".into(), context);
@@ -646,6 +647,29 @@ fn terminal(
 /// (`content`, `structured_output`, `is_error`, `retryable`); `failed`,
 /// `cancelled`, `retryable_failure` → [`ToolError::ExecutionFailed`] naming
 /// the status and whether it is retryable.
+/// The `context.secrets` of one invocation of `export_id`: the bound secret
+/// slots (`launch_config.secret_slots`, decrypted by the runtime) that this
+/// export declares in `permissions.secret_slots`, by slot name. Slots of
+/// other exports and unbound slots are left out.
+pub fn slot_secrets(spec: &PluginSpec, export_id: &str, launch_config: &Value) -> Value {
+    let declared = spec
+        .vai
+        .as_ref()
+        .and_then(|v| v.exports.iter().find(|e| e.id == export_id))
+        .map(|e| e.permissions.secret_slots.as_slice())
+        .unwrap_or_default();
+    let bound = launch_config.get("secret_slots").and_then(Value::as_object);
+    let mut out = Map::new();
+    if let Some(bound) = bound {
+        for slot in declared {
+            if let Some(v) = bound.get(slot) {
+                out.insert(slot.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 pub async fn call_tool(
     conn: &Conn,
     spec: &PluginSpec,
