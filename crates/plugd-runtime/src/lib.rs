@@ -15,6 +15,7 @@ pub mod config;
 pub mod hooks;
 pub mod llm;
 pub mod outbox;
+pub mod plugin_config;
 pub mod registry;
 #[cfg(test)]
 mod test_json;
@@ -79,6 +80,14 @@ pub enum RuntimeError {
     /// The plugin directory could not be digested.
     #[error(transparent)]
     Digest(#[from] plugd_store::digest::DigestError),
+    /// A setting could not be read, validated, stored or applied.
+    #[error("plugin {plugin:?} settings: {message}")]
+    Config {
+        /// Plugin id (`*` for all plugins, e.g. key rotation).
+        plugin: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
 }
 
 /// What `plugd plugin list` / `show` report about one plugin.
@@ -123,6 +132,8 @@ pub struct PluginInfo {
     /// channels, Salmex config schema, VAI exports with their permissions,
     /// microapp capabilities, MCP entry).
     pub details: Value,
+    /// Its settings (secrets as `••••`), see [`plugin_config`].
+    pub config: Vec<plugin_config::ConfigEntry>,
 }
 
 /// Who approved what, and when.
@@ -139,6 +150,7 @@ pub struct ApprovalInfo {
 struct TrustObserver {
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
+    redactions: Arc<plugin_config::Redactions>,
 }
 
 impl Observer for TrustObserver {
@@ -160,7 +172,9 @@ impl Observer for TrustObserver {
                 approval.digest, spec.id
             ));
         }
-        Ok(Launch::default())
+        let launch = plugin_config::launch_for(&self.store, spec)?;
+        self.redactions.remember(&spec.id, &launch.redact);
+        Ok(launch)
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -178,7 +192,8 @@ impl Observer for TrustObserver {
     }
 
     fn failed(&self, spec: &PluginSpec, reason: &str) {
-        if let Err(e) = self.store.mark_failed(&spec.id, reason) {
+        let reason = self.redactions.scrub(&spec.id, reason);
+        if let Err(e) = self.store.mark_failed(&spec.id, &reason) {
             tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
         }
     }
@@ -205,6 +220,7 @@ struct RtInner {
     broken: Vec<BrokenPlugin>,
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
+    redactions: Arc<plugin_config::Redactions>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -224,9 +240,11 @@ impl Runtime {
         let store = Arc::new(Store::open(&dir.join(".plugd"))?);
         let discovery = workspace::discover(&dir, &LoadOptions::from_env());
         let registry = Arc::new(RwLock::new(ToolRegistry::default()));
+        let redactions = Arc::new(plugin_config::Redactions::default());
         let observer = Arc::new(TrustObserver {
             store: store.clone(),
             registry: registry.clone(),
+            redactions: redactions.clone(),
         });
         let config = Arc::new(config);
         let services = HostServices::for_workspace(&dir);
@@ -257,6 +275,7 @@ impl Runtime {
                 broken: discovery.broken,
                 registry,
                 digests: Mutex::new(digests),
+                redactions,
             }),
         })
     }
@@ -383,6 +402,7 @@ impl Runtime {
                 .ok()
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
                 .unwrap_or(Value::Null),
+            config: self.config_show(id).unwrap_or_default(),
         })
     }
 
@@ -514,6 +534,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         warnings: Vec::new(),
         stats: None,
         details: Value::Null,
+        config: Vec::new(),
     }
 }
 

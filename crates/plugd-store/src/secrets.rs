@@ -670,17 +670,30 @@ fn check_names(plugin: &str, key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Replaces the key file at `path` with `key`, atomically: the key is written
-/// to a temporary file (0600) beside it, synced, then renamed over it.
-pub fn replace_key_file(path: &Path, key: &MasterKey) -> Result<(), SecretError> {
-    let tmp = path.with_extension("key.new");
+/// Where [`stage_key_file`] writes the next key: `master.key.new` beside
+/// the key file.
+pub fn staged_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".new");
+    path.with_file_name(name)
+}
+
+/// Writes `key` to [`staged_path`] (0600, synced), replacing a stale one.
+/// Rotation stages the new key *before* the database commits, so the key
+/// the secrets need is on disk whatever happens next.
+pub fn stage_key_file(path: &Path, key: &MasterKey) -> Result<(), SecretError> {
+    let tmp = staged_path(path);
     match fs::remove_file(&tmp) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(SecretError::Io { path: tmp, source }),
     }
-    write_key_file(&tmp, key)?;
-    fs::rename(&tmp, path).map_err(|source| SecretError::Io {
+    write_key_file(&tmp, key)
+}
+
+/// Moves the staged key over the key file (an atomic rename).
+pub fn commit_key_file(path: &Path) -> Result<(), SecretError> {
+    fs::rename(staged_path(path), path).map_err(|source| SecretError::Io {
         path: path.to_owned(),
         source,
     })?;
@@ -690,6 +703,18 @@ pub fn replace_key_file(path: &Path, key: &MasterKey) -> Result<(), SecretError>
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Replaces the key file at `path` with `key`, atomically: staged beside it,
+/// synced, then renamed over it.
+pub fn replace_key_file(path: &Path, key: &MasterKey) -> Result<(), SecretError> {
+    stage_key_file(path, key)?;
+    commit_key_file(path)
+}
+
+/// The staged key of an interrupted rotation, if any.
+pub fn load_staged(path: &Path) -> Result<Option<MasterKey>, SecretError> {
+    read_key_file(&staged_path(path))
 }
 
 #[cfg(test)]

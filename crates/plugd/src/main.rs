@@ -7,6 +7,7 @@
 
 mod agent_cmd;
 mod bench;
+mod config_cmd;
 mod hook_cmd;
 mod outbox_cmd;
 mod remote;
@@ -64,6 +65,9 @@ enum Command {
     Run(agent_cmd::RunArgs),
     /// Chat with the agent: one turn per stdin line, replies streamed.
     Chat(agent_cmd::ChatArgs),
+    /// Manage the master key of stored secrets.
+    #[command(subcommand)]
+    Secrets(config_cmd::SecretsCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -95,6 +99,8 @@ enum PluginCmd {
         /// Plugin id.
         id: String,
     },
+    /// Read and change a plugin's settings (secrets are stored encrypted).
+    Config(config_cmd::ConfigArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -325,6 +331,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
+        Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
+        Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
         Command::Bench(_) | Command::Manifest(_) => {
             unreachable!("handled before the workspace opens")
         }
@@ -368,7 +376,7 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             serve.plugin_action(id, "restart", None).await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
-        PluginCmd::List(_) | PluginCmd::Show { .. } => {
+        PluginCmd::List(_) | PluginCmd::Show { .. } | PluginCmd::Config(_) => {
             bail!("only approve, revoke and restart go through plugd serve")
         }
     }
@@ -588,6 +596,14 @@ fn print_plugin_detail(p: &PluginInfo) {
             p.tools.join(", ")
         }
     );
+    for c in &p.config {
+        let v = match &c.value {
+            Value::Null => "(unset)".to_owned(),
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        println!("config:    {} = {v} ({})", c.key, c.source);
+    }
     if let Some(s) = &p.stats {
         println!(
             "counters:  shed={} junk={} unknown_ids={} oversized={}",

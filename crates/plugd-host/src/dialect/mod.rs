@@ -143,7 +143,7 @@ pub async fn handshake(
         Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
-        _ => native::initialize(peer, spec, timeout).await,
+        _ => native::initialize_with(peer, spec, &launch.config, timeout).await,
     }
 }
 
