@@ -14,5 +14,6 @@ mod mcp;
 mod microapp;
 mod outbox;
 mod salmex;
+mod secrets;
 mod support;
 mod vai;
