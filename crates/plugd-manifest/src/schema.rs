@@ -184,7 +184,11 @@ pub fn native_manifest_schema() -> Value {
                     "extends": extends,
                     "channels": channels,
                     "supervisor": supervisor,
-                    "sandbox": sandbox
+                    "sandbox": sandbox,
+                    "config_schema": {
+                        "type": ["object", "string"],
+                        "description": "JSON Schema of the plugin's settings: inline, or a path to a JSON file inside the plugin. Properties with \"writeOnly\": true are secrets (stored encrypted, shown as ••••)."
+                    }
                 }
             }
         }

@@ -2,8 +2,10 @@
 //!
 //! * Handshake: `initialize {protocolVersion: "1.0", config}` →
 //!   `{protocolVersion, capabilities: {tools}}`, then the `initialized`
-//!   notification. `config` is the defaults of the manifest's config schema
-//!   (owner-provided values come later, through [`config_changed`]).
+//!   notification. `config` is the launch's effective configuration
+//!   (defaults plus the operator's values, secrets decrypted), or the
+//!   manifest's defaults when the runtime gave none; changes arrive
+//!   through [`config_changed`].
 //! * The reply must say `protocolVersion: "1.0"` and may only advertise tools
 //!   the manifest declares, by their bare names; a `/` in an advertised name is
 //!   an attempt to impersonate another plugin's tool. Either is a permanent

@@ -550,7 +550,10 @@ fn a_wrong_master_key_or_a_tampered_ciphertext_is_a_clear_error() {
         "{e}"
     );
     // A valid key, but not the one used.
-    assert!(e.contains("run `plugd plugin restart sec` after fixing it"), "{e}");
+    assert!(
+        e.contains("run `plugd plugin restart sec` after fixing it"),
+        "{e}"
+    );
     restart(&ws, &keys, "sec");
     let e = fails(&run(
         &ws,
