@@ -28,7 +28,7 @@ pub struct StderrTail {
     lines: Arc<Mutex<VecDeque<String>>>,
     done: watch::Receiver<bool>,
     cap: usize,
-    redact: Arc<std::sync::RwLock<Vec<String>>>,
+    redact: SharedRedact,
 }
 
 impl StderrTail {
@@ -73,6 +73,11 @@ impl StderrTail {
     }
 }
 
+/// Secret values to hide, shared by everything that echoes plugin text
+/// (stderr tail, Salmex `log.*`) and extended when `config/changed` sends
+/// new ones.
+pub type SharedRedact = Arc<std::sync::RwLock<Vec<String>>>;
+
 /// Spawns the task that drains `stderr`.
 pub fn collect<R: AsyncRead + Unpin + Send + 'static>(
     plugin: Arc<str>,
@@ -90,9 +95,23 @@ pub fn collect_redacted<R: AsyncRead + Unpin + Send + 'static>(
     cap: usize,
     redact: Vec<String>,
 ) -> StderrTail {
+    collect_shared(
+        plugin,
+        stderr,
+        cap,
+        Arc::new(std::sync::RwLock::new(redact)),
+    )
+}
+
+/// Like [`collect_redacted`] with a list shared with other consumers.
+pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: SharedRedact,
+) -> StderrTail {
     let lines = Arc::new(Mutex::new(VecDeque::with_capacity(cap)));
     let (done_tx, done) = watch::channel(false);
-    let redact = Arc::new(std::sync::RwLock::new(redact));
     let tail = StderrTail {
         lines: lines.clone(),
         done,

@@ -686,3 +686,131 @@ fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, String> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use plugd_manifest::LoadOptions;
+    use plugd_manifest::salmex::parse_salmex;
+    use serde_json::json;
+
+    use super::*;
+
+    fn salmex(props: Value) -> PluginSpec {
+        let m = json!({
+            "name": "p", "version": "0.1.0", "protocolVersion": "1.0",
+            "interpreter": "python3", "main": "main.py",
+            "capabilities": {"tools": [{"name": "t", "risk_level": "low"}]},
+            "config": {"properties": props}
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path().canonicalize().unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        parse_salmex(
+            &m.to_string(),
+            &dir.join("plugin.json"),
+            &dir,
+            &LoadOptions::default(),
+        )
+        .unwrap()
+    }
+
+    fn field(kind: Kind) -> Field {
+        Field {
+            key: "k".into(),
+            kind,
+            required: false,
+            default: None,
+            show_when: None,
+            schema: None,
+        }
+    }
+
+    #[test]
+    fn command_line_text_is_coerced_to_the_field_type() {
+        assert_eq!(
+            coerce("p", &field(Kind::Boolean), "true").unwrap(),
+            json!(true)
+        );
+        assert_eq!(
+            coerce("p", &field(Kind::Integer), "-42").unwrap(),
+            json!(-42)
+        );
+        assert_eq!(
+            coerce("p", &field(Kind::Number), "1.5").unwrap(),
+            json!(1.5)
+        );
+        assert_eq!(
+            coerce("p", &field(Kind::String), "42").unwrap(),
+            json!("42")
+        );
+        assert_eq!(coerce("p", &field(Kind::Json), "[1]").unwrap(), json!([1]));
+        let sel = field(Kind::Select(vec!["a".into(), "b".into()]));
+        assert_eq!(coerce("p", &sel, "b").unwrap(), json!("b"));
+        for (f, raw, want) in [
+            (
+                field(Kind::Boolean),
+                "yes",
+                "\"k\" must be true or false, got \"yes\"",
+            ),
+            (field(Kind::Integer), "1.5", "\"k\" must be an integer"),
+            (field(Kind::Number), "NaN", "\"k\" must be a number"),
+            (sel, "c", "\"c\" is not an option of \"k\"; use one of a, b"),
+            (field(Kind::Secret), "", "an empty secret for \"k\""),
+        ] {
+            let e = coerce("p", &f, raw).unwrap_err().to_string();
+            assert!(e.starts_with("plugin \"p\" settings: "), "{e}");
+            assert!(e.contains(want), "{raw}: {e}");
+        }
+        let mut f = field(Kind::Integer);
+        f.schema = Some(json!({"type": "integer", "maximum": 10}));
+        let e = coerce("p", &f, "11").unwrap_err().to_string();
+        assert!(e.contains("\"11\" is not valid for \"k\""), "{e}");
+    }
+
+    #[test]
+    fn launch_has_defaults_and_values_and_refuses_missing_required_fields() {
+        let store = Store::open_in_memory().unwrap();
+        let spec = salmex(json!([
+            {"key": "units", "type": "select", "default": "metric",
+             "options": [{"value": "metric"}, {"value": "imperial"}]},
+            {"key": "url", "type": "string", "required": true},
+            {"key": "mode", "type": "string"},
+            {"key": "path", "type": "string", "required": true,
+             "show_when": {"mode": "file"}}
+        ]));
+        let e = launch_for(&store, &spec).unwrap_err();
+        assert_eq!(
+            e,
+            "required setting \"url\" is not set; set it with `plugd plugin config p set url VALUE`"
+        );
+        store
+            .config_set_plain("p", "url", &json!("http://x"))
+            .unwrap();
+        let l = launch_for(&store, &spec).unwrap();
+        assert_eq!(l.config, json!({"units": "metric", "url": "http://x"}));
+        assert!(l.redact.is_empty());
+        // `path` is required only while `mode` is "file".
+        store.config_set_plain("p", "mode", &json!("file")).unwrap();
+        let e = launch_for(&store, &spec).unwrap_err();
+        assert!(e.contains("\"path\" is not set"), "{e}");
+        store.config_set_plain("p", "mode", &json!("net")).unwrap();
+        assert!(launch_for(&store, &spec).is_ok());
+        // A stored key the manifest no longer declares is ignored.
+        store.config_set_plain("p", "gone", &json!(1)).unwrap();
+        assert!(
+            launch_for(&store, &spec)
+                .unwrap()
+                .config
+                .get("gone")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn plugins_without_settings_get_an_empty_launch() {
+        let store = Store::open_in_memory().unwrap();
+        let spec = salmex(json!([]));
+        let l = launch_for(&store, &spec).unwrap();
+        assert!(l.config.is_null() && l.redact.is_empty());
+    }
+}

@@ -112,10 +112,11 @@ pub fn setup(
     spec: &Arc<PluginSpec>,
     services: &HostServices,
     catalog_changed: CatalogChanged,
+    redact: &crate::stderr::SharedRedact,
 ) -> Setup {
     match spec.dialect {
         Dialect::Microapp => microapp::setup(spec, services, catalog_changed),
-        Dialect::Salmex => salmex::setup(spec, services, catalog_changed),
+        Dialect::Salmex => salmex::setup(spec, services, catalog_changed, redact),
         Dialect::Vai => vai::setup(spec, services, catalog_changed),
         Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
         // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call.

@@ -155,6 +155,7 @@ fn scalar_params_notification(bytes: &[u8]) -> Option<Incoming> {
 #[derive(Debug)]
 pub struct SalmexHandler {
     plugin: Arc<str>,
+    redact: crate::stderr::SharedRedact,
 }
 
 /// Makes plugin text safe for one log line: control characters escaped, at
@@ -212,6 +213,10 @@ impl Handler for SalmexHandler {
             Some(f) => format!("{message} {f}"),
             None => message,
         };
+        let line = {
+            let r = self.redact.read().unwrap_or_else(|p| p.into_inner());
+            crate::launch::scrub(&line, &r)
+        };
         match level {
             "error" => tracing::error!(plugin, "{line}"),
             "warn" | "warning" => tracing::warn!(plugin, "{line}"),
@@ -226,11 +231,13 @@ pub fn setup(
     spec: &Arc<PluginSpec>,
     _services: &HostServices,
     _catalog_changed: CatalogChanged,
+    redact: &crate::stderr::SharedRedact,
 ) -> Setup {
     Setup {
         protocol: Arc::new(SalmexProtocol),
         handler: Arc::new(SalmexHandler {
             plugin: spec.id.as_str().into(),
+            redact: redact.clone(),
         }),
         cancel: None,
         state: None,

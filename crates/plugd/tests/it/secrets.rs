@@ -24,7 +24,7 @@ const MASK: &str = "••••";
 
 /// A Salmex plugin (Python stdlib) whose tools report what it was given.
 const PLUGIN_PY: &str = r#"
-import json, os, sys
+import json, os, sys, time
 config = {}
 changes = 0
 
@@ -75,6 +75,9 @@ while True:
             send({"jsonrpc": "2.0", "id": msg["id"], "result": text(json.dumps(
                 {"config": config, "changes": changes, "pid": os.getpid()}))})
         elif name == "leak":
+            send({"jsonrpc": "2.0", "method": "log.error",
+                  "params": {"message": "log says %s" % config.get("api_key")}})
+            time.sleep(0.2)
             sys.stderr.write("[ERROR] upstream said 401 for token %s\n" % config.get("api_key"))
             sys.stderr.flush()
             os._exit(4)
@@ -632,6 +635,10 @@ fn a_secret_printed_to_stderr_never_reaches_crash_reports() {
     // Crash mid-call after printing the secret: the error carries the tail.
     let e = fails(&run(&ws, &keys, &["tool", "call", "sec/leak"], None, None));
     assert!(e.contains("upstream said 401 for token ••••"), "{e}");
+    assert!(
+        e.contains("log says ••••"),
+        "the log.error line is scrubbed too: {e}"
+    );
     assert!(!e.contains(&secret), "{e}");
 
     // Crash during initialize, under a running serve, until it gives up:
