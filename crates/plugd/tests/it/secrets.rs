@@ -679,14 +679,41 @@ fn a_secret_printed_to_stderr_never_reaches_crash_reports() {
     );
 }
 
-/// A native plugin (tests/plugins/misbehave.py) with a JSON Schema config.
-fn native_plugin(ws: &Ws, id: &str) {
-    ws.misbehave(
-        id,
-        "good",
-        None,
-        "\n[plugin.config_schema]\ntype = \"object\"\nrequired = [\"token\"]\n[plugin.config_schema.properties.token]\ntype = \"string\"\nwriteOnly = true\n[plugin.config_schema.properties.level]\ntype = \"integer\"\nminimum = 1\ndefault = 1\n",
-    );
+/// A native plugin (Python stdlib) that reports the `config` its
+/// `initialize` carried.
+const NATIVE_PY: &str = r#"
+import json, os, sys
+config = None
+for line in sys.stdin:
+    msg = json.loads(line)
+    m, rid = msg.get("method"), msg.get("id")
+    p = msg.get("params") or {}
+    if m == "initialize":
+        config = p.get("config")
+        r = {"manifest": {"plugin": {"id": "nat", "version": "0.1.0"}}, "server_version": "nat-0.1.0",
+             "tools": [{"name": "nat_config", "description": "config", "input_schema": {"type": "object"}}]}
+    elif m == "tool.invoke":
+        r = {"config": config, "pid": os.getpid()}
+    elif m == "shutdown":
+        r = {}
+    else:
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": rid, "result": r}) + "\n")
+    sys.stdout.flush()
+    if m == "shutdown":
+        break
+"#;
+
+/// The native plugin `nat` with a JSON Schema config (one secret).
+fn native_plugin(ws: &Ws) {
+    let dir = ws.plugin_dir("nat");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plugin.py"), NATIVE_PY).unwrap();
+    std::fs::write(
+        dir.join("nexo-plugin.toml"),
+        "[plugin]\nid = \"nat\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"plugin.py\"]\n\n[plugin.extends]\ntools = [\"nat_config\"]\n\n[plugin.config_schema]\ntype = \"object\"\nrequired = [\"token\"]\n[plugin.config_schema.properties.token]\ntype = \"string\"\nwriteOnly = true\n[plugin.config_schema.properties.level]\ntype = \"integer\"\nminimum = 1\ndefault = 1\n",
+    )
+    .unwrap();
 }
 
 #[test]
@@ -694,7 +721,7 @@ fn a_config_change_reaches_a_running_serve() {
     let ws = Ws::new();
     let keys = Keys::new();
     salmex_plugin(&ws, "sec");
-    native_plugin(&ws, "nat");
+    native_plugin(&ws);
     ok(&run(
         &ws,
         &keys,
@@ -738,7 +765,12 @@ fn a_config_change_reaches_a_running_serve() {
     };
     let before = salmex(call("sec/show_config"));
     assert_eq!(before["changes"], 0, "{before}");
-    let nat_before = call("nat_pid");
+    let nat_before = call("nat_config");
+    assert_eq!(
+        nat_before["config"],
+        json!({"token": "t-1", "level": 1}),
+        "{nat_before}"
+    );
 
     // Salmex: config/changed to the same process.
     let out = ok(&run(
@@ -770,7 +802,12 @@ fn a_config_change_reaches_a_running_serve() {
         out.contains("the plugin was restarted with it (via plugd serve pid"),
         "{out}"
     );
-    let nat_after = call("nat_pid");
+    let nat_after = call("nat_config");
+    assert_eq!(
+        nat_after["config"],
+        json!({"token": "t-1", "level": 5}),
+        "{nat_after}"
+    );
     assert_ne!(
         nat_after["pid"], nat_before["pid"],
         "{nat_before} {nat_after}"
