@@ -8,6 +8,9 @@
 //! `properties`; a property marked `"writeOnly": true` is a **secret**: it
 //! must be a string, may not have a `default`, is stored encrypted and is
 //! shown as `••••`.
+//!
+//! A VAI export's `config_schema` file is read with [`read_inside`] too; its
+//! properties become the settings `<export>.<property>`.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -67,7 +70,7 @@ pub(crate) fn load_native(
 }
 
 /// Reads the JSON file `rel`, which must resolve inside `dir`.
-pub(crate) fn read_inside(
+pub fn read_inside(
     manifest: &Path,
     dir: &Path,
     field: &str,

@@ -10,8 +10,9 @@
 //!   properties with `"writeOnly": true` are secrets. The effective object is
 //!   validated against the whole schema before every start.
 //! - VAI: one secret key `secret_slots.<slot>` per slot any export declares
-//!   (the binding of a slot to a stored secret). Per-export `config_schema`
-//!   values are not stored yet.
+//!   (the binding of a slot to a stored secret), and `<export>.<property>`
+//!   for each property of an export's `config_schema` file; an invocation
+//!   gets its export's object as `context.config`.
 //!
 //! Values typed on the command line are coerced to the field's type
 //! (`true`, `42`, `1.5`, a select option); secrets are sealed by
@@ -100,8 +101,11 @@ pub struct ConfigSchema {
     pub fields: Vec<Field>,
     /// The native `config_schema`, validated against the effective object.
     pub json: Option<Value>,
-    /// VAI: settings go under `secret_slots` in the launch configuration.
+    /// VAI: settings go under `secret_slots` and `exports` in the launch
+    /// configuration.
     pub vai: bool,
+    /// VAI: each export's `config_schema`, by export id.
+    pub exports: Vec<(String, Value)>,
 }
 
 impl ConfigSchema {
@@ -142,6 +146,7 @@ pub fn schema_of(spec: &PluginSpec) -> ConfigSchema {
                 fields,
                 json: None,
                 vai: false,
+                exports: Vec::new(),
             }
         }
         Dialect::Vai => {
@@ -161,62 +166,95 @@ pub fn schema_of(spec: &PluginSpec) -> ConfigSchema {
                     }
                 }
             }
+            let mut exports = Vec::new();
+            for e in spec.vai.iter().flat_map(|v| v.exports.iter()) {
+                let Some(rel) = &e.config_schema else {
+                    continue;
+                };
+                let field = format!("exports[{}].config_schema", e.id);
+                match plugd_manifest::config_schema::read_inside(
+                    &spec.manifest_path,
+                    &spec.dir,
+                    &field,
+                    rel,
+                ) {
+                    Ok(schema) => {
+                        fields.extend(properties(&schema).into_iter().map(|mut f| {
+                            f.key = format!("{}.{}", e.id, f.key);
+                            f
+                        }));
+                        exports.push((e.id.clone(), schema));
+                    }
+                    Err(err) => {
+                        tracing::warn!(plugin = %spec.id, "config schema of export {:?} unreadable: {err}", e.id);
+                    }
+                }
+            }
             ConfigSchema {
                 fields,
                 json: None,
                 vai: true,
+                exports,
             }
         }
         _ => {
             let Some(schema) = spec.native.as_ref().and_then(|n| n.config_schema.clone()) else {
                 return ConfigSchema::default();
             };
-            let required: Vec<&str> = schema
-                .get("required")
-                .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            let mut fields = Vec::new();
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (k, p) in props {
-                    let ty = p.get("type").and_then(Value::as_str);
-                    let kind = if is_secret_property(p) {
-                        Kind::Secret
-                    } else if let Some(opts) = p.get("enum").and_then(Value::as_array)
-                        && opts.iter().all(Value::is_string)
-                    {
-                        Kind::Select(
-                            opts.iter()
-                                .filter_map(Value::as_str)
-                                .map(str::to_owned)
-                                .collect(),
-                        )
-                    } else {
-                        match ty {
-                            Some("string") => Kind::String,
-                            Some("boolean") => Kind::Boolean,
-                            Some("integer") => Kind::Integer,
-                            Some("number") => Kind::Number,
-                            _ => Kind::Json,
-                        }
-                    };
-                    fields.push(Field {
-                        key: k.clone(),
-                        kind,
-                        required: required.contains(&k.as_str()),
-                        default: p.get("default").cloned(),
-                        show_when: None,
-                        schema: Some(p.clone()),
-                    });
-                }
-            }
+            let fields = properties(&schema);
             ConfigSchema {
                 fields,
                 json: Some(schema),
                 vai: false,
+                exports: Vec::new(),
             }
         }
     }
+}
+
+/// The settings of a JSON Schema's `properties` (`"writeOnly": true` is a
+/// secret, a string `enum` a select).
+fn properties(schema: &Value) -> Vec<Field> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut fields = Vec::new();
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (k, p) in props {
+            let ty = p.get("type").and_then(Value::as_str);
+            let kind = if is_secret_property(p) {
+                Kind::Secret
+            } else if let Some(opts) = p.get("enum").and_then(Value::as_array)
+                && opts.iter().all(Value::is_string)
+            {
+                Kind::Select(
+                    opts.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect(),
+                )
+            } else {
+                match ty {
+                    Some("string") => Kind::String,
+                    Some("boolean") => Kind::Boolean,
+                    Some("integer") => Kind::Integer,
+                    Some("number") => Kind::Number,
+                    _ => Kind::Json,
+                }
+            };
+            fields.push(Field {
+                key: k.clone(),
+                kind,
+                required: required.contains(&k.as_str()),
+                default: p.get("default").cloned(),
+                show_when: None,
+                schema: Some(p.clone()),
+            });
+        }
+    }
+    fields
 }
 
 /// How one setting is shown by `plugd plugin config ID show|get`.
@@ -429,16 +467,7 @@ pub(crate) fn launch_for(store: &Store, spec: &PluginSpec) -> Result<Launch, Str
         }
     }
     let config = if schema.vai {
-        let slots: Map<String, Value> = cfg
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| {
-                k.strip_prefix("secret_slots.")
-                    .map(|s| (s.to_owned(), v.clone()))
-            })
-            .collect();
-        serde_json::json!({ "secret_slots": slots })
+        vai_config(spec, &schema, &cfg, &redact)?
     } else {
         cfg
     };
@@ -449,6 +478,50 @@ pub(crate) fn launch_for(store: &Store, spec: &PluginSpec) -> Result<Launch, Str
         redact,
         ..Launch::default()
     })
+}
+
+/// The VAI launch configuration: `{secret_slots: {slot: value}, exports:
+/// {export: {property: value}}}`, each export's object checked against its
+/// `config_schema`.
+fn vai_config(
+    spec: &PluginSpec,
+    schema: &ConfigSchema,
+    cfg: &Value,
+    redact: &[String],
+) -> Result<Value, String> {
+    let flat = cfg.as_object().cloned().unwrap_or_default();
+    let slots: Map<String, Value> = flat
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("secret_slots.")
+                .map(|s| (s.to_owned(), v.clone()))
+        })
+        .collect();
+    let mut exports = Map::new();
+    for (id, export_schema) in &schema.exports {
+        let prefix = format!("{id}.");
+        let obj = Value::Object(
+            flat.iter()
+                .filter_map(|(k, v)| k.strip_prefix(&prefix).map(|p| (p.to_owned(), v.clone())))
+                .collect(),
+        );
+        let validator = jsonschema::validator_for(export_schema)
+            .map_err(|e| format!("the config_schema of export {id:?} is not usable: {e}"))?;
+        let errors: Vec<String> = validator
+            .iter_errors(&obj)
+            .take(5)
+            .map(|e| plugd_host::launch::scrub(&format!("{}: {e}", e.instance_path()), redact))
+            .collect();
+        if !errors.is_empty() {
+            return Err(format!(
+                "the settings of export {id:?} do not match its config_schema ({}); fix them with `plugd plugin config {} set {id}.KEY VALUE`",
+                errors.join("; "),
+                spec.id
+            ));
+        }
+        exports.insert(id.clone(), obj);
+    }
+    Ok(serde_json::json!({ "secret_slots": slots, "exports": exports }))
 }
 
 /// Defaults plus stored values (secrets opened), and the secret values.

@@ -11,7 +11,8 @@
 //! * Invocations: `tool.invoke`, `hook.handle`, `compactor.compact`,
 //!   `harness.run` requests whose body carries the export id and the
 //!   invocation `context` (ids, scope, `deadline_at`, a fresh `scratch_dir`
-//!   removed afterwards). `ok=false` responses are protocol failures; business
+//!   removed afterwards; plugd adds `secrets`, the bound secret slots the
+//!   export declares, and `config`, the export's settings). `ok=false` responses are protocol failures; business
 //!   outcomes are `ok=true` with a terminal `status`. `event` frames reach the
 //!   caller's progress sink. A caller that gives up (or hits its deadline)
 //!   sends `cancel`; the plugin must answer the cancelled request within
@@ -543,6 +544,7 @@ async fn invoke(
         "scratch_dir": scratch.0.display().to_string(),
         "gateway": {"base_url": null, "delegation_token": null, "scopes": []},
         "secrets": slot_secrets(spec, export_id, &conn.launch.config),
+        "config": conn.launch.config.get("exports").and_then(|e| e.get(export_id)).cloned().unwrap_or_else(|| json!({})),
     });
     fields.insert("export_id".into(), json!(export_id));
     fields.insert("context".into(), context);

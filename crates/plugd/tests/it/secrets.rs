@@ -816,7 +816,7 @@ fn a_config_change_reaches_a_running_serve() {
 }
 
 #[test]
-fn a_vai_invocation_gets_only_its_exports_secret_slots() {
+fn a_vai_invocation_gets_only_its_exports_secret_slots_and_config() {
     let ws = Ws::new();
     let keys = Keys::new();
     let dir = ws.plugin_dir("vx");
@@ -839,6 +839,7 @@ entrypoint = ["python3", "plugin.py", "good", "test/vx", "0.1.0"]
 [[exports]]
 id = "echo"
 kind = "tool"
+config_schema = "schemas/echo_config.json"
 [exports.permissions]
 secret_slots = ["jira_token", "unbound"]
 [exports.tool]
@@ -853,6 +854,11 @@ secret_slots = ["slack_webhook"]
 input_schema = "schemas/any.json"
 "#;
     std::fs::write(dir.join("vai-plugin.toml"), m).unwrap();
+    std::fs::write(
+        dir.join("schemas/echo_config.json"),
+        r#"{"type":"object","required":["base_url"],"properties":{"base_url":{"type":"string"},"max_results":{"type":"integer","minimum":1,"default":10}}}"#,
+    )
+    .unwrap();
     let show = ok(&run(
         &ws,
         &keys,
@@ -892,6 +898,49 @@ input_schema = "schemas/any.json"
         None,
         Some("slack-s3cret"),
     ));
+    let e = fails(&run(
+        &ws,
+        &keys,
+        &["plugin", "approve", "test/vx"],
+        None,
+        None,
+    ));
+    assert!(
+        e.contains("required setting \"echo.base_url\" is not set; set it with `plugd plugin config test/vx set echo.base_url VALUE`"),
+        "{e}"
+    );
+    let e = fails(&run(
+        &ws,
+        &keys,
+        &[
+            "plugin",
+            "config",
+            "test/vx",
+            "set",
+            "echo.max_results",
+            "0",
+        ],
+        None,
+        None,
+    ));
+    assert!(
+        e.contains("\"0\" is not valid for \"echo.max_results\""),
+        "{e}"
+    );
+    ok(&run(
+        &ws,
+        &keys,
+        &[
+            "plugin",
+            "config",
+            "test/vx",
+            "set",
+            "echo.base_url",
+            "https://jira.example",
+        ],
+        None,
+        None,
+    ));
     ok(&run(
         &ws,
         &keys,
@@ -910,4 +959,9 @@ input_schema = "schemas/any.json"
     let ctx = &v["structured_output"]["context"];
     assert_eq!(ctx["secrets"], json!({"jira_token": "jira-s3cret"}), "{v}");
     assert!(!out.contains("slack-s3cret"), "{out}");
+    assert_eq!(
+        ctx["config"],
+        json!({"base_url": "https://jira.example", "max_results": 10}),
+        "{v}"
+    );
 }
