@@ -677,9 +677,16 @@ impl Runtime {
 
     /// Brings a running plugin up to date with its stored settings: Salmex
     /// plugins get `config/changed`, others are restarted. A plugin that is
-    /// not running picks them up at its next start.
+    /// not running picks them up at its next start; a failed one has its
+    /// failure cleared (as `plugd plugin restart` does).
     pub async fn config_apply(&self, id: &str) -> Result<Applied, RuntimeError> {
         let sup = self.supervised(id)?.clone();
+        if matches!(sup.status(), Status::Failed { .. }) {
+            // The operator changed the settings: that is the fix a refused
+            // or crashing start waits for, so give the plugin a fresh budget.
+            self.restart(id).await?;
+            return Ok(Applied::NotRunning);
+        }
         let Some(conn) = sup.current() else {
             return Ok(Applied::NotRunning);
         };

@@ -594,6 +594,16 @@ fn a_wrong_master_key_or_a_tampered_ciphertext_is_a_clear_error() {
         "{e}"
     );
     assert!(e.contains("plugd plugin config sec set api_key -"), "{e}");
+    // Setting it again is the fix: the failure mark goes with it.
+    ok(&run(
+        &ws,
+        &keys,
+        &["plugin", "config", "sec", "set", "api_key", "-"],
+        Some(&right),
+        Some("k-fixed"),
+    ));
+    let got = show_config(&ws, &keys, "sec", Some(&right));
+    assert_eq!(got["config"]["api_key"], "k-fixed");
 
     // A ciphertext moved to another field fails too (AAD binds the key).
     {
