@@ -364,15 +364,23 @@ impl KeySource {
             });
         };
         let key = MasterKey::generate(path.display().to_string())?;
-        match write_key_file(path, &key) {
+        // Written in full under a private name, then linked into place, so
+        // a concurrent reader never sees a half-written key file.
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(format!(".tmp-{}", std::process::id()));
+        let tmp = path.with_file_name(tmp_name);
+        let _ = fs::remove_file(&tmp);
+        write_key_file(&tmp, &key)?;
+        let linked = fs::hard_link(&tmp, path);
+        let _ = fs::remove_file(&tmp);
+        match linked {
             Ok(()) => Ok(key),
             // Another process created it first: use theirs.
-            Err(SecretError::Io { source, .. })
-                if source.kind() == io::ErrorKind::AlreadyExists =>
-            {
-                self.require()
-            }
-            Err(e) => Err(e),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self.require(),
+            Err(source) => Err(SecretError::Io {
+                path: path.clone(),
+                source,
+            }),
         }
     }
 
@@ -819,6 +827,29 @@ mod tests {
         assert_eq!(src.require().unwrap().id(), k2.id());
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn a_staged_key_survives_until_it_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("plugd").join("master.key");
+        let src = KeySource::File(path.clone());
+        let old = src.load_or_create().unwrap();
+        let new = MasterKey::generate("new").unwrap();
+        stage_key_file(&path, &new).unwrap();
+        // Until the rename, the key file still holds the old key and the
+        // staged one is found beside it.
+        assert_eq!(src.require().unwrap().id(), old.id());
+        assert_eq!(load_staged(&path).unwrap().unwrap().id(), new.id());
+        commit_key_file(&path).unwrap();
+        assert_eq!(src.require().unwrap().id(), new.id());
+        assert!(load_staged(&path).unwrap().is_none());
+        // No temporary files are left beside the key.
+        let names: Vec<_> = fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("master.key")]);
     }
 
     #[test]
