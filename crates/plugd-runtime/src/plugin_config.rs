@@ -439,7 +439,7 @@ pub(crate) fn launch_for(store: &Store, spec: &PluginSpec) -> Result<Launch, Str
     if schema.fields.is_empty() && stored.is_empty() {
         return Ok(Launch::default());
     }
-    let (cfg, redact) = effective(store, spec, &schema, stored)?;
+    let (cfg, redact) = effective(spec, &schema, stored)?;
     for f in &schema.fields {
         if f.required && !cfg.contains_key(&f.key) && show_when_holds(f.show_when.as_ref(), &cfg) {
             let value = if f.kind == Kind::Secret { "-" } else { "VALUE" };
@@ -526,7 +526,6 @@ fn vai_config(
 
 /// Defaults plus stored values (secrets opened), and the secret values.
 fn effective(
-    store: &Store,
     spec: &PluginSpec,
     schema: &ConfigSchema,
     stored: Vec<(String, StoredValue)>,
@@ -572,7 +571,6 @@ fn effective(
             }
         }
     }
-    let _ = store;
     Ok((cfg, redact))
 }
 
@@ -605,9 +603,10 @@ impl Runtime {
             .map(|f| {
                 let secret = f.kind == Kind::Secret;
                 let (value, source) = match (stored.get(&f.key), &f.default) {
+                    // A secret, or any sealed value, is never shown.
                     (Some(_), _) if secret => (Value::String(MASK.to_owned()), "set"),
-                    (Some(StoredValue::Plain(v)), _) => (v.clone(), "set"),
                     (Some(StoredValue::Secret(_)), _) => (Value::String(MASK.to_owned()), "set"),
+                    (Some(StoredValue::Plain(v)), _) => (v.clone(), "set"),
                     (None, Some(d)) => (d.clone(), "default"),
                     (None, None) => (Value::Null, "unset"),
                 };
@@ -722,45 +721,45 @@ impl Runtime {
     /// `PLUGD_MASTER_KEY`, the new key comes from `PLUGD_NEW_MASTER_KEY` and
     /// the operator swaps the variables afterwards.
     pub fn rotate_secrets(&self) -> Result<plugd_store::secrets::Rotation, RuntimeError> {
-        rotate(&self.inner.store).map_err(|e| config_err("*", e))
+        Ok(rotate(&self.inner.store)?)
     }
 }
 
-fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, String> {
-    use plugd_store::secrets::{NEW_MASTER_KEY_ENV, commit_key_file, load_staged, stage_key_file};
-    let source = KeySource::from_env().map_err(|e| e.to_string())?;
+fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, plugd_store::StoreError> {
+    use plugd_store::secrets::{
+        NEW_MASTER_KEY_ENV, SecretError, commit_key_file, load_staged, stage_key_file, staged_path,
+    };
+    let source = KeySource::from_env()?;
     match &source {
         KeySource::Env(_) => {
-            let old = source.require().map_err(|e| e.to_string())?;
+            let old = source.require()?;
             let new_hex = std::env::var(NEW_MASTER_KEY_ENV).map_err(|_| {
-                format!(
+                SecretError::Rotate(format!(
                     "the master key comes from PLUGD_MASTER_KEY, so set {NEW_MASTER_KEY_ENV} to the new key (`openssl rand -hex 32`) and run rotate again"
-                )
+                ))
             })?;
-            let new =
-                MasterKey::from_hex(&new_hex, NEW_MASTER_KEY_ENV).map_err(|e| e.to_string())?;
-            store.rotate_secrets(&old, &new).map_err(|e| e.to_string())
+            let new = MasterKey::from_hex(&new_hex, NEW_MASTER_KEY_ENV)?;
+            store.rotate_secrets(&old, &new)
         }
         KeySource::File(path) => {
             // An earlier rotation committed but did not rename: finish it.
-            if let Some(staged) = load_staged(path).map_err(|e| e.to_string())? {
-                let used = store.secret_key_ids().map_err(|e| e.to_string())?;
+            if let Some(staged) = load_staged(path)? {
+                let used = store.secret_key_ids()?;
                 if used.iter().any(|k| k == staged.id()) {
-                    commit_key_file(path).map_err(|e| e.to_string())?;
+                    commit_key_file(path)?;
                 }
             }
-            let old = source.load_or_create().map_err(|e| e.to_string())?;
-            let new = MasterKey::generate(path.display().to_string()).map_err(|e| e.to_string())?;
-            stage_key_file(path, &new).map_err(|e| e.to_string())?;
-            let r = store
-                .rotate_secrets(&old, &new)
-                .map_err(|e| e.to_string())?;
+            let old = source.load_or_create()?;
+            let new = MasterKey::generate(path.display().to_string())?;
+            stage_key_file(path, &new)?;
+            let r = store.rotate_secrets(&old, &new)?;
             commit_key_file(path).map_err(|e| {
-                format!(
-                    "the secrets were re-encrypted with key {} but {} could not replace the key file ({e}); rename it by hand",
+                SecretError::Rotate(format!(
+                    "the secrets were re-encrypted with key {} but {} could not replace the key file ({e}); rename it over {} by hand",
                     new.id(),
-                    plugd_store::secrets::staged_path(path).display()
-                )
+                    staged_path(path).display(),
+                    path.display()
+                ))
             })?;
             Ok(r)
         }
