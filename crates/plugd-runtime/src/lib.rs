@@ -83,7 +83,7 @@ pub enum RuntimeError {
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
-        /// Plugin id (`*` for all plugins, e.g. key rotation).
+        /// Plugin id.
         plugin: String,
         /// What is wrong and what to do.
         message: String,
