@@ -138,13 +138,24 @@ pub async fn initialize(
     spec: &PluginSpec,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    let reply = peer
-        .call(
-            "initialize",
-            Some(json!({"nexo_version": NEXO_CONTRACT_VERSION})),
-            timeout,
-        )
-        .await?;
+    initialize_with(peer, spec, &Value::Null, timeout).await
+}
+
+/// [`initialize`] carrying the plugin's settings: when `config` is not null
+/// it goes in `params.config` (a plugd extension of §4.1, which only defines
+/// `nexo_version`; SDKs ignore unknown params). Settings change only by a
+/// restart, which sends a fresh `initialize`.
+pub async fn initialize_with(
+    peer: &Peer,
+    spec: &PluginSpec,
+    config: &Value,
+    timeout: Duration,
+) -> Result<Handshake, HandshakeError> {
+    let mut params = json!({"nexo_version": NEXO_CONTRACT_VERSION});
+    if !config.is_null() {
+        params["config"] = config.clone();
+    }
+    let reply = peer.call("initialize", Some(params), timeout).await?;
     check_initialize_reply(spec, &reply)
 }
 

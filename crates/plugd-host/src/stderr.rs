@@ -4,6 +4,8 @@
 //! Lines starting with `[INFO]`, `[WARN]`/`[WARNING]`, `[ERROR]`, `[DEBUG]` or
 //! `[TRACE]` are logged at that level (prefix stripped); others at `info`.
 //! Lines are cut at [`MAX_LINE`] bytes, so a flood cannot exhaust memory.
+//! Known secret values ([`crate::Launch::redact`]) are replaced by `••••`
+//! before a line is logged or kept, so crash reports never carry them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,7 @@ pub struct StderrTail {
     lines: Arc<Mutex<VecDeque<String>>>,
     done: watch::Receiver<bool>,
     cap: usize,
+    redact: SharedRedact,
 }
 
 impl StderrTail {
@@ -50,7 +53,30 @@ impl StderrTail {
     pub fn capacity(&self) -> usize {
         self.cap
     }
+
+    /// Adds values to hide from now on (e.g. secrets sent in
+    /// `config/changed`), and scrubs the lines already kept.
+    pub fn redact_more(&self, values: &[String]) {
+        let all = {
+            let mut r = self.redact.write().unwrap_or_else(|p| p.into_inner());
+            for v in values {
+                if !v.is_empty() && !r.contains(v) {
+                    r.push(v.clone());
+                }
+            }
+            r.clone()
+        };
+        let mut l = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        for line in l.iter_mut() {
+            *line = crate::launch::scrub(line, &all);
+        }
+    }
 }
+
+/// Secret values to hide, shared by everything that echoes plugin text
+/// (stderr tail, Salmex `log.*`) and extended when `config/changed` sends
+/// new ones.
+pub type SharedRedact = Arc<std::sync::RwLock<Vec<String>>>;
 
 /// Spawns the task that drains `stderr`.
 pub fn collect<R: AsyncRead + Unpin + Send + 'static>(
@@ -58,12 +84,39 @@ pub fn collect<R: AsyncRead + Unpin + Send + 'static>(
     stderr: R,
     cap: usize,
 ) -> StderrTail {
+    collect_redacted(plugin, stderr, cap, Vec::new())
+}
+
+/// Like [`collect`], replacing every value of `redact` by `••••` in each
+/// line before it is logged or kept.
+pub fn collect_redacted<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: Vec<String>,
+) -> StderrTail {
+    collect_shared(
+        plugin,
+        stderr,
+        cap,
+        Arc::new(std::sync::RwLock::new(redact)),
+    )
+}
+
+/// Like [`collect_redacted`] with a list shared with other consumers.
+pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: SharedRedact,
+) -> StderrTail {
     let lines = Arc::new(Mutex::new(VecDeque::with_capacity(cap)));
     let (done_tx, done) = watch::channel(false);
     let tail = StderrTail {
         lines: lines.clone(),
         done,
         cap,
+        redact: redact.clone(),
     };
     tokio::spawn(async move {
         let mut frames = FramedRead::new(stderr, FrameDecoder::new(Framing::Lines, MAX_LINE));
@@ -77,6 +130,14 @@ pub fn collect<R: AsyncRead + Unpin + Send + 'static>(
                     )
                 }
                 Err(_) => break,
+            };
+            let line = {
+                let r = redact.read().unwrap_or_else(|p| p.into_inner());
+                if r.is_empty() {
+                    line
+                } else {
+                    crate::launch::scrub(&line, &r)
+                }
             };
             emit(&plugin, &line);
             if cap > 0 {
@@ -157,5 +218,25 @@ mod tests {
             lines[2]
         );
         assert!(lines[2].len() < 400);
+    }
+
+    #[tokio::test]
+    async fn secrets_are_scrubbed_before_they_are_kept() {
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let tail = collect_redacted("p".into(), r, 8, vec!["hunter2".to_owned()]);
+        w.write_all(b"token=hunter2 failed\n").await.unwrap();
+        w.flush().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            while tail.lines().is_empty() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        tail.redact_more(&["failed".to_owned()]);
+        w.write_all(b"new failed secret\n").await.unwrap();
+        drop(w);
+        tail.settle(std::time::Duration::from_secs(5)).await;
+        assert_eq!(tail.lines(), vec!["token=•••• ••••", "new •••• secret"]);
     }
 }

@@ -638,7 +638,8 @@ impl SupInner {
                 });
             }
         });
-        let setup = dialect::setup(spec, &self.services, catalog_changed);
+        let redact: stderr::SharedRedact = Arc::new(std::sync::RwLock::new(launch.redact.clone()));
+        let setup = dialect::setup(spec, &self.services, catalog_changed, &redact);
         let dialect_state = setup.state.clone();
         let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;
@@ -647,7 +648,12 @@ impl SupInner {
         let runaway = handle.clone();
         peer_config.on_runaway = Some(Arc::new(move |_why: String| runaway.kill_group()));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
-        let tail = stderr::collect(peer.plugin().clone(), stderr, self.config.stderr_tail);
+        let tail = stderr::collect_shared(
+            peer.plugin().clone(),
+            stderr,
+            self.config.stderr_tail,
+            redact,
+        );
 
         // The reaper notices the exit at once and fails every pending call.
         {

@@ -35,6 +35,7 @@
 
 #![warn(missing_docs)]
 
+pub mod config_schema;
 mod error;
 mod ids;
 pub mod mcp;

@@ -41,6 +41,7 @@ const PLUGIN_KEYS: &[&str] = &[
     "supervisor",
     "sandbox",
     "limits",
+    "config_schema",
 ];
 const ENTRYPOINT_KEYS: &[&str] = &["command", "args", "env"];
 const REQUIRES_KEYS: &[&str] = &["nexo_capabilities"];
@@ -161,6 +162,10 @@ pub fn parse_native(
     let supervisor = cx.supervisor(plugin)?;
     let sandbox = cx.sandbox(plugin, opts)?;
     let limits = cx.limits(plugin)?;
+    let config_schema = plugin
+        .get("config_schema")
+        .map(|v| crate::config_schema::load_native(manifest_path, &dir, "plugin.config_schema", v))
+        .transpose()?;
 
     Ok(PluginSpec {
         id: id.to_owned(),
@@ -180,6 +185,7 @@ pub fn parse_native(
             extends,
             channels,
             min_nexo_version: min_nexo_version.map(str::to_owned),
+            config_schema,
         }),
         warnings: cx.warnings,
         ..PluginSpec::base()

@@ -116,6 +116,34 @@ impl SalmexSpec {
     }
 }
 
+/// Whether a field with `show_when` is shown (and so, if required, needed)
+/// given the effective `config`. A field without `show_when` is always shown.
+pub fn show_when_holds(show_when: Option<&Value>, config: &Map<String, Value>) -> bool {
+    let Some(Value::Object(cond)) = show_when else {
+        return true;
+    };
+    cond.iter().all(|(k, c)| {
+        let v = config.get(k);
+        let empty = match v {
+            None | Some(Value::Null) => true,
+            Some(Value::String(s)) => s.is_empty(),
+            Some(Value::Bool(b)) => !b,
+            _ => false,
+        };
+        match c {
+            Value::Array(opts) => v.is_some_and(|v| opts.contains(v)),
+            Value::Object(op) => match op.iter().next() {
+                Some((n, x)) if n == "equals" => v == Some(x),
+                Some((n, x)) if n == "not_equals" => v != Some(x),
+                Some((n, Value::Array(opts))) if n == "in" => v.is_some_and(|v| opts.contains(v)),
+                Some((n, Value::Bool(want))) if n == "not_empty" => *want != empty,
+                _ => true,
+            },
+            lit => v == Some(lit),
+        }
+    })
+}
+
 /// One field of the `config` schema.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConfigField {
@@ -722,7 +750,70 @@ impl Cx<'_> {
                 show_when,
             });
         }
+        for (i, f) in out.iter().enumerate() {
+            if let Some(Value::Object(cond)) = &f.show_when {
+                self.check_show_when(i, f, cond, &out)?;
+            }
+        }
         Ok(out)
+    }
+
+    /// `show_when` maps other config keys to a condition: a value (equal
+    /// to), an array (one of), or `{"equals": v}`, `{"not_equals": v}`,
+    /// `{"in": [..]}`, `{"not_empty": bool}`.
+    fn check_show_when(
+        &self,
+        i: usize,
+        f: &ConfigField,
+        cond: &Map<String, Value>,
+        all: &[ConfigField],
+    ) -> Result<(), ManifestError> {
+        let prefix = format!("config.properties[{i}].show_when");
+        if cond.is_empty() {
+            return Err(self.invalid(prefix, "is empty; name the key it depends on or remove it"));
+        }
+        for (k, c) in cond {
+            let field = join(&prefix, k);
+            if k == &f.key {
+                return Err(self.invalid(
+                    field,
+                    format!("{} cannot depend on itself; name another key", quote(k)),
+                ));
+            }
+            if !all.iter().any(|o| &o.key == k) {
+                return Err(self.invalid(
+                    field,
+                    format!(
+                        "names {}, which is not a config key; use one of {}",
+                        quote(k),
+                        all.iter()
+                            .filter(|o| o.key != f.key)
+                            .map(|o| quote(&o.key))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+            if let Value::Object(op) = c {
+                let ok = op.len() == 1
+                    && match op.iter().next() {
+                        Some((name, v)) => match name.as_str() {
+                            "equals" | "not_equals" => true,
+                            "in" => v.is_array(),
+                            "not_empty" => v.is_boolean(),
+                            _ => false,
+                        },
+                        None => false,
+                    };
+                if !ok {
+                    return Err(self.invalid(
+                        field,
+                        "use a value, an array of values, or one of {\"equals\": v}, {\"not_equals\": v}, {\"in\": [..]}, {\"not_empty\": true|false}",
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn options(
@@ -1115,6 +1206,19 @@ mod tests {
             (
                 json!([{"key": "k", "type": "string", "show_when": "x"}]),
                 "show_when: expected an object",
+            ),
+            (
+                json!([{"key": "k", "type": "string", "show_when": {"mode": "x"}}]),
+                "names \"mode\", which is not a config key",
+            ),
+            (
+                json!([{"key": "k", "type": "string", "show_when": {"k": "x"}}]),
+                "cannot depend on itself",
+            ),
+            (
+                json!([{"key": "m", "type": "string"},
+                       {"key": "k", "type": "string", "show_when": {"m": {"like": "x"}}}]),
+                "config.properties[1].show_when.m: use a value",
             ),
         ] {
             let mut m = seed();

@@ -199,7 +199,11 @@ pub fn native_manifest_schema() -> Value {
                     "channels": channels,
                     "supervisor": supervisor,
                     "sandbox": sandbox,
-                    "limits": limits
+                    "limits": limits,
+                    "config_schema": {
+                        "type": ["object", "string"],
+                        "description": "JSON Schema of the plugin's settings: inline, or a path to a JSON file inside the plugin. Properties with \"writeOnly\": true are secrets (stored encrypted, shown as ••••)."
+                    }
                 }
             }
         }

@@ -311,6 +311,10 @@ pub struct NativeSpec {
     /// `plugin.min_nexo_version`: a semver requirement (e.g. `">=0.1.0"`),
     /// validated to parse as `semver::VersionReq`.
     pub min_nexo_version: Option<String>,
+    /// `plugin.config_schema`: the JSON Schema of the plugin's settings
+    /// (inline or read from a JSON file in the plugin), checked by
+    /// [`crate::config_schema::check`]. Secrets are `"writeOnly": true`.
+    pub config_schema: Option<serde_json::Value>,
 }
 
 /// `[plugin.requires]`: host capabilities the plugin needs.

@@ -1532,3 +1532,84 @@ proptest! {
         }
     }
 }
+
+// ---------------------------------------------------------------- config_schema
+
+#[test]
+fn config_schema_inline_and_from_a_file() {
+    let text = with_plugin_keys(
+        "config_schema = { type = \"object\", required = [\"token\"], properties = { token = { type = \"string\", writeOnly = true }, retries = { type = \"integer\", default = 3 } } }",
+    );
+    let spec = parse(&text).unwrap();
+    let schema = spec.native.unwrap().config_schema.unwrap();
+    assert_eq!(schema["properties"]["retries"]["default"], 3);
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    std::fs::write(
+        dir.join("config.schema.json"),
+        r#"{"type":"object","properties":{"units":{"type":"string","enum":["metric","imperial"]}}}"#,
+    )
+    .unwrap();
+    let text = with_plugin_keys("config_schema = \"config.schema.json\"");
+    let spec = parse_native(&text, &dir.join("nexo-plugin.toml"), &dir, &opts()).unwrap();
+    let schema = spec.native.unwrap().config_schema.unwrap();
+    assert_eq!(schema["properties"]["units"]["enum"][1], "imperial");
+}
+
+#[test]
+fn config_schema_hostile_cases_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let parse_in = |keys: &str| {
+        parse_native(
+            &with_plugin_keys(keys),
+            &dir.join("nexo-plugin.toml"),
+            &dir,
+            &opts(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    for (keys, fragment) in [
+        (
+            "config_schema = \"../../etc/passwd\"",
+            "escapes the plugin directory",
+        ),
+        ("config_schema = \"/etc/passwd\"", "is not a relative path"),
+        ("config_schema = \"missing.json\"", "cannot be read"),
+        ("config_schema = 3", "expected a table"),
+        (
+            "config_schema = { type = \"array\" }",
+            "a config schema describes an object",
+        ),
+        (
+            "config_schema = { properties = { t = { type = \"string\", writeOnly = true, default = \"x\" } } }",
+            "a secret cannot have a default",
+        ),
+        (
+            "config_schema = { properties = { t = { type = \"integer\", writeOnly = true } } }",
+            "must have \"type\": \"string\"",
+        ),
+        (
+            "config_schema = { required = [\"nope\"], properties = { t = { type = \"string\" } } }",
+            "which is not in \"properties\"",
+        ),
+        (
+            "config_schema = { properties = { n = { type = \"integer\", default = \"x\" } } }",
+            "does not match the property's own schema",
+        ),
+        (
+            "config_schema = { type = \"object\", minProperties = \"x\" }",
+            "is not a valid JSON Schema",
+        ),
+    ] {
+        let e = parse_in(keys);
+        assert!(e.contains("plugin.config_schema"), "{keys}: {e}");
+        assert!(e.contains(fragment), "{keys}: {e}");
+    }
+    // A symlink inside the plugin that points outside is refused too.
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("link.json")).unwrap();
+    let e = parse_in("config_schema = \"link.json\"");
+    assert!(e.contains("escapes the plugin directory"), "{e}");
+}

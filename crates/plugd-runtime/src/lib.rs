@@ -17,6 +17,7 @@ pub mod hooks;
 mod host_api;
 pub mod llm;
 pub mod outbox;
+pub mod plugin_config;
 pub mod registry;
 pub mod risk;
 pub mod signing;
@@ -95,6 +96,14 @@ pub enum RuntimeError {
     /// The risk gate refused the call (disabled, denied, not approved in time).
     #[error(transparent)]
     Gate(#[from] risk::GateError),
+    /// A setting could not be read, validated, stored or applied.
+    #[error("plugin {plugin:?} settings: {message}")]
+    Config {
+        /// Plugin id.
+        plugin: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
 }
 
 /// What `plugd plugin list` / `show` report about one plugin.
@@ -151,6 +160,8 @@ pub struct PluginInfo {
     pub details: Value,
     /// Its signature: signed by whom, unsigned, tampered, not applicable.
     pub signature: signing::SignatureStatus,
+    /// Its settings (secrets as `••••`), see [`plugin_config`].
+    pub config: Vec<plugin_config::ConfigEntry>,
 }
 
 /// Who approved what, and when.
@@ -169,6 +180,7 @@ struct TrustObserver {
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
     signing: Arc<signing::SigningPolicy>,
+    redactions: Arc<plugin_config::Redactions>,
 }
 
 impl Observer for TrustObserver {
@@ -192,10 +204,10 @@ impl Observer for TrustObserver {
             ));
         }
         let (containment, _) = containment::effective(spec, &self.dir)?;
-        Ok(Launch {
-            containment,
-            ..Launch::default()
-        })
+        let mut launch = plugin_config::launch_for(&self.store, spec)?;
+        self.redactions.remember(&spec.id, &launch.redact);
+        launch.containment = containment;
+        Ok(launch)
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -213,7 +225,8 @@ impl Observer for TrustObserver {
     }
 
     fn failed(&self, spec: &PluginSpec, reason: &str) {
-        if let Err(e) = self.store.mark_failed(&spec.id, reason) {
+        let reason = self.redactions.scrub(&spec.id, reason);
+        if let Err(e) = self.store.mark_failed(&spec.id, &reason) {
             tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
         }
     }
@@ -243,6 +256,7 @@ struct RtInner {
     digests: Mutex<HashMap<String, Result<String, String>>>,
     api: Arc<host_api::RuntimeApi>,
     signing: Arc<signing::SigningPolicy>,
+    redactions: Arc<plugin_config::Redactions>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -266,11 +280,13 @@ impl Runtime {
             signing::SigningPolicy::load(&dir)
                 .map_err(|e| RuntimeError::Workspace(e.to_string()))?,
         );
+        let redactions = Arc::new(plugin_config::Redactions::default());
         let observer = Arc::new(TrustObserver {
             dir: dir.clone(),
             store: store.clone(),
             registry: registry.clone(),
             signing: signing.clone(),
+            redactions: redactions.clone(),
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new(store.clone()));
@@ -306,6 +322,7 @@ impl Runtime {
                 digests: Mutex::new(digests),
                 api,
                 signing,
+                redactions,
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -468,6 +485,7 @@ impl Runtime {
                 .and_then(|v| v.get(spec.dialect.to_string()).cloned())
                 .unwrap_or(Value::Null),
             signature: signing::status(&self.inner.signing, spec),
+            config: self.config_show(id).unwrap_or_default(),
         })
     }
 
@@ -614,6 +632,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         signature: signing::SignatureStatus::NotApplicable {
             reason: "the plugin cannot be loaded".into(),
         },
+        config: Vec::new(),
     }
 }
 

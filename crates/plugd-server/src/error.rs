@@ -83,6 +83,8 @@ pub mod code {
     pub const APPROVAL_ALREADY_DECIDED: &str = "approval_already_decided";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
+    /// 422: a plugin's settings are invalid or cannot be decrypted.
+    pub const INVALID_CONFIG: &str = "invalid_config";
 }
 
 /// One HTTP error: a status, a stable code, a message and optional details.
@@ -279,6 +281,7 @@ impl From<RuntimeError> for ApiError {
             }
             RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
             RuntimeError::Gate(g) => return gate_error(g, message),
+            RuntimeError::Config { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_CONFIG),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
         };
         ApiError::new(status, code, message)

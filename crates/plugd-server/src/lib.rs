@@ -8,6 +8,7 @@
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
 //! | `POST /v1/plugins/{id}:approve`    | `{"by"?}` → `plugd plugin approve` on serve's runtime; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
+//! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
 //! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
@@ -368,14 +369,19 @@ pub enum PluginAction {
     Revoke,
     /// `:restart`.
     Restart,
+    /// `:reconfigure`: apply the settings stored by `plugd plugin config`
+    /// (Salmex `config/changed`, others restarted). Values never travel
+    /// over HTTP: both processes read the same state database.
+    Reconfigure,
 }
 
 impl PluginAction {
     /// Every action.
-    pub const ALL: [PluginAction; 3] = [
+    pub const ALL: [PluginAction; 4] = [
         PluginAction::Approve,
         PluginAction::Revoke,
         PluginAction::Restart,
+        PluginAction::Reconfigure,
     ];
 
     /// The suffix after `:` in the path.
@@ -384,6 +390,7 @@ impl PluginAction {
             PluginAction::Approve => "approve",
             PluginAction::Revoke => "revoke",
             PluginAction::Restart => "restart",
+            PluginAction::Reconfigure => "reconfigure",
         }
     }
 
@@ -408,6 +415,7 @@ async fn plugin_action(
     };
     let rt = &state.runtime;
     let mut was_approved = None;
+    let mut applied = None;
     let info = match action {
         PluginAction::Approve => {
             let by = body
@@ -425,6 +433,10 @@ async fn plugin_action(
             rt.restart(id).await?;
             rt.plugin(id)?
         }
+        PluginAction::Reconfigure => {
+            applied = Some(rt.config_apply(id).await?);
+            rt.plugin(id)?
+        }
     };
     let mut row = serde_json::to_value(PluginRow::from(&info)).map_err(|e| {
         ApiError::new(
@@ -436,6 +448,12 @@ async fn plugin_action(
     if let Some(map) = row.as_object_mut() {
         if let Some(had) = was_approved {
             map.insert("was_approved".into(), Value::Bool(had));
+        }
+        if let Some(a) = applied {
+            map.insert(
+                "applied".into(),
+                serde_json::to_value(a).unwrap_or(Value::Null),
+            );
         }
         if action == PluginAction::Approve {
             let digest = info.approval.as_ref().map(|a| a.digest.clone());

@@ -123,4 +123,7 @@ pub enum StoreError {
         /// Why, and what to do.
         problem: &'static str,
     },
+    /// A secret could not be sealed or opened, or the master key not loaded.
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretError),
 }

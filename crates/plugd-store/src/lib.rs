@@ -13,6 +13,7 @@ pub mod digest;
 mod error;
 pub mod memory;
 pub mod outbox;
+pub mod secrets;
 pub mod sessions;
 mod store;
 mod time;

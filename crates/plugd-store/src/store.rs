@@ -49,6 +49,8 @@ const MIGRATIONS: &[&str] = &[
     crate::vectors::MIGRATION,
     // 7: disabled tools and per-call approvals (see `crate::tool_state`).
     crate::tool_state::MIGRATION,
+    // 8: per-plugin configuration values, secrets sealed (see `crate::secrets`).
+    crate::secrets::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

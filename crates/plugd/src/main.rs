@@ -8,6 +8,7 @@
 mod agent_cmd;
 mod bench;
 mod bus_cmd;
+mod config_cmd;
 mod hook_cmd;
 mod memory_cmd;
 mod outbox_cmd;
@@ -77,6 +78,9 @@ enum Command {
     /// List, approve or deny calls of high and critical tools waiting in plugd serve.
     #[command(subcommand)]
     Approvals(risk_cmd::ApprovalsCmd),
+    /// Manage the master key of stored secrets.
+    #[command(subcommand)]
+    Secrets(config_cmd::SecretsCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -110,6 +114,8 @@ enum PluginCmd {
     },
     #[command(flatten)]
     Signing(sign_cmd::SigningCmd),
+    /// Read and change a plugin's settings (secrets are stored encrypted).
+    Config(config_cmd::ConfigArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -359,6 +365,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Run(args) => agent_cmd::run(rt, args).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
+        Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
+        Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
@@ -405,7 +413,10 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             serve.plugin_action(id, "restart", None).await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
-        PluginCmd::List(_) | PluginCmd::Show { .. } | PluginCmd::Signing(_) => {
+        PluginCmd::List(_)
+        | PluginCmd::Show { .. }
+        | PluginCmd::Signing(_)
+        | PluginCmd::Config(_) => {
             bail!("only approve, revoke and restart go through plugd serve")
         }
     }
@@ -631,6 +642,14 @@ fn print_plugin_detail(p: &PluginInfo) {
             p.tools.join(", ")
         }
     );
+    for c in &p.config {
+        let v = match &c.value {
+            Value::Null => "(unset)".to_owned(),
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        println!("config:    {} = {v} ({})", c.key, c.source);
+    }
     if let Some(s) = &p.stats {
         println!(
             "counters:  shed={} junk={} unknown_ids={} oversized={}",

@@ -117,10 +117,11 @@ pub fn setup(
     spec: &Arc<PluginSpec>,
     services: &HostServices,
     catalog_changed: CatalogChanged,
+    redact: &crate::stderr::SharedRedact,
 ) -> Setup {
     match spec.dialect {
         Dialect::Microapp => microapp::setup(spec, services, catalog_changed),
-        Dialect::Salmex => salmex::setup(spec, services, catalog_changed),
+        Dialect::Salmex => salmex::setup(spec, services, catalog_changed, redact),
         Dialect::Vai => vai::setup(spec, services, catalog_changed),
         Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
         // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
@@ -150,7 +151,7 @@ pub async fn handshake(
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
         _ => {
-            let handshake = native::initialize(peer, spec, timeout).await?;
+            let handshake = native::initialize_with(peer, spec, &launch.config, timeout).await?;
             if let Some(native) = state.and_then(|s| s.downcast_ref::<NativeState>()) {
                 native_host::attach(peer, spec, services.api.as_ref(), native);
             }

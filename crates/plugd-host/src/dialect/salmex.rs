@@ -2,8 +2,10 @@
 //!
 //! * Handshake: `initialize {protocolVersion: "1.0", config}` →
 //!   `{protocolVersion, capabilities: {tools}}`, then the `initialized`
-//!   notification. `config` is the defaults of the manifest's config schema
-//!   (owner-provided values come later, through [`config_changed`]).
+//!   notification. `config` is the launch's effective configuration
+//!   (defaults plus the operator's values, secrets decrypted), or the
+//!   manifest's defaults when the runtime gave none; changes arrive
+//!   through [`config_changed`].
 //! * The reply must say `protocolVersion: "1.0"` and may only advertise tools
 //!   the manifest declares, by their bare names; a `/` in an advertised name is
 //!   an attempt to impersonate another plugin's tool. Either is a permanent
@@ -153,6 +155,7 @@ fn scalar_params_notification(bytes: &[u8]) -> Option<Incoming> {
 #[derive(Debug)]
 pub struct SalmexHandler {
     plugin: Arc<str>,
+    redact: crate::stderr::SharedRedact,
 }
 
 /// Makes plugin text safe for one log line: control characters escaped, at
@@ -210,6 +213,10 @@ impl Handler for SalmexHandler {
             Some(f) => format!("{message} {f}"),
             None => message,
         };
+        let line = {
+            let r = self.redact.read().unwrap_or_else(|p| p.into_inner());
+            crate::launch::scrub(&line, &r)
+        };
         match level {
             "error" => tracing::error!(plugin, "{line}"),
             "warn" | "warning" => tracing::warn!(plugin, "{line}"),
@@ -224,11 +231,13 @@ pub fn setup(
     spec: &Arc<PluginSpec>,
     _services: &HostServices,
     _catalog_changed: CatalogChanged,
+    redact: &crate::stderr::SharedRedact,
 ) -> Setup {
     Setup {
         protocol: Arc::new(SalmexProtocol),
         handler: Arc::new(SalmexHandler {
             plugin: spec.id.as_str().into(),
+            redact: redact.clone(),
         }),
         cancel: None,
         state: None,

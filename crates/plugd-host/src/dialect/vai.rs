@@ -11,7 +11,8 @@
 //! * Invocations: `tool.invoke`, `hook.handle`, `compactor.compact`,
 //!   `harness.run` requests whose body carries the export id and the
 //!   invocation `context` (ids, scope, `deadline_at`, a fresh `scratch_dir`
-//!   removed afterwards). `ok=false` responses are protocol failures; business
+//!   removed afterwards; plugd adds `secrets`, the bound secret slots the
+//!   export declares, and `config`, the export's settings). `ok=false` responses are protocol failures; business
 //!   outcomes are `ok=true` with a terminal `status`. `event` frames reach the
 //!   caller's progress sink. A caller that gives up (or hits its deadline)
 //!   sends `cancel`; the plugin must answer the cancelled request within
@@ -542,6 +543,8 @@ async fn invoke(
         "deadline_at": rfc3339(deadline_at),
         "scratch_dir": scratch.0.display().to_string(),
         "gateway": {"base_url": null, "delegation_token": null, "scopes": []},
+        "secrets": slot_secrets(spec, export_id, &conn.launch.config),
+        "config": conn.launch.config.get("exports").and_then(|e| e.get(export_id)).cloned().unwrap_or_else(|| json!({})),
     });
     fields.insert("export_id".into(), json!(export_id));
     fields.insert("context".into(), context);
@@ -646,6 +649,29 @@ fn terminal(
 /// (`content`, `structured_output`, `is_error`, `retryable`); `failed`,
 /// `cancelled`, `retryable_failure` → [`ToolError::ExecutionFailed`] naming
 /// the status and whether it is retryable.
+/// The `context.secrets` of one invocation of `export_id`: the bound secret
+/// slots (`launch_config.secret_slots`, decrypted by the runtime) that this
+/// export declares in `permissions.secret_slots`, by slot name. Slots of
+/// other exports and unbound slots are left out.
+pub fn slot_secrets(spec: &PluginSpec, export_id: &str, launch_config: &Value) -> Value {
+    let declared = spec
+        .vai
+        .as_ref()
+        .and_then(|v| v.exports.iter().find(|e| e.id == export_id))
+        .map(|e| e.permissions.secret_slots.as_slice())
+        .unwrap_or_default();
+    let bound = launch_config.get("secret_slots").and_then(Value::as_object);
+    let mut out = Map::new();
+    if let Some(bound) = bound {
+        for slot in declared {
+            if let Some(v) = bound.get(slot) {
+                out.insert(slot.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 pub async fn call_tool(
     conn: &Conn,
     spec: &PluginSpec,

@@ -24,10 +24,20 @@ pub(crate) struct Serve {
 impl Serve {
     /// Starts `plugd serve --listen listen` and waits for its serving line.
     pub(crate) fn start(ws: &Ws, listen: &str) -> Serve {
+        Serve::start_env(ws, listen, &[])
+    }
+
+    /// [`Serve::start`] on an ephemeral loopback port with extra environment.
+    pub(crate) fn start_with_env(ws: &Ws, env: &[(&str, &str)]) -> Serve {
+        Serve::start_env(ws, "127.0.0.1:0", env)
+    }
+
+    fn start_env(ws: &Ws, listen: &str, env: &[(&str, &str)]) -> Serve {
         let log = ws
             .dir()
             .join(format!("serve-{}.log", listen.replace(':', "_")));
         let mut child = plugd_cmd(ws.dir())
+            .envs(env.iter().copied())
             .args(["serve", "--listen", listen])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -18,6 +18,7 @@ mod outbox;
 mod risk;
 mod salmex;
 mod sandbox;
+mod secrets;
 mod signatures;
 mod support;
 mod vai;
