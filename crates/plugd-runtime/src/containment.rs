@@ -24,10 +24,11 @@
 //! Rules: the operator's policy sandboxes a plugin that has no sandbox of its
 //! own, and only narrows one that has (network `deny` wins, path lists are
 //! intersected, `drop_user` can only be switched on, limits take the tighter
-//! value). A VAI package listed under `sandbox.plugins` is sandboxed from
-//! its exports' granted permissions (requested, narrowed by `grants`); one
-//! process serves every export, so the process gets the union of the
-//! granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
+//! value). A VAI package is sandboxed from its exports' granted permissions
+//! (requested, narrowed by `grants`) by default: its permissions are a
+//! request for containment; `sandbox.plugins.<id>: {enabled: false}` turns
+//! that off. One process serves every export, so the process gets the union
+//! of the granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
 //! every plugin without a sandbox; `network: host` from the operator's
 //! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
 
@@ -407,7 +408,9 @@ pub fn effective(
         let scratch = vai
             .iter()
             .any(|e| e.granted.filesystem == FilesystemPermission::Scratch);
-        if policy.is_none() {
+        // A package's permissions are a request for containment: enforced by
+        // default, unless the operator turns the sandbox off for it.
+        if config.plugins.get(&spec.id).is_some_and(|p| !p.enabled) {
             vai_unenforced = true;
         } else {
             source.push("VAI permissions (the union of the granted exports)".to_owned());
@@ -510,7 +513,7 @@ pub fn effective(
     let mut report = report(spec, &containment, source, vai);
     if vai_unenforced {
         report.notes.push(format!(
-            "VAI permissions are enforced once the operator sandboxes the package: add sandbox.plugins.{}: {{}} to plugd.yaml",
+            "VAI permissions are NOT enforced: plugd.yaml sandbox.plugins.{}.enabled is false",
             spec.id
         ));
     }

@@ -50,6 +50,10 @@ def attempt(inp_, ctx):
             with open(path, "w") as f:
                 f.write("x")
             return {"ok": True}
+        if inp_.get("op") == "read":
+            with open(inp_["path"]) as f:
+                f.read(1)
+            return {"ok": True}
         return {"ok": False, "error": "unknown op"}
     except Exception as e:
         return {"ok": False, "error": f"{type(e).__name__}: {e}"}

@@ -54,6 +54,10 @@ subscribes_to = ["run.completed", "session.created"]
 "#
     );
     std::fs::write(dir.join("vai-plugin.toml"), manifest).unwrap();
+    ws.unsandbox(
+        &[PACKAGE],
+        "the test package writes its records outside its declared permissions",
+    );
     records
 }
 

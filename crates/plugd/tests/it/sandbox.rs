@@ -679,3 +679,61 @@ fn a_program_only_reachable_through_a_denylisted_path_is_refused() {
     );
     assert!(e.contains("touches the denylisted path \"/root\""), "{e}");
 }
+
+#[test]
+fn vai_permissions_are_enforced_without_any_operator_policy() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ws = Ws::new();
+    vai_probe(&ws, "quiet");
+    // Keep only the export without network.
+    let manifest = ws.plugin_dir("quiet").join("vai-plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let offline_only = text.split("\n[[exports]]\nid = \"online\"").next().unwrap();
+    std::fs::write(&manifest, offline_only).unwrap();
+    let id = "test/quiet";
+    let out = ws.plugd(&["plugin", "approve", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let show = stdout(&ws.plugd(&["plugin", "show", id]));
+    assert!(show.contains("  sandbox:   bwrap ("), "{show}");
+    assert!(show.contains("  network:   deny"), "{show}");
+    let denied = vai_call(
+        &ws,
+        "test/quiet/offline",
+        json!({"op": "connect", "port": port}),
+    );
+    assert_eq!(
+        denied["error"],
+        json!("ConnectionRefusedError: [Errno 111] Connection refused")
+    );
+    let secret = vai_call(
+        &ws,
+        "test/quiet/offline",
+        json!({"op": "read", "path": "/etc/shadow"}),
+    );
+    assert!(
+        secret["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("FileNotFoundError: [Errno 2]")),
+        "{secret}"
+    );
+
+    // Only the operator's explicit opt-out lifts it, and show says so.
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    test/quiet: {enabled: false}\n",
+    )
+    .unwrap();
+    ws.plugd(&["plugin", "restart", id]);
+    let show = stdout(&ws.plugd(&["plugin", "show", id]));
+    assert!(
+        show.contains("VAI permissions are NOT enforced: plugd.yaml sandbox.plugins.test/quiet.enabled is false"),
+        "{show}"
+    );
+    let open = vai_call(
+        &ws,
+        "test/quiet/offline",
+        json!({"op": "connect", "port": port}),
+    );
+    assert_eq!(open["ok"], json!(true), "{open}");
+}

@@ -89,6 +89,19 @@ impl Ws {
         to
     }
 
+    /// Writes a plugd.yaml that turns the sandbox off for plugins `ids` (VAI
+    /// packages are sandboxed by their permissions by default); `why` says
+    /// what the test needs from outside the sandbox.
+    pub fn unsandbox(&self, ids: &[&str], why: &str) {
+        let path = self.dir().join("plugd.yaml");
+        assert!(!path.exists(), "unsandbox writes plugd.yaml itself");
+        let mut text = format!("# {why}\nsandbox:\n  plugins:\n");
+        for id in ids {
+            text.push_str(&format!("    \"{id}\": {{enabled: false}}\n"));
+        }
+        std::fs::write(path, text).unwrap();
+    }
+
     /// Opens the runtime with `config`.
     pub fn runtime(&self, config: HostConfig) -> Runtime {
         Runtime::open(self.dir(), config).unwrap()

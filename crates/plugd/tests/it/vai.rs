@@ -304,6 +304,10 @@ async fn a_deadline_sends_cancel_and_a_plugin_that_acknowledges_stays_alive() {
 async fn a_plugin_that_ignores_cancel_is_killed_after_the_grace_and_restarted() {
     let ws = Ws::new();
     package(&ws, "stubborn", "ignore_cancel", &[]);
+    ws.unsandbox(
+        &["test/stubborn"],
+        "the test compares process ids the plugin reports with host process ids",
+    );
     let rt = approved(&ws, "test/stubborn", quick(500)).await;
     let before = rt
         .call_tool("test/stubborn/pid", json!({}), None)
@@ -336,6 +340,10 @@ async fn a_plugin_that_ignores_cancel_is_killed_after_the_grace_and_restarted() 
 async fn a_crash_fails_the_call_and_the_restart_keeps_tool_handles() {
     let ws = Ws::new();
     package(&ws, "crashy", "good", &[]);
+    ws.unsandbox(
+        &["test/crashy"],
+        "the test compares process ids the plugin reports with host process ids",
+    );
     let rt = approved(&ws, "test/crashy", quick(30_000)).await;
     let before = rt
         .call_tool("test/crashy/pid", json!({}), None)
@@ -496,6 +504,10 @@ async fn shutdown_leaves_no_process_behind_even_when_the_plugin_lingers() {
     let ws = Ws::new();
     package(&ws, "polite", "good", &[]);
     package(&ws, "linger", "good", &["linger"]);
+    ws.unsandbox(
+        &["test/polite", "test/linger"],
+        "the test compares process groups the plugins report with host ones",
+    );
     let rt = ws.runtime(quick(10_000));
     let mut groups = Vec::new();
     for id in ["test/polite", "test/linger"] {
