@@ -174,6 +174,7 @@ struct JsonFlag {
 }
 
 fn main() {
+    quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve(_)));
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -186,6 +187,27 @@ fn main() {
     let code = rt.block_on(run(cli)).unwrap_or_else(|e| fail(&e));
     drop(rt);
     std::process::exit(code);
+}
+
+/// `plugd tool list | head` closes stdout early: `println!` then panics with
+/// EPIPE. That is the reader's choice, not a failure: exit quietly with the
+/// shell's code for SIGPIPE (141) instead of a panic report. plugd keeps
+/// SIGPIPE ignored (Rust's default), so a plugin that closes its stdin gives
+/// an error on that pipe, never a signal that kills plugd.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }
 
 fn fail(e: &anyhow::Error) -> ! {

@@ -96,13 +96,19 @@ pub fn list_tools(rt: &Runtime, json: bool) -> Result<()> {
         .max()
         .unwrap_or(4)
         .max(4);
+    let pw = tools
+        .iter()
+        .map(|t| t.entry.plugin.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
     println!(
-        "{:width$}  {:16}  {:8}  {:8}  DESCRIPTION",
+        "{:width$}  {:pw$}  {:8}  {:8}  DESCRIPTION",
         "NAME", "PLUGIN", "RISK", "STATE"
     );
     for t in &tools {
         println!(
-            "{:width$}  {:16}  {:8}  {:8}  {}",
+            "{:width$}  {:pw$}  {:8}  {:8}  {}",
             t.entry.name,
             t.entry.plugin,
             t.risk.as_str(),

@@ -80,3 +80,30 @@ fn limits_and_bad_input_are_refused_clearly() {
     let out = ws.plugd(&["memory", "add", "--agent", "a1", "   "]);
     assert!(stderr(&out).contains("it is empty"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_reader_that_stops_early_gets_no_panic_report() {
+    use std::io::Read;
+    use std::process::Stdio;
+
+    let ws = Ws::new();
+    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
+    let line = "x".repeat(200);
+    for i in 0..1000 {
+        store.memory_add("a1", &format!("{i} {line}"), &[]).unwrap();
+    }
+    drop(store);
+    // ~200 KiB of output, far over a pipe's buffer; read one chunk, close.
+    let mut child = crate::support::plugd_cmd(ws.dir())
+        .args(["memory", "list", "--agent", "a1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(141), "{err}");
+}
