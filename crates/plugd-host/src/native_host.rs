@@ -144,7 +144,7 @@ pub struct BrokerCounters {
 }
 
 /// A snapshot of [`BrokerCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerStats {
     /// Events published.
     pub published: u64,

@@ -270,7 +270,7 @@ pub enum CallError {
 }
 
 /// Counters of what the peer skipped or shed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PeerStats {
     /// Notifications shed because the queue to the child was full.
     pub shed_notifications: u64,

@@ -6,6 +6,7 @@
 //! | method and path                    | answer                                         |
 //! |------------------------------------|------------------------------------------------|
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
+//! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters) |
 //! | `POST /v1/plugins/{id}:approve`    | `{"by"?}` → `plugd plugin approve` on serve's runtime; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |
@@ -219,7 +220,10 @@ pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     Router::new()
         .route("/v1/plugins", get(list_plugins))
-        .route("/v1/plugins/{*action}", post(plugin_action))
+        .route(
+            "/v1/plugins/{*action}",
+            post(plugin_action).get(plugin_show),
+        )
         .route("/v1/tools", get(list_tools))
         .route("/v1/tools/{*name}", post(invoke_tool))
         .route("/v1/hooks/{point}", post(run_hook))
@@ -461,6 +465,15 @@ async fn plugin_action(
         }
     }
     Ok(Json(row))
+}
+
+/// `GET /v1/plugins/{id}`: everything `plugd plugin show --json` prints, from
+/// serve's runtime (live counters included).
+async fn plugin_show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<PluginInfo>, ApiError> {
+    Ok(Json(state.runtime.plugin(&id)?))
 }
 
 async fn list_tools(State(state): State<AppState>) -> Result<Response, ApiError> {

@@ -318,7 +318,24 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             }
         }
         Command::Plugin(PluginCmd::Show { id, json }) => {
-            let info = rt.plugin(id)?;
+            let mut info = rt.plugin(id)?;
+            // The live counters belong to the process running the plugin.
+            if let Some(serve) = remote::Remote::find(rt.dir()).await {
+                match serve
+                    .get(&format!("/v1/plugins/{id}"), format!("plugin show {id}"))
+                    .await
+                {
+                    Ok(live) => {
+                        info.stats = serde_json::from_value(live["stats"].clone()).unwrap_or(None);
+                        info.broker =
+                            serde_json::from_value(live["broker"].clone()).unwrap_or(None);
+                        if let Some(state) = live["state"].as_str() {
+                            info.state = format!("{state} (in plugd serve pid {})", serve.pid());
+                        }
+                    }
+                    Err(e) => tracing::warn!("cannot read the live state from plugd serve: {e}"),
+                }
+            }
             if json.json {
                 print_json(&info, true)?;
             } else {

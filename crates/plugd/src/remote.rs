@@ -263,6 +263,24 @@ impl Remote {
         Err(self.api_error(what, status.as_u16(), &bytes))
     }
 
+    /// `GET path`; serve's JSON answer. `what` names the request in errors.
+    pub async fn get(&self, path: &str, what: String) -> Result<Value, RemoteError> {
+        let transport = self.transport(&what);
+        let resp = self
+            .client
+            .get(format!("http://{}{path}", self.record.addr))
+            .send()
+            .await
+            .map_err(&transport)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(&transport)?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes)
+                .map_err(|_| self.api_error(what, status.as_u16(), &bytes));
+        }
+        Err(self.api_error(what, status.as_u16(), &bytes))
+    }
+
     /// `GET path` as server-sent events: calls `on_data` with the `data` of
     /// each event until it returns `false` or the stream ends. Waits without
     /// a deadline (a tail is meant to run until stopped).

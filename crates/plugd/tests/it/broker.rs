@@ -482,6 +482,20 @@ fn bus_cli_publishes_into_serve_and_tails_what_plugins_answer() {
     assert_eq!(echo["source"], "loop");
     assert_eq!(echo["payload"]["echo"], "ping");
 
+    // `plugin show` reads the live counters from serve.
+    let show = ws.plugd(&["plugin", "show", "chan"]);
+    let text = stdout(&show);
+    assert!(text.contains("(in plugd serve pid "), "{text}");
+    let delivered: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("broker:    "))
+        .and_then(|l| l.split("delivered=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no broker line in {text}"))
+        .parse()
+        .unwrap();
+    assert!(delivered >= 1, "{text}");
+
     // The counters are in serve's metrics.
     let metrics = serve.get("/metrics");
     assert_eq!(metrics.status, 200);
