@@ -9,7 +9,7 @@
 //! **API boundary:** plain data in and out ([`MemoryEntry`]); nothing
 //! SQLite-specific leaks.
 
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -227,6 +227,19 @@ impl Store {
             .and_then(Iterator::collect)
             .map_err(|e| self.query_error(action(), e))?;
         Ok(rows)
+    }
+
+    /// Memory `id`, if there is one.
+    pub fn memory_get(&self, id: &str) -> Result<Option<MemoryEntry>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, agent_id, content, tags, created_at FROM memories WHERE id = ?1",
+            )
+            .map_err(|e| self.query_error(format!("read memory {:?}", clip(id)), e))?;
+        stmt.query_row(params![id], entry)
+            .optional()
+            .map_err(|e| self.query_error(format!("read memory {:?}", clip(id)), e))
     }
 
     /// Deletes memory `id`; `false` when there was none.
