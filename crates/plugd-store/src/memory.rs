@@ -331,7 +331,9 @@ mod tests {
     fn deleted_entries_leave_the_index() {
         let (_d, s) = store();
         let e = s.memory_add("a", "forget me", &[]).unwrap();
+        assert_eq!(s.memory_get(&e.id).unwrap(), Some(e.clone()));
         assert!(s.memory_delete(&e.id).unwrap());
+        assert_eq!(s.memory_get(&e.id).unwrap(), None);
         assert!(!s.memory_delete(&e.id).unwrap());
         assert!(s.memory_search("a", "forget", None).unwrap().is_empty());
     }
