@@ -638,6 +638,26 @@ mod tests {
         assert!(e.contains("data[0] has no embedding"), "{e}");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn parsing_never_panics_on_arbitrary_bodies(body in proptest::collection::vec(proptest::num::u8::ANY, 0..256)) {
+            let e = OpenAiEmbedder::new("http://127.0.0.1:1/v1", "m", None, Some(2), DEFAULT_EMBED_TIMEOUT)
+                .unwrap();
+            let _ = e.parse(1, &body);
+        }
+
+        #[test]
+        fn checking_never_panics_on_arbitrary_json(text in "[\\[\\]0-9eE.,\"a-z -]{0,64}", count in 0usize..4) {
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                let rows = v.as_array().cloned().unwrap_or_else(|| vec![v]);
+                if let Ok(out) = check_embeddings("e", count, None, &rows) {
+                    proptest::prop_assert_eq!(out.len(), count);
+                    proptest::prop_assert!(out.iter().flatten().all(|x| x.is_finite()));
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_base_url_without_scheme_is_refused() {
         let e = OpenAiEmbedder::new("localhost:8080", "m", None, None, DEFAULT_EMBED_TIMEOUT)

@@ -392,7 +392,8 @@ impl Runtime {
             let query = query.to_owned();
             return blocking(move || store.memory_search(&agent, &query, Some(limit))).await;
         };
-        // The same agent-id check keyword search applies (a -32602 for plugins).
+        // A bad agent id gets the store's own refusal (a -32602 for plugins):
+        // keyword search checks the id before it looks at the query.
         if !plugd_store::memory::valid_agent_id(agent_id) {
             return blocking(move || store.memory_search(&agent, "", Some(limit))).await;
         }

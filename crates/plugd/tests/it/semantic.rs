@@ -44,8 +44,9 @@ fn bag_of_concepts(text: &str) -> Vec<f64> {
 
 /// `/v1/embeddings`, behaving by model: `bow` answers bag-of-concepts
 /// vectors; `locked` wants `Bearer sekrit`; `broken` is HTTP 500;
-/// `garbage` is not JSON; `short` answers one vector too few; `wide`
-/// answers five dimensions.
+/// `garbage` is not JSON; `nan` sends a NaN token; `overflow` a number too
+/// large for f32; `huge` a 9 MiB body; `short` answers one vector too few;
+/// `wide` answers five dimensions.
 async fn embeddings(headers: HeaderMap, Json(body): Json<Value>) -> Response {
     let model = body["model"].as_str().unwrap_or_default().to_owned();
     let inputs: Vec<String> = body["input"]
@@ -77,6 +78,15 @@ async fn embeddings(headers: HeaderMap, Json(body): Json<Value>) -> Response {
                 .into_response();
         }
         "garbage" => return (StatusCode::OK, "<html>oops</html>").into_response(),
+        "nan" => {
+            return (
+                StatusCode::OK,
+                r#"{"data": [{"index": 0, "embedding": [NaN, 0, 0, 0]}]}"#,
+            )
+                .into_response();
+        }
+        "overflow" => vectors.iter_mut().for_each(|v| v[1] = 1e39),
+        "huge" => return (StatusCode::OK, " ".repeat(9 << 20)).into_response(),
         "short" => {
             vectors.pop();
         }
@@ -243,6 +253,21 @@ fn embedder_failures_are_reported_never_hidden() {
             "garbage",
             "",
             r#"embedder "openai:garbage": malformed reply: not JSON"#,
+        ),
+        (
+            "nan",
+            "",
+            r#"embedder "openai:nan": malformed reply: not JSON"#,
+        ),
+        (
+            "overflow",
+            "",
+            r#"embedder "openai:overflow": malformed reply: embedding 0[1] is not a finite 32-bit number"#,
+        ),
+        (
+            "huge",
+            "",
+            r#"embedder "openai:huge": the response is larger than 8388608 bytes; it was refused"#,
         ),
         (
             "short",
