@@ -416,6 +416,11 @@ async fn a_plugin_embedder_and_a_plugin_backend_serve_semantic_recall() {
     let hits = rt.memory_recall("b", "kittens", Some(5)).await.unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].content, "my cat is grey");
+    let e = rt
+        .memory_recall("bad agent", "feline", None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains(r#"agent id "bad agent""#), "{e}");
     // The records live in the plugin's collection, with the entry's metadata.
     let m = rt
         .vector_backend("pysem")
