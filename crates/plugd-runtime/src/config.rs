@@ -112,6 +112,8 @@ pub struct PlugdConfig {
     /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
     /// VAI grants ([`crate::containment`]).
     pub sandbox: crate::containment::SandboxConfig,
+    /// `memory:`: agent memory and semantic recall ([`crate::recall`]).
+    pub memory: crate::recall::MemoryConfig,
 }
 
 /// `agent:`.
@@ -339,6 +341,7 @@ struct RawDoc {
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
     risk: Option<Spanned<crate::risk::RawRisk>>,
     sandbox: Option<crate::containment::RawSandbox>,
+    memory: Option<Spanned<crate::recall::RawMemory>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -630,6 +633,9 @@ impl PlugdConfig {
         )?;
         if let Some(risk) = raw.risk {
             config.risk = crate::risk::parse_config(risk, path)?;
+        }
+        if let Some(memory) = raw.memory {
+            config.memory = crate::recall::parse_config(memory, path)?;
         }
         Ok(config)
     }

@@ -1,6 +1,7 @@
 //! The runtime's side of the services native plugins call (nexo contract
-//! §5.1-§5.4): the bus, long-term memory from the state store, and
-//! `llm.complete` through the provider of `plugd.yaml`'s `llm:` section.
+//! §5.1-§5.4): the bus, long-term memory (keyword or semantic recall, see
+//! `recall.rs`), and `llm.complete` through the provider of `plugd.yaml`'s
+//! `llm:` section.
 //!
 //! The LLM provider is built on first use (a workspace without `llm:` answers
 //! `-32603 llm not configured`), from the configuration as it is then.
@@ -13,12 +14,12 @@ use plugd_host::bus::{Bus, LocalBus};
 use plugd_host::native_host::{
     ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion, HostApi, ServiceError,
 };
-use plugd_store::Store;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::config::PlugdConfig;
 use crate::llm::{ChatMessage, ChatRequest, Delta, FinishReason, LlmConfig, LlmProvider, Role};
+use crate::recall::RecallError;
 use crate::{RtInner, Runtime};
 
 /// The workspace's LLM provider and the name plugins ask for it by, or why
@@ -27,7 +28,6 @@ type Provider = (Arc<dyn LlmProvider>, String);
 
 /// The services a [`Runtime`] offers its native plugins.
 pub(crate) struct RuntimeApi {
-    store: Arc<Store>,
     bus: Arc<LocalBus>,
     counters: Mutex<HashMap<String, Arc<BrokerCounters>>>,
     runtime: OnceLock<Weak<RtInner>>,
@@ -36,9 +36,8 @@ pub(crate) struct RuntimeApi {
 }
 
 impl RuntimeApi {
-    pub(crate) fn new(store: Arc<Store>) -> RuntimeApi {
+    pub(crate) fn new() -> RuntimeApi {
         RuntimeApi {
-            store,
             bus: Arc::new(LocalBus::new()),
             counters: Mutex::new(HashMap::new()),
             runtime: OnceLock::new(),
@@ -126,23 +125,30 @@ impl HostApi for RuntimeApi {
         query: String,
         limit: usize,
     ) -> ApiFuture<Vec<Value>> {
-        let store = self.store.clone();
         let plugin = plugin.to_owned();
+        let this = self.runtime.get().and_then(Weak::upgrade);
         Box::pin(async move {
-            let found = tokio::task::spawn_blocking(move || {
-                store.memory_search(&agent_id, &query, Some(limit))
-            })
-            .await
-            .map_err(|e| ServiceError::Failed(format!("memory.recall: {e}")))?;
-            let entries = found.map_err(|e| match e {
-                plugd_store::StoreError::Invalid { .. } => {
-                    ServiceError::InvalidParams(format!("memory.recall: {e}"))
-                }
-                other => {
-                    tracing::warn!(%plugin, error = %other, "memory.recall failed");
-                    ServiceError::Failed(format!("memory backend error: {other}"))
-                }
-            })?;
+            let Some(inner) = this else {
+                return Err(ServiceError::NotConfigured(
+                    "memory not available: the runtime is shutting down".into(),
+                ));
+            };
+            let runtime = Runtime { inner };
+            // Keyword or semantic recall as plugd.yaml's `memory:` says
+            // (crate::recall); a failure is never hidden by a fallback.
+            let entries = runtime
+                .memory_recall(&agent_id, &query, Some(limit))
+                .await
+                .map_err(|e| match e {
+                    RecallError::Store(plugd_store::StoreError::Invalid { .. }) => {
+                        ServiceError::InvalidParams(format!("memory.recall: {e}"))
+                    }
+                    RecallError::Disabled { .. } => ServiceError::NotConfigured(e.to_string()),
+                    other => {
+                        tracing::warn!(%plugin, error = %other, "memory.recall failed");
+                        ServiceError::Failed(format!("memory backend error: {other}"))
+                    }
+                })?;
             Ok(entries
                 .into_iter()
                 .map(|e| {

@@ -13,11 +13,13 @@
 pub mod agent;
 pub mod config;
 pub mod containment;
+pub mod embed;
 pub mod hooks;
 mod host_api;
 pub mod llm;
 pub mod outbox;
 pub mod plugin_config;
+pub mod recall;
 pub mod registry;
 pub mod risk;
 pub mod signing;
@@ -289,7 +291,7 @@ impl Runtime {
             redactions: redactions.clone(),
         });
         let config = Arc::new(config);
-        let api = Arc::new(host_api::RuntimeApi::new(store.clone()));
+        let api = Arc::new(host_api::RuntimeApi::new());
         let mut services = HostServices::for_workspace(&dir);
         services.api = Some(api.clone());
         let mut digests = HashMap::new();

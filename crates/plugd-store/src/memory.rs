@@ -9,7 +9,7 @@
 //! **API boundary:** plain data in and out ([`MemoryEntry`]); nothing
 //! SQLite-specific leaks.
 
-use rusqlite::{TransactionBehavior, params};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -229,6 +229,19 @@ impl Store {
         Ok(rows)
     }
 
+    /// Memory `id`, if there is one.
+    pub fn memory_get(&self, id: &str) -> Result<Option<MemoryEntry>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, agent_id, content, tags, created_at FROM memories WHERE id = ?1",
+            )
+            .map_err(|e| self.query_error(format!("read memory {:?}", clip(id)), e))?;
+        stmt.query_row(params![id], entry)
+            .optional()
+            .map_err(|e| self.query_error(format!("read memory {:?}", clip(id)), e))
+    }
+
     /// Deletes memory `id`; `false` when there was none.
     pub fn memory_delete(&self, id: &str) -> Result<bool, StoreError> {
         let n = self
@@ -318,7 +331,9 @@ mod tests {
     fn deleted_entries_leave_the_index() {
         let (_d, s) = store();
         let e = s.memory_add("a", "forget me", &[]).unwrap();
+        assert_eq!(s.memory_get(&e.id).unwrap(), Some(e.clone()));
         assert!(s.memory_delete(&e.id).unwrap());
+        assert_eq!(s.memory_get(&e.id).unwrap(), None);
         assert!(!s.memory_delete(&e.id).unwrap());
         assert!(s.memory_search("a", "forget", None).unwrap().is_empty());
     }

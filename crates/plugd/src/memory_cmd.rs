@@ -1,5 +1,7 @@
 //! `plugd memory add|search|list`: the agents' long-term memory in the state
-//! store (what plugins read through `memory.recall`).
+//! store (what plugins read through `memory.recall`); add and search follow
+//! `plugd.yaml`'s `memory:` section (keyword or semantic recall, see
+//! `plugd_runtime::recall`).
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
@@ -11,7 +13,8 @@ use serde_json::{Value, json};
 /// `plugd memory …`.
 #[derive(Subcommand, Debug)]
 pub enum MemoryCmd {
-    /// Store a memory for an agent and print its id.
+    /// Store a memory for an agent and print its id (and embed it when
+    /// memory.embedder is set in plugd.yaml).
     Add {
         /// The agent it belongs to.
         #[arg(long, value_name = "ID")]
@@ -23,12 +26,13 @@ pub enum MemoryCmd {
         #[arg(long = "tag", value_name = "T")]
         tags: Vec<String>,
     },
-    /// Full-text search of an agent's memories, best match first.
+    /// Search an agent's memories, best match first: semantic when
+    /// memory.embedder is set in plugd.yaml, full-text otherwise.
     Search {
         /// The agent whose memories to search.
         #[arg(long, value_name = "ID")]
         agent: String,
-        /// Words to look for (any of them).
+        /// What to look for (full-text: any of its words).
         #[arg(value_name = "QUERY")]
         query: String,
         /// Most results (default 10, at most 1000).
@@ -192,7 +196,7 @@ pub async fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
     match cmd {
         MemoryCmd::Vector(v) => vector(rt, v).await?,
         MemoryCmd::Add { agent, text, tags } => {
-            let entry = store.memory_add(agent, text, tags)?;
+            let entry = rt.memory_add(agent, text, tags).await?;
             println!("{}", entry.id);
         }
         MemoryCmd::Search {
@@ -204,7 +208,9 @@ pub async fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
             if *limit == Some(0) || limit.is_some_and(|n| n > MAX_RECALL_LIMIT) {
                 bail!("--limit must be between 1 and {MAX_RECALL_LIMIT}");
             }
-            let hits = store.memory_search(agent, query, limit.or(Some(DEFAULT_RECALL_LIMIT)))?;
+            let hits = rt
+                .memory_recall(agent, query, limit.or(Some(DEFAULT_RECALL_LIMIT)))
+                .await?;
             print_entries(&hits, *json)?;
         }
         MemoryCmd::List { agent, limit, json } => {

@@ -29,17 +29,8 @@ pub fn build_provider(
             max_tokens,
             timeout_ms,
         } => {
-            let api_key = match api_key_env {
-                None => None,
-                Some(var) => match std::env::var(var) {
-                    Ok(v) if !v.trim().is_empty() => Some(v.trim().to_owned()),
-                    _ => {
-                        return Err(LlmError::NotConfigured(format!(
-                            "llm.api_key_env names {var:?}, which is not set or empty; export it, or remove api_key_env for a server without keys"
-                        )));
-                    }
-                },
-            };
+            let api_key = api_key("llm.api_key_env", api_key_env.as_deref())
+                .map_err(LlmError::NotConfigured)?;
             let mut options = OpenAiOptions::new(base_url.clone(), model.clone());
             options.api_key = api_key;
             options.max_tokens = *max_tokens;
@@ -62,6 +53,20 @@ pub fn build_provider(
             }
             Ok(Arc::new(ScriptedProvider::load(&path)?))
         }
+    }
+}
+
+/// The API key in the variable `var` (the setting `field` names it); an
+/// unset or empty variable is an error saying what to do.
+pub(crate) fn api_key(field: &str, var: Option<&str>) -> Result<Option<String>, String> {
+    match var {
+        None => Ok(None),
+        Some(var) => match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_owned())),
+            _ => Err(format!(
+                "{field} names {var:?}, which is not set or empty; export it, or remove api_key_env for a server without keys"
+            )),
+        },
     }
 }
 

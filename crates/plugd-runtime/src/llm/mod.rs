@@ -12,6 +12,7 @@ pub mod openai;
 pub mod plugin;
 pub mod scripted;
 
+pub(crate) use build::api_key;
 pub use build::build_provider;
 
 use std::future::Future;

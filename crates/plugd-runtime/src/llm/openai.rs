@@ -100,13 +100,7 @@ impl OpenAiProvider {
             )));
         }
         let url = format!("{base}/chat/completions");
-        // reqwest's rustls backend needs a process-wide crypto provider; an
-        // `Err` only means one is installed already.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| LlmError::NotConfigured(format!("http client: {e}")))?;
+        let client = http_client().map_err(LlmError::NotConfigured)?;
         Ok(OpenAiProvider {
             options,
             url,
@@ -204,16 +198,13 @@ impl OpenAiProvider {
     }
 
     fn transport(&self, e: reqwest::Error) -> LlmError {
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            message.push_str(": ");
-            message.push_str(&s.to_string());
-            source = s.source();
-        }
         LlmError::Connection {
             provider: self.options.name.clone(),
-            message: format!("{message}; is the server at {} running?", self.url),
+            message: format!(
+                "{}; is the server at {} running?",
+                error_chain(&e),
+                self.url
+            ),
         }
     }
 
@@ -223,16 +214,12 @@ impl OpenAiProvider {
         response: &mut reqwest::Response,
         limit: usize,
     ) -> Result<Vec<u8>, LlmError> {
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.transport(e))? {
-            if body.len() + chunk.len() > limit {
-                return Err(self.err_other(format!(
-                    "the response is larger than {limit} bytes; it was refused"
-                )));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(body)
+        read_capped(response, limit).await.map_err(|e| match e {
+            BodyError::Transport(e) => self.transport(e),
+            BodyError::TooLarge(limit) => self.err_other(format!(
+                "the response is larger than {limit} bytes; it was refused"
+            )),
+        })
     }
 
     async fn read_stream(
@@ -338,8 +325,56 @@ fn message_json(m: &ChatMessage) -> Value {
     }
 }
 
-/// Maps an HTTP error status and body to an [`LlmError`].
-fn http_error(provider: &str, status: u16, retry_after: Option<u64>, body: &[u8]) -> LlmError {
+/// The HTTP client of OpenAI-compatible servers (chat and embeddings):
+/// rustls, a 10 s connect deadline.
+pub(crate) fn http_client() -> Result<reqwest::Client, String> {
+    // reqwest's rustls backend needs a process-wide crypto provider; an
+    // `Err` only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .build()
+        .map_err(|e| format!("http client: {e}"))
+}
+
+/// A transport error with its causes, `: `-joined.
+pub(crate) fn error_chain(e: &reqwest::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+/// Why a bounded body read failed.
+pub(crate) enum BodyError {
+    /// The connection failed mid-body.
+    Transport(reqwest::Error),
+    /// The body is over the limit (the limit).
+    TooLarge(usize),
+}
+
+/// The response body, refusing more than `limit` bytes.
+pub(crate) async fn read_capped(
+    response: &mut reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, BodyError> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(BodyError::Transport)? {
+        if body.len() + chunk.len() > limit {
+            return Err(BodyError::TooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The message and code of an OpenAI-style error body
+/// (`{"error": {"message", "code"}}`), or an excerpt of the body.
+pub(crate) fn error_detail(body: &[u8]) -> (String, String) {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let err = parsed.as_ref().and_then(|v| v.get("error"));
     let message = err
@@ -350,7 +385,14 @@ fn http_error(provider: &str, status: u16, retry_after: Option<u64>, body: &[u8]
     let code = err
         .and_then(|e| e.get("code"))
         .and_then(Value::as_str)
-        .unwrap_or_default();
+        .unwrap_or_default()
+        .to_owned();
+    (message, code)
+}
+
+/// Maps an HTTP error status and body to an [`LlmError`].
+fn http_error(provider: &str, status: u16, retry_after: Option<u64>, body: &[u8]) -> LlmError {
+    let (message, code) = error_detail(body);
     let provider = provider.to_owned();
     let detail = format!("HTTP {status}: {message}");
     let lower = message.to_lowercase();
@@ -387,7 +429,8 @@ fn http_error(provider: &str, status: u16, retry_after: Option<u64>, body: &[u8]
     }
 }
 
-fn excerpt(s: &str) -> String {
+/// `s` trimmed, cut after 300 characters.
+pub(crate) fn excerpt(s: &str) -> String {
     let s = s.trim();
     match s.char_indices().nth(300) {
         Some((at, _)) => format!("{}…", &s[..at]),

@@ -14,7 +14,7 @@ use crate::support::{Ws, eventually, quick, repo};
 
 /// A nexoai plugin `id` using every service; `requires` are its
 /// `nexo_capabilities`; the workspace's LLM is the double at `llm_base`.
-fn services_plugin(ws: &Ws, id: &str, requires: &[&str], llm_base: Option<&str>) {
+pub(crate) fn services_plugin(ws: &Ws, id: &str, requires: &[&str], llm_base: Option<&str>) {
     let dir = ws.plugin_dir(id);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(

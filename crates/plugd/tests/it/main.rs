@@ -19,6 +19,7 @@ mod risk;
 mod salmex;
 mod sandbox;
 mod secrets;
+mod semantic;
 mod signatures;
 mod support;
 mod vai;
