@@ -11,6 +11,7 @@
 //! every start, so a plugin changed on disk stops being startable at once.
 
 pub mod agent;
+pub mod channels;
 pub mod config;
 pub mod containment;
 pub mod hooks;
@@ -91,6 +92,14 @@ pub enum RuntimeError {
         /// The name asked for.
         name: String,
         /// The names there are.
+        known: String,
+    },
+    /// No channel adapter of that kind.
+    #[error("no channel {kind:?}; the channels here are {known}")]
+    UnknownChannel {
+        /// The kind asked for.
+        kind: String,
+        /// The kinds there are.
         known: String,
     },
     /// The risk gate refused the call (disabled, denied, not approved in time).
