@@ -217,7 +217,7 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     // message, step 1 a second one (and checks it is the one expected).
     std::fs::write(
         ws.dir().join("script.yaml"),
-        "steps:\n  - text: hello from the agent\n  - expect_user_contains: again\n    text: second answer\n",
+        "steps:\n  - text: hello from the agent\n  - expect_user_contains: again\n    text: second answer\n  - expect_user_contains: three\n    text: third answer\n  - expect_user_contains: four\n    text: fourth answer\n",
     )
     .unwrap();
     std::fs::write(
@@ -265,6 +265,20 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     let got = wait_for(4);
     assert_eq!(got[3], json!({"to": "bo", "body": "hello from the agent"}));
 
+    // Messages of one session run in order, one turn at a time: two posted
+    // back to back get steps 2 and 3 (concurrent turns would both see two
+    // assistant messages and both answer step 2).
+    assert_eq!(post(port, &json!({"from": "ana", "text": "three"})), 202);
+    assert_eq!(post(port, &json!({"from": "ana", "text": "four"})), 202);
+    let got = wait_for(6);
+    assert_eq!(
+        got[4..],
+        [
+            json!({"to": "ana", "body": "third answer"}),
+            json!({"to": "ana", "body": "fourth answer"})
+        ]
+    );
+
     let ana = serve.get("/v1/sessions/channel-webhook-ana").json();
     let texts: Vec<&str> = ana["transcript"]
         .as_array()
@@ -274,7 +288,16 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
         .collect();
     assert_eq!(
         texts,
-        ["hi there", "hello from the agent", "again", "second answer"],
+        [
+            "hi there",
+            "hello from the agent",
+            "again",
+            "second answer",
+            "three",
+            "third answer",
+            "four",
+            "fourth answer"
+        ],
         "{ana}"
     );
     let bo = serve.get("/v1/sessions/channel-webhook-bo").json();
@@ -287,7 +310,7 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen.len(), 6, "{seen:?}");
     assert_eq!(seen[0]["hook_name"], "before_message");
     assert_eq!(seen[0]["event"]["body"], "hi there");
     assert_eq!(seen[0]["event"]["from"], "ana");
@@ -301,7 +324,7 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     assert!(log.contains("channel started"), "{log}");
     assert!(log.contains("channel stopped"), "{log}");
     assert!(
-        log.contains("received=4 replied=4 blocked=1 unhandled=0 failed=0 shed=0"),
+        log.contains("received=6 replied=6 blocked=1 unhandled=0 failed=0 shed=0"),
         "{log}"
     );
 }
