@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use plugd_host::Status;
 use plugd_host::bus::{Delivery, Event, Sink, SubscriptionGuard};
 use plugd_host::extensions::{
     self, CHANNEL_CONTROL_TIMEOUT, CHANNEL_SEND_TIMEOUT, CHANNEL_TIMEOUT_ENV, ChannelError,
@@ -307,6 +308,10 @@ impl ChannelCounters {
 
 /// Inbound events waiting for the router; more are shed and counted.
 pub const INBOUND_QUEUE: usize = 1024;
+/// First pause after a failed `channel.start` (doubling up to [`KEEPER_BACKOFF_MAX`]).
+const KEEPER_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest pause between `channel.start` attempts.
+const KEEPER_BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// A session's worker exits after this long without messages.
 const SESSION_IDLE: Duration = Duration::from_secs(60);
 
@@ -325,6 +330,7 @@ pub struct ChannelService {
     adapters: Vec<Arc<dyn ChannelAdapter>>,
     _subscriptions: Vec<SubscriptionGuard>,
     task: tokio::task::JoinHandle<()>,
+    keepers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for ChannelService {
@@ -396,19 +402,10 @@ impl ChannelService {
             }
         }
         drop(tx);
-        for a in &adapters {
-            let a = a.clone();
-            tokio::spawn(async move {
-                match a.start(None).await {
-                    Ok(()) => {
-                        tracing::info!(kind = %a.kind(), plugin = %a.owner(), "channel started")
-                    }
-                    Err(e) => {
-                        tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "channel.start failed: {e}")
-                    }
-                }
-            });
-        }
+        let keepers = adapters
+            .iter()
+            .map(|a| tokio::spawn(keep_started(runtime.clone(), a.clone())))
+            .collect();
         let r = router.clone();
         let task = tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
@@ -420,6 +417,7 @@ impl ChannelService {
             adapters,
             _subscriptions: subscriptions,
             task,
+            keepers,
         }
     }
 
@@ -436,6 +434,10 @@ impl ChannelService {
     /// Stops listening and sends `channel.stop {kind}` to every adapter
     /// started (failures are logged).
     pub async fn shutdown(self) {
+        // First: a plugin stopped by the shutdown must not be started again.
+        for k in &self.keepers {
+            k.abort();
+        }
         self.task.abort();
         drop(self._subscriptions);
         let stops = self.adapters.iter().map(|a| async move {
@@ -457,6 +459,55 @@ impl ChannelService {
             shed = s.shed,
             "channels stopped"
         );
+    }
+}
+
+/// Sends `channel.start` to `a`'s plugin now and again after every restart
+/// (a new process has no listener), until aborted. A plugin that is idle or
+/// stopped (after `plugd plugin restart` or a settings change) is started;
+/// one that failed or was revoked is left alone until its state changes.
+async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
+    let Ok(sup) = runtime.supervised(a.owner()) else {
+        return;
+    };
+    let mut watch = sup.watch();
+    let mut started: Option<u32> = None;
+    let mut backoff = KEEPER_BACKOFF;
+    loop {
+        let status = watch.borrow_and_update().clone();
+        let due = match status {
+            Status::Running { pid, .. } => started != Some(pid),
+            Status::Idle | Status::Stopped => true,
+            _ => false,
+        };
+        if due {
+            let result = a.start(None).await;
+            let pid = match sup.status() {
+                Status::Running { pid, .. } => Some(pid),
+                _ => None,
+            };
+            started = pid;
+            match result {
+                Ok(()) => {
+                    backoff = KEEPER_BACKOFF;
+                    tracing::info!(kind = %a.kind(), plugin = %a.owner(), pid, "channel started")
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %a.kind(), plugin = %a.owner(), retry_in_ms = backoff.as_millis() as u64, "channel.start failed: {e}");
+                    // A start that cannot succeed (refused, crashing) is not
+                    // retried in a tight loop.
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(KEEPER_BACKOFF_MAX);
+                }
+            }
+            // Woken by our own start's transitions: look again before waiting.
+            if watch.has_changed().unwrap_or(false) {
+                continue;
+            }
+        }
+        if watch.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -500,16 +551,22 @@ impl Router {
                 Ok(Some(m)) => self.handle(m).await,
                 Ok(None) => return,
                 Err(_) => {
-                    // Under the lock no new message can arrive: take what is
-                    // left, then go.
-                    self.sessions
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&session);
-                    while let Ok(m) = rx.try_recv() {
-                        self.handle(m).await;
+                    // Senders send under the lock: an empty queue seen under
+                    // it stays empty once the entry is gone.
+                    let next = {
+                        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+                        match rx.try_recv() {
+                            Ok(m) => Some(m),
+                            Err(_) => {
+                                map.remove(&session);
+                                None
+                            }
+                        }
+                    };
+                    match next {
+                        Some(m) => self.handle(m).await,
+                        None => return,
                     }
-                    return;
                 }
             }
         }

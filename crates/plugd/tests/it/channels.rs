@@ -329,6 +329,69 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     );
 }
 
+/// Posts `body` to `port` until something listens there (the channel starts
+/// in the background); the final status.
+fn post_when_listening(port: u16, body: &Value) -> u16 {
+    for _ in 0..300 {
+        let status = post(port, body);
+        if status != 0 {
+            return status;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    0
+}
+
+#[test]
+fn a_restarted_channel_plugin_gets_channel_start_again() {
+    let rx = Receiver::start();
+    let (ws, port) = webhook_ws(&rx.url());
+    std::fs::write(ws.dir().join("script.yaml"), "steps:\n  - text: pong\n").unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    assert_eq!(
+        post_when_listening(port, &json!({"from": "ana", "text": "ping"})),
+        202
+    );
+    let wait_for = |n: usize| {
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        while rx.got().len() < n && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rx.got()
+    };
+    assert_eq!(wait_for(1), [json!({"to": "ana", "body": "pong"})]);
+    // A settings change under serve restarts the plugin: the new process
+    // gets channel.start and listens on the new port; the old one is gone.
+    let port2 = free_port();
+    ok(&ws.plugd(&[
+        "plugin",
+        "config",
+        "webhook_channel",
+        "set",
+        "port",
+        &port2.to_string(),
+    ]));
+    assert_eq!(
+        post_when_listening(port2, &json!({"from": "bo", "text": "ping"})),
+        202
+    );
+    assert_eq!(post(port, &json!({"from": "cy", "text": "ping"})), 0);
+    assert_eq!(
+        wait_for(2),
+        [
+            json!({"to": "ana", "body": "pong"}),
+            json!({"to": "bo", "body": "pong"})
+        ]
+    );
+    let (_, log) = serve.stop();
+    assert_eq!(plain(&log).matches("channel started").count(), 2, "{log}");
+}
+
 #[test]
 fn without_an_llm_section_inbound_messages_are_logged_as_unhandled() {
     let rx = Receiver::start();
