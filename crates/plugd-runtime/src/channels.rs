@@ -215,7 +215,8 @@ pub struct Inbound {
     /// The text (`payload.text`).
     pub text: String,
     /// The session: `payload.session_id` (or the event's) when it is a valid
-    /// session id, else [`session_key`].
+    /// session id in the channel's namespace (`channel-<kind>-…`), else
+    /// [`session_key`].
     pub session_id: String,
 }
 
@@ -241,11 +242,15 @@ impl Inbound {
             .and_then(Value::as_str)
             .ok_or_else(|| format!("payload needs a string \"text\", got {p}"))?
             .to_owned();
+        // A plugin may pick a session (a thread, a group) but only inside its
+        // channel's own namespace: never an HTTP API session or another
+        // channel's.
+        let own = format!("channel-{kind}-");
         let session_id = p
             .get("session_id")
             .and_then(Value::as_str)
             .or(event.session_id.as_deref())
-            .filter(|s| plugd_store::sessions::valid_session_id(s))
+            .filter(|s| s.starts_with(&own) && plugd_store::sessions::valid_session_id(s))
             .map(str::to_owned)
             .unwrap_or_else(|| session_key(&kind, &from));
         Ok(Inbound {
@@ -696,9 +701,25 @@ mod tests {
         let e = Event::new(
             "plugin.inbound.webhook",
             "webhook",
-            json!({"from": "ana", "text": "hi", "session_id": "s1"}),
+            json!({"from": "ana", "text": "hi", "session_id": "channel-webhook-room1"}),
         );
-        assert_eq!(Inbound::parse(&e).unwrap().session_id, "s1");
+        assert_eq!(
+            Inbound::parse(&e).unwrap().session_id,
+            "channel-webhook-room1"
+        );
+        // Outside the channel's namespace (an API session, another channel):
+        // ignored, the sender's session is used.
+        for foreign in ["s1", "channel-slack-ana", "channel-webhook-a b"] {
+            let e = Event::new(
+                "plugin.inbound.webhook",
+                "webhook",
+                json!({"from": "ana", "text": "hi", "session_id": foreign}),
+            );
+            assert_eq!(
+                Inbound::parse(&e).unwrap().session_id,
+                "channel-webhook-ana"
+            );
+        }
         let e = Event::new("plugin.inbound.webhook", "webhook", json!({"text": "hi"}));
         assert!(Inbound::parse(&e).unwrap_err().contains("\"from\""));
         let e = Event::new("plugin.inbound.webhook", "webhook", json!({"from": "a"}));

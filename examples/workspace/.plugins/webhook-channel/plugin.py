@@ -68,9 +68,9 @@ class Inbound(BaseHTTPRequestHandler):
         if not isinstance(body, dict) or not isinstance(body.get("from"), str) \
                 or not body["from"].strip() or not isinstance(body.get("text"), str):
             return self.reply(400, {"error": "body must be {from: non-empty string, text: string}"})
+        # No session_id: whoever can POST here must not pick someone else's
+        # session; plugd keys the session by channel and sender.
         payload = {"from": body["from"], "text": body["text"]}
-        if isinstance(body.get("session_id"), str):
-            payload["session_id"] = body["session_id"]
         send({"jsonrpc": "2.0", "method": "broker.publish", "params": {
             "topic": f"plugin.inbound.{KIND}",
             "event": {"topic": f"plugin.inbound.{KIND}", "source": KIND, "payload": payload},
