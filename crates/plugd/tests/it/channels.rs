@@ -316,15 +316,38 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     assert_eq!(seen[0]["event"]["from"], "ana");
     assert_eq!(seen[0]["event"]["channel"], "webhook");
 
-    // Malformed inbound bodies are refused by the plugin; serve lives on.
+    // Malformed inbound bodies are refused by the plugin; a malformed event
+    // on the bus is dropped, logged and counted; serve lives on.
     assert_eq!(post(port, &json!({"text": "no sender"})), 400);
+    ok(&ws.plugd(&[
+        "bus",
+        "publish",
+        "plugin.inbound.webhook",
+        "--payload",
+        r#"{"text": "no sender"}"#,
+    ]));
+    let serve_log = ws.dir().join("serve-127.0.0.1_0.log");
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&serve_log)
+        .unwrap_or_default()
+        .contains("inbound event dropped")
+        && std::time::Instant::now() < end
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (status, log) = serve.stop();
     let log = plain(&log);
     assert!(status.success(), "{log}");
     assert!(log.contains("channel started"), "{log}");
     assert!(log.contains("channel stopped"), "{log}");
     assert!(
-        log.contains("received=6 replied=6 blocked=1 unhandled=0 failed=0 shed=0"),
+        log.contains(
+            "inbound event dropped: payload needs a non-empty string \"from\" (the sender)"
+        ),
+        "{log}"
+    );
+    assert!(
+        log.contains("received=7 replied=6 blocked=1 unhandled=0 failed=1 shed=0"),
         "{log}"
     );
 }
