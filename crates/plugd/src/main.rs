@@ -461,9 +461,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let _outbox = outbox_cmd::start_worker(rt)?;
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
-    // Channel adapters: channel.start, inbound events → before_message → turn → reply.
-    let channels =
-        plugd_runtime::channels::ChannelService::start(rt, agent.clone(), pipeline.clone());
+    let channel_agent = agent.clone();
     let state = plugd_server::AppState::new(
         rt.clone(),
         pipeline.clone(),
@@ -500,6 +498,9 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
     let _record = remote::ServeFile::write(rt.dir(), bound)?;
+    // Channel adapters: channel.start, inbound events → before_message → turn → reply.
+    let channels =
+        plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Tests and scripts read the bound port from this line.
     println!("plugd serving on http://{bound}");
     tokio::select! {
