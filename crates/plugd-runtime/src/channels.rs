@@ -470,7 +470,9 @@ impl ChannelService {
 /// Sends `channel.start` to `a`'s plugin now and again after every restart
 /// (a new process has no listener), until aborted. A plugin that is idle or
 /// stopped (after `plugd plugin restart` or a settings change) is started;
-/// one that failed or was revoked is left alone until its state changes.
+/// one that failed or was revoked is left alone until its state changes. A
+/// failed `channel.start` is retried with a doubling pause (1 s to 60 s),
+/// except an unsupported one.
 async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
     let Ok(sup) = runtime.supervised(a.owner()) else {
         return;
@@ -497,12 +499,17 @@ async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
                     backoff = KEEPER_BACKOFF;
                     tracing::info!(kind = %a.kind(), plugin = %a.owner(), pid, "channel started")
                 }
+                Err(e @ ChannelError::Unsupported { .. }) => {
+                    tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "channel.start failed: {e}; not retried");
+                }
                 Err(e) => {
                     tracing::warn!(kind = %a.kind(), plugin = %a.owner(), retry_in_ms = backoff.as_millis() as u64, "channel.start failed: {e}");
-                    // A start that cannot succeed (refused, crashing) is not
-                    // retried in a tight loop.
+                    // Tried again (a busy port, an upstream down) after a
+                    // pause that doubles, never in a tight loop.
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(KEEPER_BACKOFF_MAX);
+                    started = None;
+                    continue;
                 }
             }
             // Woken by our own start's transitions: look again before waiting.

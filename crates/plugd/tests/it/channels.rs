@@ -415,6 +415,45 @@ fn a_restarted_channel_plugin_gets_channel_start_again() {
     assert_eq!(plain(&log).matches("channel started").count(), 2, "{log}");
 }
 
+/// Waits until serve's log holds `needle`; the log without colours.
+fn log_has(ws: &Ws, needle: &str) -> String {
+    let path = ws.dir().join("serve-127.0.0.1_0.log");
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let log = plain(&std::fs::read_to_string(&path).unwrap_or_default());
+        if log.contains(needle) || std::time::Instant::now() > end {
+            return log;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_failed_channel_start_is_retried_and_serve_keeps_serving() {
+    let rx = Receiver::start();
+    let (ws, port) = webhook_ws(&rx.url());
+    // Someone else holds the port: channel.start fails with -33001.
+    let squatter = TcpListener::bind(("127.0.0.1", port)).unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let needle = format!("connection failed: cannot listen on 127.0.0.1:{port}");
+    let log = log_has(&ws, &needle);
+    assert!(
+        log.contains("channel.start failed") && log.contains(&needle),
+        "{log}"
+    );
+    assert!(log.contains("plugin=webhook_channel"), "{log}");
+    // serve answers meanwhile.
+    assert_eq!(serve.get("/v1/plugins").status, 200);
+    // The port comes free: the retry starts the channel.
+    drop(squatter);
+    assert_eq!(
+        post_when_listening(port, &json!({"from": "ana", "text": "hi"})),
+        202
+    );
+    let (_, log) = serve.stop();
+    assert!(plain(&log).contains("channel started"), "{log}");
+}
+
 #[test]
 fn without_an_llm_section_inbound_messages_are_logged_as_unhandled() {
     let rx = Receiver::start();
