@@ -349,8 +349,9 @@ impl std::fmt::Debug for ChannelService {
 
 impl ChannelService {
     /// Subscribes to every channel kind's inbound topics and sends
-    /// `channel.start {kind, instance: null}` to each approved adapter (in the
-    /// background: a failure is logged and the others go on). `agent` is
+    /// `channel.start {kind, instance: null}` to each approved adapter, and to
+    /// the others once they are approved (in the background: a failure is
+    /// logged and retried, the others go on). `agent` is
     /// `None` without an `llm:` section: inbound events are then logged as
     /// unhandled.
     pub fn start(runtime: &Runtime, agent: Option<Agent>, pipeline: Arc<Pipeline>) -> Self {
@@ -364,16 +365,16 @@ impl ChannelService {
         });
         let mut adapters: Vec<Arc<dyn ChannelAdapter>> = Vec::new();
         for (kind, plugin) in runtime.channel_kinds() {
+            if let Ok(sup) = runtime.supervised(&plugin)
+                && !plugd_host::native_host::channel_kinds(sup.spec()).contains(&kind)
+            {
+                tracing::warn!(%plugin, %kind, "the plugin declares channel {kind:?} in [plugin.extends].channels but not in [[plugin.channels.register]], so it may not publish plugin.inbound.{kind}; add [[plugin.channels.register]] kind = {kind:?}");
+            }
             match runtime.plugin(&plugin) {
-                Ok(info) if info.approved => {}
-                Ok(info) => {
-                    tracing::warn!(%plugin, %kind, state = %info.state, "channel not started: the plugin is not approved");
-                    continue;
+                Ok(info) if !info.approved => {
+                    tracing::warn!(%plugin, %kind, state = %info.state, "channel waits for approval: `plugd plugin approve {plugin}` starts it");
                 }
-                Err(e) => {
-                    tracing::warn!(%plugin, %kind, "channel not started: {e}");
-                    continue;
-                }
+                _ => {}
             }
             match runtime.channel(&kind) {
                 Ok(a) => adapters.push(a),
@@ -468,9 +469,10 @@ impl ChannelService {
 }
 
 /// Sends `channel.start` to `a`'s plugin now and again after every restart
-/// (a new process has no listener), until aborted. A plugin that is idle or
-/// stopped (after `plugd plugin restart` or a settings change) is started;
-/// one that failed or was revoked is left alone until its state changes. A
+/// (a new process has no listener), until aborted. An approved plugin that
+/// is idle or stopped (after `plugd plugin restart` or a settings change) is
+/// started; one that failed, is not approved or was revoked is left alone
+/// until its state changes (approving it starts it). A
 /// failed `channel.start` is retried with a doubling pause (1 s to 60 s),
 /// except an unsupported one.
 async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
@@ -484,7 +486,12 @@ async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
         let status = watch.borrow_and_update().clone();
         let due = match status {
             Status::Running { pid, .. } => started != Some(pid),
-            Status::Idle | Status::Stopped => true,
+            // Only an approved plugin is started from here (approval itself
+            // starts it, which lands in the arm above).
+            Status::Idle | Status::Stopped => runtime
+                .plugin(a.owner())
+                .map(|i| i.approved)
+                .unwrap_or(false),
             _ => false,
         };
         if due {

@@ -138,6 +138,13 @@ fn ok(o: &std::process::Output) {
 /// A workspace with the example webhook channel (port and outbound URL set
 /// through `plugd plugin config`), approved.
 fn webhook_ws(outbound: &str) -> (Ws, u16) {
+    let (ws, port) = webhook_ws_unapproved(outbound);
+    ok(&ws.plugd(&["plugin", "approve", "webhook_channel"]));
+    (ws, port)
+}
+
+/// [`webhook_ws`] without the approval.
+fn webhook_ws_unapproved(outbound: &str) -> (Ws, u16) {
     let ws = Ws::new();
     ws.example("webhook-channel");
     let port = free_port();
@@ -157,7 +164,6 @@ fn webhook_ws(outbound: &str) -> (Ws, u16) {
         "outbound_url",
         outbound,
     ]));
-    ok(&ws.plugd(&["plugin", "approve", "webhook_channel"]));
     (ws, port)
 }
 
@@ -452,6 +458,44 @@ fn a_failed_channel_start_is_retried_and_serve_keeps_serving() {
     );
     let (_, log) = serve.stop();
     assert!(plain(&log).contains("channel started"), "{log}");
+}
+
+#[test]
+fn a_channel_plugin_starts_when_approved_under_serve_and_stops_when_revoked() {
+    let rx = Receiver::start();
+    let (ws, port) = webhook_ws_unapproved(&rx.url());
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let log = log_has(&ws, "channel waits for approval");
+    assert!(
+        log.contains(
+            "channel waits for approval: `plugd plugin approve webhook_channel` starts it"
+        ),
+        "{log}"
+    );
+    assert_eq!(post(port, &json!({"from": "ana", "text": "hi"})), 0);
+    // Approved through serve: the new process gets channel.start.
+    let o = ws.plugd(&["plugin", "approve", "webhook_channel"]);
+    ok(&o);
+    assert!(stdout(&o).contains("via plugd serve"), "{}", stdout(&o));
+    assert_eq!(
+        post_when_listening(port, &json!({"from": "ana", "text": "hi"})),
+        202
+    );
+    // Revoked: the plugin is stopped and not started again.
+    ok(&ws.plugd(&["plugin", "revoke", "webhook_channel"]));
+    let mut status = 202;
+    for _ in 0..100 {
+        status = post(port, &json!({"from": "ana", "text": "hi"}));
+        if status == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status, 0, "the revoked channel still listens");
+    let (_, log) = serve.stop();
+    let log = plain(&log);
+    assert_eq!(log.matches("channel started").count(), 1, "{log}");
+    assert!(!log.contains("channel.start failed"), "{log}");
 }
 
 #[test]
