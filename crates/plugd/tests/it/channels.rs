@@ -498,6 +498,38 @@ fn a_channel_plugin_starts_when_approved_under_serve_and_stops_when_revoked() {
     assert!(!log.contains("channel.start failed"), "{log}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_turn_of_one_sender_does_not_hold_up_another_sender() {
+    // The OpenAI-compatible double answers "[slow]" after 5 s, else at once.
+    let (base, _seen) = crate::llm::double().await;
+    tokio::task::spawn_blocking(move || {
+        let rx = Receiver::start();
+        let (ws, port) = webhook_ws(&rx.url());
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("llm:\n  provider: openai\n  base_url: \"{base}\"\n  model: test-model\n"),
+        )
+        .unwrap();
+        let serve = Serve::start(&ws, "127.0.0.1:0");
+        assert_eq!(
+            post_when_listening(port, &json!({"from": "slowpoke", "text": "[slow] one"})),
+            202
+        );
+        assert_eq!(post(port, &json!({"from": "quick", "text": "two"})), 202);
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        while rx.got().len() < 2 && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let got = rx.got();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], json!({"to": "quick", "body": "echo: two"}));
+        assert_eq!(got[1]["to"], "slowpoke");
+        drop(serve);
+    })
+    .await
+    .unwrap();
+}
+
 #[test]
 fn without_an_llm_section_inbound_messages_are_logged_as_unhandled() {
     let rx = Receiver::start();
