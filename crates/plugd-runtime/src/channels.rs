@@ -20,7 +20,7 @@
 //! different sessions run concurrently. Failures are logged with plugin,
 //! kind and sender and counted ([`ChannelStats`]); they never stop serve.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -262,7 +262,8 @@ impl Inbound {
     }
 }
 
-/// Counters of the inbound path (also logged at shutdown).
+/// Counters of one channel kind's inbound path (logged at shutdown, exported
+/// by `GET /metrics`).
 #[derive(Debug, Default)]
 pub struct ChannelCounters {
     /// Inbound events received.
@@ -311,6 +312,34 @@ impl ChannelCounters {
     }
 }
 
+/// The inbound counters of every channel kind, kept on the [`Runtime`] (so
+/// `GET /metrics` reads them).
+pub(crate) type CounterMap = Mutex<BTreeMap<String, Arc<ChannelCounters>>>;
+
+impl Runtime {
+    /// The inbound counters of channel `kind` (created on first use).
+    pub fn channel_counters(&self, kind: &str) -> Arc<ChannelCounters> {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(kind.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// The inbound counters of every channel kind seen, by kind.
+    pub fn channel_stats(&self) -> BTreeMap<String, ChannelStats> {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, c)| (k.clone(), c.snapshot()))
+            .collect()
+    }
+}
+
 /// Inbound events waiting for the router; more are shed and counted.
 pub const INBOUND_QUEUE: usize = 1024;
 /// First pause after a failed `channel.start` (doubling up to [`KEEPER_BACKOFF_MAX`]).
@@ -324,7 +353,6 @@ struct Router {
     runtime: Runtime,
     agent: Option<Agent>,
     pipeline: Arc<Pipeline>,
-    counters: Arc<ChannelCounters>,
     sessions: Mutex<HashMap<String, mpsc::UnboundedSender<Inbound>>>,
 }
 
@@ -355,12 +383,10 @@ impl ChannelService {
     /// `None` without an `llm:` section: inbound events are then logged as
     /// unhandled.
     pub fn start(runtime: &Runtime, agent: Option<Agent>, pipeline: Arc<Pipeline>) -> Self {
-        let counters = Arc::new(ChannelCounters::default());
         let router = Arc::new(Router {
             runtime: runtime.clone(),
             agent,
             pipeline,
-            counters: counters.clone(),
             sessions: Mutex::new(HashMap::new()),
         });
         let mut adapters: Vec<Arc<dyn ChannelAdapter>> = Vec::new();
@@ -381,7 +407,7 @@ impl ChannelService {
                 Err(e) => tracing::warn!(%plugin, %kind, "channel not started: {e}"),
             }
         }
-        let (tx, mut rx) = mpsc::channel::<Event>(INBOUND_QUEUE);
+        let (tx, mut rx) = mpsc::channel::<(String, Event)>(INBOUND_QUEUE);
         let mut subscriptions = Vec::new();
         let bus = runtime.bus();
         for a in &adapters {
@@ -390,15 +416,19 @@ impl ChannelService {
                 format!("plugin.inbound.{}.>", a.kind()),
             ] {
                 let tx = tx.clone();
-                let c = counters.clone();
-                let sink: Sink = Arc::new(move |e: &Event| match tx.try_send(e.clone()) {
-                    Ok(()) => Delivery::Queued,
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        c.shed.fetch_add(1, Ordering::Relaxed);
-                        Delivery::Shed
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
-                });
+                let c = runtime.channel_counters(a.kind());
+                let kind = a.kind().to_owned();
+                let sink: Sink =
+                    Arc::new(
+                        move |e: &Event| match tx.try_send((kind.clone(), e.clone())) {
+                            Ok(()) => Delivery::Queued,
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                c.shed.fetch_add(1, Ordering::Relaxed);
+                                Delivery::Shed
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+                        },
+                    );
                 match bus.subscribe_sink(&pattern, sink) {
                     Ok(g) => subscriptions.push(g),
                     Err(e) => {
@@ -414,8 +444,8 @@ impl ChannelService {
             .collect();
         let r = router.clone();
         let task = tokio::spawn(async move {
-            while let Some(event) = rx.recv().await {
-                r.dispatch(event);
+            while let Some((kind, event)) = rx.recv().await {
+                r.dispatch(&kind, event);
             }
         });
         ChannelService {
@@ -432,9 +462,9 @@ impl ChannelService {
         self.adapters.iter().map(|a| a.kind().to_owned()).collect()
     }
 
-    /// The counters now.
-    pub fn stats(&self) -> ChannelStats {
-        self.router.counters.snapshot()
+    /// The counters now, by kind.
+    pub fn stats(&self) -> BTreeMap<String, ChannelStats> {
+        self.router.runtime.channel_stats()
     }
 
     /// Stops listening and sends `channel.stop {kind}` to every adapter
@@ -455,16 +485,19 @@ impl ChannelService {
             }
         });
         futures_util::future::join_all(stops).await;
-        let s = self.router.counters.snapshot();
-        tracing::info!(
-            received = s.received,
-            replied = s.replied,
-            blocked = s.blocked,
-            unhandled = s.unhandled,
-            failed = s.failed,
-            shed = s.shed,
-            "channels stopped"
-        );
+        for (kind, s) in self.router.runtime.channel_stats() {
+            tracing::info!(
+                %kind,
+                received = s.received,
+                replied = s.replied,
+                blocked = s.blocked,
+                unhandled = s.unhandled,
+                failed = s.failed,
+                shed = s.shed,
+                "channel counters"
+            );
+        }
+        tracing::info!("channels stopped");
     }
 }
 
@@ -531,8 +564,8 @@ async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
 }
 
 impl Router {
-    fn dispatch(self: &Arc<Self>, event: Event) {
-        let c = &self.counters;
+    fn dispatch(self: &Arc<Self>, kind: &str, event: Event) {
+        let c = self.runtime.channel_counters(kind);
         c.received.fetch_add(1, Ordering::Relaxed);
         let msg = match Inbound::parse(&event) {
             Ok(m) => m,
@@ -593,7 +626,7 @@ impl Router {
 
     async fn handle(&self, m: Inbound) {
         let Some(agent) = &self.agent else { return };
-        let c = &self.counters;
+        let c = self.runtime.channel_counters(&m.kind);
         let plugin = self
             .runtime
             .channel(&m.kind)

@@ -266,6 +266,7 @@ struct RtInner {
     api: Arc<host_api::RuntimeApi>,
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
+    channels: channels::CounterMap,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -323,6 +324,7 @@ impl Runtime {
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
+                channels: channels::CounterMap::default(),
                 dir,
                 store,
                 plugins,

@@ -332,14 +332,18 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
         "--payload",
         r#"{"text": "no sender"}"#,
     ]));
-    let serve_log = ws.dir().join("serve-127.0.0.1_0.log");
-    let end = std::time::Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(&serve_log)
-        .unwrap_or_default()
-        .contains("inbound event dropped")
-        && std::time::Instant::now() < end
-    {
-        std::thread::sleep(Duration::from_millis(20));
+    log_has(&ws, "inbound event dropped");
+    // The counters, per kind, in GET /metrics.
+    let metrics = serve.get("/metrics").text();
+    for line in [
+        "plugd_channel_inbound_total{kind=\"webhook\"} 7",
+        "plugd_channel_replies_total{kind=\"webhook\"} 6",
+        "plugd_channel_blocked_total{kind=\"webhook\"} 1",
+        "plugd_channel_unhandled_total{kind=\"webhook\"} 0",
+        "plugd_channel_failed_total{kind=\"webhook\"} 1",
+        "plugd_channel_shed_total{kind=\"webhook\"} 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     }
     let (status, log) = serve.stop();
     let log = plain(&log);
@@ -353,7 +357,7 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
         "{log}"
     );
     assert!(
-        log.contains("received=7 replied=6 blocked=1 unhandled=0 failed=1 shed=0"),
+        log.contains("channel counters kind=webhook received=7 replied=6 blocked=1 unhandled=0 failed=1 shed=0"),
         "{log}"
     );
 }
