@@ -173,8 +173,9 @@ impl Runtime {
 
 /// The session an inbound message of `kind` from `sender` belongs to:
 /// `channel-<kind>-<sender>`, with every byte a session id may not hold
-/// replaced by `_`; when anything was replaced or cut, 12 hex digits of the
-/// SHA-256 of the sender are appended, so two senders never share a session.
+/// replaced by `_`; when anything was replaced or cut (or the kind holds a
+/// `-`), 12 hex digits of the SHA-256 of kind and sender are appended, so two
+/// senders never share a session.
 pub fn session_key(kind: &str, sender: &str) -> String {
     fn clean(s: &str, max: usize) -> (String, bool) {
         let mut changed = false;
@@ -195,13 +196,19 @@ pub fn session_key(kind: &str, sender: &str) -> String {
         }
         (out, changed)
     }
-    let (kind, _) = clean(kind, 24);
+    let (clean_kind, kind_changed) = clean(kind, 24);
     let (from, changed) = clean(sender, 64);
-    if changed || from.is_empty() {
-        let hash = hex::encode(Sha256::digest(sender.as_bytes()));
-        format!("channel-{kind}-{from}-{}", &hash[..12])
+    // A `-` in the kind makes `channel-a-b-c` ambiguous (kind `a-b` or `a`):
+    // hashed too, over kind and sender.
+    if changed || kind_changed || from.is_empty() || clean_kind.contains('-') {
+        let mut h = Sha256::new();
+        h.update(kind.as_bytes());
+        h.update([0]);
+        h.update(sender.as_bytes());
+        let hash = hex::encode(h.finalize());
+        format!("channel-{clean_kind}-{from}-{}", &hash[..12])
     } else {
-        format!("channel-{kind}-{from}")
+        format!("channel-{clean_kind}-{from}")
     }
 }
 
@@ -727,6 +734,7 @@ mod tests {
         let b = session_key("webhook", "a_b");
         assert_ne!(a, b, "a replaced byte must not merge two senders");
         assert_eq!(b, "channel-webhook-a_b");
+        assert_ne!(session_key("a-b", "c"), session_key("a", "b-c"));
         let long = session_key("webhook", &"x".repeat(500));
         for k in [&plain, &a, &b, &long, &session_key("w", "ñ@/")] {
             assert!(plugd_store::sessions::valid_session_id(k), "{k}");
