@@ -283,7 +283,7 @@ pub struct ChannelCounters {
     pub unhandled: AtomicU64,
     /// Malformed events, failed turns, failed sends.
     pub failed: AtomicU64,
-    /// Events shed because the inbound queue was full.
+    /// Events shed because the inbound queue (or a session's) was full.
     pub shed: AtomicU64,
 }
 
@@ -353,6 +353,8 @@ pub const INBOUND_QUEUE: usize = 1024;
 const KEEPER_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest pause between `channel.start` attempts.
 const KEEPER_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Messages of one session waiting for its turns; more are shed and counted.
+pub const SESSION_QUEUE: usize = 64;
 /// A session's worker exits after this long without messages.
 const SESSION_IDLE: Duration = Duration::from_secs(60);
 
@@ -360,7 +362,7 @@ struct Router {
     runtime: Runtime,
     agent: Option<Agent>,
     pipeline: Arc<Pipeline>,
-    sessions: Mutex<HashMap<String, mpsc::UnboundedSender<Inbound>>>,
+    sessions: Mutex<HashMap<String, mpsc::Sender<Inbound>>>,
 }
 
 /// The channels of a running `plugd serve`: started adapters, the inbound
@@ -589,22 +591,27 @@ impl Router {
         }
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let msg = match sessions.get(&msg.session_id) {
-            Some(tx) => match tx.send(msg) {
+            Some(tx) => match tx.try_send(msg) {
                 Ok(()) => return,
-                Err(mpsc::error::SendError(m)) => m,
+                Err(mpsc::error::TrySendError::Full(m)) => {
+                    c.shed.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(kind = %m.kind, sender = %m.from, session = %m.session_id, "inbound message shed: {SESSION_QUEUE} messages of this session are already waiting");
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(m)) => m,
             },
             None => msg,
         };
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(SESSION_QUEUE);
         let session = msg.session_id.clone();
-        let _ = tx.send(msg);
+        let _ = tx.try_send(msg);
         sessions.insert(session.clone(), tx);
         let this = self.clone();
         tokio::spawn(async move { this.worker(session, rx).await });
     }
 
     /// Runs one session's messages in order; exits when idle.
-    async fn worker(self: Arc<Self>, session: String, mut rx: mpsc::UnboundedReceiver<Inbound>) {
+    async fn worker(self: Arc<Self>, session: String, mut rx: mpsc::Receiver<Inbound>) {
         loop {
             match tokio::time::timeout(SESSION_IDLE, rx.recv()).await {
                 Ok(Some(m)) => self.handle(m).await,
