@@ -534,6 +534,76 @@ async fn a_slow_turn_of_one_sender_does_not_hold_up_another_sender() {
     .unwrap();
 }
 
+/// The value of `metric` for kind webhook in `GET /metrics`.
+fn metric(serve: &Serve, metric: &str) -> u64 {
+    let text = serve.get("/metrics").text();
+    let prefix = format!("{metric}{{kind=\"webhook\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flooding_sender_is_shed_beyond_its_session_queue_and_every_message_is_counted() {
+    let (base, _seen) = crate::llm::double().await;
+    tokio::task::spawn_blocking(move || {
+        let rx = Receiver::start();
+        let (ws, port) = webhook_ws(&rx.url());
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("llm:\n  provider: openai\n  base_url: \"{base}\"\n  model: test-model\n"),
+        )
+        .unwrap();
+        let serve = Serve::start(&ws, "127.0.0.1:0");
+        // The first turn takes 5 s; 99 more messages of the same session
+        // arrive meanwhile: 64 wait, the rest are shed.
+        assert_eq!(
+            post_when_listening(port, &json!({"from": "flood", "text": "[slow] 0"})),
+            202
+        );
+        for i in 1..100 {
+            assert_eq!(
+                post(port, &json!({"from": "flood", "text": format!("m{i}")})),
+                202
+            );
+        }
+        let end = std::time::Instant::now() + Duration::from_secs(60);
+        let (mut replied, mut shed) = (0, 0);
+        while std::time::Instant::now() < end {
+            replied = metric(&serve, "plugd_channel_replies_total");
+            shed = metric(&serve, "plugd_channel_shed_total");
+            if replied + shed == 100 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(metric(&serve, "plugd_channel_inbound_total"), 100);
+        assert_eq!(replied + shed, 100, "replied {replied}, shed {shed}");
+        assert!(shed >= 1 && replied >= 64, "replied {replied}, shed {shed}");
+        assert_eq!(rx.got().len() as u64, replied);
+        // Replies of one session go out in the order the messages came.
+        let got = rx.got();
+        assert_eq!(got[0]["body"], "echo: [slow] 0");
+        let mut last = 0;
+        for v in &got[1..] {
+            let n: u64 = v["body"].as_str().unwrap()["echo: m".len()..]
+                .parse()
+                .unwrap();
+            assert!(n > last, "{got:?}");
+            last = n;
+        }
+        let (_, log) = serve.stop();
+        assert!(
+            plain(&log)
+                .contains("inbound message shed: 64 messages of this session are already waiting"),
+            "{log}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
 #[test]
 fn without_an_llm_section_inbound_messages_are_logged_as_unhandled() {
     let rx = Receiver::start();
