@@ -217,6 +217,32 @@ pub fn channel_error(kind: &str, method: &str, e: CallError) -> ChannelError {
     }
 }
 
+/// The JSON-RPC error a typed channel error is passed on as (microapp
+/// `nexo/dispatch`): the contract's code and data; anything else `-32603`.
+pub fn channel_error_object(e: &ChannelError) -> plugd_wire::ErrorObject {
+    use plugd_wire::ErrorObject;
+    let message = e.to_string();
+    match e {
+        ChannelError::Connection { .. } => ErrorObject::new(CHANNEL_CONNECTION_FAILED, message),
+        ChannelError::Authentication { .. } => {
+            ErrorObject::new(CHANNEL_AUTHENTICATION_FAILED, message)
+        }
+        ChannelError::Recipient {
+            recipient, reason, ..
+        } => ErrorObject::new(CHANNEL_RECIPIENT_INVALID, message)
+            .with_data(json!({"recipient": recipient, "reason": reason})),
+        ChannelError::RateLimited {
+            retry_after_secs, ..
+        } => ErrorObject::new(CHANNEL_RATE_LIMITED, message)
+            .with_data(json!({"retry_after_secs": retry_after_secs})),
+        ChannelError::Unsupported { feature, .. } => {
+            ErrorObject::new(CHANNEL_UNSUPPORTED_FEATURE, message)
+                .with_data(json!({"feature": feature}))
+        }
+        ChannelError::Other { .. } => ErrorObject::new(codes::INTERNAL_ERROR, message),
+    }
+}
+
 /// Maps a failed vector-backend call of `method` to its typed error.
 pub fn vector_error(method: &str, e: CallError) -> VectorError {
     let CallError::Remote { error, .. } = e else {

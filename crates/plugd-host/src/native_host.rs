@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::bus::{Allowlist, Bus, Delivery, Event, Sink, SubscriptionGuard, check_subject};
+use crate::extensions::{ChannelError, OutboundMessage, SendReceipt};
 use crate::peer::{Handler, HandlerFuture, Peer, Request};
 
 /// Capability that grants the broker bridge.
@@ -50,6 +51,9 @@ pub const MAX_RECALL_LIMIT: u64 = 1000;
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `temperature` when an `llm.complete` gives none (§5.3).
 pub const DEFAULT_TEMPERATURE: f32 = 0.7;
+
+/// What [`HostApi::dispatch`] returns.
+pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<SendReceipt, ChannelError>> + Send>>;
 
 /// What a host service returns.
 pub type ApiFuture<T> = Pin<Box<dyn Future<Output = Result<T, ServiceError>> + Send>>;
@@ -199,6 +203,18 @@ pub trait HostApi: Send + Sync + 'static {
     fn event_id(&self) -> String;
     /// The time now, RFC 3339.
     fn now(&self) -> String;
+    /// Sends `msg` out through the adapter of channel `channel` on behalf of
+    /// `plugin` (microapp `nexo/dispatch`). The default: no channels.
+    fn dispatch(&self, plugin: &str, channel: &str, msg: OutboundMessage) -> DispatchFuture {
+        let _ = (plugin, msg);
+        let kind = channel.to_owned();
+        Box::pin(async move {
+            Err(ChannelError::Other {
+                message: format!("no channel {kind:?} is available in this plugd"),
+                kind,
+            })
+        })
+    }
     /// The deadline of `llm.complete` (streaming or not).
     fn llm_timeout(&self, stream: bool) -> Duration {
         if stream {

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use plugd_host::bus::{Bus, LocalBus};
+use plugd_host::extensions::{ChannelError, OutboundMessage};
 use plugd_host::native_host::{
-    ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion, HostApi, ServiceError,
+    ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion, DispatchFuture, HostApi,
+    ServiceError,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -232,6 +234,29 @@ impl HostApi for RuntimeApi {
                     completion_tokens: reply.usage.completion_tokens,
                 },
             })
+        })
+    }
+
+    fn dispatch(&self, plugin: &str, channel: &str, msg: OutboundMessage) -> DispatchFuture {
+        let runtime = self
+            .runtime
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|inner| Runtime { inner });
+        let plugin = plugin.to_owned();
+        let channel = channel.to_owned();
+        Box::pin(async move {
+            let Some(runtime) = runtime else {
+                return Err(ChannelError::Other {
+                    kind: channel,
+                    message: "the runtime is shutting down".into(),
+                });
+            };
+            let sent = crate::channels::dispatch(&runtime, &channel, msg).await;
+            if let Err(e) = &sent {
+                tracing::warn!(%plugin, kind = %channel, "nexo/dispatch failed: {e}");
+            }
+            sent
         })
     }
 

@@ -11,6 +11,7 @@
 //! every start, so a plugin changed on disk stops being startable at once.
 
 pub mod agent;
+pub mod channels;
 pub mod config;
 pub mod containment;
 pub mod embed;
@@ -93,6 +94,14 @@ pub enum RuntimeError {
         /// The name asked for.
         name: String,
         /// The names there are.
+        known: String,
+    },
+    /// No channel adapter of that kind.
+    #[error("no channel {kind:?}; the channels here are {known}")]
+    UnknownChannel {
+        /// The kind asked for.
+        kind: String,
+        /// The kinds there are.
         known: String,
     },
     /// The risk gate refused the call (disabled, denied, not approved in time).
@@ -259,6 +268,7 @@ struct RtInner {
     api: Arc<host_api::RuntimeApi>,
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
+    channels: channels::CounterMap,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -316,6 +326,7 @@ impl Runtime {
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
+                channels: channels::CounterMap::default(),
                 dir,
                 store,
                 plugins,

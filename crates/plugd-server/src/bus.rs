@@ -149,6 +149,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Bus events for the plugin shed because its queue was full.",
         &broker(|s| s.shed),
     );
+    crate::channels::metrics(&mut out, &state.runtime.channel_stats());
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -159,7 +160,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-fn label(v: &str) -> String {
+pub(crate) fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

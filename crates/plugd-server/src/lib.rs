@@ -18,7 +18,7 @@
 //! | `GET /v1/sessions/{id}`            | the stored session, 404 when unknown           |
 //! | `POST /v1/bus/publish`             | `{"subject", "payload"?, "source"?, "session_id"?}` → `{event, delivered, shed}` |
 //! | `GET /v1/bus/tail/{pattern}`       | SSE: every bus event matching the pattern (`event: bus`) |
-//! | `GET /metrics`                     | per-plugin counters, Prometheus text format    |
+//! | `GET /metrics`                     | per-plugin and per-channel counters, Prometheus text format |
 //! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator |
 //! | `POST /v1/approvals/{id}:approve`  | `{"by"?}` → the waiting call runs; the approval record |
 //! | `POST /v1/approvals/{id}:deny`     | `{"by"?, "reason"?}` → the waiting call fails (`call_denied`) |
@@ -69,6 +69,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use error::ApiError;
 
 mod bus;
+mod channels;
 
 /// The address `plugd serve` listens on without `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7777";

@@ -8,6 +8,7 @@
 mod agent_cmd;
 mod bench;
 mod bus_cmd;
+mod channel_cmd;
 mod config_cmd;
 mod hook_cmd;
 mod memory_cmd;
@@ -81,6 +82,9 @@ enum Command {
     /// Manage the master key of stored secrets.
     #[command(subcommand)]
     Secrets(config_cmd::SecretsCmd),
+    /// List channel adapters; send one message through one.
+    #[command(subcommand)]
+    Channel(channel_cmd::ChannelCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -406,6 +410,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
         Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
+        Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
@@ -495,6 +500,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let _outbox = outbox_cmd::start_worker(rt)?;
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
+    let channel_agent = agent.clone();
     let state = plugd_server::AppState::new(
         rt.clone(),
         pipeline.clone(),
@@ -531,6 +537,9 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
     let _record = remote::ServeFile::write(rt.dir(), bound)?;
+    // Channel adapters: channel.start, inbound events → before_message → turn → reply.
+    let channels =
+        plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Tests and scripts read the bound port from this line.
     println!("plugd serving on http://{bound}");
     tokio::select! {
@@ -543,6 +552,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
                 Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {bound} failed: {e}"),
                 Err(e) => anyhow::anyhow!("the HTTP server on {bound} crashed: {e}"),
             };
+            channels.shutdown().await;
             pipeline.cleanup().await;
             rt.shutdown().await;
             return Err(err);
@@ -559,6 +569,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         http.abort();
     }
     tracing::info!("shutting plugins down");
+    channels.shutdown().await;
     pipeline.cleanup().await;
     rt.shutdown().await;
     tracing::info!("all plugins stopped");

@@ -11,6 +11,9 @@ Rules (first key wins):
   {"block_tools": [NAME, ...], "reason": R}
         event.toolName in the list -> {"abort": true, "decision": "block", "reason": R}
         otherwise                   -> {}
+  {"block_contains": S, "field": F, "reason": R}
+        S in event[F]               -> {"abort": true, "decision": "block", "reason": R}
+        otherwise                   -> {}
   {"transform_suffix": S, "field": F}
         -> {"decision": "transform", "transformed_body": event[F] + S}
   {"append": S, "field": F}
@@ -68,6 +71,11 @@ def on_hook(rid, params):
         reply_error(rid, -32601, f"unknown hook: {name}")
     elif "block_tools" in rule:
         if event.get("toolName") in rule["block_tools"]:
+            reply(rid, {"abort": True, "decision": "block", "reason": rule.get("reason", "no")})
+        else:
+            reply(rid, {})
+    elif "block_contains" in rule:
+        if rule["block_contains"] in str(event.get(rule["field"], "")):
             reply(rid, {"abort": True, "decision": "block", "reason": rule.get("reason", "no")})
         else:
             reply(rid, {})

@@ -17,8 +17,12 @@
 //! listed name is the advertised name, sent back unchanged.
 //!
 //! **Outbound requests** (ids `app:…`) are gated by the entry's
-//! `capabilities`. plugd has no channel or admin surface yet, so a granted
-//! request is answered `-32603` saying so; an ungranted one `-32000`; an
+//! `capabilities`. A granted `nexo/dispatch {to, channel, body}` sends a text
+//! message through the channel adapter of `channel` and answers
+//! `{message_id, sent_at_unix}`, or the channel's typed error code
+//! (`-33001..-33005`, `-32603` for anything else, `-32602` for bad params).
+//! plugd has no admin surface, so a granted admin request is answered
+//! `-32603` saying so; an ungranted one `-32000`; an
 //! unknown method `-32601`; a request whose id does not start with `app:`
 //! `-32600`. Admin methods map to capabilities by family, the word after
 //! `nexo/admin/` up to the first `_`, `/` or `.` (`llm_keys` is one family):
@@ -46,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{CallContext, CatalogChanged, HostServices, Setup};
+use crate::extensions::{OutboundMessage, channel_error_object};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CallError, Handler, HandlerFuture, Peer};
 use crate::protocol::{Incoming, JsonRpc, Protocol};
@@ -114,6 +119,8 @@ impl Protocol for MicroappRpc {
 struct MicroappHandler {
     plugin: Arc<str>,
     capabilities: Vec<Capability>,
+    /// The runtime's services (`nexo/dispatch` through a channel adapter).
+    api: Option<Arc<dyn crate::native_host::HostApi>>,
 }
 
 /// The capability an admin method needs, or `None` for an unknown family.
@@ -186,8 +193,44 @@ impl MicroappHandler {
     }
 }
 
+/// Reads `nexo/dispatch {to, channel, body}`.
+fn dispatch_params(params: Option<&Value>) -> Result<(String, OutboundMessage), ErrorObject> {
+    let field = |k: &str| {
+        params
+            .and_then(|p| p.get(k))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                ErrorObject::new(
+                    codes::INVALID_PARAMS,
+                    format!(
+                        "nexo/dispatch needs a non-empty string {k:?} in {{to, channel, body}}"
+                    ),
+                )
+            })
+    };
+    let (to, channel, body) = (field("to")?, field("channel")?, field("body")?);
+    Ok((channel, OutboundMessage::text(to, body)))
+}
+
 impl Handler for MicroappHandler {
     fn request(&self, method: String, params: Option<Value>) -> HandlerFuture {
+        if method == "nexo/dispatch"
+            && self.capabilities.contains(&Capability::DispatchOutbound)
+            && let Some(api) = self.api.clone()
+        {
+            let plugin = self.plugin.clone();
+            return Box::pin(async move {
+                let (channel, msg) = dispatch_params(params.as_ref())?;
+                match api.dispatch(&plugin, &channel, msg).await {
+                    Ok(r) => {
+                        Ok(json!({"message_id": r.message_id, "sent_at_unix": r.sent_at_unix}))
+                    }
+                    Err(e) => Err(channel_error_object(&e)),
+                }
+            });
+        }
         let err = self.answer(&method, params.as_ref());
         let shown = if method == BAD_ID_METHOD {
             "(bad id)"
@@ -206,7 +249,7 @@ impl Handler for MicroappHandler {
 /// Envelope and handler.
 pub fn setup(
     spec: &Arc<PluginSpec>,
-    _services: &HostServices,
+    services: &HostServices,
     _catalog_changed: CatalogChanged,
 ) -> Setup {
     let capabilities = spec
@@ -219,6 +262,7 @@ pub fn setup(
         handler: Arc::new(MicroappHandler {
             plugin: spec.id.as_str().into(),
             capabilities,
+            api: services.api.clone(),
         }),
         cancel: None,
         state: None,

@@ -4,6 +4,7 @@
 
 mod agent;
 mod broker;
+mod channels;
 mod cli;
 mod ctl;
 mod dexto;
