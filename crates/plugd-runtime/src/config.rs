@@ -1,8 +1,8 @@
 //! `DIR/plugd.yaml`: the workspace's agent configuration — hook handlers
 //! (`plugins:`, Dexto's YAML extended for remote handlers), the LLM provider
 //! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`),
-//! the agent turn (`agent:`) and the risk policy (`risk:`, parsed in
-//! `risk.rs`). Its JSON Schema is `docs/plugd.schema.json`
+//! the agent turn (`agent:`), the risk policy (`risk:`, parsed in
+//! `risk.rs`) and broker grants (`broker:`, in `broker_config.rs`). Its JSON Schema is `docs/plugd.schema.json`
 //! ([`SCHEMA`]).
 //!
 //! Rules:
@@ -114,6 +114,9 @@ pub struct PlugdConfig {
     pub sandbox: crate::containment::SandboxConfig,
     /// `memory:`: agent memory and semantic recall ([`crate::recall`]).
     pub memory: crate::recall::MemoryConfig,
+    /// `broker:`: subjects granted to plugins beyond their channels
+    /// ([`crate::broker_config`]).
+    pub broker: crate::broker_config::BrokerConfig,
 }
 
 /// `agent:`.
@@ -342,6 +345,8 @@ struct RawDoc {
     risk: Option<Spanned<crate::risk::RawRisk>>,
     sandbox: Option<crate::containment::RawSandbox>,
     memory: Option<Spanned<crate::recall::RawMemory>>,
+    #[serde(default)]
+    broker: Option<Spanned<crate::broker_config::RawBroker>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -633,6 +638,9 @@ impl PlugdConfig {
         )?;
         if let Some(risk) = raw.risk {
             config.risk = crate::risk::parse_config(risk, path)?;
+        }
+        if let Some(broker) = raw.broker {
+            config.broker = crate::broker_config::parse_config(broker, path)?;
         }
         if let Some(memory) = raw.memory {
             config.memory = crate::recall::parse_config(memory, path)?;

@@ -260,6 +260,22 @@ impl HostApi for RuntimeApi {
         })
     }
 
+    fn allowlist(&self, spec: &plugd_manifest::PluginSpec) -> plugd_host::bus::Allowlist {
+        let base =
+            plugd_host::bus::Allowlist::for_channels(&plugd_host::native_host::channel_kinds(spec));
+        let Some(runtime) = self.runtime.get().and_then(Weak::upgrade) else {
+            return base;
+        };
+        // Read at each start, so a changed grant applies on the next restart.
+        match PlugdConfig::load(&runtime.dir) {
+            Ok(config) => config.broker.extend(&spec.id, base),
+            Err(e) => {
+                tracing::warn!(plugin = %spec.id, "plugd.yaml unreadable, so no broker grants apply: {e}");
+                base
+            }
+        }
+    }
+
     fn bus(&self) -> Arc<dyn Bus> {
         self.bus.clone()
     }

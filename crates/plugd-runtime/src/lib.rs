@@ -11,6 +11,7 @@
 //! every start, so a plugin changed on disk stops being startable at once.
 
 pub mod agent;
+pub mod broker_config;
 pub mod channels;
 pub mod config;
 pub mod containment;

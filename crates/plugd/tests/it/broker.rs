@@ -536,3 +536,57 @@ fn bus_cli_publishes_into_serve_and_tails_what_plugins_answer() {
         stderr(&out)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_grants_extend_what_a_plugin_may_publish_and_receive() {
+    let ws = Ws::new();
+    services_plugin(&ws, "granted", &["broker"], None);
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "broker:\n  grants:\n    granted:\n      publish: [\"alerts.granted.>\"]\n      subscribe: [\"ops.notice\"]\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(30_000));
+    let mut alerts = rt.bus().subscribe("alerts.>", 64).unwrap();
+    let mut inbound = rt.bus().subscribe("plugin.inbound.loop", 64).unwrap();
+    rt.approve("granted", "test").await.unwrap();
+
+    call(
+        &rt,
+        "granted_publish",
+        json!({"topic": "alerts.granted.disk", "text": "90%"}),
+    )
+    .await
+    .unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(10), alerts.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.topic, "alerts.granted.disk");
+    // Outside the grant it is still dropped.
+    call(&rt, "granted_publish", json!({"topic": "alerts.other"}))
+        .await
+        .unwrap();
+    call(&rt, "granted_ping", json!({})).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || rt
+            .broker_stats("granted")
+            .is_some_and(|s| s.dropped == 1))
+        .await
+    );
+    assert!(alerts.try_recv().is_none());
+    // A granted subscription is delivered (the plugin echoes it inbound).
+    let p = rt.bus().publish(Event::new(
+        "ops.notice",
+        "operator",
+        json!({"text": "maintenance"}),
+    ));
+    assert_eq!(p.delivered, 1);
+    let echo = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(echo.payload["echo"], "maintenance");
+    assert_eq!(echo.payload["topic"], "ops.notice");
+    rt.shutdown().await;
+}
