@@ -259,10 +259,22 @@ impl std::fmt::Debug for NativeHost {
     }
 }
 
-/// The per-connection state of a native plugin: its bus subscriptions.
+/// The per-connection state of a native plugin: its allowlist (decided once
+/// per start) and its bus subscriptions.
 #[derive(Debug, Default)]
 pub struct NativeState {
+    allowlist: Allowlist,
     subscriptions: Mutex<Vec<SubscriptionGuard>>,
+}
+
+impl NativeHost {
+    /// The connection state that goes with this handler.
+    pub fn state(&self) -> NativeState {
+        NativeState {
+            allowlist: self.allowlist.clone(),
+            subscriptions: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl NativeHost {
@@ -553,7 +565,7 @@ pub fn attach(peer: &Peer, spec: &PluginSpec, api: Option<&Arc<dyn HostApi>>, st
     if !granted(spec, CAP_BROKER) {
         return;
     }
-    let allowlist = api.allowlist(spec);
+    let allowlist = &state.allowlist;
     let counters = api.broker_counters(&spec.id);
     let bus = api.bus();
     let mut guards = state

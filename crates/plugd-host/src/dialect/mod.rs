@@ -126,12 +126,16 @@ pub fn setup(
         Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
         // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
         // the plugin's own requests go to the host services.
-        _ => Setup {
-            protocol: Arc::new(crate::native_llm::NativeProtocol),
-            handler: Arc::new(NativeHost::new(spec.clone(), services.api.clone())),
-            cancel: None,
-            state: Some(Arc::new(NativeState::default())),
-        },
+        _ => {
+            let host = NativeHost::new(spec.clone(), services.api.clone());
+            let state: DialectState = Arc::new(host.state());
+            Setup {
+                protocol: Arc::new(crate::native_llm::NativeProtocol),
+                handler: Arc::new(host),
+                cancel: None,
+                state: Some(state),
+            }
+        }
     }
 }
 
