@@ -323,7 +323,10 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
-                std::process::exit(1);
+                // `_exit` ends the forked child at once, without the atexit
+                // handlers and stdio flushing `exit` would run (and that
+                // could deadlock on a lock the parent's threads held).
+                libc::_exit(1);
             }
             sandbox::limits::apply(&limits)?;
             if let Some(f) = fallback.as_mut() {
