@@ -323,6 +323,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         }
         Command::Plugin(PluginCmd::Show { id, json }) => {
             let mut info = rt.plugin(id)?;
+            let mut via = None;
+            let mut live_json = None;
             // The live counters belong to the process running the plugin.
             if let Some(serve) = remote::Remote::find(rt.dir()).await {
                 match serve
@@ -334,15 +336,24 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                         info.broker =
                             serde_json::from_value(live["broker"].clone()).unwrap_or(None);
                         if let Some(state) = live["state"].as_str() {
-                            info.state = format!("{state} (in plugd serve pid {})", serve.pid());
+                            info.state = state.to_owned();
+                            via = Some(serve.pid());
                         }
+                        live_json = Some(live);
                     }
                     Err(e) => tracing::warn!("cannot read the live state from plugd serve: {e}"),
                 }
             }
             if json.json {
-                print_json(&info, true)?;
+                // Serve's whole view of it when serve runs, else ours.
+                match &live_json {
+                    Some(live) => print_json(live, true)?,
+                    None => print_json(&info, true)?,
+                }
             } else {
+                if let Some(pid) = via {
+                    info.state = format!("{} (in plugd serve pid {pid})", info.state);
+                }
                 print_plugin_detail(&info);
             }
         }
