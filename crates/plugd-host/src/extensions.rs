@@ -28,9 +28,16 @@ pub const VECTOR_SEARCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// `default`, unless `env` is set: then its value in milliseconds (an error
 /// names the variable when it is not a positive integer).
 pub fn deadline(env: &str, default: Duration) -> Result<Duration, String> {
-    match std::env::var(env) {
-        Err(_) => Ok(default),
-        Ok(v) => v
+    override_ms(env, std::env::var(env).ok().as_deref(), default)
+}
+
+/// `default`, or `value` (the text of the variable `env`, if set) in
+/// milliseconds; an error names the variable when it is not a positive
+/// integer.
+pub fn override_ms(env: &str, value: Option<&str>, default: Duration) -> Result<Duration, String> {
+    match value {
+        None => Ok(default),
+        Some(v) => v
             .trim()
             .parse::<u64>()
             .ok()

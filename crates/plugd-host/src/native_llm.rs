@@ -49,17 +49,8 @@ pub const LLM_CONTEXT_OVERFLOW: i64 = -33105;
 /// [`TIMEOUT_ENV`], if set) for both modes, else 60 s sync / 300 s streaming.
 /// An override that is not a positive integer is an error naming the variable.
 pub fn llm_timeout(override_ms: Option<&str>, stream: bool) -> Result<Duration, String> {
-    match override_ms {
-        Some(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .map(Duration::from_millis)
-            .ok_or_else(|| format!("{TIMEOUT_ENV}={v:?} is not a positive integer (milliseconds)")),
-        None if stream => Ok(STREAM_TIMEOUT),
-        None => Ok(SYNC_TIMEOUT),
-    }
+    let default = if stream { STREAM_TIMEOUT } else { SYNC_TIMEOUT };
+    crate::extensions::override_ms(TIMEOUT_ENV, override_ms, default)
 }
 
 /// The envelope of the native dialect: line-delimited JSON-RPC, where an

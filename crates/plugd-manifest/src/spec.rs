@@ -107,6 +107,16 @@ pub struct PluginSpec {
 }
 
 impl PluginSpec {
+    /// `[plugin.extends]` of a native plugin; `None` for every other dialect
+    /// (only native plugins serve channels, LLM providers, memory backends
+    /// and hooks through the nexo methods).
+    pub fn native_extends(&self) -> Option<&Extends> {
+        self.native
+            .as_ref()
+            .filter(|_| self.dialect == Dialect::Native)
+            .map(|n| &n.extends)
+    }
+
     /// A spec with every optional part empty, for dialect loaders to fill
     /// with struct-update syntax (`..PluginSpec::base()`). Its id, version,
     /// dir and command are placeholders that every loader sets.

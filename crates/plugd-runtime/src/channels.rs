@@ -33,7 +33,6 @@ use plugd_host::extensions::{
     self, CHANNEL_CONTROL_TIMEOUT, CHANNEL_SEND_TIMEOUT, CHANNEL_TIMEOUT_ENV, ChannelError,
     OutboundMessage, SendReceipt,
 };
-use plugd_manifest::Dialect;
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -123,15 +122,10 @@ impl Runtime {
     pub fn channel_kinds(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for (id, sup) in &self.inner.plugins {
-            let spec = sup.spec();
-            let Some(native) = spec
-                .native
-                .as_ref()
-                .filter(|_| spec.dialect == Dialect::Native)
-            else {
+            let Some(extends) = sup.spec().native_extends() else {
                 continue;
             };
-            for kind in &native.extends.channels {
+            for kind in &extends.channels {
                 if !out.iter().any(|(k, _)| k == kind) {
                     out.push((kind.clone(), id.clone()));
                 }

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use plugd_host::extensions::{
     self, MEMORY_TIMEOUT_ENV, VECTOR_SEARCH_TIMEOUT, VECTOR_WRITE_TIMEOUT, VectorError,
 };
-use plugd_manifest::Dialect;
 use plugd_store::Store;
 use plugd_store::vectors::{VectorMatch, VectorRecord, VectorStoreError};
 use serde_json::{Value, json};
@@ -226,15 +225,10 @@ impl Runtime {
         }
         let mut declared = vec![BUILTIN_BACKEND.to_owned()];
         for (id, sup) in &self.inner.plugins {
-            let spec = sup.spec();
-            let Some(native) = spec
-                .native
-                .as_ref()
-                .filter(|_| spec.dialect == Dialect::Native)
-            else {
+            let Some(extends) = sup.spec().native_extends() else {
                 continue;
             };
-            if native.extends.memory_backends.iter().any(|b| b == name) {
+            if extends.memory_backends.iter().any(|b| b == name) {
                 let write_timeout = extensions::deadline(MEMORY_TIMEOUT_ENV, VECTOR_WRITE_TIMEOUT)
                     .map_err(RuntimeError::Workspace)?;
                 let search_timeout =
@@ -248,7 +242,7 @@ impl Runtime {
                     search_timeout,
                 }));
             }
-            declared.extend(native.extends.memory_backends.iter().cloned());
+            declared.extend(extends.memory_backends.iter().cloned());
         }
         Err(RuntimeError::UnknownVectorBackend {
             name: name.to_owned(),
