@@ -245,33 +245,30 @@ impl Remote {
     /// `POST path` with a JSON `body`; serve's JSON answer. `what` names the
     /// request in errors.
     pub async fn post(&self, path: &str, body: &Value, what: String) -> Result<Value, RemoteError> {
-        let transport = self.transport(&what);
-        let resp = self
+        let request = self
             .client
             .post(format!("http://{}{path}", self.record.addr))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(&transport)?;
-        let status = resp.status();
-        let bytes = resp.bytes().await.map_err(&transport)?;
-        if status.is_success() {
-            return serde_json::from_slice(&bytes)
-                .map_err(|_| self.api_error(what, status.as_u16(), &bytes));
-        }
-        Err(self.api_error(what, status.as_u16(), &bytes))
+            .body(body.to_string());
+        self.json(request, what).await
     }
 
     /// `GET path`; serve's JSON answer. `what` names the request in errors.
     pub async fn get(&self, path: &str, what: String) -> Result<Value, RemoteError> {
-        let transport = self.transport(&what);
-        let resp = self
+        let request = self
             .client
-            .get(format!("http://{}{path}", self.record.addr))
-            .send()
-            .await
-            .map_err(&transport)?;
+            .get(format!("http://{}{path}", self.record.addr));
+        self.json(request, what).await
+    }
+
+    /// Sends `request`; a success's JSON body, or serve's API error.
+    async fn json(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: String,
+    ) -> Result<Value, RemoteError> {
+        let transport = self.transport(&what);
+        let resp = request.send().await.map_err(&transport)?;
         let status = resp.status();
         let bytes = resp.bytes().await.map_err(&transport)?;
         if status.is_success() {
