@@ -46,6 +46,7 @@ pub mod salmex;
 mod sandbox;
 mod schema;
 mod spec;
+mod toml_fields;
 pub mod vai;
 
 #[cfg(test)]

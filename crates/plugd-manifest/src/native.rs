@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use toml::{Table, Value};
+use toml::Table;
 
 use crate::LoadOptions;
 use crate::error::ManifestError;
@@ -20,6 +20,7 @@ use crate::spec::{
     ChannelRegistration, CommandSpec, Dialect, EXTENDS_SECTIONS, Extends, LimitsSpec, NativeSpec,
     PluginSpec, Requires, STATE_DIR_TOKEN, SandboxNetwork, SandboxSpec, StartMode, SupervisorSpec,
 };
+use crate::toml_fields::{Fields, Unknown, join, syntax_error};
 
 /// File name of the native manifest.
 pub const NATIVE_MANIFEST_FILE: &str = "nexo-plugin.toml";
@@ -97,10 +98,7 @@ pub fn parse_native(
     dir: &Path,
     opts: &LoadOptions,
 ) -> Result<PluginSpec, ManifestError> {
-    let mut cx = Cx {
-        path: manifest_path,
-        warnings: Vec::new(),
-    };
+    let mut cx = Cx(Fields::new(manifest_path, false));
     if text.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge {
             path: manifest_path.to_path_buf(),
@@ -187,36 +185,9 @@ pub fn parse_native(
             min_nexo_version: min_nexo_version.map(str::to_owned),
             config_schema,
         }),
-        warnings: cx.warnings,
+        warnings: std::mem::take(&mut cx.warnings),
         ..PluginSpec::base()
     })
-}
-
-/// Turns a TOML parse error into [`ManifestError::Syntax`] with a 1-based
-/// line and column computed from the error span.
-fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ManifestError {
-    let offset = e.span().map_or(0, |s| s.start).min(text.len());
-    let offset = (0..=offset)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    let message = e
-        .message()
-        .split('\n')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    ManifestError::Syntax {
-        path: path.to_path_buf(),
-        line,
-        column,
-        message: message.trim_end_matches('.').to_owned(),
-    }
 }
 
 /// Quotes user input for an error message: Rust string escaping (so control
@@ -229,185 +200,24 @@ pub(crate) fn quote(s: &str) -> String {
     }
 }
 
-/// Joins a dotted prefix and a key; keys that are not bare TOML keys are
-/// quoted so the field name stays unambiguous.
-fn join(prefix: &str, key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let key = if bare { key.to_owned() } else { quote(key) };
-    if prefix.is_empty() {
-        key
-    } else {
-        format!("{prefix}.{key}")
+/// Validation context: the manifest's typed field reader plus what only the
+/// native loader needs.
+struct Cx<'a>(Fields<'a>);
+
+impl<'a> std::ops::Deref for Cx<'a> {
+    type Target = Fields<'a>;
+    fn deref(&self) -> &Fields<'a> {
+        &self.0
     }
 }
 
-/// What to do with a key not in a section's schema.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Unknown {
-    /// Refuse the manifest ([`ManifestError::UnknownKey`]).
-    Error,
-    /// Accept it with a warning (forward compatibility).
-    Warn,
-}
-
-/// Validation context: the manifest path (for errors) and collected warnings.
-struct Cx<'a> {
-    path: &'a Path,
-    warnings: Vec<String>,
+impl std::ops::DerefMut for Cx<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Cx<'_> {
-    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ManifestError {
-        ManifestError::Invalid {
-            path: self.path.to_path_buf(),
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    fn wrong_type(&self, field: &str, expected: &str, v: &Value) -> ManifestError {
-        self.invalid(
-            field,
-            format!(
-                "expected {expected}, found {}; change the value's type",
-                v.type_str()
-            ),
-        )
-    }
-
-    fn check_keys(
-        &mut self,
-        t: &Table,
-        prefix: &str,
-        allowed: &[&str],
-        unknown: Unknown,
-    ) -> Result<(), ManifestError> {
-        for key in t.keys() {
-            if allowed.contains(&key.as_str()) {
-                continue;
-            }
-            let field = join(prefix, key);
-            match unknown {
-                Unknown::Error => {
-                    return Err(ManifestError::UnknownKey {
-                        path: self.path.to_path_buf(),
-                        field,
-                        expected: allowed.iter().map(|s| (*s).to_owned()).collect(),
-                    });
-                }
-                Unknown::Warn => self.warnings.push(format!(
-                    "{field}: unknown key ignored (it may be meant for a newer host); remove it or fix its spelling"
-                )),
-            }
-        }
-        Ok(())
-    }
-
-    fn table<'v>(&self, v: &'v Value, field: &str) -> Result<&'v Table, ManifestError> {
-        v.as_table()
-            .ok_or_else(|| self.wrong_type(field, "a table", v))
-    }
-
-    fn required_table<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v Table, ManifestError> {
-        let field = join(prefix, key);
-        match t.get(key) {
-            Some(v) => self.table(v, &field),
-            None => Err(ManifestError::MissingField {
-                path: self.path.to_path_buf(),
-                field,
-            }),
-        }
-    }
-
-    fn optional_table<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v Table>, ManifestError> {
-        t.get(key)
-            .map(|v| self.table(v, &join(prefix, key)))
-            .transpose()
-    }
-
-    fn string<'v>(&self, v: &'v Value, field: &str) -> Result<&'v str, ManifestError> {
-        v.as_str()
-            .ok_or_else(|| self.wrong_type(field, "a string", v))
-    }
-
-    fn required_string<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v str, ManifestError> {
-        let field = join(prefix, key);
-        match t.get(key) {
-            Some(v) => self.string(v, &field),
-            None => Err(ManifestError::MissingField {
-                path: self.path.to_path_buf(),
-                field,
-            }),
-        }
-    }
-
-    fn optional_string<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v str>, ManifestError> {
-        t.get(key)
-            .map(|v| self.string(v, &join(prefix, key)))
-            .transpose()
-    }
-
-    fn optional_bool(
-        &self,
-        t: &Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<bool>, ManifestError> {
-        t.get(key)
-            .map(|v| {
-                v.as_bool()
-                    .ok_or_else(|| self.wrong_type(&join(prefix, key), "a boolean", v))
-            })
-            .transpose()
-    }
-
-    /// An optional array of strings; returns `(field_of_element, value)` pairs.
-    fn string_list<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Vec<(String, &'v str)>, ManifestError> {
-        let field = join(prefix, key);
-        let Some(v) = t.get(key) else {
-            return Ok(Vec::new());
-        };
-        let arr = v
-            .as_array()
-            .ok_or_else(|| self.wrong_type(&field, "an array of strings", v))?;
-        arr.iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let f = format!("{field}[{i}]");
-                let s = self.string(item, &f)?;
-                Ok((f, s))
-            })
-            .collect()
-    }
-
     fn requires(&mut self, plugin: &Table) -> Result<Requires, ManifestError> {
         let Some(t) = self.optional_table(plugin, "plugin", "requires")? else {
             return Ok(Requires::default());
@@ -726,31 +536,6 @@ impl Cx<'_> {
             ));
         }
         Ok(sup)
-    }
-
-    /// An optional integer in `min..=max`.
-    fn integer(
-        &self,
-        t: &Table,
-        prefix: &str,
-        key: &str,
-        min: i64,
-        max: i64,
-    ) -> Result<Option<i64>, ManifestError> {
-        let field = join(prefix, key);
-        let Some(v) = t.get(key) else {
-            return Ok(None);
-        };
-        let n = v
-            .as_integer()
-            .ok_or_else(|| self.wrong_type(&field, "an integer", v))?;
-        if !(min..=max).contains(&n) {
-            return Err(self.invalid(
-                field,
-                format!("{n} is out of range; use a value from {min} to {max}"),
-            ));
-        }
-        Ok(Some(n))
     }
 
     /// An optional `*_ms` duration: an integer from 1 ms to one hour.

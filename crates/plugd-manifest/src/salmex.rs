@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use crate::native::quote;
 use crate::sandbox::resolve_path;
 use crate::spec::{CommandSpec, DeclaredTool, Dialect, StartMode, SupervisorSpec};
+use crate::toml_fields::join;
 use crate::{LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec};
 
 /// The file this dialect is declared in.
@@ -382,19 +383,6 @@ pub fn parse_salmex(
 struct Cx<'a> {
     path: &'a Path,
     warnings: Vec<String>,
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let key = if bare { key.to_owned() } else { quote(key) };
-    if prefix.is_empty() {
-        key
-    } else {
-        format!("{prefix}.{key}")
-    }
 }
 
 fn type_name(v: &Value) -> &'static str {

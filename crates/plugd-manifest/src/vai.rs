@@ -18,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
-use toml::{Table, Value};
+use toml::Table;
 
 use crate::native::quote;
+use crate::toml_fields::{Fields, Unknown, join, syntax_error};
 use crate::{
     CommandSpec, DeclaredTool, Dialect, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
     SupervisorSpec, resolve_path,
@@ -362,9 +363,8 @@ pub fn parse_vai(
 ) -> Result<PluginSpec, ManifestError> {
     let _ = opts;
     let mut cx = Cx {
-        path: manifest_path,
+        f: Fields::new(manifest_path, true),
         dir,
-        warnings: Vec::new(),
     };
     if text.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(ManifestError::TooLarge {
@@ -374,7 +374,7 @@ pub fn parse_vai(
         });
     }
     let root: Table = toml::from_str(text).map_err(|e| syntax_error(manifest_path, text, &e))?;
-    cx.check_keys(&root, "", ROOT_KEYS, true)?;
+    cx.check_keys(&root, "", ROOT_KEYS, Unknown::Warn)?;
 
     let api_version = cx.required_string(&root, "", "api_version")?;
     if api_version != VAI_API_VERSION {
@@ -456,7 +456,7 @@ pub fn parse_vai(
             runtime,
             exports,
         }),
-        warnings: cx.warnings,
+        warnings: std::mem::take(&mut cx.warnings),
         ..PluginSpec::base()
     })
 }
@@ -486,215 +486,36 @@ pub fn is_valid_export_id(s: &str) -> bool {
             .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-'))
 }
 
-fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> ManifestError {
-    let offset = e.span().map_or(0, |s| s.start).min(text.len());
-    let offset = (0..=offset)
-        .rev()
-        .find(|&i| text.is_char_boundary(i))
-        .unwrap_or(0);
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    let message = e
-        .message()
-        .split('\n')
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ");
-    ManifestError::Syntax {
-        path: path.to_path_buf(),
-        line,
-        column,
-        message: message.trim_end_matches('.').to_owned(),
-    }
-}
-
-fn join(prefix: &str, key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    let key = if bare { key.to_owned() } else { quote(key) };
-    if prefix.is_empty() {
-        key
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
-
-/// Validation context: manifest path, package directory, warnings.
+/// Validation context: the manifest's typed field reader and the package
+/// directory.
 struct Cx<'a> {
-    path: &'a Path,
+    f: Fields<'a>,
     dir: &'a Path,
-    warnings: Vec<String>,
+}
+
+impl<'a> std::ops::Deref for Cx<'a> {
+    type Target = Fields<'a>;
+    fn deref(&self) -> &Fields<'a> {
+        &self.f
+    }
+}
+
+impl std::ops::DerefMut for Cx<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.f
+    }
 }
 
 impl Cx<'_> {
-    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ManifestError {
-        ManifestError::Invalid {
-            path: self.path.to_path_buf(),
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    fn missing(&self, field: String) -> ManifestError {
-        ManifestError::MissingField {
-            path: self.path.to_path_buf(),
-            field,
-        }
-    }
-
-    fn wrong_type(&self, field: &str, expected: &str, v: &Value) -> ManifestError {
-        self.invalid(
-            field,
-            format!(
-                "expected {expected}, found {}; change the value's type",
-                v.type_str()
-            ),
-        )
-    }
-
-    fn check_keys(
-        &mut self,
-        t: &Table,
-        prefix: &str,
-        allowed: &[&str],
-        warn_only: bool,
-    ) -> Result<(), ManifestError> {
-        for key in t.keys() {
-            if allowed.contains(&key.as_str()) {
-                continue;
-            }
-            let field = join(prefix, key);
-            if warn_only {
-                self.warnings.push(format!(
-                    "{field}: unknown key ignored (it may be meant for a newer host); remove it or fix its spelling"
-                ));
-            } else {
-                return Err(ManifestError::UnknownKey {
-                    path: self.path.to_path_buf(),
-                    field,
-                    expected: allowed.iter().map(|s| (*s).to_owned()).collect(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn table<'v>(&self, v: &'v Value, field: &str) -> Result<&'v Table, ManifestError> {
-        v.as_table()
-            .ok_or_else(|| self.wrong_type(field, "a table", v))
-    }
-
-    fn optional_table<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v Table>, ManifestError> {
-        t.get(key)
-            .map(|v| self.table(v, &join(prefix, key)))
-            .transpose()
-    }
-
-    /// A string without NUL bytes.
-    fn string<'v>(&self, v: &'v Value, field: &str) -> Result<&'v str, ManifestError> {
-        let s = v
-            .as_str()
-            .ok_or_else(|| self.wrong_type(field, "a string", v))?;
-        if s.contains('\0') {
-            return Err(self.invalid(
-                field,
-                format!("{} contains a NUL byte; remove it", quote(s)),
-            ));
-        }
-        Ok(s)
-    }
-
-    fn required_string<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<&'v str, ManifestError> {
-        let field = join(prefix, key);
-        match t.get(key) {
-            Some(v) => self.string(v, &field),
-            None => Err(self.missing(field)),
-        }
-    }
-
-    fn optional_string<'v>(
-        &self,
-        t: &'v Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<&'v str>, ManifestError> {
-        t.get(key)
-            .map(|v| self.string(v, &join(prefix, key)))
-            .transpose()
-    }
-
-    fn optional_bool(
-        &self,
-        t: &Table,
-        prefix: &str,
-        key: &str,
-    ) -> Result<Option<bool>, ManifestError> {
-        t.get(key)
-            .map(|v| {
-                v.as_bool()
-                    .ok_or_else(|| self.wrong_type(&join(prefix, key), "a boolean", v))
-            })
-            .transpose()
-    }
-
-    /// An optional integer in `min..=max`.
-    fn integer(
-        &self,
-        t: &Table,
-        prefix: &str,
-        key: &str,
-        min: i64,
-        max: i64,
-    ) -> Result<Option<i64>, ManifestError> {
-        let field = join(prefix, key);
-        let Some(v) = t.get(key) else {
-            return Ok(None);
-        };
-        let n = v
-            .as_integer()
-            .ok_or_else(|| self.wrong_type(&field, "an integer", v))?;
-        if !(min..=max).contains(&n) {
-            return Err(self.invalid(
-                field,
-                format!("{n} is out of range; use a value from {min} to {max}"),
-            ));
-        }
-        Ok(Some(n))
-    }
-
     /// An optional array of strings, each non-empty, with duplicates refused.
-    fn string_list(
+    fn unique_strings(
         &self,
         t: &Table,
         prefix: &str,
         key: &str,
     ) -> Result<Vec<String>, ManifestError> {
-        let field = join(prefix, key);
-        let Some(v) = t.get(key) else {
-            return Ok(Vec::new());
-        };
-        let arr = v
-            .as_array()
-            .ok_or_else(|| self.wrong_type(&field, "an array of strings", v))?;
         let mut out: Vec<String> = Vec::new();
-        for (i, item) in arr.iter().enumerate() {
-            let f = format!("{field}[{i}]");
-            let s = self.string(item, &f)?;
+        for (f, s) in self.f.string_list(t, prefix, key)? {
             if s.trim().is_empty() {
                 return Err(self.invalid(f, "empty string; remove it or fill it in"));
             }
@@ -742,7 +563,7 @@ impl Cx<'_> {
             Some(v) => self.table(v, P)?,
             None => return Err(self.missing(P.to_owned())),
         };
-        self.check_keys(t, P, RUNTIME_KEYS, false)?;
+        self.check_keys(t, P, RUNTIME_KEYS, Unknown::Error)?;
         let protocol = self.required_string(t, P, "protocol")?;
         if protocol != VAI_PROTOCOL {
             return Err(self.invalid(
@@ -763,7 +584,7 @@ impl Cx<'_> {
                 ),
             ));
         }
-        let os = self.string_list(t, P, "os")?;
+        let os = self.unique_strings(t, P, "os")?;
         if !os.is_empty() && !os.iter().any(|o| o == host_os()) {
             return Err(self.invalid(
                 "runtime.os",
@@ -774,7 +595,7 @@ impl Cx<'_> {
                 ),
             ));
         }
-        let arch = self.string_list(t, P, "arch")?;
+        let arch = self.unique_strings(t, P, "arch")?;
         if !arch.is_empty() && !arch.iter().any(|a| a == host_arch()) {
             return Err(self.invalid(
                 "runtime.arch",
@@ -1017,7 +838,7 @@ impl Cx<'_> {
     }
 
     fn export(&mut self, t: &Table, p: &str) -> Result<VaiExport, ManifestError> {
-        self.check_keys(t, p, EXPORT_KEYS, false)?;
+        self.check_keys(t, p, EXPORT_KEYS, Unknown::Error)?;
         let id = self.required_string(t, p, "id")?;
         if !is_valid_export_id(id) {
             return Err(self.invalid(
@@ -1098,7 +919,7 @@ impl Cx<'_> {
             ExportKind::Tool => {
                 let tp = join(p, "tool");
                 let tt = self.optional_table(t, p, "tool")?.unwrap_or(&empty);
-                self.check_keys(tt, &tp, TOOL_KEYS, false)?;
+                self.check_keys(tt, &tp, TOOL_KEYS, Unknown::Error)?;
                 let effect_class = match self.optional_string(tt, &tp, "effect_class")? {
                     None => EffectClass::Unknown,
                     Some(c) => match self.choice(
@@ -1138,11 +959,11 @@ impl Cx<'_> {
                 let Some(ht) = self.optional_table(t, p, "hook")? else {
                     return Err(self.missing(format!("{hp}.subscribes_to")));
                 };
-                self.check_keys(ht, &hp, HOOK_KEYS, false)?;
+                self.check_keys(ht, &hp, HOOK_KEYS, Unknown::Error)?;
                 if !ht.contains_key("subscribes_to") {
                     return Err(self.missing(format!("{hp}.subscribes_to")));
                 }
-                let subscribes_to = self.string_list(ht, &hp, "subscribes_to")?;
+                let subscribes_to = self.unique_strings(ht, &hp, "subscribes_to")?;
                 if subscribes_to.is_empty() {
                     return Err(self.invalid(
                         format!("{hp}.subscribes_to"),
@@ -1154,7 +975,7 @@ impl Cx<'_> {
             ExportKind::Compactor => {
                 let cp = join(p, "compactor");
                 let ct = self.optional_table(t, p, "compactor")?.unwrap_or(&empty);
-                self.check_keys(ct, &cp, COMPACTOR_KEYS, false)?;
+                self.check_keys(ct, &cp, COMPACTOR_KEYS, Unknown::Error)?;
                 export.compactor = Some(CompactorExport {
                     target_context: self
                         .optional_string(ct, &cp, "target_context")?
@@ -1167,7 +988,7 @@ impl Cx<'_> {
             ExportKind::Harness => {
                 let hp = join(p, "harness");
                 let ht = self.optional_table(t, p, "harness")?.unwrap_or(&empty);
-                self.check_keys(ht, &hp, HARNESS_KEYS, false)?;
+                self.check_keys(ht, &hp, HARNESS_KEYS, Unknown::Error)?;
                 let fidelity = match self.optional_string(ht, &hp, "fidelity")? {
                     None => None,
                     Some(f) => Some(
@@ -1186,7 +1007,7 @@ impl Cx<'_> {
                 export.harness = Some(HarnessExport {
                     mode: self.optional_string(ht, &hp, "mode")?.map(str::to_owned),
                     fidelity,
-                    supports: self.string_list(ht, &hp, "supports")?,
+                    supports: self.unique_strings(ht, &hp, "supports")?,
                 });
             }
         }
@@ -1198,7 +1019,7 @@ impl Cx<'_> {
         let Some(t) = self.optional_table(export, p, "permissions")? else {
             return Ok(Permissions::default());
         };
-        self.check_keys(t, &pp, PERMISSION_KEYS, false)?;
+        self.check_keys(t, &pp, PERMISSION_KEYS, Unknown::Error)?;
         let network = match self.optional_string(t, &pp, "network")? {
             None => NetworkPermission::None,
             Some(n) => match self.choice(&format!("{pp}.network"), n, &["none", "egress"])? {
@@ -1218,7 +1039,7 @@ impl Cx<'_> {
                 _ => FilesystemPermission::None,
             },
         };
-        let gateway_api_scopes = self.string_list(t, &pp, "gateway_api_scopes")?;
+        let gateway_api_scopes = self.unique_strings(t, &pp, "gateway_api_scopes")?;
         for (i, scope) in gateway_api_scopes.iter().enumerate() {
             let ok = scope.split_once(':').is_some_and(|(r, a)| {
                 let part = |s: &str| {
@@ -1238,7 +1059,7 @@ impl Cx<'_> {
                 ));
             }
         }
-        let secret_slots = self.string_list(t, &pp, "secret_slots")?;
+        let secret_slots = self.unique_strings(t, &pp, "secret_slots")?;
         for (i, slot) in secret_slots.iter().enumerate() {
             if !is_valid_export_id(slot) {
                 return Err(self.invalid(
