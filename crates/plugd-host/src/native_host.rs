@@ -215,13 +215,18 @@ pub trait HostApi: Send + Sync + 'static {
             })
         })
     }
-    /// The deadline of `llm.complete` (streaming or not).
+    /// The deadline of `llm.complete` (streaming or not):
+    /// `NEXO_PLUGIN_LLM_TIMEOUT_MS` when set, else 60 s / 300 s.
     fn llm_timeout(&self, stream: bool) -> Duration {
-        if stream {
-            LLM_STREAM_TIMEOUT
-        } else {
-            LLM_COMPLETE_TIMEOUT
-        }
+        let env = std::env::var(crate::native_llm::TIMEOUT_ENV).ok();
+        crate::native_llm::llm_timeout(env.as_deref(), stream).unwrap_or_else(|e| {
+            tracing::warn!("{e}; using the default deadline");
+            if stream {
+                LLM_STREAM_TIMEOUT
+            } else {
+                LLM_COMPLETE_TIMEOUT
+            }
+        })
     }
 }
 

@@ -590,3 +590,38 @@ async fn operator_grants_extend_what_a_plugin_may_publish_and_receive() {
     assert_eq!(echo.payload["topic"], "ops.notice");
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_complete_has_its_own_deadline_from_the_environment() {
+    let (base, _seen) = crate::llm::double().await;
+    let ws = Ws::new();
+    services_plugin(&ws, "patient", &["llm"], Some(&base));
+    let dir = ws.dir().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        let approve = crate::support::plugd_cmd(&dir)
+            .args(["plugin", "approve", "patient"])
+            .output()
+            .unwrap();
+        assert!(
+            approve.status.success(),
+            "{}",
+            crate::support::stderr(&approve)
+        );
+        crate::support::plugd_cmd(&dir)
+            .env("NEXO_PLUGIN_LLM_TIMEOUT_MS", "800")
+            .args([
+                "tool",
+                "call",
+                "patient_complete",
+                "--args",
+                r#"{"prompt": "[slow] x"}"#,
+            ])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = crate::support::stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("llm.complete timed out after 800 ms"), "{err}");
+}
