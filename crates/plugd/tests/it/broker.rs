@@ -58,6 +58,14 @@ fn text(v: &Value) -> String {
         .to_owned()
 }
 
+/// The next event of `sub`, within 10 s.
+async fn next(sub: &mut plugd_host::bus::Subscription) -> Event {
+    tokio::time::timeout(Duration::from_secs(10), sub.recv())
+        .await
+        .expect("no event within 10 s")
+        .expect("the bus is gone")
+}
+
 async fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, String> {
     rt.call_tool(tool, args, None)
         .await
@@ -81,10 +89,7 @@ async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
     )
     .await
     .unwrap();
-    let event = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let event = next(&mut inbound).await;
     assert_eq!(event.topic, "plugin.inbound.loop.team_a");
     assert_eq!(event.source, "loop");
     assert_eq!(event.payload, json!({"text": "hi"}));
@@ -100,10 +105,7 @@ async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
     )
     .await
     .unwrap();
-    let event = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let event = next(&mut inbound).await;
     assert_eq!(event.source, "svc");
 
     // Core subjects and other channels' subjects never reach the bus.
@@ -180,10 +182,7 @@ async fn outbound_events_are_delivered_and_the_plugin_answers_inbound() {
     out.session_id = Some("s1".into());
     let published = rt.bus().publish(out);
     assert_eq!(published.delivered, 1);
-    let echo = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let echo = next(&mut inbound).await;
     assert_eq!(
         echo.payload,
         json!({"echo": "hello", "topic": "plugin.outbound.loop.team_a"})
@@ -558,10 +557,7 @@ async fn operator_grants_extend_what_a_plugin_may_publish_and_receive() {
     )
     .await
     .unwrap();
-    let e = tokio::time::timeout(Duration::from_secs(10), alerts.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let e = next(&mut alerts).await;
     assert_eq!(e.topic, "alerts.granted.disk");
     // Outside the grant it is still dropped.
     call(&rt, "granted_publish", json!({"topic": "alerts.other"}))
@@ -582,10 +578,7 @@ async fn operator_grants_extend_what_a_plugin_may_publish_and_receive() {
         json!({"text": "maintenance"}),
     ));
     assert_eq!(p.delivered, 1);
-    let echo = tokio::time::timeout(Duration::from_secs(10), inbound.recv())
-        .await
-        .unwrap()
-        .unwrap();
+    let echo = next(&mut inbound).await;
     assert_eq!(echo.payload["echo"], "maintenance");
     assert_eq!(echo.payload["topic"], "ops.notice");
     rt.shutdown().await;
