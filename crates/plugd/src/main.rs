@@ -16,6 +16,7 @@ mod outbox_cmd;
 mod remote;
 mod risk_cmd;
 mod sign_cmd;
+mod token_cmd;
 
 use std::path::PathBuf;
 
@@ -85,6 +86,9 @@ enum Command {
     /// List channel adapters; send one message through one.
     #[command(subcommand)]
     Channel(channel_cmd::ChannelCmd),
+    /// Bearer tokens for `plugd serve --listen` (create, list, revoke).
+    #[command(subcommand)]
+    Token(token_cmd::TokenCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -165,9 +169,11 @@ enum ManifestCmd {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Address of the HTTP API (loopback only until it has authentication).
-    #[arg(long, value_name = "ADDR", default_value = plugd_server::DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
+    /// Also serve the HTTP API on this TCP address (loopback only; every
+    /// request but GET /healthz needs a bearer token from `plugd token
+    /// create`). Without it, serve listens on .plugd/serve.sock only.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -272,6 +278,10 @@ async fn shutdown_signal() {
 async fn run(cli: Cli) -> Result<i32> {
     match &cli.command {
         Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        Command::Token(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return token_cmd::run(&dir, cmd).map(|()| 0);
+        }
         Command::Bus(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return bus_cmd::run(&dir, cmd).await.map(|()| 0);
@@ -425,6 +435,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
+        | Command::Token(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }
@@ -444,8 +455,12 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
     let via = format!("(via plugd serve pid {})", serve.pid());
     match cmd {
         PluginCmd::Approve { id, by } => {
-            let by = approver(by.as_deref());
-            let row = serve.plugin_action(id, "approve", Some(&by)).await?;
+            if by.is_some() {
+                eprintln!(
+                    "note: --by is not sent to plugd serve; it records the user of this socket connection"
+                );
+            }
+            let row = serve.plugin_action(id, "approve").await?;
             let digest = row["digest"].as_str().unwrap_or("?");
             let tools: Vec<&str> = row["tools"]
                 .as_array()
@@ -457,7 +472,7 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             );
         }
         PluginCmd::Revoke { id } => {
-            let row = serve.plugin_action(id, "revoke", None).await?;
+            let row = serve.plugin_action(id, "revoke").await?;
             if row["was_approved"].as_bool().unwrap_or(true) {
                 println!("revoked {id} {via}");
             } else {
@@ -465,7 +480,7 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             }
         }
         PluginCmd::Restart { id } => {
-            serve.plugin_action(id, "restart", None).await?;
+            serve.plugin_action(id, "restart").await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
         PluginCmd::List(_)
@@ -480,7 +495,9 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
 
 async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
-    plugd_server::check_listen(args.listen)?;
+    if let Some(addr) = args.listen {
+        plugd_server::check_listen(addr)?;
+    }
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     // The risk policy serve gates calls with is the plugd.yaml it started with.
     rt.set_risk_config(config.risk.clone());
@@ -512,24 +529,40 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
     let channel_agent = agent.clone();
+    let limits = plugd_server::listen::Limits::from_config(&config.http);
     let state = plugd_server::AppState::new(
         rt.clone(),
         pipeline.clone(),
         std::sync::Arc::new(config),
         agent,
     );
-    let listener = plugd_server::bind(args.listen).await?;
-    let bound = listener
-        .local_addr()
-        .with_context(|| format!("cannot read the address bound for {}", args.listen))?;
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut http = tokio::spawn(plugd_server::serve(
-        listener,
-        plugd_server::router(state),
-        async move {
-            let _ = http_stopped.await;
-        },
-    ));
+    let app = plugd_server::router(state);
+    // The socket first: the CLI reaches serve there, checked by peer uid.
+    let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let mut listeners = vec![plugd_server::listen::Listener::Unix(
+        socket
+            .take()
+            .context("the socket listener was taken twice")?,
+    )];
+    let mut bound = None;
+    if let Some(addr) = args.listen {
+        let tcp = plugd_server::bind(addr).await?;
+        bound = Some(
+            tcp.local_addr()
+                .with_context(|| format!("cannot read the address bound for {addr}"))?,
+        );
+        listeners.push(plugd_server::listen::Listener::Tcp(tcp));
+    }
+    let servers: Vec<_> = listeners
+        .into_iter()
+        .map(|l| plugd_server::listen::run(l, app.clone(), limits, http_stopped.clone()))
+        .collect();
+    let mut http = tokio::spawn(async move {
+        futures_util::future::try_join_all(servers)
+            .await
+            .map(|_| ())
+    });
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),
@@ -547,21 +580,28 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
-    let _record = remote::ServeFile::write(rt.dir(), bound)?;
+    let _record = remote::ServeFile::write(rt.dir(), socket.path(), bound)?;
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
-    // Tests and scripts read the bound port from this line.
-    println!("plugd serving on http://{bound}");
+    // Tests and scripts read the socket and the bound port from these lines.
+    println!("plugd serving on unix:{}", socket.path().display());
+    if let Some(bound) = bound {
+        println!("plugd serving on http://{bound}");
+    }
+    let listening = bound.map_or_else(
+        || format!("unix:{}", socket.path().display()),
+        |b| format!("http://{b}"),
+    );
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
         r = &mut http => {
             // The server stopped on its own: an accept loop failure.
             let err = match r {
-                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {bound} stopped unexpectedly"),
-                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {bound} failed: {e}"),
-                Err(e) => anyhow::anyhow!("the HTTP server on {bound} crashed: {e}"),
+                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {listening} stopped unexpectedly"),
+                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
+                Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
             };
             channels.shutdown().await;
             pipeline.cleanup().await;
@@ -570,7 +610,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         }
     }
     tracing::info!("stopping the HTTP API");
-    let _ = stop_http.send(());
+    let _ = stop_http.send(true);
     // Requests in flight (a streaming turn) get a bounded grace period.
     if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
         .await
