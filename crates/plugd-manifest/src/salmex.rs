@@ -251,7 +251,7 @@ pub fn parse_salmex(
         message: format!("invalid JSON: {e}; fix the syntax at that position"),
     })?;
     let root = cx.object(&root, "(top level)")?;
-    cx.check_keys(root, "", TOP_KEYS);
+    cx.check_guarded_keys(root, "", TOP_KEYS)?;
 
     let name = cx.required_string(root, "", "name")?;
     if !is_valid_salmex_name(name) {
@@ -422,6 +422,31 @@ impl Cx<'_> {
         )
     }
 
+    /// [`Cx::check_keys`] for a section where a key named like a
+    /// containment section (`sandbox`, `limits`, `permissions` or a
+    /// misspelling) could be mistaken for one: such a key is refused.
+    fn check_guarded_keys(
+        &mut self,
+        obj: &Map<String, Value>,
+        prefix: &str,
+        allowed: &[&str],
+    ) -> Result<(), ManifestError> {
+        for key in obj.keys() {
+            if !allowed.contains(&key.as_str())
+                && let Some(meant) = crate::guarded::near_containment(key)
+            {
+                return Err(crate::guarded::refused(
+                    self.path,
+                    &join(prefix, key),
+                    key,
+                    meant,
+                ));
+            }
+        }
+        self.check_keys(obj, prefix, allowed);
+        Ok(())
+    }
+
     /// Unknown keys are warnings: a newer Salmex may add keys.
     fn check_keys(&mut self, obj: &Map<String, Value>, prefix: &str, allowed: &[&str]) {
         for key in obj.keys() {
@@ -571,7 +596,7 @@ impl Cx<'_> {
             return Err(self.missing("capabilities".to_owned()));
         };
         let caps = self.object(caps, "capabilities")?;
-        self.check_keys(caps, "capabilities", CAPABILITY_KEYS);
+        self.check_guarded_keys(caps, "capabilities", CAPABILITY_KEYS)?;
         let Some(list) = caps.get("tools") else {
             return Err(self.missing("capabilities.tools".to_owned()));
         };
