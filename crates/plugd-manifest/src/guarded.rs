@@ -66,14 +66,33 @@ mod tests {
     #[test]
     fn misspellings_of_containment_sections_are_caught() {
         for k in [
-            "sandbx", "sandbox", "Sandbox", "sand_box", "sanbox", "sandboxes", "limit", "limts",
-            "limits", "permision", "permissions", "permissons", "Permissions",
+            "sandbx",
+            "sandbox",
+            "Sandbox",
+            "sand_box",
+            "sanbox",
+            "sandboxes",
+            "limit",
+            "limts",
+            "limits",
+            "permision",
+            "permissions",
+            "permissons",
+            "Permissions",
         ] {
             assert!(near_containment(k).is_some(), "{k}");
         }
         for k in [
-            "homepage", "author", "links", "license", "description", "timeout", "lints",
-            "submissions", "keywords", "sandwich",
+            "homepage",
+            "author",
+            "links",
+            "license",
+            "description",
+            "timeout",
+            "lints",
+            "submissions",
+            "keywords",
+            "sandwich",
         ] {
             assert_eq!(near_containment(k), None, "{k}");
         }

@@ -1015,6 +1015,26 @@ mod tests {
     }
 
     #[test]
+    fn keys_named_like_containment_sections_are_refused() {
+        for key in ["sandbox", "sandbx", "permissions", "permision", "limits"] {
+            let mut m = seed();
+            m[key] = json!({"enabled": true});
+            let e = err(&m);
+            assert!(
+                e.contains(&format!("{key}: ")) && e.contains("containment"),
+                "{key}: {e}"
+            );
+        }
+        let mut m = seed();
+        m["capabilities"]["permissions"] = json!(["fs"]);
+        assert!(err(&m).contains("capabilities.permissions"));
+        // Other unknown keys stay warnings.
+        let mut m = seed();
+        m["homepage"] = json!("x");
+        assert!(load(&m).is_ok());
+    }
+
+    #[test]
     fn eager_and_config_schema_are_kept() {
         let mut m = with(seed(), "/eager", json!(true));
         m["config"] = json!({"properties": [

@@ -221,10 +221,7 @@ impl Observer for TrustObserver {
         // digested: a file swapped in after this check is never executed.
         let run = match dir_digest {
             Some(d) => {
-                let pin = self
-                    .pins
-                    .verify(&spec.id, &d)
-                    .map_err(|e| e.to_string())?;
+                let pin = self.pins.verify(&spec.id, &d).map_err(|e| e.to_string())?;
                 Some(Arc::new(spec.rebased(&pin)))
             }
             None => None,

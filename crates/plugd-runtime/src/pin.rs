@@ -49,9 +49,7 @@ pub enum PinError {
         target: PathBuf,
     },
     /// An entry that a plugin must not ship (fifo, socket, device).
-    #[error(
-        "{path:?} is not a file, directory or symlink; remove it from the plugin directory"
-    )]
+    #[error("{path:?} is not a file, directory or symlink; remove it from the plugin directory")]
     Special {
         /// The entry.
         path: PathBuf,
@@ -153,11 +151,12 @@ impl Pins {
             .mode(0o600)
             .open(&path)
             .map_err(io_err(&path))?;
-        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|e| PinError::Io {
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive).map_err(|e| {
+            PinError::Io {
                 path: path.clone(),
                 source: e.into(),
-            })?;
+            }
+        })?;
         Ok(Locked { _file: file })
     }
 
@@ -192,7 +191,9 @@ impl Pins {
             Ok(m) if m.is_dir() => {
                 // Shared by content with another approval: keep the one
                 // there if it is intact, else replace it.
-                if plugin_digest(&target, &DigestLimits::default()).ok().as_deref()
+                if plugin_digest(&target, &DigestLimits::default())
+                    .ok()
+                    .as_deref()
                     == Some(pin_digest.as_str())
                 {
                     remove_tree(&staging)?;
@@ -250,7 +251,10 @@ impl Pins {
         let meta = fs::symlink_metadata(&entry).map_err(|_| missing())?;
         let real = if meta.file_type().is_symlink() {
             let name = fs::read_link(&entry).map_err(|_| missing())?;
-            let name = name.to_str().filter(|n| is_hex_name(n)).ok_or_else(missing)?;
+            let name = name
+                .to_str()
+                .filter(|n| is_hex_name(n))
+                .ok_or_else(missing)?;
             self.root.join(name)
         } else {
             entry.clone()
@@ -575,11 +579,7 @@ fn remove_tree(p: &Path) -> Result<(), PinError> {
 
 /// Makes `link` a symlink to `target`, atomically replacing what was there.
 fn replace_symlink(target: &str, link: &Path) -> Result<(), PinError> {
-    let tmp = link.with_file_name(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        random_suffix()
-    ));
+    let tmp = link.with_file_name(format!(".tmp-{}-{}", std::process::id(), random_suffix()));
     symlink(target, &tmp).map_err(io_err(&tmp))?;
     fs::rename(&tmp, link).map_err(|e| {
         let _ = fs::remove_file(&tmp);
@@ -610,8 +610,7 @@ fn is_hex_name(n: &str) -> bool {
 fn encode_id(id: &str) -> String {
     let mut out = String::new();
     for b in id.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !out.is_empty())
-        {
+        if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !out.is_empty()) {
             out.push(b as char);
         } else {
             out.push_str(&format!("%{b:02X}"));

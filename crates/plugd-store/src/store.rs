@@ -208,8 +208,9 @@ impl Store {
             tx.commit()?;
             Ok(n > 0)
         };
-        write(&mut conn)
-            .map_err(|e| self.query_error(format!("roll back the approval of {:?}", a.plugin_id), e))
+        write(&mut conn).map_err(|e| {
+            self.query_error(format!("roll back the approval of {:?}", a.plugin_id), e)
+        })
     }
 
     /// The approval of `plugin_id`, if any.

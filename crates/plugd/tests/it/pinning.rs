@@ -376,10 +376,7 @@ fn fifty_parallel_approvals_through_serve_leave_the_plugin_approved_once() {
             .any(|t| t == "viaserve_echo"),
         "{row}"
     );
-    let r = serve.post(
-        "/v1/tools/viaserve_echo:invoke",
-        &json!({"args": {"n": 1}}),
-    );
+    let r = serve.post("/v1/tools/viaserve_echo:invoke", &json!({"args": {"n": 1}}));
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("\"n\":1"), "{}", r.text());
     let Ok(serve) = Arc::try_unwrap(serve) else {
@@ -457,7 +454,11 @@ fn harmless_unknown_key_is_approved_and_approve_prints_the_warning() {
     std::fs::write(&manifest, text).unwrap();
     let out = ws.plugd(&["plugin", "approve", "harmless"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("approved harmless"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("approved harmless"),
+        "{}",
+        stdout(&out)
+    );
     assert!(
         stderr(&out).contains("warning: plugin.homepage: unknown key ignored"),
         "{}",
