@@ -556,7 +556,7 @@ impl Runtime {
             reason,
         };
         signing::check(&self.inner.signing, sup.spec()).map_err(failed)?;
-        let digest = self.pin_now(id, sup.spec()).await.map_err(failed)?;
+        let (digest, pin) = self.pin_now(id, sup.spec()).await.map_err(failed)?;
         let store = &self.inner.store;
         let approval = Approval {
             plugin_id: id.to_owned(),
@@ -565,7 +565,18 @@ impl Runtime {
             approved_at: plugd_store::now_rfc3339(),
             catalog: Value::Array(Vec::new()),
         };
-        store.approve_clearing_failure(&approval)?;
+        if let Err(e) = store.approve_clearing_failure(&approval) {
+            if let Some(pin) = &pin {
+                let _ = self.inner.pins.restore(id, pin);
+            }
+            return Err(e.into());
+        }
+        // The new approval replaced the old one: its pin may go.
+        if let Some(pin) = &pin
+            && let Err(e) = self.inner.pins.forget(pin)
+        {
+            tracing::warn!(plugin = %id, "could not remove the previous pin: {e}");
+        }
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         if let Err(e) = sup.connection(deadline).await {
@@ -585,9 +596,13 @@ impl Runtime {
     /// Pins the plugin's directory (when its dialect keeps its code there)
     /// and returns the approval digest of the copy. Fails if the source
     /// changed while it was being copied.
-    async fn pin_now(&self, id: &str, spec: &Arc<PluginSpec>) -> Result<String, String> {
+    async fn pin_now(
+        &self,
+        id: &str,
+        spec: &Arc<PluginSpec>,
+    ) -> Result<(String, Option<pin::Pin>), String> {
         if !spec.pin_dir {
-            return self.digest_now(id, true);
+            return self.digest_now(id, true).map(|d| (d, None));
         }
         let pins = self.inner.pins.clone();
         let (plugin, dir) = (id.to_owned(), spec.dir.clone());
@@ -596,14 +611,18 @@ impl Runtime {
             .map_err(|e| format!("pinning failed: {e}"))?
             .map_err(|e| e.to_string())?;
         let approved = combine_digest(Some(&pin.dir_digest), &spec.pinned);
-        let now = self.digest_now(id, true)?;
-        if now != approved {
+        let now = self.digest_now(id, true);
+        if now.as_ref() != Ok(&approved) {
+            // Keep the previous approval's pin: that approval still stands.
+            if let Err(e) = self.inner.pins.restore(id, &pin) {
+                tracing::warn!(plugin = %id, "could not restore the previous pin: {e}");
+            }
             return Err(format!(
                 "its files changed while they were being copied into the pin {:?}; approve again once they are stable",
                 pin.path.display().to_string()
             ));
         }
-        Ok(approved)
+        Ok((approved, Some(pin)))
     }
 
     fn release_pin(&self, id: &str) {

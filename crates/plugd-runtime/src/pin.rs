@@ -115,6 +115,10 @@ pub struct Pin {
     pub dir_digest: String,
     /// The pin directory.
     pub path: PathBuf,
+    /// The pin the plugin used before, still on disk until
+    /// [`Pins::forget`] (approval recorded) or [`Pins::restore`] (approval
+    /// abandoned) decides.
+    pub previous: Option<String>,
 }
 
 /// The pins of one workspace (`DIR/.plugd/pins/`).
@@ -167,8 +171,8 @@ impl Pins {
     }
 
     /// Snapshots `src` (plugin `plugin`) into a pin and records it as the
-    /// plugin's pin; returns it. The plugin's previous pin is removed unless
-    /// another plugin uses it.
+    /// plugin's pin; returns it. The plugin's previous pin stays until
+    /// [`Pins::forget`] or [`Pins::restore`].
     pub fn create(&self, plugin: &str, src: &Path) -> Result<Pin, PinError> {
         fs::create_dir_all(&self.root).map_err(io_err(&self.root))?;
         let staging = self.root.join(format!(
@@ -215,16 +219,38 @@ impl Pins {
         if dir_digest != pin_digest {
             replace_symlink(&name, &self.path_of(&dir_digest))?;
         }
-        let old = self.set_ref(plugin, Some(&name))?;
-        if let Some(old) = old
-            && old != name
-        {
-            self.collect(&old)?;
-        }
+        let previous = self
+            .set_ref(plugin, Some(&name))?
+            .filter(|old| *old != name);
         Ok(Pin {
             dir_digest,
             path: target,
+            previous,
         })
+    }
+
+    /// The approval of `pin` was recorded: removes the plugin's previous pin
+    /// unless another plugin uses it.
+    pub fn forget(&self, pin: &Pin) -> Result<(), PinError> {
+        let Some(old) = &pin.previous else {
+            return Ok(());
+        };
+        let _guard = self.lock()?;
+        self.collect(old)
+    }
+
+    /// The approval of `pin` was abandoned: the plugin's record points at
+    /// its previous pin again (its previous approval still stands) and the
+    /// new pin is removed unless another plugin uses it.
+    pub fn restore(&self, plugin: &str, pin: &Pin) -> Result<(), PinError> {
+        let _guard = self.lock()?;
+        let new = self.set_ref(plugin, pin.previous.as_deref())?;
+        if let Some(new) = new
+            && Some(&new) != pin.previous.as_ref()
+        {
+            self.collect(&new)?;
+        }
+        Ok(())
     }
 
     /// Forgets plugin `plugin`'s pin (revocation) and removes it unless
@@ -696,8 +722,26 @@ mod tests {
         // Re-approving b with new content drops its old pin.
         fs::write(src.join("main.py"), "print(2)\n").unwrap();
         let b2 = pins.create("b", &src).unwrap();
+        assert!(a.path.exists(), "kept until the approval is recorded");
+        pins.forget(&b2).unwrap();
         assert!(!a.path.exists());
         assert!(b2.path.exists());
+    }
+
+    #[test]
+    fn an_abandoned_approval_keeps_the_previous_pin() {
+        let ws = tempfile::tempdir().unwrap();
+        let src = ws.path().join("p");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("main.py"), "print(1)\n").unwrap();
+        let pins = Pins::new(&ws.path().join(".plugd"));
+        let first = pins.create("p", &src).unwrap();
+        pins.forget(&first).unwrap();
+        fs::write(src.join("main.py"), "print(2)\n").unwrap();
+        let second = pins.create("p", &src).unwrap();
+        pins.restore("p", &second).unwrap();
+        assert!(first.path.exists() && !second.path.exists());
+        assert_eq!(pins.current("p").unwrap(), first.path);
     }
 
     #[test]
