@@ -9,6 +9,8 @@
 //! **Architecture invariant**: a plugin runs only while its approval's digest
 //! equals the digest of its directory as it is now; this is checked before
 //! every start, so a plugin changed on disk stops being startable at once.
+//! What starts is the approval's read-only pin (see [`pin`]), never the
+//! source directory that was just digested.
 
 pub mod agent;
 pub mod broker_config;
