@@ -189,6 +189,7 @@ impl Pins {
             }
         };
         let _guard = self.lock()?;
+        self.sweep_abandoned();
         let name = hex_of(&pin_digest);
         let target = self.root.join(&name);
         let published = match fs::symlink_metadata(&target) {
@@ -313,6 +314,32 @@ impl Pins {
         let name = fs::read_link(link).ok()?;
         let name = name.file_name()?.to_str()?;
         is_hex_name(name).then(|| self.root.join(name))
+    }
+
+    /// Removes staging directories and temporary links left by a process
+    /// that died mid-approval (their name carries its pid). Caller holds
+    /// the lock.
+    fn sweep_abandoned(&self) {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name
+                .strip_prefix(".staging-")
+                .or_else(|| name.strip_prefix(".tmp-"))
+            else {
+                continue;
+            };
+            let pid = rest.split('-').next().unwrap_or("");
+            let alive = pid.parse::<u32>().is_ok_and(|p| {
+                p == std::process::id() || Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !alive {
+                let _ = remove_tree(&e.path())
+                    .or_else(|_| fs::remove_file(e.path()).map_err(io_err(&e.path())));
+            }
+        }
     }
 
     /// Points `by-plugin/<id>` at pin `name` (or removes it); returns the
@@ -726,6 +753,23 @@ mod tests {
         pins.forget(&b2).unwrap();
         assert!(!a.path.exists());
         assert!(b2.path.exists());
+    }
+
+    #[test]
+    fn staging_left_by_a_dead_process_is_swept() {
+        let ws = tempfile::tempdir().unwrap();
+        let src = ws.path().join("p");
+        fs::create_dir_all(&src).unwrap();
+        fs::write(src.join("main.py"), "print(1)\n").unwrap();
+        let pins = Pins::new(&ws.path().join(".plugd"));
+        fs::create_dir_all(pins.root().join(".staging-999999999-ab/sub")).unwrap();
+        let mine = pins
+            .root()
+            .join(format!(".staging-{}-cd", std::process::id()));
+        fs::create_dir_all(&mine).unwrap();
+        pins.create("p", &src).unwrap();
+        assert!(!pins.root().join(".staging-999999999-ab").exists());
+        assert!(mine.exists(), "a live process's staging stays");
     }
 
     #[test]
