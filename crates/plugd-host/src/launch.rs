@@ -7,6 +7,10 @@
 //! stderr tail is scrubbed of the secret values. A running connection keeps
 //! the launch it was started with ([`crate::Conn::launch`]).
 
+use std::path::Path;
+use std::sync::Arc;
+
+use plugd_manifest::PluginSpec;
 use serde_json::Value;
 
 /// The host's decisions for one start of a plugin.
@@ -21,9 +25,23 @@ pub struct Launch {
     pub redact: Vec<String>,
     /// Sandbox and resource limits for this start (default: none).
     pub containment: crate::sandbox::Containment,
+    /// What this start runs: the plugin's spec rebased onto its approval's
+    /// read-only pin (`.plugd/pins/<digest>/`), so the working directory,
+    /// the program, the arguments and the sandbox binds all point into the
+    /// pin and never at the mutable source directory. `None` runs the spec
+    /// the supervisor holds as it is (dialects without a plugin directory,
+    /// such as MCP servers, and tests).
+    pub run_spec: Option<Arc<PluginSpec>>,
 }
 
 impl Launch {
+    /// The one directory this start runs from (its working directory and
+    /// the plugin directory a sandbox shows): the pin when there is one.
+    /// `None`: the supervisor's own spec's directory.
+    pub fn run_dir(&self) -> Option<&Path> {
+        self.run_spec.as_deref().map(|s| s.dir.as_path())
+    }
+
     /// `text` with every [`Launch::redact`] value replaced by `••••`.
     pub fn scrub(&self, text: &str) -> String {
         scrub(text, &self.redact)

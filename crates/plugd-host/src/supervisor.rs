@@ -604,12 +604,15 @@ impl SupInner {
                         reason,
                     })?,
             );
+        // What runs is the launch's spec (rebased onto the approval's pin)
+        // when the observer gave one: never a path into the mutable source.
+        let run = launch.run_spec.clone().unwrap_or_else(|| spec.clone());
         let spawned = spawn::spawn(&SpawnSpec {
             plugin_id: plugin.clone(),
-            program: spec.command.program.clone(),
-            args: spec.command.args.clone(),
-            cwd: spec.dir.clone(),
-            env: spec.command.env.clone(),
+            program: run.command.program.clone(),
+            args: run.command.args.clone(),
+            cwd: run.dir.clone(),
+            env: run.command.env.clone(),
             containment: launch.containment.clone(),
         })
         .map_err(|e| PluginError::Spawn(Arc::new(e)))?;
@@ -639,7 +642,7 @@ impl SupInner {
             }
         });
         let redact: stderr::SharedRedact = Arc::new(std::sync::RwLock::new(launch.redact.clone()));
-        let setup = dialect::setup(spec, &self.services, catalog_changed, &redact);
+        let setup = dialect::setup(&run, &self.services, catalog_changed, &redact);
         let dialect_state = setup.state.clone();
         let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;

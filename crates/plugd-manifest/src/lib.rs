@@ -37,6 +37,7 @@
 
 pub mod config_schema;
 mod error;
+mod guarded;
 mod ids;
 pub mod mcp;
 pub mod microapp;

@@ -251,7 +251,7 @@ pub fn parse_salmex(
         message: format!("invalid JSON: {e}; fix the syntax at that position"),
     })?;
     let root = cx.object(&root, "(top level)")?;
-    cx.check_keys(root, "", TOP_KEYS);
+    cx.check_guarded_keys(root, "", TOP_KEYS)?;
 
     let name = cx.required_string(root, "", "name")?;
     if !is_valid_salmex_name(name) {
@@ -422,6 +422,31 @@ impl Cx<'_> {
         )
     }
 
+    /// [`Cx::check_keys`] for a section where a key named like a
+    /// containment section (`sandbox`, `limits`, `permissions` or a
+    /// misspelling) could be mistaken for one: such a key is refused.
+    fn check_guarded_keys(
+        &mut self,
+        obj: &Map<String, Value>,
+        prefix: &str,
+        allowed: &[&str],
+    ) -> Result<(), ManifestError> {
+        for key in obj.keys() {
+            if !allowed.contains(&key.as_str())
+                && let Some(meant) = crate::guarded::near_containment(key)
+            {
+                return Err(crate::guarded::refused(
+                    self.path,
+                    &join(prefix, key),
+                    key,
+                    meant,
+                ));
+            }
+        }
+        self.check_keys(obj, prefix, allowed);
+        Ok(())
+    }
+
     /// Unknown keys are warnings: a newer Salmex may add keys.
     fn check_keys(&mut self, obj: &Map<String, Value>, prefix: &str, allowed: &[&str]) {
         for key in obj.keys() {
@@ -571,7 +596,7 @@ impl Cx<'_> {
             return Err(self.missing("capabilities".to_owned()));
         };
         let caps = self.object(caps, "capabilities")?;
-        self.check_keys(caps, "capabilities", CAPABILITY_KEYS);
+        self.check_guarded_keys(caps, "capabilities", CAPABILITY_KEYS)?;
         let Some(list) = caps.get("tools") else {
             return Err(self.missing("capabilities.tools".to_owned()));
         };
@@ -987,6 +1012,26 @@ mod tests {
         assert_eq!(s.author.as_deref(), Some("Your Name"));
         assert_eq!(s.interpreter.as_deref(), Some("node"));
         assert!(spec.warnings.is_empty(), "{:?}", spec.warnings);
+    }
+
+    #[test]
+    fn keys_named_like_containment_sections_are_refused() {
+        for key in ["sandbox", "sandbx", "permissions", "permision", "limits"] {
+            let mut m = seed();
+            m[key] = json!({"enabled": true});
+            let e = err(&m);
+            assert!(
+                e.contains(&format!("{key}: ")) && e.contains("containment"),
+                "{key}: {e}"
+            );
+        }
+        let mut m = seed();
+        m["capabilities"]["permissions"] = json!(["fs"]);
+        assert!(err(&m).contains("capabilities.permissions"));
+        // Other unknown keys stay warnings.
+        let mut m = seed();
+        m["homepage"] = json!("x");
+        assert!(load(&m).is_ok());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize, Serializer};
@@ -115,6 +115,60 @@ impl PluginSpec {
             .as_ref()
             .filter(|_| self.dialect == Dialect::Native)
             .map(|n| &n.extends)
+    }
+
+    /// This spec with its plugin directory moved to `run_dir` (the
+    /// approval's read-only pin): the directory, the manifest path, the
+    /// program, every argument and environment value, read path and
+    /// microapp entry file that pointed into [`PluginSpec::dir`] now point
+    /// at the same place inside `run_dir`. Relative arguments stay as they
+    /// are (they resolve against the working directory, which becomes
+    /// `run_dir`). A spec that does not pin its directory (MCP) is returned
+    /// unchanged.
+    pub fn rebased(&self, run_dir: &Path) -> PluginSpec {
+        let mut out = self.clone();
+        if !self.pin_dir {
+            return out;
+        }
+        let from = self.dir.as_path();
+        let move_path = |p: &Path| -> Option<PathBuf> {
+            p.strip_prefix(from).ok().map(|rest| {
+                if rest.as_os_str().is_empty() {
+                    run_dir.to_path_buf()
+                } else {
+                    run_dir.join(rest)
+                }
+            })
+        };
+        let move_str = |s: &str| -> String {
+            let p = Path::new(s);
+            if !p.is_absolute() {
+                return s.to_owned();
+            }
+            move_path(p).map_or_else(|| s.to_owned(), |p| p.to_string_lossy().into_owned())
+        };
+        out.dir = run_dir.to_path_buf();
+        if let Some(p) = move_path(&self.manifest_path) {
+            out.manifest_path = p;
+        }
+        out.command.program = move_str(&self.command.program);
+        out.command.args = self.command.args.iter().map(|a| move_str(a)).collect();
+        for v in out.command.env.values_mut() {
+            *v = move_str(v);
+        }
+        if let Some(sb) = out.sandbox.as_mut() {
+            for p in sb.fs_read_paths.iter_mut() {
+                if let Some(moved) = move_path(p) {
+                    *p = moved;
+                }
+            }
+        }
+        if let Some(m) = out.microapp.as_mut()
+            && let Some(p) = move_path(&m.entry_file)
+        {
+            m.entry_file = p;
+        }
+        out
     }
 
     /// A spec with every optional part empty, for dialect loaders to fill

@@ -351,6 +351,33 @@ fn unknown_plugin_key_is_a_warning() {
 }
 
 #[test]
+fn misspelled_containment_sections_are_errors_not_warnings() {
+    for (section, field) in [
+        ("[plugin.sandbx]\nenabled = true", "plugin.sandbx"),
+        ("[plugin.limit]\ncpu_seconds = 1", "plugin.limit"),
+        (
+            "[plugin.permissions]\nnetwork = \"none\"",
+            "plugin.permissions",
+        ),
+        ("[plugin.Sandbox]\nenabled = true", "plugin.Sandbox"),
+    ] {
+        let text = format!("{MINIMAL}\n{section}\n");
+        match err(&text) {
+            ManifestError::Invalid {
+                field: f, message, ..
+            } => {
+                assert_eq!(f, field);
+                assert!(message.contains("containment"), "{message}");
+            }
+            e => panic!("{section}: {e:?}"),
+        }
+    }
+    // In the tolerant [plugin.supervisor] section too.
+    let text = format!("{MINIMAL}\n[plugin.supervisor]\nlimits = 3\n");
+    assert!(matches!(err(&text), ManifestError::Invalid { .. }));
+}
+
+#[test]
 fn unknown_top_level_key_is_an_error() {
     match err(&format!("extra = true\n{MINIMAL}")) {
         ManifestError::UnknownKey {

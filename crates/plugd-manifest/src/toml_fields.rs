@@ -126,9 +126,14 @@ impl<'a> Fields<'a> {
                         expected: allowed.iter().map(|s| (*s).to_owned()).collect(),
                     });
                 }
-                Unknown::Warn => self.warnings.push(format!(
+                Unknown::Warn => {
+                    if let Some(meant) = crate::guarded::near_containment(key) {
+                        return Err(crate::guarded::refused(self.path, &field, key, meant));
+                    }
+                    self.warnings.push(format!(
                     "{field}: unknown key ignored (it may be meant for a newer host); remove it or fix its spelling"
-                )),
+                    ))
+                }
             }
         }
         Ok(())

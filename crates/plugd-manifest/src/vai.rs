@@ -1529,6 +1529,20 @@ supports_pinned_items = true
             "{:?}",
             spec.warnings
         );
+        // ...but not a top-level key named like a containment section.
+        for key in ["permissions", "permision", "sandbox", "limits"] {
+            let e = err(
+                pkg.path(),
+                &format!(
+                    "{key} = {{ network = \"egress\" }}\n{}",
+                    minimal("id = \"x\"\nkind = \"tool\"")
+                ),
+            );
+            assert!(
+                e.contains(&format!("{key}: ")) && e.contains("containment"),
+                "{key}: {e}"
+            );
+        }
         let e = err(
             pkg.path(),
             "api_version = \"vai.plugin.v1\"\npackage_id = \"a/b\"\nversion = \"1.0.0\"\nexports = []\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = [\"./bin/plugin\"]\n",

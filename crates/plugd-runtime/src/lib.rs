@@ -9,6 +9,8 @@
 //! **Architecture invariant**: a plugin runs only while its approval's digest
 //! equals the digest of its directory as it is now; this is checked before
 //! every start, so a plugin changed on disk stops being startable at once.
+//! What starts is the approval's read-only pin (see [`pin`]), never the
+//! source directory that was just digested.
 
 pub mod agent;
 pub mod broker_config;
@@ -20,6 +22,7 @@ pub mod hooks;
 mod host_api;
 pub mod llm;
 pub mod outbox;
+pub mod pin;
 pub mod plugin_config;
 pub mod recall;
 pub mod registry;
@@ -189,6 +192,7 @@ pub struct ApprovalInfo {
 
 struct TrustObserver {
     dir: PathBuf,
+    pins: pin::Pins,
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
     signing: Arc<signing::SigningPolicy>,
@@ -208,17 +212,28 @@ impl Observer for TrustObserver {
                 )
             })?;
         signing::check(&self.signing, spec)?;
-        let now = spec_digest(spec)?;
+        let (dir_digest, now) = spec_digests(spec)?;
         if now != approval.digest {
             return Err(format!(
                 "its files changed since it was approved ({} then, {now} now); review it and run `plugd plugin approve {}`",
                 approval.digest, spec.id
             ));
         }
-        let (containment, _) = containment::effective(spec, &self.dir)?;
-        let mut launch = plugin_config::launch_for(&self.store, spec)?;
+        // Run from the approval's pin, never from the source directory just
+        // digested: a file swapped in after this check is never executed.
+        let run = match dir_digest {
+            Some(d) => {
+                let pin = self.pins.verify(&spec.id, &d).map_err(|e| e.to_string())?;
+                Some(Arc::new(spec.rebased(&pin)))
+            }
+            None => None,
+        };
+        let run_spec = run.as_deref().unwrap_or(spec);
+        let (containment, _) = containment::effective(run_spec, &self.dir)?;
+        let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
+        launch.run_spec = run;
         Ok(launch)
     }
 
@@ -270,6 +285,10 @@ struct RtInner {
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
     channels: channels::CounterMap,
+    pins: pin::Pins,
+    /// One lock per plugin: approvals, revocations and digest updates of a
+    /// plugin never interleave.
+    approval_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -294,8 +313,10 @@ impl Runtime {
                 .map_err(|e| RuntimeError::Workspace(e.to_string()))?,
         );
         let redactions = Arc::new(plugin_config::Redactions::default());
+        let pins = pin::Pins::new(&dir.join(".plugd"));
         let observer = Arc::new(TrustObserver {
             dir: dir.clone(),
+            pins: pins.clone(),
             store: store.clone(),
             registry: registry.clone(),
             signing: signing.clone(),
@@ -337,6 +358,8 @@ impl Runtime {
                 api,
                 signing,
                 redactions,
+                pins,
+                approval_locks: Mutex::new(HashMap::new()),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -454,7 +477,13 @@ impl Runtime {
             .filter(|t| t.plugin == id)
             .map(|t| t.name.clone())
             .collect();
-        let program = containment::program_path(spec, &self.inner.dir);
+        // What a start runs: the approval's pin while the approval holds.
+        let pinned = match (approved, spec.pin_dir) {
+            (true, true) => self.inner.pins.current(id).map(|p| spec.rebased(&p)),
+            _ => None,
+        };
+        let run_spec = pinned.as_ref().unwrap_or(spec);
+        let program = containment::program_path(run_spec, &self.inner.dir);
         let env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()
             .map(|(k, v)| {
@@ -481,17 +510,17 @@ impl Runtime {
                 approved_at: a.approved_at,
             }),
             command: std::iter::once(program)
-                .chain(spec.command.args.iter().cloned())
+                .chain(run_spec.command.args.iter().cloned())
                 .collect(),
             env,
-            cwd: Some(spec.dir.clone()),
+            cwd: Some(run_spec.dir.clone()),
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
             tool_risks: self.tool_risks(id),
             stats: sup.stats(),
             broker: self.broker_stats(id),
             permissions: Some(
-                containment::effective(spec, &self.inner.dir)
+                containment::effective(run_spec, &self.inner.dir)
                     .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
             ),
             details: serde_json::to_value(&**spec)
@@ -503,40 +532,61 @@ impl Runtime {
         })
     }
 
-    /// Approves `id` as its files are now: records the digest, starts the
-    /// plugin once to fetch and cache its tool catalog, and rolls the
-    /// approval back if the plugin fails its handshake.
+    /// The lock that serializes approvals, revocations and digest updates
+    /// of plugin `id`.
+    fn approval_lock(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .inner
+            .approval_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        locks.entry(id.to_owned()).or_default().clone()
+    }
+
+    /// Approves `id` as its files are now: snapshots the plugin directory
+    /// into a read-only pin (refusing symlinks that leave it) and records
+    /// the digest of that copy, starts the plugin once from the pin to fetch
+    /// and cache its tool catalog, and rolls the approval back if the plugin
+    /// fails its handshake. Approvals and revocations of one plugin are
+    /// serialized, so concurrent approvals leave it approved exactly once.
     pub async fn approve(&self, id: &str, by: &str) -> Result<PluginInfo, RuntimeError> {
+        let lock = self.approval_lock(id);
+        let _serial = lock.lock().await;
         let sup = self.supervised(id)?.clone();
-        signing::check(&self.inner.signing, sup.spec()).map_err(|reason| {
-            RuntimeError::ApprovalFailed {
-                plugin: id.to_owned(),
-                reason,
-            }
-        })?;
-        let digest = self
-            .digest_now(id, true)
-            .map_err(|reason| RuntimeError::ApprovalFailed {
-                plugin: id.to_owned(),
-                reason,
-            })?;
+        let failed = |reason: String| RuntimeError::ApprovalFailed {
+            plugin: id.to_owned(),
+            reason,
+        };
+        signing::check(&self.inner.signing, sup.spec()).map_err(failed)?;
+        let (digest, pin) = self.pin_now(id, sup.spec()).await.map_err(failed)?;
         let store = &self.inner.store;
-        store.approve(&Approval {
+        let approval = Approval {
             plugin_id: id.to_owned(),
             digest,
             approved_by: by.to_owned(),
             approved_at: plugd_store::now_rfc3339(),
             catalog: Value::Array(Vec::new()),
-        })?;
-        store.clear_failure(id)?;
+        };
+        if let Err(e) = store.approve_clearing_failure(&approval) {
+            if let Some(pin) = &pin {
+                let _ = self.inner.pins.restore(id, pin);
+            }
+            return Err(e.into());
+        }
+        // The new approval replaced the old one: its pin may go.
+        if let Some(pin) = &pin
+            && let Err(e) = self.inner.pins.forget(pin)
+        {
+            tracing::warn!(plugin = %id, "could not remove the previous pin: {e}");
+        }
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         if let Err(e) = sup.connection(deadline).await {
-            store.revoke(id)?;
-            store.clear_failure(id)?;
+            store.revoke_exact(&approval)?;
             write(&self.inner.registry).remove_plugin(id);
             sup.stop().await;
             sup.clear_failure();
+            self.release_pin(id);
             return Err(RuntimeError::ApprovalFailed {
                 plugin: id.to_owned(),
                 reason: format!("its handshake failed, so the approval was not kept: {e}"),
@@ -545,12 +595,54 @@ impl Runtime {
         self.plugin(id)
     }
 
-    /// Withdraws the approval: the plugin stops and its tools disappear at once.
+    /// Pins the plugin's directory (when its dialect keeps its code there)
+    /// and returns the approval digest of the copy. Fails if the source
+    /// changed while it was being copied.
+    async fn pin_now(
+        &self,
+        id: &str,
+        spec: &Arc<PluginSpec>,
+    ) -> Result<(String, Option<pin::Pin>), String> {
+        if !spec.pin_dir {
+            return self.digest_now(id, true).map(|d| (d, None));
+        }
+        let pins = self.inner.pins.clone();
+        let (plugin, dir) = (id.to_owned(), spec.dir.clone());
+        let pin = tokio::task::spawn_blocking(move || pins.create(&plugin, &dir))
+            .await
+            .map_err(|e| format!("pinning failed: {e}"))?
+            .map_err(|e| e.to_string())?;
+        let approved = combine_digest(Some(&pin.dir_digest), &spec.pinned);
+        let now = self.digest_now(id, true);
+        if now.as_ref() != Ok(&approved) {
+            // Keep the previous approval's pin: that approval still stands.
+            if let Err(e) = self.inner.pins.restore(id, &pin) {
+                tracing::warn!(plugin = %id, "could not restore the previous pin: {e}");
+            }
+            return Err(format!(
+                "its files changed while they were being copied into the pin {:?}; approve again once they are stable",
+                pin.path.display().to_string()
+            ));
+        }
+        Ok((approved, Some(pin)))
+    }
+
+    fn release_pin(&self, id: &str) {
+        if let Err(e) = self.inner.pins.release(id) {
+            tracing::warn!(plugin = %id, "could not remove the old pin: {e}");
+        }
+    }
+
+    /// Withdraws the approval: the plugin stops and its tools disappear at
+    /// once; its pin is removed unless another approved plugin uses it.
     pub async fn revoke(&self, id: &str) -> Result<bool, RuntimeError> {
+        let lock = self.approval_lock(id);
+        let _serial = lock.lock().await;
         let sup = self.supervised(id)?.clone();
         let had = self.inner.store.revoke(id)?;
         write(&self.inner.registry).remove_plugin(id);
         sup.stop().await;
+        self.release_pin(id);
         Ok(had)
     }
 
@@ -654,22 +746,35 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
 /// the dialect keeps its code there) and the declaration entry outside it
 /// (`extensions.yaml` / `.mcp.json`), if any.
 pub fn spec_digest(spec: &PluginSpec) -> Result<String, String> {
-    use sha2::{Digest, Sha256};
+    spec_digests(spec).map(|(_, d)| d)
+}
+
+/// The directory's own digest (`None` when the dialect does not pin a
+/// directory) and [`spec_digest`].
+fn spec_digests(spec: &PluginSpec) -> Result<(Option<String>, String), String> {
     let dir = if spec.pin_dir {
         Some(plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?)
     } else {
         None
     };
-    match (&dir, &spec.pinned) {
-        (Some(d), Value::Null) => Ok(d.clone()),
+    let d = combine_digest(dir.as_deref(), &spec.pinned);
+    Ok((dir, d))
+}
+
+/// The approval digest of a directory digest and the declaration data
+/// outside it.
+fn combine_digest(dir: Option<&str>, pinned: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    match (dir, pinned) {
+        (Some(d), Value::Null) => d.to_owned(),
         _ => {
             let mut h = Sha256::new();
             h.update(b"plugd-spec-digest-v1\0");
-            h.update(dir.as_deref().unwrap_or("-").as_bytes());
+            h.update(dir.unwrap_or("-").as_bytes());
             h.update(b"\0");
             // serde_json writes object keys in sorted order (no preserve_order).
-            h.update(serde_json::to_vec(&spec.pinned).unwrap_or_default());
-            Ok(format!("sha256:{}", hex::encode(h.finalize())))
+            h.update(serde_json::to_vec(pinned).unwrap_or_default());
+            format!("sha256:{}", hex::encode(h.finalize()))
         }
     }
 }

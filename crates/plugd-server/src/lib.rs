@@ -481,6 +481,12 @@ async fn plugin_action(
         if action == PluginAction::Approve {
             let digest = info.approval.as_ref().map(|a| a.digest.clone());
             map.insert("digest".into(), digest.map_or(Value::Null, Value::String));
+            // Non-fatal manifest findings, so `plugd plugin approve` shows
+            // what it approved despite them.
+            map.insert(
+                "warnings".into(),
+                serde_json::to_value(&info.warnings).unwrap_or(Value::Null),
+            );
         }
     }
     Ok(Json(row))

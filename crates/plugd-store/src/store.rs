@@ -159,6 +159,62 @@ impl Store {
         Ok(())
     }
 
+    /// Records an approval and forgets the plugin's failure mark, in one
+    /// transaction: a concurrent reader sees either neither or both.
+    pub fn approve_clearing_failure(&self, a: &Approval) -> Result<(), StoreError> {
+        check_id(&a.plugin_id)?;
+        let catalog = a.catalog.to_string();
+        let mut conn = self.lock();
+        let write = |conn: &mut Connection| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "INSERT INTO approvals (plugin_id, digest, approved_by, approved_at, catalog)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (plugin_id) DO UPDATE SET
+                    digest = excluded.digest,
+                    approved_by = excluded.approved_by,
+                    approved_at = excluded.approved_at,
+                    catalog = excluded.catalog",
+                params![a.plugin_id, a.digest, a.approved_by, a.approved_at, catalog],
+            )?;
+            tx.execute(
+                "DELETE FROM failures WHERE plugin_id = ?1",
+                params![a.plugin_id],
+            )?;
+            tx.commit()
+        };
+        write(&mut conn)
+            .map_err(|e| self.query_error(format!("approve plugin {:?}", a.plugin_id), e))
+    }
+
+    /// Withdraws the approval `a` only if it is still the stored one (same
+    /// digest, approver and time), and forgets the failure mark, in one
+    /// transaction; `true` if it was withdrawn. An approval's own rollback
+    /// uses this so it can never withdraw a newer approval written by
+    /// someone else (another process) in the meantime.
+    pub fn revoke_exact(&self, a: &Approval) -> Result<bool, StoreError> {
+        let mut conn = self.lock();
+        let write = |conn: &mut Connection| -> rusqlite::Result<bool> {
+            let tx = conn.transaction()?;
+            let n = tx.execute(
+                "DELETE FROM approvals WHERE plugin_id = ?1 AND digest = ?2
+                   AND approved_by = ?3 AND approved_at = ?4",
+                params![a.plugin_id, a.digest, a.approved_by, a.approved_at],
+            )?;
+            if n > 0 {
+                tx.execute(
+                    "DELETE FROM failures WHERE plugin_id = ?1",
+                    params![a.plugin_id],
+                )?;
+            }
+            tx.commit()?;
+            Ok(n > 0)
+        };
+        write(&mut conn).map_err(|e| {
+            self.query_error(format!("roll back the approval of {:?}", a.plugin_id), e)
+        })
+    }
+
     /// The approval of `plugin_id`, if any.
     pub fn approval(&self, plugin_id: &str) -> Result<Option<Approval>, StoreError> {
         let row = self

@@ -376,6 +376,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                 .map(|a| a.digest.as_str())
                 .unwrap_or("?");
             println!("approved {id} ({digest}); tools: {}", info.tools.join(", "));
+            print_approval_warnings(info.warnings.iter().map(String::as_str));
         }
         Command::Plugin(PluginCmd::Revoke { id }) => {
             if rt.revoke(id).await? {
@@ -443,6 +444,14 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     Ok(())
 }
 
+/// The manifest's non-fatal findings, after an approval: the operator sees
+/// what was ignored in what they just approved.
+fn print_approval_warnings<'a>(warnings: impl Iterator<Item = &'a str>) {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
 fn approver(by: Option<&str>) -> String {
     by.map(str::to_owned)
         .or_else(|| std::env::var("USER").ok())
@@ -470,6 +479,8 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
                 "approved {id} ({digest}); tools: {} {via}",
                 tools.join(", ")
             );
+            let warnings = row["warnings"].as_array().cloned().unwrap_or_default();
+            print_approval_warnings(warnings.iter().filter_map(Value::as_str));
         }
         PluginCmd::Revoke { id } => {
             let row = serve.plugin_action(id, "revoke").await?;

@@ -60,6 +60,24 @@ fn approve_again_replaces_the_approval() {
 }
 
 #[test]
+fn approving_clears_the_failure_and_a_rollback_never_revokes_a_newer_approval() {
+    let store = Store::open_in_memory().unwrap();
+    store.mark_failed("p", "boom").unwrap();
+    let mine = approval("p", "sha256:aa");
+    store.approve_clearing_failure(&mine).unwrap();
+    assert_eq!(store.failure("p").unwrap(), None);
+    assert_eq!(store.approval("p").unwrap(), Some(mine.clone()));
+    // Someone else approves again: rolling back "mine" must not touch it.
+    let mut theirs = approval("p", "sha256:aa");
+    theirs.approved_by = "bob".to_owned();
+    store.approve_clearing_failure(&theirs).unwrap();
+    assert!(!store.revoke_exact(&mine).unwrap());
+    assert_eq!(store.approval("p").unwrap(), Some(theirs.clone()));
+    assert!(store.revoke_exact(&theirs).unwrap());
+    assert_eq!(store.approval("p").unwrap(), None);
+}
+
+#[test]
 fn update_catalog_only_for_the_approved_digest() {
     let store = Store::open_in_memory().unwrap();
     let cat = json!([{"name": "new_tool"}]);

@@ -17,6 +17,7 @@ mod mcp;
 mod memory;
 mod microapp;
 mod outbox;
+mod pinning;
 mod risk;
 mod salmex;
 mod sandbox;

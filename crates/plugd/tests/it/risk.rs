@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use crate::http::Serve;
 use crate::support::{Ws, path_with_venv, quick, stderr, stdout};
 
-/// The plugin: `risky/<tool>` appends the tool name to `../../ran-<tool>`
-/// (the workspace, outside the plugin directory so its digest is stable).
+/// The plugin: `risky/<tool>` appends the tool name to `../../../ran-<tool>`
+/// (from its pin `.plugd/pins/<digest>/`: the workspace, outside the plugin
+/// directory so its digest is stable).
 const PLUGIN: &str = r#"
 import json, sys
 
@@ -53,7 +54,7 @@ while True:
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": "1.0", "capabilities": {}}})
     elif method == "tools/call":
         name = msg["params"]["name"]
-        with open("../../ran-" + name, "a") as f:
+        with open("../../../ran-" + name, "a") as f:
             f.write(json.dumps(msg["params"].get("arguments")) + "\n")
         send({"jsonrpc": "2.0", "id": msg["id"], "result": {"content": [{"type": "text", "text": "ran " + name}]}})
     elif method == "shutdown":

@@ -63,6 +63,15 @@ fn error_of(v: Result<Value, String>) -> String {
     v["error"].as_str().unwrap().to_owned()
 }
 
+/// The pin plugin `id` runs from (`plugd plugin show --json`'s `cwd`).
+fn pin_of(ws: &Ws, id: &str) -> std::path::PathBuf {
+    let out = ws.plugd(&["plugin", "show", id, "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cwd = std::path::PathBuf::from(v["cwd"].as_str().unwrap());
+    assert!(cwd.starts_with(ws.dir().join(".plugd/pins")), "{cwd:?}");
+    cwd
+}
+
 fn path(p: &Path) -> String {
     p.display().to_string()
 }
@@ -158,7 +167,9 @@ fn a_bwrap_sandboxed_plugin_writes_only_its_state_dir() {
     assert_eq!(ok.unwrap()["ok"], json!(true));
     assert_eq!(std::fs::read_to_string(state.join("out.txt")).unwrap(), "x");
 
-    let own = ws.plugin_dir("boxed").join("planted.py");
+    // Its own code (the pin it runs from) is read-only; the mutable source
+    // directory is not even visible.
+    let own = pin_of(&ws, "boxed").join("planted.py");
     assert_eq!(
         error_of(call(
             &ws,
@@ -169,6 +180,19 @@ fn a_bwrap_sandboxed_plugin_writes_only_its_state_dir() {
         format!(
             "OSError: [Errno 30] Read-only file system: '{}'",
             path(&own)
+        )
+    );
+    let source = ws.plugin_dir("boxed").join("planted.py");
+    assert_eq!(
+        error_of(call(
+            &ws,
+            "boxed",
+            json!({"op": "write", "path": path(&source)}),
+            &[]
+        )),
+        format!(
+            "FileNotFoundError: [Errno 2] No such file or directory: '{}'",
+            path(&source)
         )
     );
     assert_eq!(
@@ -543,7 +567,7 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
         json!({"op": "write", "path": "SCRATCH/f"}),
     );
     assert_eq!(scratch["ok"], json!(true), "{scratch}");
-    let pkg = ws.plugin_dir("probe").join("planted");
+    let pkg = pin_of(&ws, "test/probe").join("planted");
     let planted = vai_call(
         &ws,
         "test/probe/offline",
@@ -641,8 +665,11 @@ fn the_sandboxed_example_cannot_peek_at_shadow_but_reads_its_own_code() {
         peek("/etc/shadow"),
         json!({"path": "/etc/shadow", "readable": false, "error": "[Errno 2] No such file or directory: '/etc/shadow'"})
     );
-    let own = path(&dir.join("plugin.py"));
+    // Its own code, in the pin it runs from; not the mutable source.
+    let own = path(&pin_of(&ws, "sandboxed_python").join("plugin.py"));
     assert_eq!(peek(&own)["readable"], json!(true));
+    let source = path(&dir.join("plugin.py"));
+    assert_eq!(peek(&source)["readable"], json!(false));
 }
 
 #[test]
