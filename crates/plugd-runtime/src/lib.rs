@@ -12,6 +12,7 @@
 
 pub mod agent;
 pub mod broker_config;
+mod changes;
 pub mod channels;
 pub mod config;
 pub mod containment;
@@ -28,6 +29,7 @@ pub mod signing;
 #[cfg(test)]
 mod test_json;
 pub mod vector;
+pub mod watch;
 pub mod workspace;
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +43,8 @@ use plugd_host::{
 };
 use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
+
+use changes::{Withheld, WithheldMap};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
 use serde_json::Value;
@@ -69,6 +73,19 @@ pub enum RuntimeError {
     /// No tool with that name.
     #[error("no tool {0:?}; `plugd tool list` shows the tools of approved plugins")]
     UnknownTool(String),
+    /// The tool belongs to an approved plugin whose files changed since:
+    /// its tools are withheld until it is approved again.
+    #[error(
+        "tool {tool:?} is withheld: plugin {plugin:?} changed since it was approved ({files}); review the files and run `plugd plugin approve {plugin}`"
+    )]
+    Changed {
+        /// The plugin.
+        plugin: String,
+        /// The tool asked for.
+        tool: String,
+        /// What changed, files named relative to the plugin directory.
+        files: String,
+    },
     /// The arguments did not match the schema (the plugin was not called).
     #[error(transparent)]
     Args(#[from] ArgsError),
@@ -210,8 +227,9 @@ impl Observer for TrustObserver {
         signing::check(&self.signing, spec)?;
         let now = spec_digest(spec)?;
         if now != approval.digest {
+            let files = changes::describe(spec, &approval.digest, &self.dir.join(".plugd"));
             return Err(format!(
-                "its files changed since it was approved ({} then, {now} now); review it and run `plugd plugin approve {}`",
+                "its files changed since it was approved ({files}; {} then, {now} now); review it and run `plugd plugin approve {}`",
                 approval.digest, spec.id
             ));
         }
@@ -266,6 +284,7 @@ struct RtInner {
     broken: Vec<BrokenPlugin>,
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
+    withheld: WithheldMap,
     api: Arc<host_api::RuntimeApi>,
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
@@ -307,14 +326,25 @@ impl Runtime {
         services.api = Some(api.clone());
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
+        let withheld = WithheldMap::default();
+        let state_dir = dir.join(".plugd");
         for (id, spec) in discovery.plugins {
-            let digest = spec_digest(&spec);
-            if let (Some(approval), Ok(d)) = (store.approval(&id)?, &digest)
-                && &approval.digest == d
-            {
-                let tools: Vec<ToolDef> =
-                    serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
-                write(&registry).set_plugin_tools(&id, &tools);
+            let approval = store.approval(&id)?;
+            let digest = changes::display_digest(&spec, approval.as_ref(), &state_dir);
+            match (approval, &digest) {
+                (Some(approval), Ok(d)) if &approval.digest == d => {
+                    let tools: Vec<ToolDef> =
+                        serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
+                    write(&registry).set_plugin_tools(&id, &tools);
+                }
+                (Some(approval), _) => withheld.insert(
+                    &id,
+                    Withheld {
+                        tools: changes::catalog_names(&approval),
+                        files: changes::describe(&spec, &approval.digest, &state_dir),
+                    },
+                ),
+                (None, _) => {}
             }
             let supervised =
                 Supervised::new(spec, config.clone(), observer.clone(), services.clone());
@@ -334,6 +364,7 @@ impl Runtime {
                 broken: discovery.broken,
                 registry,
                 digests: Mutex::new(digests),
+                withheld,
                 api,
                 signing,
                 redactions,
@@ -397,15 +428,24 @@ impl Runtime {
     }
 
     fn digest_now(&self, id: &str, refresh: bool) -> Result<String, String> {
-        let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
         if refresh && let Some(sup) = self.inner.plugins.get(id) {
-            let d = spec_digest(sup.spec());
-            digests.insert(id.to_owned(), d);
+            // Hashed outside the lock: one plugin's walk never holds up the others.
+            let d = changes::approval_digest(sup.spec(), &self.inner.dir.join(".plugd"));
+            self.set_digest(id, d.clone());
+            return d;
         }
+        let digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
         digests
             .get(id)
             .cloned()
             .unwrap_or_else(|| Err("unknown plugin".into()))
+    }
+
+    /// Records the digest `id`'s directory has now (the watcher's and
+    /// approval's way to keep `plugin list` current).
+    fn set_digest(&self, id: &str, digest: Result<String, String>) {
+        let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
+        digests.insert(id.to_owned(), digest);
     }
 
     /// Every plugin, valid or not, sorted by id.
@@ -432,12 +472,20 @@ impl Runtime {
         let (state, error) = match (&approval, &digest) {
             (_, Err(e)) => ("invalid".to_owned(), Some(e.clone())),
             (None, _) => ("unapproved".to_owned(), None),
-            _ if changed => (
-                "changed".to_owned(),
-                Some(format!(
-                    "files changed since approval; run `plugd plugin approve {id}` after review"
-                )),
-            ),
+            _ if changed => {
+                let files = self
+                    .inner
+                    .withheld
+                    .get(id)
+                    .map(|w| format!(" ({})", w.files))
+                    .unwrap_or_default();
+                (
+                    "changed".to_owned(),
+                    Some(format!(
+                        "files changed since approval{files}; run `plugd plugin approve {id}` after review"
+                    )),
+                )
+            }
             _ => {
                 let err = match &status {
                     Status::Failed { reason } => Some(reason.clone()),
@@ -449,9 +497,8 @@ impl Runtime {
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
         let tools = read(&self.inner.registry)
-            .list()
+            .plugin_tools(id)
             .iter()
-            .filter(|t| t.plugin == id)
             .map(|t| t.name.clone())
             .collect();
         let program = containment::program_path(spec, &self.inner.dir);
@@ -528,6 +575,7 @@ impl Runtime {
             approved_at: plugd_store::now_rfc3339(),
             catalog: Value::Array(Vec::new()),
         })?;
+        self.inner.withheld.remove(id);
         store.clear_failure(id)?;
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -550,6 +598,7 @@ impl Runtime {
         let sup = self.supervised(id)?.clone();
         let had = self.inner.store.revoke(id)?;
         write(&self.inner.registry).remove_plugin(id);
+        self.inner.withheld.remove(id);
         sup.stop().await;
         Ok(had)
     }
@@ -592,12 +641,25 @@ impl Runtime {
     ) -> Result<Value, RuntimeError> {
         let entry = read(&self.inner.registry)
             .get(name)
-            .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
+            .ok_or_else(|| self.unknown_tool(name))?;
         risk::check_enabled(self, &entry)?;
         entry.validate(&args)?;
         risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
+    }
+
+    /// Why there is no tool `name`: withheld because its plugin changed
+    /// since approval (the files named), or unknown.
+    fn unknown_tool(&self, name: &str) -> RuntimeError {
+        match self.inner.withheld.owner_of(name) {
+            Some((plugin, files)) => RuntimeError::Changed {
+                plugin,
+                tool: name.to_owned(),
+                files,
+            },
+            None => RuntimeError::UnknownTool(name.to_owned()),
+        }
     }
 
     /// Starts every approved plugin whose manifest asks for an eager start.
@@ -654,22 +716,10 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
 /// the dialect keeps its code there) and the declaration entry outside it
 /// (`extensions.yaml` / `.mcp.json`), if any.
 pub fn spec_digest(spec: &PluginSpec) -> Result<String, String> {
-    use sha2::{Digest, Sha256};
     let dir = if spec.pin_dir {
         Some(plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?)
     } else {
         None
     };
-    match (&dir, &spec.pinned) {
-        (Some(d), Value::Null) => Ok(d.clone()),
-        _ => {
-            let mut h = Sha256::new();
-            h.update(b"plugd-spec-digest-v1\0");
-            h.update(dir.as_deref().unwrap_or("-").as_bytes());
-            h.update(b"\0");
-            // serde_json writes object keys in sorted order (no preserve_order).
-            h.update(serde_json::to_vec(&spec.pinned).unwrap_or_default());
-            Ok(format!("sha256:{}", hex::encode(h.finalize())))
-        }
-    }
+    Ok(changes::spec_digest_from(dir.as_deref(), spec))
 }

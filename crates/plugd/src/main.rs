@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod agent_cmd;
+mod approve_cmd;
 mod bench;
 mod bus_cmd;
 mod channel_cmd;
@@ -98,14 +99,8 @@ enum PluginCmd {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Approve a plugin as its files are now (starts it once to cache its tools).
-    Approve {
-        /// Plugin id.
-        id: String,
-        /// Who approves (default: $USER).
-        #[arg(long)]
-        by: Option<String>,
-    },
+    /// Approve plugins as their files are now (starts each once to cache its tools).
+    Approve(approve_cmd::ApproveArgs),
     /// Withdraw approval: the plugin stops and its tools disappear.
     Revoke {
         /// Plugin id.
@@ -289,8 +284,7 @@ async fn run(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Command::Plugin(
-            cmd
-            @ (PluginCmd::Approve { .. } | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
+            cmd @ (PluginCmd::Approve(_) | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
         ) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             if let Some(serve) = remote::Remote::find(&dir).await {
@@ -357,15 +351,9 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                 print_plugin_detail(&info);
             }
         }
-        Command::Plugin(PluginCmd::Approve { id, by }) => {
-            let by = approver(by.as_deref());
-            let info = rt.approve(id, &by).await?;
-            let digest = info
-                .approval
-                .as_ref()
-                .map(|a| a.digest.as_str())
-                .unwrap_or("?");
-            println!("approved {id} ({digest}); tools: {}", info.tools.join(", "));
+        Command::Plugin(PluginCmd::Approve(args)) => {
+            let by = approver(args.by.as_deref());
+            approve_cmd::local(rt, args, &by).await?;
         }
         Command::Plugin(PluginCmd::Revoke { id }) => {
             if rt.revoke(id).await? {
@@ -443,18 +431,9 @@ fn approver(by: Option<&str>) -> String {
 async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()> {
     let via = format!("(via plugd serve pid {})", serve.pid());
     match cmd {
-        PluginCmd::Approve { id, by } => {
-            let by = approver(by.as_deref());
-            let row = serve.plugin_action(id, "approve", Some(&by)).await?;
-            let digest = row["digest"].as_str().unwrap_or("?");
-            let tools: Vec<&str> = row["tools"]
-                .as_array()
-                .map(|t| t.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            println!(
-                "approved {id} ({digest}); tools: {} {via}",
-                tools.join(", ")
-            );
+        PluginCmd::Approve(args) => {
+            let by = approver(args.by.as_deref());
+            approve_cmd::via_serve(serve, args, &by).await?;
         }
         PluginCmd::Revoke { id } => {
             let row = serve.plugin_action(id, "revoke", None).await?;
@@ -548,6 +527,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
     let _record = remote::ServeFile::write(rt.dir(), bound)?;
+    // A change to an approved plugin's files stops it and withholds its tools.
+    let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
@@ -563,6 +544,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
                 Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {bound} failed: {e}"),
                 Err(e) => anyhow::anyhow!("the HTTP server on {bound} crashed: {e}"),
             };
+            watcher.shutdown().await;
             channels.shutdown().await;
             pipeline.cleanup().await;
             rt.shutdown().await;
@@ -580,6 +562,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         http.abort();
     }
     tracing::info!("shutting plugins down");
+    watcher.shutdown().await;
     channels.shutdown().await;
     pipeline.cleanup().await;
     rt.shutdown().await;

@@ -25,3 +25,4 @@ mod signatures;
 mod support;
 mod vai;
 mod vector;
+mod watching;
