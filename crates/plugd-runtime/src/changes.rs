@@ -48,8 +48,9 @@ fn save_listing(state_dir: &Path, digest: &str, listing: &Listing) -> Result<(),
     std::fs::create_dir_all(dir).map_err(err)?;
     let mut tmp = tempfile_in(dir).map_err(err)?;
     let text = serde_json::to_vec(listing).map_err(|e| err(e.into()))?;
+    // Not synced: a listing lost in a crash only means the changed files
+    // cannot be named; the approval and its gate do not depend on it.
     tmp.1.write_all(&text).map_err(err)?;
-    tmp.1.sync_all().map_err(err)?;
     std::fs::rename(&tmp.0, &path).map_err(err)?;
     Ok(())
 }

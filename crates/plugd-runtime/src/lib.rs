@@ -461,11 +461,72 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Every plugin, valid or not, sorted by id, with only what `plugd plugin
+    /// list` and `GET /v1/plugins` show filled in (id, dialect, state,
+    /// approved, version, dir, error, tools, digest, approval, status); the
+    /// rest is left empty ([`Runtime::plugin`] fills it). Reads the approvals
+    /// in one query and no plugin file, so it stays fast with many plugins.
+    pub fn plugin_list(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+        let mut approvals: HashMap<String, Approval> = self
+            .inner
+            .store
+            .approvals()?
+            .into_iter()
+            .map(|a| (a.plugin_id.clone(), a))
+            .collect();
+        let mut out = Vec::new();
+        for id in self.inner.plugins.keys() {
+            out.push(self.brief(id, approvals.remove(id))?);
+        }
+        for b in &self.inner.broken {
+            out.push(broken_info(b));
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
     /// One plugin's report.
     pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.store.approval(id)?;
+        let mut info = self.brief(id, approval)?;
         let sup = self.supervised(id)?;
         let spec = sup.spec();
-        let approval = self.inner.store.approval(id)?;
+        let program = containment::program_path(spec, &self.inner.dir);
+        info.env = plugd_host::spawn::child_env(&spec.command.env)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        info.command = std::iter::once(program)
+            .chain(spec.command.args.iter().cloned())
+            .collect();
+        info.cwd = Some(spec.dir.clone());
+        info.start = Some(format!("{:?}", spec.supervisor.start).to_lowercase());
+        info.warnings = spec.warnings.clone();
+        info.tool_risks = self.tool_risks(id);
+        info.stats = sup.stats();
+        info.broker = self.broker_stats(id);
+        info.permissions = Some(
+            containment::effective(spec, &self.inner.dir)
+                .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
+        );
+        info.details = serde_json::to_value(&**spec)
+            .ok()
+            .and_then(|v| v.get(spec.dialect.to_string()).cloned())
+            .unwrap_or(Value::Null);
+        info.signature = signing::status(&self.inner.signing, spec);
+        info.config = self.config_show(id).unwrap_or_default();
+        Ok(info)
+    }
+
+    /// The state part of a plugin's report, from its `approval`.
+    fn brief(&self, id: &str, approval: Option<Approval>) -> Result<PluginInfo, RuntimeError> {
+        let sup = self.supervised(id)?;
+        let spec = sup.spec();
         let digest = self.digest_now(id, false);
         let status = sup.status();
         let changed = matches!((&approval, &digest), (Some(a), Ok(d)) if &a.digest != d);
@@ -501,16 +562,6 @@ impl Runtime {
             .iter()
             .map(|t| t.name.clone())
             .collect();
-        let program = containment::program_path(spec, &self.inner.dir);
-        let env = plugd_host::spawn::child_env(&spec.command.env)
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    v.to_string_lossy().into_owned(),
-                )
-            })
-            .collect();
         Ok(PluginInfo {
             id: id.to_owned(),
             dialect: spec.dialect.to_string(),
@@ -527,26 +578,20 @@ impl Runtime {
                 approved_by: a.approved_by,
                 approved_at: a.approved_at,
             }),
-            command: std::iter::once(program)
-                .chain(spec.command.args.iter().cloned())
-                .collect(),
-            env,
-            cwd: Some(spec.dir.clone()),
-            start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
-            warnings: spec.warnings.clone(),
-            tool_risks: self.tool_risks(id),
-            stats: sup.stats(),
-            broker: self.broker_stats(id),
-            permissions: Some(
-                containment::effective(spec, &self.inner.dir)
-                    .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
-            ),
-            details: serde_json::to_value(&**spec)
-                .ok()
-                .and_then(|v| v.get(spec.dialect.to_string()).cloned())
-                .unwrap_or(Value::Null),
-            signature: signing::status(&self.inner.signing, spec),
-            config: self.config_show(id).unwrap_or_default(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            start: None,
+            warnings: Vec::new(),
+            tool_risks: BTreeMap::new(),
+            stats: None,
+            broker: None,
+            permissions: None,
+            details: Value::Null,
+            signature: signing::SignatureStatus::NotApplicable {
+                reason: "not read for the plugin list; `plugd plugin show` reads it".into(),
+            },
+            config: Vec::new(),
         })
     }
 
@@ -666,7 +711,8 @@ impl Runtime {
     pub fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
         for (id, sup) in &self.inner.plugins {
-            let approved = matches!(self.plugin(id), Ok(info) if info.approved);
+            let approval = self.inner.store.approval(id).ok().flatten();
+            let approved = matches!(self.brief(id, approval), Ok(info) if info.approved);
             if sup.is_eager() && approved && !matches!(sup.status(), Status::Failed { .. }) {
                 sup.start();
                 started.push(id.clone());

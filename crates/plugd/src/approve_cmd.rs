@@ -94,7 +94,7 @@ where
 /// In this process.
 pub async fn local(rt: &Runtime, args: &ApproveArgs, by: &str) -> Result<()> {
     let ids = if args.all {
-        rt.plugins()?
+        rt.plugin_list()?
             .into_iter()
             .filter(|p| !p.approved)
             .map(|p| p.id)

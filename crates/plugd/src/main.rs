@@ -308,7 +308,7 @@ async fn run(cli: Cli) -> Result<i32> {
 async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     match command {
         Command::Plugin(PluginCmd::List(f)) => {
-            let plugins = rt.plugins()?;
+            let plugins = rt.plugin_list()?;
             if f.json {
                 print_json(&plugin_rows(&plugins), false)?;
             } else {
@@ -463,7 +463,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     // The risk policy serve gates calls with is the plugd.yaml it started with.
     rt.set_risk_config(config.risk.clone());
-    let plugins = rt.plugins()?;
+    let plugins = rt.plugin_list()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let mut started = rt.start_eager();
     // `eager:` in plugd.yaml adds to the manifests' own eager starts.
