@@ -77,8 +77,9 @@ fn alive(pid: u32) -> bool {
 /// gone, its state is `changed`, and a call over HTTP and through the CLI
 /// fails naming `needle` (a file) and `plugd plugin approve w`. Then a
 /// re-approval through serve brings the tools back.
-fn assert_withheld_then_reapprove(ws: &Ws, serve: &Serve, needle: &str) {
+fn assert_withheld_then_reapprove(ws: &Ws, serve: &Serve, needle: &str, change: impl FnOnce()) {
     let pid = plugin_pid(serve, "w");
+    change();
     assert!(
         eventually(Duration::from_secs(5), || !tool_names(serve)
             .contains(&"w_pid".to_owned())),
@@ -145,35 +146,43 @@ fn edits_under_serve_stop_the_plugin_and_name_the_file() {
     let entry = dir.join("misbehave.py");
     let mut text = std::fs::read_to_string(&entry).unwrap();
     text.push_str("\n# edited\n");
-    std::fs::write(&entry, &text).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "changed misbehave.py");
+    assert_withheld_then_reapprove(&ws, &serve, "changed misbehave.py", || {
+        std::fs::write(&entry, &text).unwrap()
+    });
 
     // An editor's atomic replace: write a temporary file, rename it over.
     text.push_str("# replaced\n");
-    std::fs::write(dir.join(".misbehave.py.swp"), &text).unwrap();
-    std::fs::rename(dir.join(".misbehave.py.swp"), &entry).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "changed misbehave.py");
+    assert_withheld_then_reapprove(&ws, &serve, "changed misbehave.py", || {
+        std::fs::write(dir.join(".misbehave.py.swp"), &text).unwrap();
+        std::fs::rename(dir.join(".misbehave.py.swp"), &entry).unwrap();
+    });
 
     // A file added in a subdirectory that exists since approval.
-    std::fs::write(dir.join("lib/extra.py"), "print('x')\n").unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "added lib/extra.py");
+    assert_withheld_then_reapprove(&ws, &serve, "added lib/extra.py", || {
+        std::fs::write(dir.join("lib/extra.py"), "print('x')\n").unwrap()
+    });
 
     // A removed file.
-    std::fs::remove_file(dir.join("lib/data.txt")).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "removed lib/data.txt");
+    assert_withheld_then_reapprove(&ws, &serve, "removed lib/data.txt", || {
+        std::fs::remove_file(dir.join("lib/data.txt")).unwrap()
+    });
 
     // A new directory, then a file inside it (the new directory is watched).
-    std::fs::create_dir(dir.join("new")).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "added new");
-    std::fs::write(dir.join("new/inner.txt"), "x").unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "added new/inner.txt");
+    assert_withheld_then_reapprove(&ws, &serve, "added new", || {
+        std::fs::create_dir(dir.join("new")).unwrap()
+    });
+    assert_withheld_then_reapprove(&ws, &serve, "added new/inner.txt", || {
+        std::fs::write(dir.join("new/inner.txt"), "x").unwrap()
+    });
 
     // A symlink added, then retargeted.
-    std::os::unix::fs::symlink("misbehave.py", dir.join("link.py")).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "added link.py");
-    std::fs::remove_file(dir.join("link.py")).unwrap();
-    std::os::unix::fs::symlink("nexo-plugin.toml", dir.join("link.py")).unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "changed link.py");
+    assert_withheld_then_reapprove(&ws, &serve, "added link.py", || {
+        std::os::unix::fs::symlink("misbehave.py", dir.join("link.py")).unwrap()
+    });
+    assert_withheld_then_reapprove(&ws, &serve, "changed link.py", || {
+        std::fs::remove_file(dir.join("link.py")).unwrap();
+        std::os::unix::fs::symlink("nexo-plugin.toml", dir.join("link.py")).unwrap();
+    });
 
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
@@ -192,8 +201,9 @@ fn a_plugin_over_the_watch_limit_is_polled() {
         &serve, "w"
     )["state"]
         == "running"));
-    std::fs::write(dir.join("added.txt"), "x").unwrap();
-    assert_withheld_then_reapprove(&ws, &serve, "added added.txt");
+    assert_withheld_then_reapprove(&ws, &serve, "added added.txt", || {
+        std::fs::write(dir.join("added.txt"), "x").unwrap()
+    });
     let (_, log) = serve.stop();
     assert!(log.contains("polling it every"), "{log}");
     assert!(log.contains("PLUGD_WATCH_MAX_DIRS"), "{log}");
