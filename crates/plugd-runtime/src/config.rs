@@ -117,6 +117,60 @@ pub struct PlugdConfig {
     /// `broker:`: subjects granted to plugins beyond their channels
     /// ([`crate::broker_config`]).
     pub broker: crate::broker_config::BrokerConfig,
+    /// `http:`: limits of `plugd serve`'s listeners.
+    pub http: HttpConfig,
+}
+
+/// `http:`: how `plugd serve` treats connections, on its Unix socket and
+/// on `--listen` alike.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Seconds a connection may take to send a complete request head,
+    /// counted from when it opens or its previous response ended: the
+    /// slow-header guard and the keep-alive idle limit (default 10).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_secs: u64,
+    /// Seconds a request body may take to arrive (default 30).
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_secs: u64,
+    /// Seconds a response write may stay blocked on a client that does not
+    /// read (default 30).
+    #[serde(default = "default_send_timeout")]
+    pub send_timeout_secs: u64,
+    /// Connections served at once per listener; beyond it a new one gets
+    /// `503` and is closed (default 256).
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Extra `Host` names (`name` or `name:port`) accepted on `--listen`
+    /// besides its own address and `localhost` (default none).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+fn default_body_timeout() -> u64 {
+    30
+}
+fn default_send_timeout() -> u64 {
+    30
+}
+fn default_max_connections() -> usize {
+    256
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            header_timeout_secs: default_header_timeout(),
+            body_timeout_secs: default_body_timeout(),
+            send_timeout_secs: default_send_timeout(),
+            max_connections: default_max_connections(),
+            allowed_hosts: Vec::new(),
+        }
+    }
 }
 
 /// `agent:`.
@@ -347,6 +401,8 @@ struct RawDoc {
     memory: Option<Spanned<crate::recall::RawMemory>>,
     #[serde(default)]
     broker: Option<Spanned<crate::broker_config::RawBroker>>,
+    #[serde(default)]
+    http: Option<Spanned<HttpConfig>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -644,6 +700,21 @@ impl PlugdConfig {
         }
         if let Some(memory) = raw.memory {
             config.memory = crate::recall::parse_config(memory, path)?;
+        }
+        if let Some(http) = raw.http {
+            let line = http.referenced.line();
+            let h = http.value;
+            for (field, v) in [
+                ("http.header_timeout_secs", h.header_timeout_secs),
+                ("http.body_timeout_secs", h.body_timeout_secs),
+                ("http.send_timeout_secs", h.send_timeout_secs),
+                ("http.max_connections", h.max_connections as u64),
+            ] {
+                if v == 0 {
+                    return Err(cx.invalid(field, line, "must be at least 1"));
+                }
+            }
+            config.http = h;
         }
         Ok(config)
     }

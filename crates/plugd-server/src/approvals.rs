@@ -30,7 +30,8 @@ async fn list(State(state): State<AppState>) -> Result<Json<Vec<CallApproval>>, 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DecideRequest {
-    /// Who decides (default `http`).
+    /// Ignored (kept so older clients' bodies still parse): who decides is
+    /// the authenticated identity.
     #[serde(default)]
     pub by: Option<String>,
     /// Why (`:deny`; shown to the caller).
@@ -43,6 +44,7 @@ async fn decide(
     Path(action): Path<String>,
     method: Method,
     uri: Uri,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
     JsonBody(body): JsonBody<DecideRequest>,
 ) -> Result<Json<CallApproval>, ApiError> {
     let (id, approve) = match action.rsplit_once(':') {
@@ -50,11 +52,7 @@ async fn decide(
         Some((id, "deny")) if !id.is_empty() => (id, false),
         _ => return Err(ApiError::no_route(method.as_str(), uri.path())),
     };
-    let by = body
-        .by
-        .as_deref()
-        .filter(|b| !b.trim().is_empty())
-        .unwrap_or("http");
+    let by = who.by();
     let reason = body.reason.as_deref().filter(|r| !r.trim().is_empty());
     let reason = match (approve, reason) {
         (false, None) => Some("denied by an operator through the HTTP API"),
@@ -87,6 +85,7 @@ mod tests {
             .method(method)
             .uri(uri)
             .header("content-type", "application/json")
+            .extension(crate::auth::Peer::local_owner())
             .body(Body::from(body.to_owned()))
             .unwrap();
         let resp = app.clone().oneshot(req).await.unwrap();
@@ -126,11 +125,13 @@ mod tests {
             (s, v["error"]["code"].clone()),
             (StatusCode::BAD_REQUEST, json!("malformed_json"))
         );
+        // A `by` in the body is not who decided: the socket peer's user is.
         let (s, v) = send(&app, "POST", &path, "{\"by\": \"ana\"}").await;
         assert_eq!(s, StatusCode::OK, "{v}");
+        let me = crate::auth::user_name(rustix::process::geteuid().as_raw());
         assert_eq!(
             (v["state"].clone(), v["decided_by"].clone()),
-            (json!("denied"), json!("ana"))
+            (json!("denied"), json!(me))
         );
         let (s, v) = send(&app, "POST", &path, "{}").await;
         assert_eq!(

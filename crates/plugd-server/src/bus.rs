@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use plugd_host::bus::{Event, check_pattern};
+use plugd_host::bus::{Event, check_pattern, topic_matches};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -44,15 +44,37 @@ fn bad_subject(e: &plugd_host::bus::SubjectError) -> ApiError {
 }
 
 /// Publishes one event; answers `{event, delivered, shed}`.
+///
+/// An `agent` token publishes only on subjects plugd.yaml grants to it
+/// (`broker.grants."token:NAME".publish`), and always as itself (`source`
+/// is its identity); admins publish anywhere, as any source.
 pub(crate) async fn publish(
     State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
     JsonBody(body): JsonBody<PublishRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let mut event = Event::new(
-        body.subject,
-        body.source.unwrap_or_else(|| "operator".into()),
-        body.payload,
-    );
+    let source = if who.role == plugd_store::tokens::Role::Admin {
+        body.source.unwrap_or_else(|| "operator".into())
+    } else {
+        let granted = state
+            .config
+            .broker
+            .grants
+            .get(&who.name)
+            .is_some_and(|g| g.publish.iter().any(|p| topic_matches(p, &body.subject)));
+        if !granted {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                error::code::FORBIDDEN,
+                format!(
+                    "{} may not publish on {:?}: grant it in plugd.yaml broker.grants.\"{}\".publish",
+                    who.name, body.subject, who.name
+                ),
+            ));
+        }
+        who.name.clone()
+    };
+    let mut event = Event::new(body.subject, source, body.payload);
     event.session_id = body.session_id;
     let (event, published) = state.runtime.publish(event).map_err(|e| bad_subject(&e))?;
     Ok(Json(json!({

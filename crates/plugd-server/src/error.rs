@@ -88,6 +88,18 @@ pub mod code {
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.
     pub const INVALID_CONFIG: &str = "invalid_config";
+    /// 401: no bearer token, or one that is invalid, revoked or expired.
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
+    /// 403: the identity's role lacks the right, or a socket peer of another user.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// 403: the `Host` header does not name the listener (DNS rebinding).
+    pub const FORBIDDEN_HOST: &str = "forbidden_host";
+    /// 403: a state-changing request from another origin.
+    pub const CROSS_ORIGIN: &str = "cross_origin";
+    /// 408: the request body did not arrive in time.
+    pub const REQUEST_TIMEOUT: &str = "request_timeout";
+    /// 503: too many connections.
+    pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
 }
 
 /// One HTTP error: a status, a stable code, a message and optional details.

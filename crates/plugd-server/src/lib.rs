@@ -1,13 +1,19 @@
-//! plugd's first HTTP API (`plugd serve --listen ADDR`): plugins, tools, hook
-//! runs and agent sessions over axum, with JSON errors of stable codes.
+//! plugd's HTTP API (`plugd serve`): plugins, tools, hook runs and agent
+//! sessions over axum, with JSON errors of stable codes, on the workspace's
+//! Unix socket and, with `--listen ADDR`, on TCP behind bearer tokens.
+//!
+//! Every request passes [`auth::authorize`] first (socket peer uid or token,
+//! role, `Host`/`Origin` checks, audit); see that module. The listeners and
+//! their timeouts are in [`listen`].
 //!
 //! Endpoints (all JSON; request bodies `application/json`, 1 MiB by default):
 //!
 //! | method and path                    | answer                                         |
 //! |------------------------------------|------------------------------------------------|
+//! | `GET /healthz`                     | `{"status": "ok"}`, the only route without credentials |
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
 //! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters) |
-//! | `POST /v1/plugins/{id}:approve`    | `{"by"?}` → `plugd plugin approve` on serve's runtime; the row plus `digest` |
+//! | `POST /v1/plugins/{id}:approve`    | `{}` → `plugd plugin approve` on serve's runtime, recorded as by the caller's identity; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
@@ -20,8 +26,11 @@
 //! | `GET /v1/bus/tail/{pattern}`       | SSE: every bus event matching the pattern (`event: bus`) |
 //! | `GET /metrics`                     | per-plugin and per-channel counters, Prometheus text format |
 //! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator |
-//! | `POST /v1/approvals/{id}:approve`  | `{"by"?}` → the waiting call runs; the approval record |
-//! | `POST /v1/approvals/{id}:deny`     | `{"by"?, "reason"?}` → the waiting call fails (`call_denied`) |
+//! | `POST /v1/approvals/{id}:approve`  | `{}` → the waiting call runs; the approval record (`decided_by`: the caller's identity) |
+//! | `POST /v1/approvals/{id}:deny`     | `{"reason"?}` → the waiting call fails (`call_denied`) |
+//!
+//! A `by` member in a body is ignored: who did something is always the
+//! authenticated identity (a socket peer's user name, or `token:NAME`).
 //!
 //! A blocked turn answers 403 (429 with a quota notice, 401 with an
 //! unauthorized one) with the `outcome` beside the error; as SSE it is a
@@ -36,11 +45,14 @@
 //! Errors are [`ApiError`]s: `{"error": {"code", "message", "details"?}}`
 //! with a fixed status per code (see [`error::code`]).
 //!
-//! **API boundary**: until authentication exists, [`bind`] refuses every
-//! address that is not loopback.
+//! **API boundary**: [`bind`] refuses TCP addresses that are not loopback:
+//! plugd speaks plain HTTP, so bearer tokens would cross the network in
+//! clear; put a TLS-terminating proxy on the same host in front instead.
 
 pub mod approvals;
+pub mod auth;
 pub mod error;
+pub mod listen;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -71,9 +83,6 @@ pub use error::ApiError;
 mod bus;
 mod channels;
 
-/// The address `plugd serve` listens on without `--listen`.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:7777";
-
 /// The request body limit without configuration: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 
@@ -81,9 +90,9 @@ pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
-    /// A non-loopback address before authentication exists.
+    /// A non-loopback address: tokens would travel in clear.
     #[error(
-        "refusing to listen on {addr}: it is not a loopback address and the HTTP API has no authentication yet; use --listen 127.0.0.1:PORT or [::1]:PORT"
+        "refusing to listen on {addr}: it is not a loopback address and plugd speaks plain HTTP, so bearer tokens would cross the network in clear; use --listen 127.0.0.1:PORT or [::1]:PORT behind a TLS proxy"
     )]
     NotLoopback {
         /// The refused address.
@@ -106,7 +115,7 @@ pub enum ServeError {
 }
 
 /// Refuses `addr` unless it is loopback (`127.0.0.0/8`, `::1`, or an
-/// IPv4-mapped loopback), until the API has authentication.
+/// IPv4-mapped loopback).
 pub fn check_listen(addr: SocketAddr) -> Result<(), ServeError> {
     if addr.ip().to_canonical().is_loopback() {
         Ok(())
@@ -121,18 +130,6 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
-}
-
-/// Serves `app` on `listener` until `shutdown` completes, then finishes the
-/// requests in flight.
-pub async fn serve(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// Builds the agent of the sessions endpoints from plugd.yaml's `llm:`
@@ -167,6 +164,8 @@ pub struct AppState {
     config: Arc<PlugdConfig>,
     agent: Option<Agent>,
     body_limit: usize,
+    body_timeout: Duration,
+    auth: Arc<auth::AuthConfig>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -188,12 +187,16 @@ impl AppState {
         config: Arc<PlugdConfig>,
         agent: Option<Agent>,
     ) -> AppState {
+        let auth = Arc::new(auth::AuthConfig::current(config.http.allowed_hosts.clone()));
+        let body_timeout = Duration::from_secs(config.http.body_timeout_secs);
         AppState {
             runtime,
             pipeline,
             config,
             agent,
             body_limit: DEFAULT_BODY_LIMIT,
+            body_timeout,
+            auth,
         }
     }
 
@@ -219,7 +222,9 @@ impl AppState {
 /// The API's router over `state`.
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
+    let authorize = axum::middleware::from_fn_with_state(state.clone(), auth::authorize);
     Router::new()
+        .route("/healthz", get(healthz))
         .route("/v1/plugins", get(list_plugins))
         .route(
             "/v1/plugins/{*action}",
@@ -237,7 +242,12 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
+        .layer(authorize)
         .with_state(state)
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
 }
 
 async fn no_route(method: Method, uri: Uri) -> ApiError {
@@ -278,9 +288,22 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         if declared.is_some_and(|n| n > state.body_limit as u64) {
             return Err(ApiError::too_large(state.body_limit));
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| body_rejection(&e, state.body_limit))?;
+        let bytes = tokio::time::timeout(
+            state.body_timeout,
+            axum::body::Bytes::from_request(req, state),
+        )
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                error::code::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s (plugd.yaml http.body_timeout_secs)",
+                    state.body_timeout.as_secs()
+                ),
+            )
+        })?
+        .map_err(|e| body_rejection(&e, state.body_limit))?;
         let is_json = content_type.as_deref().is_some_and(|ct| {
             let mime = ct
                 .split(';')
@@ -360,7 +383,8 @@ async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiErro
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginActionRequest {
-    /// Who approves (`:approve` only; default `http`).
+    /// Ignored (kept so older clients' bodies still parse): who approves is
+    /// the authenticated identity.
     #[serde(default)]
     pub by: Option<String>,
 }
@@ -413,7 +437,8 @@ async fn plugin_action(
     Path(path): Path<String>,
     method: Method,
     uri: Uri,
-    JsonBody(body): JsonBody<PluginActionRequest>,
+    axum::Extension(who): axum::Extension<auth::Identity>,
+    JsonBody(_body): JsonBody<PluginActionRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let Some((id, action)) = PluginAction::split(&path) else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
@@ -422,14 +447,7 @@ async fn plugin_action(
     let mut was_approved = None;
     let mut applied = None;
     let info = match action {
-        PluginAction::Approve => {
-            let by = body
-                .by
-                .as_deref()
-                .filter(|b| !b.is_empty())
-                .unwrap_or("http");
-            rt.approve(id, by).await?
-        }
+        PluginAction::Approve => rt.approve(id, who.by()).await?,
         PluginAction::Revoke => {
             was_approved = Some(rt.revoke(id).await?);
             rt.plugin(id)?

@@ -33,7 +33,11 @@ async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
     (tmp, router(state))
 }
 
-async fn call(app: &Router, req: Request<Body>) -> (StatusCode, Value) {
+async fn call(app: &Router, mut req: Request<Body>) -> (StatusCode, Value) {
+    // Requests come from this user over the socket unless a test says otherwise.
+    if req.extensions().get::<auth::Peer>().is_none() {
+        req.extensions_mut().insert(auth::Peer::local_owner());
+    }
     let resp = app.clone().oneshot(req).await.unwrap();
     let status = resp.status();
     let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
@@ -366,4 +370,229 @@ async fn plugin_actions_route_slash_ids_and_refuse_unknown_ones() {
     assert_error(&got, StatusCode::NOT_FOUND, error::code::NOT_FOUND);
     let got = call(&app, post_json("/v1/plugins/x:approve", json!({"who": 1}))).await;
     assert_eq!(got.0, StatusCode::UNPROCESSABLE_ENTITY, "{}", got.1);
+}
+
+/// A TCP peer on 127.0.0.1:7777 for `req`, with `Host` set to it.
+fn over_tcp(mut req: Request<Body>, token: Option<&str>) -> Request<Body> {
+    let local: std::net::SocketAddr = "127.0.0.1:7777".parse().unwrap();
+    req.extensions_mut().insert(auth::Peer::Tcp {
+        remote: "127.0.0.1:50000".parse().unwrap(),
+        local,
+    });
+    let h = req.headers_mut();
+    h.insert("host", "127.0.0.1:7777".parse().unwrap());
+    if let Some(t) = token {
+        h.insert("authorization", format!("Bearer {t}").parse().unwrap());
+    }
+    req
+}
+
+#[tokio::test]
+async fn tcp_needs_a_token_and_each_role_gets_its_routes_only() {
+    let (tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    let store = plugd_store::Store::open(&tmp.path().join(".plugd")).unwrap();
+    let token = |name: &str, role: plugd_store::tokens::Role| {
+        store.token_create(name, role, None, "test").unwrap().token
+    };
+    use plugd_store::tokens::Role;
+    let (admin, operator, agent, viewer) = (
+        token("a", Role::Admin),
+        token("o", Role::Operator),
+        token("g", Role::Agent),
+        token("v", Role::Viewer),
+    );
+    // No token: 401 with how to get one; /healthz is open.
+    let (s, v) = call(&app, over_tcp(get("/v1/plugins"), None)).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED, "{v}");
+    assert_eq!(v["error"]["code"], "unauthenticated");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugd token create"),
+        "{v}"
+    );
+    let (s, v) = call(&app, over_tcp(get("/healthz"), None)).await;
+    assert_eq!((s, v["status"].clone()), (StatusCode::OK, json!("ok")));
+    // A wrong token, a revoked one.
+    let (s, _) = call(&app, over_tcp(get("/v1/plugins"), Some("plugd_0_0"))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    let gone = token("gone", Role::Admin);
+    store.token_revoke("gone").unwrap();
+    let (s, v) = call(&app, over_tcp(get("/v1/plugins"), Some(&gone))).await;
+    assert_eq!(s, StatusCode::UNAUTHORIZED);
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("revoked"),
+        "{v}"
+    );
+
+    let approve = || post("/v1/plugins/nope:approve", Some("application/json"), "{}");
+    let invoke = || {
+        post(
+            "/v1/tools/nope:invoke",
+            Some("application/json"),
+            "{\"args\":{}}",
+        )
+    };
+    let decide = || post("/v1/approvals/apr_x:deny", Some("application/json"), "{}");
+    // (token, request, allowed?) — allowed requests reach the handler (404
+    // for the unknown names), refused ones get 403 naming the role needed.
+    let cases: Vec<(&str, Request<Body>, Option<&str>)> = vec![
+        (&viewer, get("/v1/plugins"), None),
+        (&viewer, get("/v1/approvals"), None),
+        (&viewer, invoke(), Some("agent")),
+        (&viewer, approve(), Some("operator")),
+        (&agent, invoke(), None),
+        (&agent, approve(), Some("operator")),
+        (&agent, decide(), Some("operator")),
+        (&operator, approve(), None),
+        (&operator, decide(), None),
+        (&operator, invoke(), Some("agent")),
+        (&admin, approve(), None),
+        (&admin, invoke(), None),
+        (&admin, decide(), None),
+    ];
+    for (tok, req, refused) in cases {
+        let what = format!("{} {}", req.method(), req.uri());
+        let (s, v) = call(&app, over_tcp(req, Some(tok))).await;
+        match refused {
+            Some(role) => {
+                assert_eq!(s, StatusCode::FORBIDDEN, "{what}: {v}");
+                let msg = v["error"]["message"].as_str().unwrap();
+                assert!(
+                    msg.contains(&format!("needs the {role} role")),
+                    "{what}: {msg}"
+                );
+            }
+            None => assert!(
+                s == StatusCode::OK || s == StatusCode::NOT_FOUND,
+                "{what} should pass auth: {s} {v}"
+            ),
+        }
+    }
+    // State-changing requests are audited under the token's name.
+    let audit = store.audit_list(100).unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.identity == "token:o" && e.path == "/v1/plugins/nope:approve"),
+        "{audit:?}"
+    );
+    assert!(
+        !audit.iter().any(|e| e.method == "GET"),
+        "reads are not audited: {audit:?}"
+    );
+}
+
+#[tokio::test]
+async fn foreign_hosts_origins_and_socket_users_are_refused() {
+    let (tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    let store = plugd_store::Store::open(&tmp.path().join(".plugd")).unwrap();
+    let admin = store
+        .token_create("a", plugd_store::tokens::Role::Admin, None, "test")
+        .unwrap()
+        .token;
+    // DNS rebinding: a valid token does not help with a foreign Host.
+    let mut req = over_tcp(get("/v1/plugins"), Some(&admin));
+    req.headers_mut()
+        .insert("host", "evil.example:7777".parse().unwrap());
+    let (s, v) = call(&app, req).await;
+    assert_eq!(
+        (s, v["error"]["code"].clone()),
+        (StatusCode::FORBIDDEN, json!("forbidden_host"))
+    );
+    // localhost is the same listener.
+    let mut req = over_tcp(get("/v1/plugins"), Some(&admin));
+    req.headers_mut()
+        .insert("host", "localhost:7777".parse().unwrap());
+    assert_eq!(call(&app, req).await.0, StatusCode::OK);
+    // Cross-origin state changes are refused; same-origin ones pass.
+    for (origin, ok) in [
+        ("http://evil.example", false),
+        ("null", false),
+        ("http://127.0.0.1:7778", false),
+        ("http://127.0.0.1:7777", true),
+    ] {
+        let mut req = over_tcp(
+            post("/v1/plugins/nope:revoke", Some("application/json"), "{}"),
+            Some(&admin),
+        );
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        let (s, v) = call(&app, req).await;
+        if ok {
+            assert_eq!(s, StatusCode::NOT_FOUND, "{origin}: {v}");
+        } else {
+            assert_eq!(
+                (s, v["error"]["code"].clone()),
+                (StatusCode::FORBIDDEN, json!("cross_origin")),
+                "{origin}"
+            );
+        }
+    }
+    let mut req = over_tcp(
+        post("/v1/plugins/nope:revoke", Some("application/json"), "{}"),
+        Some(&admin),
+    );
+    req.headers_mut()
+        .insert("sec-fetch-site", "cross-site".parse().unwrap());
+    assert_eq!(call(&app, req).await.0, StatusCode::FORBIDDEN);
+    // A socket peer of another user is refused; root and the owner are admins.
+    let mut req = get("/v1/plugins");
+    req.extensions_mut().insert(auth::Peer::Unix {
+        uid: 4242,
+        pid: Some(1),
+    });
+    let (s, v) = call(&app, req).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("uid 4242"),
+        "{v}"
+    );
+    let mut req = get("/v1/plugins");
+    req.extensions_mut()
+        .insert(auth::Peer::Unix { uid: 0, pid: None });
+    assert_eq!(call(&app, req).await.0, StatusCode::OK);
+    // Without a peer at all (not through a listener): refused.
+    let resp = app.clone().oneshot(get("/v1/plugins")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn an_agent_token_publishes_only_on_its_grants_and_as_itself() {
+    let yaml = "broker:\n  grants:\n    \"token:bot\": {publish: [\"agent.bot.>\"]}\n";
+    let (tmp, app) = app(yaml, DEFAULT_BODY_LIMIT).await;
+    let store = plugd_store::Store::open(&tmp.path().join(".plugd")).unwrap();
+    let bot = store
+        .token_create("bot", plugd_store::tokens::Role::Agent, None, "test")
+        .unwrap()
+        .token;
+    let other = store
+        .token_create("other", plugd_store::tokens::Role::Agent, None, "test")
+        .unwrap()
+        .token;
+    let publish = |subject: &str| {
+        post(
+            "/v1/bus/publish",
+            Some("application/json"),
+            json!({"subject": subject, "source": "hello_python"}).to_string(),
+        )
+    };
+    let (s, v) = call(&app, over_tcp(publish("agent.bot.x"), Some(&bot))).await;
+    assert_eq!(s, StatusCode::OK, "{v}");
+    assert_eq!(v["event"]["source"], "token:bot", "no impersonation: {v}");
+    for (tok, subject) in [
+        (&bot, "plugin.outbound.slack"),
+        (&bot, "agent.other"),
+        (&other, "agent.bot.x"),
+    ] {
+        let (s, v) = call(&app, over_tcp(publish(subject), Some(tok))).await;
+        assert_eq!(s, StatusCode::FORBIDDEN, "{subject}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("broker.grants"),
+            "{v}"
+        );
+    }
 }

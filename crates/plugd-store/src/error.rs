@@ -123,6 +123,22 @@ pub enum StoreError {
         /// Why, and what to do.
         problem: &'static str,
     },
+    /// A stored row other than a plugin's could not be decoded.
+    #[error("state database {db}: stored {what} is damaged: {detail}")]
+    Damaged {
+        /// The database concerned.
+        db: String,
+        /// The record, e.g. `token 0123456789abcdef`.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A write that would break a uniqueness rule; says what to do.
+    #[error("{0}")]
+    Conflict(String),
+    /// The OS random number generator failed.
+    #[error("cannot draw random bytes from the OS: {0}")]
+    Random(String),
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),

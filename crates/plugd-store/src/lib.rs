@@ -17,6 +17,7 @@ pub mod secrets;
 pub mod sessions;
 mod store;
 mod time;
+pub mod tokens;
 pub mod tool_state;
 pub mod vectors;
 

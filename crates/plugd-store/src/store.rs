@@ -51,6 +51,8 @@ const MIGRATIONS: &[&str] = &[
     crate::tool_state::MIGRATION,
     // 8: per-plugin configuration values, secrets sealed (see `crate::secrets`).
     crate::secrets::MIGRATION,
+    // 9: API tokens (hashes only) and the audit trail (see `crate::tokens`).
+    crate::tokens::MIGRATION,
 ];
 
 /// A person's approval of one plugin's content.

@@ -123,7 +123,14 @@ pub async fn local(rt: &Runtime, args: &ApproveArgs, by: &str) -> Result<()> {
 }
 
 /// Through the running `serve` (its `POST /v1/plugins/{id}:approve`).
-pub async fn via_serve(serve: &Remote, args: &ApproveArgs, by: &str) -> Result<()> {
+/// Serve records who approved from the connection (socket user or token),
+/// so `--by` is not sent.
+pub async fn via_serve(serve: &Remote, args: &ApproveArgs) -> Result<()> {
+    if args.by.is_some() {
+        eprintln!(
+            "note: --by is not sent to plugd serve; it records the user of this socket connection"
+        );
+    }
     let via = format!("(via plugd serve pid {})", serve.pid());
     let ids = if args.all {
         let rows = serve.get("/v1/plugins", "plugin list".into()).await?;
@@ -138,7 +145,7 @@ pub async fn via_serve(serve: &Remote, args: &ApproveArgs, by: &str) -> Result<(
     };
     let via = &via;
     approve_all(ids, args.jobs, |id| async move {
-        let r = match serve.plugin_action(&id, "approve", Some(by)).await {
+        let r = match serve.plugin_action(&id, "approve").await {
             Ok(row) => Ok(format!(
                 "approved {id} ({}); tools: {} {via}",
                 row["digest"].as_str().unwrap_or("?"),

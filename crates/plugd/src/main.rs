@@ -17,6 +17,7 @@ mod outbox_cmd;
 mod remote;
 mod risk_cmd;
 mod sign_cmd;
+mod token_cmd;
 
 use std::path::PathBuf;
 
@@ -86,6 +87,9 @@ enum Command {
     /// List channel adapters; send one message through one.
     #[command(subcommand)]
     Channel(channel_cmd::ChannelCmd),
+    /// Bearer tokens for `plugd serve --listen` (create, list, revoke).
+    #[command(subcommand)]
+    Token(token_cmd::TokenCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -160,9 +164,11 @@ enum ManifestCmd {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Address of the HTTP API (loopback only until it has authentication).
-    #[arg(long, value_name = "ADDR", default_value = plugd_server::DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
+    /// Also serve the HTTP API on this TCP address (loopback only; every
+    /// request but GET /healthz needs a bearer token from `plugd token
+    /// create`). Without it, serve listens on .plugd/serve.sock only.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -267,6 +273,10 @@ async fn shutdown_signal() {
 async fn run(cli: Cli) -> Result<i32> {
     match &cli.command {
         Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        Command::Token(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return token_cmd::run(&dir, cmd).map(|()| 0);
+        }
         Command::Bus(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return bus_cmd::run(&dir, cmd).await.map(|()| 0);
@@ -413,6 +423,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
+        | Command::Token(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }
@@ -431,12 +442,9 @@ fn approver(by: Option<&str>) -> String {
 async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()> {
     let via = format!("(via plugd serve pid {})", serve.pid());
     match cmd {
-        PluginCmd::Approve(args) => {
-            let by = approver(args.by.as_deref());
-            approve_cmd::via_serve(serve, args, &by).await?;
-        }
+        PluginCmd::Approve(args) => approve_cmd::via_serve(serve, args).await?,
         PluginCmd::Revoke { id } => {
-            let row = serve.plugin_action(id, "revoke", None).await?;
+            let row = serve.plugin_action(id, "revoke").await?;
             if row["was_approved"].as_bool().unwrap_or(true) {
                 println!("revoked {id} {via}");
             } else {
@@ -444,7 +452,7 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             }
         }
         PluginCmd::Restart { id } => {
-            serve.plugin_action(id, "restart", None).await?;
+            serve.plugin_action(id, "restart").await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
         PluginCmd::List(_)
@@ -459,7 +467,9 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
 
 async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
-    plugd_server::check_listen(args.listen)?;
+    if let Some(addr) = args.listen {
+        plugd_server::check_listen(addr)?;
+    }
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     // The risk policy serve gates calls with is the plugd.yaml it started with.
     rt.set_risk_config(config.risk.clone());
@@ -491,24 +501,40 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
     let channel_agent = agent.clone();
+    let limits = plugd_server::listen::Limits::from_config(&config.http);
     let state = plugd_server::AppState::new(
         rt.clone(),
         pipeline.clone(),
         std::sync::Arc::new(config),
         agent,
     );
-    let listener = plugd_server::bind(args.listen).await?;
-    let bound = listener
-        .local_addr()
-        .with_context(|| format!("cannot read the address bound for {}", args.listen))?;
-    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut http = tokio::spawn(plugd_server::serve(
-        listener,
-        plugd_server::router(state),
-        async move {
-            let _ = http_stopped.await;
-        },
-    ));
+    let app = plugd_server::router(state);
+    // The socket first: the CLI reaches serve there, checked by peer uid.
+    let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
+    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
+    let mut listeners = vec![plugd_server::listen::Listener::Unix(
+        socket
+            .take()
+            .context("the socket listener was taken twice")?,
+    )];
+    let mut bound = None;
+    if let Some(addr) = args.listen {
+        let tcp = plugd_server::bind(addr).await?;
+        bound = Some(
+            tcp.local_addr()
+                .with_context(|| format!("cannot read the address bound for {addr}"))?,
+        );
+        listeners.push(plugd_server::listen::Listener::Tcp(tcp));
+    }
+    let servers: Vec<_> = listeners
+        .into_iter()
+        .map(|l| plugd_server::listen::run(l, app.clone(), limits, http_stopped.clone()))
+        .collect();
+    let mut http = tokio::spawn(async move {
+        futures_util::future::try_join_all(servers)
+            .await
+            .map(|_| ())
+    });
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),
@@ -526,23 +552,30 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
-    let _record = remote::ServeFile::write(rt.dir(), bound)?;
+    let _record = remote::ServeFile::write(rt.dir(), socket.path(), bound)?;
     // A change to an approved plugin's files stops it and withholds its tools.
     let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
-    // Tests and scripts read the bound port from this line.
-    println!("plugd serving on http://{bound}");
+    // Tests and scripts read the socket and the bound port from these lines.
+    println!("plugd serving on unix:{}", socket.path().display());
+    if let Some(bound) = bound {
+        println!("plugd serving on http://{bound}");
+    }
+    let listening = bound.map_or_else(
+        || format!("unix:{}", socket.path().display()),
+        |b| format!("http://{b}"),
+    );
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
         r = &mut http => {
             // The server stopped on its own: an accept loop failure.
             let err = match r {
-                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {bound} stopped unexpectedly"),
-                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {bound} failed: {e}"),
-                Err(e) => anyhow::anyhow!("the HTTP server on {bound} crashed: {e}"),
+                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {listening} stopped unexpectedly"),
+                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
+                Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
             };
             watcher.shutdown().await;
             channels.shutdown().await;
@@ -552,7 +585,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         }
     }
     tracing::info!("stopping the HTTP API");
-    let _ = stop_http.send(());
+    let _ = stop_http.send(true);
     // Requests in flight (a streaming turn) get a bounded grace period.
     if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
         .await

@@ -1,6 +1,8 @@
-//! The CLI's way to a running `plugd serve`: serve records where it listens in
-//! `.plugd/serve.json`, and `plugd plugin approve|revoke|restart` act through
-//! its HTTP API when one is live, so they change the plugins it supervises.
+//! The CLI's way to a running `plugd serve`: serve records its pid and where
+//! it listens in `.plugd/serve.json`, and CLI commands that change what serve
+//! runs (`plugd plugin approve|revoke|restart`, `config`, `bus`, `approvals`)
+//! talk to its HTTP API over the workspace socket `.plugd/serve.sock`, where
+//! serve knows them by their uid: no token, no extra step.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -36,12 +38,12 @@ pub enum RemoteError {
     #[error("cannot build the HTTP client to reach plugd serve: {0}")]
     Client(#[source] reqwest::Error),
     /// The request did not get an answer.
-    #[error("plugd serve (pid {pid}, http://{addr}) did not answer {what}: {source}")]
+    #[error("plugd serve (pid {pid}, {}) did not answer {what}: {source}", socket.display())]
     Transport {
         /// Serve's pid.
         pid: u32,
-        /// Its address.
-        addr: SocketAddr,
+        /// Its socket.
+        socket: PathBuf,
         /// The request.
         what: String,
         /// The transport error.
@@ -69,8 +71,11 @@ pub enum RemoteError {
 pub struct ServeRecord {
     /// The serving process.
     pub pid: u32,
-    /// Where its HTTP API listens.
-    pub addr: SocketAddr,
+    /// Its Unix socket (what the CLI uses).
+    pub socket: PathBuf,
+    /// Its TCP address, with `--listen`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
     /// When it started (RFC 3339).
     pub started_at: String,
 }
@@ -101,9 +106,14 @@ pub struct ServeFile {
 }
 
 impl ServeFile {
-    /// Records `addr` for this process, replacing any earlier record (a
-    /// stale one of a dead serve, or a live serve's, which is warned about).
-    pub fn write(workspace: &Path, addr: SocketAddr) -> Result<ServeFile, RemoteError> {
+    /// Records `socket` and `addr` for this process, replacing any earlier
+    /// record (a stale one of a dead serve, or a live serve's, which is
+    /// warned about).
+    pub fn write(
+        workspace: &Path,
+        socket: &Path,
+        addr: Option<SocketAddr>,
+    ) -> Result<ServeFile, RemoteError> {
         let path = serve_file(workspace);
         let pid = std::process::id();
         if let Some(old) = read_record(workspace)
@@ -112,12 +122,12 @@ impl ServeFile {
         {
             tracing::warn!(
                 pid = old.pid,
-                addr = %old.addr,
                 "another plugd serve seems to run on this workspace; CLI plugin commands now reach this one"
             );
         }
         let record = ServeRecord {
             pid,
+            socket: socket.to_owned(),
             addr,
             started_at: plugd_store::now_rfc3339(),
         };
@@ -159,38 +169,57 @@ pub struct Remote {
     client: reqwest::Client,
 }
 
-fn client(timeout: Duration) -> Result<reqwest::Client, RemoteError> {
+/// A client that reaches serve through `socket`; `timeout` bounds each
+/// request (`None`: no bound, for streams).
+fn client(socket: &Path, timeout: Option<Duration>) -> Result<reqwest::Client, RemoteError> {
     // reqwest is built with rustls and no provider; plain HTTP never uses it,
     // but building a client needs one installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
+    let mut b = reqwest::Client::builder()
         .no_proxy()
-        .timeout(timeout)
-        .build()
-        .map_err(RemoteError::Client)
+        .unix_socket(socket.to_owned());
+    if let Some(t) = timeout {
+        b = b.timeout(t);
+    }
+    b.build().map_err(RemoteError::Client)
 }
+
+/// Where the workspace's serve socket is.
+pub fn socket_path(workspace: &Path) -> PathBuf {
+    workspace
+        .join(".plugd")
+        .join(plugd_server::listen::SOCKET_FILE)
+}
+
+/// The origin requests over the socket are addressed to (the socket decides
+/// where they go; serve does not check `Host` there).
+const SOCKET_ORIGIN: &str = "http://localhost";
 
 impl Remote {
     /// The serve recorded in `workspace`'s `.plugd/serve.json` if its pid is
-    /// alive and `GET /v1/plugins` answers on loopback within 1 s; `None`
-    /// otherwise (no record, a stale one, or nothing answering).
+    /// alive and `GET /healthz` answers on the workspace socket within 1 s;
+    /// `None` otherwise (no record, a stale one, or nothing answering).
     pub async fn find(workspace: &Path) -> Option<Remote> {
         let record = read_record(workspace)?;
-        if !record.addr.ip().to_canonical().is_loopback() || !pid_alive(record.pid) {
+        if !pid_alive(record.pid) {
             return None;
         }
-        let probe = client(PROBE_TIMEOUT).ok()?;
+        let socket = socket_path(workspace);
+        let probe = client(&socket, Some(PROBE_TIMEOUT)).ok()?;
         let answered = probe
-            .get(format!("http://{}/v1/plugins", record.addr))
+            .get(format!("{SOCKET_ORIGIN}/healthz"))
             .send()
             .await
             .is_ok_and(|r| r.status().is_success());
         if !answered {
-            tracing::debug!(pid = record.pid, addr = %record.addr, "recorded plugd serve does not answer; acting locally");
+            tracing::debug!(pid = record.pid, socket = %socket.display(), "recorded plugd serve does not answer; acting locally");
             return None;
         }
-        let client = client(ACTION_TIMEOUT).ok()?;
-        Some(Remote { record, client })
+        let client = client(&socket, Some(ACTION_TIMEOUT)).ok()?;
+        Some(Remote {
+            record: ServeRecord { socket, ..record },
+            client,
+        })
     }
 
     /// The serving process's pid.
@@ -198,21 +227,12 @@ impl Remote {
         self.record.pid
     }
 
-    /// `POST /v1/plugins/{id}:{action}` with `by` (approve only); the
-    /// plugin row serve answers.
-    pub async fn plugin_action(
-        &self,
-        id: &str,
-        action: &str,
-        by: Option<&str>,
-    ) -> Result<Value, RemoteError> {
-        let body = match by {
-            Some(by) => json!({ "by": by }),
-            None => json!({}),
-        };
+    /// `POST /v1/plugins/{id}:{action}`; the plugin row serve answers
+    /// (serve records this user as who did it).
+    pub async fn plugin_action(&self, id: &str, action: &str) -> Result<Value, RemoteError> {
         self.post(
             &format!("/v1/plugins/{id}:{action}"),
-            &body,
+            &json!({}),
             format!("plugin {action} {id}"),
         )
         .await
@@ -222,7 +242,7 @@ impl Remote {
         let what = what.to_owned();
         move |source| RemoteError::Transport {
             pid: self.record.pid,
-            addr: self.record.addr,
+            socket: self.record.socket.clone(),
             what: what.clone(),
             source,
         }
@@ -247,7 +267,7 @@ impl Remote {
     pub async fn post(&self, path: &str, body: &Value, what: String) -> Result<Value, RemoteError> {
         let request = self
             .client
-            .post(format!("http://{}{path}", self.record.addr))
+            .post(format!("{SOCKET_ORIGIN}{path}"))
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
         self.json(request, what).await
@@ -255,9 +275,7 @@ impl Remote {
 
     /// `GET path`; serve's JSON answer. `what` names the request in errors.
     pub async fn get(&self, path: &str, what: String) -> Result<Value, RemoteError> {
-        let request = self
-            .client
-            .get(format!("http://{}{path}", self.record.addr));
+        let request = self.client.get(format!("{SOCKET_ORIGIN}{path}"));
         self.json(request, what).await
     }
 
@@ -287,13 +305,10 @@ impl Remote {
         what: String,
         mut on_data: impl FnMut(&str) -> bool,
     ) -> Result<(), RemoteError> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .map_err(RemoteError::Client)?;
+        let client = client(&self.record.socket, None)?;
         let transport = self.transport(&what);
         let mut resp = client
-            .get(format!("http://{}{path}", self.record.addr))
+            .get(format!("{SOCKET_ORIGIN}{path}"))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .send()
             .await

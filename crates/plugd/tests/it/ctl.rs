@@ -72,6 +72,8 @@ fn plugin_commands_act_inside_a_running_serve() {
         serde_json::from_str(&std::fs::read_to_string(serve_json(&ws)).unwrap()).unwrap();
     assert_eq!(record["pid"], pid, "{record}");
     assert_eq!(record["addr"], serve.addr.to_string(), "{record}");
+    let socket = ws.dir().join(".plugd/serve.sock");
+    assert_eq!(record["socket"], socket.to_str().unwrap(), "{record}");
     assert!(record["started_at"].as_str().is_some_and(|s| !s.is_empty()));
     let mode = std::fs::metadata(serve_json(&ws))
         .unwrap()

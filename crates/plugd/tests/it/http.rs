@@ -1,6 +1,7 @@
 //! The HTTP API over a real socket: a real `plugd serve --listen 127.0.0.1:0`
 //! process (its port read from its `plugd serving on http://…` line), driven
-//! with hand-written HTTP/1.1 over `TcpStream`, in front of real plugins (the
+//! with hand-written HTTP/1.1 over `TcpStream` and an admin bearer token made
+//! with `plugd token create` before serve starts, in front of real plugins (the
 //! Python native example, the Node Salmex example, the seed's tenant-auth
 //! Dexto module) and the `scripted` LLM (`tests/plugins/http/turns.yaml`).
 
@@ -18,7 +19,20 @@ use crate::support::{Ws, plugd_cmd, repo, stderr};
 pub(crate) struct Serve {
     pub(crate) child: Child,
     pub(crate) addr: SocketAddr,
+    /// An admin token for `addr`.
+    pub(crate) token: String,
     log: PathBuf,
+}
+
+/// Makes a token of `role` in `ws` with `plugd token create`; its secret.
+pub(crate) fn make_token(ws: &Ws, role: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!("test-{role}-{}", N.fetch_add(1, Ordering::Relaxed));
+    let out = ws.plugd(&["token", "create", "--name", &name, "--role", role, "--json"]);
+    assert!(out.status.success(), "token create: {}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["token"].as_str().unwrap().to_owned()
 }
 
 impl Serve {
@@ -33,6 +47,7 @@ impl Serve {
     }
 
     fn start_env(ws: &Ws, listen: &str, env: &[(&str, &str)]) -> Serve {
+        let token = make_token(ws, "admin");
         let log = ws
             .dir()
             .join(format!("serve-{}.log", listen.replace(':', "_")));
@@ -47,8 +62,14 @@ impl Serve {
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            // The socket's line comes first, then the TCP one.
+            let mut r = BufReader::new(stdout);
             let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
+            while r.read_line(&mut line).is_ok_and(|n| n > 0)
+                && !line.starts_with("plugd serving on http://")
+            {
+                line.clear();
+            }
             let _ = tx.send(line);
         });
         let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
@@ -61,7 +82,12 @@ impl Serve {
             );
         };
         let addr: SocketAddr = url.parse().unwrap();
-        Serve { child, addr, log }
+        Serve {
+            child,
+            addr,
+            token,
+            log,
+        }
     }
 
     /// SIGTERM, then the exit status and the log.
@@ -79,12 +105,12 @@ impl Serve {
     }
 
     pub(crate) fn get(&self, path: &str) -> Resp {
-        request(self.addr, "GET", path, &[], None)
+        request(self, "GET", path, &[], None)
     }
 
     pub(crate) fn post(&self, path: &str, body: &Value) -> Resp {
         request(
-            self.addr,
+            self,
             "POST",
             path,
             &[("Content-Type", "application/json")],
@@ -153,14 +179,18 @@ fn connect(addr: SocketAddr) -> TcpStream {
     s
 }
 
+/// Writes a request head to `serve` with its admin token.
 fn write_head(
     s: &mut TcpStream,
     method: &str,
     path: &str,
-    addr: SocketAddr,
+    serve: &Serve,
     headers: &[(&str, &str)],
 ) {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {}\r\n",
+        serve.addr, serve.token
+    );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -212,19 +242,19 @@ fn is_chunked(headers: &[(String, String)]) -> bool {
 
 /// A whole request and response (`Connection: close`).
 fn request(
-    addr: SocketAddr,
+    serve: &Serve,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Resp {
-    let mut s = connect(addr);
+    let mut s = connect(serve.addr);
     let len = body.map(|b| b.len().to_string());
     let mut all: Vec<(&str, &str)> = headers.to_vec();
     if let Some(len) = &len {
         all.push(("Content-Length", len));
     }
-    write_head(&mut s, method, path, addr, &all);
+    write_head(&mut s, method, path, serve, &all);
     if let Some(b) = body {
         s.write_all(b).unwrap();
     }
@@ -248,15 +278,15 @@ fn request(
 /// `POST path` with `Accept: text/event-stream`, read as a stream: each SSE
 /// event `(event, data)` as it arrives, until `done` or `error`; then the
 /// stream must end.
-fn sse(addr: SocketAddr, path: &str, body: &Value) -> Vec<(String, Value)> {
-    let mut s = connect(addr);
+fn sse(serve: &Serve, path: &str, body: &Value) -> Vec<(String, Value)> {
+    let mut s = connect(serve.addr);
     let body = body.to_string();
     let len = body.len().to_string();
     write_head(
         &mut s,
         "POST",
         path,
-        addr,
+        serve,
         &[
             ("Content-Type", "application/json"),
             ("Accept", "text/event-stream"),
@@ -422,7 +452,7 @@ fn serve_lists_invokes_and_runs_hooks_over_a_socket() {
         .error(404, "unknown_tool");
     let bad = "{\n  \"args\": {\"name\": Ada}\n}";
     let r = request(
-        serve.addr,
+        &serve,
         "POST",
         "/v1/tools/hello_python_greet:invoke",
         &[("Content-Type", "application/json")],
@@ -435,7 +465,7 @@ fn serve_lists_invokes_and_runs_hooks_over_a_socket() {
         "{v}"
     );
     let r = request(
-        serve.addr,
+        &serve,
         "POST",
         "/v1/tools/hello_python_greet:invoke",
         &[("Content-Type", "text/plain")],
@@ -449,7 +479,7 @@ fn serve_lists_invokes_and_runs_hooks_over_a_socket() {
         &mut s,
         "POST",
         "/v1/tools/hello_python_greet:invoke",
-        serve.addr,
+        &serve,
         &[
             ("Content-Type", "application/json"),
             ("Content-Length", "2097152"),
@@ -584,7 +614,7 @@ fn sessions_follow_the_agent_contract() {
 
     // The same turn as a stream of SSE events, `done` last.
     let events = sse(
-        serve.addr,
+        &serve,
         "/v1/sessions/s2/messages",
         &json!({"text": "greet Ada"}),
     );

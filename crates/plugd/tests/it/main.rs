@@ -2,6 +2,7 @@
 //! and the third-party `nexoai` SDK) driven through the runtime and the CLI.
 //! One test binary, so the workspace links it once.
 
+mod access;
 mod agent;
 mod broker;
 mod channels;

@@ -6,7 +6,7 @@
 //! denied and timed out over HTTP and through `plugd approvals`).
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use plugd_runtime::risk::{ApprovalRequest, Approver, Decision, DecisionFuture};
@@ -460,12 +460,14 @@ fn the_agent_turn_goes_through_the_gate() {
 }
 
 /// A raw request with `body` as is (for malformed JSON); status and JSON body.
-fn raw_post(addr: SocketAddr, path: &str, body: &str) -> (u16, Value) {
+fn raw_post(serve: &Serve, path: &str, body: &str) -> (u16, Value) {
+    let addr = serve.addr;
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        serve.token,
         body.len()
     )
     .unwrap();
@@ -518,10 +520,13 @@ fn http_calls_wait_for_an_operator() {
             &json!({"by": "ops"}),
         );
         assert_eq!(r.status, 200, "{:?}", r.json());
-        assert_eq!(
-            (r.json()["state"].clone(), r.json()["decided_by"].clone()),
-            (json!("approved"), json!("ops"))
-        );
+        // Who decided is the token's name, never the body's `by`.
+        assert_eq!(r.json()["state"], json!("approved"));
+        let by = r.json()["decided_by"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(by.starts_with("token:test-admin-"), "{by}");
         let done = call.join().unwrap();
         assert_eq!(done.status, 200, "{:?}", done.json());
         assert_eq!(done.json()["content"][0]["text"], "ran hi");
@@ -548,11 +553,7 @@ fn http_calls_wait_for_an_operator() {
         serve
             .post(&format!("/v1/approvals/{id}:frob"), &json!({}))
             .error(404, "not_found");
-        let (status, v) = raw_post(
-            serve.addr,
-            &format!("/v1/approvals/{id}:approve"),
-            "{\"by\": ",
-        );
+        let (status, v) = raw_post(&serve, &format!("/v1/approvals/{id}:approve"), "{\"by\": ");
         assert_eq!(
             (status, v["error"]["code"].clone()),
             (400, json!("malformed_json")),

@@ -144,6 +144,18 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
+/// Polls `f` from a plain thread until it is true or `limit` passes.
+pub fn eventually_blocking(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -1,0 +1,476 @@
+//! Who may talk to serve: the socket peer's uid or a bearer token decides an
+//! [`Identity`], its role decides what it may do, and browsers' cross-site
+//! requests are refused (`Host` and `Origin` checks).
+//!
+//! One middleware ([`authorize`]) runs before any handler reads a body:
+//! 1. the connection's [`Peer`] (set by the listener; a request without one is
+//!    refused, so nothing reaches a handler unauthenticated);
+//! 2. on TCP, `Host` must name the listener (or `localhost`, or a host of
+//!    `http.allowed_hosts`): DNS rebinding gets `403 forbidden_host`;
+//! 3. a state-changing request with an `Origin` (or `Sec-Fetch-Site`) that is
+//!    not this listener's own gets `403 cross_origin` (no CORS, ever);
+//! 4. the identity: a Unix peer with serve's uid or root is the local admin;
+//!    any other uid gets `403`; on TCP `Authorization: Bearer plugd_…`
+//!    (`401 unauthenticated` without one, after a fixed delay when wrong);
+//! 5. the route's [`Right`] against the identity's [`Role`]: `403 forbidden`
+//!    naming the role needed;
+//! 6. after the handler, a state-changing request is appended to the audit
+//!    trail with the identity's name and the status.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use plugd_store::tokens::{Role, TokenRejection};
+
+use crate::{ApiError, AppState, error};
+
+/// The far end of a connection, as the listener saw it at accept time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// A Unix-socket peer and its credentials (`SO_PEERCRED`).
+    Unix {
+        /// Its effective uid.
+        uid: u32,
+        /// Its pid, when the kernel gave one.
+        pid: Option<i32>,
+    },
+    /// A TCP peer; `local` is the listener's own address (for `Host`).
+    Tcp {
+        /// The client's address.
+        remote: SocketAddr,
+        /// The address it connected to.
+        local: SocketAddr,
+    },
+}
+
+impl Peer {
+    /// A socket peer running as this process's user (what the CLI is).
+    pub fn local_owner() -> Peer {
+        Peer::Unix {
+            uid: rustix::process::geteuid().as_raw(),
+            pid: None,
+        }
+    }
+}
+
+/// Who a request comes from, once authenticated; handlers read it as an
+/// `Extension<Identity>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// `token:NAME`, or the Unix user name of a socket peer.
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+}
+
+impl Identity {
+    /// The name a record's `by` takes.
+    pub fn by(&self) -> &str {
+        &self.name
+    }
+}
+
+/// What a route needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Right {
+    /// Read anything (every `GET`).
+    Read,
+    /// Invoke tools, run turns and hooks, publish on the bus.
+    Invoke,
+    /// Approve, revoke, restart, reconfigure plugins; decide pending calls.
+    Govern,
+    /// Anything else.
+    Admin,
+}
+
+impl Right {
+    /// The least role that has this right, for messages.
+    pub fn role_name(self) -> &'static str {
+        match self {
+            Right::Read => "viewer",
+            Right::Invoke => "agent",
+            Right::Govern => "operator",
+            Right::Admin => "admin",
+        }
+    }
+}
+
+/// Whether `role` has `right`.
+pub fn allows(role: Role, right: Right) -> bool {
+    match role {
+        Role::Admin => true,
+        Role::Operator => matches!(right, Right::Read | Right::Govern),
+        Role::Agent => matches!(right, Right::Read | Right::Invoke),
+        Role::Viewer => right == Right::Read,
+    }
+}
+
+/// The right `method path` needs.
+pub fn required(method: &Method, path: &str) -> Right {
+    if *method == Method::GET || *method == Method::HEAD {
+        return Right::Read;
+    }
+    if *method != Method::POST {
+        return Right::Admin;
+    }
+    let governs = |p: &str| {
+        ["approve", "revoke", "restart", "reconfigure"]
+            .iter()
+            .any(|a| p.rsplit_once(':').is_some_and(|(_, b)| b == *a))
+    };
+    match path {
+        p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
+        p if p.starts_with("/v1/approvals/") => Right::Govern,
+        p if p.starts_with("/v1/tools/")
+            || p.starts_with("/v1/hooks/")
+            || p.starts_with("/v1/sessions/")
+            || p == "/v1/bus/publish" =>
+        {
+            Right::Invoke
+        }
+        _ => Right::Admin,
+    }
+}
+
+/// Paths anyone may `GET` without credentials.
+pub fn is_public(method: &Method, path: &str) -> bool {
+    (*method == Method::GET || *method == Method::HEAD) && path == "/healthz"
+}
+
+/// How long a request with a wrong token waits before its `401`.
+const FAILURE_DELAY: Duration = Duration::from_millis(100);
+
+/// What the auth middleware needs beside the request.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// The uid `plugd serve` runs as (with root, the only socket peers let in).
+    pub owner_uid: u32,
+    /// Extra `Host` names accepted on TCP (`http.allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+}
+
+impl AuthConfig {
+    /// Serve's own uid and the configured extra hosts.
+    pub fn current(allowed_hosts: Vec<String>) -> AuthConfig {
+        AuthConfig {
+            owner_uid: rustix::process::geteuid().as_raw(),
+            allowed_hosts,
+        }
+    }
+}
+
+/// The user name of `uid` from `/etc/passwd`, else `uid N`.
+pub fn user_name(uid: u32) -> String {
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let mut f = l.split(':');
+                let name = f.next()?;
+                let id = f.nth(1)?;
+                (id.parse::<u32>().ok()? == uid).then(|| name.to_owned())
+            })
+        })
+        .unwrap_or_else(|| format!("uid {uid}"))
+}
+
+/// `host[:port]` in lower case, with a default port added.
+fn normalize_host(host: &str, default_port: u16) -> String {
+    let host = host.trim().to_ascii_lowercase();
+    let has_port = if host.starts_with('[') {
+        host.contains("]:")
+    } else {
+        host.contains(':')
+    };
+    if has_port {
+        host
+    } else {
+        format!("{host}:{default_port}")
+    }
+}
+
+/// The `Host` values a TCP listener on `local` answers to.
+fn own_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
+    let port = local.port();
+    let mut hosts = vec![normalize_host(&local.to_string(), port)];
+    if local.ip().to_canonical().is_loopback() {
+        hosts.push(format!("localhost:{port}"));
+        hosts.push(format!("127.0.0.1:{port}"));
+        hosts.push(format!("[::1]:{port}"));
+    }
+    hosts.extend(extra.iter().map(|h| normalize_host(h, port)));
+    hosts
+}
+
+/// `scheme://host[:port]` of an `Origin` as `host:port` (`None` when it is
+/// not a plain http(s) origin: `null`, a path, userinfo...).
+fn origin_host(origin: &str) -> Option<String> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let port = match scheme.to_ascii_lowercase().as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return None,
+    };
+    if rest.is_empty() || rest.contains(['/', '@', '?', '#', ' ']) {
+        return None;
+    }
+    Some(normalize_host(rest, port))
+}
+
+fn forbidden(code: &'static str, message: String) -> Response {
+    ApiError::new(StatusCode::FORBIDDEN, code, message).into_response()
+}
+
+/// Why a request is refused before authentication, if it is: `Host` on TCP,
+/// then `Origin` / `Sec-Fetch-Site` on state-changing requests.
+fn check_browser_rules(
+    peer: &Peer,
+    method: &Method,
+    headers: &HeaderMap,
+    cfg: &AuthConfig,
+) -> Result<(), Box<Response>> {
+    let text = |name: header::HeaderName| {
+        headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("(not text)").to_owned())
+    };
+    let hosts = match peer {
+        Peer::Tcp { local, .. } => {
+            let hosts = own_hosts(*local, &cfg.allowed_hosts);
+            let Some(host) = text(header::HOST) else {
+                return Err(Box::new(forbidden(
+                    error::code::FORBIDDEN_HOST,
+                    "the request has no Host header; send one naming this listener".into(),
+                )));
+            };
+            if !hosts.contains(&normalize_host(&host, local.port())) {
+                return Err(Box::new(forbidden(
+                    error::code::FORBIDDEN_HOST,
+                    format!(
+                        "Host {host:?} does not name this listener ({}); add it to plugd.yaml http.allowed_hosts if it is yours",
+                        hosts[0]
+                    ),
+                )));
+            }
+            hosts
+        }
+        Peer::Unix { .. } => Vec::new(),
+    };
+    let safe = *method == Method::GET || *method == Method::HEAD;
+    if safe {
+        return Ok(());
+    }
+    if text(header::HeaderName::from_static("sec-fetch-site"))
+        .is_some_and(|s| s != "same-origin" && s != "none")
+    {
+        return Err(Box::new(forbidden(
+            error::code::CROSS_ORIGIN,
+            "a cross-site browser request may not change anything here".into(),
+        )));
+    }
+    if let Some(origin) = text(header::ORIGIN) {
+        let same = origin_host(&origin).is_some_and(|h| hosts.contains(&h));
+        if !same {
+            return Err(Box::new(forbidden(
+                error::code::CROSS_ORIGIN,
+                format!(
+                    "Origin {origin:?} is not this server's; state-changing requests from other origins are refused"
+                ),
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn unauthenticated(message: String) -> Response {
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        error::code::UNAUTHENTICATED,
+        message,
+    )
+    .into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"plugd\""),
+    );
+    resp
+}
+
+const HOW_TO_GET_A_TOKEN: &str = "create one with `plugd token create --name NAME --role ROLE` on the serving machine and send `Authorization: Bearer TOKEN`; `plugd` commands on that machine use the Unix socket .plugd/serve.sock instead";
+
+async fn identify(
+    state: &AppState,
+    peer: &Peer,
+    headers: &HeaderMap,
+) -> Result<Identity, Response> {
+    let cfg = &state.auth;
+    match peer {
+        Peer::Unix { uid, pid } => {
+            if *uid == cfg.owner_uid || *uid == 0 {
+                Ok(Identity {
+                    name: user_name(*uid),
+                    role: Role::Admin,
+                })
+            } else {
+                tracing::warn!(uid, pid, "refused a socket peer of another user");
+                Err(forbidden(
+                    error::code::FORBIDDEN,
+                    format!(
+                        "uid {uid} ({}) may not use this socket: only the user running plugd serve ({}) and root may; ask them for a token for --listen",
+                        user_name(*uid),
+                        user_name(cfg.owner_uid)
+                    ),
+                ))
+            }
+        }
+        Peer::Tcp { remote, .. } => {
+            let Some(value) = headers.get(header::AUTHORIZATION) else {
+                return Err(unauthenticated(format!(
+                    "this request needs a bearer token: {HOW_TO_GET_A_TOKEN}"
+                )));
+            };
+            let token = value
+                .to_str()
+                .ok()
+                .and_then(|v| {
+                    let (scheme, t) = v.split_once(' ')?;
+                    scheme.eq_ignore_ascii_case("bearer").then(|| t.trim())
+                })
+                .unwrap_or("");
+            let verdict = state.runtime.store().token_verify(token).map_err(|e| {
+                ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response()
+            })?;
+            match verdict {
+                Ok(info) => Ok(Identity {
+                    name: format!("token:{}", info.name),
+                    role: info.role,
+                }),
+                Err(why) => {
+                    tracing::warn!(%remote, "refused a request with an unusable token");
+                    tokio::time::sleep(FAILURE_DELAY).await;
+                    let what = match why {
+                        TokenRejection::Invalid => "the bearer token is not valid".to_owned(),
+                        TokenRejection::Revoked(at) => {
+                            format!("the bearer token was revoked at {at}")
+                        }
+                        TokenRejection::Expired(at) => format!("the bearer token expired at {at}"),
+                    };
+                    Err(unauthenticated(format!("{what}; {HOW_TO_GET_A_TOKEN}")))
+                }
+            }
+        }
+    }
+}
+
+/// The middleware: see the module documentation.
+pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let Some(peer) = req.extensions().get::<Peer>().cloned() else {
+        return forbidden(
+            error::code::FORBIDDEN,
+            "the request did not come through a plugd listener".into(),
+        );
+    };
+    if let Err(resp) = check_browser_rules(&peer, &method, req.headers(), &state.auth) {
+        return *resp;
+    }
+    if is_public(&method, &path) {
+        return next.run(req).await;
+    }
+    let identity = match identify(&state, &peer, req.headers()).await {
+        Ok(i) => i,
+        Err(resp) => return resp,
+    };
+    let right = required(&method, &path);
+    if !allows(identity.role, right) {
+        return forbidden(
+            error::code::FORBIDDEN,
+            format!(
+                "{method} {path} needs the {} role (or admin); {} has role {}",
+                right.role_name(),
+                identity.name,
+                identity.role
+            ),
+        );
+    }
+    req.extensions_mut().insert(identity.clone());
+    let resp = next.run(req).await;
+    if right != Right::Read {
+        let status = resp.status().as_u16();
+        tracing::info!(identity = %identity.name, role = %identity.role, %method, %path, status, "request");
+        if let Err(e) = state.runtime.store().audit_record(
+            &identity.name,
+            identity.role,
+            method.as_str(),
+            &path,
+            status,
+        ) {
+            tracing::error!(
+                "cannot record {method} {path} by {} in the audit trail: {e}",
+                identity.name
+            );
+        }
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rights_follow_routes() {
+        let post = Method::POST;
+        assert_eq!(required(&Method::GET, "/v1/plugins"), Right::Read);
+        assert_eq!(required(&post, "/v1/plugins/a/b:approve"), Right::Govern);
+        assert_eq!(required(&post, "/v1/plugins/x:reconfigure"), Right::Govern);
+        assert_eq!(required(&post, "/v1/approvals/apr_1:deny"), Right::Govern);
+        assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/plugins/x:frobnicate"), Right::Admin);
+        assert_eq!(required(&Method::DELETE, "/v1/plugins"), Right::Admin);
+        assert!(allows(Role::Operator, Right::Govern) && !allows(Role::Operator, Right::Invoke));
+        assert!(allows(Role::Agent, Right::Invoke) && !allows(Role::Agent, Right::Govern));
+        assert!(!allows(Role::Viewer, Right::Invoke) && allows(Role::Viewer, Right::Read));
+        assert!(is_public(&Method::GET, "/healthz") && !is_public(&post, "/healthz"));
+    }
+
+    #[test]
+    fn origins_and_hosts_are_parsed_strictly() {
+        assert_eq!(
+            origin_host("http://127.0.0.1:7777").as_deref(),
+            Some("127.0.0.1:7777")
+        );
+        assert_eq!(
+            origin_host("HTTP://LocalHost").as_deref(),
+            Some("localhost:80")
+        );
+        for bad in [
+            "null",
+            "file://",
+            "http://a@b:1",
+            "http://x/y",
+            "ftp://x",
+            "http://",
+        ] {
+            assert_eq!(origin_host(bad), None, "{bad}");
+        }
+        let local: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let hosts = own_hosts(local, &["plugd.internal".into()]);
+        for h in [
+            "127.0.0.1:8080",
+            "localhost:8080",
+            "[::1]:8080",
+            "plugd.internal:8080",
+        ] {
+            assert!(hosts.contains(&h.to_owned()), "{h}");
+        }
+        assert!(!hosts.contains(&normalize_host("evil.example", 8080)));
+    }
+}

@@ -1,0 +1,504 @@
+//! API tokens of `plugd serve`'s TCP listener (only their SHA-256 is stored)
+//! and the audit trail of state-changing requests.
+//!
+//! A token reads `plugd_<id>_<secret>`: `id` is 16 hex digits (the row's
+//! key, shown by `plugd token list`), `secret` 64 hex digits from the OS
+//! RNG. The database keeps `sha256(secret)`; [`Store::token_verify`] looks
+//! the row up by id and compares hashes in constant time, so neither a
+//! database copy nor a timing probe gives a usable token.
+//!
+//! **API boundary:** plain data in and out; nothing SQLite-specific leaks.
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::StoreError;
+use crate::outbox::now_ms;
+use crate::store::Store;
+
+/// Schema step: API tokens and the audit trail.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE api_tokens (
+        id            TEXT PRIMARY KEY NOT NULL,
+        name          TEXT NOT NULL,
+        role          TEXT NOT NULL,
+        secret_sha256 BLOB NOT NULL,
+        created_at    TEXT NOT NULL,
+        created_by    TEXT NOT NULL,
+        expires_at_ms INTEGER,
+        revoked_at    TEXT,
+        last_used_ms  INTEGER
+    ) STRICT;
+    CREATE UNIQUE INDEX api_tokens_live_name ON api_tokens (name) WHERE revoked_at IS NULL;
+    CREATE TABLE audit (
+        seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+        at       TEXT NOT NULL,
+        identity TEXT NOT NULL,
+        role     TEXT NOT NULL,
+        method   TEXT NOT NULL,
+        path     TEXT NOT NULL,
+        status   INTEGER NOT NULL
+    ) STRICT;
+";
+
+/// What a token may do. Roles are sets of rights, not a ladder: an operator
+/// governs (approves, revokes, decides calls) but does not invoke tools, so
+/// nobody but an admin can both ask for a critical call and approve it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Everything, including tokens.
+    Admin,
+    /// Read, plus approve/revoke/restart/reconfigure plugins, enable and
+    /// disable tools, decide pending calls.
+    Operator,
+    /// Read, plus invoke tools, run turns and hooks, publish on the bus within
+    /// its grants.
+    Agent,
+    /// Read only.
+    Viewer,
+}
+
+impl Role {
+    /// Every role, most powerful first.
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Operator, Role::Agent, Role::Viewer];
+
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Agent => "agent",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Role, String> {
+        Role::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| format!("unknown role {s:?}; use admin, operator, agent or viewer"))
+    }
+}
+
+/// A stored token (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenInfo {
+    /// Its id (16 hex digits; part of the token string).
+    pub id: String,
+    /// The operator's name for it (unique among live tokens).
+    pub name: String,
+    /// What it may do.
+    pub role: Role,
+    /// When it was made (RFC 3339).
+    pub created_at: String,
+    /// Who made it.
+    pub created_by: String,
+    /// When it stops working (RFC 3339), if ever.
+    pub expires_at: Option<String>,
+    /// When it was revoked (RFC 3339).
+    pub revoked_at: Option<String>,
+    /// When it was last accepted (RFC 3339, to the minute).
+    pub last_used_at: Option<String>,
+}
+
+/// A token just made: the record and the one time its secret is shown.
+#[derive(Debug, Clone)]
+pub struct NewToken {
+    /// The record.
+    pub info: TokenInfo,
+    /// `plugd_<id>_<secret>`: what a client sends as `Authorization: Bearer`.
+    pub token: String,
+}
+
+/// Why a presented token was not accepted (said to the client only as
+/// "invalid token", to give a prober nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRejection {
+    /// Not of the form `plugd_<16 hex>_<64 hex>`, unknown id, or wrong secret.
+    Invalid,
+    /// Revoked at the given time.
+    Revoked(String),
+    /// Expired at the given time.
+    Expired(String),
+}
+
+/// One state-changing request, as [`Store::audit_record`] keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Order of arrival.
+    pub seq: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who: `token:NAME` or the Unix user of a socket peer.
+    pub identity: String,
+    /// Their role.
+    pub role: String,
+    /// HTTP method.
+    pub method: String,
+    /// Request path.
+    pub path: String,
+    /// Response status.
+    pub status: u16,
+}
+
+const PREFIX: &str = "plugd_";
+const ID_HEX: usize = 16;
+const SECRET_HEX: usize = 64;
+/// `last_used` is written at most once a minute per token.
+const LAST_USED_GRANULARITY_MS: i64 = 60_000;
+
+fn random_hex(bytes: usize) -> Result<String, StoreError> {
+    let mut b = vec![0u8; bytes];
+    getrandom::fill(&mut b).map_err(|e| StoreError::Random(e.to_string()))?;
+    Ok(hex::encode(b))
+}
+
+fn secret_hash(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Splits `plugd_<id>_<secret>` into its id and secret; `None` when the
+/// shape is wrong.
+fn split_token(token: &str) -> Option<(&str, &str)> {
+    let rest = token.strip_prefix(PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(id, ID_HEX) && hex(secret, SECRET_HEX)).then_some((id, secret))
+}
+
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn ms_rfc3339(ms: i64) -> String {
+    crate::time::format_unix_secs(u64::try_from(ms.max(0) / 1000).unwrap_or(0))
+}
+
+type RawToken = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<String>,
+    Option<i64>,
+);
+
+fn token_info(label: &str, r: RawToken) -> Result<TokenInfo, StoreError> {
+    let (id, name, role, created_at, created_by, expires, revoked_at, last_used) = r;
+    let role = role.parse().map_err(|detail| StoreError::Damaged {
+        db: label.to_owned(),
+        what: format!("token {id}"),
+        detail,
+    })?;
+    Ok(TokenInfo {
+        id,
+        name,
+        role,
+        created_at,
+        created_by,
+        expires_at: expires.map(ms_rfc3339),
+        revoked_at,
+        last_used_at: last_used.map(ms_rfc3339),
+    })
+}
+
+const TOKEN_COLUMNS: &str =
+    "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms";
+
+fn raw_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+    ))
+}
+
+impl Store {
+    /// Makes a token named `name` with `role`, valid until `expires_at_ms`
+    /// (ms since the epoch) if given. A live token of the same name is an
+    /// error ([`StoreError::Conflict`]).
+    pub fn token_create(
+        &self,
+        name: &str,
+        role: Role,
+        expires_at_ms: Option<i64>,
+        created_by: &str,
+    ) -> Result<NewToken, StoreError> {
+        let id = random_hex(ID_HEX / 2)?;
+        let secret = random_hex(SECRET_HEX / 2)?;
+        let created_at = crate::now_rfc3339();
+        let hash = secret_hash(&secret);
+        let result = self.lock().execute(
+            "INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, created_by, expires_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![id, name, role.as_str(), &hash[..], created_at, created_by, expires_at_ms],
+        );
+        match result {
+            Ok(_) => {}
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::ConstraintViolation =>
+            {
+                return Err(StoreError::Conflict(format!(
+                    "a live token named {name:?} exists; revoke it (`plugd token revoke ID`) or pick another name"
+                )));
+            }
+            Err(e) => return Err(self.query_error(format!("create token {name:?}"), e)),
+        }
+        let token = format!("{PREFIX}{id}_{secret}");
+        Ok(NewToken {
+            info: TokenInfo {
+                id,
+                name: name.to_owned(),
+                role,
+                created_at,
+                created_by: created_by.to_owned(),
+                expires_at: expires_at_ms.map(ms_rfc3339),
+                revoked_at: None,
+                last_used_at: None,
+            },
+            token,
+        })
+    }
+
+    /// Every token, live and revoked, oldest first.
+    pub fn token_list(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        let conn = self.lock();
+        let rows = conn
+            .prepare(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at, id"
+            ))
+            .and_then(|mut s| {
+                s.query_map([], raw_token)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.query_error("list tokens".into(), e))?;
+        drop(conn);
+        rows.into_iter()
+            .map(|r| token_info(self.label(), r))
+            .collect()
+    }
+
+    /// Revokes token `id` (or the live token named `id`); the record as it
+    /// is now, `None` when no token matches. Revoking twice keeps the first
+    /// time.
+    pub fn token_revoke(&self, id_or_name: &str) -> Result<Option<TokenInfo>, StoreError> {
+        let conn = self.lock();
+        conn.execute(
+            "UPDATE api_tokens SET revoked_at = ?2
+             WHERE revoked_at IS NULL AND (id = ?1 OR name = ?1)",
+            params![id_or_name, crate::now_rfc3339()],
+        )
+        .map_err(|e| self.query_error(format!("revoke token {id_or_name:?}"), e))?;
+        let row = conn
+            .query_row(
+                &format!(
+                    "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = ?1
+                     OR (name = ?1 AND NOT EXISTS (SELECT 1 FROM api_tokens WHERE id = ?1))
+                     ORDER BY revoked_at DESC LIMIT 1"
+                ),
+                params![id_or_name],
+                raw_token,
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read token {id_or_name:?}"), e))?;
+        drop(conn);
+        row.map(|r| token_info(self.label(), r)).transpose()
+    }
+
+    /// Checks a presented token string: its record when it is live, else why
+    /// not. Records when it was last used (at most once a minute).
+    pub fn token_verify(
+        &self,
+        token: &str,
+    ) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
+        let Some((id, secret)) = split_token(token) else {
+            return Ok(Err(TokenRejection::Invalid));
+        };
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                &format!("SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"),
+                params![id],
+                |r| Ok((raw_token(r)?, r.get::<_, Vec<u8>>(8)?)),
+            )
+            .optional()
+            .map_err(|e| self.query_error("verify a token".into(), e))?;
+        let Some((raw, stored)) = row else {
+            return Ok(Err(TokenRejection::Invalid));
+        };
+        if !ct_eq(&stored, &secret_hash(secret)) {
+            return Ok(Err(TokenRejection::Invalid));
+        }
+        let (last_used, expires_ms) = (raw.7, raw.5);
+        let info = token_info(self.label(), raw)?;
+        if let Some(at) = &info.revoked_at {
+            return Ok(Err(TokenRejection::Revoked(at.clone())));
+        }
+        let now = now_ms();
+        if let (Some(at), Some(ms)) = (&info.expires_at, expires_ms)
+            && ms <= now
+        {
+            return Ok(Err(TokenRejection::Expired(at.clone())));
+        }
+        if last_used.is_none_or(|t| now - t >= LAST_USED_GRANULARITY_MS) {
+            conn.execute(
+                "UPDATE api_tokens SET last_used_ms = ?2 WHERE id = ?1",
+                params![info.id, now],
+            )
+            .map_err(|e| self.query_error("record a token's use".into(), e))?;
+        }
+        Ok(Ok(info))
+    }
+
+    /// Appends one state-changing request to the audit trail.
+    pub fn audit_record(
+        &self,
+        identity: &str,
+        role: Role,
+        method: &str,
+        path: &str,
+        status: u16,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .execute(
+                "INSERT INTO audit (at, identity, role, method, path, status)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    crate::now_rfc3339(),
+                    identity,
+                    role.as_str(),
+                    method,
+                    path,
+                    status
+                ],
+            )
+            .map_err(|e| self.query_error("record an audit entry".into(), e))?;
+        Ok(())
+    }
+
+    /// The last `limit` audit entries, newest last.
+    pub fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        let conn = self.lock();
+        let mut rows = conn
+            .prepare(
+                "SELECT seq, at, identity, role, method, path, status FROM audit
+                 ORDER BY seq DESC LIMIT ?1",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                    Ok(AuditEntry {
+                        seq: r.get(0)?,
+                        at: r.get(1)?,
+                        identity: r.get(2)?,
+                        role: r.get(3)?,
+                        method: r.get(4)?,
+                        path: r.get(5)?,
+                        status: r.get(6)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.query_error("list the audit trail".into(), e))?;
+        rows.reverse();
+        Ok(rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_verifies_only_whole_and_live() {
+        let store = Store::open_in_memory().unwrap();
+        let t = store.token_create("ci", Role::Agent, None, "root").unwrap();
+        assert!(t.token.starts_with("plugd_"));
+        let ok = store.token_verify(&t.token).unwrap().unwrap();
+        assert_eq!((ok.name.as_str(), ok.role), ("ci", Role::Agent));
+        // One changed secret digit, a truncated token, another prefix.
+        let mut bad = t.token.clone();
+        let last = bad.pop().unwrap();
+        bad.push(if last == '0' { '1' } else { '0' });
+        for wrong in [bad.as_str(), &t.token[..t.token.len() - 1], "Bearer x", ""] {
+            assert_eq!(
+                store.token_verify(wrong).unwrap(),
+                Err(TokenRejection::Invalid),
+                "{wrong:?}"
+            );
+        }
+        // The secret itself is nowhere in the database.
+        let secret = t.token.rsplit('_').next().unwrap();
+        let n: i64 = store
+            .lock()
+            .query_row(
+                "SELECT count(*) FROM api_tokens WHERE hex(secret_sha256) = upper(?1) OR id = ?1",
+                params![secret],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 0);
+        let revoked = store.token_revoke("ci").unwrap().unwrap();
+        assert!(revoked.revoked_at.is_some());
+        assert!(matches!(
+            store.token_verify(&t.token).unwrap(),
+            Err(TokenRejection::Revoked(_))
+        ));
+        // The name is free again once revoked; a live duplicate is refused.
+        store
+            .token_create("ci", Role::Viewer, None, "root")
+            .unwrap();
+        assert!(matches!(
+            store.token_create("ci", Role::Viewer, None, "root"),
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(store.token_revoke("nope").unwrap().is_none());
+    }
+
+    #[test]
+    fn an_expired_token_is_refused() {
+        let store = Store::open_in_memory().unwrap();
+        let t = store
+            .token_create("old", Role::Admin, Some(now_ms() - 1000), "root")
+            .unwrap();
+        assert!(matches!(
+            store.token_verify(&t.token).unwrap(),
+            Err(TokenRejection::Expired(_))
+        ));
+        let fresh = store
+            .token_create("new", Role::Admin, Some(now_ms() + 60_000), "root")
+            .unwrap();
+        assert!(store.token_verify(&fresh.token).unwrap().is_ok());
+    }
+
+    #[test]
+    fn roles_parse_by_name_only() {
+        for r in Role::ALL {
+            assert_eq!(r.as_str().parse::<Role>(), Ok(r));
+        }
+        assert!(
+            "root"
+                .parse::<Role>()
+                .unwrap_err()
+                .contains("admin, operator")
+        );
+    }
+}

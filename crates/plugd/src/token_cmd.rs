@@ -1,0 +1,194 @@
+//! `plugd token create|list|revoke`: the bearer tokens `plugd serve --listen`
+//! accepts. They live in the workspace's state database (hashes only), so a
+//! running serve sees a new or revoked token at its next request.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use plugd_store::Store;
+use plugd_store::tokens::{Role, TokenInfo};
+
+/// `plugd token …`.
+#[derive(Subcommand, Debug)]
+pub enum TokenCmd {
+    /// Make a token and print its secret once (only a hash is kept).
+    Create {
+        /// A name for it (unique among live tokens); requests are recorded under it.
+        #[arg(long)]
+        name: String,
+        /// admin (everything), operator (approve, revoke, restart, config,
+        /// decide calls), agent (invoke tools, run turns, publish) or viewer
+        /// (read only).
+        #[arg(long)]
+        role: Role,
+        /// How long it works, e.g. 30m, 12h, 90d, 2w (default: until revoked).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        expires: Option<Duration>,
+        /// Print `{"id","name","role","token","expires_at"}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tokens (never their secrets).
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a token by id (or by name): serve refuses it from its next request.
+    Revoke {
+        /// The token's id (as `plugd token list` shows it) or name.
+        id: String,
+    },
+}
+
+/// `30s`, `15m`, `12h`, `90d`, `2w`: a positive number and one unit.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{s:?} has no unit; write e.g. 30m, 12h, 90d or 2w"))?;
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} does not start with a number; write e.g. 30m, 12h, 90d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {s:?}; use s, m, h, d or w"
+            ));
+        }
+    };
+    if n == 0 {
+        return Err(format!("{s:?} is zero; a token must last a while"));
+    }
+    n.checked_mul(secs)
+        .filter(|t| *t <= 100 * 365 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(|| {
+            format!("{s:?} is too long; omit --expires for a token that lasts until revoked")
+        })
+}
+
+fn who() -> String {
+    plugd_server::auth::user_name(rustix::process::geteuid().as_raw())
+}
+
+/// Runs `plugd token …` on the workspace's state database.
+pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
+    let store = Store::open(&workspace.join(".plugd"))?;
+    match cmd {
+        TokenCmd::Create {
+            name,
+            role,
+            expires,
+            json,
+        } => {
+            if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+                bail!("token name {name:?} must be 1 to 128 printable characters");
+            }
+            let expires_at_ms = expires
+                .map(|d| {
+                    i64::try_from(d.as_millis())
+                        .map(|ms| plugd_store::outbox::now_ms().saturating_add(ms))
+                })
+                .transpose()
+                .context("--expires is too long")?;
+            let t = store.token_create(name, *role, expires_at_ms, &who())?;
+            if *json {
+                let v = serde_json::json!({
+                    "id": t.info.id,
+                    "name": t.info.name,
+                    "role": t.info.role,
+                    "token": t.token,
+                    "expires_at": t.info.expires_at,
+                });
+                println!("{v}");
+            } else {
+                println!("{}", t.token);
+                eprintln!(
+                    "token {} ({}, role {}{}) created; it is shown only now. Send it as `Authorization: Bearer TOKEN` to plugd serve --listen",
+                    t.info.id,
+                    t.info.name,
+                    t.info.role,
+                    t.info
+                        .expires_at
+                        .as_deref()
+                        .map(|e| format!(", expires {e}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        TokenCmd::List { json } => {
+            let tokens = store.token_list()?;
+            if *json {
+                println!("{}", serde_json::to_string(&tokens)?);
+            } else {
+                print_table(&tokens);
+            }
+        }
+        TokenCmd::Revoke { id } => match store.token_revoke(id)? {
+            Some(t) => println!(
+                "revoked token {} ({}) at {}",
+                t.id,
+                t.name,
+                t.revoked_at.as_deref().unwrap_or("?")
+            ),
+            None => bail!("no live token with id or name {id:?}; see `plugd token list`"),
+        },
+    }
+    Ok(())
+}
+
+fn print_table(tokens: &[TokenInfo]) {
+    println!(
+        "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  STATE",
+        "ID", "NAME", "ROLE", "CREATED", "EXPIRES"
+    );
+    let now = plugd_store::now_rfc3339();
+    for t in tokens {
+        let state = match (&t.revoked_at, &t.expires_at) {
+            (Some(_), _) => "revoked",
+            (None, Some(e)) if *e <= now => "expired",
+            _ => "live",
+        };
+        println!(
+            "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  {state}",
+            t.id,
+            t.name,
+            t.role.as_str(),
+            t.created_at,
+            t.expires_at.as_deref().unwrap_or("never")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_need_a_number_and_a_unit() {
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("2w"), Ok(Duration::from_secs(14 * 86_400)));
+        for bad in [
+            "",
+            "30",
+            "m",
+            "0h",
+            "5y",
+            "-1h",
+            "99999999999999999999d",
+            "1.5h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+}
