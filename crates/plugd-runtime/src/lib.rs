@@ -43,11 +43,11 @@ use plugd_host::{
 };
 use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
-
-use changes::{Withheld, WithheldMap};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
 use serde_json::Value;
+
+use changes::{Withheld, WithheldMap};
 
 pub use registry::{ArgsError, FieldError, ToolEntry, ToolRegistry};
 pub use workspace::{BrokenPlugin, Discovery};

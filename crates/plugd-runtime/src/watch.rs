@@ -135,6 +135,8 @@ impl Runtime {
         if digest.as_ref().is_ok_and(|d| *d == approval.digest) {
             if self.inner.withheld.remove(id) {
                 self.restore_tools(id, &approval.catalog);
+                // Stopped when it was withheld: re-armed (an eager plugin starts).
+                sup.reset().await;
                 tracing::info!(
                     plugin = id,
                     "files match the approval again; its tools are back"

@@ -184,6 +184,16 @@ fn edits_under_serve_stop_the_plugin_and_name_the_file() {
         std::os::unix::fs::symlink("nexo-plugin.toml", dir.join("link.py")).unwrap();
     });
 
+    // Undoing a change gives the tools back without a new approval.
+    let has_pid = |serve: &Serve| tool_names(serve).contains(&"w_pid".to_owned());
+    std::fs::write(dir.join("undo.txt"), "x").unwrap();
+    assert!(eventually(Duration::from_secs(5), || !has_pid(&serve)));
+    std::fs::remove_file(dir.join("undo.txt")).unwrap();
+    assert!(eventually(Duration::from_secs(5), || has_pid(&serve)));
+    assert_eq!(state_of(&serve, "w")["approved"], true);
+    assert_ne!(state_of(&serve, "w")["state"], "stopped");
+    plugin_pid(&serve, "w");
+
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
     assert!(log.contains("files changed since approval"), "{log}");
