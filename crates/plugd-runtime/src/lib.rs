@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod broker_config;
+mod changes;
 pub mod channels;
 pub mod config;
 pub mod containment;
@@ -31,6 +32,7 @@ pub mod signing;
 #[cfg(test)]
 mod test_json;
 pub mod vector;
+pub mod watch;
 pub mod workspace;
 
 use std::collections::{BTreeMap, HashMap};
@@ -47,6 +49,8 @@ use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
 use serde_json::Value;
+
+use changes::{Withheld, WithheldMap};
 
 pub use registry::{ArgsError, FieldError, ToolEntry, ToolRegistry};
 pub use workspace::{BrokenPlugin, Discovery};
@@ -72,6 +76,19 @@ pub enum RuntimeError {
     /// No tool with that name.
     #[error("no tool {0:?}; `plugd tool list` shows the tools of approved plugins")]
     UnknownTool(String),
+    /// The tool belongs to an approved plugin whose files changed since:
+    /// its tools are withheld until it is approved again.
+    #[error(
+        "tool {tool:?} is withheld: plugin {plugin:?} changed since it was approved ({files}); review the files and run `plugd plugin approve {plugin}`"
+    )]
+    Changed {
+        /// The plugin.
+        plugin: String,
+        /// The tool asked for.
+        tool: String,
+        /// What changed, files named relative to the plugin directory.
+        files: String,
+    },
     /// The arguments did not match the schema (the plugin was not called).
     #[error(transparent)]
     Args(#[from] ArgsError),
@@ -214,8 +231,9 @@ impl Observer for TrustObserver {
         signing::check(&self.signing, spec)?;
         let (dir_digest, now) = spec_digests(spec)?;
         if now != approval.digest {
+            let files = changes::describe(spec, &approval.digest, &self.dir.join(".plugd"));
             return Err(format!(
-                "its files changed since it was approved ({} then, {now} now); review it and run `plugd plugin approve {}`",
+                "its files changed since it was approved ({files}; {} then, {now} now); review it and run `plugd plugin approve {}`",
                 approval.digest, spec.id
             ));
         }
@@ -281,6 +299,7 @@ struct RtInner {
     broken: Vec<BrokenPlugin>,
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
+    withheld: WithheldMap,
     api: Arc<host_api::RuntimeApi>,
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
@@ -328,14 +347,25 @@ impl Runtime {
         services.api = Some(api.clone());
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
+        let withheld = WithheldMap::default();
+        let state_dir = dir.join(".plugd");
         for (id, spec) in discovery.plugins {
-            let digest = spec_digest(&spec);
-            if let (Some(approval), Ok(d)) = (store.approval(&id)?, &digest)
-                && &approval.digest == d
-            {
-                let tools: Vec<ToolDef> =
-                    serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
-                write(&registry).set_plugin_tools(&id, &tools);
+            let approval = store.approval(&id)?;
+            let digest = changes::display_digest(&spec, approval.as_ref(), &state_dir);
+            match (approval, &digest) {
+                (Some(approval), Ok(d)) if &approval.digest == d => {
+                    let tools: Vec<ToolDef> =
+                        serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
+                    write(&registry).set_plugin_tools(&id, &tools);
+                }
+                (Some(approval), _) => withheld.insert(
+                    &id,
+                    Withheld {
+                        tools: changes::catalog_names(&approval),
+                        files: changes::describe(&spec, &approval.digest, &state_dir),
+                    },
+                ),
+                (None, _) => {}
             }
             let supervised =
                 Supervised::new(spec, config.clone(), observer.clone(), services.clone());
@@ -355,6 +385,7 @@ impl Runtime {
                 broken: discovery.broken,
                 registry,
                 digests: Mutex::new(digests),
+                withheld,
                 api,
                 signing,
                 redactions,
@@ -420,15 +451,24 @@ impl Runtime {
     }
 
     fn digest_now(&self, id: &str, refresh: bool) -> Result<String, String> {
-        let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
         if refresh && let Some(sup) = self.inner.plugins.get(id) {
-            let d = spec_digest(sup.spec());
-            digests.insert(id.to_owned(), d);
+            // Hashed outside the lock: one plugin's walk never holds up the others.
+            let d = changes::approval_digest(sup.spec(), &self.inner.dir.join(".plugd"));
+            self.set_digest(id, d.clone());
+            return d;
         }
+        let digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
         digests
             .get(id)
             .cloned()
             .unwrap_or_else(|| Err("unknown plugin".into()))
+    }
+
+    /// Records the digest `id`'s directory has now (the watcher's and
+    /// approval's way to keep `plugin list` current).
+    fn set_digest(&self, id: &str, digest: Result<String, String>) {
+        let mut digests = self.inner.digests.lock().unwrap_or_else(|p| p.into_inner());
+        digests.insert(id.to_owned(), digest);
     }
 
     /// Every plugin, valid or not, sorted by id.
@@ -444,23 +484,98 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Every plugin, valid or not, sorted by id, with only what `plugd plugin
+    /// list` and `GET /v1/plugins` show filled in (id, dialect, state,
+    /// approved, version, dir, error, tools, digest, approval, status); the
+    /// rest is left empty ([`Runtime::plugin`] fills it). Reads the approvals
+    /// in one query and no plugin file, so it stays fast with many plugins.
+    pub fn plugin_list(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+        let mut approvals: HashMap<String, Approval> = self
+            .inner
+            .store
+            .approvals()?
+            .into_iter()
+            .map(|a| (a.plugin_id.clone(), a))
+            .collect();
+        let mut out = Vec::new();
+        for id in self.inner.plugins.keys() {
+            out.push(self.brief(id, approvals.remove(id))?);
+        }
+        for b in &self.inner.broken {
+            out.push(broken_info(b));
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
     /// One plugin's report.
     pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.store.approval(id)?;
+        let mut info = self.brief(id, approval)?;
         let sup = self.supervised(id)?;
         let spec = sup.spec();
-        let approval = self.inner.store.approval(id)?;
+        // What a start runs: the approval's pin while the approval holds.
+        let pinned = match (info.approved, spec.pin_dir) {
+            (true, true) => self.inner.pins.current(id).map(|p| spec.rebased(&p)),
+            _ => None,
+        };
+        let run_spec = pinned.as_ref().unwrap_or(spec);
+        let program = containment::program_path(run_spec, &self.inner.dir);
+        info.env = plugd_host::spawn::child_env(&spec.command.env)
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
+            .collect();
+        info.command = std::iter::once(program)
+            .chain(run_spec.command.args.iter().cloned())
+            .collect();
+        info.cwd = Some(run_spec.dir.clone());
+        info.start = Some(format!("{:?}", spec.supervisor.start).to_lowercase());
+        info.warnings = spec.warnings.clone();
+        info.tool_risks = self.tool_risks(id);
+        info.stats = sup.stats();
+        info.broker = self.broker_stats(id);
+        info.permissions = Some(
+            containment::effective(run_spec, &self.inner.dir)
+                .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
+        );
+        info.details = serde_json::to_value(&**spec)
+            .ok()
+            .and_then(|v| v.get(spec.dialect.to_string()).cloned())
+            .unwrap_or(Value::Null);
+        info.signature = signing::status(&self.inner.signing, spec);
+        info.config = self.config_show(id).unwrap_or_default();
+        Ok(info)
+    }
+
+    /// The state part of a plugin's report, from its `approval`.
+    fn brief(&self, id: &str, approval: Option<Approval>) -> Result<PluginInfo, RuntimeError> {
+        let sup = self.supervised(id)?;
+        let spec = sup.spec();
         let digest = self.digest_now(id, false);
         let status = sup.status();
         let changed = matches!((&approval, &digest), (Some(a), Ok(d)) if &a.digest != d);
         let (state, error) = match (&approval, &digest) {
             (_, Err(e)) => ("invalid".to_owned(), Some(e.clone())),
             (None, _) => ("unapproved".to_owned(), None),
-            _ if changed => (
-                "changed".to_owned(),
-                Some(format!(
-                    "files changed since approval; run `plugd plugin approve {id}` after review"
-                )),
-            ),
+            _ if changed => {
+                let files = self
+                    .inner
+                    .withheld
+                    .get(id)
+                    .map(|w| format!(" ({})", w.files))
+                    .unwrap_or_default();
+                (
+                    "changed".to_owned(),
+                    Some(format!(
+                        "files changed since approval{files}; run `plugd plugin approve {id}` after review"
+                    )),
+                )
+            }
             _ => {
                 let err = match &status {
                     Status::Failed { reason } => Some(reason.clone()),
@@ -472,26 +587,9 @@ impl Runtime {
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
         let tools = read(&self.inner.registry)
-            .list()
+            .plugin_tools(id)
             .iter()
-            .filter(|t| t.plugin == id)
             .map(|t| t.name.clone())
-            .collect();
-        // What a start runs: the approval's pin while the approval holds.
-        let pinned = match (approved, spec.pin_dir) {
-            (true, true) => self.inner.pins.current(id).map(|p| spec.rebased(&p)),
-            _ => None,
-        };
-        let run_spec = pinned.as_ref().unwrap_or(spec);
-        let program = containment::program_path(run_spec, &self.inner.dir);
-        let env = plugd_host::spawn::child_env(&spec.command.env)
-            .into_iter()
-            .map(|(k, v)| {
-                (
-                    k.to_string_lossy().into_owned(),
-                    v.to_string_lossy().into_owned(),
-                )
-            })
             .collect();
         Ok(PluginInfo {
             id: id.to_owned(),
@@ -509,26 +607,20 @@ impl Runtime {
                 approved_by: a.approved_by,
                 approved_at: a.approved_at,
             }),
-            command: std::iter::once(program)
-                .chain(run_spec.command.args.iter().cloned())
-                .collect(),
-            env,
-            cwd: Some(run_spec.dir.clone()),
-            start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
-            warnings: spec.warnings.clone(),
-            tool_risks: self.tool_risks(id),
-            stats: sup.stats(),
-            broker: self.broker_stats(id),
-            permissions: Some(
-                containment::effective(run_spec, &self.inner.dir)
-                    .map_or_else(containment::EffectivePermissions::refused, |(_, r)| r),
-            ),
-            details: serde_json::to_value(&**spec)
-                .ok()
-                .and_then(|v| v.get(spec.dialect.to_string()).cloned())
-                .unwrap_or(Value::Null),
-            signature: signing::status(&self.inner.signing, spec),
-            config: self.config_show(id).unwrap_or_default(),
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            cwd: None,
+            start: None,
+            warnings: Vec::new(),
+            tool_risks: BTreeMap::new(),
+            stats: None,
+            broker: None,
+            permissions: None,
+            details: Value::Null,
+            signature: signing::SignatureStatus::NotApplicable {
+                reason: "not read for the plugin list; `plugd plugin show` reads it".into(),
+            },
+            config: Vec::new(),
         })
     }
 
@@ -573,6 +665,7 @@ impl Runtime {
             }
             return Err(e.into());
         }
+        self.inner.withheld.remove(id);
         // The new approval replaced the old one: its pin may go.
         if let Some(pin) = &pin
             && let Err(e) = self.inner.pins.forget(pin)
@@ -612,7 +705,7 @@ impl Runtime {
             .await
             .map_err(|e| format!("pinning failed: {e}"))?
             .map_err(|e| e.to_string())?;
-        let approved = combine_digest(Some(&pin.dir_digest), &spec.pinned);
+        let approved = changes::spec_digest_from(Some(&pin.dir_digest), spec);
         let now = self.digest_now(id, true);
         if now.as_ref() != Ok(&approved) {
             // Keep the previous approval's pin: that approval still stands.
@@ -641,6 +734,7 @@ impl Runtime {
         let sup = self.supervised(id)?.clone();
         let had = self.inner.store.revoke(id)?;
         write(&self.inner.registry).remove_plugin(id);
+        self.inner.withheld.remove(id);
         sup.stop().await;
         self.release_pin(id);
         Ok(had)
@@ -684,7 +778,7 @@ impl Runtime {
     ) -> Result<Value, RuntimeError> {
         let entry = read(&self.inner.registry)
             .get(name)
-            .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
+            .ok_or_else(|| self.unknown_tool(name))?;
         risk::check_enabled(self, &entry)?;
         entry.validate(&args)?;
         risk::gate(self, &entry, &args, ctx).await?;
@@ -692,11 +786,25 @@ impl Runtime {
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
     }
 
+    /// Why there is no tool `name`: withheld because its plugin changed
+    /// since approval (the files named), or unknown.
+    fn unknown_tool(&self, name: &str) -> RuntimeError {
+        match self.inner.withheld.owner_of(name) {
+            Some((plugin, files)) => RuntimeError::Changed {
+                plugin,
+                tool: name.to_owned(),
+                files,
+            },
+            None => RuntimeError::UnknownTool(name.to_owned()),
+        }
+    }
+
     /// Starts every approved plugin whose manifest asks for an eager start.
     pub fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
         for (id, sup) in &self.inner.plugins {
-            let approved = matches!(self.plugin(id), Ok(info) if info.approved);
+            let approval = self.inner.store.approval(id).ok().flatten();
+            let approved = matches!(self.brief(id, approval), Ok(info) if info.approved);
             if sup.is_eager() && approved && !matches!(sup.status(), Status::Failed { .. }) {
                 sup.start();
                 started.push(id.clone());
@@ -757,24 +865,5 @@ fn spec_digests(spec: &PluginSpec) -> Result<(Option<String>, String), String> {
     } else {
         None
     };
-    let d = combine_digest(dir.as_deref(), &spec.pinned);
-    Ok((dir, d))
-}
-
-/// The approval digest of a directory digest and the declaration data
-/// outside it.
-fn combine_digest(dir: Option<&str>, pinned: &Value) -> String {
-    use sha2::{Digest, Sha256};
-    match (dir, pinned) {
-        (Some(d), Value::Null) => d.to_owned(),
-        _ => {
-            let mut h = Sha256::new();
-            h.update(b"plugd-spec-digest-v1\0");
-            h.update(dir.unwrap_or("-").as_bytes());
-            h.update(b"\0");
-            // serde_json writes object keys in sorted order (no preserve_order).
-            h.update(serde_json::to_vec(pinned).unwrap_or_default());
-            format!("sha256:{}", hex::encode(h.finalize()))
-        }
-    }
+    Ok((dir.clone(), changes::spec_digest_from(dir.as_deref(), spec)))
 }

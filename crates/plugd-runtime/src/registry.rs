@@ -136,6 +136,8 @@ impl ToolEntry {
 #[derive(Debug, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<ToolEntry>>,
+    /// The names each plugin holds, so per-plugin work is not O(all tools).
+    by_plugin: BTreeMap<String, Vec<String>>,
 }
 
 impl ToolRegistry {
@@ -143,7 +145,8 @@ impl ToolRegistry {
     /// another plugin are refused (logged), so no plugin can shadow another's
     /// tool.
     pub fn set_plugin_tools(&mut self, plugin: &str, defs: &[ToolDef]) {
-        self.tools.retain(|_, t| t.plugin != plugin);
+        self.remove_plugin(plugin);
+        let mut names = Vec::new();
         for def in defs {
             match self.tools.get(&def.name) {
                 Some(existing) => tracing::error!(
@@ -155,14 +158,33 @@ impl ToolRegistry {
                 None => {
                     self.tools
                         .insert(def.name.clone(), Arc::new(ToolEntry::new(plugin, def)));
+                    names.push(def.name.clone());
                 }
             }
+        }
+        if !names.is_empty() {
+            self.by_plugin.insert(plugin.to_owned(), names);
         }
     }
 
     /// Removes every tool of `plugin`.
     pub fn remove_plugin(&mut self, plugin: &str) {
-        self.tools.retain(|_, t| t.plugin != plugin);
+        for name in self.by_plugin.remove(plugin).unwrap_or_default() {
+            self.tools.remove(&name);
+        }
+    }
+
+    /// The tools of `plugin`, sorted by name.
+    pub fn plugin_tools(&self, plugin: &str) -> Vec<Arc<ToolEntry>> {
+        let mut out: Vec<Arc<ToolEntry>> = self
+            .by_plugin
+            .get(plugin)
+            .into_iter()
+            .flatten()
+            .filter_map(|n| self.tools.get(n).cloned())
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
     }
 
     /// The tool called `name`.

@@ -508,10 +508,21 @@ impl Runtime {
     /// Every tool of the approved plugins with its effective risk and
     /// state, disabled ones included, sorted by name.
     pub fn tool_views(&self) -> Result<Vec<ToolView>, RuntimeError> {
+        let tools = crate::read(&self.inner.registry).list();
+        self.views_of(tools)
+    }
+
+    /// [`Runtime::tool_views`] of plugin `id` only (O(its tools), so a
+    /// per-plugin report stays cheap with many plugins).
+    pub fn plugin_tool_views(&self, id: &str) -> Result<Vec<ToolView>, RuntimeError> {
+        let tools = crate::read(&self.inner.registry).plugin_tools(id);
+        self.views_of(tools)
+    }
+
+    fn views_of(&self, tools: Vec<Arc<ToolEntry>>) -> Result<Vec<ToolView>, RuntimeError> {
         let policy = self.risk_config()?;
         let disabled = self.disabled_set()?;
-        Ok(crate::read(&self.inner.registry)
-            .list()
+        Ok(tools
             .into_iter()
             .map(|entry| {
                 let (risk, risk_source) = effective_risk(&entry, &policy);
@@ -529,10 +540,9 @@ impl Runtime {
     /// The risk and state of each tool of plugin `id` (empty when the
     /// policy cannot be read; the error is logged).
     pub fn tool_risks(&self, id: &str) -> BTreeMap<String, ToolRisk> {
-        match self.tool_views() {
+        match self.plugin_tool_views(id) {
             Ok(views) => views
                 .into_iter()
-                .filter(|v| v.entry.plugin == id)
                 .map(|v| {
                     (
                         v.entry.name.clone(),

@@ -37,6 +37,9 @@ pub mod code {
     pub const UNKNOWN_TOOL: &str = "unknown_tool";
     /// No plugin of that id.
     pub const UNKNOWN_PLUGIN: &str = "unknown_plugin";
+    /// The tool's plugin changed since approval; its tools are withheld
+    /// until it is approved again (the message names the files).
+    pub const PLUGIN_CHANGED: &str = "plugin_changed";
     /// No session of that id.
     pub const UNKNOWN_SESSION: &str = "unknown_session";
     /// No hook point of that name.
@@ -277,6 +280,7 @@ impl From<RuntimeError> for ApiError {
         let (status, code) = match &err {
             RuntimeError::UnknownTool(_) => (StatusCode::NOT_FOUND, code::UNKNOWN_TOOL),
             RuntimeError::UnknownPlugin(_) => (StatusCode::NOT_FOUND, code::UNKNOWN_PLUGIN),
+            RuntimeError::Changed { .. } => (StatusCode::CONFLICT, code::PLUGIN_CHANGED),
             RuntimeError::Args(ArgsError::Invalid { errors, .. }) => {
                 return ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,

@@ -374,7 +374,7 @@ impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
 }
 
 async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let plugins = state.runtime.plugins()?;
+    let plugins = state.runtime.plugin_list()?;
     let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::from).collect();
     Ok(Json(rows).into_response())
 }

@@ -140,6 +140,17 @@ fn error_types_have_fixed_statuses_and_bodies() {
 
     let e = ApiError::from(plugd_runtime::RuntimeError::UnknownTool("nope".into()));
     assert_eq!((e.status, e.code), (StatusCode::NOT_FOUND, "unknown_tool"));
+    let e = ApiError::from(plugd_runtime::RuntimeError::Changed {
+        plugin: "p".into(),
+        tool: "p_t".into(),
+        files: "changed main.py".into(),
+    });
+    assert_eq!((e.status, e.code), (StatusCode::CONFLICT, "plugin_changed"));
+    assert!(
+        e.message.contains("changed main.py") && e.message.contains("plugd plugin approve p"),
+        "{}",
+        e.message
+    );
     let e = ApiError::from(AgentError::BadSession("a b".into()));
     assert_eq!(
         (e.status, e.code),

@@ -19,10 +19,11 @@
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Prefix of every digest string made by [`plugin_digest`].
@@ -53,6 +54,135 @@ impl Default for DigestLimits {
             max_bytes: 512 * 1024 * 1024,
             max_depth: 32,
         }
+    }
+}
+
+/// Cheap metadata of one entry: if none of it changed, neither did the
+/// entry's content (a write moves mtime and ctime, a replace moves the inode).
+/// Only ever used to skip re-hashing for display; the start gate hashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i128,
+    /// Status change time, nanoseconds since the epoch.
+    pub ctime_ns: i128,
+    /// Inode number.
+    pub ino: u64,
+    /// Mode bits (kind and permissions).
+    pub mode: u32,
+}
+
+impl Stamp {
+    fn of(meta: &fs::Metadata) -> Stamp {
+        Stamp {
+            size: meta.size(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+            ino: meta.ino(),
+            mode: meta.mode(),
+        }
+    }
+}
+
+/// One entry of a plugin directory as [`plugin_listing`] hashed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedEntry {
+    /// Path relative to the plugin directory, `/` separated (lossy UTF-8).
+    pub path: String,
+    /// `file`, `dir` or `symlink`.
+    pub kind: String,
+    /// Executable bit (files).
+    #[serde(default)]
+    pub executable: bool,
+    /// SHA-256 of the content (files), or the link target (symlinks).
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Metadata when it was hashed.
+    pub stamp: Stamp,
+}
+
+impl ListedEntry {
+    /// Same kind, bits and content (the stamp is not compared).
+    pub fn same_content(&self, other: &ListedEntry) -> bool {
+        self.kind == other.kind
+            && self.executable == other.executable
+            && self.content == other.content
+    }
+}
+
+/// A plugin directory's digest and the per-entry listing it was made from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
+    /// What [`plugin_digest`] returns for the same tree.
+    pub digest: String,
+    /// Every entry below the root, in digest order.
+    pub entries: Vec<ListedEntry>,
+}
+
+/// What changed between two listings: paths relative to the plugin directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListingDiff {
+    /// Present in both with other content, kind or executable bit.
+    pub changed: Vec<String>,
+    /// Only in the newer listing.
+    pub added: Vec<String>,
+    /// Only in the older listing.
+    pub removed: Vec<String>,
+}
+
+impl ListingDiff {
+    /// `old` (approved) against `new` (now).
+    pub fn between(old: &[ListedEntry], new: &[ListedEntry]) -> ListingDiff {
+        use std::collections::BTreeMap;
+        let old: BTreeMap<&str, &ListedEntry> = old.iter().map(|e| (e.path.as_str(), e)).collect();
+        let new: BTreeMap<&str, &ListedEntry> = new.iter().map(|e| (e.path.as_str(), e)).collect();
+        let mut diff = ListingDiff::default();
+        for (path, e) in &new {
+            match old.get(path) {
+                None => diff.added.push((*path).to_owned()),
+                Some(o) if !o.same_content(e) => diff.changed.push((*path).to_owned()),
+                Some(_) => {}
+            }
+        }
+        diff.removed = old
+            .keys()
+            .filter(|p| !new.contains_key(*p))
+            .map(|p| (*p).to_owned())
+            .collect();
+        diff
+    }
+
+    /// Nothing differs.
+    pub fn is_empty(&self) -> bool {
+        self.changed.is_empty() && self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+impl std::fmt::Display for ListingDiff {
+    /// `changed main.py; added x.sh; removed lib/a.py`, at most 10 paths per kind.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (what, paths) in [
+            ("changed", &self.changed),
+            ("added", &self.added),
+            ("removed", &self.removed),
+        ] {
+            if paths.is_empty() {
+                continue;
+            }
+            if !first {
+                f.write_str("; ")?;
+            }
+            first = false;
+            let shown: Vec<&str> = paths.iter().take(10).map(String::as_str).collect();
+            write!(f, "{what} {}", shown.join(", "))?;
+            if paths.len() > 10 {
+                write!(f, " and {} more", paths.len() - 10)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -134,6 +264,89 @@ pub enum DigestError {
 ///
 /// `dir` itself may be reached through a symlink; nothing inside it is followed.
 pub fn plugin_digest(dir: &Path, limits: &DigestLimits) -> Result<String, DigestError> {
+    walk(dir, limits, None)
+}
+
+/// [`plugin_digest`] plus the listing of every entry it hashed (each file's
+/// own SHA-256, each link's target, and metadata stamps), so a later
+/// listing can name what changed.
+pub fn plugin_listing(dir: &Path, limits: &DigestLimits) -> Result<Listing, DigestError> {
+    let mut entries = Vec::new();
+    let digest = walk(dir, limits, Some(&mut entries))?;
+    Ok(Listing { digest, entries })
+}
+
+/// The metadata stamps of every entry below `dir` (path, kind, stamp), in
+/// digest order, without reading any file: what [`Listing::stamps_match`]
+/// compares.
+pub fn plugin_stamps(
+    dir: &Path,
+    limits: &DigestLimits,
+) -> Result<Vec<(String, Stamp)>, DigestError> {
+    fn go(
+        abs: &Path,
+        rel: &str,
+        depth: usize,
+        limits: &DigestLimits,
+        out: &mut Vec<(String, Stamp)>,
+        root: &Path,
+    ) -> Result<(), DigestError> {
+        let io_err = |source| DigestError::Io {
+            path: abs.to_owned(),
+            source,
+        };
+        let mut names = Vec::new();
+        for entry in fs::read_dir(abs).map_err(io_err)? {
+            names.push(entry.map_err(io_err)?.file_name());
+        }
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        for name in names {
+            let path = abs.join(&name);
+            let child = if rel.is_empty() {
+                name.to_string_lossy().into_owned()
+            } else {
+                format!("{rel}/{}", name.to_string_lossy())
+            };
+            if depth + 1 > limits.max_depth || out.len() >= limits.max_files {
+                return Err(DigestError::TooMany {
+                    dir: root.to_owned(),
+                    limit: limits.max_files,
+                });
+            }
+            let meta = fs::symlink_metadata(&path).map_err(|source| DigestError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            out.push((child.clone(), Stamp::of(&meta)));
+            if meta.file_type().is_dir() {
+                go(&path, &child, depth + 1, limits, out, root)?;
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    go(dir, "", 0, limits, &mut out, dir)?;
+    Ok(out)
+}
+
+impl Listing {
+    /// True when `stamps` (from [`plugin_stamps`]) show the same entries with
+    /// the same metadata as when this listing was hashed.
+    pub fn stamps_match(&self, stamps: &[(String, Stamp)]) -> bool {
+        self.entries.len() == stamps.len()
+            && self
+                .entries
+                .iter()
+                .zip(stamps)
+                .all(|(e, (p, s))| &e.path == p && &e.stamp == s)
+    }
+}
+
+fn walk(
+    dir: &Path,
+    limits: &DigestLimits,
+    listing: Option<&mut Vec<ListedEntry>>,
+) -> Result<String, DigestError> {
     let meta = fs::metadata(dir).map_err(|source| DigestError::Io {
         path: dir.to_owned(),
         source,
@@ -150,6 +363,7 @@ pub fn plugin_digest(dir: &Path, limits: &DigestLimits) -> Result<String, Digest
         entries: 0,
         bytes: 0,
         buf: vec![0; 64 * 1024],
+        listing,
     };
     walk.hasher.update(DOMAIN);
     walk.dir(dir, &[], 0)?;
@@ -166,6 +380,7 @@ struct Walk<'a> {
     entries: usize,
     bytes: u64,
     buf: Vec<u8>,
+    listing: Option<&'a mut Vec<ListedEntry>>,
 }
 
 impl Walk<'_> {
@@ -218,9 +433,17 @@ impl Walk<'_> {
                 self.hasher.update([TAG_SYMLINK]);
                 self.framed(&child_rel);
                 self.framed(target.as_os_str().as_bytes());
+                self.list(
+                    &child_rel,
+                    "symlink",
+                    false,
+                    Some(target.to_string_lossy().into_owned()),
+                    &meta,
+                );
             } else if ft.is_dir() {
                 self.hasher.update([TAG_DIR]);
                 self.framed(&child_rel);
+                self.list(&child_rel, "dir", false, None, &meta);
                 self.dir(&path, &child_rel, depth + 1)?;
             } else if ft.is_file() {
                 self.file(&path, &child_rel)?;
@@ -269,6 +492,7 @@ impl Walk<'_> {
         self.framed(rel);
         self.hasher.update([u8::from(executable)]);
         self.hasher.update(size.to_le_bytes());
+        let mut own = self.listing.is_some().then(Sha256::new);
         let mut seen: u64 = 0;
         loop {
             let n = match file.read(&mut self.buf) {
@@ -282,13 +506,42 @@ impl Walk<'_> {
                 break;
             }
             self.hasher.update(&self.buf[..n]);
+            if let Some(own) = own.as_mut() {
+                own.update(&self.buf[..n]);
+            }
         }
         if seen != size {
             return Err(DigestError::Changed {
                 path: path.to_owned(),
             });
         }
+        if let Some(own) = own {
+            let content = format!("{DIGEST_PREFIX}{}", hex::encode(own.finalize()));
+            // The stamp is the one taken before reading: a write during the
+            // read moves the file's stamp away from it, never towards it.
+            self.list(rel, "file", executable, Some(content), &meta);
+        }
         Ok(())
+    }
+
+    /// Records one entry when a listing is being made.
+    fn list(
+        &mut self,
+        rel: &[u8],
+        kind: &str,
+        executable: bool,
+        content: Option<String>,
+        meta: &fs::Metadata,
+    ) {
+        if let Some(listing) = self.listing.as_mut() {
+            listing.push(ListedEntry {
+                path: String::from_utf8_lossy(rel).into_owned(),
+                kind: kind.to_owned(),
+                executable,
+                content,
+                stamp: Stamp::of(meta),
+            });
+        }
     }
 
     /// Feeds `bytes` prefixed with their length.
@@ -309,5 +562,50 @@ fn special_kind(ft: fs::FileType) -> &'static str {
         "character device"
     } else {
         "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listing_digest_is_the_plain_digest_and_diffs_name_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::create_dir(d.join("lib")).unwrap();
+        fs::write(d.join("main.py"), "print(1)\n").unwrap();
+        fs::write(d.join("lib/a.py"), "a").unwrap();
+        std::os::unix::fs::symlink("main.py", d.join("link")).unwrap();
+        let limits = DigestLimits::default();
+        let then = plugin_listing(d, &limits).unwrap();
+        assert_eq!(then.digest, plugin_digest(d, &limits).unwrap());
+        let paths: Vec<&str> = then.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["lib", "lib/a.py", "link", "main.py"]);
+        assert!(then.stamps_match(&plugin_stamps(d, &limits).unwrap()));
+
+        fs::write(d.join("main.py"), "print(2)\n").unwrap();
+        fs::remove_file(d.join("lib/a.py")).unwrap();
+        fs::write(d.join("new.sh"), "x").unwrap();
+        let now = plugin_listing(d, &limits).unwrap();
+        assert!(!then.stamps_match(&plugin_stamps(d, &limits).unwrap()));
+        let diff = ListingDiff::between(&then.entries, &now.entries);
+        assert_eq!(
+            diff.to_string(),
+            "changed main.py; added new.sh; removed lib/a.py"
+        );
+    }
+
+    #[test]
+    fn a_rewrite_with_the_same_size_moves_the_stamp() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        fs::write(d.join("f"), "aaaa").unwrap();
+        let limits = DigestLimits::default();
+        let then = plugin_listing(d, &limits).unwrap();
+        // Same size, content rewritten through a rename (new inode, new ctime).
+        fs::write(d.join("g"), "bbbb").unwrap();
+        fs::rename(d.join("g"), d.join("f")).unwrap();
+        assert!(!then.stamps_match(&plugin_stamps(d, &limits).unwrap()));
     }
 }

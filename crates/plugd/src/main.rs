@@ -6,6 +6,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod agent_cmd;
+mod approve_cmd;
 mod bench;
 mod bus_cmd;
 mod channel_cmd;
@@ -102,14 +103,8 @@ enum PluginCmd {
         #[command(flatten)]
         json: JsonFlag,
     },
-    /// Approve a plugin as its files are now (starts it once to cache its tools).
-    Approve {
-        /// Plugin id.
-        id: String,
-        /// Who approves (default: $USER).
-        #[arg(long)]
-        by: Option<String>,
-    },
+    /// Approve plugins as their files are now (starts each once to cache its tools).
+    Approve(approve_cmd::ApproveArgs),
     /// Withdraw approval: the plugin stops and its tools disappear.
     Revoke {
         /// Plugin id.
@@ -299,8 +294,7 @@ async fn run(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Command::Plugin(
-            cmd
-            @ (PluginCmd::Approve { .. } | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
+            cmd @ (PluginCmd::Approve(_) | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
         ) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             if let Some(serve) = remote::Remote::find(&dir).await {
@@ -324,7 +318,7 @@ async fn run(cli: Cli) -> Result<i32> {
 async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     match command {
         Command::Plugin(PluginCmd::List(f)) => {
-            let plugins = rt.plugins()?;
+            let plugins = rt.plugin_list()?;
             if f.json {
                 print_json(&plugin_rows(&plugins), false)?;
             } else {
@@ -367,16 +361,9 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                 print_plugin_detail(&info);
             }
         }
-        Command::Plugin(PluginCmd::Approve { id, by }) => {
-            let by = approver(by.as_deref());
-            let info = rt.approve(id, &by).await?;
-            let digest = info
-                .approval
-                .as_ref()
-                .map(|a| a.digest.as_str())
-                .unwrap_or("?");
-            println!("approved {id} ({digest}); tools: {}", info.tools.join(", "));
-            print_approval_warnings(info.warnings.iter().map(String::as_str));
+        Command::Plugin(PluginCmd::Approve(args)) => {
+            let by = approver(args.by.as_deref());
+            approve_cmd::local(rt, args, &by).await?;
         }
         Command::Plugin(PluginCmd::Revoke { id }) => {
             if rt.revoke(id).await? {
@@ -463,25 +450,7 @@ fn approver(by: Option<&str>) -> String {
 async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()> {
     let via = format!("(via plugd serve pid {})", serve.pid());
     match cmd {
-        PluginCmd::Approve { id, by } => {
-            if by.is_some() {
-                eprintln!(
-                    "note: --by is not sent to plugd serve; it records the user of this socket connection"
-                );
-            }
-            let row = serve.plugin_action(id, "approve").await?;
-            let digest = row["digest"].as_str().unwrap_or("?");
-            let tools: Vec<&str> = row["tools"]
-                .as_array()
-                .map(|t| t.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
-            println!(
-                "approved {id} ({digest}); tools: {} {via}",
-                tools.join(", ")
-            );
-            let warnings = row["warnings"].as_array().cloned().unwrap_or_default();
-            print_approval_warnings(warnings.iter().filter_map(Value::as_str));
-        }
+        PluginCmd::Approve(args) => approve_cmd::via_serve(serve, args).await?,
         PluginCmd::Revoke { id } => {
             let row = serve.plugin_action(id, "revoke").await?;
             if row["was_approved"].as_bool().unwrap_or(true) {
@@ -512,7 +481,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     // The risk policy serve gates calls with is the plugd.yaml it started with.
     rt.set_risk_config(config.risk.clone());
-    let plugins = rt.plugins()?;
+    let plugins = rt.plugin_list()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let mut started = rt.start_eager();
     // `eager:` in plugd.yaml adds to the manifests' own eager starts.
@@ -592,6 +561,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
     let _record = remote::ServeFile::write(rt.dir(), socket.path(), bound)?;
+    // A change to an approved plugin's files stops it and withholds its tools.
+    let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
@@ -614,6 +585,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
                 Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
                 Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
             };
+            watcher.shutdown().await;
             channels.shutdown().await;
             pipeline.cleanup().await;
             rt.shutdown().await;
@@ -631,6 +603,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         http.abort();
     }
     tracing::info!("shutting plugins down");
+    watcher.shutdown().await;
     channels.shutdown().await;
     pipeline.cleanup().await;
     rt.shutdown().await;

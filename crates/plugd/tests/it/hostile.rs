@@ -443,7 +443,12 @@ async fn a_changed_plugin_loses_its_approval() {
         .call_tool("drift_echo", json!({}), None)
         .await
         .unwrap_err();
-    assert!(matches!(err, RuntimeError::UnknownTool(_)), "{err:?}");
+    // Withheld, not unknown: the error names the plugin and the changed file.
+    assert!(
+        matches!(&err, RuntimeError::Changed { plugin, files, .. }
+            if plugin == "drift" && files.contains("changed misbehave.py")),
+        "{err:?}"
+    );
 
     // A running plugin whose files change cannot restart either.
     std::fs::copy(

@@ -27,3 +27,4 @@ mod signatures;
 mod support;
 mod vai;
 mod vector;
+mod watching;

@@ -306,14 +306,28 @@ fn a_signed_approved_plugin_tampered_under_serve_does_not_start_and_the_call_nam
         "{}",
         stderr(&out)
     );
-    let refused = serve.post("/v1/tools/sealed_echo:invoke", &json!({"args": {"x": 1}}));
+    // A call in the instant before serve's watcher acts meets the start
+    // gate (503, signature); from then on every call gets the 409 below.
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let refused = loop {
+        let r = serve.post("/v1/tools/sealed_echo:invoke", &json!({"args": {"x": 1}}));
+        if r.status == 409 || std::time::Instant::now() > end {
+            break r;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let body = refused.json();
     let message = body["error"]["message"].as_str().unwrap_or_default();
-    assert_eq!(refused.status, 503, "{body}");
-    assert_eq!(body["error"]["code"], "plugin_unavailable", "{body}");
+    // Serve's watcher withholds the changed plugin's tools before any start
+    // is tried; the call names the file (the start gate's signature refusal
+    // is what a start would say, see the tests above).
+    assert_eq!(refused.status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "plugin_changed", "{body}");
     assert!(
-        message.contains("plugin \"sealed\" may not start: its signature check failed")
-            && message.contains("misbehave.py changed"),
+        message.contains("plugin \"sealed\" changed since it was approved")
+            && message.contains("changed misbehave.py")
+            && message.contains("plugd plugin approve sealed"),
         "{body}"
     );
     let (status, log) = serve.stop();
