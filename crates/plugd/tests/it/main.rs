@@ -3,6 +3,7 @@
 //! One test binary, so the workspace links it once.
 
 mod agent;
+mod baseline;
 mod broker;
 mod channels;
 mod cli;
