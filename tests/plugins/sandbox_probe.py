@@ -6,7 +6,7 @@ Usage: python3 sandbox_probe.py ID [escape PIDFILE]
 With `escape PIDFILE` (and PIDFILE not there yet) it first leaves three
 `sleep 1000` processes behind: one forked child that stays in its process
 group, one that calls setsid(), and one double-forked grandchild that calls
-setsid() (its parent exits after a second); their pids go to PIDFILE.
+setsid() (its parent exits after 1.5 s); their pids go to PIDFILE.
 
 Serves one tool, ID_probe, that tries one thing and reports what happened:
 
@@ -109,7 +109,7 @@ def escape(pidfile):
             sleeper(True)
         os.write(w, str(grandchild).encode())
         import time
-        time.sleep(1)
+        time.sleep(1.5)
         os._exit(0)
     os.close(w)
     pids.append(int(os.read(r, 32)))

@@ -445,7 +445,7 @@ impl BaselineReport {
             mechanism: format!("landlock (ABI {abi})"),
             hidden,
             allowed,
-            detail: "also /proc/<pid>/environ, mem and fd of plugd and other plugins (Landlock ptrace scoping); not covered: entries created after the start beside the hidden paths' ancestors are unreachable, hard links and bind mounts made elsewhere are not recognised, the network is not restricted".to_owned(),
+            detail: "also plugd's /proc/<pid>/environ, mem, maps and fd (plugd is not dumpable; the plugin loses CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_PERFMON); not covered: new entries beside the hidden paths' ancestors (e.g. a new file in the workspace root) cannot be created or reached, listing those ancestors is refused, hard links and bind mounts made elsewhere are not recognised, signals and the network are not restricted".to_owned(),
         }
     }
 }
@@ -970,6 +970,32 @@ mod tests {
         assert!(
             err.contains("sandbox.plugins.p.limits.cpu_seconds: must be at least 1"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn baseline_opt_out_parses_matches_the_schema_and_does_not_sandbox() {
+        let text = "sandbox:\n  baseline: require\n  plugins:\n    p: {baseline: false}\n    q: {enabled: false}\n    r: {}\n";
+        let c = parse(text).unwrap();
+        assert!(c.sandbox.require_baseline);
+        let p = &c.sandbox.plugins["p"];
+        assert!(!p.baseline && !p.sandboxes, "{p:?}");
+        let q = &c.sandbox.plugins["q"];
+        assert!(q.baseline && !q.enabled, "{q:?}");
+        assert!(c.sandbox.plugins["r"].sandboxes);
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+        let err = parse("sandbox:\n  baseline: maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("maybe"), "{err}");
+        assert!(
+            !parse("sandbox:\n  baseline: best_effort\n")
+                .unwrap()
+                .sandbox
+                .require_baseline
         );
     }
 

@@ -30,8 +30,8 @@
 //! `CAP_SYS_PTRACE` dropped, a root plugin still read a non-dumpable
 //! process's `environ`). `ptrace_may_access` then refuses `environ`, `mem`,
 //! `maps`, `fd/`, `cwd` of plugd, also for a plugin running as root. The
-//! capability drop applies even when the kernel has no Landlock. With Landlock ABI 6 the plugin
-//! also cannot signal processes outside its domain.
+//! capability drop applies even when the kernel has no Landlock. Signals
+//! are not scoped (a plugin may still signal plugd, as before).
 //!
 //! Like [`super::fallback`], the ruleset is built before the fork and only
 //! applied in the child ([`Prepared::apply`]).
@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreated,
-    RulesetCreatedAttr, Scope, path_beneath_rules,
+    RulesetCreatedAttr, path_beneath_rules,
 };
 use serde::Serialize;
 
@@ -164,8 +164,15 @@ pub fn prepare_without_landlock() -> Prepared {
 }
 
 /// Builds the ruleset: all filesystem access handled, everything allowed
-/// beneath [`allowed_paths`], signals scoped where the kernel can.
+/// beneath [`allowed_paths`]. Missing exceptions inside a denied path (the
+/// plugin's state directory) are created first, so the plugin can use them.
 pub fn prepare(plan: &BaselinePlan, cwd: &Path) -> Result<Prepared, String> {
+    for a in &plan.allow {
+        if !a.exists() && plan.deny.iter().any(|d| a.starts_with(d)) {
+            std::fs::create_dir_all(a)
+                .map_err(|e| format!("cannot create {:?}: {e}", a.display().to_string()))?;
+        }
+    }
     let (deny, allow) = resolve(plan, Some(cwd));
     if deny.is_empty() {
         return Ok(Prepared { ruleset: None });
@@ -175,8 +182,6 @@ pub fn prepare(plan: &BaselinePlan, cwd: &Path) -> Result<Prepared, String> {
     let created = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(ABI_WANTED))
-        .map_err(ll)?
-        .scope(Scope::Signal)
         .map_err(ll)?
         .create()
         .map_err(ll)?
