@@ -128,7 +128,7 @@ fn walk(dir: &Path, deny: &[PathBuf], out: &mut Vec<PathBuf>) {
     let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     names.sort();
     for p in names {
-        if deny.iter().any(|d| *d == p) {
+        if deny.contains(&p) {
             continue;
         }
         if deny.iter().any(|d| d.starts_with(&p)) {
