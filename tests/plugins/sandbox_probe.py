@@ -1,7 +1,12 @@
 # sandbox_probe.py: a native plugin for plugd's sandbox tests (Python 3 stdlib only).
 """
 
-Usage: python3 sandbox_probe.py ID
+Usage: python3 sandbox_probe.py ID [escape PIDFILE]
+
+With `escape PIDFILE` (and PIDFILE not there yet) it first leaves three
+`sleep 1000` processes behind: one forked child that stays in its process
+group, one that calls setsid(), and one double-forked grandchild that calls
+setsid() (its parent exits after 1.5 s); their pids go to PIDFILE.
 
 Serves one tool, ID_probe, that tries one thing and reports what happened:
 
@@ -15,6 +20,8 @@ Serves one tool, ID_probe, that tries one thing and reports what happened:
   {"op": "signal_parent"}          -> signal 0 to its parent (plugd)
   {"op": "burn"}                   -> spins the CPU until killed
   {"op": "whoami"}                 -> uid, gid, pid
+  {"op": "parent_environ"}         -> reads /proc/<parent>/environ (plugd's):
+                                      whether PLUGD_MASTER_KEY is in it
 
 Errors are reported as "ErrorClass: [Errno N] message" (str of the
 exception), so tests can assert the exact errno text. stdout is the
@@ -68,6 +75,10 @@ def probe(args):
         if op == "burn":
             while True:
                 pass
+        if op == "parent_environ":
+            with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+                env = f.read()
+            return {"ok": True, "has_master_key": b"PLUGD_MASTER_KEY=" in env}
         if op == "whoami":
             return {"ok": True, "uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -75,8 +86,43 @@ def probe(args):
         return failure(e)
 
 
+def sleeper(new_session):
+    if new_session:
+        os.setsid()
+    os.execvp("sleep", ["sleep", "1000"])
+
+
+def escape(pidfile):
+    if os.path.exists(pidfile):
+        return
+    pids = []
+    for new_session in (False, True):
+        child = os.fork()
+        if child == 0:
+            sleeper(new_session)
+        pids.append(child)
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            sleeper(True)
+        os.write(w, str(grandchild).encode())
+        import time
+        time.sleep(1.5)
+        os._exit(0)
+    os.close(w)
+    pids.append(int(os.read(r, 32)))
+    os.waitpid(middle, 0)
+    with open(pidfile + ".part", "w") as f:
+        f.write(" ".join(str(p) for p in pids))
+    os.rename(pidfile + ".part", pidfile)
+
+
 def main():
     pid = sys.argv[1]
+    if len(sys.argv) > 3 and sys.argv[2] == "escape":
+        escape(sys.argv[3])
     for line in sys.stdin:
         try:
             msg = json.loads(line)

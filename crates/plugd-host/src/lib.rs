@@ -20,6 +20,7 @@ pub mod native;
 pub mod native_host;
 pub mod native_llm;
 pub mod peer;
+pub mod procs;
 pub mod protocol;
 pub mod sandbox;
 pub mod spawn;

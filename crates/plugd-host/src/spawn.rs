@@ -14,7 +14,11 @@
 //!   zombie outlives its handle;
 //! * is contained as [`SpawnSpec::containment`] says: resource limits set
 //!   before `exec`, and a sandbox (bubblewrap, or the Landlock + seccomp
-//!   fallback) when one was asked for (see [`crate::sandbox`]).
+//!   fallback) when one was asked for (see [`crate::sandbox`]); without a
+//!   sandbox, the Landlock baseline that hides plugd itself
+//!   ([`crate::sandbox::baseline`]);
+//! * is tracked with its descendants ([`crate::procs`]): recorded under
+//!   `.plugd/procs/` when asked, and killed with them when it stops.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -115,6 +119,8 @@ pub struct Spawned {
 #[derive(Debug)]
 struct Shared {
     pid: Pid,
+    /// The leader's descendants as the tracker saw them ([`crate::procs`]).
+    tracked: Arc<crate::procs::Tracked>,
     /// `true` once the leader has been reaped: after that its PID (and PGID)
     /// may be reused, so no signal may be sent any more.
     reaped: Mutex<bool>,
@@ -175,6 +181,9 @@ impl Reaper {
             return ExitStatus::from_raw(0);
         };
         let mut reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+        // Descendants that left the group (setsid) go too, by pid and
+        // start time, so a recycled pid is never hit.
+        self.shared.tracked.kill_descendants();
         // The leader is a zombie or alive, so the PGID cannot have been reused.
         let _ = rustix::process::kill_process_group(self.shared.pid, Signal::KILL);
         let status = match child.wait() {
@@ -182,6 +191,7 @@ impl Reaper {
             Err(_) => ExitStatus::from_raw(0),
         };
         *reaped = true;
+        self.shared.tracked.finish();
         status
     }
 }
@@ -266,6 +276,28 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
     };
     let env = child_env(&spec.env);
     let mut fallback = None;
+    let mut baseline = None;
+    let mut baseline_required = false;
+    if let (Mechanism::None, Some(plan)) = (&mechanism, &containment.baseline) {
+        baseline_required = plan.require;
+        if sandbox::baseline::landlock_abi() == 0 {
+            if plan.require {
+                return Err(sandbox_err(format!(
+                    "plugin {:?}: the kernel has no Landlock, so the containment baseline cannot hide plugd from it and plugd.yaml says `sandbox: {{baseline: require}}`; enable Landlock (lsm=landlock) or set `baseline: best_effort`",
+                    spec.plugin_id
+                )));
+            }
+            warn_no_landlock_once();
+            baseline = Some(sandbox::baseline::prepare_without_landlock());
+        } else {
+            baseline = Some(sandbox::baseline::prepare(plan, &spec.cwd).map_err(|e| {
+                sandbox_err(format!(
+                    "plugin {:?}: cannot set up the containment baseline: {e}; opt it out with `sandbox: {{plugins: {{{}: {{baseline: false}}}}}}` in plugd.yaml",
+                    spec.plugin_id, spec.plugin_id
+                ))
+            })?);
+        }
+    }
     #[allow(clippy::disallowed_methods)] // this is the audited helper
     let mut cmd = match (&mechanism, &containment.sandbox) {
         (Mechanism::Bwrap { path }, Some(plan)) => {
@@ -332,14 +364,23 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
             if let Some(f) = fallback.as_mut() {
                 f.apply()?;
             }
+            if let Some(b) = baseline.as_mut() {
+                b.apply(baseline_required)?;
+            }
             Ok(())
         });
     }
+    // Held until the leader is registered, so the orphan reaper of
+    // `procs::tick` never takes a leader's exit status from its Reaper.
+    let spawning = crate::procs::spawn_lock();
     let mut child = cmd.spawn().map_err(os_err)?;
     let raw_pid = child.id() as i32;
+    let tracked = crate::procs::register(raw_pid, &spec.plugin_id, containment.records.as_deref());
+    drop(spawning);
     let pid = Pid::from_raw(raw_pid).expect("a spawned child has a positive pid");
     let shared = Arc::new(Shared {
         pid,
+        tracked,
         reaped: Mutex::new(false),
     });
     let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty())
@@ -372,6 +413,16 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
         handle: ProcessHandle { shared },
         reaper,
     })
+}
+
+/// Logs once per process that Landlock is missing, so the baseline is off.
+fn warn_no_landlock_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            "the kernel has no Landlock: plugins without a sandbox run WITHOUT the containment baseline (they can read .plugd/, the master key file and other plugins); enable Landlock, or set `sandbox: {{baseline: require}}` in plugd.yaml to refuse such starts"
+        );
+    });
 }
 
 /// A human description of an exit: `exit status 3` or `killed by signal 9 (SIGKILL)`.

@@ -35,7 +35,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use plugd_host::sandbox::{self, Containment, Fallback, Limits, Network, SandboxPlan};
+use plugd_host::sandbox::{
+    self, BaselinePlan, Containment, Fallback, Limits, Network, SandboxPlan,
+};
 use plugd_manifest::vai::{FilesystemPermission, NetworkPermission};
 use plugd_manifest::{LoadOptions, PluginSpec, STATE_DIR_TOKEN, SandboxNetwork};
 use serde::{Deserialize, Serialize};
@@ -53,6 +55,10 @@ pub struct SandboxConfig {
     pub fallback: Fallback,
     /// `plugins`: the operator's policy per plugin id.
     pub plugins: BTreeMap<String, OperatorPolicy>,
+    /// `baseline: require` (default `best_effort`): refuse to start a plugin
+    /// without a sandbox when the kernel cannot apply the containment
+    /// baseline (no Landlock).
+    pub require_baseline: bool,
 }
 
 /// `sandbox.plugins.<id>`.
@@ -72,6 +78,12 @@ pub struct OperatorPolicy {
     pub limits: Limits,
     /// `grants`: VAI export id → granted permissions.
     pub grants: BTreeMap<String, Grant>,
+    /// `baseline` (default true): run the plugin under the containment
+    /// baseline when it has no sandbox; `false` is the explicit opt-out.
+    pub baseline: bool,
+    /// Whether the entry configures a sandbox at all: an entry that only
+    /// says `baseline: false` does not sandbox the plugin.
+    pub sandboxes: bool,
 }
 
 /// VAI permissions, as requested or granted.
@@ -90,6 +102,15 @@ pub(crate) struct RawSandbox {
     fallback: Option<RawFallback>,
     #[serde(default)]
     plugins: Option<BTreeMap<String, Spanned<RawPolicy>>>,
+    #[serde(default)]
+    baseline: Option<RawBaselineMode>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RawBaselineMode {
+    BestEffort,
+    Require,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +144,8 @@ struct RawPolicy {
     limits: Option<RawLimits>,
     #[serde(default)]
     grants: Option<BTreeMap<String, RawGrant>>,
+    #[serde(default)]
+    baseline: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -211,10 +234,19 @@ pub(crate) fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConf
             _ => Fallback::None,
         },
         plugins: BTreeMap::new(),
+        require_baseline: matches!(raw.baseline, Some(RawBaselineMode::Require)),
     };
     for (id, p) in raw.plugins.unwrap_or_default() {
         let line = p.referenced.line();
         let p = p.value;
+        let sandboxes = p.enabled.is_some()
+            || p.network.is_some()
+            || p.fs_read_paths.is_some()
+            || p.fs_write_paths.is_some()
+            || p.drop_user.is_some()
+            || p.limits.is_some()
+            || p.grants.is_some()
+            || p.baseline.is_none();
         let at = |k: &str| format!("sandbox.plugins.{id}.{k}");
         let mut read = None;
         if let Some(list) = p.fs_read_paths {
@@ -303,6 +335,8 @@ pub(crate) fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConf
                 drop_user: p.drop_user,
                 limits,
                 grants,
+                baseline: p.baseline.unwrap_or(true),
+                sandboxes,
             },
         );
     }
@@ -348,6 +382,72 @@ pub struct EffectivePermissions {
     pub vai: Vec<ExportPermissions>,
     /// Caveats (fallback differences, root and `processes`, cgroups).
     pub notes: Vec<String>,
+    /// The containment baseline (what is hidden from a plugin without a
+    /// sandbox, by which mechanism, or why it is off).
+    pub baseline: BaselineReport,
+}
+
+/// The containment baseline as `plugd plugin show` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BaselineReport {
+    /// `on`, `off` (opted out), `sandbox` (the sandbox hides more), or
+    /// `unavailable` (no Landlock: the plugin runs without it).
+    pub state: String,
+    /// `landlock (ABI N)` when on; `-` otherwise.
+    pub mechanism: String,
+    /// What the plugin cannot reach (existing paths, canonical).
+    pub hidden: Vec<PathBuf>,
+    /// Exceptions inside the hidden paths (its own directories).
+    pub allowed: Vec<PathBuf>,
+    /// Why it is off, or what it does not cover.
+    pub detail: String,
+}
+
+impl BaselineReport {
+    fn compute(c: &Containment, mechanism: &str, plugin: &str, cwd: &Path) -> BaselineReport {
+        let off = |state: &str, detail: String| BaselineReport {
+            state: state.to_owned(),
+            mechanism: "-".to_owned(),
+            hidden: Vec::new(),
+            allowed: Vec::new(),
+            detail,
+        };
+        let Some(plan) = &c.baseline else {
+            return off(
+                "off",
+                format!(
+                    "opted out: plugd.yaml sandbox.plugins.{plugin}.baseline is false; the plugin can read .plugd/ (state.db, keys, sockets), the master key file, other plugins and plugd's environment"
+                ),
+            );
+        };
+        if c.sandbox.is_some() {
+            return off(
+                "sandbox",
+                format!("the {mechanism} sandbox shows only its own paths, so nothing of plugd"),
+            );
+        }
+        let (hidden, allowed) = sandbox::baseline::resolve(plan, Some(cwd));
+        let abi = sandbox::baseline::landlock_abi();
+        if abi == 0 {
+            let what = if plan.require {
+                "the start is refused (sandbox.baseline: require)"
+            } else {
+                "the plugin runs WITHOUT it (best effort; set sandbox.baseline: require to refuse)"
+            };
+            return BaselineReport {
+                hidden,
+                allowed,
+                ..off("unavailable", format!("the kernel has no Landlock: {what}"))
+            };
+        }
+        BaselineReport {
+            state: "on".to_owned(),
+            mechanism: format!("landlock (ABI {abi})"),
+            hidden,
+            allowed,
+            detail: "also plugd's /proc/<pid>/environ, mem, maps and fd (plugd is not dumpable; the plugin loses CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_PERFMON); not covered: new entries beside the hidden paths' ancestors (e.g. a new file in the workspace root) cannot be created or reached, listing those ancestors is refused, hard links and bind mounts made elsewhere are not recognised, signals and the network are not restricted".to_owned(),
+        }
+    }
 }
 
 /// The containment of the next start of `spec` and its report, or why the
@@ -367,7 +467,10 @@ pub fn effective(
         Some(rest) => state_dir.join(rest.trim_start_matches('/')),
         None => PathBuf::from(e),
     };
-    let policy = config.plugins.get(&spec.id).filter(|p| p.enabled);
+    let policy = config
+        .plugins
+        .get(&spec.id)
+        .filter(|p| p.enabled && p.sandboxes);
     let mut source = Vec::new();
     let mut plan: Option<SandboxPlan> = None;
     if let Some(sb) = &spec.sandbox {
@@ -506,9 +609,20 @@ pub fn effective(
             None => limits,
         },
     };
+    let baseline = match config.plugins.get(&spec.id) {
+        Some(p) if !p.baseline => None,
+        _ => Some(baseline_plan(
+            spec,
+            workspace,
+            &state_dir,
+            config.require_baseline,
+        )),
+    };
     let containment = Containment {
         sandbox: plan,
         limits,
+        baseline,
+        records: Some(workspace.join(".plugd").join("procs")),
     };
     let mut report = report(spec, &containment, source, vai);
     if vai_unenforced {
@@ -518,6 +632,53 @@ pub fn effective(
         ));
     }
     Ok((containment, report))
+}
+
+/// What the containment baseline hides from `spec` (see
+/// [`plugd_host::sandbox::baseline`]): the workspace's `.plugd/` and
+/// `.plugins/`, every place the master key file may be (`$PLUGD_KEY_FILE`,
+/// `$XDG_CONFIG_HOME/plugd/master.key`, `~/.config/plugd/master.key`) with
+/// its directory unless that directory is shared (`/`, a sticky temporary
+/// directory, `$HOME`, or one that holds the workspace); the exceptions are
+/// the plugin's own directory and its state directory.
+pub fn baseline_plan(
+    spec: &PluginSpec,
+    workspace: &Path,
+    state_dir: &Path,
+    require: bool,
+) -> BaselinePlan {
+    let mut deny = vec![workspace.join(".plugd"), workspace.join(".plugins")];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let ws = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    for key in plugd_store::secrets::KeySource::file_candidates() {
+        let dir = key.parent().map(Path::to_path_buf);
+        deny.push(key);
+        let Some(dir) = dir else { continue };
+        let Ok(canon) = std::fs::canonicalize(&dir) else {
+            continue;
+        };
+        let sticky = {
+            use std::os::unix::fs::PermissionsExt;
+            canon
+                .metadata()
+                .is_ok_and(|m| m.permissions().mode() & 0o1000 != 0)
+        };
+        let shared = canon == Path::new("/")
+            || sticky
+            || ws.starts_with(&canon)
+            || home
+                .as_deref()
+                .and_then(|h| std::fs::canonicalize(h).ok())
+                .is_some_and(|h| h == canon);
+        if !shared {
+            deny.push(dir);
+        }
+    }
+    BaselinePlan {
+        deny,
+        allow: vec![spec.dir.clone(), state_dir.to_path_buf()],
+        require,
+    }
 }
 
 /// The program a start of `spec` runs, as `plugd plugin show` prints it: for
@@ -625,7 +786,9 @@ fn report(
         notes.push(format!("the sandbox cannot start: {why}"));
         None
     });
+    let baseline = BaselineReport::compute(c, &mechanism, &spec.id, &spec.dir);
     EffectivePermissions {
+        baseline,
         mechanism,
         mechanism_detail: detail,
         source,
@@ -657,6 +820,13 @@ impl EffectivePermissions {
             env: Vec::new(),
             vai: Vec::new(),
             notes: Vec::new(),
+            baseline: BaselineReport {
+                state: "-".to_owned(),
+                mechanism: "-".to_owned(),
+                hidden: Vec::new(),
+                allowed: Vec::new(),
+                detail: "the start is refused".to_owned(),
+            },
         }
     }
 
@@ -731,6 +901,20 @@ impl EffectivePermissions {
             }
             out.push("    (one process serves every export: it gets the union of the granted permissions)".to_owned());
         }
+        let b = &self.baseline;
+        match b.state.as_str() {
+            "on" => {
+                out.push(format!("  baseline:  on, {}", b.mechanism));
+                out.push(format!("    hidden:  {}", paths(&b.hidden)));
+                out.push(format!("    except:  {}", paths(&b.allowed)));
+                out.push(format!("    note:    {}", b.detail));
+            }
+            "unavailable" => {
+                out.push(format!("  baseline:  unavailable: {}", b.detail));
+                out.push(format!("    would hide: {}", paths(&b.hidden)));
+            }
+            state => out.push(format!("  baseline:  {state}: {}", b.detail)),
+        }
         for n in &self.notes {
             out.push(format!("  note:      {n}"));
         }
@@ -786,6 +970,32 @@ mod tests {
         assert!(
             err.contains("sandbox.plugins.p.limits.cpu_seconds: must be at least 1"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn baseline_opt_out_parses_matches_the_schema_and_does_not_sandbox() {
+        let text = "sandbox:\n  baseline: require\n  plugins:\n    p: {baseline: false}\n    q: {enabled: false}\n    r: {}\n";
+        let c = parse(text).unwrap();
+        assert!(c.sandbox.require_baseline);
+        let p = &c.sandbox.plugins["p"];
+        assert!(!p.baseline && !p.sandboxes, "{p:?}");
+        let q = &c.sandbox.plugins["q"];
+        assert!(q.baseline && !q.enabled, "{q:?}");
+        assert!(c.sandbox.plugins["r"].sandboxes);
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+        let err = parse("sandbox:\n  baseline: maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("maybe"), "{err}");
+        assert!(
+            !parse("sandbox:\n  baseline: best_effort\n")
+                .unwrap()
+                .sandbox
+                .require_baseline
         );
     }
 

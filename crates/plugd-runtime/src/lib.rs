@@ -325,6 +325,9 @@ impl Runtime {
             .canonicalize()
             .map_err(|e| RuntimeError::Workspace(format!("workspace {}: {e}", dir.display())))?;
         let store = Arc::new(Store::open(&dir.join(".plugd"))?);
+        // Whatever a plugd that died without stopping its plugins (kill -9)
+        // left behind is killed before anything new starts.
+        plugd_host::procs::cleanup_stale(&dir.join(".plugd").join("procs"));
         let discovery = workspace::discover(&dir, &LoadOptions::from_env());
         let registry = Arc::new(RwLock::new(ToolRegistry::default()));
         let signing = Arc::new(

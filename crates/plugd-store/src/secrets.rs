@@ -338,6 +338,29 @@ impl KeySource {
         Err(SecretError::NoKeyLocation)
     }
 
+    /// Every place a key file may be, whatever is set now: `$PLUGD_KEY_FILE`,
+    /// `$XDG_CONFIG_HOME/plugd/master.key`, `$HOME/.config/plugd/master.key`
+    /// (the containment baseline hides all of them from plugins).
+    pub fn file_candidates() -> Vec<PathBuf> {
+        let nonempty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let mut out = Vec::new();
+        if let Some(p) = nonempty(KEY_FILE_ENV) {
+            out.push(PathBuf::from(p));
+        }
+        if let Some(x) = nonempty("XDG_CONFIG_HOME") {
+            out.push(PathBuf::from(x).join("plugd").join("master.key"));
+        }
+        if let Some(h) = nonempty("HOME") {
+            out.push(
+                PathBuf::from(h)
+                    .join(".config")
+                    .join("plugd")
+                    .join("master.key"),
+            );
+        }
+        out
+    }
+
     /// Loads the key; `None` when it is a key file that does not exist yet.
     pub fn load(&self) -> Result<Option<MasterKey>, SecretError> {
         match self {

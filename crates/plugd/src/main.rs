@@ -182,6 +182,9 @@ fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve(_)));
+    // Not dumpable (its environment and memory are root-only), subreaper
+    // for orphaned plugin processes, and their tracker.
+    plugd_host::procs::init_daemon();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -191,6 +194,8 @@ fn main() {
     };
     let code = rt.block_on(run(cli)).unwrap_or_else(|e| fail(&e));
     drop(rt);
+    // Orphans the subreaper brought back and no plugin handle owns.
+    plugd_host::procs::kill_orphans();
     std::process::exit(code);
 }
 

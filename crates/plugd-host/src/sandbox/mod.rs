@@ -17,6 +17,7 @@
 //! against the hard denylist ([`plugd_manifest::check_sandbox_path`]) on its
 //! canonical form right before the spawn, whatever was checked at load.
 
+pub mod baseline;
 pub mod bwrap;
 pub mod fallback;
 pub mod limits;
@@ -27,6 +28,7 @@ use std::process::ExitStatus;
 
 use serde::Serialize;
 
+pub use baseline::BaselinePlan;
 pub use limits::Limits;
 
 /// Environment variable naming the bubblewrap binary (default: `bwrap` in `PATH`).
@@ -48,6 +50,14 @@ pub struct Containment {
     pub sandbox: Option<SandboxPlan>,
     /// Resource limits, applied with or without a sandbox.
     pub limits: Limits,
+    /// The baseline that hides plugd from a plugin without a sandbox
+    /// ([`baseline`]); ignored when a sandbox applies (it already shows
+    /// nothing of plugd). `None`: the operator opted this plugin out.
+    pub baseline: Option<baseline::BaselinePlan>,
+    /// Where spawn records the started process group so that a later plugd
+    /// can kill what a crashed one left ([`crate::procs`]); `None`: not
+    /// recorded.
+    pub records: Option<PathBuf>,
 }
 
 /// Network inside a sandbox.

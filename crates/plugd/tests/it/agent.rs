@@ -23,6 +23,9 @@ use crate::support::{Ws, plugd_cmd, quick, repo, stderr, stdout};
 fn two_dialects(ws: &Ws) -> PathBuf {
     ws.misbehave("tk", "good", None, "");
     let log = ws.dir().join("mcp.log");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&log, "").unwrap();
     let servers = json!({"mcpServers": {"guard": {"command": "python3",
         "args": [repo().join("tests/plugins/hooks/mcp_guard.py"), &log]}}});
     std::fs::write(ws.dir().join(".mcp.json"), servers.to_string()).unwrap();
@@ -147,6 +150,9 @@ fn vai_recorder(ws: &Ws) {
     )
     .unwrap();
     let records = ws.dir().join("records.jsonl");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&records, "").unwrap();
     let entry = json!(["python3", "plugin.py", "ack", records.display().to_string()]);
     std::fs::write(
         dir.join("vai-plugin.toml"),

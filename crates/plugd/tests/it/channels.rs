@@ -171,6 +171,9 @@ fn webhook_ws_unapproved(outbound: &str) -> (Ws, u16) {
 fn errchan(ws: &Ws, id: &str, kind: &str) {
     let dir = ws.plugin_dir(id);
     let log = ws.dir().join(format!("{id}-calls.jsonl"));
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&log, "").unwrap();
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
         repo().join("tests/plugins/channels/errchan.py"),
@@ -213,6 +216,9 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     )
     .unwrap();
     let hook_log = ws.dir().join("hook.jsonl");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&hook_log, "").unwrap();
     std::fs::write(
         guard.join("hooks.json"),
         json!({"log": hook_log, "before_message": {"block_contains": "forbidden", "field": "body", "reason": "that word is not allowed here"}}).to_string(),

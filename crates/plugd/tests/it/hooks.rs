@@ -38,6 +38,9 @@ fn native(ws: &Ws, id: &str, hooks: &[&str], rules: Value) -> PathBuf {
     )
     .unwrap();
     let log = ws.dir().join(format!("{id}.log"));
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&log, "").unwrap();
     let mut rules = rules;
     rules["log"] = json!(log);
     std::fs::write(dir.join("hooks.json"), rules.to_string()).unwrap();
@@ -56,6 +59,9 @@ fn native(ws: &Ws, id: &str, hooks: &[&str], rules: Value) -> PathBuf {
 /// `.mcp.json` with the guard server `guard` (its calls logged to the returned file).
 fn mcp_guard(ws: &Ws) -> PathBuf {
     let log = ws.dir().join("mcp.log");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&log, "").unwrap();
     let servers = json!({"mcpServers": {"guard": {"command": "python3",
         "args": [repo().join("tests/plugins/hooks/mcp_guard.py"), log]}}});
     std::fs::write(ws.dir().join(".mcp.json"), servers.to_string()).unwrap();

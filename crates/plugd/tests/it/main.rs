@@ -4,6 +4,7 @@
 
 mod access;
 mod agent;
+mod baseline;
 mod broker;
 mod channels;
 mod cli;

@@ -301,6 +301,9 @@ async fn a_crash_fails_the_call_and_the_restart_keeps_tool_handles() {
 async fn an_unsupported_protocol_version_is_refused_and_the_server_killed() {
     let ws = Ws::new();
     let pid_file = ws.dir().join("pid");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&pid_file, "").unwrap();
     let mut entry = hostile("version", Some("1999-01-01"));
     entry["env"] = json!({"HOSTILE_PID_FILE": pid_file});
     std::fs::write(

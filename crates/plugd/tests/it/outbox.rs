@@ -29,6 +29,9 @@ fn package(ws: &Ws, mode: &str) -> PathBuf {
     )
     .unwrap();
     let records = ws.dir().join("records.jsonl");
+    // The containment baseline: a plugin cannot create new files in the
+    // workspace root, only use those that exist when it starts.
+    std::fs::write(&records, "").unwrap();
     let entry = json!(["python3", "plugin.py", mode, records.display().to_string()]);
     let manifest = format!(
         r#"api_version = "vai.plugin.v1"

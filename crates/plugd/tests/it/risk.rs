@@ -98,6 +98,11 @@ fn workspace(yaml: &str) -> Ws {
         "capabilities": {"tools": tools}
     });
     std::fs::write(dir.join("plugin.json"), manifest.to_string()).unwrap();
+    // The containment baseline: the plugin cannot create new files in the
+    // workspace root, only append to those that exist when it starts.
+    for (tool, _) in TOOLS {
+        std::fs::write(ws.dir().join(format!("ran-{tool}")), "").unwrap();
+    }
     if !yaml.is_empty() {
         std::fs::write(ws.dir().join("plugd.yaml"), yaml).unwrap();
     }

@@ -1,0 +1,473 @@
+//! No plugin process outlives plugd: plugd as child subreaper, the tracking
+//! of every plugin's descendants (also those that left its process group
+//! with `setsid`), records of started process groups under
+//! `<workspace>/.plugd/procs/`, and the clean-up a later plugd does after a
+//! `kill -9` of the previous one.
+//!
+//! Mechanism (the `/proc` fallback; cgroup v2 is not used):
+//!
+//! * [`init_daemon`] makes plugd a child subreaper (`PR_SET_CHILD_SUBREAPER`),
+//!   so orphaned grandchildren come back to plugd instead of PID 1, turns
+//!   `PR_SET_DUMPABLE` off (its `/proc/<pid>/environ`, `mem` and `fd/` are
+//!   then root-only), and starts a tracker thread that every
+//!   [`TICK`] scans `/proc` once: it records each live plugin leader's
+//!   descendants (pid and start time) and reaps orphaned zombies that are not
+//!   a leader some [`crate::spawn::Reaper`] waits for.
+//! * Each started leader gets a record file `.plugd/procs/<pid>.<start>`:
+//!   the owning plugd (pid and start time), the plugin id, then one
+//!   `proc PID START` line per process (the leader first). It is removed when
+//!   the leader is reaped.
+//! * When a plugin stops, its group is killed and so is every tracked
+//!   descendant whose start time still matches.
+//! * [`cleanup_stale`] (run when a runtime opens) reads records whose owner
+//!   is gone and kills what they name: the leader's group (members started
+//!   no earlier than the leader, and only if the leader's PID is not now
+//!   another process) and each tracked process whose start time matches.
+//!   A start time that does not match means a recycled PID: never killed.
+//!
+//! Not covered: a descendant that exits its group and whose parent dies
+//! within one tick is attributed to no plugin while plugd runs (it is
+//! reaped by plugd and killed when plugd's own children are, not when its
+//! plugin stops); a process that double-forks away between two ticks right
+//! before a `kill -9` of plugd is not in any record.
+
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// How often the tracker scans `/proc`.
+pub const TICK: Duration = Duration::from_millis(500);
+
+/// One process as `/proc/<pid>/stat` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// Process id.
+    pub pid: i32,
+    /// Parent process id.
+    pub ppid: i32,
+    /// Process group id.
+    pub pgrp: i32,
+    /// State letter (`Z` for a zombie).
+    pub state: char,
+    /// Start time in clock ticks after boot (field 22).
+    pub start: u64,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when the process does not exist.
+pub fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &text)
+}
+
+fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
+    // The command name is in parentheses and may contain anything.
+    let rest = text.get(text.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): state=0 ppid=1 pgrp=2 ... starttime=19.
+    Some(Stat {
+        pid,
+        state: f.first()?.chars().next()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        start: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Every process visible in `/proc`.
+pub fn all() -> Vec<Stat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(stat)
+        .collect()
+}
+
+/// `true` when `pid` runs and started at `start` (so it is the same process).
+pub fn is_same(pid: i32, start: u64) -> bool {
+    stat(pid).is_some_and(|s| s.start == start && s.state != 'Z')
+}
+
+/// This process's pid and start time.
+pub fn me() -> (i32, u64) {
+    static ME: OnceLock<(i32, u64)> = OnceLock::new();
+    *ME.get_or_init(|| {
+        let pid = std::process::id() as i32;
+        (pid, stat(pid).map_or(0, |s| s.start))
+    })
+}
+
+/// A leader spawned by [`crate::spawn::spawn`] and what was seen below it.
+#[derive(Debug)]
+pub struct Tracked {
+    leader: i32,
+    leader_start: u64,
+    seen: Mutex<HashSet<(i32, u64)>>,
+    record: Option<PathBuf>,
+}
+
+impl Tracked {
+    fn note(&self, found: &[(i32, u64)]) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<(i32, u64)> = found.iter().filter(|p| seen.insert(**p)).copied().collect();
+        drop(seen);
+        if let (false, Some(path)) = (new.is_empty(), &self.record)
+            && let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path)
+        {
+            let lines: String = new.iter().map(|(p, s)| format!("proc {p} {s}\n")).collect();
+            let _ = f.write_all(lines.as_bytes());
+        }
+    }
+
+    /// Kills every descendant seen so far that still is the same process,
+    /// after one last look below the leader.
+    pub fn kill_descendants(&self) {
+        self.note(&descendants_by_children_files(self.leader));
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for &(pid, start) in seen.iter() {
+            if pid != self.leader && is_same(pid, start) {
+                // SAFETY: plain kill(2) on a pid whose start time was just checked.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+
+    /// Forgets the leader (it was reaped) and removes its record.
+    pub fn finish(&self) {
+        registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.leader);
+        if let Some(r) = &self.record {
+            let _ = std::fs::remove_file(r);
+        }
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<i32, Arc<Tracked>>> {
+    static R: OnceLock<Mutex<HashMap<i32, Arc<Tracked>>>> = OnceLock::new();
+    R.get_or_init(Default::default)
+}
+
+/// The lock [`crate::spawn::spawn`] holds from fork until the leader is
+/// registered, so the orphan reaper never reaps a leader before it is known.
+pub fn spawn_lock() -> std::sync::MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Registers a freshly spawned leader; with `records`, writes its record
+/// file there (errors only logged: tracking is best effort).
+pub fn register(leader: i32, plugin: &str, records: Option<&Path>) -> Arc<Tracked> {
+    let leader_start = stat(leader).map_or(0, |s| s.start);
+    let record = records.and_then(|dir| {
+        let path = dir.join(format!("{leader}.{leader_start}"));
+        let (pid, start) = me();
+        let text =
+            format!("owner {pid} {start}\nplugin {plugin:?}\nproc {leader} {leader_start}\n");
+        match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, text)) {
+            Ok(()) => Some(path),
+            Err(e) => {
+                tracing::warn!(plugin, "cannot record the process group in {}: {e}; a plugd killed with -9 may leave its processes behind", dir.display());
+                None
+            }
+        }
+    });
+    let t = Arc::new(Tracked {
+        leader,
+        leader_start,
+        seen: Mutex::new(HashSet::from([(leader, leader_start)])),
+        record,
+    });
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(leader, t.clone());
+    t
+}
+
+/// The descendants of `root` (pid and start time), by parent links.
+fn descendants(procs: &[Stat], root: i32) -> Vec<(i32, u64)> {
+    let mut children: HashMap<i32, Vec<&Stat>> = HashMap::new();
+    for p in procs {
+        children.entry(p.ppid).or_default().push(p);
+    }
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        for c in children.get(&p).into_iter().flatten() {
+            if c.pid != root && out.len() < 100_000 {
+                out.push((c.pid, c.start));
+                stack.push(c.pid);
+            }
+        }
+    }
+    out
+}
+
+/// The descendants of `root` through `/proc/<pid>/task/<tid>/children`
+/// (no full `/proc` scan, so stopping a plugin stays cheap with many).
+fn descendants_by_children_files(root: i32) -> Vec<(i32, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for t in tasks.flatten() {
+            let text = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for c in text
+                .split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok())
+            {
+                if let Some(st) = stat(c)
+                    && out.len() < 100_000
+                {
+                    out.push((c, st.start));
+                    stack.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One tracker pass: note every registered leader's descendants; reap
+/// zombies among plugd's children that no spawn handle waits for.
+pub fn tick() {
+    let procs = all();
+    let leaders: Vec<Arc<Tracked>> = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    for t in &leaders {
+        // The leader itself is alive (or a zombie whose children were
+        // already reparented): its subtree, plus its group.
+        let mut found = descendants(&procs, t.leader);
+        found.extend(
+            procs
+                .iter()
+                .filter(|p| p.pgrp == t.leader && p.start >= t.leader_start)
+                .map(|p| (p.pid, p.start)),
+        );
+        t.note(&found);
+    }
+    let (me, _) = me();
+    let zombies: Vec<i32> = procs
+        .iter()
+        .filter(|p| p.ppid == me && p.state == 'Z')
+        .map(|p| p.pid)
+        .collect();
+    if zombies.is_empty() {
+        return;
+    }
+    let _spawning = spawn_lock();
+    let known = registry().lock().unwrap_or_else(|p| p.into_inner());
+    for z in zombies {
+        if !known.contains_key(&z) {
+            // SAFETY: waitpid on one of our own zombie children that no
+            // Reaper owns; WNOHANG never blocks.
+            unsafe { libc::waitpid(z, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+    }
+}
+
+/// Makes this process (plugd serve or the CLI) the keeper of its plugins:
+/// not dumpable, child subreaper, and the tracker thread. Errors are logged;
+/// the rest still applies.
+pub fn init_daemon() {
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            tracing::warn!(
+                "prctl(PR_SET_DUMPABLE, 0) failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+            tracing::warn!(
+                "prctl(PR_SET_CHILD_SUBREAPER) failed: {}; orphaned plugin processes go to PID 1",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    let _ = std::thread::Builder::new()
+        .name("plugd-procs".into())
+        .spawn(|| {
+            loop {
+                tick();
+                std::thread::sleep(TICK);
+            }
+        });
+}
+
+/// Kills every process of plugd's own that the tracker or subreaping
+/// brought back to it (orphans no plugin is waiting for), at shutdown.
+pub fn kill_orphans() {
+    let (me, _) = me();
+    let known = registry().lock().unwrap_or_else(|p| p.into_inner());
+    for p in all() {
+        if p.ppid == me && p.state != 'Z' && !known.contains_key(&p.pid) {
+            // SAFETY: plain kill(2) of our own child (it cannot be recycled
+            // before we reap it).
+            unsafe { libc::kill(p.pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// One record file, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The plugd that wrote it (pid, start time).
+    pub owner: (i32, u64),
+    /// The plugin.
+    pub plugin: String,
+    /// The leader first, then its tracked descendants.
+    pub procs: Vec<(i32, u64)>,
+}
+
+fn parse_record(text: &str) -> Option<Record> {
+    let mut owner = None;
+    let mut plugin = String::new();
+    let mut procs = Vec::new();
+    for line in text.lines() {
+        let mut w = line.splitn(3, ' ');
+        match (w.next(), w.next(), w.next()) {
+            (Some("owner"), Some(p), Some(s)) => owner = Some((p.parse().ok()?, s.parse().ok()?)),
+            (Some("plugin"), Some(_), _) => {
+                plugin = line["plugin ".len()..].trim_matches('"').to_owned();
+            }
+            (Some("proc"), Some(p), Some(s)) => {
+                if let (Ok(p), Ok(s)) = (p.parse(), s.parse()) {
+                    procs.push((p, s));
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(Record {
+        owner: owner?,
+        plugin,
+        procs,
+    })
+}
+
+/// What [`cleanup_stale`] did for one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cleaned {
+    /// The plugin.
+    pub plugin: String,
+    /// Processes killed.
+    pub killed: Vec<i32>,
+}
+
+/// Kills what plugd processes that are gone left behind (see the module
+/// docs) and removes their records; records of a live owner are kept.
+pub fn cleanup_stale(records: &Path) -> Vec<Cleaned> {
+    let Ok(dir) = std::fs::read_dir(records) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut procs: Option<Vec<Stat>> = None;
+    for entry in dir.flatten() {
+        let path = entry.path();
+        let Some(rec) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| parse_record(&t))
+        else {
+            continue;
+        };
+        if is_same(rec.owner.0, rec.owner.1) {
+            continue;
+        }
+        let procs = procs.get_or_insert_with(all);
+        let mut killed = Vec::new();
+        if let Some(&(leader, leader_start)) = rec.procs.first() {
+            // The group id is the leader's pid; if that pid is now another
+            // process, the number was recycled: leave that group alone.
+            let recycled = procs
+                .iter()
+                .any(|p| p.pid == leader && p.start != leader_start);
+            for p in procs.iter() {
+                let in_group = !recycled && p.pgrp == leader && p.start >= leader_start;
+                let tracked = rec.procs.contains(&(p.pid, p.start));
+                if (in_group || tracked) && p.state != 'Z' {
+                    // SAFETY: kill(2) of a process identified by pid and
+                    // start time read just now.
+                    unsafe { libc::kill(p.pid, libc::SIGKILL) };
+                    killed.push(p.pid);
+                }
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+        if !killed.is_empty() {
+            tracing::warn!(plugin = %rec.plugin, killed = ?killed, "killed processes a previous plugd (pid {}) left behind", rec.owner.0);
+        }
+        out.push(Cleaned {
+            plugin: rec.plugin,
+            killed,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_with_odd_command_names_parse() {
+        let text =
+            "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
+        let s = parse_stat(42, text).unwrap();
+        assert_eq!((s.ppid, s.pgrp, s.state, s.start), (1, 42, 'S', 987654));
+        let me = stat(std::process::id() as i32).unwrap();
+        assert_eq!(me.pid, std::process::id() as i32);
+        assert!(me.start > 0);
+    }
+
+    #[test]
+    fn records_round_trip_and_a_live_owner_is_left_alone() {
+        let r = parse_record("owner 10 20\nplugin \"a b\"\nproc 11 21\nproc 12 22\n").unwrap();
+        assert_eq!(r.owner, (10, 20));
+        assert_eq!(r.plugin, "a b");
+        assert_eq!(r.procs, vec![(11, 21), (12, 22)]);
+        assert!(parse_record("plugin \"x\"\n").is_none());
+        let dir = std::env::temp_dir().join(format!("plugd-procs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (pid, start) = me();
+        // Owned by this live process: kept, nothing killed.
+        std::fs::write(
+            dir.join("x"),
+            format!("owner {pid} {start}\nplugin \"p\"\nproc {pid} {start}\n"),
+        )
+        .unwrap();
+        assert!(cleanup_stale(&dir).is_empty());
+        assert!(dir.join("x").exists());
+        // A dead owner, and a leader pid that is now this process with another
+        // start time: recycled, so nothing may be killed.
+        std::fs::write(
+            dir.join("y"),
+            format!(
+                "owner 999999999 1\nplugin \"p\"\nproc {pid} {}\n",
+                start + 1
+            ),
+        )
+        .unwrap();
+        let cleaned = cleanup_stale(&dir);
+        assert_eq!(
+            cleaned,
+            vec![Cleaned {
+                plugin: "p".into(),
+                killed: vec![]
+            }]
+        );
+        assert!(!dir.join("y").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,280 @@
+//! Containment by default: a real Python plugin without a sandbox (and one
+//! whose sandbox the operator turned off) tries to read plugd's state
+//! database, the master key file, another plugin's directory and plugd's
+//! own `/proc/<pid>/environ`; the Landlock baseline refuses each with
+//! `EACCES`, and the per-plugin opt-out shows the same reads succeed. Then
+//! `kill -9` of `plugd serve` with a plugin that left processes behind (in
+//! its group, `setsid`, double-forked): the next serve kills them all.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::http::Serve;
+use crate::support::*;
+
+const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// A native probe plugin `id` (tests/plugins/sandbox_probe.py) with `args`
+/// after its id.
+fn probe(ws: &Ws, id: &str, args: &[&str]) {
+    let dir = ws.plugin_dir(id);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/sandbox_probe.py"),
+        dir.join("sandbox_probe.py"),
+    )
+    .unwrap();
+    let args: String = args.iter().map(|a| format!(", \"{a}\"")).collect();
+    let manifest = format!(
+        "[plugin]\nid = \"{id}\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"sandbox_probe.py\", \"{id}\"{args}]\n\n[plugin.extends]\ntools = [\"{id}_probe\"]\n"
+    );
+    std::fs::write(dir.join("nexo-plugin.toml"), manifest).unwrap();
+}
+
+/// Runs the CLI with `env`; `Ok(stdout)` or `Err(stderr)`.
+fn cli(ws: &Ws, args: &[&str], env: &[(&str, String)]) -> Result<String, String> {
+    let out = plugd_cmd(ws.dir())
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(stdout(&out))
+    } else {
+        Err(stderr(&out))
+    }
+}
+
+fn call(ws: &Ws, id: &str, args: Value, env: &[(&str, String)]) -> Value {
+    let out = cli(
+        ws,
+        &[
+            "tool",
+            "call",
+            &format!("{id}_probe"),
+            "--args",
+            &args.to_string(),
+        ],
+        env,
+    )
+    .unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+fn read(ws: &Ws, id: &str, p: &Path, env: &[(&str, String)]) -> Value {
+    call(ws, id, json!({"op": "read", "path": p}), env)
+}
+
+fn denied(p: &Path) -> String {
+    format!(
+        "PermissionError: [Errno 13] Permission denied: '{}'",
+        p.display()
+    )
+}
+
+#[test]
+fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env() {
+    let ws = Ws::new();
+    // Plugin "bare" has no sandbox section; the operator turned the sandbox
+    // off for "off" and opted "optout" out of the baseline.
+    for id in ["bare", "off", "optout"] {
+        probe(&ws, id, &[]);
+    }
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    \"off\": {enabled: false}\n    optout: {baseline: false}\n",
+    )
+    .unwrap();
+    let other = ws.plugin_dir("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other_secret = other.join("secret.txt");
+    std::fs::write(&other_secret, "other plugin's secret").unwrap();
+    std::fs::write(ws.dir().join("notes.txt"), "workspace file").unwrap();
+    // The master key file where plugd looks for it ($XDG_CONFIG_HOME).
+    let config_home = tempfile::tempdir().unwrap();
+    let key_file = config_home.path().join("plugd/master.key");
+    std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
+    std::fs::write(&key_file, MASTER_KEY).unwrap();
+    let env = [
+        ("XDG_CONFIG_HOME", config_home.path().display().to_string()),
+        ("PLUGD_MASTER_KEY", MASTER_KEY.to_owned()),
+    ];
+    for id in ["bare", "off", "optout"] {
+        cli(&ws, &["plugin", "approve", id], &env).unwrap();
+        std::fs::create_dir_all(ws.dir().join(".plugd/state").join(id)).unwrap();
+    }
+    let state_db = ws.dir().join(".plugd/state.db");
+    assert!(state_db.is_file());
+
+    for id in ["bare", "off"] {
+        for p in [&state_db, &key_file, &other_secret] {
+            assert_eq!(
+                read(&ws, id, p, &env),
+                json!({"ok": false, "error": denied(p)}),
+                "{id} reading {}",
+                p.display()
+            );
+        }
+        let environ = call(&ws, id, json!({"op": "parent_environ"}), &env);
+        let err = environ["error"].as_str().unwrap_or_default();
+        assert!(
+            err.starts_with("PermissionError: [Errno 13] Permission denied: '/proc/")
+                && err.ends_with("/environ'"),
+            "{id}: {environ}"
+        );
+        // What is its own, and the rest of the machine, stays readable.
+        for p in [
+            ws.plugin_dir(id).join("sandbox_probe.py"),
+            ws.dir().join("notes.txt"),
+            PathBuf::from("/etc/hostname"),
+        ] {
+            assert_eq!(read(&ws, id, &p, &env)["ok"], json!(true), "{id}: {p:?}");
+        }
+        let own_state = ws.dir().join(".plugd/state").join(id).join("f");
+        assert_eq!(
+            call(&ws, id, json!({"op": "write", "path": own_state}), &env),
+            json!({"ok": true})
+        );
+        let not_own = ws.dir().join(".plugd/state/optout/f");
+        assert_eq!(
+            call(&ws, id, json!({"op": "write", "path": not_own}), &env),
+            json!({"ok": false, "error": denied(&not_own)})
+        );
+
+        let show = cli(&ws, &["plugin", "show", id], &env).unwrap();
+        assert!(show.contains("  baseline:  on, landlock (ABI "), "{show}");
+        let hidden = show
+            .lines()
+            .find(|l| l.starts_with("    hidden:  "))
+            .unwrap_or_default();
+        for p in [
+            key_file.parent().unwrap().to_path_buf(),
+            ws.dir().join(".plugd"),
+            ws.dir().join(".plugins"),
+        ] {
+            assert!(hidden.contains(&p.display().to_string()), "{p:?}\n{show}");
+        }
+        let json: Value =
+            serde_json::from_str(&cli(&ws, &["plugin", "show", id, "--json"], &env).unwrap())
+                .unwrap();
+        let b = &json["permissions"]["baseline"];
+        assert_eq!(b["state"], "on", "{json}");
+        assert!(
+            b["allowed"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(ws.plugin_dir(id))),
+            "{b}"
+        );
+    }
+
+    // The opt-out: the same reads succeed (so the checks above can fail).
+    for p in [&state_db, &key_file, &other_secret] {
+        assert_eq!(
+            read(&ws, "optout", p, &env)["ok"],
+            json!(true),
+            "{}",
+            p.display()
+        );
+    }
+    assert_eq!(
+        call(&ws, "optout", json!({"op": "parent_environ"}), &env),
+        json!({"ok": true, "has_master_key": true})
+    );
+    let show = cli(&ws, &["plugin", "show", "optout"], &env).unwrap();
+    assert!(
+        show.contains(
+            "  baseline:  off: opted out: plugd.yaml sandbox.plugins.optout.baseline is false"
+        ),
+        "{show}"
+    );
+}
+
+/// `true` while `pid` is the process that started at `start` and is not a
+/// zombie.
+fn alive(pid: i32, start: u64) -> bool {
+    plugd_host::procs::stat(pid).is_some_and(|s| s.start == start && s.state != 'Z')
+}
+
+#[test]
+fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
+    let ws = Ws::new();
+    let out = tempfile::tempdir().unwrap();
+    let pidfile = out.path().join("pids");
+    probe(&ws, "esc", &["escape", &pidfile.display().to_string()]);
+    std::fs::write(ws.dir().join("plugd.yaml"), "eager: [esc]\n").unwrap();
+    // Approving starts the plugin once: it must not escape then.
+    std::fs::write(&pidfile, "").unwrap();
+    cli(&ws, &["plugin", "approve", "esc"], &[]).unwrap();
+    std::fs::remove_file(&pidfile).unwrap();
+
+    let first = Serve::start_with_env(&ws, &[]);
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end && !pidfile.exists() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(pidfile.exists(), "the plugin did not leave its processes");
+    let pids: Vec<i32> = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3);
+    let procs: Vec<(i32, u64)> = pids
+        .iter()
+        .map(|&p| (p, plugd_host::procs::stat(p).unwrap().start))
+        .collect();
+    // The one that stayed in the group, and the two that left it.
+    let leader = plugd_host::procs::stat(procs[0].0).unwrap().pgrp;
+    assert_ne!(plugd_host::procs::stat(procs[1].0).unwrap().pgrp, leader);
+    assert_ne!(plugd_host::procs::stat(procs[2].0).unwrap().pgrp, leader);
+    // Wait until serve's tracker has recorded all three under .plugd/procs.
+    let records = ws.dir().join(".plugd/procs");
+    let recorded = |pid: i32| {
+        std::fs::read_dir(&records)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| l.starts_with(&format!("proc {pid} ")))
+            })
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < end && !pids.iter().all(|&p| recorded(p)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        pids.iter().all(|&p| recorded(p)),
+        "not all of {pids:?} recorded"
+    );
+
+    // kill -9: the plugin's leader dies with serve, its processes do not.
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    drop(first);
+    std::thread::sleep(Duration::from_millis(300));
+    for &(p, s) in &procs {
+        assert!(alive(p, s), "{p} should have outlived the killed serve");
+    }
+
+    let second = Serve::start_with_env(&ws, &[]);
+    let (status, log) = second.stop();
+    assert!(status.success(), "{log}");
+    let end = std::time::Instant::now() + Duration::from_secs(10);
+    while std::time::Instant::now() < end && procs.iter().any(|&(p, s)| alive(p, s)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<i32> = procs
+        .iter()
+        .filter(|&&(p, s)| alive(p, s))
+        .map(|&(p, _)| p)
+        .collect();
+    assert!(left.is_empty(), "still running: {left:?}\n{log}");
+    assert!(log.contains("killed processes a previous plugd"), "{log}");
+}
