@@ -124,9 +124,18 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
                 && err.ends_with("/environ'"),
             "{id}: {environ}"
         );
-        // What is its own, and the rest of the machine, stays readable.
+        // It runs from its pin: its source directory is hidden like any
+        // other plugin's (it is mutable and not what was approved).
+        let source = ws.plugin_dir(id).join("sandbox_probe.py");
+        assert_eq!(
+            read(&ws, id, &source, &env),
+            json!({"ok": false, "error": denied(&source)}),
+            "{id} reading its source"
+        );
+        // What is its own (the pin it runs from, relative to its working
+        // directory), and the rest of the machine, stays readable.
         for p in [
-            ws.plugin_dir(id).join("sandbox_probe.py"),
+            PathBuf::from("sandbox_probe.py"),
             ws.dir().join("notes.txt"),
             PathBuf::from("/etc/hostname"),
         ] {
@@ -161,11 +170,11 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
                 .unwrap();
         let b = &json["permissions"]["baseline"];
         assert_eq!(b["state"], "on", "{json}");
+        // The directory it runs from (its pin) is what stays allowed.
+        let cwd = json["cwd"].as_str().unwrap();
+        assert!(cwd.contains("/.plugd/pins/"), "{json}");
         assert!(
-            b["allowed"]
-                .as_array()
-                .unwrap()
-                .contains(&json!(ws.plugin_dir(id))),
+            b["allowed"].as_array().unwrap().contains(&json!(cwd)),
             "{b}"
         );
     }
