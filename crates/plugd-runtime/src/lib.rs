@@ -610,20 +610,7 @@ impl Runtime {
                 approved_by: a.approved_by,
                 approved_at: a.approved_at,
             }),
-            command: Vec::new(),
-            env: BTreeMap::new(),
-            cwd: None,
-            start: None,
-            warnings: Vec::new(),
-            tool_risks: BTreeMap::new(),
-            stats: None,
-            broker: None,
-            permissions: None,
-            details: Value::Null,
-            signature: signing::SignatureStatus::NotApplicable {
-                reason: "not read for the plugin list; `plugd plugin show` reads it".into(),
-            },
-            config: Vec::new(),
+            ..unread_info("not read for the plugin list; `plugd plugin show` reads it")
         })
     }
 
@@ -828,10 +815,23 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         id: b.name.clone(),
         dialect: "unknown".into(),
         state: "invalid".into(),
-        approved: false,
-        version: None,
         dir: b.dir.clone(),
         error: Some(b.error.clone()),
+        ..unread_info("the plugin cannot be loaded")
+    }
+}
+
+/// A report with nothing read beyond what the caller fills in; the
+/// signature says why it was not checked.
+fn unread_info(why: &str) -> PluginInfo {
+    PluginInfo {
+        id: String::new(),
+        dialect: String::new(),
+        state: String::new(),
+        approved: false,
+        version: None,
+        dir: PathBuf::new(),
+        error: None,
         tools: Vec::new(),
         status: None,
         digest: None,
@@ -846,9 +846,7 @@ fn broken_info(b: &BrokenPlugin) -> PluginInfo {
         broker: None,
         permissions: None,
         details: Value::Null,
-        signature: signing::SignatureStatus::NotApplicable {
-            reason: "the plugin cannot be loaded".into(),
-        },
+        signature: signing::SignatureStatus::NotApplicable { reason: why.into() },
         config: Vec::new(),
     }
 }

@@ -55,6 +55,16 @@ const MIGRATIONS: &[&str] = &[
     crate::tokens::MIGRATION,
 ];
 
+/// Writes one approval, replacing the plugin's earlier one.
+const UPSERT_APPROVAL: &str =
+    "INSERT INTO approvals (plugin_id, digest, approved_by, approved_at, catalog)
+     VALUES (?1, ?2, ?3, ?4, ?5)
+     ON CONFLICT (plugin_id) DO UPDATE SET
+        digest = excluded.digest,
+        approved_by = excluded.approved_by,
+        approved_at = excluded.approved_at,
+        catalog = excluded.catalog";
+
 /// A person's approval of one plugin's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Approval {
@@ -146,13 +156,7 @@ impl Store {
         let catalog = a.catalog.to_string();
         self.lock()
             .execute(
-                "INSERT INTO approvals (plugin_id, digest, approved_by, approved_at, catalog)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (plugin_id) DO UPDATE SET
-                    digest = excluded.digest,
-                    approved_by = excluded.approved_by,
-                    approved_at = excluded.approved_at,
-                    catalog = excluded.catalog",
+                UPSERT_APPROVAL,
                 params![a.plugin_id, a.digest, a.approved_by, a.approved_at, catalog],
             )
             .map_err(|e| self.query_error(format!("approve plugin {:?}", a.plugin_id), e))?;
@@ -168,13 +172,7 @@ impl Store {
         let write = |conn: &mut Connection| -> rusqlite::Result<()> {
             let tx = conn.transaction()?;
             tx.execute(
-                "INSERT INTO approvals (plugin_id, digest, approved_by, approved_at, catalog)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (plugin_id) DO UPDATE SET
-                    digest = excluded.digest,
-                    approved_by = excluded.approved_by,
-                    approved_at = excluded.approved_at,
-                    catalog = excluded.catalog",
+                UPSERT_APPROVAL,
                 params![a.plugin_id, a.digest, a.approved_by, a.approved_at, catalog],
             )?;
             tx.execute(

@@ -5,12 +5,12 @@
 //! reports serve's errors instead of falling back.
 
 use std::os::unix::fs::PermissionsExt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::http::Serve;
-use crate::support::{Ws, stderr, stdout};
+use crate::support::{Ws, eventually_blocking, stderr, stdout};
 
 const LOOP: &str = "[plugin.supervisor]\nstart = \"eager\"\nrestart_attempts = 1\nbackoff_base_ms = 50\nbackoff_max_ms = 100\n";
 const GOOD: &str =
@@ -25,18 +25,6 @@ fn row<'a>(plugins: &'a Value, id: &str) -> &'a Value {
         .as_array()
         .and_then(|a| a.iter().find(|p| p["id"] == id))
         .unwrap_or_else(|| panic!("no row {id} in {plugins}"))
-}
-
-/// Polls `f` every 50 ms until it holds or `limit` passes.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
 }
 
 fn tool_names(serve: &Serve) -> Vec<String> {
@@ -83,7 +71,7 @@ fn plugin_commands_act_inside_a_running_serve() {
 
     // Serve drives `loop` to failed.
     assert!(
-        eventually(Duration::from_secs(30), || {
+        eventually_blocking(Duration::from_secs(30), || {
             row(&serve.get("/v1/plugins").json(), "loop")["state"] == "failed"
         }),
         "{}",
@@ -112,7 +100,7 @@ fn plugin_commands_act_inside_a_running_serve() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), format!("revoked good {via}"));
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually_blocking(Duration::from_secs(10), || {
             !plugd_host::spawn::process_group_alive(pgid)
         }),
         "group {pgid} of the revoked plugin still alive"

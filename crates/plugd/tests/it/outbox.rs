@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use plugd_host::spawn::process_group_alive;
 use plugd_runtime::Runtime;
@@ -14,7 +14,7 @@ use plugd_runtime::outbox::{OutboxConfig, OutboxExt, OutboxWorker};
 use plugd_store::outbox::{DeliveryStatus, RetryPolicy};
 use serde_json::{Value, json};
 
-use crate::support::{Ws, eventually, plugd_cmd, quick, repo, stderr, stdout};
+use crate::support::{Ws, eventually, eventually_blocking, plugd_cmd, quick, repo, stderr, stdout};
 
 const PACKAGE: &str = "test/outbox";
 
@@ -480,17 +480,6 @@ impl Drop for Serve {
     }
 }
 
-fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
-
 fn cli_status(ws: &Ws, delivery: &str) -> Option<Value> {
     let o = ws.plugd(&["outbox", "list", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -525,7 +514,7 @@ fn kill_9_of_serve_mid_delivery_redelivers_the_same_delivery_id_after_restart() 
 
     // The recorder's first attempt is under way (and sleeps).
     assert!(
-        wait_for(Duration::from_secs(30), || !of_export(&rec, "recorder")
+        eventually_blocking(Duration::from_secs(30), || !of_export(&rec, "recorder")
             .is_empty()),
         "no delivery reached the plugin\n{}",
         serve.log()
@@ -544,7 +533,7 @@ fn kill_9_of_serve_mid_delivery_redelivers_the_same_delivery_id_after_restart() 
     // process group survives.
     let pgid = u32::try_from(first["pgid"].as_u64().unwrap()).unwrap();
     assert!(
-        wait_for(Duration::from_secs(10), || !process_group_alive(pgid)),
+        eventually_blocking(Duration::from_secs(10), || !process_group_alive(pgid)),
         "plugin process group {pgid} outlived kill -9 of plugd serve"
     );
     let row = cli_status(&ws, &delivery).unwrap();
@@ -556,7 +545,7 @@ fn kill_9_of_serve_mid_delivery_redelivers_the_same_delivery_id_after_restart() 
     // acknowledged this time.
     let serve = Serve::start(&ws, 2);
     assert!(
-        wait_for(Duration::from_secs(30), || {
+        eventually_blocking(Duration::from_secs(30), || {
             cli_status(&ws, &delivery).is_some_and(|r| r["status"] == "delivered")
         }),
         "{:?}\n{}",

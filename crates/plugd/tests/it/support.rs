@@ -144,7 +144,7 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     f()
 }
 
-/// Polls `f` from a plain thread until it is true or `limit` passes.
+/// Polls `f` every 50 ms from a plain thread until it is true or `limit` passes.
 pub fn eventually_blocking(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {

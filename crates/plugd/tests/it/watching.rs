@@ -3,27 +3,15 @@
 //! and CLI processes, real Python plugins.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::http::Serve;
-use crate::support::{Ws, stderr, stdout};
+use crate::support::{Ws, eventually_blocking, stderr, stdout};
 
 const EAGER: &str =
     "[plugin.supervisor]\nstart = \"eager\"\nshutdown_timeout_ms = 500\nshutdown_grace_ms = 300\n";
-
-/// Polls `f` every 50 ms until it holds or `limit` passes.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if f() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    f()
-}
 
 fn tool_names(serve: &Serve) -> Vec<String> {
     serve
@@ -81,12 +69,12 @@ fn assert_withheld_then_reapprove(ws: &Ws, serve: &Serve, needle: &str, change: 
     let pid = plugin_pid(serve, "w");
     change();
     assert!(
-        eventually(Duration::from_secs(5), || !tool_names(serve)
+        eventually_blocking(Duration::from_secs(5), || !tool_names(serve)
             .contains(&"w_pid".to_owned())),
         "tools still listed after the change ({needle})"
     );
     assert!(
-        eventually(Duration::from_secs(5), || !alive(pid)),
+        eventually_blocking(Duration::from_secs(5), || !alive(pid)),
         "plugin process {pid} still runs after the change ({needle})"
     );
     let row = state_of(serve, "w");
@@ -117,7 +105,7 @@ fn assert_withheld_then_reapprove(ws: &Ws, serve: &Serve, needle: &str, change: 
         stdout(&out)
     );
     assert!(
-        eventually(Duration::from_secs(5), || tool_names(serve)
+        eventually_blocking(Duration::from_secs(5), || tool_names(serve)
             .contains(&"w_pid".to_owned())),
         "tools not back after re-approval ({needle})"
     );
@@ -136,7 +124,7 @@ fn edits_under_serve_stop_the_plugin_and_name_the_file() {
     assert!(out.status.success(), "{}", stderr(&out));
     let serve = Serve::start(&ws, "127.0.0.1:0");
     assert!(
-        eventually(Duration::from_secs(10), || state_of(&serve, "w")["state"]
+        eventually_blocking(Duration::from_secs(10), || state_of(&serve, "w")["state"]
             == "running"),
         "{}",
         state_of(&serve, "w")
@@ -187,9 +175,13 @@ fn edits_under_serve_stop_the_plugin_and_name_the_file() {
     // Undoing a change gives the tools back without a new approval.
     let has_pid = |serve: &Serve| tool_names(serve).contains(&"w_pid".to_owned());
     std::fs::write(dir.join("undo.txt"), "x").unwrap();
-    assert!(eventually(Duration::from_secs(5), || !has_pid(&serve)));
+    assert!(eventually_blocking(Duration::from_secs(5), || !has_pid(
+        &serve
+    )));
     std::fs::remove_file(dir.join("undo.txt")).unwrap();
-    assert!(eventually(Duration::from_secs(5), || has_pid(&serve)));
+    assert!(eventually_blocking(Duration::from_secs(5), || has_pid(
+        &serve
+    )));
     assert_eq!(state_of(&serve, "w")["approved"], true);
     assert_ne!(state_of(&serve, "w")["state"], "stopped");
     plugin_pid(&serve, "w");
@@ -207,7 +199,7 @@ fn a_plugin_over_the_watch_limit_is_polled() {
     assert!(out.status.success(), "{}", stderr(&out));
     // No inotify watch allowed: the plugin is polled every second instead.
     let serve = Serve::start_with_env(&ws, &[("PLUGD_WATCH_MAX_DIRS", "0")]);
-    assert!(eventually(Duration::from_secs(10), || state_of(
+    assert!(eventually_blocking(Duration::from_secs(10), || state_of(
         &serve, "w"
     )["state"]
         == "running"));
