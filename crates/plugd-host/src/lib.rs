@@ -4,7 +4,8 @@
 //!   environment, pidfd exit watch, kill-and-reap on drop).
 //! * [`peer`]: a multiplexed bidirectional JSON-RPC connection over any byte
 //!   transport (reader task + writer task, deadlines, bounded queue).
-//! * [`stderr`]: a plugin's stderr into `tracing`, with a tail for crash reports.
+//! * [`stderr`]: a plugin's stderr into `tracing` (rate limited per plugin), with a tail for crash reports.
+//! * [`throttle`]: repeated warnings as one line per interval with a count.
 //! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
 //! * [`native_llm`]: nexo `llm.chat` for plugin LLM providers (sync and streaming).
 //! * [`sandbox`]: containment of a start (bubblewrap, the Landlock + seccomp
@@ -25,6 +26,7 @@ pub mod sandbox;
 pub mod spawn;
 pub mod stderr;
 pub mod supervisor;
+pub mod throttle;
 #[cfg(test)]
 mod test_json;
 
@@ -32,5 +34,5 @@ pub use launch::Launch;
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{
-    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, Status, Supervised,
+    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, StartGate, Status, Supervised,
 };

@@ -49,7 +49,7 @@ pub enum StoreError {
     },
     /// The file exists but is not a SQLite database, or is damaged.
     #[error(
-        "{} is not a usable plugd state database ({source}); move it aside and re-approve the plugins",
+        "{} is not a usable plugd state database ({source}); plugd leaves it as it is: restore it from a backup, or start over with `plugd state reset --yes` (moves it aside)",
         path.display()
     )]
     NotADatabase {
@@ -122,6 +122,34 @@ pub enum StoreError {
         what: String,
         /// Why, and what to do.
         problem: &'static str,
+    },
+    /// The database the workspace's marker (`.plugd/state.id`) vouches for is
+    /// missing, empty, blank or another workspace's; nothing was created.
+    #[error(
+        "state database {} {}{}, but {} says this workspace has one (id {expected}, created {created_at}): every approval, secret and session lived in it; plugd created nothing. Restore state.db (with state.db-wal if there is one) from a backup, or start over with `plugd state reset --yes` (moves the old files aside){}",
+        db.display(),
+        what.describe(),
+        found.as_deref().map(|f| format!(" (its id is {f})")).unwrap_or_default(),
+        marker.display(),
+        if matches!(what, crate::identity::Lost::NoId | crate::identity::Lost::Other) {
+            format!("; if it is the right database after all, delete {} to adopt it", marker.display())
+        } else {
+            String::new()
+        }
+    )]
+    Lost {
+        /// The database file.
+        db: PathBuf,
+        /// The marker file.
+        marker: PathBuf,
+        /// What is wrong.
+        what: crate::identity::Lost,
+        /// The id the marker records.
+        expected: String,
+        /// When the marker says the database was created.
+        created_at: String,
+        /// The id found in the database, if any.
+        found: Option<String>,
     },
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]

@@ -106,12 +106,21 @@ impl Store {
     pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
         create_private_dir(state_dir)?;
         let path = state_dir.join(STATE_DB_FILE);
+        // The marker says a database existed: never let SQLite create a new one.
+        let marker = crate::identity::read_marker(state_dir)?;
+        if let Some(m) = &marker {
+            crate::identity::check_file(state_dir, &path, m)?;
+        }
         create_private_file(&path)?;
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         configure(&conn, true).map_err(|e| open_error(&path, e))?;
+        if let Some(m) = &marker {
+            crate::identity::check_db(&conn, state_dir, &path, m)?;
+        }
         let label = path.display().to_string();
         let mut conn = conn;
         migrate(&mut conn, &path, &label)?;
+        crate::identity::settle(&conn, state_dir, &path, marker.as_ref())?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: Some(path),

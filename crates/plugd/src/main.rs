@@ -10,12 +10,16 @@ mod bench;
 mod bus_cmd;
 mod channel_cmd;
 mod config_cmd;
+mod eager;
 mod hook_cmd;
+mod log_writer;
 mod memory_cmd;
 mod outbox_cmd;
 mod remote;
 mod risk_cmd;
+mod serve_lock;
 mod sign_cmd;
+mod state_cmd;
 
 use std::path::PathBuf;
 
@@ -85,6 +89,9 @@ enum Command {
     /// List channel adapters; send one message through one.
     #[command(subcommand)]
     Channel(channel_cmd::ChannelCmd),
+    /// The workspace's state database: start it over on purpose.
+    #[command(subcommand)]
+    State(state_cmd::StateCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -190,6 +197,7 @@ fn main() {
     };
     let code = rt.block_on(run(cli)).unwrap_or_else(|e| fail(&e));
     drop(rt);
+    log_writer::flush(std::time::Duration::from_secs(2));
     std::process::exit(code);
 }
 
@@ -215,6 +223,7 @@ fn quiet_on_closed_stdout() {
 }
 
 fn fail(e: &anyhow::Error) -> ! {
+    log_writer::flush(std::time::Duration::from_secs(2));
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("plugd: error: {msg}");
     std::process::exit(1);
@@ -227,11 +236,18 @@ fn init_logging(flag: Option<&str>, serve: bool) {
         .unwrap_or_else(|| if serve { "info" } else { "warn" }.to_owned());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    // serve's log never blocks it: a bounded queue that drops and counts.
+    match serve.then(log_writer::LogWriter::start) {
+        Some(Ok(writer)) => fmt.with_writer(writer).init(),
+        Some(Err(e)) => {
+            eprintln!("plugd: warning: cannot start the log writer thread ({e}); logging to stderr directly");
+            fmt.with_writer(std::io::stderr).init();
+        }
+        None => fmt.with_writer(std::io::stderr).init(),
+    }
 }
 
 fn open(cli: &Cli) -> Result<Runtime> {
@@ -283,6 +299,11 @@ async fn run(cli: Cli) -> Result<i32> {
             );
             return Ok(0);
         }
+        Command::State(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            state_cmd::run(&dir, cmd)?;
+            return Ok(0);
+        }
         Command::Plugin(PluginCmd::Signing(cmd)) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             sign_cmd::run(cmd, &dir)?;
@@ -300,6 +321,11 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         _ => {}
     }
+    // One serve per workspace: the lock comes before the database or any plugin.
+    let _serve_lock = match &cli.command {
+        Command::Serve(_) => Some(serve_lock::lock_for_serve(cli.workspace.as_deref())?),
+        _ => None,
+    };
     let rt = open(&cli)?;
     risk_cmd::install_approver(&rt, &cli.command);
     let result = match &cli.command {
@@ -425,6 +451,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
+        | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }
@@ -486,25 +513,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     rt.set_risk_config(config.risk.clone());
     let plugins = rt.plugins()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
-    let mut started = rt.start_eager();
-    // `eager:` in plugd.yaml adds to the manifests' own eager starts.
-    let extra: Vec<&String> = config
-        .eager
-        .iter()
-        .filter(|id| !started.contains(id))
-        .collect();
-    for id in extra {
-        match rt.plugin(id) {
-            Ok(info) if info.approved => {
-                rt.supervised(id)?.start();
-                started.push(id.clone());
-            }
-            Ok(info) => {
-                tracing::warn!(plugin = %id, state = %info.state, "listed in plugd.yaml eager: but not approved; not started")
-            }
-            Err(e) => tracing::warn!(plugin = %id, "listed in plugd.yaml eager: {e}"),
-        }
-    }
+    let _log_report = log_writer::spawn_reporter();
+    let eager_extra = config.eager.clone();
     // Fail fast: every configured hook handler must load before plugd serves.
     let pipeline =
         std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
@@ -530,6 +540,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
             let _ = http_stopped.await;
         },
     ));
+    // Eager plugins start once the API is up, a bounded number at a time.
+    let started = eager::start(rt, &eager_extra)?;
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),
