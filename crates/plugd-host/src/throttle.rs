@@ -97,6 +97,19 @@ impl Throttle {
     }
 }
 
+impl Drop for Throttle {
+    /// The counts of the current intervals are reported, not lost, when the
+    /// plugin's connection ends.
+    fn drop(&mut self) {
+        let mut map = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, w) in map.drain() {
+            if w.counted > 0 {
+                (self.summary)(&key, w.counted, &w.last);
+            }
+        }
+    }
+}
+
 /// `1234567` as `1,234,567`.
 pub fn thousands(n: u64) -> String {
     let digits = n.to_string();

@@ -7,6 +7,7 @@
 
 mod agent_cmd;
 mod bench;
+mod bench_scale;
 mod bus_cmd;
 mod channel_cmd;
 mod config_cmd;
@@ -187,7 +188,11 @@ struct JsonFlag {
 fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
-    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve(_)));
+    init_logging(
+        cli.log.as_deref(),
+        matches!(cli.command, Command::Serve(_)),
+        matches!(cli.command, Command::Serve(_) | Command::Bench(_)),
+    );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -229,7 +234,9 @@ fn fail(e: &anyhow::Error) -> ! {
     std::process::exit(1);
 }
 
-fn init_logging(flag: Option<&str>, serve: bool) {
+/// `non_blocking`: log through the bounded queue of [`log_writer`] (serve,
+/// and bench, which measures serve's paths).
+fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
     let filter = flag
         .map(str::to_owned)
         .or_else(|| std::env::var("PLUGD_LOG").ok())
@@ -240,7 +247,7 @@ fn init_logging(flag: Option<&str>, serve: bool) {
         .with_env_filter(filter)
         .with_target(false);
     // serve's log never blocks it: a bounded queue that drops and counts.
-    match serve.then(log_writer::LogWriter::start) {
+    match non_blocking.then(log_writer::LogWriter::start) {
         Some(Ok(writer)) => fmt.with_writer(writer).init(),
         Some(Err(e)) => {
             eprintln!("plugd: warning: cannot start the log writer thread ({e}); logging to stderr directly");

@@ -16,6 +16,7 @@ mod mcp;
 mod memory;
 mod microapp;
 mod outbox;
+mod resilience;
 mod risk;
 mod salmex;
 mod sandbox;
