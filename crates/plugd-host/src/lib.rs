@@ -26,13 +26,14 @@ pub mod sandbox;
 pub mod spawn;
 pub mod stderr;
 pub mod supervisor;
-pub mod throttle;
 #[cfg(test)]
 mod test_json;
+pub mod throttle;
 
 pub use launch::Launch;
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{
-    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, StartGate, Status, Supervised,
+    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, StartGate, Status,
+    Supervised,
 };

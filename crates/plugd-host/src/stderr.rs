@@ -50,7 +50,9 @@ impl LogBudget {
         *BUDGET.get_or_init(|| {
             let lines = match std::env::var("PLUGD_STDERR_LOG_LINES") {
                 Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
-                    tracing::warn!("PLUGD_STDERR_LOG_LINES={v:?} is not a number; using {DEFAULT_LOG_BUDGET}");
+                    tracing::warn!(
+                        "PLUGD_STDERR_LOG_LINES={v:?} is not a number; using {DEFAULT_LOG_BUDGET}"
+                    );
                     DEFAULT_LOG_BUDGET
                 }),
                 Err(_) => DEFAULT_LOG_BUDGET,

@@ -649,9 +649,7 @@ impl SupInner {
 
     /// Waits for a turn at the start gate; `Ok(None)` when a caller waiting
     /// for the plugin let it skip the queue, `Err` when it was stopped meanwhile.
-    async fn await_turn(
-        &self,
-    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, PluginError> {
+    async fn await_turn(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, PluginError> {
         let gate = self.config.start_gate.permits.clone();
         let mut status = self.status.subscribe();
         tokio::select! {
@@ -667,7 +665,11 @@ impl SupInner {
         let spec = &self.spec;
         let plugin = spec.id.clone();
         // Held until the handshake is over: the deadline starts with the turn.
-        let _turn = if gated { self.await_turn().await? } else { None };
+        let _turn = if gated {
+            self.await_turn().await?
+        } else {
+            None
+        };
         let launch =
             Arc::new(
                 self.observer

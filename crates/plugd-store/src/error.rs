@@ -125,32 +125,8 @@ pub enum StoreError {
     },
     /// The database the workspace's marker (`.plugd/state.id`) vouches for is
     /// missing, empty, blank or another workspace's; nothing was created.
-    #[error(
-        "state database {} {}{}, but {} says this workspace has one (id {expected}, created {created_at}): every approval, secret and session lived in it; plugd created nothing. Restore state.db (with state.db-wal if there is one) from a backup, or start over with `plugd state reset --yes` (moves the old files aside){}",
-        db.display(),
-        what.describe(),
-        found.as_deref().map(|f| format!(" (its id is {f})")).unwrap_or_default(),
-        marker.display(),
-        if matches!(what, crate::identity::Lost::NoId | crate::identity::Lost::Other) {
-            format!("; if it is the right database after all, delete {} to adopt it", marker.display())
-        } else {
-            String::new()
-        }
-    )]
-    Lost {
-        /// The database file.
-        db: PathBuf,
-        /// The marker file.
-        marker: PathBuf,
-        /// What is wrong.
-        what: crate::identity::Lost,
-        /// The id the marker records.
-        expected: String,
-        /// When the marker says the database was created.
-        created_at: String,
-        /// The id found in the database, if any.
-        found: Option<String>,
-    },
+    #[error("{0}")]
+    Lost(Box<crate::identity::LostDb>),
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),

@@ -204,14 +204,66 @@ fn write_marker(state_dir: &Path, marker: &Marker) -> Result<(), StoreError> {
     fs::rename(&tmp, &path).map_err(err)
 }
 
-fn lost(state_dir: &Path, db: &Path, marker: &Marker, what: Lost, found: Option<String>) -> StoreError {
-    StoreError::Lost {
+fn lost(
+    state_dir: &Path,
+    db: &Path,
+    marker: &Marker,
+    what: Lost,
+    found: Option<String>,
+) -> StoreError {
+    StoreError::Lost(Box::new(LostDb {
         db: db.to_owned(),
         marker: state_dir.join(STATE_ID_FILE),
         what,
         expected: marker.id.clone(),
         created_at: marker.created_at.clone(),
         found,
+    }))
+}
+
+/// A database the marker vouches for that is not there as it should be.
+#[derive(Debug)]
+pub struct LostDb {
+    /// The database file.
+    pub db: PathBuf,
+    /// The marker file.
+    pub marker: PathBuf,
+    /// What is wrong.
+    pub what: Lost,
+    /// The id the marker records.
+    pub expected: String,
+    /// When the marker says the database was created.
+    pub created_at: String,
+    /// The id found in the database, if any.
+    pub found: Option<String>,
+}
+
+impl std::fmt::Display for LostDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "state database {} {}",
+            self.db.display(),
+            self.what.describe()
+        )?;
+        if let Some(id) = &self.found {
+            write!(f, " (its id is {id})")?;
+        }
+        write!(
+            f,
+            ", but {} says this workspace has one (id {}, created {}): every approval, secret and session lived in it; plugd created nothing. Restore state.db (with state.db-wal if there is one) from a backup, or start over with `plugd state reset --yes` (moves the old files aside)",
+            self.marker.display(),
+            self.expected,
+            self.created_at
+        )?;
+        if matches!(self.what, Lost::NoId | Lost::Other) {
+            write!(
+                f,
+                "; if it is the right database after all, delete {} to adopt it",
+                self.marker.display()
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -104,8 +104,7 @@ fn rss_kib() -> Result<f64> {
 /// Serves the runtime's HTTP API on an ephemeral loopback port.
 async fn http_api(rt: &Runtime) -> Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline =
-        Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
+    let pipeline = Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
     let state = plugd_server::AppState::new(rt.clone(), pipeline, Arc::new(config), agent);
     let listener = plugd_server::bind("127.0.0.1:0".parse()?).await?;
@@ -211,7 +210,12 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     let limit = Duration::from_secs(600);
     while running(&rt) < ids.len() && t.elapsed() < limit {
         let q = Instant::now();
-        http.get(&url).send().await?.error_for_status()?.bytes().await?;
+        http.get(&url)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
         while_starting.push(q.elapsed());
         if failed.load(Ordering::Relaxed) as usize + running(&rt) >= ids.len() {
             break;
@@ -225,7 +229,12 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     let mut once_running = Vec::new();
     for _ in 0..100 {
         let q = Instant::now();
-        http.get(&url).send().await?.error_for_status()?.bytes().await?;
+        http.get(&url)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
         once_running.push(q.elapsed());
     }
     let per = |a: f64, b: f64| (b - a) / f64::from(n.max(1));

@@ -250,7 +250,9 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
     match non_blocking.then(log_writer::LogWriter::start) {
         Some(Ok(writer)) => fmt.with_writer(writer).init(),
         Some(Err(e)) => {
-            eprintln!("plugd: warning: cannot start the log writer thread ({e}); logging to stderr directly");
+            eprintln!(
+                "plugd: warning: cannot start the log writer thread ({e}); logging to stderr directly"
+            );
             fmt.with_writer(std::io::stderr).init();
         }
         None => fmt.with_writer(std::io::stderr).init(),

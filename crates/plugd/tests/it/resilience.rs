@@ -183,7 +183,11 @@ fn a_flood_with_serves_stderr_unread_stalls_nothing_and_the_log_stays_bounded() 
     assert!(dropped, "{p}");
     // Still answering after the flood.
     let (code, echo) = serve.call("calm_echo", json!({"after": true}));
-    assert_eq!((code, &echo["echo"]["after"]), (200, &json!(true)), "{echo}");
+    assert_eq!(
+        (code, &echo["echo"]["after"]),
+        (200, &json!(true)),
+        "{echo}"
+    );
 
     let (status, log) = serve.stop();
     assert!(status.success(), "{status:?}\n{}", tail(&log));
@@ -195,7 +199,11 @@ fn a_flood_with_serves_stderr_unread_stalls_nothing_and_the_log_stays_bounded() 
         .lines()
         .filter(|l| l.contains("suppressed") && l.contains("stderr lines"))
         .collect();
-    assert!(!suppressed.is_empty(), "no suppression summary:\n{}", tail(&log));
+    assert!(
+        !suppressed.is_empty(),
+        "no suppression summary:\n{}",
+        tail(&log)
+    );
     let summary = log
         .lines()
         .find(|l| l.contains("publishes on agent.x in the last"))
@@ -205,7 +213,10 @@ fn a_flood_with_serves_stderr_unread_stalls_nothing_and_the_log_stays_bounded() 
         .lines()
         .filter(|l| l.contains("broker.publish dropped:"))
         .count();
-    assert!(full_drop_lines < 100, "{full_drop_lines} full drop warnings");
+    assert!(
+        full_drop_lines < 100,
+        "{full_drop_lines} full drop warnings"
+    );
 }
 
 #[test]
@@ -271,7 +282,11 @@ fn a_second_serve_on_one_workspace_is_refused_naming_the_first() {
         msg.contains(&format!("another plugd serve (pid {})", first.pid())),
         "{msg}"
     );
-    assert!(!stdout(&second).contains("plugd serving"), "{}", stdout(&second));
+    assert!(
+        !stdout(&second).contains("plugd serving"),
+        "{}",
+        stdout(&second)
+    );
     // The first keeps serving, its record untouched.
     assert_eq!(
         std::fs::read_to_string(ws.dir().join(".plugd/serve.json")).unwrap(),
@@ -318,7 +333,10 @@ fn assert_refused(ws: &Ws, what: &str) {
         let msg = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {msg}");
         assert!(msg.contains(what), "{args:?}: {msg}");
-        assert!(msg.contains("state.db") && msg.contains("plugd state reset --yes"), "{msg}");
+        assert!(
+            msg.contains("state.db") && msg.contains("plugd state reset --yes"),
+            "{msg}"
+        );
         assert!(msg.contains("backup"), "{msg}");
     }
     // Nothing recreated or replaced (serve.lock is the serve attempt's).
@@ -439,7 +457,12 @@ fn eager_starts_wait_their_turn_instead_of_missing_the_deadline() {
     let ws = Ws::new();
     let ids: Vec<String> = (0..6).map(|i| format!("slow{i}")).collect();
     for id in &ids {
-        ws.misbehave(id, "slow_init", Some("600"), "\n[plugin.supervisor]\nstart = \"eager\"\n");
+        ws.misbehave(
+            id,
+            "slow_init",
+            Some("600"),
+            "\n[plugin.supervisor]\nstart = \"eager\"\n",
+        );
     }
     let env = [
         ("NEXO_PLUGIN_INIT_TIMEOUT_MS", "1500"),
