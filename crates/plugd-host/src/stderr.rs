@@ -358,6 +358,27 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn lines_beyond_the_budget_are_counted_and_still_kept() {
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let budget = LogBudget {
+            lines: 5,
+            interval: std::time::Duration::from_secs(3600),
+        };
+        let tail = collect_budgeted("p".into(), r, 4, SharedRedact::default(), budget);
+        for i in 0..100 {
+            w.write_all(format!("line {i}\n").as_bytes()).await.unwrap();
+        }
+        drop(w);
+        tail.settle(std::time::Duration::from_secs(5)).await;
+        assert_eq!(tail.suppressed(), 95);
+        assert_eq!(
+            tail.lines(),
+            vec!["line 96", "line 97", "line 98", "line 99"],
+            "the crash tail keeps suppressed lines"
+        );
+    }
+
+    #[tokio::test]
     async fn secrets_are_scrubbed_before_they_are_kept() {
         let (mut w, r) = tokio::io::duplex(1 << 16);
         let tail = collect_redacted("p".into(), r, 8, vec!["hunter2".to_owned()]);

@@ -133,6 +133,10 @@ pub(crate) fn settle(
     db: &Path,
     marker: Option<&Marker>,
 ) -> Result<(), StoreError> {
+    if marker.is_some() {
+        // `check_db` found the marker's id in the database: nothing to write.
+        return Ok(());
+    }
     let q = |e: rusqlite::Error| StoreError::Open {
         path: db.to_owned(),
         source: crate::error::BackendError::new(e),
@@ -145,9 +149,6 @@ pub(crate) fn settle(
     )
     .map_err(q)?;
     let id = stored_id(conn).map_err(q)?.unwrap_or_default();
-    if marker.is_some_and(|m| m.id == id) {
-        return Ok(());
-    }
     let created_at: String = conn
         .query_row(
             "SELECT value FROM plugd_workspace WHERE key = 'created_at'",
