@@ -17,6 +17,7 @@ pub mod bus;
 pub mod dialect;
 pub mod extensions;
 pub mod launch;
+pub mod log_stats;
 pub mod native;
 pub mod native_host;
 pub mod native_llm;

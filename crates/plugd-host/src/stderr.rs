@@ -89,6 +89,7 @@ impl Meter {
             self.suppressed += 1;
             self.suppressed_total
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::log_stats::stderr_line_suppressed();
             false
         }
     }

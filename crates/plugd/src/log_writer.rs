@@ -91,6 +91,7 @@ impl Drop for Line {
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 shared.pending.fetch_sub(1, Ordering::Relaxed);
                 shared.dropped.fetch_add(1, Ordering::Relaxed);
+                plugd_host::log_stats::log_line_dropped();
             }
         }
     }

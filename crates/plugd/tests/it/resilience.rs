@@ -69,6 +69,16 @@ impl Serve {
         http(self.addr, "GET", path, None)
     }
 
+    /// One counter of `GET /metrics`.
+    fn metric(&self, name: &str) -> u64 {
+        let (code, text) = http_text(self.addr, "GET", "/metrics", None);
+        assert_eq!(code, 200, "{text}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    }
+
     fn call(&self, tool: &str, args: Value) -> (u16, Value) {
         http(
             self.addr,
@@ -97,6 +107,11 @@ fn term(pid: u32) {
 /// One HTTP/1.1 request (`Connection: close`); a stalled serve fails the
 /// test through the 60 s read timeout instead of hanging it.
 fn http(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+    let (status, text) = http_text(addr, method, path, body);
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+fn http_text(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let body = body.map(|b| b.to_string()).unwrap_or_default();
@@ -116,7 +131,7 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> (u16
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("bad response {text:?}"));
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    (status, body.to_owned())
 }
 
 /// The flood plugin `flood` (tools flood_go, flood_status, flood_echo) and a
@@ -188,6 +203,12 @@ fn a_flood_with_serves_stderr_unread_stalls_nothing_and_the_log_stays_bounded() 
         (200, &json!(true)),
         "{echo}"
     );
+    // All but the budget's 1,000 lines (per 10 s) were suppressed, and counted.
+    let suppressed = serve.metric("plugd_stderr_lines_suppressed_total");
+    assert!(
+        (N - 20_000..=N).contains(&suppressed),
+        "{suppressed} suppressed"
+    );
 
     let (status, log) = serve.stop();
     assert!(status.success(), "{status:?}\n{}", tail(&log));
@@ -229,6 +250,8 @@ fn serve_counts_log_lines_it_cannot_write_instead_of_blocking() {
     let (code, started) = serve.call("flood_go", json!({"stderr": N, "publish": 0}));
     assert_eq!(code, 200, "{started}");
     ride_out_the_flood(&serve, N, 0);
+    assert!(serve.metric("plugd_log_lines_dropped_total") > 0);
+    assert_eq!(serve.metric("plugd_stderr_lines_suppressed_total"), 0);
     let (status, log) = serve.stop();
     assert!(status.success(), "{status:?}\n{}", tail(&log));
     let line = log
