@@ -449,9 +449,7 @@ impl Runtime {
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
         let tools = read(&self.inner.registry)
-            .list()
-            .iter()
-            .filter(|t| t.plugin == id)
+            .of_plugin(id)
             .map(|t| t.name.clone())
             .collect();
         let program = containment::program_path(spec, &self.inner.dir);

@@ -529,21 +529,29 @@ impl Runtime {
     /// The risk and state of each tool of plugin `id` (empty when the
     /// policy cannot be read; the error is logged).
     pub fn tool_risks(&self, id: &str) -> BTreeMap<String, ToolRisk> {
-        match self.tool_views() {
-            Ok(views) => views
-                .into_iter()
-                .filter(|v| v.entry.plugin == id)
-                .map(|v| {
+        // Only this plugin's tools are looked at: `plugins()` calls this for
+        // every plugin, so the whole list stays linear in the tools.
+        let views = || -> Result<BTreeMap<String, ToolRisk>, RuntimeError> {
+            let policy = self.risk_config()?;
+            let disabled = self.disabled_set()?;
+            Ok(crate::read(&self.inner.registry)
+                .of_plugin(id)
+                .map(|entry| {
+                    let (risk, source) = effective_risk(entry, &policy);
+                    let enabled = !disabled.contains(&(entry.plugin.clone(), entry.name.clone()));
                     (
-                        v.entry.name.clone(),
+                        entry.name.clone(),
                         ToolRisk {
-                            risk: v.risk,
-                            source: v.risk_source,
-                            enabled: v.enabled,
+                            risk,
+                            source,
+                            enabled,
                         },
                     )
                 })
-                .collect(),
+                .collect())
+        };
+        match views() {
+            Ok(risks) => risks,
             Err(e) => {
                 tracing::warn!(plugin = id, error = %e, "cannot compute tool risks");
                 BTreeMap::new()
