@@ -310,6 +310,15 @@ fn a_second_serve_on_one_workspace_is_refused_naming_the_first() {
         "{}",
         stdout(&second)
     );
+    // Nor can the state be reset under a running serve.
+    let reset = ws.plugd(&["state", "reset", "--yes"]);
+    assert_eq!(reset.status.code(), Some(1), "{}", stderr(&reset));
+    assert!(
+        stderr(&reset).contains(&format!("pid {}", first.pid())),
+        "{}",
+        stderr(&reset)
+    );
+    assert!(ws.dir().join(".plugd/state.db").exists());
     // The first keeps serving, its record untouched.
     assert_eq!(
         std::fs::read_to_string(ws.dir().join(".plugd/serve.json")).unwrap(),
