@@ -598,12 +598,21 @@ impl Runtime {
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
     }
 
-    /// Starts every approved plugin whose manifest asks for an eager start.
+    /// Starts every approved plugin whose manifest asks for an eager start;
+    /// each start waits its turn at the host's start gate
+    /// (`PLUGD_START_CONCURRENCY`) before its initialize deadline runs.
     pub fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
         for (id, sup) in &self.inner.plugins {
-            let approved = matches!(self.plugin(id), Ok(info) if info.approved);
-            if sup.is_eager() && approved && !matches!(sup.status(), Status::Failed { .. }) {
+            if !sup.is_eager() {
+                continue;
+            }
+            // Approved as its files are now (the full report is not needed).
+            let approved = matches!(
+                (self.inner.store.approval(id), self.digest_now(id, false)),
+                (Ok(Some(a)), Ok(d)) if a.digest == d
+            );
+            if approved && !matches!(sup.status(), Status::Failed { .. }) {
                 sup.start();
                 started.push(id.clone());
             }
