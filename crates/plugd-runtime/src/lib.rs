@@ -410,9 +410,16 @@ impl Runtime {
 
     /// Every plugin, valid or not, sorted by id.
     pub fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+        // The registry is grouped by plugin once, so listing N plugins is
+        // linear in the tools, not N scans of all of them.
+        let mut by_plugin: HashMap<String, Vec<Arc<ToolEntry>>> = HashMap::new();
+        for t in read(&self.inner.registry).list() {
+            by_plugin.entry(t.plugin.clone()).or_default().push(t);
+        }
         let mut out = Vec::new();
         for id in self.inner.plugins.keys() {
-            out.push(self.plugin(id)?);
+            let tools = by_plugin.remove(id.as_str()).unwrap_or_default();
+            out.push(self.plugin_with(id, &tools)?);
         }
         for b in &self.inner.broken {
             out.push(broken_info(b));
@@ -423,6 +430,17 @@ impl Runtime {
 
     /// One plugin's report.
     pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let tools: Vec<Arc<ToolEntry>> =
+            read(&self.inner.registry).of_plugin(id).cloned().collect();
+        self.plugin_with(id, &tools)
+    }
+
+    /// One plugin's report, given its registry entries.
+    fn plugin_with(
+        &self,
+        id: &str,
+        entries: &[Arc<ToolEntry>],
+    ) -> Result<PluginInfo, RuntimeError> {
         let sup = self.supervised(id)?;
         let spec = sup.spec();
         let approval = self.inner.store.approval(id)?;
@@ -448,10 +466,7 @@ impl Runtime {
             }
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
-        let tools = read(&self.inner.registry)
-            .of_plugin(id)
-            .map(|t| t.name.clone())
-            .collect();
+        let tools = entries.iter().map(|t| t.name.clone()).collect();
         let program = containment::program_path(spec, &self.inner.dir);
         let env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()
@@ -485,7 +500,7 @@ impl Runtime {
             cwd: Some(spec.dir.clone()),
             start: Some(format!("{:?}", spec.supervisor.start).to_lowercase()),
             warnings: spec.warnings.clone(),
-            tool_risks: self.tool_risks(id),
+            tool_risks: self.risks_of(id, entries),
             stats: sup.stats(),
             broker: self.broker_stats(id),
             permissions: Some(

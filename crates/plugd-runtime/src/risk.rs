@@ -529,13 +529,25 @@ impl Runtime {
     /// The risk and state of each tool of plugin `id` (empty when the
     /// policy cannot be read; the error is logged).
     pub fn tool_risks(&self, id: &str) -> BTreeMap<String, ToolRisk> {
-        // Only this plugin's tools are looked at: `plugins()` calls this for
-        // every plugin, so the whole list stays linear in the tools.
+        let entries: Vec<Arc<ToolEntry>> = crate::read(&self.inner.registry)
+            .of_plugin(id)
+            .cloned()
+            .collect();
+        self.risks_of(id, &entries)
+    }
+
+    /// [`Runtime::tool_risks`] of the given registry entries of plugin `id`
+    /// (only these are looked at, so listing every plugin stays linear).
+    pub(crate) fn risks_of(
+        &self,
+        id: &str,
+        entries: &[Arc<ToolEntry>],
+    ) -> BTreeMap<String, ToolRisk> {
         let views = || -> Result<BTreeMap<String, ToolRisk>, RuntimeError> {
             let policy = self.risk_config()?;
             let disabled = self.disabled_set()?;
-            Ok(crate::read(&self.inner.registry)
-                .of_plugin(id)
+            Ok(entries
+                .iter()
                 .map(|entry| {
                     let (risk, source) = effective_risk(entry, &policy);
                     let enabled = !disabled.contains(&(entry.plugin.clone(), entry.name.clone()));
