@@ -168,16 +168,17 @@ impl Store {
 
     /// The approval of `plugin_id`, if any.
     pub fn approval(&self, plugin_id: &str) -> Result<Option<Approval>, StoreError> {
-        let row = self
-            .lock()
-            .query_row(
+        // A cached statement: listing N plugins reads N approvals.
+        let row = {
+            let conn = self.lock();
+            conn.prepare_cached(
                 "SELECT plugin_id, digest, approved_by, approved_at, catalog
                  FROM approvals WHERE plugin_id = ?1",
-                params![plugin_id],
-                raw_approval,
             )
+            .and_then(|mut stmt| stmt.query_row(params![plugin_id], raw_approval))
             .optional()
-            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?;
+            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?
+        };
         row.map(|r| self.decode(r)).transpose()
     }
 
