@@ -4,7 +4,8 @@
 //!   environment, pidfd exit watch, kill-and-reap on drop).
 //! * [`peer`]: a multiplexed bidirectional JSON-RPC connection over any byte
 //!   transport (reader task + writer task, deadlines, bounded queue).
-//! * [`stderr`]: a plugin's stderr into `tracing`, with a tail for crash reports.
+//! * [`stderr`]: a plugin's stderr into `tracing` (rate limited per plugin), with a tail for crash reports.
+//! * [`throttle`]: repeated warnings as one line per interval with a count.
 //! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
 //! * [`native_llm`]: nexo `llm.chat` for plugin LLM providers (sync and streaming).
 //! * [`sandbox`]: containment of a start (bubblewrap, the Landlock + seccomp
@@ -16,6 +17,7 @@ pub mod bus;
 pub mod dialect;
 pub mod extensions;
 pub mod launch;
+pub mod log_stats;
 pub mod native;
 pub mod native_host;
 pub mod native_llm;
@@ -28,10 +30,12 @@ pub mod stderr;
 pub mod supervisor;
 #[cfg(test)]
 mod test_json;
+pub mod throttle;
 
 pub use launch::Launch;
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{
-    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, Status, Supervised,
+    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, StartGate, Status,
+    Supervised,
 };

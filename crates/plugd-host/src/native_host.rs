@@ -254,6 +254,8 @@ pub struct NativeHost {
     api: Option<Arc<dyn HostApi>>,
     allowlist: Allowlist,
     counters: Option<Arc<BrokerCounters>>,
+    /// Dropped-publish warnings: one in full, then one summary per interval.
+    drops: crate::throttle::Throttle,
 }
 
 impl std::fmt::Debug for NativeHost {
@@ -287,11 +289,27 @@ impl NativeHost {
     pub fn new(spec: Arc<PluginSpec>, api: Option<Arc<dyn HostApi>>) -> NativeHost {
         let allowlist = api.as_ref().map(|a| a.allowlist(&spec)).unwrap_or_default();
         let counters = api.as_ref().map(|a| a.broker_counters(&spec.id));
+        let plugin = spec.id.clone();
+        let interval = crate::throttle::WARN_INTERVAL;
+        let drops = crate::throttle::Throttle::new(
+            interval,
+            Arc::new(move |topic, n, last| {
+                tracing::warn!(
+                    plugin = %plugin,
+                    topic,
+                    dropped = n,
+                    "dropped {} publishes on {topic} in the last {} s; the last because: {last}",
+                    crate::throttle::thousands(n),
+                    interval.as_secs()
+                );
+            }),
+        );
         NativeHost {
             spec,
             api,
             allowlist,
             counters,
+            drops,
         }
     }
 
@@ -410,12 +428,26 @@ impl NativeHost {
 
     fn publish(&self, params: Option<Value>) {
         let plugin = &self.spec.id;
+        let key: String = params
+            .as_ref()
+            .and_then(|p| p.get("topic"))
+            .and_then(Value::as_str)
+            .map(|t| t.chars().take(200).collect())
+            .unwrap_or_else(|| "(no topic)".to_owned());
         let drop_it = |why: String| {
-            if let Some(c) = &self.counters {
-                let n = c.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::warn!(plugin = %plugin, dropped_total = n, "broker.publish dropped: {why}");
-            } else {
-                tracing::warn!(plugin = %plugin, "broker.publish dropped: {why}");
+            let n = self
+                .counters
+                .as_ref()
+                .map(|c| c.dropped.fetch_add(1, Ordering::Relaxed) + 1);
+            // Counted always; logged once per interval per topic, plus a summary.
+            if !self.drops.hit(&key, &why) {
+                return;
+            }
+            match n {
+                Some(n) => {
+                    tracing::warn!(plugin = %plugin, dropped_total = n, "broker.publish dropped: {why}")
+                }
+                None => tracing::warn!(plugin = %plugin, "broker.publish dropped: {why}"),
             }
         };
         let Ok(api) = self.need(CAP_BROKER, "broker.publish") else {

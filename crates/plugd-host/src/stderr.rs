@@ -6,6 +6,10 @@
 //! Lines are cut at [`MAX_LINE`] bytes, so a flood cannot exhaust memory.
 //! Known secret values ([`crate::Launch::redact`]) are replaced by `••••`
 //! before a line is logged or kept, so crash reports never carry them.
+//!
+//! Forwarding is rate limited per plugin ([`LogBudget`]): beyond the budget of
+//! lines per interval, lines are still kept in the tail but not logged, and
+//! one summary line per interval says how many were suppressed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -22,6 +26,97 @@ pub const DEFAULT_TAIL: usize = 32;
 /// Longest stderr line kept; longer lines are cut with a marker.
 pub const MAX_LINE: usize = 4096;
 
+/// Default lines of one plugin's stderr logged per [`BUDGET_INTERVAL`].
+pub const DEFAULT_LOG_BUDGET: u64 = 1000;
+
+/// The interval the stderr log budget covers.
+pub const BUDGET_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How many stderr lines of one plugin are logged per interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogBudget {
+    /// Lines logged per interval; beyond them lines are counted, not logged.
+    pub lines: u64,
+    /// The interval.
+    pub interval: std::time::Duration,
+}
+
+impl LogBudget {
+    /// `PLUGD_STDERR_LOG_LINES` lines (default [`DEFAULT_LOG_BUDGET`]) per
+    /// [`BUDGET_INTERVAL`], read once per process. An unparsable value is
+    /// warned about and the default used.
+    pub fn from_env() -> LogBudget {
+        static BUDGET: std::sync::OnceLock<LogBudget> = std::sync::OnceLock::new();
+        *BUDGET.get_or_init(|| {
+            let lines = match std::env::var("PLUGD_STDERR_LOG_LINES") {
+                Ok(v) => v.trim().parse::<u64>().unwrap_or_else(|_| {
+                    tracing::warn!(
+                        "PLUGD_STDERR_LOG_LINES={v:?} is not a number; using {DEFAULT_LOG_BUDGET}"
+                    );
+                    DEFAULT_LOG_BUDGET
+                }),
+                Err(_) => DEFAULT_LOG_BUDGET,
+            };
+            LogBudget {
+                lines,
+                interval: BUDGET_INTERVAL,
+            }
+        })
+    }
+}
+
+/// The per-interval accounting of one stream.
+struct Meter {
+    budget: LogBudget,
+    window: tokio::time::Instant,
+    logged: u64,
+    suppressed: u64,
+    suppressed_total: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Meter {
+    /// Whether this line may be logged; counts it otherwise.
+    fn admit(&mut self, plugin: &str) -> bool {
+        if self.window.elapsed() >= self.budget.interval {
+            self.report(plugin);
+            self.window = tokio::time::Instant::now();
+            self.logged = 0;
+        }
+        if self.logged < self.budget.lines {
+            self.logged += 1;
+            true
+        } else {
+            self.suppressed += 1;
+            self.suppressed_total
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            crate::log_stats::stderr_line_suppressed();
+            false
+        }
+    }
+
+    /// The summary of the current window, if lines were suppressed in it.
+    fn report(&mut self, plugin: &str) {
+        if self.suppressed > 0 {
+            tracing::warn!(
+                target: "plugd::plugin",
+                plugin,
+                suppressed = self.suppressed,
+                "suppressed {} stderr lines in the last {} s (more than {} per {} s; PLUGD_STDERR_LOG_LINES); the last ones stay in the crash report",
+                self.suppressed,
+                self.window.elapsed().as_secs().max(1),
+                self.budget.lines,
+                self.budget.interval.as_secs()
+            );
+            self.suppressed = 0;
+        }
+    }
+
+    /// When the current window's summary is due, if one is.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        (self.suppressed > 0).then(|| self.window + self.budget.interval)
+    }
+}
+
 /// The last lines of a plugin's stderr, and whether the stream has ended.
 #[derive(Debug, Clone)]
 pub struct StderrTail {
@@ -29,9 +124,15 @@ pub struct StderrTail {
     done: watch::Receiver<bool>,
     cap: usize,
     redact: SharedRedact,
+    suppressed: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl StderrTail {
+    /// Lines not logged because the plugin exceeded its [`LogBudget`].
+    pub fn suppressed(&self) -> u64 {
+        self.suppressed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// A snapshot of the kept lines, oldest first.
     pub fn lines(&self) -> Vec<String> {
         self.lines
@@ -110,17 +211,51 @@ pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
     cap: usize,
     redact: SharedRedact,
 ) -> StderrTail {
+    collect_budgeted(plugin, stderr, cap, redact, LogBudget::from_env())
+}
+
+/// Like [`collect_shared`] with an explicit [`LogBudget`].
+pub fn collect_budgeted<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: SharedRedact,
+    budget: LogBudget,
+) -> StderrTail {
     let lines = Arc::new(Mutex::new(VecDeque::with_capacity(cap)));
     let (done_tx, done) = watch::channel(false);
+    let suppressed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let tail = StderrTail {
         lines: lines.clone(),
         done,
         cap,
         redact: redact.clone(),
+        suppressed: suppressed.clone(),
     };
     tokio::spawn(async move {
         let mut frames = FramedRead::new(stderr, FrameDecoder::new(Framing::Lines, MAX_LINE));
-        while let Some(frame) = frames.next().await {
+        let mut meter = Meter {
+            budget,
+            window: tokio::time::Instant::now(),
+            logged: 0,
+            suppressed: 0,
+            suppressed_total: suppressed,
+        };
+        loop {
+            // A summary is due even when the plugin falls silent.
+            let frame = match meter.due() {
+                Some(at) => tokio::select! {
+                    f = frames.next() => f,
+                    () = tokio::time::sleep_until(at) => {
+                        meter.report(&plugin);
+                        meter.window = tokio::time::Instant::now();
+                        meter.logged = 0;
+                        continue;
+                    }
+                },
+                None => frames.next().await,
+            };
+            let Some(frame) = frame else { break };
             let line = match frame {
                 Ok(Frame::Data(b)) => String::from_utf8_lossy(&b).into_owned(),
                 Ok(Frame::Oversized { len, prefix }) => {
@@ -139,7 +274,9 @@ pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
                     crate::launch::scrub(&line, &r)
                 }
             };
-            emit(&plugin, &line);
+            if meter.admit(&plugin) {
+                emit(&plugin, &line);
+            }
             if cap > 0 {
                 let mut l = lines.lock().unwrap_or_else(|p| p.into_inner());
                 if l.len() == cap {
@@ -148,6 +285,7 @@ pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
                 l.push_back(line);
             }
         }
+        meter.report(&plugin);
         let _ = done_tx.send(true);
     });
     tail
@@ -218,6 +356,27 @@ mod tests {
             lines[2]
         );
         assert!(lines[2].len() < 400);
+    }
+
+    #[tokio::test]
+    async fn lines_beyond_the_budget_are_counted_and_still_kept() {
+        let (mut w, r) = tokio::io::duplex(1 << 16);
+        let budget = LogBudget {
+            lines: 5,
+            interval: std::time::Duration::from_secs(3600),
+        };
+        let tail = collect_budgeted("p".into(), r, 4, SharedRedact::default(), budget);
+        for i in 0..100 {
+            w.write_all(format!("line {i}\n").as_bytes()).await.unwrap();
+        }
+        drop(w);
+        tail.settle(std::time::Duration::from_secs(5)).await;
+        assert_eq!(tail.suppressed(), 95);
+        assert_eq!(
+            tail.lines(),
+            vec!["line 96", "line 97", "line 98", "line 99"],
+            "the crash tail keeps suppressed lines"
+        );
     }
 
     #[tokio::test]

@@ -40,6 +40,48 @@ pub struct HostConfig {
     pub queue_depth: usize,
     /// stderr lines kept for crash reports (`PLUGD_STDERR_TAIL`, 32).
     pub stderr_tail: usize,
+    /// Bounds how many eager starts and restarts run at once
+    /// (`PLUGD_START_CONCURRENCY`, default [`default_start_concurrency`]).
+    pub start_gate: StartGate,
+}
+
+/// The host-wide bound on concurrent background starts (eager starts and
+/// restarts), shared by every plugin of a runtime. A start waits for its turn
+/// before it spawns, so its initialize deadline only runs once it has one. A
+/// caller waiting for the plugin (a tool call) lets its start skip the queue.
+#[derive(Debug, Clone)]
+pub struct StartGate {
+    permits: Arc<tokio::sync::Semaphore>,
+    size: usize,
+}
+
+impl StartGate {
+    /// A gate letting `size` (at least 1) starts run at once.
+    pub fn new(size: usize) -> StartGate {
+        let size = size.max(1);
+        StartGate {
+            permits: Arc::new(tokio::sync::Semaphore::new(size)),
+            size,
+        }
+    }
+
+    /// How many starts may run at once.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Starts running right now.
+    pub fn running(&self) -> usize {
+        self.size - self.permits.available_permits()
+    }
+}
+
+/// Default start concurrency: twice the CPUs, at least 4.
+pub fn default_start_concurrency() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() * 2)
+        .unwrap_or(4)
+        .max(4)
 }
 
 impl Default for HostConfig {
@@ -50,6 +92,7 @@ impl Default for HostConfig {
             max_frame: plugd_wire::DEFAULT_MAX_FRAME,
             queue_depth: crate::peer::DEFAULT_QUEUE_DEPTH,
             stderr_tail: stderr::DEFAULT_TAIL,
+            start_gate: StartGate::new(default_start_concurrency()),
         }
     }
 }
@@ -85,6 +128,9 @@ impl HostConfig {
         }
         if let Some(n) = num("PLUGD_STDERR_TAIL")? {
             c.stderr_tail = n as usize;
+        }
+        if let Some(n) = num("PLUGD_START_CONCURRENCY")? {
+            c.start_gate = StartGate::new(n as usize);
         }
         Ok(c)
     }
@@ -295,6 +341,8 @@ struct SupInner {
     status: watch::Sender<Status>,
     /// The plugin said its catalog changed before it was marked running.
     catalog_dirty: std::sync::atomic::AtomicBool,
+    /// A caller waits for the start queued at the gate: let it skip the queue.
+    urgent: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -328,6 +376,7 @@ impl Supervised {
                 }),
                 status: watch::channel(Status::Idle).0,
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
+                urgent: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -364,7 +413,7 @@ impl Supervised {
     pub fn start(&self) {
         let mut ctl = self.inner.lock();
         if matches!(ctl.slot, Slot::Idle | Slot::Stopped) {
-            self.inner.begin_start(&mut ctl);
+            self.inner.begin_start(&mut ctl, true);
         }
     }
 
@@ -422,10 +471,14 @@ impl Supervised {
                         });
                     }
                     Slot::Idle | Slot::Stopped => {
-                        inner.begin_start(&mut ctl);
+                        inner.begin_start(&mut ctl, false);
                         waited_on_start = true;
                     }
-                    Slot::Starting => waited_on_start = true,
+                    Slot::Starting => {
+                        // A start queued at the gate: this caller is waiting.
+                        inner.urgent.notify_one();
+                        waited_on_start = true;
+                    }
                     Slot::Backoff if waited_on_start => {
                         // The attempt this caller waited for failed.
                         let status = inner.status.borrow().clone();
@@ -581,20 +634,42 @@ impl SupInner {
     }
 
     /// Moves to `starting` and launches the attempt. Caller holds the lock.
-    fn begin_start(self: &Arc<Self>, ctl: &mut Control) {
+    /// A `gated` start (eager, restart) first waits for its turn at the
+    /// host's [`StartGate`].
+    fn begin_start(self: &Arc<Self>, ctl: &mut Control, gated: bool) {
         ctl.slot = Slot::Starting;
         let epoch = ctl.epoch;
         self.publish(Status::Starting);
         let this = self.clone();
         ctl.start_task = Some(tokio::spawn(async move {
-            let result = this.launch().await;
+            let result = this.launch(gated).await;
             this.finish_start(epoch, result).await;
         }));
     }
 
-    async fn launch(self: &Arc<Self>) -> Result<Arc<Conn>, PluginError> {
+    /// Waits for a turn at the start gate; `Ok(None)` when a caller waiting
+    /// for the plugin let it skip the queue, `Err` when it was stopped meanwhile.
+    async fn await_turn(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, PluginError> {
+        let gate = self.config.start_gate.permits.clone();
+        let mut status = self.status.subscribe();
+        tokio::select! {
+            permit = gate.acquire_owned() => Ok(permit.ok()),
+            () = self.urgent.notified() => Ok(None),
+            _ = status.wait_for(|s| matches!(s, Status::Stopping | Status::Stopped)) => {
+                Err(PluginError::Stopping { plugin: self.spec.id.clone() })
+            }
+        }
+    }
+
+    async fn launch(self: &Arc<Self>, gated: bool) -> Result<Arc<Conn>, PluginError> {
         let spec = &self.spec;
         let plugin = spec.id.clone();
+        // Held until the handshake is over: the deadline starts with the turn.
+        let _turn = if gated {
+            self.await_turn().await?
+        } else {
+            None
+        };
         let launch =
             Arc::new(
                 self.observer
@@ -875,7 +950,7 @@ impl SupInner {
             tokio::time::sleep(delay).await;
             let mut ctl = this.lock();
             if ctl.epoch == epoch && matches!(ctl.slot, Slot::Backoff) {
-                this.begin_start(&mut ctl);
+                this.begin_start(&mut ctl, true);
             }
         });
     }

@@ -474,7 +474,8 @@ impl Runtime {
         digests.insert(id.to_owned(), digest);
     }
 
-    /// Every plugin, valid or not, sorted by id.
+    /// Every plugin, valid or not, sorted by id, with the whole report of
+    /// each ([`Runtime::plugin_list`] is the cheap listing).
     pub fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
         let mut out = Vec::new();
         for id in self.inner.plugins.keys() {
@@ -789,13 +790,21 @@ impl Runtime {
         }
     }
 
-    /// Starts every approved plugin whose manifest asks for an eager start.
+    /// Starts every approved plugin whose manifest asks for an eager start;
+    /// each start waits its turn at the host's start gate
+    /// (`PLUGD_START_CONCURRENCY`) before its initialize deadline runs.
     pub fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
         for (id, sup) in &self.inner.plugins {
-            let approval = self.inner.store.approval(id).ok().flatten();
-            let approved = matches!(self.brief(id, approval), Ok(info) if info.approved);
-            if sup.is_eager() && approved && !matches!(sup.status(), Status::Failed { .. }) {
+            if !sup.is_eager() {
+                continue;
+            }
+            // Approved as its files are now (the full report is not needed).
+            let approved = matches!(
+                (self.inner.store.approval(id), self.digest_now(id, false)),
+                (Ok(Some(a)), Ok(d)) if a.digest == d
+            );
+            if approved && !matches!(sup.status(), Status::Failed { .. }) {
                 sup.start();
                 started.push(id.clone());
             }

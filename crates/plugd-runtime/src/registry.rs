@@ -192,6 +192,12 @@ impl ToolRegistry {
         self.tools.get(name).cloned()
     }
 
+    /// The tools of `plugin`, sorted by name, without copying the rest
+    /// (listing every plugin stays linear in the tools, not quadratic).
+    pub fn of_plugin<'a>(&'a self, plugin: &'a str) -> impl Iterator<Item = &'a Arc<ToolEntry>> {
+        self.tools.values().filter(move |t| t.plugin == plugin)
+    }
+
     /// Every tool, sorted by name.
     pub fn list(&self) -> Vec<Arc<ToolEntry>> {
         self.tools.values().cloned().collect()

@@ -171,6 +171,22 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         "Bus events for the plugin shed because its queue was full.",
         &broker(|s| s.shed),
     );
+    for (name, help, v) in [
+        (
+            "plugd_log_lines_dropped_total",
+            "Log lines serve dropped because its stderr was not read fast enough.",
+            plugd_host::log_stats::log_lines_dropped(),
+        ),
+        (
+            "plugd_stderr_lines_suppressed_total",
+            "Plugin stderr lines not logged because the plugin exceeded its log budget.",
+            plugd_host::log_stats::stderr_lines_suppressed(),
+        ),
+    ] {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+        ));
+    }
     crate::channels::metrics(&mut out, &state.runtime.channel_stats());
     (
         [(

@@ -49,7 +49,7 @@ pub enum StoreError {
     },
     /// The file exists but is not a SQLite database, or is damaged.
     #[error(
-        "{} is not a usable plugd state database ({source}); move it aside and re-approve the plugins",
+        "{} is not a usable plugd state database ({source}); plugd leaves it as it is: restore it from a backup, or start over with `plugd state reset --yes` (moves it aside)",
         path.display()
     )]
     NotADatabase {
@@ -139,6 +139,10 @@ pub enum StoreError {
     /// The OS random number generator failed.
     #[error("cannot draw random bytes from the OS: {0}")]
     Random(String),
+    /// The database the workspace's marker (`.plugd/state.id`) vouches for is
+    /// missing, empty, blank or another workspace's; nothing was created.
+    #[error("{0}")]
+    Lost(Box<crate::identity::LostDb>),
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretError),

@@ -11,6 +11,7 @@
 
 pub mod digest;
 mod error;
+pub mod identity;
 pub mod memory;
 pub mod outbox;
 pub mod secrets;

@@ -536,8 +536,9 @@ impl Store {
     pub fn config_values(&self, plugin: &str) -> Result<Vec<(String, StoredValue)>, StoreError> {
         let conn = self.lock();
         let action = || format!("read config of plugin {plugin:?}");
+        // Cached: `plugd plugin list` / GET /v1/plugins read this per plugin.
         let mut stmt = conn
-            .prepare(
+            .prepare_cached(
                 "SELECT key, value, key_id, nonce, ciphertext FROM plugin_config
                  WHERE plugin_id = ?1 ORDER BY key",
             )

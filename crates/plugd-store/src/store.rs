@@ -118,12 +118,21 @@ impl Store {
     pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
         create_private_dir(state_dir)?;
         let path = state_dir.join(STATE_DB_FILE);
+        // The marker says a database existed: never let SQLite create a new one.
+        let marker = crate::identity::read_marker(state_dir)?;
+        if let Some(m) = &marker {
+            crate::identity::check_file(state_dir, &path, m)?;
+        }
         create_private_file(&path)?;
         let conn = Connection::open(&path).map_err(|e| open_error(&path, e))?;
         configure(&conn, true).map_err(|e| open_error(&path, e))?;
+        if let Some(m) = &marker {
+            crate::identity::check_db(&conn, state_dir, &path, m)?;
+        }
         let label = path.display().to_string();
         let mut conn = conn;
         migrate(&mut conn, &path, &label)?;
+        crate::identity::settle(&conn, state_dir, &path, marker.as_ref())?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: Some(path),
@@ -215,16 +224,17 @@ impl Store {
 
     /// The approval of `plugin_id`, if any.
     pub fn approval(&self, plugin_id: &str) -> Result<Option<Approval>, StoreError> {
-        let row = self
-            .lock()
-            .query_row(
+        // A cached statement: listing N plugins reads N approvals.
+        let row = {
+            let conn = self.lock();
+            conn.prepare_cached(
                 "SELECT plugin_id, digest, approved_by, approved_at, catalog
                  FROM approvals WHERE plugin_id = ?1",
-                params![plugin_id],
-                raw_approval,
             )
+            .and_then(|mut stmt| stmt.query_row(params![plugin_id], raw_approval))
             .optional()
-            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?;
+            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?
+        };
         row.map(|r| self.decode(r)).transpose()
     }
 

@@ -9,6 +9,9 @@
 //! * cold start (spawn to `initialize` reply) of the Rust and Python examples,
 //!   through plugd and through a bare harness (spawn, write, read one line);
 //! * host memory per idle supervised plugin (RSS delta over N plugins).
+//!
+//! `--scale N` and `--flood` run other measurements instead (see
+//! `bench_scale.rs`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -49,6 +52,17 @@ pub struct BenchArgs {
     /// Idle plugins started for the memory measurement.
     #[arg(long, default_value_t = 20)]
     idle_plugins: u32,
+    /// Instead: N eager bash plugins (default 1000): approve-all time, eager
+    /// start through the start gate, GET /v1/plugins latency, RSS and fds per plugin.
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1000")]
+    scale: Option<u32>,
+    /// Instead: another plugin's call latency alone and while one plugin
+    /// writes 1,000,000 stderr lines and 1,000,000 dropped publishes.
+    #[arg(long, conflicts_with = "scale")]
+    flood: bool,
+    /// Calls measured by `--flood` without the flood.
+    #[arg(long, default_value_t = 2_000)]
+    flood_samples: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -122,6 +136,12 @@ fn plugin_dir(root: &Path, name: &str, files: &[(&str, &str)]) -> Result<PathBuf
 }
 
 pub async fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(n) = args.scale {
+        return crate::bench_scale::scale(n, args.json).await;
+    }
+    if args.flood {
+        return crate::bench_scale::flood(args.flood_samples, args.json).await;
+    }
     sibling("hello-rust")?;
     let raw_echo = sibling("raw-echo")?;
     let tmp = tempfile::tempdir()?;

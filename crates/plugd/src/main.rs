@@ -8,15 +8,20 @@
 mod agent_cmd;
 mod approve_cmd;
 mod bench;
+mod bench_scale;
 mod bus_cmd;
 mod channel_cmd;
 mod config_cmd;
+mod eager;
 mod hook_cmd;
+mod log_writer;
 mod memory_cmd;
 mod outbox_cmd;
 mod remote;
 mod risk_cmd;
+mod serve_lock;
 mod sign_cmd;
+mod state_cmd;
 mod token_cmd;
 
 use std::path::PathBuf;
@@ -90,6 +95,9 @@ enum Command {
     /// Bearer tokens for `plugd serve --listen` (create, list, revoke).
     #[command(subcommand)]
     Token(token_cmd::TokenCmd),
+    /// The workspace's state database: start it over on purpose.
+    #[command(subcommand)]
+    State(state_cmd::StateCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -181,7 +189,11 @@ struct JsonFlag {
 fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
-    init_logging(cli.log.as_deref(), matches!(cli.command, Command::Serve(_)));
+    init_logging(
+        cli.log.as_deref(),
+        matches!(cli.command, Command::Serve(_)),
+        matches!(cli.command, Command::Serve(_) | Command::Bench(_)),
+    );
     // Not dumpable (its environment and memory are root-only), subreaper
     // for orphaned plugin processes, and their tracker.
     plugd_host::procs::init_daemon();
@@ -196,6 +208,7 @@ fn main() {
     drop(rt);
     // Orphans the subreaper brought back and no plugin handle owns.
     plugd_host::procs::kill_orphans();
+    log_writer::flush(std::time::Duration::from_secs(2));
     std::process::exit(code);
 }
 
@@ -221,23 +234,35 @@ fn quiet_on_closed_stdout() {
 }
 
 fn fail(e: &anyhow::Error) -> ! {
+    log_writer::flush(std::time::Duration::from_secs(2));
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("plugd: error: {msg}");
     std::process::exit(1);
 }
 
-fn init_logging(flag: Option<&str>, serve: bool) {
+/// `non_blocking`: log through the bounded queue of [`log_writer`] (serve,
+/// and bench, which measures serve's paths).
+fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
     let filter = flag
         .map(str::to_owned)
         .or_else(|| std::env::var("PLUGD_LOG").ok())
         .unwrap_or_else(|| if serve { "info" } else { "warn" }.to_owned());
     let filter = tracing_subscriber::EnvFilter::try_new(&filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    // serve's log never blocks it: a bounded queue that drops and counts.
+    match non_blocking.then(log_writer::LogWriter::start) {
+        Some(Ok(writer)) => fmt.with_writer(writer).init(),
+        Some(Err(e)) => {
+            eprintln!(
+                "plugd: warning: cannot start the log writer thread ({e}); logging to stderr directly"
+            );
+            fmt.with_writer(std::io::stderr).init();
+        }
+        None => fmt.with_writer(std::io::stderr).init(),
+    }
 }
 
 fn open(cli: &Cli) -> Result<Runtime> {
@@ -293,6 +318,11 @@ async fn run(cli: Cli) -> Result<i32> {
             );
             return Ok(0);
         }
+        Command::State(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            state_cmd::run(&dir, cmd)?;
+            return Ok(0);
+        }
         Command::Plugin(PluginCmd::Signing(cmd)) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             sign_cmd::run(cmd, &dir)?;
@@ -309,6 +339,11 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         _ => {}
     }
+    // One serve per workspace: the lock comes before the database or any plugin.
+    let _serve_lock = match &cli.command {
+        Command::Serve(_) => Some(serve_lock::lock_for_serve(cli.workspace.as_deref())?),
+        _ => None,
+    };
     let rt = open(&cli)?;
     risk_cmd::install_approver(&rt, &cli.command);
     let result = match &cli.command {
@@ -429,6 +464,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Manifest(_)
         | Command::Bus(_)
         | Command::Token(_)
+        | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }
@@ -488,25 +524,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     rt.set_risk_config(config.risk.clone());
     let plugins = rt.plugin_list()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
-    let mut started = rt.start_eager();
-    // `eager:` in plugd.yaml adds to the manifests' own eager starts.
-    let extra: Vec<&String> = config
-        .eager
-        .iter()
-        .filter(|id| !started.contains(id))
-        .collect();
-    for id in extra {
-        match rt.plugin(id) {
-            Ok(info) if info.approved => {
-                rt.supervised(id)?.start();
-                started.push(id.clone());
-            }
-            Ok(info) => {
-                tracing::warn!(plugin = %id, state = %info.state, "listed in plugd.yaml eager: but not approved; not started")
-            }
-            Err(e) => tracing::warn!(plugin = %id, "listed in plugd.yaml eager: {e}"),
-        }
-    }
+    let _log_report = log_writer::spawn_reporter();
+    let eager_extra = config.eager.clone();
     // Fail fast: every configured hook handler must load before plugd serves.
     let pipeline =
         std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
@@ -548,6 +567,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
             .await
             .map(|_| ())
     });
+    // Eager plugins start once the API is up, a bounded number at a time.
+    let started = eager::start(rt, &eager_extra)?;
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),

@@ -1,4 +1,5 @@
 //! The one integration-test binary of plugd-store: the SQLite store and the plugin digest.
 
 mod digest;
+mod identity;
 mod store;

@@ -19,6 +19,7 @@ mod memory;
 mod microapp;
 mod outbox;
 mod pinning;
+mod resilience;
 mod risk;
 mod salmex;
 mod sandbox;

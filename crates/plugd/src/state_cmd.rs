@@ -1,0 +1,53 @@
+//! `plugd state reset`: start a workspace's state over on purpose, moving the
+//! old database and its marker aside (never deleting them).
+
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use clap::Subcommand;
+
+#[derive(Subcommand, Debug)]
+pub enum StateCmd {
+    /// Move the state database (approvals, secrets, sessions) and its marker
+    /// into `.plugd/reset-<time>/`; the next command starts a fresh workspace.
+    Reset {
+        /// Really do it (without it, only says what would be moved).
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+pub fn run(workspace: &Path, cmd: &StateCmd) -> Result<()> {
+    let StateCmd::Reset { yes } = cmd;
+    let state_dir = workspace.join(".plugd");
+    if !yes {
+        let present: Vec<&str> = plugd_store::identity::STATE_FILES
+            .iter()
+            .copied()
+            .filter(|f| std::fs::symlink_metadata(state_dir.join(f)).is_ok())
+            .collect();
+        bail!(
+            "`plugd state reset` moves {} of {} aside and starts the workspace over (every approval, secret and session); run `plugd state reset --yes` to do it",
+            if present.is_empty() {
+                "nothing (no state files)".to_owned()
+            } else {
+                present.join(", ")
+            },
+            state_dir.display()
+        );
+    }
+    // No serve may hold the database while it moves.
+    let _lock = crate::serve_lock::ServeLock::acquire(workspace)?;
+    match plugd_store::identity::reset(&state_dir)? {
+        Some((aside, moved)) => println!(
+            "moved {} to {}; the next plugd command starts a fresh workspace: approve the plugins and set their secrets again",
+            moved.join(", "),
+            aside.display()
+        ),
+        None => println!(
+            "nothing to reset: {} holds no state files",
+            state_dir.display()
+        ),
+    }
+    Ok(())
+}
