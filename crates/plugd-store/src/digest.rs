@@ -291,15 +291,7 @@ pub fn plugin_stamps(
         out: &mut Vec<(String, Stamp)>,
         root: &Path,
     ) -> Result<(), DigestError> {
-        let io_err = |source| DigestError::Io {
-            path: abs.to_owned(),
-            source,
-        };
-        let mut names = Vec::new();
-        for entry in fs::read_dir(abs).map_err(io_err)? {
-            names.push(entry.map_err(io_err)?.file_name());
-        }
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let names = sorted_names(abs)?;
         for name in names {
             let path = abs.join(&name);
             let child = if rel.is_empty() {
@@ -383,18 +375,24 @@ struct Walk<'a> {
     listing: Option<&'a mut Vec<ListedEntry>>,
 }
 
+/// The entry names of directory `abs`, in byte order (the digest's order).
+fn sorted_names(abs: &Path) -> Result<Vec<std::ffi::OsString>, DigestError> {
+    let io_err = |source| DigestError::Io {
+        path: abs.to_owned(),
+        source,
+    };
+    let mut names = Vec::new();
+    for entry in fs::read_dir(abs).map_err(io_err)? {
+        names.push(entry.map_err(io_err)?.file_name());
+    }
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    Ok(names)
+}
+
 impl Walk<'_> {
     /// Hashes the children of `abs` (whose path relative to the root is `rel`, at `depth`).
     fn dir(&mut self, abs: &Path, rel: &[u8], depth: usize) -> Result<(), DigestError> {
-        let io_err = |source| DigestError::Io {
-            path: abs.to_owned(),
-            source,
-        };
-        let mut names = Vec::new();
-        for entry in fs::read_dir(abs).map_err(io_err)? {
-            names.push(entry.map_err(io_err)?.file_name());
-        }
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let names = sorted_names(abs)?;
 
         for name in names {
             let path = abs.join(&name);

@@ -137,6 +137,18 @@ fn client(socket: &Path) -> Result<reqwest::Client> {
         .build()?)
 }
 
+/// How long one `GET url` took, body included.
+async fn timed_get(http: &reqwest::Client, url: &str) -> Result<Duration> {
+    let q = Instant::now();
+    http.get(url)
+        .send()
+        .await?
+        .error_for_status()?
+        .bytes()
+        .await?;
+    Ok(q.elapsed())
+}
+
 pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let ws = tmp.path();
@@ -218,14 +230,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     };
     let limit = Duration::from_secs(600);
     while running(&rt) < ids.len() && t.elapsed() < limit {
-        let q = Instant::now();
-        http.get(&url)
-            .send()
-            .await?
-            .error_for_status()?
-            .bytes()
-            .await?;
-        while_starting.push(q.elapsed());
+        while_starting.push(timed_get(&http, &url).await?);
         if failed.load(Ordering::Relaxed) as usize + running(&rt) >= ids.len() {
             break;
         }
@@ -237,14 +242,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     let (fds1, rss1) = (fds()?, rss_kib()?);
     let mut once_running = Vec::new();
     for _ in 0..100 {
-        let q = Instant::now();
-        http.get(&url)
-            .send()
-            .await?
-            .error_for_status()?
-            .bytes()
-            .await?;
-        once_running.push(q.elapsed());
+        once_running.push(timed_get(&http, &url).await?);
     }
     let per = |a: f64, b: f64| (b - a) / f64::from(n.max(1));
     let report = ScaleReport {
