@@ -156,6 +156,22 @@ fn sanitize(id: &str) -> String {
     s
 }
 
+/// How this process tracks the processes of `plugin_id`'s starts, for
+/// `plugd plugin show`: its cgroup (`<n>` counts the starts) and the
+/// `/proc` backstop, or `/proc` alone and why.
+pub fn describe(plugin_id: &str) -> String {
+    match root() {
+        Some(root) => format!(
+            "cgroup v2 ({}), /proc as the backstop",
+            root.join(format!("{}-<n>", sanitize(plugin_id))).display()
+        ),
+        None if std::env::var(ENV_KNOB).is_ok_and(|v| v == "off") => {
+            format!("/proc only ({ENV_KNOB}=off)")
+        }
+        None => "/proc only (no writable cgroup v2 hierarchy)".to_owned(),
+    }
+}
+
 /// One plugin start's cgroup.
 #[derive(Debug)]
 pub struct PluginCgroup {

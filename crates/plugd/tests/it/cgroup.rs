@@ -123,6 +123,12 @@ fn a_plugin_and_its_setsid_grandchild_share_a_cgroup_that_revoke_kills_and_remov
         assert_eq!(cgroup_of(p), path, "{p}");
     }
 
+    // `plugin show` names the mechanism (the CLI's own cgroup, as the CLI
+    // tracks what it starts itself).
+    let show = cli(&ws, &["plugin", "show", "esc"], &[]).unwrap();
+    assert!(show.contains("  tracking:  cgroup v2 ("), "{show}");
+    assert!(show.contains("/esc-<n>), /proc as the backstop"), "{show}");
+
     // Revoked through serve: the plugin stops, serve keeps running.
     revoke_and_wait_for_the_kill(&ws, &procs);
     wait_until("the plugin's cgroup is removed", || !dir.exists());
@@ -178,6 +184,18 @@ fn with_plugd_cgroup_off_the_proc_tracking_kills_the_same_processes() {
     wait_until("the tracker recorded every process", || {
         procs.iter().all(|&(p, _)| recorded(p))
     });
+
+    let show = cli(
+        &ws,
+        &["plugin", "show", "esc", "--json"],
+        &[("PLUGD_CGROUP", "off".into())],
+    )
+    .unwrap();
+    assert!(
+        show.contains(r#""process_tracking":"/proc only (PLUGD_CGROUP=off)""#)
+            || show.contains(r#""process_tracking": "/proc only (PLUGD_CGROUP=off)""#),
+        "{show}"
+    );
 
     revoke_and_wait_for_the_kill(&ws, &procs);
     let (status, log) = serve.stop();
