@@ -14,6 +14,7 @@
 //!   graceful shutdown, handles that survive restarts.
 
 pub mod bus;
+pub mod cgroup;
 pub mod dialect;
 pub mod extensions;
 pub mod launch;

@@ -4,7 +4,11 @@
 //! `<workspace>/.plugd/procs/`, and the clean-up a later plugd does after a
 //! `kill -9` of the previous one.
 //!
-//! Mechanism (the `/proc` fallback; cgroup v2 is not used):
+//! With a writable cgroup v2 hierarchy every plugin start also runs in its
+//! own cgroup ([`crate::cgroup`]), which is exact: a stop kills the whole
+//! cgroup, and a later plugd kills the cgroups of a plugd that is gone. The
+//! `/proc` tracking below runs in every case as the backstop (and is all
+//! there is without cgroup v2, or with `PLUGD_CGROUP=off`):
 //!
 //! * [`init_daemon`] makes plugd a child subreaper (`PR_SET_CHILD_SUBREAPER`),
 //!   so orphaned grandchildren come back to plugd instead of PID 1, turns
@@ -107,6 +111,7 @@ pub struct Tracked {
     leader_start: u64,
     seen: Mutex<HashSet<(i32, u64)>>,
     record: Option<PathBuf>,
+    cgroup: Option<crate::cgroup::PluginCgroup>,
 }
 
 impl Tracked {
@@ -122,9 +127,17 @@ impl Tracked {
         }
     }
 
+    /// The cgroup the leader runs in, when it was moved into one.
+    pub fn cgroup(&self) -> Option<&Path> {
+        self.cgroup.as_ref().map(|c| c.dir())
+    }
+
     /// Kills every descendant seen so far that still is the same process,
-    /// after one last look below the leader.
+    /// after one last look below the leader; with a cgroup, everything in it.
     pub fn kill_descendants(&self) {
+        if let Some(c) = &self.cgroup {
+            c.kill();
+        }
         self.note(&descendants_by_children_files(self.leader));
         let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         for &(pid, start) in seen.iter() {
@@ -135,8 +148,12 @@ impl Tracked {
         }
     }
 
-    /// Forgets the leader (it was reaped) and removes its record.
+    /// Forgets the leader (it was reaped) and removes its record and its
+    /// cgroup (after killing what is left in it).
     pub fn finish(&self) {
+        if let Some(c) = &self.cgroup {
+            c.remove();
+        }
         registry()
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -160,14 +177,23 @@ pub fn spawn_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Registers a freshly spawned leader; with `records`, writes its record
-/// file there (errors only logged: tracking is best effort).
-pub fn register(leader: i32, plugin: &str, records: Option<&Path>) -> Arc<Tracked> {
+/// file there (errors only logged: tracking is best effort). `cgroup` is the
+/// leader's own cgroup, if it entered one before `exec`.
+pub fn register(
+    leader: i32,
+    plugin: &str,
+    records: Option<&Path>,
+    cgroup: Option<crate::cgroup::PluginCgroup>,
+) -> Arc<Tracked> {
     let leader_start = stat(leader).map_or(0, |s| s.start);
     let record = records.and_then(|dir| {
         let path = dir.join(format!("{leader}.{leader_start}"));
         let (pid, start) = me();
-        let text =
+        let mut text =
             format!("owner {pid} {start}\nplugin {plugin:?}\nproc {leader} {leader_start}\n");
+        if let Some(c) = &cgroup {
+            text.push_str(&format!("cgroup {}\n", c.dir().display()));
+        }
         match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, text)) {
             Ok(()) => Some(path),
             Err(e) => {
@@ -181,6 +207,7 @@ pub fn register(leader: i32, plugin: &str, records: Option<&Path>) -> Arc<Tracke
         leader_start,
         seen: Mutex::new(HashSet::from([(leader, leader_start)])),
         record,
+        cgroup,
     });
     registry()
         .lock()
@@ -278,9 +305,11 @@ pub fn tick() {
 }
 
 /// Makes this process (plugd serve or the CLI) the keeper of its plugins:
-/// not dumpable, child subreaper, and the tracker thread. Errors are logged;
+/// not dumpable, child subreaper, its cgroup when cgroup v2 is writable
+/// ([`crate::cgroup::init`]), and the tracker thread. Errors are logged;
 /// the rest still applies.
 pub fn init_daemon() {
+    crate::cgroup::init();
     // SAFETY: prctl with integer arguments only.
     unsafe {
         if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
@@ -306,9 +335,11 @@ pub fn init_daemon() {
         });
 }
 
-/// Kills every process of plugd's own that the tracker or subreaping
-/// brought back to it (orphans no plugin is waiting for), at shutdown.
+/// At shutdown: kills and removes plugd's cgroup ([`crate::cgroup::shutdown`])
+/// and every process of plugd's own that the tracker or subreaping brought
+/// back to it (orphans no plugin is waiting for).
 pub fn kill_orphans() {
+    crate::cgroup::shutdown();
     let (me, _) = me();
     let known = registry().lock().unwrap_or_else(|p| p.into_inner());
     for p in all() {
@@ -329,12 +360,15 @@ pub struct Record {
     pub plugin: String,
     /// The leader first, then its tracked descendants.
     pub procs: Vec<(i32, u64)>,
+    /// The plugin's cgroup, when it ran in one.
+    pub cgroup: Option<PathBuf>,
 }
 
 fn parse_record(text: &str) -> Option<Record> {
     let mut owner = None;
     let mut plugin = String::new();
     let mut procs = Vec::new();
+    let mut cgroup = None;
     for line in text.lines() {
         let mut w = line.splitn(3, ' ');
         match (w.next(), w.next(), w.next()) {
@@ -347,6 +381,9 @@ fn parse_record(text: &str) -> Option<Record> {
                     procs.push((p, s));
                 }
             }
+            (Some("cgroup"), Some(_), _) => {
+                cgroup = Some(PathBuf::from(&line["cgroup ".len()..]));
+            }
             _ => {}
         }
     }
@@ -354,6 +391,7 @@ fn parse_record(text: &str) -> Option<Record> {
         owner: owner?,
         plugin,
         procs,
+        cgroup,
     })
 }
 
@@ -367,8 +405,16 @@ pub struct Cleaned {
 }
 
 /// Kills what plugd processes that are gone left behind (see the module
-/// docs) and removes their records; records of a live owner are kept.
+/// docs), their recorded cgroups included, and removes their records;
+/// records of a live owner are kept. Then removes the empty cgroups of
+/// gone plugds ([`crate::cgroup::cleanup_stale`]).
 pub fn cleanup_stale(records: &Path) -> Vec<Cleaned> {
+    let out = cleanup_records(records);
+    crate::cgroup::cleanup_stale();
+    out
+}
+
+fn cleanup_records(records: &Path) -> Vec<Cleaned> {
     let Ok(dir) = std::fs::read_dir(records) else {
         return Vec::new();
     };
@@ -404,6 +450,13 @@ pub fn cleanup_stale(records: &Path) -> Vec<Cleaned> {
                 }
             }
         }
+        if let Some(c) = &rec.cgroup {
+            for pid in crate::cgroup::remove_stale(c, rec.owner) {
+                if !killed.contains(&pid) {
+                    killed.push(pid);
+                }
+            }
+        }
         let _ = std::fs::remove_file(&path);
         if !killed.is_empty() {
             tracing::warn!(plugin = %rec.plugin, killed = ?killed, "killed processes a previous plugd (pid {}) left behind", rec.owner.0);
@@ -433,7 +486,11 @@ mod tests {
 
     #[test]
     fn records_round_trip_and_a_live_owner_is_left_alone() {
-        let r = parse_record("owner 10 20\nplugin \"a b\"\nproc 11 21\nproc 12 22\n").unwrap();
+        let r = parse_record(
+            "owner 10 20\nplugin \"a b\"\nproc 11 21\nproc 12 22\ncgroup /c g/plugd-10-20/a-1\n",
+        )
+        .unwrap();
+        assert_eq!(r.cgroup, Some(PathBuf::from("/c g/plugd-10-20/a-1")));
         assert_eq!(r.owner, (10, 20));
         assert_eq!(r.plugin, "a b");
         assert_eq!(r.procs, vec![(11, 21), (12, 22)]);
@@ -447,7 +504,7 @@ mod tests {
             format!("owner {pid} {start}\nplugin \"p\"\nproc {pid} {start}\n"),
         )
         .unwrap();
-        assert!(cleanup_stale(&dir).is_empty());
+        assert!(cleanup_records(&dir).is_empty());
         assert!(dir.join("x").exists());
         // A dead owner, and a leader pid that is now this process with another
         // start time: recycled, so nothing may be killed.
@@ -459,7 +516,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let cleaned = cleanup_stale(&dir);
+        let cleaned = cleanup_records(&dir);
         assert_eq!(
             cleaned,
             vec![Cleaned {

@@ -18,7 +18,9 @@
 //!   sandbox, the Landlock baseline that hides plugd itself
 //!   ([`crate::sandbox::baseline`]);
 //! * is tracked with its descendants ([`crate::procs`]): recorded under
-//!   `.plugd/procs/` when asked, and killed with them when it stops.
+//!   `.plugd/procs/` when asked, and killed with them when it stops; when
+//!   plugd runs with cgroup v2, it enters its own cgroup before `exec`
+//!   ([`crate::cgroup`]), and the whole cgroup is killed when it stops.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -347,11 +349,18 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
         .process_group(0);
     let parent = rustix::process::getpid();
     let limits = containment.limits.plan();
-    // SAFETY: the closure only makes raw syscalls (prctl, getppid, exit,
-    // setrlimit, landlock_restrict_self, seccomp); everything it uses was
-    // built before the fork, and it allocates nothing.
+    let cgroup = crate::cgroup::PluginCgroup::create(&spec.plugin_id);
+    let cgroup_procs = cgroup.as_ref().map(|c| c.procs_path());
+    // SAFETY: the closure only makes raw syscalls (open, write, close,
+    // prctl, getppid, exit, setrlimit, landlock_restrict_self, seccomp);
+    // everything it uses was built before the fork, and it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
+            // First, so everything the child forks is in its cgroup, and
+            // before the sandbox could forbid the write.
+            if let Some(p) = &cgroup_procs {
+                crate::cgroup::enter_in_child(p);
+            }
             rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
             // The parent may have died before prctl took effect.
             if rustix::process::getppid() != Some(parent) {
@@ -375,7 +384,24 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
     let spawning = crate::procs::spawn_lock();
     let mut child = cmd.spawn().map_err(os_err)?;
     let raw_pid = child.id() as i32;
-    let tracked = crate::procs::register(raw_pid, &spec.plugin_id, containment.records.as_deref());
+    // `spawn` returned after `exec`, so the child has run `pre_exec`.
+    let cgroup = cgroup.filter(|c| {
+        let entered = c.contains(raw_pid);
+        if !entered {
+            tracing::info!(
+                plugin = %spec.plugin_id,
+                "the plugin could not enter cgroup {}; its processes are tracked through /proc only",
+                c.dir().display()
+            );
+        }
+        entered
+    });
+    let tracked = crate::procs::register(
+        raw_pid,
+        &spec.plugin_id,
+        containment.records.as_deref(),
+        cgroup,
+    );
     drop(spawning);
     let pid = Pid::from_raw(raw_pid).expect("a spawned child has a positive pid");
     let shared = Arc::new(Shared {

@@ -385,6 +385,10 @@ pub struct EffectivePermissions {
     /// The containment baseline (what is hidden from a plugin without a
     /// sandbox, by which mechanism, or why it is off).
     pub baseline: BaselineReport,
+    /// What tracks the plugin's processes so none outlives plugd: its
+    /// cgroup v2 cgroup, or `/proc` only and why
+    /// ([`plugd_host::cgroup::describe`]).
+    pub process_tracking: String,
 }
 
 /// The containment baseline as `plugd plugin show` reports it.
@@ -789,6 +793,7 @@ fn report(
     let baseline = BaselineReport::compute(c, &mechanism, &spec.id, &spec.dir);
     EffectivePermissions {
         baseline,
+        process_tracking: plugd_host::cgroup::describe(&spec.id),
         mechanism,
         mechanism_detail: detail,
         source,
@@ -827,6 +832,7 @@ impl EffectivePermissions {
                 allowed: Vec::new(),
                 detail: "the start is refused".to_owned(),
             },
+            process_tracking: "-".to_owned(),
         }
     }
 
@@ -915,6 +921,7 @@ impl EffectivePermissions {
             }
             state => out.push(format!("  baseline:  {state}: {}", b.detail)),
         }
+        out.push(format!("  tracking:  {}", self.process_tracking));
         for n in &self.notes {
             out.push(format!("  note:      {n}"));
         }

@@ -18,7 +18,7 @@ const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aa
 
 /// A native probe plugin `id` (tests/plugins/sandbox_probe.py) with `args`
 /// after its id.
-fn probe(ws: &Ws, id: &str, args: &[&str]) {
+pub(crate) fn probe(ws: &Ws, id: &str, args: &[&str]) {
     let dir = ws.plugin_dir(id);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(
@@ -34,7 +34,7 @@ fn probe(ws: &Ws, id: &str, args: &[&str]) {
 }
 
 /// Runs the CLI with `env`; `Ok(stdout)` or `Err(stderr)`.
-fn cli(ws: &Ws, args: &[&str], env: &[(&str, String)]) -> Result<String, String> {
+pub(crate) fn cli(ws: &Ws, args: &[&str], env: &[(&str, String)]) -> Result<String, String> {
     let out = plugd_cmd(ws.dir())
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -203,7 +203,7 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
 
 /// `true` while `pid` is the process that started at `start` and is not a
 /// zombie.
-fn alive(pid: i32, start: u64) -> bool {
+pub(crate) fn alive(pid: i32, start: u64) -> bool {
     plugd_host::procs::stat(pid).is_some_and(|s| s.start == start && s.state != 'Z')
 }
 
@@ -263,6 +263,7 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
     );
 
     // kill -9: the plugin's leader dies with serve, its processes do not.
+    let first_pid = first.child.id();
     let mut first = first;
     first.child.kill().unwrap();
     first.child.wait().unwrap();
@@ -286,4 +287,15 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
         .collect();
     assert!(left.is_empty(), "still running: {left:?}\n{log}");
     assert!(log.contains("killed processes a previous plugd"), "{log}");
+    // With cgroup v2, the killed serve's cgroups went with its processes.
+    if let Some(base) = plugd_host::cgroup::base() {
+        let prefix = format!("plugd-{first_pid}-");
+        let stale: Vec<String> = std::fs::read_dir(&base)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        assert!(stale.is_empty(), "{stale:?} left in {}", base.display());
+    }
 }

@@ -6,6 +6,7 @@ mod access;
 mod agent;
 mod baseline;
 mod broker;
+mod cgroup;
 mod channels;
 mod cli;
 mod ctl;
