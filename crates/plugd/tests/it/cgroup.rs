@@ -93,12 +93,15 @@ fn revoke_and_wait_for_the_kill(ws: &Ws, procs: &[(i32, u64)]) {
 
 #[test]
 fn a_plugin_and_its_setsid_grandchild_share_a_cgroup_that_revoke_kills_and_removes() {
+    let ws = Ws::new();
     if !cgroup_writable() {
-        // Without a writable cgroup2 hierarchy plugd uses /proc only; the
-        // test below covers that path.
+        // Without a writable cgroup2 hierarchy plugd must say it tracks by
+        // /proc only (the test below covers that path's kills).
+        probe(&ws, "esc", &["escape", "/dev/null"]);
+        let show = cli(&ws, &["plugin", "show", "esc", "--json"], &[]).unwrap();
+        assert!(show.contains("/proc only"), "{show}");
         return;
     }
-    let ws = Ws::new();
     let out = tempfile::tempdir().unwrap();
     let (serve, procs) = serve_with_escapes(&ws, &out.path().join("pids"), &[]);
     let serve_pid = serve.child.id() as i32;
