@@ -241,18 +241,7 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
     assert_ne!(plugd_host::procs::stat(procs[2].0).unwrap().pgrp, leader);
     // Wait until serve's tracker has recorded all three under .plugd/procs.
     let records = ws.dir().join(".plugd/procs");
-    let recorded = |pid: i32| {
-        std::fs::read_dir(&records)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.starts_with(&format!("proc {pid} ")))
-            })
-    };
+    let recorded = |pid: i32| recorded_in(&records, pid);
     let end = std::time::Instant::now() + Duration::from_secs(30);
     while std::time::Instant::now() < end && !pids.iter().all(|&p| recorded(p)) {
         std::thread::sleep(Duration::from_millis(50));
@@ -298,4 +287,18 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
             .collect();
         assert!(stale.is_empty(), "{stale:?} left in {}", base.display());
     }
+}
+
+/// Whether a process record under `records` (`.plugd/procs`) names `pid`.
+pub(crate) fn recorded_in(records: &Path, pid: i32) -> bool {
+    std::fs::read_dir(records)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with(&format!("proc {pid} ")))
+        })
 }

@@ -172,18 +172,7 @@ fn with_plugd_cgroup_off_the_proc_tracking_kills_the_same_processes() {
     // recorded all of them (the double-forked one is no longer below the
     // leader by the time the pid file exists).
     let records = ws.dir().join(".plugd/procs");
-    let recorded = |pid: i32| {
-        std::fs::read_dir(&records)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| {
-                std::fs::read_to_string(e.path())
-                    .unwrap_or_default()
-                    .lines()
-                    .any(|l| l.starts_with(&format!("proc {pid} ")))
-            })
-    };
+    let recorded = |pid: i32| crate::baseline::recorded_in(&records, pid);
     wait_until("the tracker recorded every process", || {
         procs.iter().all(|&(p, _)| recorded(p))
     });
