@@ -234,6 +234,8 @@ fn quiet_on_closed_stdout() {
 }
 
 fn fail(e: &anyhow::Error) -> ! {
+    // A failing command leaves no orphan and no cgroup behind either.
+    plugd_host::procs::kill_orphans();
     log_writer::flush(std::time::Duration::from_secs(2));
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("plugd: error: {msg}");
