@@ -2,7 +2,8 @@
 //! (`plugins:`, Dexto's YAML extended for remote handlers), the LLM provider
 //! (`llm:`), eager plugins (`eager:`), tenant context defaults (`tenant:`),
 //! the agent turn (`agent:`), the risk policy (`risk:`, parsed in
-//! `risk.rs`) and broker grants (`broker:`, in `broker_config.rs`). Its JSON Schema is `docs/plugd.schema.json`
+//! `risk.rs`), broker grants (`broker:`, in `broker_config.rs`) and what
+//! hosted MCP servers are offered (`mcp:`, in `mcp_config.rs`). Its JSON Schema is `docs/plugd.schema.json`
 //! ([`SCHEMA`]).
 //!
 //! Rules:
@@ -119,6 +120,8 @@ pub struct PlugdConfig {
     pub broker: crate::broker_config::BrokerConfig,
     /// `http:`: limits of `plugd serve`'s listeners.
     pub http: HttpConfig,
+    /// What hosted MCP servers are offered (`mcp:`, in `mcp_config.rs`).
+    pub mcp: crate::mcp_config::McpConfig,
 }
 
 /// `http:`: how `plugd serve` treats connections, on its Unix socket and
@@ -403,6 +406,8 @@ struct RawDoc {
     broker: Option<Spanned<crate::broker_config::RawBroker>>,
     #[serde(default)]
     http: Option<Spanned<HttpConfig>>,
+    #[serde(default)]
+    mcp: Option<Spanned<crate::mcp_config::RawMcp>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -697,6 +702,9 @@ impl PlugdConfig {
         }
         if let Some(broker) = raw.broker {
             config.broker = crate::broker_config::parse_config(broker, path)?;
+        }
+        if let Some(mcp) = raw.mcp {
+            config.mcp = crate::mcp_config::parse_config(mcp, path, workspace)?;
         }
         if let Some(memory) = raw.memory {
             config.memory = crate::recall::parse_config(memory, path)?;

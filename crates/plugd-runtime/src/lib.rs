@@ -22,6 +22,7 @@ pub mod embed;
 pub mod hooks;
 mod host_api;
 pub mod llm;
+pub mod mcp_config;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;
@@ -348,6 +349,13 @@ impl Runtime {
         let api = Arc::new(host_api::RuntimeApi::new());
         let mut services = HostServices::for_workspace(&dir);
         services.api = Some(api.clone());
+        // Roots offered to MCP servers, read once: a plugd.yaml that does
+        // not load offers none (every command that needs it reports why).
+        services.mcp_roots = Arc::new(
+            config::PlugdConfig::load(&dir)
+                .map(|c| c.mcp.roots())
+                .unwrap_or_default(),
+        );
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
         let withheld = WithheldMap::default();

@@ -1,6 +1,6 @@
 //! The mcp dialect: Model Context Protocol servers over stdio
-//! (line-delimited JSON-RPC 2.0, protocol revisions 2025-11-25, 2025-06-18
-//! and 2025-03-26).
+//! (line-delimited JSON-RPC 2.0, protocol revisions 2025-11-25, 2025-06-18,
+//! 2025-03-26 and 2024-11-05).
 //!
 //! * Handshake: `initialize` (plugd offers [`PROTOCOL_VERSION`], accepts any
 //!   of [`SUPPORTED_VERSIONS`] back and refuses the rest, which kills the
@@ -17,8 +17,14 @@
 //! * Cancel: a caller that gives up sends `notifications/cancelled
 //!   {requestId, reason}`; a server still sending progress or a response for
 //!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`).
-//! * Server requests: `ping` → `{}`, `roots/list` → the workspace as a
-//!   `file://` root, `sampling/createMessage` and `elicitation/create` →
+//! * Roots: offered only to a server the operator gave roots in plugd.yaml
+//!   (`mcp.servers.NAME.roots`, [`HostServices::mcp_roots`]); then
+//!   `initialize` declares `roots` and `roots/list` answers those
+//!   directories. Any other server is not told plugd has roots and its
+//!   `roots/list` gets `-32601`: the workspace (`.mcp.json`, `plugd.yaml`,
+//!   `.plugd/`) is never offered by default.
+//! * Server requests: `ping` → `{}`, `roots/list` as above,
+//!   `sampling/createMessage` and `elicitation/create` →
 //!   [`NOT_SUPPORTED`] saying plugd does not support them yet, anything else
 //!   `-32601`. `notifications/tools/list_changed` asks the supervisor to
 //!   re-read the catalog (bursts are coalesced).
@@ -45,7 +51,7 @@ use crate::supervisor::Conn;
 pub const PROTOCOL_VERSION: &str = "2025-11-25";
 
 /// The revisions plugd accepts in the `initialize` reply.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
 
 /// Most `tools/list` pages read for one catalog.
 pub const MAX_PAGES: usize = 100;
@@ -140,17 +146,19 @@ fn progress_token(params: &Value) -> Option<i64> {
 /// Serves an MCP server's requests and notifications.
 pub struct McpHandler {
     plugin: Arc<str>,
-    workspace: PathBuf,
+    /// The roots offered to this server; `None`: no `roots` capability.
+    roots: Option<Vec<PathBuf>>,
     catalog_changed: CatalogChanged,
     refresh_pending: Arc<AtomicBool>,
 }
 
 impl McpHandler {
-    /// A handler for `plugin`, answering `roots/list` with `workspace`.
-    pub fn new(plugin: &str, workspace: &Path, catalog_changed: CatalogChanged) -> Self {
+    /// A handler for `plugin`, answering `roots/list` with `roots` (and
+    /// `-32601` when `None`: the server was not offered roots).
+    pub fn new(plugin: &str, roots: Option<Vec<PathBuf>>, catalog_changed: CatalogChanged) -> Self {
         McpHandler {
             plugin: plugin.into(),
-            workspace: workspace.to_path_buf(),
+            roots,
             catalog_changed,
             refresh_pending: Arc::new(AtomicBool::new(false)),
         }
@@ -162,10 +170,22 @@ impl Handler for McpHandler {
         let _ = params;
         let outcome = match method.as_str() {
             "ping" => Ok(json!({})),
-            "roots/list" => Ok(json!({"roots": [{
-                "uri": file_uri(&self.workspace),
-                "name": self.workspace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into()),
-            }]})),
+            "roots/list" => match &self.roots {
+                Some(roots) => Ok(json!({"roots": roots.iter().map(|r| json!({
+                    "uri": file_uri(r),
+                    "name": r.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into()),
+                })).collect::<Vec<_>>()})),
+                None => {
+                    tracing::info!(plugin = %self.plugin, "roots/list refused: no roots configured for this server");
+                    Err(ErrorObject::new(
+                        codes::METHOD_NOT_FOUND,
+                        format!(
+                            "plugd offers server {} no roots (it did not declare the roots capability); the operator can list directories in plugd.yaml mcp.servers.{}.roots",
+                            self.plugin, self.plugin
+                        ),
+                    ))
+                }
+            },
             "sampling/createMessage" | "elicitation/create" => {
                 tracing::info!(plugin = %self.plugin, method, "server request refused: not supported yet");
                 Err(ErrorObject::new(
@@ -226,6 +246,16 @@ impl Handler for McpHandler {
     }
 }
 
+/// The `capabilities` plugd declares in `initialize`: `roots` only when the
+/// operator configured roots for the server.
+pub fn client_capabilities(offers_roots: bool) -> Value {
+    if offers_roots {
+        json!({"roots": {"listChanged": false}})
+    } else {
+        json!({})
+    }
+}
+
 /// `file://` URI of an absolute path, percent-encoding everything but
 /// unreserved characters and `/`.
 pub fn file_uri(path: &Path) -> String {
@@ -251,7 +281,7 @@ pub fn setup(
         protocol: Arc::new(McpProtocol),
         handler: Arc::new(McpHandler::new(
             &spec.id,
-            &services.workspace,
+            services.mcp_roots.get(&spec.id).cloned(),
             catalog_changed,
         )),
         cancel: Some(CancelPolicy {
@@ -267,7 +297,7 @@ pub fn setup(
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
-    _services: &HostServices,
+    services: &HostServices,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let deadline = tokio::time::Instant::now() + timeout;
@@ -280,7 +310,7 @@ pub async fn handshake(
             "initialize",
             Some(json!({
                 "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": {"roots": {"listChanged": false}},
+                "capabilities": client_capabilities(services.mcp_roots.contains_key(&spec.id)),
                 "clientInfo": {"name": "plugd", "version": env!("CARGO_PKG_VERSION")},
             })),
             timeout,

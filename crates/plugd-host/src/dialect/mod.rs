@@ -58,13 +58,17 @@ pub struct CallContext {
 /// What the host offers dialect handlers.
 #[derive(Clone)]
 pub struct HostServices {
-    /// The workspace directory (MCP `roots/list`).
+    /// The workspace directory.
     pub workspace: PathBuf,
     /// Root of per-plugin state directories (`DIR/.plugd/state`).
     pub state_root: PathBuf,
     /// The runtime's services for native plugins (broker, memory, LLM);
     /// `None`: every such request answers `-32603`.
     pub api: Option<Arc<dyn HostApi>>,
+    /// MCP server name → the directories answered to its `roots/list`
+    /// (plugd.yaml `mcp.servers.NAME.roots`); a server absent here is not
+    /// offered the `roots` capability.
+    pub mcp_roots: Arc<std::collections::BTreeMap<String, Vec<PathBuf>>>,
 }
 
 impl std::fmt::Debug for HostServices {
@@ -82,6 +86,7 @@ impl HostServices {
             workspace: dir.to_path_buf(),
             state_root: dir.join(".plugd").join("state"),
             api: None,
+            mcp_roots: Arc::default(),
         }
     }
 

@@ -127,7 +127,8 @@ async fn handshake_negotiates_and_lists_namespaced_tools() {
     assert!(init["clientInfo"]["version"].is_string());
     assert_eq!(
         init["capabilities"],
-        json!({"roots": {"listChanged": false}})
+        json!({}),
+        "no roots are offered unless plugd.yaml configures them"
     );
     assert_eq!(structured(&client)["initialized"], true);
     rt.shutdown().await;
@@ -308,15 +309,19 @@ async fn an_unsupported_protocol_version_is_refused_and_the_server_killed() {
     entry["env"] = json!({"HOSTILE_PID_FILE": pid_file});
     std::fs::write(
         ws.dir().join(".mcp.json"),
-        json!({"mcpServers": {"h": entry, "old": hostile("version", Some("2025-03-26"))}})
-            .to_string(),
+        json!({"mcpServers": {
+            "h": entry,
+            "old": hostile("version", Some("2025-03-26")),
+            "oldest": hostile("version", Some("2024-11-05")),
+        }})
+        .to_string(),
     )
     .unwrap();
     let rt = ws.runtime(quick(10_000));
     let err = rt.approve("h", "test").await.unwrap_err().to_string();
     assert!(
         err.contains("unsupported MCP protocol version \"1999-01-01\"")
-            && err.contains("2025-11-25, 2025-06-18, 2025-03-26"),
+            && err.contains("2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"),
         "{err}"
     );
     let info = rt.plugin("h").unwrap();
@@ -330,11 +335,16 @@ async fn an_unsupported_protocol_version_is_refused_and_the_server_killed() {
         eventually(Duration::from_secs(5), || !process_group_alive(pid)).await,
         "the refused server {pid} is still alive"
     );
-    // An older revision plugd accepts.
-    rt.approve("old", "test").await.unwrap();
-    rt.call_tool("old/echo", json!({"message": "x"}), None)
-        .await
-        .unwrap();
+    // Older revisions plugd accepts, down to 2024-11-05 (still answered by
+    // many published servers; both official SDK clients accept it).
+    for old in ["old", "oldest"] {
+        rt.approve(old, "test").await.unwrap();
+        let got = rt
+            .call_tool(&format!("{old}/echo"), json!({"message": "x"}), None)
+            .await
+            .unwrap();
+        assert_eq!(got["content"][0]["text"], "Echo: x", "{got}");
+    }
     rt.shutdown().await;
 }
 
@@ -385,16 +395,21 @@ async fn list_changed_puts_the_new_tool_in_the_registry() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_requests_get_ping_roots_and_polite_refusals() {
-    let (ws, rt) = approved("good", None, 10_000).await;
+    let (_ws, rt) = approved("good", None, 10_000).await;
     let got = rt.call_tool("h/ask", json!({}), None).await.unwrap();
     let got = structured(&got);
     assert_eq!(got["ping"], json!({"result": {}}));
-    let root = &got["roots/list"]["result"]["roots"][0];
-    assert_eq!(
-        root["uri"],
-        file_uri(&ws.dir().canonicalize().unwrap()),
+    // No roots configured: the workspace is never offered.
+    let e = &got["roots/list"]["error"];
+    assert_eq!(e["code"], -32601, "{got}");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugd.yaml mcp.servers.h.roots"),
         "{got}"
     );
+    assert!(got["roots/list"]["result"].is_null(), "{got}");
     for method in ["sampling/createMessage", "elicitation/create"] {
         let e = &got[method]["error"];
         assert_eq!(e["code"], NOT_SUPPORTED, "{got}");
@@ -407,6 +422,47 @@ async fn server_requests_get_ping_roots_and_polite_refusals() {
         );
     }
     assert_eq!(got["bogus/method"]["error"]["code"], -32601, "{got}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_roots_are_declared_and_answered_in_order() {
+    let ws = mcp_ws(json!({"h": hostile("good", None), "other": hostile("good", None)}));
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.dir().join("data")).unwrap();
+    // A root given through a symlink is offered as the directory it names.
+    std::os::unix::fs::symlink(outside.path(), ws.dir().join("link")).unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "mcp:\n  servers:\n    h:\n      roots: [data, link]\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    rt.approve("h", "test").await.unwrap();
+    rt.approve("other", "test").await.unwrap();
+    let client = rt.call_tool("h/client", json!({}), None).await.unwrap();
+    assert_eq!(
+        structured(&client)["initialize"]["capabilities"],
+        json!({"roots": {"listChanged": false}})
+    );
+    let got = rt.call_tool("h/ask", json!({}), None).await.unwrap();
+    let roots = &structured(&got)["roots/list"]["result"]["roots"];
+    assert_eq!(
+        roots,
+        &json!([
+            {"uri": file_uri(&ws.dir().join("data").canonicalize().unwrap()), "name": "data"},
+            {"uri": file_uri(&outside.path().canonicalize().unwrap()),
+             "name": outside.path().canonicalize().unwrap().file_name().unwrap().to_str().unwrap()},
+        ]),
+        "{got}"
+    );
+    // Roots are per server: the other one is offered none.
+    let got = rt.call_tool("other/ask", json!({}), None).await.unwrap();
+    assert_eq!(
+        structured(&got)["roots/list"]["error"]["code"],
+        -32601,
+        "{got}"
+    );
     rt.shutdown().await;
 }
 
@@ -473,6 +529,13 @@ async fn a_bad_entry_is_listed_broken_and_the_others_work() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_tools_are_listed_and_callable() {
     let ws = mcp_ws(json!({"everything": everything()}));
+    // The operator offers this server one directory as its root.
+    std::fs::create_dir(ws.dir().join("shared")).unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "mcp:\n  servers:\n    everything:\n      roots: [shared]\n",
+    )
+    .unwrap();
     let rt = ws.runtime(quick(20_000));
     rt.approve("everything", "test").await.unwrap();
     let names = tool_names(&rt);
@@ -508,11 +571,17 @@ async fn server_everything_tools_are_listed_and_callable() {
         .call_tool("everything/get-roots-list", json!({}), None)
         .await
         .unwrap();
+    let shared = file_uri(&ws.dir().join("shared").canonicalize().unwrap());
+    let workspace = file_uri(&ws.dir().canonicalize().unwrap());
+    let text = roots.to_string();
     assert!(
-        roots
-            .to_string()
-            .contains(&file_uri(&ws.dir().canonicalize().unwrap())),
-        "the server got plugd's roots/list answer: {roots}"
+        text.contains(&shared),
+        "the server got the configured root: {roots}"
+    );
+    assert_eq!(
+        text.matches(&workspace).count(),
+        text.matches(&shared).count(),
+        "the workspace itself is never offered, only the configured root: {roots}"
     );
 
     // Progress reaches the caller.

@@ -1,0 +1,191 @@
+//! `plugd.yaml`'s `mcp:` section: what plugd offers the MCP servers it hosts
+//! (today: the `roots` each server may see; none unless configured here).
+//!
+//! ```yaml
+//! mcp:
+//!   servers:
+//!     filesystem:
+//!       roots: [/srv/shared, data]   # relative paths are under the workspace
+//! ```
+//!
+//! A server with no `roots` entry is not offered the `roots` capability at
+//! all, and a `roots/list` it sends anyway is answered `-32601`: plugd never
+//! hands a server the workspace (which holds `.mcp.json`, `plugd.yaml` and
+//! `.plugd/`) on its own initiative.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_saphyr::Spanned;
+
+use crate::config::ConfigError;
+
+/// Most roots configured for one server.
+pub const MAX_ROOTS: usize = 64;
+
+/// What one hosted MCP server is offered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct McpServerConfig {
+    /// Absolute directories answered to `roots/list`, in order.
+    pub roots: Vec<PathBuf>,
+}
+
+/// `mcp:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct McpConfig {
+    /// Server name (its `.mcp.json` key) → what it is offered.
+    pub servers: BTreeMap<String, McpServerConfig>,
+}
+
+impl McpConfig {
+    /// Server name → roots, for the servers that have any.
+    pub fn roots(&self) -> BTreeMap<String, Vec<PathBuf>> {
+        self.servers
+            .iter()
+            .filter(|(_, s)| !s.roots.is_empty())
+            .map(|(name, s)| (name.clone(), s.roots.clone()))
+            .collect()
+    }
+}
+
+/// `mcp:` as read from the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMcp {
+    #[serde(default)]
+    servers: Option<BTreeMap<String, Spanned<RawServer>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[serde(default)]
+    roots: Option<Vec<Spanned<String>>>,
+}
+
+/// Validates `mcp:` (`path` names the file in errors; relative roots are
+/// resolved under `workspace`).
+pub fn parse_config(
+    raw: Spanned<RawMcp>,
+    path: &Path,
+    workspace: &Path,
+) -> Result<McpConfig, ConfigError> {
+    let invalid = |field: String, line: u64, message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        field,
+        line,
+        message,
+    };
+    let mut config = McpConfig::default();
+    for (name, server) in raw.value.servers.unwrap_or_default() {
+        let line = server.referenced.line();
+        if !plugd_manifest::mcp::is_valid_server_name(&name) {
+            return Err(invalid(
+                "mcp.servers".into(),
+                line,
+                format!(
+                    "{:?} is not an MCP server name (1-64 of A-Z a-z 0-9 _ -, as the key in .mcp.json)",
+                    name.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+        let roots = server.value.roots.unwrap_or_default();
+        if roots.len() > MAX_ROOTS {
+            return Err(invalid(
+                format!("mcp.servers.{name}.roots"),
+                line,
+                format!("{} roots; at most {MAX_ROOTS}", roots.len()),
+            ));
+        }
+        let mut out = McpServerConfig::default();
+        for (i, root) in roots.into_iter().enumerate() {
+            let field = format!("mcp.servers.{name}.roots[{i}]");
+            let text = root.value.trim();
+            if text.is_empty() || text.contains('\0') {
+                return Err(invalid(
+                    field,
+                    root.referenced.line(),
+                    "an empty path; name a directory the server may work in".into(),
+                ));
+            }
+            let p = Path::new(text);
+            let p = if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                workspace.join(p)
+            };
+            // Canonical when it exists, so the root names the real directory
+            // (a symlink is resolved once, here, and shown as its target).
+            out.roots.push(p.canonicalize().unwrap_or(p));
+        }
+        config.servers.insert(name, out);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PlugdConfig;
+
+    fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
+        PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
+    }
+
+    #[test]
+    fn roots_are_per_server_and_relative_ones_sit_under_the_workspace() {
+        let c = parse(
+            "mcp:\n  servers:\n    fs:\n      roots: [/nonexistent/a, data]\n    other: {}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.mcp.servers["fs"].roots,
+            vec![PathBuf::from("/nonexistent/a"), PathBuf::from("/ws/data")]
+        );
+        let roots = c.mcp.roots();
+        assert_eq!(roots.len(), 1, "a server without roots is offered none");
+        assert!(!roots.contains_key("other"));
+    }
+
+    #[test]
+    fn no_section_means_no_roots_for_anyone() {
+        assert!(parse("").unwrap().mcp.roots().is_empty());
+        assert!(parse("mcp: {}\n").unwrap().mcp.roots().is_empty());
+    }
+
+    #[test]
+    fn bad_names_paths_and_keys_are_named_with_their_line() {
+        let e = parse("mcp:\n  servers:\n    \"bad name\":\n      roots: [/a]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mcp.servers") && e.contains("bad name"), "{e}");
+        let e = parse("mcp:\n  servers:\n    fs:\n      roots: [\"\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mcp.servers.fs.roots[0]") && e.contains("line 4"),
+            "{e}"
+        );
+        let e = parse("mcp:\n  servers:\n    fs:\n      rootz: [/a]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rootz"), "{e}");
+        let many: Vec<String> = (0..=MAX_ROOTS).map(|i| format!("/r{i}")).collect();
+        let e = parse(&format!(
+            "mcp:\n  servers:\n    fs:\n      roots: [{}]\n",
+            many.join(", ")
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn the_schema_knows_the_section() {
+        let text = "mcp:\n  servers:\n    fs:\n      roots: [/srv]\n";
+        assert!(crate::config::schema_violations(text).unwrap().is_empty());
+        let bad = "mcp:\n  servers:\n    fs:\n      roots: /srv\n";
+        assert!(!crate::config::schema_violations(bad).unwrap().is_empty());
+    }
+}
