@@ -36,6 +36,37 @@ pub struct ToolDef {
     /// Risk level (`low`, `medium`, `high`, `critical`) when declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<String>,
+    /// What the plugin says about the tool beyond its call contract (MCP
+    /// `title`, `annotations`, `outputSchema`, `icons`); `None` when it
+    /// says nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Box<ToolMeta>>,
+}
+
+/// Optional descriptive metadata of a tool (MCP `Tool` fields beyond name,
+/// description and input schema), kept as the server sent them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolMeta {
+    /// Display name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// MCP `ToolAnnotations` (`readOnlyHint`, `destructiveHint`,
+    /// `idempotentHint`, `openWorldHint`, `title`): hints, not guarantees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<serde_json::Map<String, Value>>,
+    /// JSON Schema of `structuredContent` (MCP `outputSchema`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// MCP `icons`, as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub icons: Option<Vec<Value>>,
+}
+
+impl ToolMeta {
+    /// Annotation `key` when it is a boolean.
+    pub fn hint(&self, key: &str) -> Option<bool> {
+        self.annotations.as_ref()?.get(key)?.as_bool()
+    }
 }
 
 impl ToolDef {
@@ -51,7 +82,13 @@ impl ToolDef {
             input_schema,
             wire_name: None,
             risk_level: None,
+            meta: None,
         }
+    }
+
+    /// The output schema, when the plugin declared one.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.meta.as_ref()?.output_schema.as_ref()
     }
 
     /// The name to send on the wire.

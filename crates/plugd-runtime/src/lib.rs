@@ -782,7 +782,17 @@ impl Runtime {
         entry.validate(&args)?;
         risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
-        Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
+        let result = sup.call_tool(&entry.def, args, ctx, None).await?;
+        entry.check_output(&result).map_err(|message| {
+            RuntimeError::Call(CallToolError::Tool(
+                plugd_host::native::ToolError::ExecutionFailed {
+                    plugin: entry.plugin.as_str().into(),
+                    tool: entry.name.clone(),
+                    message,
+                },
+            ))
+        })?;
+        Ok(result)
     }
 
     /// Why there is no tool `name`: withheld because its plugin changed

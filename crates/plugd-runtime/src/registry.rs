@@ -27,11 +27,17 @@ pub struct ToolEntry {
     /// Risk level, when the plugin declares one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<String>,
+    /// Title, annotations, output schema and icons, when the plugin gave
+    /// any (MCP tools).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Box<plugd_host::native::ToolMeta>>,
     /// The definition as the plugin gave it (wire name included).
     #[serde(skip)]
     pub def: ToolDef,
     #[serde(skip)]
     validator: OnceLock<Result<jsonschema::Validator, String>>,
+    #[serde(skip)]
+    output_validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 
 /// One argument that failed validation.
@@ -97,8 +103,47 @@ impl ToolEntry {
             description: def.description.clone(),
             input_schema: def.input_schema.clone(),
             risk_level: def.risk_level.clone(),
+            meta: def.meta.clone(),
             def: def.clone(),
             validator: OnceLock::new(),
+            output_validator: OnceLock::new(),
+        }
+    }
+
+    /// Checks a result's `structuredContent` against the tool's declared
+    /// output schema (MCP `outputSchema`): `Ok` when it declares none or the
+    /// result is an error result; otherwise why it does not conform, each
+    /// offending place named by its JSON Pointer under `structuredContent`.
+    pub fn check_output(&self, result: &Value) -> Result<(), String> {
+        let Some(schema) = self.def.output_schema() else {
+            return Ok(());
+        };
+        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+            return Ok(());
+        }
+        let validator = self
+            .output_validator
+            .get_or_init(|| jsonschema::validator_for(schema).map_err(|e| e.to_string()));
+        let validator = validator
+            .as_ref()
+            .map_err(|e| format!("its outputSchema does not compile ({e})"))?;
+        let Some(structured) = result.get("structuredContent") else {
+            return Err(
+                "it declares an outputSchema but the result has no structuredContent".into(),
+            );
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(structured)
+            .take(MAX_FIELD_ERRORS)
+            .map(|e| format!("structuredContent{}: {e}", e.instance_path()))
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "its structuredContent does not match its outputSchema: {}",
+                errors.join("; ")
+            ))
         }
     }
 

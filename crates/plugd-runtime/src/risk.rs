@@ -133,6 +133,9 @@ pub enum RiskSource {
     Config,
     /// The plugin's manifest (Salmex `risk_level`).
     Declared,
+    /// The tool's MCP annotations (`readOnlyHint`, `destructiveHint`), see
+    /// [`annotation_risk`].
+    Annotations,
     /// Nothing says: `medium`.
     Default,
 }
@@ -462,10 +465,38 @@ pub fn effective_risk(entry: &ToolEntry, policy: &RiskConfig) -> (RiskLevel, Ris
     if let Some(level) = policy.tools.get(&entry.name) {
         return (*level, RiskSource::Config);
     }
-    match entry.risk_level.as_deref().and_then(RiskLevel::parse) {
-        Some(level) => (level, RiskSource::Declared),
+    if let Some(level) = entry.risk_level.as_deref().and_then(RiskLevel::parse) {
+        return (level, RiskSource::Declared);
+    }
+    match entry.meta.as_deref().and_then(annotation_risk) {
+        Some(level) => (level, RiskSource::Annotations),
         // An unknown declared level cannot lower the risk below the default.
         None => (RiskLevel::Medium, RiskSource::Default),
+    }
+}
+
+/// The risk MCP tool annotations imply, when they say something:
+///
+/// | annotations | risk |
+/// |---|---|
+/// | `readOnlyHint: true` | `low` |
+/// | `destructiveHint: true` (and not read-only) | `high` |
+/// | `destructiveHint: false` (and not read-only) | `medium` |
+/// | neither hint | `None` (the default, `medium`) |
+///
+/// Annotations are the server's own claims: they may raise a tool to `high`
+/// but never lower it below `medium` unless the server says the tool only
+/// reads; plugd.yaml `risk.tools` overrides either way. `destructiveHint`
+/// defaults to true in MCP, but an unannotated tool stays `medium`: an
+/// absent hint is not a claim.
+pub fn annotation_risk(meta: &plugd_host::native::ToolMeta) -> Option<RiskLevel> {
+    if meta.hint("readOnlyHint") == Some(true) {
+        return Some(RiskLevel::Low);
+    }
+    match meta.hint("destructiveHint") {
+        Some(true) => Some(RiskLevel::High),
+        Some(false) => Some(RiskLevel::Medium),
+        None => None,
     }
 }
 
@@ -1042,5 +1073,51 @@ mod tests {
             (RiskLevel::Low, RiskSource::Config)
         );
         assert!(RiskLevel::High.needs_approval() && !RiskLevel::Medium.needs_approval());
+    }
+
+    #[test]
+    fn a_declared_level_beats_annotations_which_beat_the_default() {
+        let entry = |risk: Option<&str>, annotations: Value| {
+            let mut d = plugd_host::ToolDef::new("p_x", "", json!({}));
+            d.risk_level = risk.map(str::to_owned);
+            d.meta = Some(Box::new(plugd_host::native::ToolMeta {
+                annotations: annotations.as_object().cloned(),
+                ..Default::default()
+            }));
+            ToolEntry::new("p", &d)
+        };
+        let policy = RiskConfig::default();
+        let cases = [
+            (
+                json!({"readOnlyHint": true, "destructiveHint": true}),
+                RiskLevel::Low,
+            ),
+            (json!({"destructiveHint": true}), RiskLevel::High),
+            (
+                json!({"readOnlyHint": false, "destructiveHint": false}),
+                RiskLevel::Medium,
+            ),
+        ];
+        for (annotations, level) in cases {
+            assert_eq!(
+                effective_risk(&entry(None, annotations.clone()), &policy),
+                (level, RiskSource::Annotations),
+                "{annotations}"
+            );
+        }
+        // No hint, or only hints that say nothing about risk: the default.
+        for annotations in [json!({}), json!({"openWorldHint": true, "title": "t"})] {
+            assert_eq!(
+                effective_risk(&entry(None, annotations), &policy),
+                (RiskLevel::Medium, RiskSource::Default)
+            );
+        }
+        assert_eq!(
+            effective_risk(
+                &entry(Some("critical"), json!({"readOnlyHint": true})),
+                &policy
+            ),
+            (RiskLevel::Critical, RiskSource::Declared)
+        );
     }
 }

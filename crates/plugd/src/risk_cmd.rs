@@ -133,6 +133,7 @@ pub fn print_tool_risks(p: &plugd_runtime::PluginInfo) {
         let source = match r.source {
             plugd_runtime::risk::RiskSource::Config => "plugd.yaml",
             plugd_runtime::risk::RiskSource::Declared => "declared",
+            plugd_runtime::risk::RiskSource::Annotations => "MCP annotations",
             plugd_runtime::risk::RiskSource::Default => "default",
         };
         let disabled = if r.enabled { "" } else { ", disabled" };

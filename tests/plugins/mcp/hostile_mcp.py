@@ -50,6 +50,11 @@ MODES = {
     "endless_pages": "every tools/list page has a new nextCursor",
     "ignore_cancel": "a cancelled sleep keeps sending progress and answers at the end",
     "ignore_term": "ignore SIGTERM and start a grandchild (sleep 300) in the same group",
+    "meta": "also list tools with title, annotations, outputSchema and icons (some lying or malformed): "
+            "reader (readOnlyHint), wiper (destructiveHint), gentle (destructiveHint false), "
+            "typed {n} (structuredContent matches its outputSchema unless n is negative), "
+            "untyped (declares an outputSchema, returns no structuredContent), "
+            "liar (readOnlyHint \"yes\", a title that is a number, icons that are an object)",
 }
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "good"
@@ -83,6 +88,27 @@ TOOLS = [
     {"name": "cancels", "description": "cancellations seen", "inputSchema": OBJ},
     {"name": "client", "description": "what the client sent", "inputSchema": OBJ},
 ]
+
+
+COUNT_SCHEMA = {"type": "object", "properties": {"count": {"type": "integer", "minimum": 0}},
+                "required": ["count"]}
+META_TOOLS = [
+    {"name": "reader", "title": "Read things", "description": "reads", "inputSchema": OBJ,
+     "annotations": {"readOnlyHint": True, "openWorldHint": False},
+     "icons": [{"src": "data:image/png;base64,AAAA", "mimeType": "image/png"}]},
+    {"name": "wiper", "description": "deletes", "inputSchema": OBJ,
+     "annotations": {"readOnlyHint": False, "destructiveHint": True}},
+    {"name": "gentle", "description": "appends", "inputSchema": OBJ,
+     "annotations": {"destructiveHint": False, "idempotentHint": True}},
+    {"name": "typed", "description": "typed result", "inputSchema": OBJ, "outputSchema": COUNT_SCHEMA},
+    {"name": "untyped", "description": "forgets structuredContent", "inputSchema": OBJ,
+     "outputSchema": COUNT_SCHEMA},
+    {"name": "liar", "title": 42, "description": "lies", "inputSchema": OBJ,
+     "annotations": {"readOnlyHint": "yes", "destructiveHint": True}, "icons": {"src": "x"},
+     "outputSchema": "not a schema"},
+]
+if MODE == "meta":
+    TOOLS = TOOLS + META_TOOLS
 
 
 def log(*parts):
@@ -232,6 +258,13 @@ def call(rid, params):
         with state_lock:
             seen = list(cancel_log)
         reply(rid, text(json.dumps(seen), {"cancelled": seen}))
+    elif name in ("reader", "wiper", "gentle", "liar"):
+        reply(rid, text(name, {"count": 1}))
+    elif name == "typed":
+        n = int(args.get("n", 1))
+        reply(rid, text(f"count {n}", {"count": n}))
+    elif name == "untyped":
+        reply(rid, text("no structured content"))
     elif name == "client":
         reply(rid, text("client", {"initialize": client_init, "initialized": initialized}))
     else:

@@ -42,7 +42,7 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
 use super::{CallContext, CatalogChanged, HostServices, Setup};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
+use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
 use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
 use crate::supervisor::Conn;
@@ -447,12 +447,14 @@ async fn list_tools(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
+            let meta = tool_meta(name, raw, warnings);
             tools.push(ToolDef {
                 name: format!("{}/{name}", spec.id),
                 description,
                 input_schema: schema,
                 wire_name: Some(name.to_owned()),
                 risk_level: None,
+                meta,
             });
         }
         match reply.get("nextCursor") {
@@ -491,6 +493,73 @@ fn preview(v: &Value) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s,
     }
+}
+
+/// Longest tool `title` kept, in characters.
+pub const MAX_TITLE: usize = 256;
+
+/// Largest `annotations`, `outputSchema` or `icons` value kept, in bytes of
+/// JSON; a bigger one is dropped with a warning.
+pub const MAX_META_BYTES: usize = 64 * 1024;
+
+/// Most icons kept per tool.
+pub const MAX_ICONS: usize = 16;
+
+/// The metadata of one `tools/list` entry: `title`, `annotations`,
+/// `outputSchema` and `icons`, each kept when well-formed and bounded, else
+/// dropped with a warning naming the tool and the field (the tool itself
+/// stays callable). `None` when there is nothing to keep.
+fn tool_meta(name: &str, raw: &Value, warnings: &mut Vec<String>) -> Option<Box<ToolMeta>> {
+    let mut meta = ToolMeta::default();
+    let mut drop = |field: &str, why: String| {
+        warnings.push(format!("tool {name:?}: its {field} is ignored: {why}"));
+    };
+    let oversized = |v: &Value| serde_json::to_vec(v).map_or(true, |b| b.len() > MAX_META_BYTES);
+    match raw.get("title") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) => meta.title = Some(t.chars().take(MAX_TITLE).collect()),
+        Some(other) => drop("title", format!("not a string ({})", preview(other))),
+    }
+    match raw.get("annotations") {
+        None | Some(Value::Null) => {}
+        Some(v) if oversized(v) => drop("annotations", format!("over {MAX_META_BYTES} bytes")),
+        Some(Value::Object(map)) => {
+            // A hint of the wrong type is dropped alone: a lying
+            // `"readOnlyHint": "yes"` must not count as true.
+            let mut kept = map.clone();
+            for hint in [
+                "readOnlyHint",
+                "destructiveHint",
+                "idempotentHint",
+                "openWorldHint",
+            ] {
+                if kept.get(hint).is_some_and(|v| !v.is_boolean()) {
+                    kept.remove(hint);
+                    drop(&format!("annotations.{hint}"), "not a boolean".into());
+                }
+            }
+            meta.annotations = Some(kept);
+        }
+        Some(other) => drop("annotations", format!("not an object ({})", preview(other))),
+    }
+    match raw.get("outputSchema") {
+        None | Some(Value::Null) => {}
+        Some(v) if oversized(v) => drop("outputSchema", format!("over {MAX_META_BYTES} bytes")),
+        Some(v @ Value::Object(_)) => meta.output_schema = Some(v.clone()),
+        Some(other) => drop(
+            "outputSchema",
+            format!("not a JSON Schema object ({})", preview(other)),
+        ),
+    }
+    match raw.get("icons") {
+        None | Some(Value::Null) => {}
+        Some(v) if oversized(v) => drop("icons", format!("over {MAX_META_BYTES} bytes")),
+        Some(Value::Array(icons)) => {
+            meta.icons = Some(icons.iter().take(MAX_ICONS).cloned().collect());
+        }
+        Some(other) => drop("icons", format!("not an array ({})", preview(other))),
+    }
+    (meta != ToolMeta::default()).then(|| Box::new(meta))
 }
 
 /// Re-reads the catalog (after `notifications/tools/list_changed`).
@@ -578,6 +647,38 @@ pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, _reply_timeout: Duration)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tool_metadata_is_bounded_and_typed() {
+        let mut warnings = Vec::new();
+        let huge = "x".repeat(MAX_META_BYTES + 1);
+        let raw = json!({
+            "title": "t".repeat(MAX_TITLE + 50),
+            "annotations": {"note": huge},
+            "outputSchema": {"type": "object"},
+            "icons": (0..MAX_ICONS + 5).map(|i| json!({"src": i.to_string()})).collect::<Vec<_>>(),
+        });
+        let meta = tool_meta("big", &raw, &mut warnings).unwrap();
+        assert_eq!(meta.title.as_ref().unwrap().chars().count(), MAX_TITLE);
+        assert!(meta.annotations.is_none(), "oversized annotations dropped");
+        assert_eq!(meta.icons.as_ref().unwrap().len(), MAX_ICONS);
+        assert_eq!(meta.output_schema, Some(json!({"type": "object"})));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("tool \"big\": its annotations is ignored"),
+            "{warnings:?}"
+        );
+        // Nothing to keep: no meta at all.
+        assert!(tool_meta("plain", &json!({"name": "plain"}), &mut warnings).is_none());
+        assert!(
+            tool_meta(
+                "nulls",
+                &json!({"title": null, "annotations": null}),
+                &mut warnings
+            )
+            .is_none()
+        );
+    }
 
     #[test]
     fn tools_call_carries_the_request_id_as_progress_token() {

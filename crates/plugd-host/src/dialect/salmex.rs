@@ -449,6 +449,7 @@ pub fn check_initialize_reply(
                 input_schema: t.input_schema.clone(),
                 wire_name: Some(t.wire_name.clone()),
                 risk_level: t.risk_level.clone(),
+                meta: None,
             }
         })
         .collect();

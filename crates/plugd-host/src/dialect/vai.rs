@@ -351,6 +351,7 @@ pub fn check_hello(spec: &PluginSpec, frame: &Value) -> Result<Handshake, Handsh
             input_schema: t.input_schema.clone(),
             wire_name: Some(t.wire_name.clone()),
             risk_level: t.risk_level.clone(),
+            meta: None,
         })
         .collect();
     Ok(Handshake {

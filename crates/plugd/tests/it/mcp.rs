@@ -718,3 +718,113 @@ fn server_everything_through_the_cli() {
         "{err}"
     );
 }
+
+// Tool metadata: title, annotations, outputSchema and icons.
+
+#[test]
+fn tool_metadata_is_kept_and_annotations_inform_the_default_risk() {
+    let ws = mcp_ws(json!({"h": hostile("meta", None)}));
+    let o = ws.plugd(&["plugin", "approve", "h"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // What was dropped is named, tool and field.
+    let err = stderr(&o) + &stdout(&o) + &stdout(&ws.plugd(&["plugin", "show", "h"]));
+    for field in ["title", "annotations.readOnlyHint", "icons", "outputSchema"] {
+        assert!(
+            err.contains(&format!("tool \"liar\": its {field} is ignored")),
+            "{field} not reported: {err}"
+        );
+    }
+    let list: Value =
+        serde_json::from_str(&stdout(&ws.plugd(&["tool", "list", "--json"]))).unwrap();
+    let row = |name: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {list}"))
+            .clone()
+    };
+    let reader = row("h/reader");
+    assert_eq!(reader["title"], "Read things", "{reader}");
+    assert_eq!(reader["annotations"]["readOnlyHint"], true, "{reader}");
+    assert_eq!(reader["icons"][0]["mimeType"], "image/png", "{reader}");
+    assert_eq!(
+        row("h/typed")["output_schema"]["required"],
+        json!(["count"])
+    );
+    // The documented mapping; an unannotated tool stays at the default.
+    for (tool, risk, source) in [
+        ("h/reader", "low", "annotations"),
+        ("h/wiper", "high", "annotations"),
+        ("h/gentle", "medium", "annotations"),
+        // Its lying readOnlyHint ("yes") is dropped; destructiveHint stands.
+        ("h/liar", "high", "annotations"),
+        ("h/echo", "medium", "default"),
+    ] {
+        let r = row(tool);
+        assert_eq!(
+            (r["risk"].as_str(), r["risk_source"].as_str()),
+            (Some(risk), Some(source)),
+            "{r}"
+        );
+    }
+    let liar = row("h/liar");
+    assert!(
+        liar.get("title").is_none()
+            && liar.get("icons").is_none()
+            && liar.get("output_schema").is_none(),
+        "malformed metadata is not kept: {liar}"
+    );
+    // plugd.yaml still overrides annotations.
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "risk:\n  tools:\n    h/wiper: low\n",
+    )
+    .unwrap();
+    let list: Value =
+        serde_json::from_str(&stdout(&ws.plugd(&["tool", "list", "--json"]))).unwrap();
+    let wiper = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "h/wiper")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (wiper["risk"].as_str(), wiper["risk_source"].as_str()),
+        (Some("low"), Some("config"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_content_is_checked_against_the_output_schema() {
+    let (_ws, rt) = approved("meta", None, 10_000).await;
+    let ok = rt
+        .call_tool("h/typed", json!({"n": 3}), None)
+        .await
+        .unwrap();
+    assert_eq!(structured(&ok), &json!({"count": 3}));
+    for (args, tool, want) in [
+        (json!({"n": -1}), "h/typed", "structuredContent/count"),
+        (json!({}), "h/untyped", "has no structuredContent"),
+    ] {
+        let err = rt.call_tool(tool, args, None).await.unwrap_err();
+        match &err {
+            RuntimeError::Call(CallToolError::Tool(ToolError::ExecutionFailed {
+                plugin,
+                tool: t,
+                message,
+            })) => {
+                assert_eq!((&**plugin, t.as_str()), ("h", tool));
+                assert!(message.contains(want), "{message}");
+            }
+            other => panic!("{tool}: {other:?}"),
+        }
+    }
+    // A tool without an outputSchema is not checked; an error result is
+    // not checked either (fail has none, typed's schema is not applied to it).
+    rt.call_tool("h/echo", json!({"message": "x"}), None)
+        .await
+        .unwrap();
+    rt.shutdown().await;
+}
