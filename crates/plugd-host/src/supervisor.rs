@@ -525,12 +525,19 @@ impl Supervised {
         let timeout = timeout
             .or(self.inner.spec.supervisor.call_timeout)
             .unwrap_or(self.inner.config.tool_timeout);
-        let deadline = Instant::now() + timeout;
-        let conn = self.connection(deadline).await?;
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, left).await?)
+        // A cold start is bounded by the init timeout, not by the call's
+        // deadline: the call gets its whole timeout once a connection is
+        // there (a slow start must not eat the time of the call it serves).
+        let init_timeout = self
+            .inner
+            .spec
+            .supervisor
+            .init_timeout
+            .unwrap_or(self.inner.config.init_timeout);
+        let conn = self
+            .connection(Instant::now() + init_timeout.max(timeout))
+            .await?;
+        Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, timeout).await?)
     }
 
     /// Re-reads the running plugin's tool catalog and tells the observer.
@@ -555,6 +562,24 @@ impl Supervised {
         };
         self.inner.observer.started(spec, &handshake);
         Ok(tools)
+    }
+
+    /// [`Supervised::refresh_tools`] for a plugin's own `list_changed`: a
+    /// failure is a warning only while the instance it asked is still the
+    /// running one (a refresh racing a stop or restart is dropped quietly).
+    async fn refresh_in_background(&self) {
+        let asked = self.current();
+        if let Err(e) = self.refresh_tools().await {
+            let same = match (&asked, self.current()) {
+                (Some(a), Some(now)) => Arc::ptr_eq(a, &now) && now.peer.closed_reason().is_none(),
+                _ => false,
+            };
+            if same {
+                tracing::warn!(plugin = %self.spec().id, "tool catalog refresh failed: {e}");
+            } else {
+                tracing::debug!(plugin = %self.spec().id, "tool catalog refresh abandoned: the instance stopped ({e})");
+            }
+        }
     }
 
     /// Graceful stop; the plugin starts again on demand afterwards. A start
@@ -709,11 +734,7 @@ impl SupInner {
                         .store(true, std::sync::atomic::Ordering::Relaxed);
                     return;
                 }
-                tokio::spawn(async move {
-                    if let Err(e) = sup.refresh_tools().await {
-                        tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");
-                    }
-                });
+                tokio::spawn(async move { sup.refresh_in_background().await });
             }
         });
         let redact: stderr::SharedRedact = Arc::new(std::sync::RwLock::new(launch.redact.clone()));
@@ -876,11 +897,7 @@ impl SupInner {
                     let sup = Supervised {
                         inner: self.clone(),
                     };
-                    tokio::spawn(async move {
-                        if let Err(e) = sup.refresh_tools().await {
-                            tracing::warn!(plugin = %sup.spec().id, "tool catalog refresh failed: {e}");
-                        }
-                    });
+                    tokio::spawn(async move { sup.refresh_in_background().await });
                 }
                 let this = self.clone();
                 tokio::spawn(async move { this.monitor(epoch, conn).await });

@@ -50,11 +50,13 @@ MODES = {
     "endless_pages": "every tools/list page has a new nextCursor",
     "ignore_cancel": "a cancelled sleep keeps sending progress and answers at the end",
     "ignore_term": "ignore SIGTERM and start a grandchild (sleep 300) in the same group",
+    "slow_start": "wait ARG ms (default 1500) before answering initialize",
     "meta": "also list tools with title, annotations, outputSchema and icons (some lying or malformed): "
             "reader (readOnlyHint), wiper (destructiveHint), gentle (destructiveHint false), "
             "typed {n} (structuredContent matches its outputSchema unless n is negative), "
             "untyped (declares an outputSchema, returns no structuredContent), "
-            "liar (readOnlyHint \"yes\", a title that is a number, icons that are an object)",
+            "liar (readOnlyHint \"yes\", a title that is a number, icons that are an object), "
+            "task_only (execution.taskSupport required), task_ok (optional)",
 }
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "good"
@@ -103,6 +105,10 @@ META_TOOLS = [
     {"name": "typed", "description": "typed result", "inputSchema": OBJ, "outputSchema": COUNT_SCHEMA},
     {"name": "untyped", "description": "forgets structuredContent", "inputSchema": OBJ,
      "outputSchema": COUNT_SCHEMA},
+    {"name": "task_only", "description": "needs tasks", "inputSchema": OBJ,
+     "execution": {"taskSupport": "required"}},
+    {"name": "task_ok", "description": "tasks optional", "inputSchema": OBJ,
+     "execution": {"taskSupport": "optional"}},
     {"name": "liar", "title": 42, "description": "lies", "inputSchema": OBJ,
      "annotations": {"readOnlyHint": "yes", "destructiveHint": True}, "icons": {"src": "x"},
      "outputSchema": "not a schema"},
@@ -258,7 +264,7 @@ def call(rid, params):
         with state_lock:
             seen = list(cancel_log)
         reply(rid, text(json.dumps(seen), {"cancelled": seen}))
-    elif name in ("reader", "wiper", "gentle", "liar"):
+    elif name in ("reader", "wiper", "gentle", "liar", "task_ok"):
         reply(rid, text(name, {"count": 1}))
     elif name == "typed":
         n = int(args.get("n", 1))
@@ -309,6 +315,8 @@ def main():
                     cancel_log.append(params)
             continue
         if method == "initialize":
+            if MODE == "slow_start":
+                time.sleep(int(ARG or 1500) / 1000)
             client_init.update(params)
             version = ARG if MODE == "version" else "2025-11-25"
             reply(rid, {

@@ -431,6 +431,19 @@ async fn list_tools(
                     continue;
                 }
             };
+            // 2025-11-25 tasks: a tool that can only run as a task would
+            // fail every plain tools/call, so it is not offered at all.
+            if raw
+                .get("execution")
+                .and_then(|e| e.get("taskSupport"))
+                .and_then(Value::as_str)
+                == Some("required")
+            {
+                warnings.push(format!(
+                    "tool {name:?} hidden: it requires task-augmented calls (execution.taskSupport \"required\"), which plugd does not make yet"
+                ));
+                continue;
+            }
             if !names.insert(name.to_owned()) {
                 warnings.push(format!(
                     "tool {name:?} is listed twice; the first definition is kept"

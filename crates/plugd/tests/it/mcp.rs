@@ -426,6 +426,27 @@ async fn server_requests_get_ping_roots_and_polite_refusals() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_start_does_not_eat_the_call_deadline() {
+    // The server takes 1.5 s to answer initialize; the call's deadline is 1 s.
+    let (_ws, rt) = approved("slow_start", Some("1500"), 10_000).await;
+    rt.supervised("h").unwrap().stop().await;
+    let started = Instant::now();
+    let got = call_within(&rt, "h/echo", json!({"message": "late"}), 1_000)
+        .await
+        .unwrap();
+    assert_eq!(got["content"][0]["text"], "Echo: late", "{got}");
+    assert!(started.elapsed() >= Duration::from_millis(1_500));
+    // A call that does time out reports the deadline it was given.
+    rt.supervised("h").unwrap().stop().await;
+    let err = call_within(&rt, "h/sleep", json!({"ms": 5_000}), 700)
+        .await
+        .unwrap_err();
+    assert!(is_timeout(&err), "{err:?}");
+    assert!(err.to_string().contains("700ms"), "{err}");
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_roots_are_declared_and_answered_in_order() {
     let ws = mcp_ws(json!({"h": hostile("good", None), "other": hostile("good", None)}));
     let outside = tempfile::tempdir().unwrap();
@@ -717,6 +738,23 @@ fn server_everything_through_the_cli() {
         err.contains("progress: 1/2") && err.contains("progress: 2/2"),
         "{err}"
     );
+    // server-everything sends tools/list_changed once it knows the client;
+    // a refresh racing the CLI's shutdown is not a failure worth a warning.
+    for _ in 0..3 {
+        let o = ws.plugd(&[
+            "tool",
+            "call",
+            "everything/echo",
+            "--args",
+            r#"{"message":"x"}"#,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            !stderr(&o).contains("catalog refresh failed"),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 // Tool metadata: title, annotations, outputSchema and icons.
@@ -734,8 +772,22 @@ fn tool_metadata_is_kept_and_annotations_inform_the_default_risk() {
             "{field} not reported: {err}"
         );
     }
+    assert!(
+        err.contains("tool \"task_only\" hidden: it requires task-augmented calls"),
+        "{err}"
+    );
     let list: Value =
         serde_json::from_str(&stdout(&ws.plugd(&["tool", "list", "--json"]))).unwrap();
+    assert!(
+        !list.to_string().contains("h/task_only"),
+        "a task-only tool is not offered: {list}"
+    );
+    let o = ws.plugd(&["tool", "call", "h/task_ok"]);
+    assert!(
+        o.status.success(),
+        "a tool with optional task support is called plainly: {}",
+        stderr(&o)
+    );
     let row = |name: &str| {
         list.as_array()
             .unwrap()
