@@ -22,6 +22,7 @@ pub mod embed;
 pub mod hooks;
 mod host_api;
 pub mod llm;
+pub mod microapp;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;
