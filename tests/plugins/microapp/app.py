@@ -30,8 +30,10 @@ Tools (each prefixed with the extension id, `-` read as `_`):
 
 Hooks: before_send → deny, allow_all → allow, garbage → "yes", weird →
 vote "maybe"; others → -32601. Every notification is appended to
-STATE_DIR/notifications.jsonl. Requests run on their own threads, so a
-sleeping tool does not block the next call.
+STATE_DIR/notifications.jsonl, the params of every tools/call to
+STATE_DIR/calls.jsonl and the method of every other host request to
+STATE_DIR/requests.jsonl, each as it arrives. Requests run on their own
+threads, so a sleeping tool does not block the next call.
 """
 
 import json
@@ -66,6 +68,13 @@ def respond(rid, result):
 
 def error(rid, code, message):
     write({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
+
+
+def record(name, obj):
+    if state["state_dir"]:
+        with out_lock:
+            with open(os.path.join(state["state_dir"], name), "a") as f:
+                f.write(json.dumps(obj) + "\n")
 
 
 def log(msg):
@@ -170,6 +179,10 @@ def handle(req):
     method = req.get("method")
     params = req.get("params") or {}
     mode = state["mode"]
+    if method == "tools/call":
+        record("calls.jsonl", params)
+    elif method != "initialize":
+        record("requests.jsonl", {"method": method})
     if method == "initialize":
         state["mode"] = mode = (params.get("config") or {}).get("mode", "good")
         ext = params.get("extension_id", "")
@@ -219,9 +232,7 @@ def main():
                 q.put(msg)
             continue
         if "id" not in msg:
-            if state["state_dir"]:
-                with open(os.path.join(state["state_dir"], "notifications.jsonl"), "a") as f:
-                    f.write(json.dumps(msg) + "\n")
+            record("notifications.jsonl", msg)
             continue
         handle(msg)
     if state["mode"] == "stubborn":
