@@ -190,6 +190,16 @@ impl Runtime {
         );
     }
 
+    /// The ids of the workspace's microapps.
+    pub fn microapp_ids(&self) -> Vec<String> {
+        self.inner
+            .plugins
+            .iter()
+            .filter(|(_, s)| s.spec().microapp.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     fn any_microapp(&self) -> bool {
         self.inner
             .plugins

@@ -28,7 +28,9 @@ Tools (each prefixed with the extension id, `-` read as `_`):
             {id, method, params}) and returns the replies, also written to
             stderr as `[INFO] reply ...` and to STATE_DIR/replies.jsonl
 
-Hooks: before_send → deny, allow_all → allow, garbage → "yes", weird →
+Hooks registered in the initialize reply: `config.hooks` (a list, sent as
+is); each votes deny (reason "<hook>: <word> is not allowed") when its params
+contain `config.deny_word`, else abstain. Other hooks: before_send → deny, allow_all → allow, garbage → "yes", weird →
 vote "maybe"; others → -32601. Every notification is appended to
 STATE_DIR/notifications.jsonl, the params of every tools/call to
 STATE_DIR/calls.jsonl and the method of every other host request to
@@ -162,7 +164,14 @@ def call_tool(rid, params):
 
 
 def hook(rid, name, params):
-    if name == "before_send":
+    cfg = (state["init"] or {}).get("config") or {}
+    if name in (cfg.get("hooks") or []):
+        word = cfg.get("deny_word")
+        if word and word in json.dumps(params):
+            respond(rid, {"vote": "deny", "reason": "%s: %s is not allowed" % (name, word)})
+        else:
+            respond(rid, {"vote": "abstain"})
+    elif name == "before_send":
         respond(rid, {"vote": "deny", "reason": "blocked by test", "metadata": {"event": params}})
     elif name == "allow_all":
         respond(rid, {"vote": "allow"})
@@ -195,6 +204,8 @@ def handle(req):
             respond(rid, "hello")
             return
         result = {"tools": tools(), "version": "1.2.3"}
+        if "hooks" in (params.get("config") or {}):
+            result["hooks"] = params["config"]["hooks"]
         if mode == "impostor":
             result["extension_id"] = "someone-else"
         respond(rid, result)

@@ -41,6 +41,12 @@
 //! | `nexo/admin/channels/*` | `channels_crud` |
 //! | `nexo/admin/transcripts/*` | `transcripts_subscribe` (plugd's choice; the seed names transcripts as admin surface without a capability) |
 //!
+//! **Hooks.** An `initialize` reply may carry `hooks: ["<name>", ...]`, the
+//! hooks the microapp registers (at most [`MAX_HOOKS`] names of at most
+//! [`MAX_HOOK_NAME`] characters, no duplicates; anything else fails the
+//! handshake, naming the field); [`registered_hooks`] reads them from the
+//! running connection and the runtime dispatches `hooks/<name>` for them.
+//!
 //! **Identity.** The contract has no identity echo; when an `initialize`
 //! reply carries `extension_id` anyway, it must be this entry's id.
 
@@ -72,6 +78,28 @@ pub const RATE_LIMITED: i64 = -32003;
 /// Largest params object of a `nexo/admin/*` request, serialized (64 KiB);
 /// a bigger one is refused with `-32602` before the runtime sees it.
 pub const MAX_ADMIN_PARAMS_BYTES: usize = 64 * 1024;
+
+/// Most hook names an `initialize` reply may register.
+pub const MAX_HOOKS: usize = 64;
+/// Longest hook name an `initialize` reply may register.
+pub const MAX_HOOK_NAME: usize = 128;
+
+/// What the microapp dialect keeps per connection: the hooks registered in
+/// the `initialize` reply.
+#[derive(Debug, Default)]
+struct MicroappState {
+    hooks: std::sync::Mutex<Vec<String>>,
+}
+
+/// The hooks a running microapp registered in its `initialize` reply (empty
+/// for other dialects).
+pub fn registered_hooks(conn: &Conn) -> Vec<String> {
+    conn.state
+        .as_ref()
+        .and_then(|s| s.downcast_ref::<MicroappState>())
+        .map(|s| s.hooks.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        .unwrap_or_default()
+}
 
 /// Prefix of the ids of requests a microapp sends the host.
 pub const OUTBOUND_ID_PREFIX: &str = "app:";
@@ -329,7 +357,7 @@ pub fn setup(
             api: services.api.clone(),
         }),
         cancel: None,
-        state: None,
+        state: Some(Arc::new(MicroappState::default())),
     }
 }
 
@@ -339,6 +367,7 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     services: &HostServices,
+    state: Option<&super::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let malformed = |reason: String| HandshakeError::Malformed {
@@ -385,11 +414,52 @@ pub async fn handshake(
         }
     };
     let tools = check_tools(spec, m, obj.get("tools"), "initialize")?;
+    let hooks = check_hooks(obj.get("hooks")).map_err(malformed)?;
+    if let Some(st) = state.and_then(|s| s.downcast_ref::<MicroappState>()) {
+        *st.hooks.lock().unwrap_or_else(|p| p.into_inner()) = hooks;
+    }
     Ok(Handshake {
         server_version,
         tools,
         warnings: Vec::new(),
     })
+}
+
+/// Reads the `hooks` of an `initialize` reply: absent or `null` is none.
+fn check_hooks(hooks: Option<&Value>) -> Result<Vec<String>, String> {
+    let items = match hooks {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(v) => {
+            return Err(format!(
+                "initialize: \"hooks\" must be a list of hook names, got {}",
+                preview(v)
+            ));
+        }
+    };
+    if items.len() > MAX_HOOKS {
+        return Err(format!(
+            "initialize: \"hooks\" lists {} names; at most {MAX_HOOKS} are accepted",
+            items.len()
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let name = match item.as_str() {
+            Some(n) if !n.is_empty() && n.chars().count() <= MAX_HOOK_NAME => n,
+            _ => {
+                return Err(format!(
+                    "initialize: hooks[{i}] must be a hook name (1-{MAX_HOOK_NAME} characters), got {}",
+                    preview(item)
+                ));
+            }
+        };
+        if out.iter().any(|h| h == name) {
+            return Err(format!("initialize: hook {name:?} registered twice"));
+        }
+        out.push(name.to_owned());
+    }
+    Ok(out)
 }
 
 /// Validates an advertised catalog: tool objects, names in the extension's
@@ -743,6 +813,26 @@ mod tests {
             ("nexo/dispatch", None),
         ] {
             assert_eq!(admin_capability(m), cap, "{m}");
+        }
+    }
+
+    #[test]
+    fn registered_hooks_are_checked() {
+        assert_eq!(check_hooks(None).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            check_hooks(Some(&json!(["before_message", "custom"]))).unwrap(),
+            ["before_message", "custom"]
+        );
+        for (bad, why) in [
+            (json!("before_message"), "must be a list"),
+            (json!([1]), "hooks[0] must be a hook name"),
+            (json!([""]), "hooks[0] must be a hook name"),
+            (json!(["x".repeat(129)]), "hooks[0] must be a hook name"),
+            (json!(["a", "a"]), "registered twice"),
+            (json!(vec!["h"; 65]), "at most 64"),
+        ] {
+            let err = check_hooks(Some(&bad)).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
         }
     }
 

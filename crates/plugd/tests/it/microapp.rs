@@ -1180,3 +1180,91 @@ fn admin_requests_answer_from_plugd_state_and_unbacked_ones_say_why() {
     let got: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(got["source"], "unset", "{got}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_registered_in_initialize_are_dispatched_and_a_deny_blocks_the_turn() {
+    use plugd_runtime::agent::{Agent, TurnStatus};
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::hooks::{HookContext, HookPoint};
+    let ws = Ws::new();
+    apps(
+        &ws,
+        &[
+            (
+                "guard",
+                "config: {hooks: [before_llm_request, not_a_point], deny_word: forbidden}",
+            ),
+            // Registers nothing: never asked.
+            ("quiet", ""),
+        ],
+    );
+    std::fs::write(ws.dir().join("script.yaml"), "steps:\n  - text: fine\n").unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    rt.approve("guard", "test").await.unwrap();
+    rt.approve("quiet", "test").await.unwrap();
+    // Approval starts nothing for good: the pipeline start launches them.
+    rt.shutdown().await;
+    drop(rt);
+    let rt = ws.runtime(quick(10_000));
+    let config = PlugdConfig::load(ws.dir()).unwrap();
+    let agent = Agent::from_config(&rt, &config).await.unwrap();
+    assert_eq!(
+        agent.pipeline().chain(HookPoint::BeforeLlmRequest),
+        ["microapp:guard:before_llm_request"]
+    );
+    for p in HookPoint::ALL
+        .into_iter()
+        .filter(|p| *p != HookPoint::BeforeLlmRequest)
+    {
+        assert!(agent.pipeline().chain(p).is_empty(), "{p}");
+    }
+    let ctx = HookContext::default();
+    let out = agent.turn("s-ok", "hello", &ctx, None).await.unwrap();
+    assert_eq!(out.status, TurnStatus::Completed, "{out:?}");
+    assert_eq!(out.reply.as_deref(), Some("fine"));
+    let out = agent
+        .turn("s-no", "a forbidden word", &ctx, None)
+        .await
+        .unwrap();
+    assert_eq!(out.status, TurnStatus::Blocked, "{out:?}");
+    assert_eq!(out.blocked_at, Some(HookPoint::BeforeLlmRequest));
+    assert_eq!(
+        out.message.as_deref(),
+        Some("before_llm_request: forbidden is not allowed")
+    );
+    let asked: Vec<Value> = jsonl(&ws, "guard", "requests.jsonl")
+        .into_iter()
+        .filter(|r| r["method"] != "shutdown")
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            json!({"method": "hooks/before_llm_request"}),
+            json!({"method": "hooks/before_llm_request"})
+        ]
+    );
+    assert!(
+        jsonl(&ws, "quiet", "requests.jsonl")
+            .iter()
+            .all(|r| r["method"] == "shutdown"),
+        "a microapp that registered nothing is never asked"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_hooks_registration_fails_the_handshake_naming_the_field() {
+    let ws = Ws::new();
+    apps(&ws, &[("liar", "config: {hooks: before_message}")]);
+    let rt = ws.runtime(quick(10_000));
+    let err = rt.approve("liar", "test").await.unwrap_err().to_string();
+    assert!(
+        err.contains("\"hooks\" must be a list of hook names"),
+        "{err}"
+    );
+}
