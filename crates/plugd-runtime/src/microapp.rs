@@ -30,6 +30,9 @@ use crate::plugin_config::Kind;
 /// The id of plugd's agent when `tenant.agent_id` names none.
 pub const DEFAULT_AGENT_ID: &str = "default";
 
+/// Most entries one `nexo/admin/transcripts/read` returns.
+pub const MAX_TRANSCRIPT_READ: usize = 500;
+
 /// How often serve looks at `plugd.yaml` for agent changes.
 pub const AGENTS_POLL: Duration = Duration::from_secs(1);
 
@@ -321,6 +324,7 @@ impl Runtime {
 /// | `channels/list` | `{channels: [{channel, plugin, approved, state, binding_id, binding_index}]}` |
 /// | `channels/doctor` | `{channels: [{channel, plugin, ok, issues}]}` |
 /// | `channels/approve`, `channels/revoke` | `-32601`: no per-agent channel servers; plugins are approved by the operator |
+/// | `transcripts/read {session_id, since_seq?, limit?}` | `{session_id, entries: [{seq, role, body, at}]}`, entries after `since_seq` (the `seq` of `agent_event`), at most `limit` (≤ 500) |
 pub(crate) async fn admin(
     rt: &Runtime,
     plugin: &str,
@@ -543,6 +547,54 @@ pub(crate) async fn admin(
             }
             Ok(json!({"channels": out}))
         }
+        "transcripts/read" => {
+            let session = req_str(method, &params, "session_id")?;
+            if !plugd_store::sessions::valid_session_id(session) {
+                return Err(invalid(method, format!("invalid session id {session:?}")));
+            }
+            let since = match params.get("since_seq") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    invalid(
+                        method,
+                        format!("\"since_seq\" must be a non-negative integer, got {v}"),
+                    )
+                })?,
+            };
+            let limit = match params.get("limit") {
+                None | Some(Value::Null) => MAX_TRANSCRIPT_READ,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        invalid(
+                            method,
+                            format!("\"limit\" must be a positive integer, got {v}"),
+                        )
+                    })?
+                    .min(MAX_TRANSCRIPT_READ as u64) as usize,
+            };
+            let rows = rt
+                .store()
+                .session_transcript(session)
+                .map_err(|e| internal(method, e))?;
+            let entries: Vec<Value> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (i as u64 + 1, e))
+                .filter(|(seq, _)| *seq > since)
+                .take(limit)
+                .map(|(seq, e)| {
+                    json!({
+                        "seq": seq,
+                        "role": e["role"],
+                        "body": e["content"],
+                        "at": e["at"],
+                    })
+                })
+                .collect();
+            Ok(json!({"session_id": session, "entries": entries}))
+        }
         "channels/approve" | "channels/revoke" => Err(not_backed(
             method,
             "plugd has no per-agent channel servers: every approved channel plugin serves the agent, and approving a plugin is the operator's decision (plugd plugin approve|revoke)",
@@ -550,7 +602,7 @@ pub(crate) async fn admin(
         _ => Err(ErrorObject::new(
             codes::METHOD_NOT_FOUND,
             format!(
-                "method not found: {method} (plugd serves nexo/admin/agents/{{list,get}}, credentials/{{list,register,revoke}}, llm_providers/list, channels/{{list,doctor}})"
+                "method not found: {method} (plugd serves nexo/admin/agents/{{list,get}}, credentials/{{list,register,revoke}}, llm_providers/list, channels/{{list,doctor}}, transcripts/read)"
             ),
         )),
     }

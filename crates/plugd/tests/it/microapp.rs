@@ -915,6 +915,22 @@ fn a_channel_turn_gives_microapps_the_binding_the_inbound_and_every_notification
     );
     assert!(calls[1].get("inbound").is_none(), "{}", calls[1]);
 
+    // A microapp that missed live frames reads the transcript from a seq;
+    // one without transcripts_subscribe may not.
+    let read = json!({"args": {"requests": [{"method": "nexo/admin/transcripts/read",
+        "params": {"session_id": session, "since_seq": 3}}]}});
+    let r = serve.post("/v1/tools/rec_outbound:invoke", &read);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let entries = r.json()[0]["result"]["entries"].clone();
+    assert_eq!(entries.as_array().unwrap().len(), 2, "{entries}");
+    for (k, e) in entries.as_array().unwrap().iter().enumerate() {
+        assert_eq!(e["seq"], 4 + k);
+        assert_eq!(e["role"], stored[3 + k]["role"]);
+        assert_eq!(e["body"], stored[3 + k]["content"]);
+    }
+    let r = serve.post("/v1/tools/deaf_outbound:invoke", &read);
+    assert_eq!(r.json()[0]["error"]["code"], -32000, "{}", r.text());
+
     // The agent changes while serve runs: every running microapp gets
     // agents/updated with the new ids, then tools/list again.
     // (`plugd plugin approve` ran each once: its `shutdown` is there.)
