@@ -1284,3 +1284,47 @@ async fn a_malformed_hooks_registration_fails_the_handshake_naming_the_field() {
         "{err}"
     );
 }
+
+#[test]
+fn a_cli_turn_sends_the_binding_of_its_context_and_no_inbound() {
+    let ws = Ws::new();
+    apps(&ws, &[("rec", "capabilities: [transcripts_subscribe]")]);
+    let o = ws.plugd(&["plugin", "approve", "rec"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        ws.dir().join("script.yaml"),
+        "steps:\n  - tool_calls:\n      - {name: rec_context, arguments: {}}\n  - text: ok\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\ntenant: {tenant_id: acme}\n",
+    )
+    .unwrap();
+    let o = ws.plugd(&[
+        "run",
+        "hi",
+        "--json",
+        "--context",
+        r#"{"agent_id": "cli-agent", "channel": "sms"}"#,
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let calls = jsonl(&ws, "rec", "calls.jsonl");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    // A channel the context names but plugd does not serve: no index.
+    assert_eq!(
+        calls[0]["binding_context"],
+        json!({"agent_id": "cli-agent", "channel": "sms", "account_id": "acme",
+               "binding_id": "sms:acme", "binding_index": null})
+    );
+    assert!(calls[0].get("inbound").is_none(), "{}", calls[0]);
+    // The turn's transcript reached the microapp before the CLI exited.
+    let notes = jsonl(&ws, "rec", "notifications.jsonl");
+    let bodies: Vec<&str> = notes
+        .iter()
+        .filter(|n| n["method"] == "nexo/notify/transcript_appended")
+        .map(|n| n["params"]["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies.first(), Some(&"hi"), "{notes:#?}");
+    assert_eq!(bodies.last(), Some(&"ok"), "{notes:#?}");
+}
