@@ -102,8 +102,9 @@ impl Runtime {
     /// name none), the account (`account_id`, else the tenant), the binding
     /// id and its index among the channels this plugd serves.
     pub fn binding_context(&self, ctx: &HookContext) -> Value {
-        let account = ctx.account_id.clone().or_else(|| ctx.tenant_id.clone());
-        let channel = ctx.channel.clone();
+        let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        let account = set(&ctx.account_id).or_else(|| set(&ctx.tenant_id));
+        let channel = set(&ctx.channel);
         let binding_id = channel
             .as_deref()
             .map(|c| format!("{c}:{}", account.as_deref().unwrap_or("default")));

@@ -1306,12 +1306,13 @@ fn a_cli_turn_sends_the_binding_of_its_context_and_no_inbound() {
         "hi",
         "--json",
         "--context",
-        r#"{"agent_id": "cli-agent", "channel": "sms"}"#,
+        r#"{"agent_id": "cli-agent", "channel": "sms", "account_id": ""}"#,
     ]);
     assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
     let calls = jsonl(&ws, "rec", "calls.jsonl");
     assert_eq!(calls.len(), 1, "{calls:?}");
-    // A channel the context names but plugd does not serve: no index.
+    // A channel the context names but plugd does not serve: no index; an
+    // empty account is no account (the tenant is used).
     assert_eq!(
         calls[0]["binding_context"],
         json!({"agent_id": "cli-agent", "channel": "sms", "account_id": "acme",
