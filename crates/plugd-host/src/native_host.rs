@@ -55,6 +55,10 @@ pub const DEFAULT_TEMPERATURE: f32 = 0.7;
 /// What [`HostApi::dispatch`] returns.
 pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<SendReceipt, ChannelError>> + Send>>;
 
+/// What [`HostApi::microapp_admin`] returns: the result, or the JSON-RPC error
+/// the microapp gets.
+pub type AdminFuture = Pin<Box<dyn Future<Output = Result<Value, ErrorObject>> + Send>>;
+
 /// What a host service returns.
 pub type ApiFuture<T> = Pin<Box<dyn Future<Output = Result<T, ServiceError>> + Send>>;
 
@@ -214,6 +218,14 @@ pub trait HostApi: Send + Sync + 'static {
                 kind,
             })
         })
+    }
+    /// Answers a microapp's `nexo/admin/*` request `method` (its capability
+    /// already checked, `params` an object). The default: `-32601`, this host
+    /// has no admin surface.
+    fn microapp_admin(&self, plugin: &str, method: &str, params: Value) -> AdminFuture {
+        let _ = (plugin, params);
+        let message = format!("{method}: this host has no admin surface");
+        Box::pin(async move { Err(ErrorObject::new(codes::METHOD_NOT_FOUND, message)) })
     }
     /// The deadline of `llm.complete` (streaming or not):
     /// `NEXO_PLUGIN_LLM_TIMEOUT_MS` when set, else 60 s / 300 s.

@@ -68,17 +68,17 @@ pub const ENTRY_KEYS: &[&str] = &["path", "config", "timeout_secs", "capabilitie
 pub enum Capability {
     /// `nexo/dispatch`: send a message through a channel.
     DispatchOutbound,
-    /// `nexo/admin/agents_*`.
+    /// `nexo/admin/agents/*` and `nexo/admin/reload`.
     AgentsCrud,
-    /// `nexo/admin/credentials_*`; receives `nexo/notify/token_rotated`.
+    /// `nexo/admin/credentials/*`; receives `nexo/notify/token_rotated`.
     CredentialsCrud,
-    /// `nexo/admin/pairing_*`; receives `nexo/notify/pairing_status_changed`.
+    /// `nexo/admin/pairing/*`; receives `nexo/notify/pairing_status_changed`.
     PairingInitiate,
-    /// `nexo/admin/llm_keys_*`.
+    /// `nexo/admin/llm_providers/*` (and `llm_keys/*`).
     LlmKeysCrud,
-    /// `nexo/admin/channels_*`.
+    /// `nexo/admin/channels/*`.
     ChannelsCrud,
-    /// `nexo/admin/transcripts_*`; receives `nexo/notify/transcript_appended`
+    /// `nexo/admin/transcripts/*`; receives `nexo/notify/transcript_appended`
     /// and `nexo/notify/agent_event`.
     TranscriptsSubscribe,
 }

@@ -219,6 +219,9 @@ pub struct Inbound {
     /// session id in the channel's namespace (`channel-<kind>-…`), else
     /// [`session_key`].
     pub session_id: String,
+    /// When plugd parsed it (ms since the Unix epoch): the microapp
+    /// `inbound.ts_ms` of its turn.
+    pub received_ms: u64,
 }
 
 impl Inbound {
@@ -259,6 +262,7 @@ impl Inbound {
             from,
             text,
             session_id,
+            received_ms: crate::microapp::now_ms(),
         })
     }
 }
@@ -667,7 +671,12 @@ impl Router {
                 .and_then(Value::as_str)
                 .unwrap_or(&m.text)
                 .to_owned();
-            match agent.turn(&m.session_id, &input, &ctx, None).await {
+            let inbound =
+                crate::microapp::inbound_reference(&m.kind, &m.from, m.received_ms, &m.session_id);
+            match agent
+                .turn_inbound(&m.session_id, &input, &ctx, inbound, None)
+                .await
+            {
                 Ok(out) if out.status == TurnStatus::Blocked => {
                     c.blocked.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, point = ?out.blocked_at, "channel turn blocked");

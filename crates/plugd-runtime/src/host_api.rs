@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use plugd_host::bus::{Bus, LocalBus};
 use plugd_host::extensions::{ChannelError, OutboundMessage};
 use plugd_host::native_host::{
-    ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion, DispatchFuture, HostApi,
-    ServiceError,
+    AdminFuture, ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion,
+    DispatchFuture, HostApi, ServiceError,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -234,6 +234,25 @@ impl HostApi for RuntimeApi {
                     completion_tokens: reply.usage.completion_tokens,
                 },
             })
+        })
+    }
+
+    fn microapp_admin(&self, plugin: &str, method: &str, params: Value) -> AdminFuture {
+        let runtime = self
+            .runtime
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|inner| Runtime { inner });
+        let plugin = plugin.to_owned();
+        let method = method.to_owned();
+        Box::pin(async move {
+            let Some(runtime) = runtime else {
+                return Err(plugd_wire::ErrorObject::new(
+                    plugd_wire::codes::INTERNAL_ERROR,
+                    format!("{method}: the runtime is shutting down"),
+                ));
+            };
+            crate::microapp::admin(&runtime, &plugin, &method, params).await
         })
     }
 

@@ -23,6 +23,7 @@ pub mod hooks;
 mod host_api;
 pub mod llm;
 pub mod mcp_config;
+pub mod microapp;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;

@@ -594,6 +594,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
+    // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
+    let agents_watch = tokio::spawn(rt.clone().watch_agents());
     // Tests and scripts read the socket and the bound port from these lines.
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {
@@ -613,6 +615,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
                 Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
                 Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
             };
+            agents_watch.abort();
             watcher.shutdown().await;
             channels.shutdown().await;
             pipeline.cleanup().await;
@@ -631,6 +634,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         http.abort();
     }
     tracing::info!("shutting plugins down");
+    agents_watch.abort();
     watcher.shutdown().await;
     channels.shutdown().await;
     pipeline.cleanup().await;

@@ -28,10 +28,14 @@ Tools (each prefixed with the extension id, `-` read as `_`):
             {id, method, params}) and returns the replies, also written to
             stderr as `[INFO] reply ...` and to STATE_DIR/replies.jsonl
 
-Hooks: before_send → deny, allow_all → allow, garbage → "yes", weird →
+Hooks registered in the initialize reply: `config.hooks` (a list, sent as
+is); each votes deny (reason "<hook>: <word> is not allowed") when its params
+contain `config.deny_word`, else abstain. Other hooks: before_send → deny, allow_all → allow, garbage → "yes", weird →
 vote "maybe"; others → -32601. Every notification is appended to
-STATE_DIR/notifications.jsonl. Requests run on their own threads, so a
-sleeping tool does not block the next call.
+STATE_DIR/notifications.jsonl, the params of every tools/call to
+STATE_DIR/calls.jsonl and the method of every other host request to
+STATE_DIR/requests.jsonl, each as it arrives. Requests run on their own
+threads, so a sleeping tool does not block the next call.
 """
 
 import json
@@ -66,6 +70,13 @@ def respond(rid, result):
 
 def error(rid, code, message):
     write({"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}})
+
+
+def record(name, obj):
+    if state["state_dir"]:
+        with out_lock:
+            with open(os.path.join(state["state_dir"], name), "a") as f:
+                f.write(json.dumps(obj) + "\n")
 
 
 def log(msg):
@@ -153,7 +164,14 @@ def call_tool(rid, params):
 
 
 def hook(rid, name, params):
-    if name == "before_send":
+    cfg = (state["init"] or {}).get("config") or {}
+    if name in (cfg.get("hooks") or []):
+        word = cfg.get("deny_word")
+        if word and word in json.dumps(params):
+            respond(rid, {"vote": "deny", "reason": "%s: %s is not allowed" % (name, word)})
+        else:
+            respond(rid, {"vote": "abstain"})
+    elif name == "before_send":
         respond(rid, {"vote": "deny", "reason": "blocked by test", "metadata": {"event": params}})
     elif name == "allow_all":
         respond(rid, {"vote": "allow"})
@@ -170,6 +188,10 @@ def handle(req):
     method = req.get("method")
     params = req.get("params") or {}
     mode = state["mode"]
+    if method == "tools/call":
+        record("calls.jsonl", params)
+    elif method != "initialize":
+        record("requests.jsonl", {"method": method})
     if method == "initialize":
         state["mode"] = mode = (params.get("config") or {}).get("mode", "good")
         ext = params.get("extension_id", "")
@@ -182,6 +204,8 @@ def handle(req):
             respond(rid, "hello")
             return
         result = {"tools": tools(), "version": "1.2.3"}
+        if "hooks" in (params.get("config") or {}):
+            result["hooks"] = params["config"]["hooks"]
         if mode == "impostor":
             result["extension_id"] = "someone-else"
         respond(rid, result)
@@ -219,9 +243,7 @@ def main():
                 q.put(msg)
             continue
         if "id" not in msg:
-            if state["state_dir"]:
-                with open(os.path.join(state["state_dir"], "notifications.jsonl"), "a") as f:
-                    f.write(json.dumps(msg) + "\n")
+            record("notifications.jsonl", msg)
             continue
         handle(msg)
     if state["mode"] == "stubborn":

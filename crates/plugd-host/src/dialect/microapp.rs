@@ -21,21 +21,31 @@
 //! message through the channel adapter of `channel` and answers
 //! `{message_id, sent_at_unix}`, or the channel's typed error code
 //! (`-33001..-33005`, `-32603` for anything else, `-32602` for bad params).
-//! plugd has no admin surface, so a granted admin request is answered
-//! `-32603` saying so; an ungranted one `-32000`; an
-//! unknown method `-32601`; a request whose id does not start with `app:`
-//! `-32600`. Admin methods map to capabilities by family, the word after
-//! `nexo/admin/` up to the first `_`, `/` or `.` (`llm_keys` is one family):
+//! A granted `nexo/admin/<domain>/<method>` request (the names of the seed's
+//! companion admin-rpc page) goes to `HostApi::microapp_admin` once its
+//! params passed the checks here (an object or absent, at most
+//! [`MAX_ADMIN_PARAMS_BYTES`] serialized, else `-32602`); an ungranted one is
+//! answered `-32000` with `data {capability, method}`; an unknown method
+//! `-32601`; a request whose id does not start with `app:` `-32600`. Admin
+//! methods map to capabilities by family, the word after `nexo/admin/` up to
+//! the first `/`, `_` or `.` (`llm_keys` and `llm_providers` are one family
+//! each):
 //!
 //! | method | capability |
 //! |---|---|
 //! | `nexo/dispatch` | `dispatch_outbound` |
-//! | `nexo/admin/agents_*` | `agents_crud` |
-//! | `nexo/admin/credentials_*` | `credentials_crud` |
-//! | `nexo/admin/pairing_*` | `pairing_initiate` |
-//! | `nexo/admin/llm_keys_*` | `llm_keys_crud` |
-//! | `nexo/admin/channels_*` | `channels_crud` |
-//! | `nexo/admin/transcripts_*` | `transcripts_subscribe` (plugd's choice; the seed names transcripts as admin surface without a capability) |
+//! | `nexo/admin/agents/*`, `nexo/admin/reload` | `agents_crud` |
+//! | `nexo/admin/credentials/*` | `credentials_crud` |
+//! | `nexo/admin/pairing/*` | `pairing_initiate` |
+//! | `nexo/admin/llm_providers/*`, `nexo/admin/llm_keys/*` | `llm_keys_crud` |
+//! | `nexo/admin/channels/*` | `channels_crud` |
+//! | `nexo/admin/transcripts/*` | `transcripts_subscribe` (plugd's choice; the seed names transcripts as admin surface without a capability) |
+//!
+//! **Hooks.** An `initialize` reply may carry `hooks: ["<name>", ...]`, the
+//! hooks the microapp registers (at most [`MAX_HOOKS`] names of at most
+//! [`MAX_HOOK_NAME`] characters, no duplicates; anything else fails the
+//! handshake, naming the field); [`registered_hooks`] reads them from the
+//! running connection and the runtime dispatches `hooks/<name>` for them.
 //!
 //! **Identity.** The contract has no identity echo; when an `initialize`
 //! reply carries `extension_id` anyway, it must be this entry's id.
@@ -64,6 +74,32 @@ pub const INPUT_INVALID: i64 = -32001;
 pub const BACKEND_UNAVAILABLE: i64 = -32002;
 /// Seed code: "Rate limit".
 pub const RATE_LIMITED: i64 = -32003;
+
+/// Largest params object of a `nexo/admin/*` request, serialized (64 KiB);
+/// a bigger one is refused with `-32602` before the runtime sees it.
+pub const MAX_ADMIN_PARAMS_BYTES: usize = 64 * 1024;
+
+/// Most hook names an `initialize` reply may register.
+pub const MAX_HOOKS: usize = 64;
+/// Longest hook name an `initialize` reply may register.
+pub const MAX_HOOK_NAME: usize = 128;
+
+/// What the microapp dialect keeps per connection: the hooks registered in
+/// the `initialize` reply.
+#[derive(Debug, Default)]
+struct MicroappState {
+    hooks: std::sync::Mutex<Vec<String>>,
+}
+
+/// The hooks a running microapp registered in its `initialize` reply (empty
+/// for other dialects).
+pub fn registered_hooks(conn: &Conn) -> Vec<String> {
+    conn.state
+        .as_ref()
+        .and_then(|s| s.downcast_ref::<MicroappState>())
+        .map(|s| s.hooks.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        .unwrap_or_default()
+}
 
 /// Prefix of the ids of requests a microapp sends the host.
 pub const OUTBOUND_ID_PREFIX: &str = "app:";
@@ -126,6 +162,9 @@ struct MicroappHandler {
 /// The capability an admin method needs, or `None` for an unknown family.
 pub fn admin_capability(method: &str) -> Option<Capability> {
     let rest = method.strip_prefix("nexo/admin/")?;
+    if rest == "reload" {
+        return Some(Capability::AgentsCrud);
+    }
     let family_is = |f: &str| {
         rest.strip_prefix(f)
             .and_then(|r| r.chars().next())
@@ -136,6 +175,7 @@ pub fn admin_capability(method: &str) -> Option<Capability> {
         ("credentials", Capability::CredentialsCrud),
         ("pairing", Capability::PairingInitiate),
         ("llm_keys", Capability::LlmKeysCrud),
+        ("llm_providers", Capability::LlmKeysCrud),
         ("channels", Capability::ChannelsCrud),
         ("transcripts", Capability::TranscriptsSubscribe),
     ]
@@ -178,18 +218,20 @@ impl MicroappHandler {
             )
             .with_data(json!({"capability": needed.as_str(), "method": method}));
         }
-        let message = if method == "nexo/dispatch" {
-            match params
+        if method == "nexo/dispatch" {
+            let message = match params
                 .and_then(|p| p.get("channel"))
                 .and_then(Value::as_str)
             {
                 Some(ch) => format!("no channel {ch:?} is available in this plugd"),
                 None => "no channel is available in this plugd".to_owned(),
-            }
-        } else {
-            format!("the admin surface ({method}) is not available in this plugd")
-        };
-        ErrorObject::new(codes::INTERNAL_ERROR, message)
+            };
+            return ErrorObject::new(codes::INTERNAL_ERROR, message);
+        }
+        ErrorObject::new(
+            codes::METHOD_NOT_FOUND,
+            format!("{method}: this host has no admin surface"),
+        )
     }
 }
 
@@ -214,6 +256,35 @@ fn dispatch_params(params: Option<&Value>) -> Result<(String, OutboundMessage), 
     Ok((channel, OutboundMessage::text(to, body)))
 }
 
+/// The params of an admin request: an object (absent reads as `{}`) of at
+/// most [`MAX_ADMIN_PARAMS_BYTES`].
+fn admin_params(method: &str, params: Option<Value>) -> Result<Value, ErrorObject> {
+    let params = match params {
+        None | Some(Value::Null) => return Ok(json!({})),
+        Some(p @ Value::Object(_)) => p,
+        Some(other) => {
+            return Err(ErrorObject::new(
+                codes::INVALID_PARAMS,
+                format!(
+                    "{method}: params must be an object, got {}",
+                    preview(&other)
+                ),
+            ));
+        }
+    };
+    let size = serde_json::to_vec(&params).map(|v| v.len()).unwrap_or(0);
+    if size > MAX_ADMIN_PARAMS_BYTES {
+        return Err(ErrorObject::new(
+            codes::INVALID_PARAMS,
+            format!(
+                "{method}: params of {size} bytes refused; admin requests are limited to {MAX_ADMIN_PARAMS_BYTES} bytes"
+            ),
+        )
+        .with_data(json!({"limit": MAX_ADMIN_PARAMS_BYTES, "size": size})));
+    }
+    Ok(params)
+}
+
 impl Handler for MicroappHandler {
     fn request(&self, method: String, params: Option<Value>) -> HandlerFuture {
         if method == "nexo/dispatch"
@@ -229,6 +300,27 @@ impl Handler for MicroappHandler {
                     }
                     Err(e) => Err(channel_error_object(&e)),
                 }
+            });
+        }
+        if let Some(cap) = admin_capability(&method)
+            && self.capabilities.contains(&cap)
+            && let Some(api) = self.api.clone()
+        {
+            let plugin = self.plugin.clone();
+            return Box::pin(async move {
+                let params = admin_params(&method, params)?;
+                let started = std::time::Instant::now();
+                let out = api.microapp_admin(&plugin, &method, params).await;
+                tracing::info!(
+                    plugin = %plugin,
+                    %method,
+                    capability = %cap,
+                    ok = out.is_ok(),
+                    code = out.as_ref().err().map(|e| e.code),
+                    ms = started.elapsed().as_millis() as u64,
+                    "microapp admin request"
+                );
+                out
             });
         }
         let err = self.answer(&method, params.as_ref());
@@ -265,7 +357,7 @@ pub fn setup(
             api: services.api.clone(),
         }),
         cancel: None,
-        state: None,
+        state: Some(Arc::new(MicroappState::default())),
     }
 }
 
@@ -275,6 +367,7 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     services: &HostServices,
+    state: Option<&super::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let malformed = |reason: String| HandshakeError::Malformed {
@@ -321,11 +414,52 @@ pub async fn handshake(
         }
     };
     let tools = check_tools(spec, m, obj.get("tools"), "initialize")?;
+    let hooks = check_hooks(obj.get("hooks")).map_err(malformed)?;
+    if let Some(st) = state.and_then(|s| s.downcast_ref::<MicroappState>()) {
+        *st.hooks.lock().unwrap_or_else(|p| p.into_inner()) = hooks;
+    }
     Ok(Handshake {
         server_version,
         tools,
         warnings: Vec::new(),
     })
+}
+
+/// Reads the `hooks` of an `initialize` reply: absent or `null` is none.
+fn check_hooks(hooks: Option<&Value>) -> Result<Vec<String>, String> {
+    let items = match hooks {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(v) => {
+            return Err(format!(
+                "initialize: \"hooks\" must be a list of hook names, got {}",
+                preview(v)
+            ));
+        }
+    };
+    if items.len() > MAX_HOOKS {
+        return Err(format!(
+            "initialize: \"hooks\" lists {} names; at most {MAX_HOOKS} are accepted",
+            items.len()
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let name = match item.as_str() {
+            Some(n) if !n.is_empty() && n.chars().count() <= MAX_HOOK_NAME => n,
+            _ => {
+                return Err(format!(
+                    "initialize: hooks[{i}] must be a hook name (1-{MAX_HOOK_NAME} characters), got {}",
+                    preview(item)
+                ));
+            }
+        };
+        if out.iter().any(|h| h == name) {
+            return Err(format!("initialize: hook {name:?} registered twice"));
+        }
+        out.push(name.to_owned());
+    }
+    Ok(out)
 }
 
 /// Validates an advertised catalog: tool objects, names in the extension's
@@ -421,13 +555,21 @@ pub async fn refresh_tools(
     check_tools(spec, m, tools, "tools/list")
 }
 
-/// The `binding_context` of a call: `ctx.binding`, else `{"agent_id": …}`,
-/// else `{}`.
+/// The `binding_context` of a call: `ctx.binding` as the runtime built it
+/// (agent turns), else the seed's five keys from what the call has:
+/// `agent_id` from `ctx.agent_id`, `account_id` from the tenant scope
+/// (`ctx.org_id`), no channel (`channel`, `binding_id` and `binding_index`
+/// `null`).
 fn binding_context(ctx: &CallContext) -> Value {
-    match (&ctx.binding, &ctx.agent_id) {
-        (Some(b), _) => b.clone(),
-        (None, Some(agent)) => json!({ "agent_id": agent }),
-        (None, None) => json!({}),
+    match &ctx.binding {
+        Some(b) => b.clone(),
+        None => json!({
+            "agent_id": ctx.agent_id,
+            "channel": null,
+            "account_id": ctx.org_id,
+            "binding_id": null,
+            "binding_index": null,
+        }),
     }
 }
 
@@ -659,6 +801,12 @@ mod tests {
                 "nexo/admin/transcripts_read",
                 Some(Capability::TranscriptsSubscribe),
             ),
+            (
+                "nexo/admin/llm_providers/list",
+                Some(Capability::LlmKeysCrud),
+            ),
+            ("nexo/admin/reload", Some(Capability::AgentsCrud)),
+            ("nexo/admin/reloadx", None),
             ("nexo/admin/agentsx", None),
             ("nexo/admin/agents", None),
             ("nexo/admin/llm_list", None),
@@ -666,6 +814,43 @@ mod tests {
         ] {
             assert_eq!(admin_capability(m), cap, "{m}");
         }
+    }
+
+    #[test]
+    fn registered_hooks_are_checked() {
+        assert_eq!(check_hooks(None).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            check_hooks(Some(&json!(["before_message", "custom"]))).unwrap(),
+            ["before_message", "custom"]
+        );
+        for (bad, why) in [
+            (json!("before_message"), "must be a list"),
+            (json!([1]), "hooks[0] must be a hook name"),
+            (json!([""]), "hooks[0] must be a hook name"),
+            (json!(["x".repeat(129)]), "hooks[0] must be a hook name"),
+            (json!(["a", "a"]), "registered twice"),
+            (json!(vec!["h"; 65]), "at most 64"),
+        ] {
+            let err = check_hooks(Some(&bad)).unwrap_err();
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn admin_params_must_be_a_small_object() {
+        assert_eq!(admin_params("m", None).unwrap(), json!({}));
+        assert_eq!(admin_params("m", Some(Value::Null)).unwrap(), json!({}));
+        assert_eq!(
+            admin_params("m", Some(json!({"id": "ana"}))).unwrap(),
+            json!({"id": "ana"})
+        );
+        let e = admin_params("m", Some(json!([1]))).unwrap_err();
+        assert_eq!(e.code, codes::INVALID_PARAMS);
+        assert!(e.message.contains("params must be an object"), "{e:?}");
+        let big = json!({"x": "a".repeat(MAX_ADMIN_PARAMS_BYTES)});
+        let e = admin_params("m", Some(big)).unwrap_err();
+        assert_eq!(e.code, codes::INVALID_PARAMS);
+        assert!(e.message.contains("limited to 65536 bytes"), "{e:?}");
     }
 
     #[test]

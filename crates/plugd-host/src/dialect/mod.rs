@@ -155,7 +155,7 @@ pub async fn handshake(
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     match spec.dialect {
-        Dialect::Microapp => microapp::handshake(peer, spec, services, timeout).await,
+        Dialect::Microapp => microapp::handshake(peer, spec, services, state, timeout).await,
         Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
         Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,

@@ -269,7 +269,22 @@ impl Agent {
         ctx: &HookContext,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        self.run_turn(session_id, input, ctx, events).await
+        self.run_turn(session_id, input, ctx, None, events).await
+    }
+
+    /// [`Agent::turn`] for a message that came in on a channel: `inbound`
+    /// (the seed 001 inbound message reference) goes with every microapp
+    /// `tools/call` of the turn.
+    pub async fn turn_inbound(
+        &self,
+        session_id: &str,
+        input: &str,
+        ctx: &HookContext,
+        inbound: Value,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnOutcome, AgentError> {
+        self.run_turn(session_id, input, ctx, Some(inbound), events)
+            .await
     }
 
     /// The stored session `id`, if any.

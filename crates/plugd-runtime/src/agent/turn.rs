@@ -69,6 +69,8 @@ struct Turn<'a> {
     session_id: String,
     input: String,
     ctx: HookContext,
+    /// The microapp `inbound` reference of a channel-triggered turn.
+    inbound: Option<Value>,
     events: Option<mpsc::UnboundedSender<TurnEvent>>,
     names: ToolNames,
     tools: Vec<ToolSpec>,
@@ -94,6 +96,7 @@ impl Agent {
         session_id: &str,
         input: &str,
         ctx: &HookContext,
+        inbound: Option<Value>,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
         if !plugd_store::sessions::valid_session_id(session_id) {
@@ -129,6 +132,7 @@ impl Agent {
             session_id: session_id.to_owned(),
             input: input.to_owned(),
             ctx,
+            inbound,
             events,
             names,
             tools,
@@ -343,6 +347,8 @@ impl Turn<'_> {
         let cctx = CallContext {
             agent_id: self.ctx.agent_id.clone(),
             session_id: Some(self.session_id.clone()),
+            binding: Some(self.agent.runtime.binding_context(&self.ctx)),
+            inbound: self.inbound.clone(),
             trace_id: self.ctx.trace_id.clone(),
             org_id: self.ctx.tenant_id.clone(),
             ..CallContext::default()
@@ -467,6 +473,33 @@ impl Turn<'_> {
                 .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
                 .collect::<Vec<_>>(),
         );
+        let agent = crate::microapp::agent_id(&self.ctx);
+        if stored.is_ok() {
+            let entries: Vec<(&str, &str)> = self
+                .new
+                .iter()
+                .map(|e| (e.role.as_str(), e.content.as_str()))
+                .collect();
+            let rt = &self.agent.runtime;
+            rt.notify_transcript(&agent, &self.session_id, self.prior.len() + 1, &entries);
+            rt.notify_agent_event(
+                "turn_completed",
+                &agent,
+                json!({
+                    "session_id": self.session_id,
+                    "status": match (&status, &error) {
+                        (_, Some(_)) => "failed",
+                        (TurnStatus::Completed, _) => "completed",
+                        (TurnStatus::Blocked, _) => "blocked",
+                    },
+                    "reply": reply,
+                    "message": message.clone().or_else(|| error.as_ref().map(|e| e.to_string())),
+                    "blocked_at": blocked_at,
+                    "tool_calls": self.tool_calls.iter().map(|c| json!({"tool": c.tool, "ok": c.ok})).collect::<Vec<_>>(),
+                    "rounds": self.rounds,
+                }),
+            );
+        }
         if let Some(e) = error {
             if let Err(s) = stored {
                 tracing::warn!(session = %self.session_id, error = %s, "could not store the failed turn");

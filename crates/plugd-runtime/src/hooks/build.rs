@@ -127,7 +127,89 @@ pub async fn build_pipeline(
             }
         }
     }
+    let registered = registered_microapp_hooks(config, runtime, &handlers).await;
+    handlers.extend(registered);
     Pipeline::new(handlers)
+}
+
+/// The hooks approved microapps register in their `initialize` reply (seed
+/// 001: "a hook the microapp registered during initialize"), as handlers.
+///
+/// Every approved microapp is started here (the seed launches microapps at
+/// boot; a start that fails is logged and skipped). A registered name that
+/// is a plugd hook point runs `hooks/<name>` at that point, after the
+/// handlers `plugd.yaml` configures there (priorities above theirs, in
+/// plugin id order), blocking (a `deny` vote stops the chain) with
+/// `on_error: continue` (a broken microapp does not stop every turn; bind
+/// the hook in `plugd.yaml` for fail-closed). A hook `plugd.yaml` already
+/// binds for that plugin is not added twice; other names are logged and
+/// ignored.
+async fn registered_microapp_hooks(
+    config: &PlugdConfig,
+    runtime: &Runtime,
+    configured: &[(HandlerSpec, Arc<dyn HookHandler>)],
+) -> Vec<(HandlerSpec, Arc<dyn HookHandler>)> {
+    let apps: Vec<String> = runtime
+        .microapp_ids()
+        .into_iter()
+        .filter(|id| runtime.plugin(id).is_ok_and(|i| i.approved))
+        .collect();
+    let starts = apps.iter().map(|id| async move {
+        let sup = runtime.supervised(id).ok()?;
+        match sup.connection(Instant::now() + START_TIMEOUT).await {
+            Ok(conn) => Some((id.clone(), plugd_host::dialect::microapp::registered_hooks(&conn))),
+            Err(e) => {
+                tracing::warn!(plugin = %id, "microapp did not start, its registered hooks are not dispatched: {e}");
+                None
+            }
+        }
+    });
+    let started = futures_util::future::join_all(starts).await;
+    let bound = |plugin: &str, hook: &str| {
+        config.plugins.custom.iter().any(|c| {
+            matches!(&c.source, Source::Plugin { plugin: p, binding: Binding::Hook { hook: h, .. } } if p == plugin && h == hook)
+        })
+    };
+    let mut next: std::collections::BTreeMap<HookPoint, i64> = std::collections::BTreeMap::new();
+    for (spec, _) in configured {
+        for p in &spec.points {
+            let n = next.entry(*p).or_insert(spec.priority + 1);
+            *n = (*n).max(spec.priority.saturating_add(1));
+        }
+    }
+    let mut out: Vec<(HandlerSpec, Arc<dyn HookHandler>)> = Vec::new();
+    for (plugin, hooks) in started.into_iter().flatten() {
+        for hook in hooks {
+            let Some(point) = HookPoint::ALL.into_iter().find(|p| p.name() == hook) else {
+                tracing::warn!(%plugin, %hook, "microapp registered hook {hook:?}, which is not a plugd hook point (before_llm_request, before_tool_call, after_tool_result, before_response, before_message); it is never dispatched");
+                continue;
+            };
+            if bound(&plugin, &hook) {
+                continue;
+            }
+            let priority = next.entry(point).or_insert(0);
+            let spec = HandlerSpec {
+                name: format!("microapp:{plugin}:{hook}"),
+                points: vec![point],
+                priority: *priority,
+                blocking: true,
+                on_error: Some(super::OnError::Continue),
+                timeout: HandlerSpec::DEFAULT_TIMEOUT,
+            };
+            *priority = priority.saturating_add(1);
+            tracing::info!(%plugin, %hook, "microapp hook registered in initialize: dispatched at {point}");
+            out.push((
+                spec,
+                Arc::new(MicroappHook::new(
+                    runtime.clone(),
+                    &plugin,
+                    &hook,
+                    HandlerSpec::DEFAULT_TIMEOUT,
+                )),
+            ));
+        }
+    }
+    out
 }
 
 fn init(entry: &CustomEntry, reason: impl Into<String>) -> PipelineError {

@@ -17,14 +17,14 @@ use crate::support::{Ws, eventually, quick, repo, stderr, stdout};
 
 /// A loopback HTTP receiver: records each POSTed JSON body; answers 200, or
 /// `429` with `Retry-After: 17` while `busy` is set.
-struct Receiver {
+pub(crate) struct Receiver {
     addr: SocketAddr,
     got: Arc<Mutex<Vec<Value>>>,
     busy: Arc<Mutex<bool>>,
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    pub(crate) fn start() -> Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
@@ -70,17 +70,17 @@ impl Receiver {
         Receiver { addr, got, busy }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/outbound", self.addr)
     }
 
-    fn got(&self) -> Vec<Value> {
+    pub(crate) fn got(&self) -> Vec<Value> {
         self.got.lock().unwrap().clone()
     }
 }
 
 /// POSTs `body` to `port` on loopback; the status (0 when nothing listens).
-fn post(port: u16, body: &Value) -> u16 {
+pub(crate) fn post(port: u16, body: &Value) -> u16 {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
         return 0;
     };
@@ -137,7 +137,7 @@ fn ok(o: &std::process::Output) {
 
 /// A workspace with the example webhook channel (port and outbound URL set
 /// through `plugd plugin config`), approved.
-fn webhook_ws(outbound: &str) -> (Ws, u16) {
+pub(crate) fn webhook_ws(outbound: &str) -> (Ws, u16) {
     let (ws, port) = webhook_ws_unapproved(outbound);
     ok(&ws.plugd(&["plugin", "approve", "webhook_channel"]));
     (ws, port)

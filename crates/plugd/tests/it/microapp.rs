@@ -12,6 +12,7 @@ use plugd_host::{CallError, CallToolError, HandshakeError, PluginError, Status};
 use plugd_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};
 
+use crate::http::Serve;
 use crate::support::{Ws, eventually, quick, repo, stderr, stdout};
 
 /// Writes `extensions.yaml` with `entries` (id, YAML flow mapping of the
@@ -105,7 +106,12 @@ async fn a_call_returns_the_output_and_carries_binding_and_inbound() {
         .call_tool("ctx_context", json!({}), Some("ana"))
         .await
         .unwrap();
-    assert_eq!(got["binding_context"], json!({"agent_id": "ana"}));
+    assert_eq!(
+        got["binding_context"],
+        json!({"agent_id": "ana", "channel": null, "account_id": null,
+               "binding_id": null, "binding_index": null}),
+        "a call outside a turn has no channel binding"
+    );
     assert_eq!(got["inbound"], "absent");
 
     let binding = json!({"agent_id": "ana", "channel": "whatsapp", "account_id": "acme",
@@ -392,7 +398,7 @@ async fn outbound_requests_are_answered_by_capability() {
     rt.approve("bare", "test").await.unwrap();
     let requests = json!({"requests": [
         {"method": "nexo/dispatch", "params": {"to": "+573000000000", "channel": "whatsapp", "body": "Hello"}},
-        {"method": "nexo/admin/agents_list", "params": {}},
+        {"method": "nexo/admin/agents/list", "params": {}},
         {"method": "nexo/admin/credentials_list", "params": {}},
         {"method": "nexo/teleport", "params": {}},
         {"id": 42, "method": "nexo/dispatch", "params": {"channel": "whatsapp"}},
@@ -410,8 +416,10 @@ async fn outbound_requests_are_answered_by_capability() {
         "{}",
         msg(0)
     );
-    assert_eq!(code(1), -32603);
-    assert!(msg(1).contains("nexo/admin/agents_list"), "{}", msg(1));
+    assert_eq!(
+        replies[1]["result"]["agents"][0]["id"], "default",
+        "a granted admin method is answered: {replies}"
+    );
     assert_eq!(code(2), -32000);
     assert!(
         msg(2).contains("capability credentials_crud not granted"),
@@ -714,4 +722,610 @@ fn plugin_show_names_the_interpreter_and_a_bad_entry_does_not_hide_the_others() 
             .ends_with("extensions/hello-ts/main.js"),
         "{show}"
     );
+}
+
+/// The lines of a JSONL file the test microapp writes in its state
+/// directory (none yet: empty).
+fn jsonl(ws: &Ws, app: &str, file: &str) -> Vec<Value> {
+    std::fs::read_to_string(ws.dir().join(".plugd/state").join(app).join(file))
+        .map(|s| {
+            s.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (at most 30 s) until `app`'s `file` has at least `n` lines.
+fn wait_lines(ws: &Ws, app: &str, file: &str, n: usize) -> Vec<Value> {
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got = jsonl(ws, app, file);
+        if got.len() >= n || Instant::now() > end {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `(method, role or kind)` of each notification line.
+fn shape(lines: &[Value]) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .map(|l| {
+            let p = &l["params"];
+            let what = p["role"].as_str().or(p["kind"].as_str()).unwrap_or("");
+            (l["method"].as_str().unwrap().to_owned(), what.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn a_channel_turn_gives_microapps_the_binding_the_inbound_and_every_notification() {
+    use crate::channels::{Receiver, post, webhook_ws};
+    let rx = Receiver::start();
+    let (ws, port) = webhook_ws(&rx.url());
+    // rec may receive transcripts; deaf may not (it still runs: its tool is
+    // called in the same turn).
+    let mut yaml = String::from("entries:\n");
+    for (id, rest) in [
+        ("rec", ", capabilities: [transcripts_subscribe]"),
+        ("deaf", ""),
+    ] {
+        let dir = ws.dir().join("extensions").join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(
+            repo().join("tests/plugins/microapp/app.py"),
+            dir.join("app.py"),
+        )
+        .unwrap();
+        yaml.push_str(&format!("  {id}: {{path: extensions/{id}/app.py{rest}}}\n"));
+    }
+    std::fs::write(ws.dir().join("extensions.yaml"), yaml).unwrap();
+    for id in ["rec", "deaf"] {
+        let o = ws.plugd(&["plugin", "approve", id]);
+        assert!(o.status.success(), "approve {id}: {}", stderr(&o));
+    }
+    std::fs::write(
+        ws.dir().join("script.yaml"),
+        "steps:\n  - tool_calls:\n      - {name: rec_context, arguments: {}, id: c1}\n      - {name: deaf_echo, arguments: {n: 1}, id: c2}\n  - text: done\n",
+    )
+    .unwrap();
+    let config = |agent: &str| {
+        format!(
+            "llm: {{provider: scripted, script: \"${{{{workspace_dir}}}}/script.yaml\"}}\ntenant: {{agent_id: {agent}, tenant_id: acme}}\n"
+        )
+    };
+    std::fs::write(ws.dir().join("plugd.yaml"), config("ana")).unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+
+    let before = now_ms();
+    let first = json!({"from": "+573000000000", "text": "hi"});
+    let mut status = 0;
+    for _ in 0..300 {
+        status = post(port, &first);
+        if status != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status, 202, "the webhook channel never listened on {port}");
+    let end = Instant::now() + Duration::from_secs(30);
+    while rx.got().is_empty() && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = now_ms();
+    assert_eq!(
+        rx.got(),
+        [json!({"to": "+573000000000", "body": "done"})],
+        "the turn ran to its end"
+    );
+
+    // The tools/call carried the seed's binding context and inbound reference.
+    let calls = jsonl(&ws, "rec", "calls.jsonl");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(calls[0]["tool"], "rec_context");
+    assert_eq!(
+        calls[0]["binding_context"],
+        json!({"agent_id": "ana", "channel": "webhook", "account_id": "acme",
+               "binding_id": "webhook:acme", "binding_index": 0})
+    );
+    let inbound = &calls[0]["inbound"];
+    let session = inbound["session_id"].as_str().unwrap().to_owned();
+    assert!(session.starts_with("channel-webhook-"), "{inbound}");
+    assert_eq!(inbound["kind"], "webhook_message");
+    assert_eq!(inbound["from"], "+573000000000");
+    let ts = inbound["ts_ms"].as_u64().unwrap();
+    assert!(before <= ts && ts <= after, "{before} <= {ts} <= {after}");
+    assert_eq!(
+        inbound.as_object().unwrap().len(),
+        4,
+        "exactly the seed's keys: {inbound}"
+    );
+    let deaf_calls = jsonl(&ws, "deaf", "calls.jsonl");
+    assert_eq!(deaf_calls.len(), 1);
+    assert_eq!(
+        deaf_calls[0]["binding_context"],
+        calls[0]["binding_context"]
+    );
+    assert_eq!(deaf_calls[0]["inbound"], *inbound);
+
+    // Every entry the turn stored, as transcript_appended and agent_event,
+    // then the turn's end, in order.
+    let notes = wait_lines(&ws, "rec", "notifications.jsonl", 11);
+    let t = "nexo/notify/transcript_appended".to_owned();
+    let a = "nexo/notify/agent_event".to_owned();
+    let ta = "transcript_appended".to_owned();
+    let mut expected = Vec::new();
+    for role in ["user", "assistant", "tool", "tool", "assistant"] {
+        expected.push((t.clone(), role.to_owned()));
+        expected.push((a.clone(), ta.clone()));
+    }
+    expected.push((a.clone(), "turn_completed".to_owned()));
+    assert_eq!(shape(&notes), expected, "{notes:#?}");
+    let stored = serve.get(&format!("/v1/sessions/{session}")).json();
+    let stored = stored["transcript"].as_array().unwrap();
+    assert_eq!(stored.len(), 5);
+    for (i, entry) in stored.iter().enumerate() {
+        let (tn, an) = (&notes[2 * i]["params"], &notes[2 * i + 1]["params"]);
+        assert_eq!(
+            tn.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["body", "role", "session_id", "ts_ms"]
+        );
+        assert_eq!(tn["session_id"], session.as_str());
+        assert_eq!(tn["role"], entry["role"]);
+        assert_eq!(tn["body"], entry["content"]);
+        assert!(tn["ts_ms"].as_u64().unwrap() >= ts);
+        assert_eq!(an["agent_id"], "ana");
+        assert_eq!(an["payload"]["seq"], i + 1);
+        assert_eq!(an["payload"]["body"], entry["content"]);
+        assert_eq!(an["payload"]["session_id"], session.as_str());
+    }
+    assert_eq!(notes[0]["params"]["body"], "hi");
+    assert_eq!(notes[8]["params"]["body"], "done");
+    let done = &notes[10]["params"];
+    assert_eq!(done["agent_id"], "ana");
+    assert_eq!(done["payload"]["status"], "completed");
+    assert_eq!(done["payload"]["reply"], "done");
+    assert_eq!(
+        done["payload"]["tool_calls"],
+        json!([{"tool": "rec_context", "ok": true}, {"tool": "deaf_echo", "ok": true}])
+    );
+
+    // An HTTP turn with a tenant: the binding from its context, no channel,
+    // no inbound.
+    let r = serve.post(
+        "/v1/sessions/s-http/messages",
+        &json!({"text": "from http", "context": {"agent_id": "zoe", "account_id": "t9"}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let calls = jsonl(&ws, "rec", "calls.jsonl");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_eq!(
+        calls[1]["binding_context"],
+        json!({"agent_id": "zoe", "channel": null, "account_id": "t9",
+               "binding_id": null, "binding_index": null})
+    );
+    assert!(calls[1].get("inbound").is_none(), "{}", calls[1]);
+
+    // A microapp that missed live frames reads the transcript from a seq;
+    // one without transcripts_subscribe may not.
+    let read = json!({"args": {"requests": [{"method": "nexo/admin/transcripts/read",
+        "params": {"session_id": session, "since_seq": 3}}]}});
+    let r = serve.post("/v1/tools/rec_outbound:invoke", &read);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let entries = r.json()[0]["result"]["entries"].clone();
+    assert_eq!(entries.as_array().unwrap().len(), 2, "{entries}");
+    for (k, e) in entries.as_array().unwrap().iter().enumerate() {
+        assert_eq!(e["seq"], 4 + k);
+        assert_eq!(e["role"], stored[3 + k]["role"]);
+        assert_eq!(e["body"], stored[3 + k]["content"]);
+    }
+    let r = serve.post("/v1/tools/deaf_outbound:invoke", &read);
+    assert_eq!(r.json()[0]["error"]["code"], -32000, "{}", r.text());
+
+    // The agent changes while serve runs: every running microapp gets
+    // agents/updated with the new ids, then tools/list again.
+    // (`plugd plugin approve` ran each once: its `shutdown` is there.)
+    let requests_before: Vec<usize> = ["rec", "deaf"]
+        .iter()
+        .map(|app| jsonl(&ws, app, "requests.jsonl").len())
+        .collect();
+    // (The HTTP turn's own 11 notifications first.)
+    let before_update = wait_lines(&ws, "rec", "notifications.jsonl", 22).len();
+    assert_eq!(before_update, 22);
+    std::fs::write(ws.dir().join("plugd.yaml"), config("bea")).unwrap();
+    let notes = wait_lines(&ws, "rec", "notifications.jsonl", before_update + 1);
+    let last = notes.last().unwrap();
+    assert_eq!(last["method"], "agents/updated", "{notes:#?}");
+    assert_eq!(last["params"], json!({"agent_ids": ["bea"]}));
+    let deaf = wait_lines(&ws, "deaf", "notifications.jsonl", 1);
+    // Per-connection order holds: a transcript notification sent to deaf
+    // would be before this line.
+    assert_eq!(
+        deaf,
+        [json!({"jsonrpc": "2.0", "method": "agents/updated", "params": {"agent_ids": ["bea"]}})]
+    );
+    for (app, n) in ["rec", "deaf"].iter().zip(requests_before) {
+        let reqs = wait_lines(&ws, app, "requests.jsonl", n + 1);
+        assert_eq!(reqs[n..], [json!({"method": "tools/list"})], "{app}");
+    }
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
+
+/// A native plugin `vaultchan` serving channel `vault`, with a secret setting
+/// `token` and a plain one `level` (it is never started here).
+fn vault_channel(ws: &Ws) {
+    let dir = ws.plugin_dir("vaultchan");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/channels/errchan.py"),
+        dir.join("errchan.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("nexo-plugin.toml"),
+        "[plugin]\nid = \"vaultchan\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"errchan.py\"]\n\n[[plugin.channels.register]]\nkind = \"vault\"\n\n[plugin.extends]\nchannels = [\"vault\"]\n\n[plugin.config_schema]\ntype = \"object\"\n[plugin.config_schema.properties.token]\ntype = \"string\"\nwriteOnly = true\n[plugin.config_schema.properties.level]\ntype = \"integer\"\ndefault = 1\n",
+    )
+    .unwrap();
+}
+
+/// `plugd tool call TOOL --args {"requests": requests} --json` with the
+/// master key in `key`; the replies.
+fn admin_calls(ws: &Ws, key: &std::path::Path, tool: &str, requests: Value) -> Vec<Value> {
+    let o = crate::support::plugd_cmd(ws.dir())
+        .env("PLUGD_KEY_FILE", key)
+        .env_remove("PLUGD_MASTER_KEY")
+        .args([
+            "tool",
+            "call",
+            tool,
+            "--args",
+            &json!({ "requests": requests }).to_string(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    v.as_array().unwrap().clone()
+}
+
+#[test]
+fn admin_requests_answer_from_plugd_state_and_unbacked_ones_say_why() {
+    let ws = Ws::new();
+    vault_channel(&ws);
+    apps(
+        &ws,
+        &[
+            (
+                "ops",
+                "capabilities: [agents_crud, credentials_crud, pairing_initiate, llm_keys_crud, channels_crud]",
+            ),
+            ("nosy", "capabilities: [dispatch_outbound]"),
+        ],
+    );
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: openai, base_url: \"http://127.0.0.1:9/v1\", model: m1, api_key_env: PLUGD_TEST_UNSET_KEY}\nagent: {system_prompt: be brief}\ntenant: {agent_id: ana}\n",
+    )
+    .unwrap();
+    for id in ["ops", "nosy"] {
+        let o = ws.plugd(&["plugin", "approve", id]);
+        assert!(o.status.success(), "approve {id}: {}", stderr(&o));
+    }
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("master.key");
+    let r = |m: &str, p: Value| json!({"method": m, "params": p});
+    let replies = admin_calls(
+        &ws,
+        &key,
+        "ops_outbound",
+        json!([
+            r("nexo/admin/agents/list", json!({})),
+            r("nexo/admin/agents/get", json!({"id": "ana"})),
+            r("nexo/admin/agents/get", json!({"id": "zed"})),
+            r("nexo/admin/agents/upsert", json!({"id": "zed"})),
+            r("nexo/admin/reload", json!({})),
+            r("nexo/admin/llm_providers/list", json!({})),
+            r("nexo/admin/llm_providers/upsert", json!({"id": "x"})),
+            r(
+                "nexo/admin/pairing/start",
+                json!({"agent_id": "ana", "channel": "vault"})
+            ),
+            r("nexo/admin/channels/list", json!({})),
+            r("nexo/admin/channels/doctor", json!({})),
+            r("nexo/admin/channels/approve", json!({})),
+            r(
+                "nexo/admin/credentials/register",
+                json!({"channel": "vault", "payload": {"token": "s3cret"}})
+            ),
+            r("nexo/admin/credentials/list", json!({})),
+            r(
+                "nexo/admin/credentials/register",
+                json!({"channel": "vault", "payload": {"level": "2"}})
+            ),
+            r(
+                "nexo/admin/credentials/register",
+                json!({"channel": "vault", "instance": "b2", "payload": {"token": "x"}})
+            ),
+            r(
+                "nexo/admin/credentials/register",
+                json!({"channel": "sms", "payload": {"token": "x"}})
+            ),
+            r("nexo/admin/credentials/revoke", json!({"channel": "vault"})),
+            r("nexo/admin/credentials/list", json!({})),
+            r("nexo/admin/agents/list", json!([1, 2])),
+            r("nexo/admin/agents/get", json!({"id": "a".repeat(70_000)})),
+            r("nexo/admin/agents/frobnicate", json!({})),
+        ]),
+    );
+    let code = |i: usize| replies[i]["error"]["code"].as_i64();
+    let msg = |i: usize| {
+        replies[i]["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let res = |i: usize| replies[i]["result"].clone();
+    assert_eq!(
+        res(0),
+        json!({"agents": [{"id": "ana", "active": true, "model_provider": "openai", "bindings_count": 1}]}),
+        "{replies:#?}"
+    );
+    let ana = res(1);
+    assert_eq!(ana["id"], "ana");
+    assert_eq!(ana["model"], "m1");
+    assert_eq!(ana["system_prompt"], "be brief");
+    assert_eq!(
+        ana["inbound_bindings"],
+        json!([{"channel": "vault", "plugin": "vaultchan", "instance": null,
+                "binding_id": "vault:default", "binding_index": 0}])
+    );
+    assert_eq!(code(2), Some(-32602));
+    assert!(msg(2).contains("unknown agent \"zed\""), "{}", msg(2));
+    for i in [3, 4] {
+        assert_eq!(code(i), Some(-32601), "{}", replies[i]);
+        assert!(msg(i).contains("plugd runs one agent"), "{}", msg(i));
+    }
+    assert_eq!(
+        res(5)["providers"],
+        json!([{"id": "openai", "kind": "openai", "model": "m1", "base_url": "http://127.0.0.1:9/v1",
+                "api_key_env": "PLUGD_TEST_UNSET_KEY", "key_present": false, "active": true}])
+    );
+    assert_eq!(code(6), Some(-32601));
+    assert!(msg(6).contains("llm.api_key_env"), "{}", msg(6));
+    assert_eq!(code(7), Some(-32601));
+    assert!(msg(7).contains("no pairing flow"), "{}", msg(7));
+    assert_eq!(
+        res(8)["channels"],
+        json!([{"channel": "vault", "plugin": "vaultchan", "approved": false, "state": "unapproved",
+                "binding_id": "vault:default", "binding_index": 0}])
+    );
+    let doctor = &res(9)["channels"][0];
+    assert_eq!(doctor["ok"], false);
+    assert!(
+        doctor["issues"][0]
+            .as_str()
+            .unwrap()
+            .contains("plugd plugin approve vaultchan"),
+        "{doctor}"
+    );
+    assert_eq!(code(10), Some(-32601));
+    assert_eq!(
+        res(11),
+        json!({"ok": true, "channel": "vault", "plugin": "vaultchan", "keys": ["token"], "applied": "not_running"})
+    );
+    assert_eq!(
+        res(12)["credentials"],
+        json!([{"channel": "vault", "instance": null, "plugin": "vaultchan", "keys": ["token"], "agent_ids": ["ana"]}]),
+        "names only, never the secret"
+    );
+    assert!(!replies[12].to_string().contains("s3cret"));
+    assert_eq!(
+        code(13),
+        Some(-32602),
+        "only secret settings are credentials"
+    );
+    assert!(
+        msg(13).contains("\"level\" is not a secret setting"),
+        "{}",
+        msg(13)
+    );
+    assert_eq!(code(14), Some(-32602));
+    assert!(msg(14).contains("one instance per channel"), "{}", msg(14));
+    assert_eq!(code(15), Some(-32602));
+    assert!(
+        msg(15).contains("unknown channel \"sms\" (channels here: vault)"),
+        "{}",
+        msg(15)
+    );
+    assert_eq!(
+        res(16),
+        json!({"ok": true, "channel": "vault", "plugin": "vaultchan", "removed": ["token"]})
+    );
+    assert_eq!(res(17)["credentials"][0]["keys"], json!([]));
+    assert_eq!(code(18), Some(-32602));
+    assert!(msg(18).contains("params must be an object"), "{}", msg(18));
+    assert_eq!(code(19), Some(-32602));
+    assert!(msg(19).contains("limited to 65536 bytes"), "{}", msg(19));
+    assert_eq!(code(20), Some(-32601));
+    for (i, reply) in replies.iter().enumerate() {
+        assert_ne!(
+            code(i),
+            Some(-32603),
+            "no granted method is 'not implemented': {reply}"
+        );
+    }
+
+    // The secret reached the store sealed, then left it.
+    let o = ws.plugd(&["plugin", "config", "vaultchan", "get", "token", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(got["source"], "unset", "{got}");
+
+    // Without the capability: -32000 naming it, nothing read or changed.
+    let replies = admin_calls(
+        &ws,
+        &key,
+        "nosy_outbound",
+        json!([
+            r("nexo/admin/agents/list", json!({})),
+            r(
+                "nexo/admin/credentials/register",
+                json!({"channel": "vault", "payload": {"token": "evil"}})
+            ),
+        ]),
+    );
+    assert_eq!(replies[0]["error"]["code"], -32000, "{replies:#?}");
+    assert_eq!(
+        replies[0]["error"]["data"],
+        json!({"capability": "agents_crud", "method": "nexo/admin/agents/list"})
+    );
+    assert!(replies[0].get("result").is_none());
+    assert_eq!(replies[1]["error"]["code"], -32000);
+    let o = ws.plugd(&["plugin", "config", "vaultchan", "get", "token", "--json"]);
+    let got: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(got["source"], "unset", "{got}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_registered_in_initialize_are_dispatched_and_a_deny_blocks_the_turn() {
+    use plugd_runtime::agent::{Agent, TurnStatus};
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::hooks::{HookContext, HookPoint};
+    let ws = Ws::new();
+    apps(
+        &ws,
+        &[
+            (
+                "guard",
+                "config: {hooks: [before_llm_request, not_a_point], deny_word: forbidden}",
+            ),
+            // Registers nothing: never asked.
+            ("quiet", ""),
+        ],
+    );
+    std::fs::write(ws.dir().join("script.yaml"), "steps:\n  - text: fine\n").unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000));
+    rt.approve("guard", "test").await.unwrap();
+    rt.approve("quiet", "test").await.unwrap();
+    // Approval starts nothing for good: the pipeline start launches them.
+    rt.shutdown().await;
+    drop(rt);
+    let rt = ws.runtime(quick(10_000));
+    let config = PlugdConfig::load(ws.dir()).unwrap();
+    let agent = Agent::from_config(&rt, &config).await.unwrap();
+    assert_eq!(
+        agent.pipeline().chain(HookPoint::BeforeLlmRequest),
+        ["microapp:guard:before_llm_request"]
+    );
+    for p in HookPoint::ALL
+        .into_iter()
+        .filter(|p| *p != HookPoint::BeforeLlmRequest)
+    {
+        assert!(agent.pipeline().chain(p).is_empty(), "{p}");
+    }
+    let ctx = HookContext::default();
+    let out = agent.turn("s-ok", "hello", &ctx, None).await.unwrap();
+    assert_eq!(out.status, TurnStatus::Completed, "{out:?}");
+    assert_eq!(out.reply.as_deref(), Some("fine"));
+    let out = agent
+        .turn("s-no", "a forbidden word", &ctx, None)
+        .await
+        .unwrap();
+    assert_eq!(out.status, TurnStatus::Blocked, "{out:?}");
+    assert_eq!(out.blocked_at, Some(HookPoint::BeforeLlmRequest));
+    assert_eq!(
+        out.message.as_deref(),
+        Some("before_llm_request: forbidden is not allowed")
+    );
+    let asked: Vec<Value> = jsonl(&ws, "guard", "requests.jsonl")
+        .into_iter()
+        .filter(|r| r["method"] != "shutdown")
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            json!({"method": "hooks/before_llm_request"}),
+            json!({"method": "hooks/before_llm_request"})
+        ]
+    );
+    assert!(
+        jsonl(&ws, "quiet", "requests.jsonl")
+            .iter()
+            .all(|r| r["method"] == "shutdown"),
+        "a microapp that registered nothing is never asked"
+    );
+    rt.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_hooks_registration_fails_the_handshake_naming_the_field() {
+    let ws = Ws::new();
+    apps(&ws, &[("liar", "config: {hooks: before_message}")]);
+    let rt = ws.runtime(quick(10_000));
+    let err = rt.approve("liar", "test").await.unwrap_err().to_string();
+    assert!(
+        err.contains("\"hooks\" must be a list of hook names"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_cli_turn_sends_the_binding_of_its_context_and_no_inbound() {
+    let ws = Ws::new();
+    apps(&ws, &[("rec", "capabilities: [transcripts_subscribe]")]);
+    let o = ws.plugd(&["plugin", "approve", "rec"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(
+        ws.dir().join("script.yaml"),
+        "steps:\n  - tool_calls:\n      - {name: rec_context, arguments: {}}\n  - text: ok\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\ntenant: {tenant_id: acme}\n",
+    )
+    .unwrap();
+    let o = ws.plugd(&[
+        "run",
+        "hi",
+        "--json",
+        "--context",
+        r#"{"agent_id": "cli-agent", "channel": "sms", "account_id": ""}"#,
+    ]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let calls = jsonl(&ws, "rec", "calls.jsonl");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    // A channel the context names but plugd does not serve: no index; an
+    // empty account is no account (the tenant is used).
+    assert_eq!(
+        calls[0]["binding_context"],
+        json!({"agent_id": "cli-agent", "channel": "sms", "account_id": "acme",
+               "binding_id": "sms:acme", "binding_index": null})
+    );
+    assert!(calls[0].get("inbound").is_none(), "{}", calls[0]);
+    // The turn's transcript reached the microapp before the CLI exited.
+    let notes = jsonl(&ws, "rec", "notifications.jsonl");
+    let bodies: Vec<&str> = notes
+        .iter()
+        .filter(|n| n["method"] == "nexo/notify/transcript_appended")
+        .map(|n| n["params"]["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies.first(), Some(&"hi"), "{notes:#?}");
+    assert_eq!(bodies.last(), Some(&"ok"), "{notes:#?}");
 }

@@ -1,0 +1,642 @@
+//! The runtime side of the nexo microapp contract (seed 001): the binding
+//! context and inbound reference agent turns put on `tools/call`, the
+//! notifications microapps get (`nexo/notify/transcript_appended`,
+//! `nexo/notify/agent_event`, `agents/updated` followed by a `tools/list`
+//! refresh), and the `nexo/admin/*` methods plugd can back.
+//!
+//! **Agents.** plugd runs one agent, configured by `plugd.yaml` (`agent:`,
+//! `llm:`, `tenant:`); its id is `tenant.agent_id`, or [`DEFAULT_AGENT_ID`].
+//! Its bindings are the channel kinds the workspace's channel plugins serve,
+//! in [`Runtime::channel_kinds`] order (`binding_index` is the position,
+//! `binding_id` is `<channel>:<account_id or "default">`, the seed's form).
+//!
+//! **Admin.** Each method answers from plugd's own state; the methods plugd
+//! has no concept for answer `-32601` with the reason (see [`admin`] and
+//! `docs/contracts/microapp.md`). Secrets are never returned: credential
+//! listings carry setting names only.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use plugd_host::dialect::microapp::notify;
+use plugd_wire::{ErrorObject, codes};
+use serde_json::{Value, json};
+
+use crate::Runtime;
+use crate::config::PlugdConfig;
+use crate::hooks::HookContext;
+use crate::llm::LlmConfig;
+use crate::plugin_config::Kind;
+
+/// The id of plugd's agent when `tenant.agent_id` names none.
+pub const DEFAULT_AGENT_ID: &str = "default";
+
+/// Most entries one `nexo/admin/transcripts/read` returns.
+pub const MAX_TRANSCRIPT_READ: usize = 500;
+
+/// How often serve looks at `plugd.yaml` for agent changes.
+pub const AGENTS_POLL: Duration = Duration::from_secs(1);
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The seed's inbound message reference of a channel message:
+/// `{kind: "<channel>_message", from, ts_ms, session_id}`.
+pub fn inbound_reference(channel: &str, from: &str, ts_ms: u64, session_id: &str) -> Value {
+    json!({
+        "kind": format!("{channel}_message"),
+        "from": from,
+        "ts_ms": ts_ms,
+        "session_id": session_id,
+    })
+}
+
+/// The agent id of a turn context.
+pub fn agent_id(ctx: &HookContext) -> String {
+    ctx.agent_id
+        .clone()
+        .unwrap_or_else(|| DEFAULT_AGENT_ID.to_owned())
+}
+
+fn not_backed(method: &str, why: &str) -> ErrorObject {
+    ErrorObject::new(
+        codes::METHOD_NOT_FOUND,
+        format!("{method} is not available in plugd: {why}"),
+    )
+    .with_data(json!({"method": method, "reason": why}))
+}
+
+fn invalid(method: &str, message: impl std::fmt::Display) -> ErrorObject {
+    ErrorObject::new(codes::INVALID_PARAMS, format!("{method}: {message}"))
+}
+
+fn internal(method: &str, message: impl std::fmt::Display) -> ErrorObject {
+    ErrorObject::new(codes::INTERNAL_ERROR, format!("{method}: {message}"))
+}
+
+/// A string param, when present; `-32602` when present with another type.
+fn opt_str<'a>(method: &str, p: &'a Value, key: &str) -> Result<Option<&'a str>, ErrorObject> {
+    match p.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(invalid(
+            method,
+            format!("{key:?} must be a string, got {other}"),
+        )),
+    }
+}
+
+fn req_str<'a>(method: &str, p: &'a Value, key: &str) -> Result<&'a str, ErrorObject> {
+    opt_str(method, p, key)?
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| invalid(method, format!("needs a non-empty string {key:?}")))
+}
+
+impl Runtime {
+    /// The seed's `binding_context` of a turn with context `ctx`: the agent,
+    /// the channel the turn came from (`null` for HTTP and CLI turns that
+    /// name none), the account (`account_id`, else the tenant), the binding
+    /// id and its index among the channels this plugd serves.
+    pub fn binding_context(&self, ctx: &HookContext) -> Value {
+        let set = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+        let account = set(&ctx.account_id).or_else(|| set(&ctx.tenant_id));
+        let channel = set(&ctx.channel);
+        let binding_id = channel
+            .as_deref()
+            .map(|c| format!("{c}:{}", account.as_deref().unwrap_or("default")));
+        let binding_index = channel.as_deref().and_then(|c| {
+            self.channel_kinds()
+                .iter()
+                .position(|(k, _)| k.as_str() == c)
+        });
+        json!({
+            "agent_id": agent_id(ctx),
+            "channel": channel,
+            "account_id": account,
+            "binding_id": binding_id,
+            "binding_index": binding_index,
+        })
+    }
+
+    /// Sends notification `method` to every running microapp whose entry may
+    /// receive it (see `notification_capability`); returns how many got it.
+    /// Idle microapps are not started for a notification; a full queue sheds
+    /// it (logged).
+    pub fn notify_microapps(&self, method: &str, params: &Value) -> usize {
+        let mut sent = 0;
+        for (id, sup) in &self.inner.plugins {
+            if sup.spec().microapp.is_none() {
+                continue;
+            }
+            let Some(conn) = sup.current() else { continue };
+            match notify(&conn, method, params.clone()) {
+                Ok(true) => sent += 1,
+                Ok(false) => {
+                    tracing::warn!(plugin = %id, %method, "notification shed: the microapp's queue is full")
+                }
+                Err(why) => tracing::trace!(plugin = %id, %method, "not sent: {why}"),
+            }
+        }
+        sent
+    }
+
+    /// What a turn appended to session `session_id` (entries `(role, body)`,
+    /// the first at transcript position `first_seq`), to the microapps
+    /// holding `transcripts_subscribe`: one `nexo/notify/transcript_appended
+    /// {session_id, role, body, ts_ms}` and one `nexo/notify/agent_event
+    /// {kind: "transcript_appended", agent_id, payload}` per entry.
+    pub(crate) fn notify_transcript(
+        &self,
+        agent: &str,
+        session_id: &str,
+        first_seq: usize,
+        entries: &[(&str, &str)],
+    ) {
+        if !self.any_microapp() {
+            return;
+        }
+        let ts_ms = now_ms();
+        for (i, (role, body)) in entries.iter().enumerate() {
+            self.notify_microapps(
+                "nexo/notify/transcript_appended",
+                &json!({"session_id": session_id, "role": role, "body": body, "ts_ms": ts_ms}),
+            );
+            self.notify_microapps(
+                "nexo/notify/agent_event",
+                &json!({
+                    "kind": "transcript_appended",
+                    "agent_id": agent,
+                    "payload": {
+                        "session_id": session_id,
+                        "seq": first_seq + i,
+                        "role": role,
+                        "body": body,
+                        "ts_ms": ts_ms,
+                    },
+                }),
+            );
+        }
+    }
+
+    /// `nexo/notify/agent_event {kind, agent_id, payload}` to the microapps
+    /// holding `transcripts_subscribe`.
+    pub(crate) fn notify_agent_event(&self, kind: &str, agent: &str, payload: Value) {
+        if !self.any_microapp() {
+            return;
+        }
+        self.notify_microapps(
+            "nexo/notify/agent_event",
+            &json!({"kind": kind, "agent_id": agent, "payload": payload}),
+        );
+    }
+
+    /// The ids of the workspace's microapps.
+    pub fn microapp_ids(&self) -> Vec<String> {
+        self.inner
+            .plugins
+            .iter()
+            .filter(|(_, s)| s.spec().microapp.is_some())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    fn any_microapp(&self) -> bool {
+        self.inner
+            .plugins
+            .values()
+            .any(|s| s.spec().microapp.is_some())
+    }
+
+    /// The agents of `config` as `agents/get` shows them (one: plugd's).
+    pub fn agents(&self, config: &PlugdConfig) -> Vec<Value> {
+        let id = config
+            .tenant
+            .agent_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_AGENT_ID.to_owned());
+        let (provider, model) = match &config.llm {
+            Some(LlmConfig::Openai { model, .. }) => {
+                (Some("openai".to_owned()), Some(model.clone()))
+            }
+            Some(LlmConfig::Plugin { plugin, model, .. }) => {
+                (Some(format!("plugin:{plugin}")), Some(model.clone()))
+            }
+            Some(LlmConfig::Scripted { .. }) => (Some("scripted".to_owned()), None),
+            None => (None, None),
+        };
+        let account = config
+            .tenant
+            .account_id
+            .clone()
+            .or_else(|| config.tenant.tenant_id.clone());
+        let bindings: Vec<Value> = self
+            .channel_kinds()
+            .into_iter()
+            .enumerate()
+            .map(|(i, (kind, plugin))| {
+                json!({
+                    "channel": kind,
+                    "plugin": plugin,
+                    "instance": null,
+                    "binding_id": format!("{kind}:{}", account.as_deref().unwrap_or("default")),
+                    "binding_index": i,
+                })
+            })
+            .collect();
+        vec![json!({
+            "id": id,
+            "active": true,
+            "model_provider": provider,
+            "model": model,
+            "system_prompt": config.agent.system_prompt,
+            "max_tool_rounds": config.agent.max_tool_rounds,
+            "tenant_id": config.tenant.tenant_id,
+            "account_id": account,
+            "inbound_bindings": bindings,
+        })]
+    }
+
+    /// `agents/updated {agent_ids}` to every running microapp, then
+    /// `tools/list` again for each (the binding surface changed).
+    pub async fn agents_updated(&self, agent_ids: &[String]) {
+        self.notify_microapps("agents/updated", &json!({"agent_ids": agent_ids}));
+        for (id, sup) in &self.inner.plugins {
+            if sup.spec().microapp.is_none() || sup.current().is_none() {
+                continue;
+            }
+            if let Err(e) = sup.refresh_tools().await {
+                tracing::warn!(plugin = %id, "tools/list after agents/updated failed: {e}");
+            }
+        }
+    }
+
+    /// Run by serve: reads `plugd.yaml` every [`AGENTS_POLL`] and, when the
+    /// agent view ([`Runtime::agents`]) changed, sends `agents/updated` and
+    /// refreshes the microapps' catalogs. A `plugd.yaml` that does not parse
+    /// is logged once and ignored until it does.
+    pub async fn watch_agents(self) {
+        let load = |rt: &Runtime| PlugdConfig::load(rt.dir()).map(|c| rt.agents(&c));
+        let mut last = load(&self).ok();
+        let mut warned = false;
+        loop {
+            tokio::time::sleep(AGENTS_POLL).await;
+            match load(&self) {
+                Ok(now) => {
+                    warned = false;
+                    if last.as_ref() != Some(&now) {
+                        let ids: Vec<String> = now
+                            .iter()
+                            .filter_map(|a| a["id"].as_str().map(str::to_owned))
+                            .collect();
+                        tracing::info!(agents = ?ids, "agent configuration changed: agents/updated sent to microapps");
+                        last = Some(now);
+                        self.agents_updated(&ids).await;
+                    }
+                }
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(
+                        "plugd.yaml changed but does not load ({e}); microapps are not told until it does"
+                    );
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+/// Answers a granted `nexo/admin/*` request of microapp `plugin`.
+///
+/// | method | answer |
+/// |---|---|
+/// | `agents/list {active_only?}` | `{agents: [{id, active, model_provider, bindings_count}]}` |
+/// | `agents/get {id}` | the agent (`-32602` for another id) |
+/// | `agents/upsert`, `agents/delete`, `reload` | `-32601`: plugd.yaml is edited by hand and read at start |
+/// | `credentials/list` | `{credentials: [{channel, instance, plugin, keys, agent_ids}]}` (names of the channel plugin's secret settings that are set) |
+/// | `credentials/register {channel, instance?, payload}` | stores each `payload` key as the channel plugin's secret setting; `{ok, channel, plugin, keys, applied}` |
+/// | `credentials/revoke {channel, instance?}` | removes the channel plugin's secret settings; `{ok, channel, plugin, removed}` |
+/// | `pairing/*` | `-32601`: plugd has no pairing flow |
+/// | `llm_providers/list` | `{providers: [{id, kind, model, base_url, api_key_env, key_present, active}]}` |
+/// | `llm_providers/upsert`, `llm_providers/delete` | `-32601`: the provider is `plugd.yaml`'s `llm:` and its key an environment variable |
+/// | `channels/list` | `{channels: [{channel, plugin, approved, state, binding_id, binding_index}]}` |
+/// | `channels/doctor` | `{channels: [{channel, plugin, ok, issues}]}` |
+/// | `channels/approve`, `channels/revoke` | `-32601`: no per-agent channel servers; plugins are approved by the operator |
+/// | `transcripts/read {session_id, since_seq?, limit?}` | `{session_id, entries: [{seq, role, body, at}]}`, entries after `since_seq` (the `seq` of `agent_event`), at most `limit` (≤ 500) |
+pub(crate) async fn admin(
+    rt: &Runtime,
+    plugin: &str,
+    method: &str,
+    params: Value,
+) -> Result<Value, ErrorObject> {
+    let short = method.strip_prefix("nexo/admin/").unwrap_or(method);
+    match short {
+        "agents/list" | "agents/get" => {
+            let config = PlugdConfig::load(rt.dir())
+                .map_err(|e| internal(method, format!("plugd.yaml does not load: {e}")))?;
+            let agents = rt.agents(&config);
+            if short == "agents/list" {
+                let list: Vec<Value> = agents
+                    .iter()
+                    .map(|a| {
+                        json!({
+                            "id": a["id"],
+                            "active": a["active"],
+                            "model_provider": a["model_provider"],
+                            "bindings_count": a["inbound_bindings"].as_array().map_or(0, Vec::len),
+                        })
+                    })
+                    .collect();
+                return Ok(json!({"agents": list}));
+            }
+            let id = req_str(method, &params, "id")?;
+            agents.into_iter().find(|a| a["id"] == id).ok_or_else(|| {
+                invalid(method, format!("unknown agent {id:?}")).with_data(json!({"id": id}))
+            })
+        }
+        "agents/upsert" | "agents/delete" | "reload" => Err(not_backed(
+            method,
+            "plugd runs one agent, configured by hand in plugd.yaml (agent:, llm:, tenant.agent_id) and read when serve starts; edit the file and restart serve (microapps get agents/updated when it changes)",
+        )),
+        "credentials/list" => {
+            let mut out = Vec::new();
+            let config = PlugdConfig::load(rt.dir()).ok();
+            let agent_ids: Vec<Value> = config
+                .map(|c| rt.agents(&c).into_iter().map(|a| a["id"].clone()).collect())
+                .unwrap_or_default();
+            for (kind, owner) in rt.channel_kinds() {
+                let entries = rt.config_show(&owner).map_err(|e| internal(method, e))?;
+                let keys: Vec<&str> = entries
+                    .iter()
+                    .filter(|e| e.secret && e.source == "set")
+                    .map(|e| e.key.as_str())
+                    .collect();
+                out.push(json!({
+                    "channel": kind,
+                    "instance": null,
+                    "plugin": owner,
+                    "keys": keys,
+                    "agent_ids": agent_ids,
+                }));
+            }
+            Ok(json!({"credentials": out}))
+        }
+        "credentials/register" | "credentials/revoke" => {
+            let (kind, owner) = channel_of(rt, method, &params)?;
+            let schema = rt.config_schema(&owner).map_err(|e| internal(method, e))?;
+            let secrets: Vec<&str> = schema
+                .fields
+                .iter()
+                .filter(|f| f.kind == Kind::Secret)
+                .map(|f| f.key.as_str())
+                .collect();
+            if short == "credentials/revoke" {
+                let mut removed = Vec::new();
+                for key in &secrets {
+                    rt.config_unset(&owner, key)
+                        .await
+                        .map_err(|e| internal(method, e))?;
+                    removed.push(*key);
+                }
+                tracing::info!(%plugin, channel = %kind, owner = %owner, "credentials revoked by microapp");
+                return Ok(
+                    json!({"ok": true, "channel": kind, "plugin": owner, "removed": removed}),
+                );
+            }
+            let payload = params
+                .get("payload")
+                .and_then(Value::as_object)
+                .filter(|m| !m.is_empty())
+                .ok_or_else(|| {
+                    invalid(
+                        method,
+                        "needs a non-empty object \"payload\" of the channel's secret settings",
+                    )
+                })?;
+            // Every key is checked before anything is stored.
+            let mut values = Vec::new();
+            for (key, value) in payload {
+                if !secrets.contains(&key.as_str()) {
+                    return Err(invalid(
+                        method,
+                        format!(
+                            "{key:?} is not a secret setting of channel {kind:?} (plugin {owner:?}; its secret settings: {})",
+                            if secrets.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                secrets.join(", ")
+                            }
+                        ),
+                    ));
+                }
+                let Some(v) = value.as_str() else {
+                    return Err(invalid(method, format!("payload.{key} must be a string")));
+                };
+                values.push((key.as_str(), v));
+            }
+            let mut applied = "not_running";
+            for (key, v) in &values {
+                let a = rt
+                    .config_set(&owner, key, v)
+                    .await
+                    .map_err(|e| internal(method, e))?;
+                applied = match a {
+                    crate::plugin_config::Applied::NotRunning => "not_running",
+                    crate::plugin_config::Applied::Notified => "notified",
+                    crate::plugin_config::Applied::Restarted => "restarted",
+                };
+            }
+            let keys: Vec<&str> = values.iter().map(|(k, _)| *k).collect();
+            tracing::info!(%plugin, channel = %kind, owner = %owner, ?keys, "credentials registered by microapp");
+            Ok(
+                json!({"ok": true, "channel": kind, "plugin": owner, "keys": keys, "applied": applied}),
+            )
+        }
+        "llm_providers/list" => {
+            let config = PlugdConfig::load(rt.dir())
+                .map_err(|e| internal(method, format!("plugd.yaml does not load: {e}")))?;
+            let providers: Vec<Value> = match &config.llm {
+                None => Vec::new(),
+                Some(LlmConfig::Openai {
+                    base_url,
+                    model,
+                    api_key_env,
+                    ..
+                }) => vec![json!({
+                    "id": "openai",
+                    "kind": "openai",
+                    "model": model,
+                    "base_url": base_url,
+                    "api_key_env": api_key_env,
+                    "key_present": api_key_env.as_deref().is_some_and(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())),
+                    "active": true,
+                })],
+                Some(LlmConfig::Plugin {
+                    plugin: p,
+                    name,
+                    model,
+                }) => vec![json!({
+                    "id": name,
+                    "kind": "plugin",
+                    "plugin": p,
+                    "model": model,
+                    "active": true,
+                })],
+                Some(LlmConfig::Scripted { .. }) => vec![json!({
+                    "id": "scripted",
+                    "kind": "scripted",
+                    "active": true,
+                })],
+            };
+            Ok(json!({"providers": providers}))
+        }
+        "llm_providers/upsert" | "llm_providers/delete" => Err(not_backed(
+            method,
+            "the provider is plugd.yaml's llm: section and its key an environment variable (llm.api_key_env) or a plugin setting (plugd plugin config); plugd does not rewrite either from a microapp",
+        )),
+        "pairing/start" | "pairing/status" | "pairing/cancel" => Err(not_backed(
+            method,
+            "plugd has no pairing flow: a channel plugin is configured with its settings (credentials/register or plugd plugin config)",
+        )),
+        "channels/list" => {
+            let mut out = Vec::new();
+            for (i, (kind, owner)) in rt.channel_kinds().into_iter().enumerate() {
+                let info = rt.plugin(&owner).map_err(|e| internal(method, e))?;
+                out.push(json!({
+                    "channel": kind,
+                    "plugin": owner,
+                    "approved": info.approved,
+                    "state": info.state,
+                    "binding_id": format!("{kind}:default"),
+                    "binding_index": i,
+                }));
+            }
+            Ok(json!({"channels": out}))
+        }
+        "channels/doctor" => {
+            let mut out = Vec::new();
+            for (kind, owner) in rt.channel_kinds() {
+                let mut issues = Vec::new();
+                match rt.plugin(&owner) {
+                    Ok(info) => {
+                        if !info.approved {
+                            issues.push(format!(
+                                "plugin {owner:?} is {}: run `plugd plugin approve {owner}`",
+                                info.state
+                            ));
+                        }
+                        if let Some(e) = info.error {
+                            issues.push(format!("plugin {owner:?} failed: {e}"));
+                        }
+                    }
+                    Err(e) => issues.push(e.to_string()),
+                }
+                if let Ok(sup) = rt.supervised(&owner)
+                    && !plugd_host::native_host::channel_kinds(sup.spec()).contains(&kind)
+                {
+                    issues.push(format!("plugin {owner:?} does not register channel {kind:?} in [[plugin.channels.register]], so it may not publish plugin.inbound.{kind}"));
+                }
+                if let Ok(entries) = rt.config_show(&owner) {
+                    for e in entries.iter().filter(|e| e.required && e.source == "unset") {
+                        issues.push(format!("required setting {:?} is not set", e.key));
+                    }
+                }
+                out.push(json!({"channel": kind, "plugin": owner, "ok": issues.is_empty(), "issues": issues}));
+            }
+            Ok(json!({"channels": out}))
+        }
+        "transcripts/read" => {
+            let session = req_str(method, &params, "session_id")?;
+            if !plugd_store::sessions::valid_session_id(session) {
+                return Err(invalid(method, format!("invalid session id {session:?}")));
+            }
+            let since = match params.get("since_seq") {
+                None | Some(Value::Null) => 0,
+                Some(v) => v.as_u64().ok_or_else(|| {
+                    invalid(
+                        method,
+                        format!("\"since_seq\" must be a non-negative integer, got {v}"),
+                    )
+                })?,
+            };
+            let limit = match params.get("limit") {
+                None | Some(Value::Null) => MAX_TRANSCRIPT_READ,
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        invalid(
+                            method,
+                            format!("\"limit\" must be a positive integer, got {v}"),
+                        )
+                    })?
+                    .min(MAX_TRANSCRIPT_READ as u64) as usize,
+            };
+            let rows = rt
+                .store()
+                .session_transcript(session)
+                .map_err(|e| internal(method, e))?;
+            let entries: Vec<Value> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (i as u64 + 1, e))
+                .filter(|(seq, _)| *seq > since)
+                .take(limit)
+                .map(|(seq, e)| {
+                    json!({
+                        "seq": seq,
+                        "role": e["role"],
+                        "body": e["content"],
+                        "at": e["at"],
+                    })
+                })
+                .collect();
+            Ok(json!({"session_id": session, "entries": entries}))
+        }
+        "channels/approve" | "channels/revoke" => Err(not_backed(
+            method,
+            "plugd has no per-agent channel servers: every approved channel plugin serves the agent, and approving a plugin is the operator's decision (plugd plugin approve|revoke)",
+        )),
+        _ => Err(ErrorObject::new(
+            codes::METHOD_NOT_FOUND,
+            format!(
+                "method not found: {method} (plugd serves nexo/admin/agents/{{list,get}}, credentials/{{list,register,revoke}}, llm_providers/list, channels/{{list,doctor}}, transcripts/read)"
+            ),
+        )),
+    }
+}
+
+/// The channel `params.channel` names and the plugin serving it; `instance`
+/// must be absent, `null` or `"default"` (one instance per channel).
+fn channel_of(rt: &Runtime, method: &str, params: &Value) -> Result<(String, String), ErrorObject> {
+    let kind = req_str(method, params, "channel")?;
+    match opt_str(method, params, "instance")? {
+        None | Some("default") => {}
+        Some(other) => {
+            return Err(invalid(
+                method,
+                format!("instance {other:?}: plugd runs one instance per channel; omit instance"),
+            ));
+        }
+    }
+    rt.channel_kinds()
+        .into_iter()
+        .find(|(k, _)| k == kind)
+        .ok_or_else(|| {
+            let known: Vec<String> = rt.channel_kinds().into_iter().map(|(k, _)| k).collect();
+            invalid(
+                method,
+                format!(
+                    "unknown channel {kind:?} (channels here: {})",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            )
+        })
+}
