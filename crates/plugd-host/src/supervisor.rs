@@ -281,12 +281,21 @@ pub struct Conn {
     /// What the host decided for this start (configuration, containment).
     pub launch: Arc<Launch>,
     started: Instant,
+    /// Set when the host killed this run for working on past a cancel (a
+    /// deliberate stop, not a crash).
+    runaway: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Conn {
     /// How long this run has been up.
     pub fn uptime(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Whether the host killed this run because it kept working on a
+    /// cancelled call.
+    pub fn killed_as_runaway(&self) -> bool {
+        self.runaway.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Graceful stop: `shutdown`, wait for the reply, `grace` for the exit,
@@ -744,8 +753,12 @@ impl SupInner {
         peer_config.max_frame = self.config.max_frame;
         peer_config.queue_depth = self.config.queue_depth;
         peer_config.cancel = setup.cancel;
-        let runaway = handle.clone();
-        peer_config.on_runaway = Some(Arc::new(move |_why: String| runaway.kill_group()));
+        let runaway_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let runaway = (handle.clone(), runaway_flag.clone());
+        peer_config.on_runaway = Some(Arc::new(move |_why: String| {
+            runaway.1.store(true, std::sync::atomic::Ordering::Release);
+            runaway.0.kill_group();
+        }));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
         let tail = stderr::collect_shared(
             peer.plugin().clone(),
@@ -830,6 +843,7 @@ impl SupInner {
                     state: dialect_state,
                     launch,
                     started: Instant::now(),
+                    runaway: runaway_flag,
                 }))
             }
             Err(source) => {
@@ -923,6 +937,21 @@ impl SupInner {
         let current = matches!(&ctl.slot, Slot::Running(c) if Arc::ptr_eq(c, &conn));
         if ctl.epoch != epoch || !current {
             return; // an orderly stop
+        }
+        if conn.killed_as_runaway() {
+            // plugd killed it for ignoring a cancel: not a crash, and no
+            // step towards `failed`. It starts again when next needed.
+            tracing::warn!(plugin = %self.spec.id,
+                "stopped for working on past a cancelled call; it starts again when next needed ({closed})");
+            ctl.epoch += 1;
+            if self.spec.supervisor.start == StartMode::Eager {
+                self.begin_start(&mut ctl, true);
+            } else {
+                ctl.slot = Slot::Idle;
+                drop(ctl);
+                self.publish(Status::Idle);
+            }
+            return;
         }
         tracing::error!(plugin = %self.spec.id, "{closed}");
         if conn.uptime() >= self.spec.supervisor.stable_after {
