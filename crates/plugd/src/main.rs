@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
 //! otherwise (2 for usage errors, from clap), 3 when `plugd run`'s turn was
-//! blocked by a hook, 130 when interrupted.
+//! blocked by a hook, 130 when interrupted; `tool call --json` exits 4..8 by
+//! error class (see `tool_call_cmd`).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod agent_cmd;
@@ -23,13 +24,13 @@ mod serve_lock;
 mod sign_cmd;
 mod state_cmd;
 mod token_cmd;
+mod tool_call_cmd;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use plugd_host::HostConfig;
-use plugd_host::dialect::CallContext;
 use plugd_runtime::{PluginInfo, Runtime};
 use serde_json::Value;
 
@@ -354,6 +355,11 @@ async fn run(cli: Cli) -> Result<i32> {
         other => interruptible(&rt, dispatch(&rt, other)).await,
     };
     rt.shutdown().await;
+    if let (Err(e), Command::Tool(ToolCmd::Call { json, .. })) = (&result, &cli.command)
+        && json.json
+    {
+        return Ok(tool_call_cmd::report(e));
+    }
     result.map(|()| 0)
 }
 
@@ -430,28 +436,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             agent,
             json,
             ..
-        }) => {
-            let args: Value = serde_json::from_str(args)
-                .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
-            if !args.is_object() {
-                bail!("--args must be a JSON object, got {args}");
-            }
-            let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
-            let printer = tokio::spawn(async move {
-                while let Some(event) = events.recv().await {
-                    eprintln!("progress: {}", describe_progress(&event));
-                }
-            });
-            let ctx = CallContext {
-                agent_id: agent.clone(),
-                progress: Some(progress),
-                ..CallContext::default()
-            };
-            let result = rt.call_tool_with(name, args, &ctx).await;
-            drop(ctx);
-            let _ = printer.await;
-            print_json(&result?, !json.json)?;
-        }
+        }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
         Command::Serve(args) => serve(rt, args).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,

@@ -28,6 +28,7 @@ mod secrets;
 mod semantic;
 mod signatures;
 mod support;
+mod typed_errors;
 mod vai;
 mod vector;
 mod watching;
