@@ -44,7 +44,7 @@ use plugd_host::dialect::{CallContext, HostServices};
 use plugd_host::{
     CallToolError, Handshake, HostConfig, Launch, Observer, Status, Supervised, ToolDef,
 };
-use plugd_manifest::{LoadOptions, PluginSpec};
+use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
@@ -581,12 +581,24 @@ impl Runtime {
                 )
             }
             _ => {
+                let waiting = matches!(
+                    status,
+                    Status::Idle | Status::Stopped | Status::Failed { .. }
+                )
+                .then(|| plugin_config::missing_required(&self.inner.store, spec))
+                .flatten();
                 let err = match &status {
+                    _ if waiting.is_some() => waiting.clone(),
                     Status::Failed { reason } => Some(reason.clone()),
                     Status::Backoff { last_error, .. } => Some(last_error.clone()),
                     _ => None,
                 };
-                (status.name().to_owned(), err)
+                let state = if waiting.is_some() {
+                    "unconfigured"
+                } else {
+                    status.name()
+                };
+                (state.to_owned(), err)
             }
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
@@ -662,6 +674,21 @@ impl Runtime {
             && let Err(e) = self.inner.pins.forget(pin)
         {
             tracing::warn!(plugin = %id, "could not remove the previous pin: {e}");
+        }
+        // Seed 004's order is discovery → approval → configuration → first
+        // call: a Salmex plugin whose required settings are not set yet is
+        // approved on its plugin.json catalog and waits, unconfigured, for
+        // `plugd plugin config ID set`; its first call then starts it.
+        if sup.spec().dialect == Dialect::Salmex
+            && plugin_config::missing_required(store, sup.spec()).is_some()
+        {
+            let tools = plugd_host::dialect::salmex::declared_tools(sup.spec());
+            let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
+            store.update_catalog(id, &approval.digest, &catalog)?;
+            sup.stop().await;
+            sup.clear_failure();
+            write(&self.inner.registry).set_plugin_tools(id, &tools);
+            return self.plugin(id);
         }
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);

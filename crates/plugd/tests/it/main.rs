@@ -23,6 +23,7 @@ mod pinning;
 mod resilience;
 mod risk;
 mod salmex;
+mod salmex_lifecycle;
 mod sandbox;
 mod secrets;
 mod semantic;
