@@ -128,6 +128,15 @@ pub enum RuntimeError {
     /// The risk gate refused the call (disabled, denied, not approved in time).
     #[error(transparent)]
     Gate(#[from] risk::GateError),
+    /// An operator stopped the plugin (`plugd plugin stop`); it stays
+    /// stopped until `plugd plugin start`.
+    #[error("plugin {plugin:?} is {reason}")]
+    Stopped {
+        /// Plugin id.
+        plugin: String,
+        /// Who stopped it and when, and the command that starts it.
+        reason: String,
+    },
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
@@ -274,6 +283,17 @@ impl Observer for TrustObserver {
         if let Err(e) = self.store.mark_failed(&spec.id, &reason) {
             tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
         }
+    }
+}
+
+/// How the reason of an operator stop begins (see [`Runtime::stop`]).
+const OPERATOR_STOP: &str = "stopped by an operator";
+
+/// The reason of an operator stop holding `sup`, if one does.
+fn operator_stop(sup: &Supervised) -> Option<String> {
+    match sup.status() {
+        Status::Failed { reason } if reason.starts_with(OPERATOR_STOP) => Some(reason),
+        _ => None,
     }
 }
 
@@ -588,12 +608,17 @@ impl Runtime {
                 .then(|| plugin_config::missing_required(&self.inner.store, spec))
                 .flatten();
                 let err = match &status {
+                    Status::Failed { reason } if reason.starts_with(OPERATOR_STOP) => {
+                        Some(reason.clone())
+                    }
                     _ if waiting.is_some() => waiting.clone(),
                     Status::Failed { reason } => Some(reason.clone()),
                     Status::Backoff { last_error, .. } => Some(last_error.clone()),
                     _ => None,
                 };
-                let state = if waiting.is_some() {
+                let state = if operator_stop(sup).is_some() {
+                    "stopped"
+                } else if waiting.is_some() {
                     "unconfigured"
                 } else {
                     status.name()
@@ -801,7 +826,51 @@ impl Runtime {
         entry.validate(&args)?;
         risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
+        if let Some(reason) = operator_stop(sup) {
+            return Err(RuntimeError::Stopped {
+                plugin: entry.plugin.to_string(),
+                reason,
+            });
+        }
         Ok(sup.call_tool(&entry.def, args, ctx, None).await?)
+    }
+
+    /// Stops plugin `id` as an operator action (`plugd plugin stop`): the
+    /// stop is recorded in the state database (as a failure of a fixed
+    /// form), so it holds — no call, eager start or configuration change
+    /// starts it again, in this process, a running serve or after a
+    /// restart of plugd — until [`Runtime::start`] (or `plugd plugin
+    /// restart`, or a new approval).
+    pub async fn stop(&self, id: &str, by: &str) -> Result<(), RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        let reason = format!(
+            "{OPERATOR_STOP} ({by}, {}); run `plugd plugin start {id}` to start it",
+            plugd_store::now_rfc3339()
+        );
+        self.inner.store.mark_failed(id, &reason)?;
+        sup.stop().await;
+        sup.mark_failed(reason);
+        Ok(())
+    }
+
+    /// Starts plugin `id` now as an operator action (`plugd plugin
+    /// start`): clears an operator stop (or a failure) and the restart
+    /// budget, then waits up to 30 s for the handshake, so a start that
+    /// cannot succeed (not approved, settings missing) says why.
+    pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        self.inner.store.clear_failure(id)?;
+        sup.reset().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        sup.connection(deadline)
+            .await
+            .map_err(|e| RuntimeError::Call(CallToolError::Plugin(e)))?;
+        Ok(())
+    }
+
+    /// Why plugin `id` is held stopped by an operator, if it is.
+    pub fn operator_stopped(&self, id: &str) -> Option<String> {
+        operator_stop(self.supervised(id).ok()?)
     }
 
     /// Why there is no tool `name`: withheld because its plugin changed

@@ -704,6 +704,10 @@ impl Runtime {
     /// failure cleared (as `plugd plugin restart` does).
     pub async fn config_apply(&self, id: &str) -> Result<Applied, RuntimeError> {
         let sup = self.supervised(id)?.clone();
+        if self.operator_stopped(id).is_some() {
+            // An operator stop holds: the new settings apply at the start.
+            return Ok(Applied::NotRunning);
+        }
         if matches!(sup.status(), Status::Failed { .. }) {
             // The operator changed the settings: that is the fix a refused
             // or crashing start waits for, so give the plugin a fresh budget.

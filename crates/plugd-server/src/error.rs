@@ -322,6 +322,14 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
             RuntimeError::Gate(g) => return gate_error(g, message),
             RuntimeError::Config { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_CONFIG),
+            RuntimeError::Stopped { plugin, .. } => {
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    code::PLUGIN_STOPPED,
+                    message,
+                )
+                .with_details(json!({ "plugin": plugin }));
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
         };
         ApiError::new(status, code, message)

@@ -17,6 +17,8 @@
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
+//! | `POST /v1/plugins/{id}:stop`       | `{}` → `plugd plugin stop`: stopped until started (calls answer 503 `plugin_stopped`); the plugin row |
+//! | `POST /v1/plugins/{id}:start`      | `{}` → `plugd plugin start`: clears the stop and starts it now; the plugin row |
 //! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
@@ -402,15 +404,21 @@ pub enum PluginAction {
     /// (Salmex `config/changed`, others restarted). Values never travel
     /// over HTTP: both processes read the same state database.
     Reconfigure,
+    /// `:stop`: an operator stop that holds until `:start`.
+    Stop,
+    /// `:start`: clear an operator stop (or a failure) and start now.
+    Start,
 }
 
 impl PluginAction {
     /// Every action.
-    pub const ALL: [PluginAction; 4] = [
+    pub const ALL: [PluginAction; 6] = [
         PluginAction::Approve,
         PluginAction::Revoke,
         PluginAction::Restart,
         PluginAction::Reconfigure,
+        PluginAction::Stop,
+        PluginAction::Start,
     ];
 
     /// The suffix after `:` in the path.
@@ -420,6 +428,8 @@ impl PluginAction {
             PluginAction::Revoke => "revoke",
             PluginAction::Restart => "restart",
             PluginAction::Reconfigure => "reconfigure",
+            PluginAction::Stop => "stop",
+            PluginAction::Start => "start",
         }
     }
 
@@ -458,6 +468,14 @@ async fn plugin_action(
         }
         PluginAction::Reconfigure => {
             applied = Some(rt.config_apply(id).await?);
+            rt.plugin(id)?
+        }
+        PluginAction::Stop => {
+            rt.stop(id, who.by()).await?;
+            rt.plugin(id)?
+        }
+        PluginAction::Start => {
+            rt.start(id).await?;
             rt.plugin(id)?
         }
     };

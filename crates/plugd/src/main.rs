@@ -18,6 +18,7 @@ mod hook_cmd;
 mod log_writer;
 mod memory_cmd;
 mod outbox_cmd;
+mod plugin_ctl_cmd;
 mod remote;
 mod risk_cmd;
 mod serve_lock;
@@ -121,6 +122,16 @@ enum PluginCmd {
     },
     /// Clear a failed state and the restart budget.
     Restart {
+        /// Plugin id.
+        id: String,
+    },
+    /// Stop a plugin and keep it stopped (its calls fail) until `plugd plugin start`.
+    Stop {
+        /// Plugin id.
+        id: String,
+    },
+    /// Start a plugin now, clearing an operator stop or a failure.
+    Start {
         /// Plugin id.
         id: String,
     },
@@ -332,7 +343,11 @@ async fn run(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Command::Plugin(
-            cmd @ (PluginCmd::Approve(_) | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
+            cmd @ (PluginCmd::Approve(_)
+            | PluginCmd::Revoke { .. }
+            | PluginCmd::Restart { .. }
+            | PluginCmd::Stop { .. }
+            | PluginCmd::Start { .. }),
         ) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             if let Some(serve) = remote::Remote::find(&dir).await {
@@ -424,6 +439,10 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             rt.restart(id).await?;
             println!("restarted {id}: failure cleared, restart budget reset");
         }
+        Command::Plugin(PluginCmd::Stop { id }) => {
+            plugin_ctl_cmd::stop_local(rt, id, &approver(None)).await?
+        }
+        Command::Plugin(PluginCmd::Start { id }) => plugin_ctl_cmd::start_local(rt, id).await?,
         Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
         Command::Tool(ToolCmd::Enable { name }) => risk_cmd::set_enabled(rt, name, true, None)?,
         Command::Tool(ToolCmd::Disable { name, by }) => {
@@ -491,11 +510,13 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             serve.plugin_action(id, "restart").await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
+        PluginCmd::Stop { id } => plugin_ctl_cmd::via_serve(serve, id, "stop").await?,
+        PluginCmd::Start { id } => plugin_ctl_cmd::via_serve(serve, id, "start").await?,
         PluginCmd::List(_)
         | PluginCmd::Show { .. }
         | PluginCmd::Signing(_)
         | PluginCmd::Config(_) => {
-            bail!("only approve, revoke and restart go through plugd serve")
+            bail!("only approve, revoke, restart, start and stop go through plugd serve")
         }
     }
     Ok(())
