@@ -29,6 +29,7 @@ pub mod recall;
 pub mod registry;
 pub mod risk;
 pub mod signing;
+pub mod skills;
 #[cfg(test)]
 mod test_json;
 pub mod vector;

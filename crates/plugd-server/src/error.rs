@@ -62,6 +62,12 @@ pub mod code {
     /// 503: the tool is transiently unavailable (`-33404`); `Retry-After`
     /// and `details.retry_after_ms` when the plugin gave a hint.
     pub const TOOL_UNAVAILABLE: &str = "tool_unavailable";
+    /// 400: not a skill name (`..`, `/`, other characters).
+    pub const INVALID_SKILL_NAME: &str = "invalid_skill_name";
+    /// 404: no such skill of an approved plugin.
+    pub const UNKNOWN_SKILL: &str = "unknown_skill";
+    /// 422: the skill exists but is not served (symlink, too large, not UTF-8).
+    pub const SKILL_REFUSED: &str = "skill_refused";
     /// 503: an operator stopped the plugin (`plugd plugin start ID`).
     pub const PLUGIN_STOPPED: &str = "plugin_stopped";
     /// The plugin's own authorization refused the call.
@@ -372,6 +378,18 @@ fn gate_error(err: &GateError, message: String) -> ApiError {
         e
     } else {
         e.with_details(details)
+    }
+}
+
+impl From<plugd_runtime::skills::SkillError> for ApiError {
+    fn from(err: plugd_runtime::skills::SkillError) -> ApiError {
+        use plugd_runtime::skills::SkillError;
+        let (status, code) = match &err {
+            SkillError::BadName(_) => (StatusCode::BAD_REQUEST, code::INVALID_SKILL_NAME),
+            SkillError::Unknown { .. } => (StatusCode::NOT_FOUND, code::UNKNOWN_SKILL),
+            SkillError::Refused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::SKILL_REFUSED),
+        };
+        ApiError::new(status, code, err.to_string())
     }
 }
 

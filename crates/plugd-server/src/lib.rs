@@ -20,6 +20,8 @@
 //! | `POST /v1/plugins/{id}:stop`       | `{}` → `plugd plugin stop`: stopped until started (calls answer 503 `plugin_stopped`); the plugin row |
 //! | `POST /v1/plugins/{id}:start`      | `{}` → `plugd plugin start`: clears the stop and starts it now; the plugin row |
 //! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
+//! | `GET /v1/skills`                   | the skills of approved plugins (`plugd skill list --json`) |
+//! | `GET /v1/skills/{plugin}/{name}`   | one skill `{plugin, name, text}`; 400 `invalid_skill_name`, 404 `unknown_skill`, 422 `skill_refused` (symlink, over 64 KiB) |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
@@ -152,7 +154,10 @@ pub fn agent_for(
         provider,
         AgentSettings {
             max_tool_rounds: config.agent.max_tool_rounds.max(1),
-            system_prompt: config.agent.system_prompt.clone(),
+            system_prompt: runtime.system_prompt_with_skills(
+                config.agent.system_prompt.as_deref(),
+                &config.agent.skills,
+            ),
             defaults: config.tenant.clone(),
         },
     )))
@@ -233,6 +238,8 @@ pub fn router(state: AppState) -> Router {
             post(plugin_action).get(plugin_show),
         )
         .route("/v1/tools", get(list_tools))
+        .route("/v1/skills", get(list_skills))
+        .route("/v1/skills/{*path}", get(show_skill))
         .route("/v1/tools/{*name}", post(invoke_tool))
         .route("/v1/hooks/{point}", post(run_hook))
         .route("/v1/sessions/{id}/messages", post(post_message))
@@ -524,6 +531,23 @@ async fn list_tools(State(state): State<AppState>) -> Result<Response, ApiError>
     let mut rows = state.runtime.tool_views()?;
     rows.retain(|t| t.enabled);
     Ok(Json(rows).into_response())
+}
+
+async fn list_skills(State(state): State<AppState>) -> Json<Value> {
+    Json(json!(state.runtime.skills()))
+}
+
+/// `GET /v1/skills/{plugin}/{name}`: the plugin id is everything before the
+/// last `/` (VAI-style ids may contain `/`).
+async fn show_skill(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (plugin, name) = path
+        .rsplit_once('/')
+        .ok_or_else(|| ApiError::from(plugd_runtime::skills::SkillError::BadName(path.clone())))?;
+    let skill = state.runtime.skill(plugin, name)?;
+    Ok(Json(json!(skill)))
 }
 
 /// The body of `POST /v1/tools/{name}:invoke`.

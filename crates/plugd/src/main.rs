@@ -23,6 +23,7 @@ mod remote;
 mod risk_cmd;
 mod serve_lock;
 mod sign_cmd;
+mod skill_cmd;
 mod state_cmd;
 mod token_cmd;
 mod tool_call_cmd;
@@ -97,6 +98,9 @@ enum Command {
     /// Bearer tokens for `plugd serve --listen` (create, list, revoke).
     #[command(subcommand)]
     Token(token_cmd::TokenCmd),
+    /// The markdown skills of approved plugins (`.skills/*.md`).
+    #[command(subcommand)]
+    Skill(skill_cmd::SkillCmd),
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
@@ -466,6 +470,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
         Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
+        Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)

@@ -28,6 +28,7 @@ mod sandbox;
 mod secrets;
 mod semantic;
 mod signatures;
+mod skills;
 mod support;
 mod typed_errors;
 mod vai;
