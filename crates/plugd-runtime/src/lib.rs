@@ -18,6 +18,7 @@ mod changes;
 pub mod channels;
 pub mod config;
 pub mod containment;
+pub mod deno;
 pub mod embed;
 pub mod hooks;
 mod host_api;
@@ -257,11 +258,17 @@ impl Observer for TrustObserver {
             None => None,
         };
         let run_spec = run.as_deref().unwrap_or(spec);
-        let (containment, _) = containment::effective(run_spec, &self.dir)?;
+        let (containment, perms) = containment::effective(run_spec, &self.dir)?;
         let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
-        launch.run_spec = run;
+        // `interpreter: "deno"`: Deno's permissions follow the effective ones.
+        let deno =
+            deno::with_permissions(run_spec, &perms, &containment::state_dir(&self.dir, spec))?;
+        launch.run_spec = match deno {
+            Some(d) => Some(Arc::new(d)),
+            None => run,
+        };
         Ok(launch)
     }
 
@@ -545,6 +552,15 @@ impl Runtime {
             _ => None,
         };
         let run_spec = pinned.as_ref().unwrap_or(spec);
+        let deno = containment::effective(run_spec, &self.inner.dir)
+            .ok()
+            .and_then(|(_, perms)| {
+                let state = containment::state_dir(&self.inner.dir, spec);
+                deno::with_permissions(run_spec, &perms, &state)
+                    .ok()
+                    .flatten()
+            });
+        let run_spec = deno.as_ref().unwrap_or(run_spec);
         let program = containment::program_path(run_spec, &self.inner.dir);
         info.env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()

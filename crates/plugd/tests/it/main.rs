@@ -10,6 +10,7 @@ mod cgroup;
 mod channels;
 mod cli;
 mod ctl;
+mod deno;
 mod dexto;
 mod hooks;
 mod hostile;
