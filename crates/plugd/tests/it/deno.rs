@@ -127,3 +127,44 @@ fn deno_plugins_run_with_permissions_derived_from_the_effective_ones() {
     let (code, text) = call(&ws, "connect", &format!(r#"{{"port":{port}}}"#));
     assert_eq!((code, text.as_str()), (Some(0), "connected"));
 }
+
+#[test]
+fn a_sandboxed_deno_plugin_without_network_gets_no_net_permission() {
+    if !deno_installed() {
+        // Covered by the test above: the start is refused naming deno.
+        return;
+    }
+    let ws = Ws::new();
+    let to = ws.plugin_dir(ID);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["plugin.json", "main.ts"] {
+        std::fs::copy(
+            repo().join("tests/plugins/salmex/deno-probe").join(f),
+            to.join(f),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!("sandbox:\n  fallback: landlock\n  plugins:\n    {ID}: {{enabled: true, network: deny}}\n"),
+    )
+    .unwrap();
+    let out = ws.plugd(&["plugin", "show", ID, "--json"]);
+    let show: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(show["permissions"]["network"], "deny", "{show}");
+    let args: Vec<&str> = show["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--no-remote"), "{args:?}");
+    assert!(!args.contains(&"--allow-net"), "{args:?}");
+    let out = ws.plugd(&["plugin", "approve", ID]);
+    assert!(out.status.success(), "approve: {}", stderr(&out));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (code, text) = call(&ws, "connect", &format!(r#"{{"port":{port}}}"#));
+    assert_eq!(code, Some(6), "{text}");
+    assert!(text.contains("net access"), "{text}");
+}
