@@ -178,3 +178,29 @@ fn tool_call_json_prints_the_error_object_on_stderr_with_class_exit_codes() {
         stderr(&out)
     );
 }
+
+/// A plugin that dies mid-call keeps plugd's own class: 503
+/// `plugin_unavailable` naming the plugin, never a typed tool error.
+#[test]
+fn a_crash_mid_call_is_plugin_unavailable_not_a_tool_error() {
+    let ws = Ws::new();
+    ws.misbehave("boom", "good", None, "");
+    let out = ws.plugd(&["plugin", "approve", "boom"]);
+    assert!(out.status.success(), "approve: {}", stderr(&out));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let v = serve
+        .post("/v1/tools/boom_crash:invoke", &json!({"args": {}}))
+        .error(503, "plugin_unavailable");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("boom"),
+        "{v}"
+    );
+    assert!(v["error"].get("details").is_none(), "{v}");
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    // The CLI classes it the same way.
+    let out = ws.plugd(&["tool", "call", "boom_crash", "--json"]);
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(stderr(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(v["code"], "plugin_unavailable", "{v}");
+}
