@@ -45,6 +45,11 @@ fn approve_before_configure_then_the_first_call_starts_it_locally() {
     let ws = seed_ws();
     let out = ws.plugd(&["plugin", "approve", ID]);
     assert!(out.status.success(), "approve: {}", stderr(&out));
+    assert!(
+        stdout(&out).contains("not started, it needs configuration: required setting \"greeting\""),
+        "{}",
+        stdout(&out)
+    );
 
     // Approved, its tools listed from plugin.json, waiting for configuration.
     let list = ok_json(&ws, &["plugin", "list", "--json"]);
@@ -102,6 +107,11 @@ fn approve_before_configure_then_the_first_call_starts_it_under_serve() {
     let out = ws.plugd(&["plugin", "approve", ID]);
     assert!(out.status.success(), "approve via serve: {}", stderr(&out));
     assert!(stdout(&out).contains("via plugd serve"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("it needs configuration"),
+        "{}",
+        stdout(&out)
+    );
 
     let r = serve.get("/v1/plugins");
     assert_eq!(r.status, 200);
