@@ -380,7 +380,7 @@ pub fn map_tool_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolErro
             plugin,
             tool,
             message,
-            retry_after_ms: data.and_then(|d| d.get("retry_after_ms").and_then(Value::as_u64)),
+            retry_after_ms: retry_after_ms(data.as_ref()),
         },
         codes::TOOL_DENIED => ToolError::Denied {
             plugin,
@@ -389,6 +389,28 @@ pub fn map_tool_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolErro
         },
         codes::METHOD_NOT_FOUND => ToolError::NotImplemented { plugin },
         _ => ToolError::Call(err),
+    }
+}
+
+/// The longest wait a plugin's `retry_after_ms` can ask for: one hour.
+pub const MAX_RETRY_AFTER_MS: u64 = 3_600_000;
+
+/// `data.retry_after_ms` of a `-33404` reply, made safe: a non-negative
+/// integer or finite number (rounded up) clamped to [`MAX_RETRY_AFTER_MS`];
+/// anything else (negative, a string, `null`, an object) is no hint at all.
+/// The plugin is untrusted: `1e308` or `u64::MAX` must not overflow the
+/// `Retry-After` arithmetic or tell clients to wait for ages.
+pub fn retry_after_ms(data: Option<&Value>) -> Option<u64> {
+    let v = data?.get("retry_after_ms")?;
+    if let Some(n) = v.as_u64() {
+        return Some(n.min(MAX_RETRY_AFTER_MS));
+    }
+    match v.as_f64() {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // clamped first
+        Some(f) if f.is_finite() && f >= 0.0 => {
+            Some(f.ceil().min(MAX_RETRY_AFTER_MS as f64) as u64)
+        }
+        _ => None,
     }
 }
 
@@ -530,6 +552,24 @@ mod tests {
                 data,
             }),
         }
+    }
+
+    /// A lying `retry_after_ms` (negative, a string, 1e308, u64::MAX,
+    /// fractional) never panics: it is clamped or dropped.
+    #[test]
+    fn retry_after_ms_from_a_lying_plugin_is_clamped_or_dropped() {
+        let r = |v: Value| retry_after_ms(Some(&json!({ "retry_after_ms": v })));
+        assert_eq!(r(json!(1500)), Some(1500));
+        assert_eq!(r(json!(1.2)), Some(2));
+        assert_eq!(r(json!(-5)), None);
+        assert_eq!(r(json!(-0.5)), None);
+        assert_eq!(r(json!("5000")), None);
+        assert_eq!(r(json!(null)), None);
+        assert_eq!(r(json!({"ms": 1})), None);
+        assert_eq!(r(json!(1e308)), Some(MAX_RETRY_AFTER_MS));
+        assert_eq!(r(json!(u64::MAX)), Some(MAX_RETRY_AFTER_MS));
+        assert_eq!(retry_after_ms(None), None);
+        assert_eq!(retry_after_ms(Some(&json!([1]))), None);
     }
 
     /// The exact JSON shapes of §5.t, as a plugin sends them.

@@ -186,6 +186,12 @@ pub struct AgentConfig {
     /// The system prompt of every turn.
     #[serde(default)]
     pub system_prompt: Option<String>,
+    /// Skills (`PLUGIN/NAME`, see `plugd skill list`) appended to the system
+    /// prompt, each under a `## Skill PLUGIN/NAME` heading; one that cannot
+    /// be read (plugin revoked, changed, skill too large) is left out with a
+    /// warning.
+    #[serde(default)]
+    pub skills: Vec<String>,
 }
 
 fn default_rounds() -> u32 {
@@ -197,6 +203,7 @@ impl Default for AgentConfig {
         AgentConfig {
             max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
             system_prompt: None,
+            skills: Vec::new(),
         }
     }
 }

@@ -454,6 +454,14 @@ impl BaselineReport {
     }
 }
 
+/// The state directory of `spec` (what `${state_dir}` expands to).
+pub fn state_dir(workspace: &Path, spec: &PluginSpec) -> PathBuf {
+    workspace
+        .join(".plugd")
+        .join("state")
+        .join(spec.id.replace('/', "__"))
+}
+
 /// The containment of the next start of `spec` and its report, or why the
 /// plugin must not start (`NEXO_PLUGIN_SANDBOX_REQUIRE=1` and no sandbox,
 /// operator `network: host` without the capability, a bad `plugd.yaml`).
@@ -462,10 +470,7 @@ pub fn effective(
     workspace: &Path,
 ) -> Result<(Containment, EffectivePermissions), String> {
     let config = SandboxConfig::load(workspace).map_err(|e| e.to_string())?;
-    let state_dir = workspace
-        .join(".plugd")
-        .join("state")
-        .join(spec.id.replace('/', "__"));
+    let state_dir = state_dir(workspace, spec);
     let expand = |e: &str| match e.strip_prefix(STATE_DIR_TOKEN) {
         Some("") => state_dir.clone(),
         Some(rest) => state_dir.join(rest.trim_start_matches('/')),

@@ -18,6 +18,7 @@ mod changes;
 pub mod channels;
 pub mod config;
 pub mod containment;
+pub mod deno;
 pub mod embed;
 pub mod hooks;
 mod host_api;
@@ -31,6 +32,7 @@ pub mod recall;
 pub mod registry;
 pub mod risk;
 pub mod signing;
+pub mod skills;
 #[cfg(test)]
 mod test_json;
 pub mod vector;
@@ -46,7 +48,7 @@ use plugd_host::dialect::{CallContext, HostServices};
 use plugd_host::{
     CallToolError, Handshake, HostConfig, Launch, Observer, Status, Supervised, ToolDef,
 };
-use plugd_manifest::{LoadOptions, PluginSpec};
+use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
@@ -130,6 +132,15 @@ pub enum RuntimeError {
     /// The risk gate refused the call (disabled, denied, not approved in time).
     #[error(transparent)]
     Gate(#[from] risk::GateError),
+    /// An operator stopped the plugin (`plugd plugin stop`); it stays
+    /// stopped until `plugd plugin start`.
+    #[error("plugin {plugin:?} is {reason}")]
+    Stopped {
+        /// Plugin id.
+        plugin: String,
+        /// Who stopped it and when, and the command that starts it.
+        reason: String,
+    },
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
@@ -249,11 +260,17 @@ impl Observer for TrustObserver {
             None => None,
         };
         let run_spec = run.as_deref().unwrap_or(spec);
-        let (containment, _) = containment::effective(run_spec, &self.dir)?;
+        let (containment, perms) = containment::effective(run_spec, &self.dir)?;
         let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
-        launch.run_spec = run;
+        // `interpreter: "deno"`: Deno's permissions follow the effective ones.
+        let deno =
+            deno::with_permissions(run_spec, &perms, &containment::state_dir(&self.dir, spec))?;
+        launch.run_spec = match deno {
+            Some(d) => Some(Arc::new(d)),
+            None => run,
+        };
         Ok(launch)
     }
 
@@ -276,6 +293,17 @@ impl Observer for TrustObserver {
         if let Err(e) = self.store.mark_failed(&spec.id, &reason) {
             tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
         }
+    }
+}
+
+/// How the reason of an operator stop begins (see [`Runtime::stop`]).
+const OPERATOR_STOP: &str = "stopped by an operator";
+
+/// The reason of an operator stop holding `sup`, if one does.
+fn operator_stop(sup: &Supervised) -> Option<String> {
+    match sup.status() {
+        Status::Failed { reason } if reason.starts_with(OPERATOR_STOP) => Some(reason),
+        _ => None,
     }
 }
 
@@ -533,6 +561,15 @@ impl Runtime {
             _ => None,
         };
         let run_spec = pinned.as_ref().unwrap_or(spec);
+        let deno = containment::effective(run_spec, &self.inner.dir)
+            .ok()
+            .and_then(|(_, perms)| {
+                let state = containment::state_dir(&self.inner.dir, spec);
+                deno::with_permissions(run_spec, &perms, &state)
+                    .ok()
+                    .flatten()
+            });
+        let run_spec = deno.as_ref().unwrap_or(run_spec);
         let program = containment::program_path(run_spec, &self.inner.dir);
         info.env = plugd_host::spawn::child_env(&spec.command.env)
             .into_iter()
@@ -590,12 +627,29 @@ impl Runtime {
                 )
             }
             _ => {
+                let waiting = matches!(
+                    status,
+                    Status::Idle | Status::Stopped | Status::Failed { .. }
+                )
+                .then(|| plugin_config::missing_required(&self.inner.store, spec))
+                .flatten();
                 let err = match &status {
+                    Status::Failed { reason } if reason.starts_with(OPERATOR_STOP) => {
+                        Some(reason.clone())
+                    }
+                    _ if waiting.is_some() => waiting.clone(),
                     Status::Failed { reason } => Some(reason.clone()),
                     Status::Backoff { last_error, .. } => Some(last_error.clone()),
                     _ => None,
                 };
-                (status.name().to_owned(), err)
+                let state = if operator_stop(sup).is_some() {
+                    "stopped"
+                } else if waiting.is_some() {
+                    "unconfigured"
+                } else {
+                    status.name()
+                };
+                (state.to_owned(), err)
             }
         };
         let approved = approval.is_some() && !changed && digest.is_ok();
@@ -671,6 +725,21 @@ impl Runtime {
             && let Err(e) = self.inner.pins.forget(pin)
         {
             tracing::warn!(plugin = %id, "could not remove the previous pin: {e}");
+        }
+        // Seed 004's order is discovery → approval → configuration → first
+        // call: a Salmex plugin whose required settings are not set yet is
+        // approved on its plugin.json catalog and waits, unconfigured, for
+        // `plugd plugin config ID set`; its first call then starts it.
+        if sup.spec().dialect == Dialect::Salmex
+            && plugin_config::missing_required(store, sup.spec()).is_some()
+        {
+            let tools = plugd_host::dialect::salmex::declared_tools(sup.spec());
+            let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
+            store.update_catalog(id, &approval.digest, &catalog)?;
+            sup.stop().await;
+            sup.clear_failure();
+            write(&self.inner.registry).set_plugin_tools(id, &tools);
+            return self.plugin(id);
         }
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -783,6 +852,12 @@ impl Runtime {
         entry.validate(&args)?;
         risk::gate(self, &entry, &args, ctx).await?;
         let sup = self.supervised(&entry.plugin)?;
+        if let Some(reason) = operator_stop(sup) {
+            return Err(RuntimeError::Stopped {
+                plugin: entry.plugin.to_string(),
+                reason,
+            });
+        }
         let result = sup.call_tool(&entry.def, args, ctx, None).await?;
         entry.check_output(&result).map_err(|message| {
             RuntimeError::Call(CallToolError::Tool(
@@ -794,6 +869,44 @@ impl Runtime {
             ))
         })?;
         Ok(result)
+    }
+
+    /// Stops plugin `id` as an operator action (`plugd plugin stop`): the
+    /// stop is recorded in the state database (as a failure of a fixed
+    /// form), so it holds — no call, eager start or configuration change
+    /// starts it again, in this process, a running serve or after a
+    /// restart of plugd — until [`Runtime::start`] (or `plugd plugin
+    /// restart`, or a new approval).
+    pub async fn stop(&self, id: &str, by: &str) -> Result<(), RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        let reason = format!(
+            "{OPERATOR_STOP} ({by}, {}); run `plugd plugin start {id}` to start it",
+            plugd_store::now_rfc3339()
+        );
+        self.inner.store.mark_failed(id, &reason)?;
+        sup.stop().await;
+        sup.mark_failed(reason);
+        Ok(())
+    }
+
+    /// Starts plugin `id` now as an operator action (`plugd plugin
+    /// start`): clears an operator stop (or a failure) and the restart
+    /// budget, then waits up to 30 s for the handshake, so a start that
+    /// cannot succeed (not approved, settings missing) says why.
+    pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        let sup = self.supervised(id)?.clone();
+        self.inner.store.clear_failure(id)?;
+        sup.reset().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        sup.connection(deadline)
+            .await
+            .map_err(|e| RuntimeError::Call(CallToolError::Plugin(e)))?;
+        Ok(())
+    }
+
+    /// Why plugin `id` is held stopped by an operator, if it is.
+    pub fn operator_stopped(&self, id: &str) -> Option<String> {
+        operator_stop(self.supervised(id).ok()?)
     }
 
     /// Why there is no tool `name`: withheld because its plugin changed

@@ -430,6 +430,36 @@ pub fn coerce(plugin: &str, field: &Field, raw: &str) -> Result<Value, RuntimeEr
     Ok(v)
 }
 
+/// The first required setting that is not set (and visible under its
+/// `show_when`), as the sentence that says how to set it.
+fn first_missing(
+    spec: &PluginSpec,
+    schema: &ConfigSchema,
+    cfg: &Map<String, Value>,
+) -> Option<String> {
+    let f = schema.fields.iter().find(|f| {
+        f.required && !cfg.contains_key(&f.key) && show_when_holds(f.show_when.as_ref(), cfg)
+    })?;
+    let value = if f.kind == Kind::Secret { "-" } else { "VALUE" };
+    Some(format!(
+        "required setting {:?} is not set; set it with `plugd plugin config {} set {} {value}`",
+        f.key, spec.id, f.key
+    ))
+}
+
+/// Whether `spec` still waits for configuration: the sentence naming the
+/// first required setting that is not set, or `None` when every required
+/// setting has a value (or cannot be read: the start then says why).
+pub(crate) fn missing_required(store: &Store, spec: &PluginSpec) -> Option<String> {
+    let schema = schema_of(spec);
+    if !schema.fields.iter().any(|f| f.required) {
+        return None;
+    }
+    let stored = store.config_values(&spec.id).ok()?;
+    let (cfg, _) = effective(spec, &schema, stored).ok()?;
+    first_missing(spec, &schema, &cfg)
+}
+
 /// The configuration and secrets for one start of `spec`, or why it may not
 /// start (a required setting missing, a secret that does not decrypt, the
 /// effective object failing the native schema).
@@ -440,14 +470,8 @@ pub(crate) fn launch_for(store: &Store, spec: &PluginSpec) -> Result<Launch, Str
         return Ok(Launch::default());
     }
     let (cfg, redact) = effective(spec, &schema, stored)?;
-    for f in &schema.fields {
-        if f.required && !cfg.contains_key(&f.key) && show_when_holds(f.show_when.as_ref(), &cfg) {
-            let value = if f.kind == Kind::Secret { "-" } else { "VALUE" };
-            return Err(format!(
-                "required setting {:?} is not set; set it with `plugd plugin config {} set {} {value}`",
-                f.key, spec.id, f.key
-            ));
-        }
+    if let Some(missing) = first_missing(spec, &schema, &cfg) {
+        return Err(missing);
     }
     let cfg = Value::Object(cfg);
     if let Some(json) = &schema.json {
@@ -680,6 +704,10 @@ impl Runtime {
     /// failure cleared (as `plugd plugin restart` does).
     pub async fn config_apply(&self, id: &str) -> Result<Applied, RuntimeError> {
         let sup = self.supervised(id)?.clone();
+        if self.operator_stopped(id).is_some() {
+            // An operator stop holds: the new settings apply at the start.
+            return Ok(Applied::NotRunning);
+        }
         if matches!(sup.status(), Status::Failed { .. }) {
             // The operator changed the settings: that is the fix a refused
             // or crashing start waits for, so give the plugin a fresh budget.

@@ -81,7 +81,7 @@ pub enum Right {
     Read,
     /// Invoke tools, run turns and hooks, publish on the bus.
     Invoke,
-    /// Approve, revoke, restart, reconfigure plugins; decide pending calls.
+    /// Approve, revoke, restart, reconfigure, start, stop plugins; decide pending calls.
     Govern,
     /// Anything else.
     Admin,
@@ -118,9 +118,16 @@ pub fn required(method: &Method, path: &str) -> Right {
         return Right::Admin;
     }
     let governs = |p: &str| {
-        ["approve", "revoke", "restart", "reconfigure"]
-            .iter()
-            .any(|a| p.rsplit_once(':').is_some_and(|(_, b)| b == *a))
+        [
+            "approve",
+            "revoke",
+            "restart",
+            "reconfigure",
+            "start",
+            "stop",
+        ]
+        .iter()
+        .any(|a| p.rsplit_once(':').is_some_and(|(_, b)| b == *a))
     };
     match path {
         p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
@@ -429,6 +436,8 @@ mod tests {
         assert_eq!(required(&Method::GET, "/v1/plugins"), Right::Read);
         assert_eq!(required(&post, "/v1/plugins/a/b:approve"), Right::Govern);
         assert_eq!(required(&post, "/v1/plugins/x:reconfigure"), Right::Govern);
+        assert_eq!(required(&post, "/v1/plugins/x:start"), Right::Govern);
+        assert_eq!(required(&post, "/v1/plugins/x:stop"), Right::Govern);
         assert_eq!(required(&post, "/v1/approvals/apr_1:deny"), Right::Govern);
         assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
         assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);

@@ -6,6 +6,13 @@
 //! 422, tool failure → 502, plugin unavailable → 503, plugin timeout → 504,
 //! a call the risk gate refused (disabled, denied, not approved) → 403, an
 //! unknown call approval → 404, one decided already → 409.
+//!
+//! A plugin's typed tool errors keep their class: `-33401` → 404
+//! `tool_not_found`, `-33402` → 422 `invalid_arguments` (`details.fields`),
+//! `-33403` → 502 `tool_failed`, `-33404` → 503 `tool_unavailable` with a
+//! `Retry-After` header and `details.retry_after_ms`, `-33405` → 403
+//! `tool_denied`; each names `details.plugin`, `details.tool` and
+//! `details.rpc_code` (docs/contracts/errors.md).
 
 use axum::Json;
 use axum::http::StatusCode;
@@ -50,6 +57,19 @@ pub mod code {
     pub const INVALID_SESSION_ID: &str = "invalid_session_id";
     /// The tool ran and failed (the plugin's message).
     pub const TOOL_FAILED: &str = "tool_failed";
+    /// 404: the plugin says it does not implement the tool (`-33401`).
+    pub const TOOL_NOT_FOUND: &str = "tool_not_found";
+    /// 503: the tool is transiently unavailable (`-33404`); `Retry-After`
+    /// and `details.retry_after_ms` when the plugin gave a hint.
+    pub const TOOL_UNAVAILABLE: &str = "tool_unavailable";
+    /// 400: not a skill name (`..`, `/`, other characters).
+    pub const INVALID_SKILL_NAME: &str = "invalid_skill_name";
+    /// 404: no such skill of an approved plugin.
+    pub const UNKNOWN_SKILL: &str = "unknown_skill";
+    /// 422: the skill exists but is not served (symlink, too large, not UTF-8).
+    pub const SKILL_REFUSED: &str = "skill_refused";
+    /// 503: an operator stopped the plugin (`plugd plugin start ID`).
+    pub const PLUGIN_STOPPED: &str = "plugin_stopped";
     /// The plugin's own authorization refused the call.
     pub const TOOL_DENIED: &str = "tool_denied";
     /// The plugin cannot be reached (not started, failed, crashed, broken).
@@ -116,6 +136,8 @@ pub struct ApiError {
     pub details: Option<Value>,
     /// Extra top-level members of the body (a blocked turn's `outcome`).
     pub extra: Option<Box<(&'static str, Value)>>,
+    /// The `Retry-After` header, in seconds.
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -127,6 +149,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             extra: None,
+            retry_after_secs: None,
         }
     }
 
@@ -270,7 +293,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.body())).into_response()
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
+        response
     }
 }
 
@@ -298,6 +328,14 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
             RuntimeError::Gate(g) => return gate_error(g, message),
             RuntimeError::Config { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_CONFIG),
+            RuntimeError::Stopped { plugin, .. } => {
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    code::PLUGIN_STOPPED,
+                    message,
+                )
+                .with_details(json!({ "plugin": plugin }));
+            }
             _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
         };
         ApiError::new(status, code, message)
@@ -343,6 +381,18 @@ fn gate_error(err: &GateError, message: String) -> ApiError {
     }
 }
 
+impl From<plugd_runtime::skills::SkillError> for ApiError {
+    fn from(err: plugd_runtime::skills::SkillError) -> ApiError {
+        use plugd_runtime::skills::SkillError;
+        let (status, code) = match &err {
+            SkillError::BadName(_) => (StatusCode::BAD_REQUEST, code::INVALID_SKILL_NAME),
+            SkillError::Unknown { .. } => (StatusCode::NOT_FOUND, code::UNKNOWN_SKILL),
+            SkillError::Refused { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::SKILL_REFUSED),
+        };
+        ApiError::new(status, code, err.to_string())
+    }
+}
+
 impl From<DecideError> for ApiError {
     fn from(err: DecideError) -> ApiError {
         let message = err.to_string();
@@ -363,35 +413,73 @@ impl From<DecideError> for ApiError {
 }
 
 fn tool_error(err: &ToolError, message: String) -> ApiError {
-    let (status, code) = match err {
-        ToolError::ArgumentInvalid { details, .. } => {
-            let e = ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                code::INVALID_ARGUMENTS,
+    // The typed band of §5.t: each keeps its class and names its plugin.
+    let typed = |plugin: &str, tool: &str, rpc: i64| json!({"plugin": plugin, "tool": tool, "rpc_code": rpc});
+    let (status, code, details) = match err {
+        ToolError::NotFound { plugin, tool, .. } => (
+            StatusCode::NOT_FOUND,
+            code::TOOL_NOT_FOUND,
+            typed(plugin, tool, -33401),
+        ),
+        ToolError::ArgumentInvalid {
+            plugin,
+            tool,
+            details,
+            ..
+        } => {
+            let mut d = typed(plugin, tool, -33402);
+            if let Some(fields) = details {
+                d["fields"] = fields.clone();
+            }
+            (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_ARGUMENTS, d)
+        }
+        ToolError::ExecutionFailed { plugin, tool, .. } => (
+            StatusCode::BAD_GATEWAY,
+            code::TOOL_FAILED,
+            typed(plugin, tool, -33403),
+        ),
+        ToolError::Unavailable {
+            plugin,
+            tool,
+            retry_after_ms,
+            ..
+        } => {
+            let mut d = typed(plugin, tool, -33404);
+            let mut e = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::TOOL_UNAVAILABLE,
                 message,
             );
-            return match details {
-                Some(d) => e.with_details(json!({ "fields": d })),
-                None => e,
-            };
+            if let Some(ms) = retry_after_ms {
+                // Clamped by the host when read, so this cannot overflow.
+                let ms = (*ms).min(plugd_host::native::MAX_RETRY_AFTER_MS);
+                d["retry_after_ms"] = json!(ms);
+                e.retry_after_secs = Some(ms.div_ceil(1000));
+            }
+            return e.with_details(d);
         }
-        ToolError::Unavailable { .. } => {
-            (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
-        }
-        ToolError::Denied { .. } => (StatusCode::FORBIDDEN, code::TOOL_DENIED),
-        ToolError::NotFound { .. } | ToolError::ExecutionFailed { .. } => {
-            (StatusCode::BAD_GATEWAY, code::TOOL_FAILED)
-        }
+        ToolError::Denied { plugin, tool, .. } => (
+            StatusCode::FORBIDDEN,
+            code::TOOL_DENIED,
+            typed(plugin, tool, -33405),
+        ),
         ToolError::Call(CallError::Timeout { .. }) => {
-            (StatusCode::GATEWAY_TIMEOUT, code::PLUGIN_TIMEOUT)
+            return ApiError::new(StatusCode::GATEWAY_TIMEOUT, code::PLUGIN_TIMEOUT, message);
         }
         ToolError::Call(CallError::Closed(_)) => {
-            (StatusCode::SERVICE_UNAVAILABLE, code::PLUGIN_UNAVAILABLE)
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                code::PLUGIN_UNAVAILABLE,
+                message,
+            );
         }
-        ToolError::Call(CallError::Remote { .. }) => (StatusCode::BAD_GATEWAY, code::TOOL_FAILED),
-        _ => (StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR),
+        ToolError::Call(CallError::Remote { error, .. }) => {
+            return ApiError::new(StatusCode::BAD_GATEWAY, code::TOOL_FAILED, message)
+                .with_details(json!({ "rpc_code": error.code }));
+        }
+        _ => return ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, message),
     };
-    ApiError::new(status, code, message)
+    ApiError::new(status, code, message).with_details(details)
 }
 
 impl From<AgentError> for ApiError {

@@ -17,7 +17,11 @@
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
+//! | `POST /v1/plugins/{id}:stop`       | `{}` → `plugd plugin stop`: stopped until started (calls answer 503 `plugin_stopped`); the plugin row |
+//! | `POST /v1/plugins/{id}:start`      | `{}` → `plugd plugin start`: clears the stop and starts it now; the plugin row |
 //! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
+//! | `GET /v1/skills`                   | the skills of approved plugins (`plugd skill list --json`) |
+//! | `GET /v1/skills/{plugin}/{name}`   | one skill `{plugin, name, text}`; 400 `invalid_skill_name`, 404 `unknown_skill`, 422 `skill_refused` (symlink, over 64 KiB) |
 //! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
@@ -150,7 +154,10 @@ pub fn agent_for(
         provider,
         AgentSettings {
             max_tool_rounds: config.agent.max_tool_rounds.max(1),
-            system_prompt: config.agent.system_prompt.clone(),
+            system_prompt: runtime.system_prompt_with_skills(
+                config.agent.system_prompt.as_deref(),
+                &config.agent.skills,
+            ),
             defaults: config.tenant.clone(),
         },
     )))
@@ -231,6 +238,8 @@ pub fn router(state: AppState) -> Router {
             post(plugin_action).get(plugin_show),
         )
         .route("/v1/tools", get(list_tools))
+        .route("/v1/skills", get(list_skills))
+        .route("/v1/skills/{*path}", get(show_skill))
         .route("/v1/tools/{*name}", post(invoke_tool))
         .route("/v1/hooks/{point}", post(run_hook))
         .route("/v1/sessions/{id}/messages", post(post_message))
@@ -402,15 +411,21 @@ pub enum PluginAction {
     /// (Salmex `config/changed`, others restarted). Values never travel
     /// over HTTP: both processes read the same state database.
     Reconfigure,
+    /// `:stop`: an operator stop that holds until `:start`.
+    Stop,
+    /// `:start`: clear an operator stop (or a failure) and start now.
+    Start,
 }
 
 impl PluginAction {
     /// Every action.
-    pub const ALL: [PluginAction; 4] = [
+    pub const ALL: [PluginAction; 6] = [
         PluginAction::Approve,
         PluginAction::Revoke,
         PluginAction::Restart,
         PluginAction::Reconfigure,
+        PluginAction::Stop,
+        PluginAction::Start,
     ];
 
     /// The suffix after `:` in the path.
@@ -420,6 +435,8 @@ impl PluginAction {
             PluginAction::Revoke => "revoke",
             PluginAction::Restart => "restart",
             PluginAction::Reconfigure => "reconfigure",
+            PluginAction::Stop => "stop",
+            PluginAction::Start => "start",
         }
     }
 
@@ -458,6 +475,14 @@ async fn plugin_action(
         }
         PluginAction::Reconfigure => {
             applied = Some(rt.config_apply(id).await?);
+            rt.plugin(id)?
+        }
+        PluginAction::Stop => {
+            rt.stop(id, who.by()).await?;
+            rt.plugin(id)?
+        }
+        PluginAction::Start => {
+            rt.start(id).await?;
             rt.plugin(id)?
         }
     };
@@ -506,6 +531,23 @@ async fn list_tools(State(state): State<AppState>) -> Result<Response, ApiError>
     let mut rows = state.runtime.tool_views()?;
     rows.retain(|t| t.enabled);
     Ok(Json(rows).into_response())
+}
+
+async fn list_skills(State(state): State<AppState>) -> Json<Value> {
+    Json(json!(state.runtime.skills()))
+}
+
+/// `GET /v1/skills/{plugin}/{name}`: the plugin id is everything before the
+/// last `/` (VAI-style ids may contain `/`).
+async fn show_skill(
+    State(state): State<AppState>,
+    Path(path): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (plugin, name) = path
+        .rsplit_once('/')
+        .ok_or_else(|| ApiError::from(plugd_runtime::skills::SkillError::BadName(path.clone())))?;
+    let skill = state.runtime.skill(plugin, name)?;
+    Ok(Json(json!(skill)))
 }
 
 /// The body of `POST /v1/tools/{name}:invoke`.

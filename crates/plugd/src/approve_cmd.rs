@@ -91,6 +91,15 @@ where
     Ok(())
 }
 
+/// For a plugin approved before its required settings are set (seed 004's
+/// order): what to set before its first call.
+fn needs_config(state: &str, error: Option<&str>) -> String {
+    match (state, error) {
+        ("unconfigured", Some(why)) => format!("; not started, it needs configuration: {why}"),
+        _ => String::new(),
+    }
+}
+
 /// In this process.
 pub async fn local(rt: &Runtime, args: &ApproveArgs, by: &str) -> Result<()> {
     let ids = if args.all {
@@ -112,8 +121,9 @@ pub async fn local(rt: &Runtime, args: &ApproveArgs, by: &str) -> Result<()> {
                     .map(|a| a.digest.as_str())
                     .unwrap_or("?");
                 Ok(format!(
-                    "approved {id} ({digest}); tools: {}",
-                    info.tools.join(", ")
+                    "approved {id} ({digest}); tools: {}{}",
+                    info.tools.join(", "),
+                    needs_config(&info.state, info.error.as_deref())
                 ))
             }
             Err(e) => Err(e.to_string()),
@@ -151,9 +161,13 @@ pub async fn via_serve(serve: &Remote, args: &ApproveArgs) -> Result<()> {
                 let warnings = row["warnings"].as_array().cloned().unwrap_or_default();
                 crate::print_approval_warnings(warnings.iter().filter_map(Value::as_str));
                 format!(
-                    "approved {id} ({}); tools: {} {via}",
+                    "approved {id} ({}); tools: {}{} {via}",
                     row["digest"].as_str().unwrap_or("?"),
-                    tools_of(&row)
+                    tools_of(&row),
+                    needs_config(
+                        row["state"].as_str().unwrap_or_default(),
+                        row["error"].as_str()
+                    )
                 )
             }),
             Err(e) => Err(e.to_string()),

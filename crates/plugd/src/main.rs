@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
 //! otherwise (2 for usage errors, from clap), 3 when `plugd run`'s turn was
-//! blocked by a hook, 130 when interrupted.
+//! blocked by a hook, 130 when interrupted; `tool call --json` exits 4..8 by
+//! error class (see `tool_call_cmd`).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
 mod agent_cmd;
@@ -17,19 +18,21 @@ mod hook_cmd;
 mod log_writer;
 mod memory_cmd;
 mod outbox_cmd;
+mod plugin_ctl_cmd;
 mod remote;
 mod risk_cmd;
 mod serve_lock;
 mod sign_cmd;
+mod skill_cmd;
 mod state_cmd;
 mod token_cmd;
+mod tool_call_cmd;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use plugd_host::HostConfig;
-use plugd_host::dialect::CallContext;
 use plugd_runtime::{PluginInfo, Runtime};
 use serde_json::Value;
 
@@ -95,6 +98,9 @@ enum Command {
     /// Bearer tokens for `plugd serve --listen` (create, list, revoke).
     #[command(subcommand)]
     Token(token_cmd::TokenCmd),
+    /// The markdown skills of approved plugins (`.skills/*.md`).
+    #[command(subcommand)]
+    Skill(skill_cmd::SkillCmd),
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
@@ -120,6 +126,16 @@ enum PluginCmd {
     },
     /// Clear a failed state and the restart budget.
     Restart {
+        /// Plugin id.
+        id: String,
+    },
+    /// Stop a plugin and keep it stopped (its calls fail) until `plugd plugin start`.
+    Stop {
+        /// Plugin id.
+        id: String,
+    },
+    /// Start a plugin now, clearing an operator stop or a failure.
+    Start {
         /// Plugin id.
         id: String,
     },
@@ -331,7 +347,11 @@ async fn run(cli: Cli) -> Result<i32> {
             return Ok(0);
         }
         Command::Plugin(
-            cmd @ (PluginCmd::Approve(_) | PluginCmd::Revoke { .. } | PluginCmd::Restart { .. }),
+            cmd @ (PluginCmd::Approve(_)
+            | PluginCmd::Revoke { .. }
+            | PluginCmd::Restart { .. }
+            | PluginCmd::Stop { .. }
+            | PluginCmd::Start { .. }),
         ) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             if let Some(serve) = remote::Remote::find(&dir).await {
@@ -354,6 +374,11 @@ async fn run(cli: Cli) -> Result<i32> {
         other => interruptible(&rt, dispatch(&rt, other)).await,
     };
     rt.shutdown().await;
+    if let (Err(e), Command::Tool(ToolCmd::Call { json, .. })) = (&result, &cli.command)
+        && json.json
+    {
+        return Ok(tool_call_cmd::report(e));
+    }
     result.map(|()| 0)
 }
 
@@ -418,6 +443,10 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             rt.restart(id).await?;
             println!("restarted {id}: failure cleared, restart budget reset");
         }
+        Command::Plugin(PluginCmd::Stop { id }) => {
+            plugin_ctl_cmd::stop_local(rt, id, &approver(None)).await?
+        }
+        Command::Plugin(PluginCmd::Start { id }) => plugin_ctl_cmd::start_local(rt, id).await?,
         Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
         Command::Tool(ToolCmd::Enable { name }) => risk_cmd::set_enabled(rt, name, true, None)?,
         Command::Tool(ToolCmd::Disable { name, by }) => {
@@ -430,28 +459,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             agent,
             json,
             ..
-        }) => {
-            let args: Value = serde_json::from_str(args)
-                .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
-            if !args.is_object() {
-                bail!("--args must be a JSON object, got {args}");
-            }
-            let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
-            let printer = tokio::spawn(async move {
-                while let Some(event) = events.recv().await {
-                    eprintln!("progress: {}", describe_progress(&event));
-                }
-            });
-            let ctx = CallContext {
-                agent_id: agent.clone(),
-                progress: Some(progress),
-                ..CallContext::default()
-            };
-            let result = rt.call_tool_with(name, args, &ctx).await;
-            drop(ctx);
-            let _ = printer.await;
-            print_json(&result?, !json.json)?;
-        }
+        }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
         Command::Serve(args) => serve(rt, args).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
@@ -462,6 +470,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
         Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
+        Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
@@ -506,11 +515,13 @@ async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()>
             serve.plugin_action(id, "restart").await?;
             println!("restarted {id}: failure cleared, restart budget reset {via}");
         }
+        PluginCmd::Stop { id } => plugin_ctl_cmd::via_serve(serve, id, "stop").await?,
+        PluginCmd::Start { id } => plugin_ctl_cmd::via_serve(serve, id, "start").await?,
         PluginCmd::List(_)
         | PluginCmd::Show { .. }
         | PluginCmd::Signing(_)
         | PluginCmd::Config(_) => {
-            bail!("only approve, revoke and restart go through plugd serve")
+            bail!("only approve, revoke, restart, start and stop go through plugd serve")
         }
     }
     Ok(())

@@ -460,6 +460,24 @@ pub fn check_initialize_reply(
     })
 }
 
+/// The catalog `plugin.json` declares (`capabilities.tools`), without
+/// starting the plugin: what an approval lists while the plugin still waits
+/// for its required settings (seed 004: approval, then configuration, then
+/// the first call starts it).
+pub fn declared_tools(spec: &PluginSpec) -> Vec<ToolDef> {
+    spec.tools
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: t.input_schema.clone(),
+            wire_name: Some(t.wire_name.clone()),
+            risk_level: t.risk_level.clone(),
+            meta: None,
+        })
+        .collect()
+}
+
 /// Re-reads the catalog: Salmex catalogs are fixed by the manifest.
 pub async fn refresh_tools(
     conn: &Conn,

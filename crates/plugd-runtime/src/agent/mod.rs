@@ -234,7 +234,10 @@ impl Agent {
             llm,
             AgentSettings {
                 max_tool_rounds: config.agent.max_tool_rounds.max(1),
-                system_prompt: config.agent.system_prompt.clone(),
+                system_prompt: runtime.system_prompt_with_skills(
+                    config.agent.system_prompt.as_deref(),
+                    &config.agent.skills,
+                ),
                 defaults: config.tenant.clone(),
             },
         ))

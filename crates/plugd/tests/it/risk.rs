@@ -127,7 +127,15 @@ fn call(ws: &Ws, tool: &str, more: &[&str]) -> std::process::Output {
 #[track_caller]
 fn refused(out: &std::process::Output, wants: &[&str]) {
     assert!(!out.status.success(), "ran: {}", stdout(out));
-    let err = stderr(out);
+    let mut err = stderr(out);
+    // `tool call --json` prints the error as a JSON object: its message.
+    let last: Option<Value> = err
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok());
+    if let Some(m) = last.as_ref().and_then(|v| v["message"].as_str()) {
+        err = format!("{err}\n{m}");
+    }
     for w in wants {
         assert!(err.contains(w), "{w:?} not in: {err}");
     }

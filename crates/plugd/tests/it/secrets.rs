@@ -355,7 +355,11 @@ fn a_missing_required_setting_refuses_the_start_with_the_command_that_sets_it() 
     let ws = Ws::new();
     let keys = Keys::new();
     salmex_plugin(&ws, "sec");
-    let e = fails(&run(&ws, &keys, &["plugin", "approve", "sec"], None, None));
+    // Seed 004: approval comes before configuration, so it succeeds; the
+    // start (the first call) is what waits for the required settings.
+    ok(&run(&ws, &keys, &["plugin", "approve", "sec"], None, None));
+    let call = ["tool", "call", "sec/show_config"];
+    let e = fails(&run(&ws, &keys, &call, None, None));
     assert!(e.contains("\"sec\""), "{e}");
     assert!(e.contains("required setting \"api_key\" is not set"), "{e}");
     assert!(e.contains("`plugd plugin config sec set api_key -`"), "{e}");
@@ -375,7 +379,7 @@ fn a_missing_required_setting_refuses_the_start_with_the_command_that_sets_it() 
         None,
         None,
     ));
-    let e = fails(&run(&ws, &keys, &["plugin", "approve", "sec"], None, None));
+    let e = fails(&run(&ws, &keys, &call, None, None));
     assert!(
         e.contains("required setting \"debug_url\" is not set"),
         "{e}"
@@ -391,7 +395,7 @@ fn a_missing_required_setting_refuses_the_start_with_the_command_that_sets_it() 
         None,
         None,
     ));
-    ok(&run(&ws, &keys, &["plugin", "approve", "sec"], None, None));
+    ok(&run(&ws, &keys, &call, None, None));
 }
 
 #[test]
