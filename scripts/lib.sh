@@ -1,5 +1,5 @@
 # scripts/lib.sh: shared helpers for scripts/test and scripts/run (sourced, not executed).
-# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv and ensure_npm_tools.
+# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv, ensure_npm_tools and ensure_deno.
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -72,4 +72,30 @@ ensure_npm_tools() {
   for spec in "${NPM_TOOLS_PACKAGES[@]}"; do
     printf 'npm %s in %s\n' "$spec" "$NPM_TOOLS"
   done
+}
+
+DENO_VERSION=2.9.6
+
+# ensure_deno: Deno $DENO_VERSION at /usr/local/bin/deno, taken from npm's
+# deno package (its native binary). /usr/local is under /usr, which plugd's
+# sandbox binds read-only, so sandboxed Salmex `interpreter: "deno"` plugins
+# can run it too. Skipped when that version is already first on PATH.
+ensure_deno() {
+  if deno --version 2>/dev/null | head -n 1 | grep -q "^deno $DENO_VERSION "; then
+    return
+  fi
+  command -v npm >/dev/null || die "npm not found; install Node.js 20 with npm (Deno $DENO_VERSION is installed from npm)"
+  mkdir -p "$NPM_TOOLS"
+  npm install --prefix "$NPM_TOOLS" --save-exact --no-audit --no-fund --no-progress \
+    --loglevel=error "deno@$DENO_VERSION" </dev/null
+  local bin="$NPM_TOOLS/node_modules/deno/deno"
+  [[ -x $bin ]] || die "npm's deno@$DENO_VERSION left no binary at $bin"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || die "need to install $bin as /usr/local/bin/deno; run as root or install sudo"
+    sudo=(sudo -n)
+  fi
+  "${sudo[@]}" install -m 0755 "$bin" /usr/local/bin/deno
+  deno --version | head -n 1 | grep -q "^deno $DENO_VERSION " ||
+    die "/usr/local/bin/deno is installed but \`deno\` on PATH is $(command -v deno); put /usr/local/bin first"
 }
