@@ -17,6 +17,7 @@ pub mod broker_config;
 mod changes;
 pub mod channels;
 pub mod config;
+pub mod config_watch;
 pub mod containment;
 pub mod deno;
 pub mod embed;
@@ -338,6 +339,9 @@ struct RtInner {
     /// One lock per plugin: approvals, revocations and digest updates of a
     /// plugin never interleave.
     approval_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The roots offered to MCP servers (plugd.yaml `mcp:`), shared with
+    /// their connections.
+    mcp_roots: plugd_host::dialect::McpRoots,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -380,7 +384,7 @@ impl Runtime {
         services.api = Some(api.clone());
         // Roots offered to MCP servers, read once: a plugd.yaml that does
         // not load offers none (every command that needs it reports why).
-        services.mcp_roots = Arc::new(
+        services.mcp_roots = plugd_host::dialect::McpRoots::new(
             config::PlugdConfig::load(&dir)
                 .map(|c| c.mcp.roots())
                 .unwrap_or_default(),
@@ -431,6 +435,7 @@ impl Runtime {
                 redactions,
                 pins,
                 approval_locks: Mutex::new(HashMap::new()),
+                mcp_roots: services.mcp_roots.clone(),
             }),
         };
         runtime.inner.api.bind(&runtime);

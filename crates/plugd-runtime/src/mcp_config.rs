@@ -124,6 +124,32 @@ pub fn parse_config(
     Ok(config)
 }
 
+impl crate::Runtime {
+    /// Applies `config`'s MCP roots to the running runtime: the roots each
+    /// server's next `roots/list` gets, and `notifications/roots/list_changed`
+    /// to every running server offered roots at its start whose roots
+    /// changed. A server that had no roots when it started learns of new ones
+    /// at its next start (the capability is declared at `initialize`).
+    /// Returns the servers told.
+    pub fn apply_mcp_config(&self, config: &McpConfig) -> Vec<String> {
+        let changed = self.inner.mcp_roots.replace(config.roots());
+        let mut told = Vec::new();
+        for server in changed {
+            let Ok(sup) = self.supervised(&server) else {
+                continue;
+            };
+            let Some(conn) = sup.current() else { continue };
+            if plugd_host::dialect::mcp::offered_roots(&conn) {
+                conn.peer.notify("notifications/roots/list_changed", None);
+                told.push(server);
+            } else {
+                tracing::info!(plugin = %server, "roots configured for an MCP server that started without them; they are offered from its next start");
+            }
+        }
+        told
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 //! `docs/contracts/microapp.md`). Secrets are never returned: credential
 //! listings carry setting names only.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use plugd_host::dialect::microapp::notify;
 use plugd_wire::{ErrorObject, codes};
@@ -32,9 +32,6 @@ pub const DEFAULT_AGENT_ID: &str = "default";
 
 /// Most entries one `nexo/admin/transcripts/read` returns.
 pub const MAX_TRANSCRIPT_READ: usize = 500;
-
-/// How often serve looks at `plugd.yaml` for agent changes.
-pub const AGENTS_POLL: Duration = Duration::from_secs(1);
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
@@ -270,40 +267,6 @@ impl Runtime {
             }
             if let Err(e) = sup.refresh_tools().await {
                 tracing::warn!(plugin = %id, "tools/list after agents/updated failed: {e}");
-            }
-        }
-    }
-
-    /// Run by serve: reads `plugd.yaml` every [`AGENTS_POLL`] and, when the
-    /// agent view ([`Runtime::agents`]) changed, sends `agents/updated` and
-    /// refreshes the microapps' catalogs. A `plugd.yaml` that does not parse
-    /// is logged once and ignored until it does.
-    pub async fn watch_agents(self) {
-        let load = |rt: &Runtime| PlugdConfig::load(rt.dir()).map(|c| rt.agents(&c));
-        let mut last = load(&self).ok();
-        let mut warned = false;
-        loop {
-            tokio::time::sleep(AGENTS_POLL).await;
-            match load(&self) {
-                Ok(now) => {
-                    warned = false;
-                    if last.as_ref() != Some(&now) {
-                        let ids: Vec<String> = now
-                            .iter()
-                            .filter_map(|a| a["id"].as_str().map(str::to_owned))
-                            .collect();
-                        tracing::info!(agents = ?ids, "agent configuration changed: agents/updated sent to microapps");
-                        last = Some(now);
-                        self.agents_updated(&ids).await;
-                    }
-                }
-                Err(e) if !warned => {
-                    warned = true;
-                    tracing::warn!(
-                        "plugd.yaml changed but does not load ({e}); microapps are not told until it does"
-                    );
-                }
-                Err(_) => {}
             }
         }
     }

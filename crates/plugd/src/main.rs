@@ -606,7 +606,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
-    let agents_watch = tokio::spawn(rt.clone().watch_agents());
+    let agents_watch = tokio::spawn(rt.clone().watch_config());
     // Tests and scripts read the socket and the bound port from these lines.
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {

@@ -27,6 +27,7 @@ except for MODE, which alters exactly one thing. Good behaviour:
                        notifications/cancelled received]}
     client          -> structuredContent {"initialize": the client's initialize
                        params, "initialized": whether notifications/initialized came}
+    notes           -> structuredContent {"notes": [method of every notification received]}
   ping            -> {}
   other requests  -> -32601; EOF -> exit 0
 
@@ -69,6 +70,7 @@ out_lock = threading.Lock()
 state_lock = threading.Lock()
 cancelled = {}  # request id -> params of notifications/cancelled
 cancel_log = []
+notes = []  # method of every notification received, in order
 client_init = {}
 initialized = False
 extra_tools = []
@@ -89,6 +91,7 @@ TOOLS = [
     {"name": "ask", "description": "asks the client", "inputSchema": OBJ},
     {"name": "cancels", "description": "cancellations seen", "inputSchema": OBJ},
     {"name": "client", "description": "what the client sent", "inputSchema": OBJ},
+    {"name": "notes", "description": "notifications received", "inputSchema": OBJ},
 ]
 
 
@@ -271,6 +274,10 @@ def call(rid, params):
         reply(rid, text(f"count {n}", {"count": n}))
     elif name == "untyped":
         reply(rid, text("no structured content"))
+    elif name == "notes":
+        with state_lock:
+            seen = list(notes)
+        reply(rid, text(json.dumps(seen), {"notes": seen}))
     elif name == "client":
         reply(rid, text("client", {"initialize": client_init, "initialized": initialized}))
     else:
@@ -307,6 +314,8 @@ def main():
                     slot[0].set()
             continue
         if rid is None:
+            with state_lock:
+                notes.append(method)
             if method == "notifications/initialized":
                 initialized = True
             elif method == "notifications/cancelled":

@@ -20,7 +20,9 @@
 //! * Roots: offered only to a server the operator gave roots in plugd.yaml
 //!   (`mcp.servers.NAME.roots`, [`HostServices::mcp_roots`]); then
 //!   `initialize` declares `roots` and `roots/list` answers those
-//!   directories. Any other server is not told plugd has roots and its
+//!   directories, as they are at each request (serve sends
+//!   `notifications/roots/list_changed` when plugd.yaml changes them). Any
+//!   other server is not told plugd has roots and its
 //!   `roots/list` gets `-32601`: the workspace (`.mcp.json`, `plugd.yaml`,
 //!   `.plugd/`) is never offered by default.
 //! * Server requests: `ping` → `{}`, `roots/list` as above,
@@ -32,7 +34,7 @@
 //!   the supervisor SIGKILLs after the spec's `shutdown_grace`.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -41,7 +43,7 @@ use plugd_manifest::PluginSpec;
 use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
-use super::{CallContext, CatalogChanged, HostServices, Setup};
+use super::{CallContext, CatalogChanged, HostServices, McpRoots, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
 use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
@@ -146,18 +148,23 @@ fn progress_token(params: &Value) -> Option<i64> {
 /// Serves an MCP server's requests and notifications.
 pub struct McpHandler {
     plugin: Arc<str>,
-    /// The roots offered to this server; `None`: no `roots` capability.
-    roots: Option<Vec<PathBuf>>,
+    /// The roots of every server, read at each `roots/list`.
+    roots: McpRoots,
+    /// Whether this connection was offered the `roots` capability (the
+    /// server had roots when it started).
+    offered_roots: bool,
     catalog_changed: CatalogChanged,
     refresh_pending: Arc<AtomicBool>,
 }
 
 impl McpHandler {
-    /// A handler for `plugin`, answering `roots/list` with `roots` (and
-    /// `-32601` when `None`: the server was not offered roots).
-    pub fn new(plugin: &str, roots: Option<Vec<PathBuf>>, catalog_changed: CatalogChanged) -> Self {
+    /// A handler for `plugin`, answering `roots/list` with its current
+    /// entry in `roots` (and `-32601` when it had none at the start: the
+    /// server was not offered roots).
+    pub fn new(plugin: &str, roots: McpRoots, catalog_changed: CatalogChanged) -> Self {
         McpHandler {
             plugin: plugin.into(),
+            offered_roots: roots.get(plugin).is_some(),
             roots,
             catalog_changed,
             refresh_pending: Arc::new(AtomicBool::new(false)),
@@ -170,7 +177,10 @@ impl Handler for McpHandler {
         let _ = params;
         let outcome = match method.as_str() {
             "ping" => Ok(json!({})),
-            "roots/list" => match &self.roots {
+            "roots/list" => match self
+                .offered_roots
+                .then(|| self.roots.get(&self.plugin).unwrap_or_default())
+            {
                 Some(roots) => Ok(json!({"roots": roots.iter().map(|r| json!({
                     "uri": file_uri(r),
                     "name": r.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into()),
@@ -250,7 +260,7 @@ impl Handler for McpHandler {
 /// operator configured roots for the server.
 pub fn client_capabilities(offers_roots: bool) -> Value {
     if offers_roots {
-        json!({"roots": {"listChanged": false}})
+        json!({"roots": {"listChanged": true}})
     } else {
         json!({})
     }
@@ -271,24 +281,38 @@ pub fn file_uri(path: &Path) -> String {
     uri
 }
 
+/// What plugd told one MCP connection at its start ([`Conn::state`]).
+#[derive(Debug)]
+pub struct McpState {
+    /// Whether `initialize` declared the `roots` capability.
+    pub offered_roots: bool,
+}
+
+/// Whether `conn` (an MCP server's run) was offered the `roots` capability,
+/// so `notifications/roots/list_changed` means something to it.
+pub fn offered_roots(conn: &Conn) -> bool {
+    conn.state
+        .as_ref()
+        .and_then(|s| s.downcast_ref::<McpState>())
+        .is_some_and(|s| s.offered_roots)
+}
+
 /// Envelope, handler and cancel policy for an MCP server.
 pub fn setup(
     spec: &Arc<PluginSpec>,
     services: &HostServices,
     catalog_changed: CatalogChanged,
 ) -> Setup {
+    let handler = McpHandler::new(&spec.id, services.mcp_roots.clone(), catalog_changed);
+    let offered_roots = handler.offered_roots;
     Setup {
         protocol: Arc::new(McpProtocol),
-        handler: Arc::new(McpHandler::new(
-            &spec.id,
-            services.mcp_roots.get(&spec.id).cloned(),
-            catalog_changed,
-        )),
+        handler: Arc::new(handler),
         cancel: Some(CancelPolicy {
             grace: CANCEL_GRACE,
             expects_ack: false,
         }),
-        state: None,
+        state: Some(Arc::new(McpState { offered_roots })),
     }
 }
 
@@ -297,9 +321,12 @@ pub fn setup(
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
-    services: &HostServices,
+    state: Option<&super::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
+    let offered = state
+        .and_then(|s| s.downcast_ref::<McpState>())
+        .is_some_and(|s| s.offered_roots);
     let deadline = tokio::time::Instant::now() + timeout;
     let malformed = |reason: String| HandshakeError::Malformed {
         plugin: spec.id.clone(),
@@ -310,7 +337,7 @@ pub async fn handshake(
             "initialize",
             Some(json!({
                 "protocolVersion": PROTOCOL_VERSION,
-                "capabilities": client_capabilities(services.mcp_roots.contains_key(&spec.id)),
+                "capabilities": client_capabilities(offered),
                 "clientInfo": {"name": "plugd", "version": env!("CARGO_PKG_VERSION")},
             })),
             timeout,

@@ -66,9 +66,46 @@ pub struct HostServices {
     /// `None`: every such request answers `-32603`.
     pub api: Option<Arc<dyn HostApi>>,
     /// MCP server name → the directories answered to its `roots/list`
-    /// (plugd.yaml `mcp.servers.NAME.roots`); a server absent here is not
-    /// offered the `roots` capability.
-    pub mcp_roots: Arc<std::collections::BTreeMap<String, Vec<PathBuf>>>,
+    /// (plugd.yaml `mcp.servers.NAME.roots`); a server absent here when it
+    /// starts is not offered the `roots` capability. Serve updates it when
+    /// plugd.yaml changes ([`McpRoots::replace`]).
+    pub mcp_roots: McpRoots,
+}
+
+/// The roots offered to each hosted MCP server, shared by the runtime and
+/// every MCP connection, replaceable while they run.
+#[derive(Clone, Default)]
+pub struct McpRoots(Arc<std::sync::RwLock<std::collections::BTreeMap<String, Vec<PathBuf>>>>);
+
+impl McpRoots {
+    /// Roots from a map of server name → directories.
+    pub fn new(map: std::collections::BTreeMap<String, Vec<PathBuf>>) -> Self {
+        McpRoots(Arc::new(std::sync::RwLock::new(map)))
+    }
+
+    /// The roots of `server` now; `None` when it has none configured.
+    pub fn get(&self, server: &str) -> Option<Vec<PathBuf>> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(server)
+            .cloned()
+    }
+
+    /// Replaces every server's roots; returns the servers whose roots
+    /// changed (added, removed or different).
+    pub fn replace(&self, map: std::collections::BTreeMap<String, Vec<PathBuf>>) -> Vec<String> {
+        let mut cur = self.0.write().unwrap_or_else(|p| p.into_inner());
+        let mut changed: Vec<String> = cur
+            .iter()
+            .filter(|(k, v)| map.get(*k) != Some(*v))
+            .map(|(k, _)| k.clone())
+            .collect();
+        changed.extend(map.keys().filter(|k| !cur.contains_key(*k)).cloned());
+        changed.sort();
+        *cur = map;
+        changed
+    }
 }
 
 impl std::fmt::Debug for HostServices {
@@ -86,7 +123,7 @@ impl HostServices {
             workspace: dir.to_path_buf(),
             state_root: dir.join(".plugd").join("state"),
             api: None,
-            mcp_roots: Arc::default(),
+            mcp_roots: McpRoots::default(),
         }
     }
 
@@ -158,7 +195,7 @@ pub async fn handshake(
         Dialect::Microapp => microapp::handshake(peer, spec, services, state, timeout).await,
         Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
         Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
-        Dialect::Mcp => mcp::handshake(peer, spec, services, timeout).await,
+        Dialect::Mcp => mcp::handshake(peer, spec, state, timeout).await,
         _ => {
             let handshake = native::initialize_with(peer, spec, &launch.config, timeout).await?;
             if let Some(native) = state.and_then(|s| s.downcast_ref::<NativeState>()) {

@@ -374,7 +374,7 @@ async fn junk_on_stdout_is_counted_and_skipped() {
 async fn tools_list_pages_are_followed_and_endless_paging_is_refused() {
     let (_ws, rt) = approved("paged", Some("2"), 10_000).await;
     let names = tool_names(&rt);
-    assert_eq!(names.len(), 11, "six pages of two: {names:?}");
+    assert_eq!(names.len(), 12, "six pages of two: {names:?}");
     rt.call_tool("h/client", json!({}), None).await.unwrap();
     rt.shutdown().await;
 
@@ -473,7 +473,7 @@ async fn configured_roots_are_declared_and_answered_in_order() {
     let client = rt.call_tool("h/client", json!({}), None).await.unwrap();
     assert_eq!(
         structured(&client)["initialize"]["capabilities"],
-        json!({"roots": {"listChanged": false}})
+        json!({"roots": {"listChanged": true}})
     );
     let got = rt.call_tool("h/ask", json!({}), None).await.unwrap();
     let roots = &structured(&got)["roots/list"]["result"]["roots"];
@@ -894,4 +894,63 @@ async fn structured_content_is_checked_against_the_output_schema() {
         .await
         .unwrap();
     rt.shutdown().await;
+}
+
+#[test]
+fn serve_tells_servers_when_plugd_yaml_changes_their_roots() {
+    use crate::http::Serve;
+    let ws = mcp_ws(json!({"h": hostile("good", None), "bare": hostile("good", None)}));
+    for d in ["a", "b"] {
+        std::fs::create_dir(ws.dir().join(d)).unwrap();
+    }
+    let uri = |d: &str| file_uri(&ws.dir().join(d).canonicalize().unwrap());
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "mcp:\n  servers:\n    h:\n      roots: [a]\n",
+    )
+    .unwrap();
+    for id in ["h", "bare"] {
+        let o = ws.plugd(&["plugin", "approve", id]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let call = |tool: &str| {
+        let r = serve.post(&format!("/v1/tools/{tool}:invoke"), &json!({"args": {}}));
+        assert_eq!(r.status, 200, "{tool}: {}", r.text());
+        r.json()["structuredContent"].clone()
+    };
+    assert_eq!(
+        call("h/ask")["roots/list"]["result"]["roots"][0]["uri"],
+        uri("a")
+    );
+    call("bare/notes"); // started, without roots
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "mcp:\n  servers:\n    h:\n      roots: [b]\n    bare:\n      roots: [a]\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !call("h/notes")["notes"]
+        .to_string()
+        .contains("notifications/roots/list_changed")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no roots/list_changed: {}",
+            call("h/notes")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let roots = &call("h/ask")["roots/list"]["result"]["roots"];
+    assert_eq!(roots, &json!([{"uri": uri("b"), "name": "b"}]));
+    // A server started without roots is not told (it was not offered the
+    // capability); it gets them from its next start.
+    assert!(
+        !call("bare/notes")["notes"]
+            .to_string()
+            .contains("roots/list_changed")
+    );
+    assert_eq!(call("bare/ask")["roots/list"]["error"]["code"], -32601);
+    let (status, log) = serve.stop();
+    assert!(log.contains("roots/list_changed sent"), "{status:?} {log}");
 }

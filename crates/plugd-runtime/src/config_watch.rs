@@ -1,0 +1,53 @@
+//! Serve's watch on `plugd.yaml`: what changes there reaches running plugins
+//! without a restart (the microapps' `agents/updated`, the roots offered to
+//! MCP servers with `notifications/roots/list_changed`).
+
+use std::time::Duration;
+
+use crate::Runtime;
+use crate::config::PlugdConfig;
+
+/// How often serve re-reads `plugd.yaml`.
+pub const CONFIG_POLL: Duration = Duration::from_secs(1);
+
+impl Runtime {
+    /// Run by serve: reads `plugd.yaml` every [`CONFIG_POLL`]; when the agent
+    /// view ([`Runtime::agents`]) changed it sends `agents/updated` and
+    /// refreshes the microapps' catalogs, and it applies the `mcp:` roots
+    /// ([`Runtime::apply_mcp_config`]). A `plugd.yaml` that does not parse is
+    /// logged once and ignored until it does.
+    pub async fn watch_config(self) {
+        let mut last = PlugdConfig::load(self.dir()).ok().map(|c| self.agents(&c));
+        let mut warned = false;
+        loop {
+            tokio::time::sleep(CONFIG_POLL).await;
+            let config = match PlugdConfig::load(self.dir()) {
+                Ok(config) => config,
+                Err(e) => {
+                    if !warned {
+                        warned = true;
+                        tracing::warn!(
+                            "plugd.yaml changed but does not load ({e}); running plugins are not told until it does"
+                        );
+                    }
+                    continue;
+                }
+            };
+            warned = false;
+            let told = self.apply_mcp_config(&config.mcp);
+            if !told.is_empty() {
+                tracing::info!(servers = ?told, "MCP roots changed: roots/list_changed sent");
+            }
+            let now = self.agents(&config);
+            if last.as_ref() != Some(&now) {
+                let ids: Vec<String> = now
+                    .iter()
+                    .filter_map(|a| a["id"].as_str().map(str::to_owned))
+                    .collect();
+                tracing::info!(agents = ?ids, "agent configuration changed: agents/updated sent to microapps");
+                last = Some(now);
+                self.agents_updated(&ids).await;
+            }
+        }
+    }
+}
