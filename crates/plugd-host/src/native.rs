@@ -86,6 +86,19 @@ impl ToolDef {
         }
     }
 
+    /// The tool a manifest declares (Salmex `capabilities.tools`, VAI tool
+    /// exports), as the catalog entry it becomes.
+    pub fn declared(t: &plugd_manifest::DeclaredTool) -> Self {
+        ToolDef {
+            name: t.name.clone(),
+            description: t.description.clone(),
+            input_schema: t.input_schema.clone(),
+            wire_name: Some(t.wire_name.clone()),
+            risk_level: t.risk_level.clone(),
+            meta: None,
+        }
+    }
+
     /// The output schema, when the plugin declared one.
     pub fn output_schema(&self) -> Option<&Value> {
         self.meta.as_ref()?.output_schema.as_ref()

@@ -433,24 +433,16 @@ pub fn check_initialize_reply(
                     t.wire_name
                 ));
             }
-            let description = if t.description.is_empty() {
-                advertised
+            let mut def = ToolDef::declared(t);
+            if def.description.is_empty() {
+                def.description = advertised
                     .and_then(|(_, d)| *d)
                     .unwrap_or_default()
                     .chars()
                     .take(1024)
-                    .collect()
-            } else {
-                t.description.clone()
-            };
-            ToolDef {
-                name: t.name.clone(),
-                description,
-                input_schema: t.input_schema.clone(),
-                wire_name: Some(t.wire_name.clone()),
-                risk_level: t.risk_level.clone(),
-                meta: None,
+                    .collect();
             }
+            def
         })
         .collect();
     Ok(Handshake {
@@ -465,17 +457,7 @@ pub fn check_initialize_reply(
 /// for its required settings (seed 004: approval, then configuration, then
 /// the first call starts it).
 pub fn declared_tools(spec: &PluginSpec) -> Vec<ToolDef> {
-    spec.tools
-        .iter()
-        .map(|t| ToolDef {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            input_schema: t.input_schema.clone(),
-            wire_name: Some(t.wire_name.clone()),
-            risk_level: t.risk_level.clone(),
-            meta: None,
-        })
-        .collect()
+    spec.tools.iter().map(ToolDef::declared).collect()
 }
 
 /// Re-reads the catalog: Salmex catalogs are fixed by the manifest.

@@ -342,18 +342,7 @@ pub fn check_hello(spec: &PluginSpec, frame: &Value) -> Result<Handshake, Handsh
             got: format!("{}@{}", clip(package_id), clip(version)),
         });
     }
-    let tools = spec
-        .tools
-        .iter()
-        .map(|t| ToolDef {
-            name: t.name.clone(),
-            description: t.description.clone(),
-            input_schema: t.input_schema.clone(),
-            wire_name: Some(t.wire_name.clone()),
-            risk_level: t.risk_level.clone(),
-            meta: None,
-        })
-        .collect();
+    let tools = spec.tools.iter().map(ToolDef::declared).collect();
     Ok(Handshake {
         server_version: Some(version.to_owned()),
         tools,

@@ -803,14 +803,7 @@ fn tool_metadata_is_kept_and_annotations_inform_the_default_risk() {
         "a tool with optional task support is called plainly: {}",
         stderr(&o)
     );
-    let row = |name: &str| {
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not in {list}"))
-            .clone()
-    };
+    let row = |name: &str| crate::support::tool_row(&list, name);
     let reader = row("h/reader");
     assert_eq!(reader["title"], "Read things", "{reader}");
     assert_eq!(reader["annotations"]["readOnlyHint"], true, "{reader}");
@@ -850,13 +843,7 @@ fn tool_metadata_is_kept_and_annotations_inform_the_default_risk() {
     .unwrap();
     let list: Value =
         serde_json::from_str(&stdout(&ws.plugd(&["tool", "list", "--json"]))).unwrap();
-    let wiper = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "h/wiper")
-        .unwrap()
-        .clone();
+    let wiper = crate::support::tool_row(&list, "h/wiper");
     assert_eq!(
         (wiper["risk"].as_str(), wiper["risk_source"].as_str()),
         (Some("low"), Some("config"))

@@ -352,14 +352,7 @@ fn plugd_yaml_raises_a_low_tool_to_critical() {
     let ws = workspace("risk:\n  tools:\n    risky/plain: critical\n");
     let list: Value =
         serde_json::from_str(&stdout(&ws.plugd(&["tool", "list", "--json"]))).unwrap();
-    let row = |name: &str| {
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|t| t["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not in {list}"))
-            .clone()
-    };
+    let row = |name: &str| crate::support::tool_row(&list, name);
     assert_eq!(row("risky/plain")["risk"], "critical");
     assert_eq!(row("risky/plain")["risk_source"], "config");
     assert_eq!(

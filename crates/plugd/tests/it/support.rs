@@ -163,3 +163,13 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// The `plugd tool list --json` row of tool `name` in `list`.
+pub fn tool_row(list: &serde_json::Value, name: &str) -> serde_json::Value {
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a tool list: {list}"))
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("{name} not in {list}"))
+        .clone()
+}
