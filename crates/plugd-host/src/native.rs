@@ -15,8 +15,11 @@ use serde_json::{Value, json};
 
 use crate::peer::{CallError, Peer};
 
-/// The contract version plugd speaks, sent as `nexo_version`.
-pub const NEXO_CONTRACT_VERSION: &str = "1.10.0";
+/// The contract version plugd speaks, sent as `contract_version` beside
+/// `nexo_version` in `initialize` (a plugd addition; SDKs ignore it).
+pub use plugd_manifest::NEXO_CONTRACT_VERSION;
+/// The nexo daemon version plugd presents as `initialize.params.nexo_version`.
+pub use plugd_manifest::NEXO_HOST_VERSION;
 
 /// One tool as a plugin advertises it (§4.1.1 `RemoteToolDef`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,7 +146,7 @@ pub async fn initialize(
 
 /// [`initialize`] carrying the plugin's settings: when `config` is not null
 /// it goes in `params.config` (a plugd extension of §4.1, which only defines
-/// `nexo_version`; SDKs ignore unknown params). Settings change only by a
+/// `nexo_version` and `contract_version`; SDKs ignore unknown params). Settings change only by a
 /// restart, which sends a fresh `initialize`.
 pub async fn initialize_with(
     peer: &Peer,
@@ -151,7 +154,10 @@ pub async fn initialize_with(
     config: &Value,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    let mut params = json!({"nexo_version": NEXO_CONTRACT_VERSION});
+    let mut params = json!({
+        "nexo_version": NEXO_HOST_VERSION,
+        "contract_version": NEXO_CONTRACT_VERSION,
+    });
     if !config.is_null() {
         params["config"] = config.clone();
     }
