@@ -451,9 +451,9 @@ pub enum HookCallError {
 }
 
 /// Asks a native plugin to handle one hook event (`hook.on_hook`, §5.z).
-/// `-32601` (the plugin does not implement hooks) is `HookResponse::default()`
-/// (continue), as in nexo; every other failure is an error, so the caller's
-/// error policy decides (plugd does not adopt nexo's continue-on-error).
+/// Every failure, `-32601` included, is an error, so the caller's error
+/// policy decides: nexo's continue-on-error by default for native handlers,
+/// fail closed when the operator marks the handler `on_error: block`.
 pub async fn on_hook(
     peer: &Peer,
     plugin_id: &str,
@@ -462,13 +462,7 @@ pub async fn on_hook(
     timeout: Duration,
 ) -> Result<HookResponse, HookCallError> {
     let params = json!({"plugin_id": plugin_id, "hook_name": hook_name, "event": event});
-    let reply = match peer.call("hook.on_hook", Some(params), timeout).await {
-        Ok(r) => r,
-        Err(CallError::Remote { error, .. }) if error.code == codes::METHOD_NOT_FOUND => {
-            return Ok(HookResponse::default());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let reply = peer.call("hook.on_hook", Some(params), timeout).await?;
     let malformed = |reason: String| HookCallError::Malformed {
         plugin: peer.plugin().clone(),
         hook: hook_name.to_owned(),

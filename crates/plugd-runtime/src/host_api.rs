@@ -404,12 +404,29 @@ impl HostApi for RuntimeApi {
     }
 
     fn event_id(&self) -> String {
-        let n = self.next_event.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        format!("evt_{nanos:x}{:x}{n:x}", std::process::id())
+        // A UUID v4, as nexo's `Event.id` (§5.1). Without randomness (never
+        // expected) the counter and the clock still make it unique here.
+        let mut b = [0u8; 16];
+        if getrandom::fill(&mut b).is_err() {
+            let n = self.next_event.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            b[..8].copy_from_slice(&n.to_be_bytes());
+            b[8..].copy_from_slice(&(nanos as u64).to_be_bytes());
+        }
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
     }
 
     fn now(&self) -> String {

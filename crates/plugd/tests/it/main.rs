@@ -18,6 +18,7 @@ mod llm;
 mod mcp;
 mod memory;
 mod microapp;
+mod nexo;
 mod outbox;
 mod pinning;
 mod resilience;
