@@ -344,3 +344,23 @@ pub(crate) fn is_uuid(s: &str) -> bool {
             .iter()
             .all(|p| p.chars().all(|c| c.is_ascii_hexdigit()))
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_tool_the_plugin_does_not_advertise_is_tool_not_found() {
+    let ws = Ws::new();
+    services_plugin(&ws, "decl", &["broker"], None);
+    let manifest = ws.plugin_dir("decl").join("nexo-plugin.toml");
+    let text = std::fs::read_to_string(&manifest)
+        .unwrap()
+        .replace("tools = [", "tools = [\"decl_ghost\", ");
+    std::fs::write(&manifest, text).unwrap();
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("decl", "test").await.unwrap();
+    let err = call(&rt, "decl_ghost", json!({})).await.unwrap_err();
+    assert!(err.contains("tool \"decl_ghost\" not found"), "{err}");
+    assert!(err.contains("-33401"), "{err}");
+    // A name nobody declares stays an unknown tool.
+    let err = call(&rt, "decl_nothing", json!({})).await.unwrap_err();
+    assert!(!err.contains("-33401"), "{err}");
+    rt.shutdown().await;
+}
