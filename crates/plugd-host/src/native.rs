@@ -15,8 +15,11 @@ use serde_json::{Value, json};
 
 use crate::peer::{CallError, Peer};
 
-/// The contract version plugd speaks, sent as `nexo_version`.
-pub const NEXO_CONTRACT_VERSION: &str = "1.10.0";
+/// The contract version plugd speaks, sent as `contract_version` beside
+/// `nexo_version` in `initialize` (a plugd addition; SDKs ignore it).
+pub use plugd_manifest::NEXO_CONTRACT_VERSION;
+/// The nexo daemon version plugd presents as `initialize.params.nexo_version`.
+pub use plugd_manifest::NEXO_HOST_VERSION;
 
 /// One tool as a plugin advertises it (§4.1.1 `RemoteToolDef`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,7 +196,7 @@ pub async fn initialize(
 
 /// [`initialize`] carrying the plugin's settings: when `config` is not null
 /// it goes in `params.config` (a plugd extension of §4.1, which only defines
-/// `nexo_version`; SDKs ignore unknown params). Settings change only by a
+/// `nexo_version` and `contract_version`; SDKs ignore unknown params). Settings change only by a
 /// restart, which sends a fresh `initialize`.
 pub async fn initialize_with(
     peer: &Peer,
@@ -201,7 +204,10 @@ pub async fn initialize_with(
     config: &Value,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    let mut params = json!({"nexo_version": NEXO_CONTRACT_VERSION});
+    let mut params = json!({
+        "nexo_version": NEXO_HOST_VERSION,
+        "contract_version": NEXO_CONTRACT_VERSION,
+    });
     if !config.is_null() {
         params["config"] = config.clone();
     }
@@ -517,9 +523,9 @@ pub enum HookCallError {
 }
 
 /// Asks a native plugin to handle one hook event (`hook.on_hook`, §5.z).
-/// `-32601` (the plugin does not implement hooks) is `HookResponse::default()`
-/// (continue), as in nexo; every other failure is an error, so the caller's
-/// error policy decides (plugd does not adopt nexo's continue-on-error).
+/// Every failure, `-32601` included, is an error, so the caller's error
+/// policy decides: nexo's continue-on-error by default for native handlers,
+/// fail closed when the operator marks the handler `on_error: block`.
 pub async fn on_hook(
     peer: &Peer,
     plugin_id: &str,
@@ -528,13 +534,7 @@ pub async fn on_hook(
     timeout: Duration,
 ) -> Result<HookResponse, HookCallError> {
     let params = json!({"plugin_id": plugin_id, "hook_name": hook_name, "event": event});
-    let reply = match peer.call("hook.on_hook", Some(params), timeout).await {
-        Ok(r) => r,
-        Err(CallError::Remote { error, .. }) if error.code == codes::METHOD_NOT_FOUND => {
-            return Ok(HookResponse::default());
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let reply = peer.call("hook.on_hook", Some(params), timeout).await?;
     let malformed = |reason: String| HookCallError::Malformed {
         plugin: peer.plugin().clone(),
         hook: hook_name.to_owned(),

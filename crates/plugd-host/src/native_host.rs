@@ -8,10 +8,16 @@
 //! contract's error codes; the services themselves (the store, the LLM
 //! providers, the bus) are the runtime's, behind [`HostApi`].
 //!
-//! A plugin may use a service only when its manifest asks for it in
-//! `[plugin.requires] nexo_capabilities`: `broker` for the bus, `memory` for
-//! `memory.recall`, `llm` for `llm.complete`. Each request is served on its
-//! own task with its own deadline, so a slow LLM never delays a tool reply.
+//! These are host services, not permissions: every approved plugin may call
+//! `memory.recall` and `llm.complete` and use the broker bridge, as the
+//! contract's host offers them (its examples declare only `["broker"]` in
+//! `[plugin.requires] nexo_capabilities`, which says what the plugin needs,
+//! not what it may do). The broker allowlist comes from
+//! `[[plugin.channels.register]]` alone (§6). Least privilege is operator
+//! policy: [`HostApi::denied_services`] (plugd.yaml `host_services.deny`,
+//! off by default) turns a service off for one plugin, answered `-32603`.
+//! Each request is served on its own task with its own deadline, so a slow
+//! LLM never delays a tool reply.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,12 +35,16 @@ use crate::bus::{Allowlist, Bus, Delivery, Event, Sink, SubscriptionGuard, check
 use crate::extensions::{ChannelError, OutboundMessage, SendReceipt};
 use crate::peer::{Handler, HandlerFuture, Peer, Request};
 
-/// Capability that grants the broker bridge.
+/// The broker bridge (`broker.event`, `broker.publish`).
 pub const CAP_BROKER: &str = "broker";
-/// Capability that grants `memory.recall`.
+/// `memory.recall`.
 pub const CAP_MEMORY: &str = "memory";
-/// Capability that grants `llm.complete`.
+/// `llm.complete`.
 pub const CAP_LLM: &str = "llm";
+/// Every host service plugd provides, by the name a manifest's
+/// `[plugin.requires] nexo_capabilities` and plugd.yaml's
+/// `host_services.deny` use.
+pub const HOST_SERVICES: &[&str] = plugd_manifest::PROVIDED_CAPABILITIES;
 
 /// `memory.recall` deadline.
 pub const MEMORY_RECALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -50,7 +60,7 @@ pub const MAX_RECALL_LIMIT: u64 = 1000;
 /// `max_tokens` when an `llm.complete` gives none (§5.3).
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// `temperature` when an `llm.complete` gives none (§5.3).
-pub const DEFAULT_TEMPERATURE: f32 = 0.7;
+pub const DEFAULT_TEMPERATURE: f64 = 0.7;
 
 /// What [`HostApi::dispatch`] returns.
 pub type DispatchFuture = Pin<Box<dyn Future<Output = Result<SendReceipt, ChannelError>> + Send>>;
@@ -111,8 +121,8 @@ pub struct CompleteRequest {
     pub messages: Vec<CompleteMessage>,
     /// Output budget.
     pub max_tokens: u32,
-    /// Sampling temperature.
-    pub temperature: f32,
+    /// Sampling temperature, as sent (an `f64`, so 0.7 stays 0.7 on the wire).
+    pub temperature: f64,
     /// Optional system prompt.
     pub system_prompt: Option<String>,
 }
@@ -198,6 +208,12 @@ pub trait HostApi: Send + Sync + 'static {
     fn bus(&self) -> Arc<dyn Bus>;
     /// The broker counters of `plugin` (kept across restarts).
     fn broker_counters(&self, plugin: &str) -> Arc<BrokerCounters>;
+    /// The host services (names in [`HOST_SERVICES`]) the operator denies
+    /// `spec`; read once per start. The default: none.
+    fn denied_services(&self, spec: &PluginSpec) -> Vec<String> {
+        let _ = spec;
+        Vec::new()
+    }
     /// What `spec` may receive and publish: its channel kinds' topics (§6)
     /// plus operator grants.
     fn allowlist(&self, spec: &PluginSpec) -> Allowlist {
@@ -250,12 +266,6 @@ pub fn channel_kinds(spec: &PluginSpec) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn granted(spec: &PluginSpec, cap: &str) -> bool {
-    spec.native
-        .as_ref()
-        .is_some_and(|n| n.requires.nexo_capabilities.iter().any(|c| c == cap))
-}
-
 fn invalid(message: impl Into<String>) -> ErrorObject {
     ErrorObject::new(codes::INVALID_PARAMS, message.into())
 }
@@ -265,6 +275,8 @@ pub struct NativeHost {
     spec: Arc<PluginSpec>,
     api: Option<Arc<dyn HostApi>>,
     allowlist: Allowlist,
+    /// Services the operator denies this plugin (`host_services.deny`).
+    denied: Vec<String>,
     counters: Option<Arc<BrokerCounters>>,
     /// Dropped-publish warnings: one in full, then one summary per interval.
     drops: crate::throttle::Throttle,
@@ -283,6 +295,7 @@ impl std::fmt::Debug for NativeHost {
 #[derive(Debug, Default)]
 pub struct NativeState {
     allowlist: Allowlist,
+    broker_denied: bool,
     subscriptions: Mutex<Vec<SubscriptionGuard>>,
 }
 
@@ -291,6 +304,7 @@ impl NativeHost {
     pub fn state(&self) -> NativeState {
         NativeState {
             allowlist: self.allowlist.clone(),
+            broker_denied: self.denied.iter().any(|d| d == CAP_BROKER),
             subscriptions: Mutex::new(Vec::new()),
         }
     }
@@ -300,6 +314,10 @@ impl NativeHost {
     /// The handler for `spec`; without `api`, every service answers `-32603`.
     pub fn new(spec: Arc<PluginSpec>, api: Option<Arc<dyn HostApi>>) -> NativeHost {
         let allowlist = api.as_ref().map(|a| a.allowlist(&spec)).unwrap_or_default();
+        let denied = api
+            .as_ref()
+            .map(|a| a.denied_services(&spec))
+            .unwrap_or_default();
         let counters = api.as_ref().map(|a| a.broker_counters(&spec.id));
         let plugin = spec.id.clone();
         let interval = crate::throttle::WARN_INTERVAL;
@@ -320,19 +338,18 @@ impl NativeHost {
             spec,
             api,
             allowlist,
+            denied,
             counters,
             drops,
         }
     }
 
-    fn need(&self, cap: &str, method: &str) -> Result<Arc<dyn HostApi>, ErrorObject> {
-        if !granted(&self.spec, cap) {
+    /// The services, unless the operator denied `service` to this plugin.
+    fn need(&self, service: &str, method: &str) -> Result<Arc<dyn HostApi>, ErrorObject> {
+        if self.denied.iter().any(|d| d == service) {
             return Err(ErrorObject::new(
-                codes::METHOD_NOT_FOUND,
-                format!(
-                    "{method} is not granted to plugin {:?}: add \"{cap}\" to [plugin.requires] nexo_capabilities",
-                    self.spec.id
-                ),
+                codes::INTERNAL_ERROR,
+                denied_message(&self.spec.id, service, method),
             ));
         }
         self.api.clone().ok_or_else(|| {
@@ -462,10 +479,9 @@ impl NativeHost {
                 None => tracing::warn!(plugin = %plugin, "broker.publish dropped: {why}"),
             }
         };
-        let Ok(api) = self.need(CAP_BROKER, "broker.publish") else {
-            return drop_it(format!(
-                "the plugin does not require \"{CAP_BROKER}\" in [plugin.requires] nexo_capabilities"
-            ));
+        let api = match self.need(CAP_BROKER, "broker.publish") {
+            Ok(api) => api,
+            Err(e) => return drop_it(e.message),
         };
         let Some(p) = params.as_ref().and_then(Value::as_object) else {
             return drop_it("params must be an object {topic, event}".into());
@@ -510,6 +526,13 @@ impl NativeHost {
         }
         api.bus().publish(event);
     }
+}
+
+/// The message of a call the operator denied.
+pub fn denied_message(plugin: &str, service: &str, method: &str) -> String {
+    format!(
+        "{method} is not configured for plugin {plugin:?}: the operator denies it the \"{service}\" host service (plugd.yaml host_services.deny.{plugin})"
+    )
 }
 
 fn parse_complete(params: Option<&Value>) -> Result<(CompleteRequest, bool), ErrorObject> {
@@ -561,8 +584,7 @@ fn parse_complete(params: Option<&Value>) -> Result<(CompleteRequest, bool), Err
         Some(v) => v
             .as_f64()
             .filter(|t| t.is_finite() && (0.0..=2.0).contains(t))
-            .ok_or_else(|| invalid("llm.complete: temperature must be a number from 0 to 2"))?
-            as f32,
+            .ok_or_else(|| invalid("llm.complete: temperature must be a number from 0 to 2"))?,
     };
     let system_prompt = match p.get("system_prompt") {
         None | Some(Value::Null) => None,
@@ -611,7 +633,8 @@ impl Handler for NativeHost {
 /// full (§8). The subscriptions end with the connection's state.
 pub fn attach(peer: &Peer, spec: &PluginSpec, api: Option<&Arc<dyn HostApi>>, state: &NativeState) {
     let Some(api) = api else { return };
-    if !granted(spec, CAP_BROKER) {
+    if state.broker_denied {
+        tracing::info!(plugin = %spec.id, "broker.event not delivered: plugd.yaml host_services.deny");
         return;
     }
     let allowlist = &state.allowlist;
@@ -661,7 +684,7 @@ mod tests {
         .unwrap();
         assert!(!stream);
         assert_eq!(r.max_tokens, DEFAULT_MAX_TOKENS);
-        assert!((r.temperature - DEFAULT_TEMPERATURE).abs() < f32::EPSILON);
+        assert_eq!(r.temperature, DEFAULT_TEMPERATURE);
         let bad = [
             json!(null),
             json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}),

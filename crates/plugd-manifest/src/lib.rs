@@ -57,7 +57,10 @@ mod tests;
 
 pub use error::{EntryError, ManifestError};
 pub use ids::{is_valid_plugin_id, tool_in_namespace};
-pub use native::{MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, load_native, parse_native};
+pub use native::{
+    MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, NEXO_CONTRACT_VERSION, NEXO_HOST_VERSION,
+    PROVIDED_CAPABILITIES, load_native, parse_native,
+};
 pub use sandbox::{SANDBOX_DENYLIST, SandboxPathError, check_sandbox_path, resolve_path};
 pub use schema::native_manifest_schema;
 pub use spec::{

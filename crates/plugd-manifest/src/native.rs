@@ -28,6 +28,19 @@ pub const NATIVE_MANIFEST_FILE: &str = "nexo-plugin.toml";
 /// Largest manifest accepted, in bytes (1 MiB).
 pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
+/// The nexo daemon version plugd presents: sent as `initialize.params.nexo_version`
+/// (§4.1, where it is the daemon's version, e.g. "0.1.5") and matched against
+/// a manifest's `min_nexo_version`. It is the daemon line that ships contract
+/// [`NEXO_CONTRACT_VERSION`].
+pub const NEXO_HOST_VERSION: &str = "0.1.5";
+
+/// The nexo Plugin Contract version plugd implements.
+pub const NEXO_CONTRACT_VERSION: &str = "1.10.0";
+
+/// The host services plugd provides, by the names `[plugin.requires]
+/// nexo_capabilities` uses; a plugin requiring anything else is refused.
+pub const PROVIDED_CAPABILITIES: &[&str] = &["broker", "memory", "llm"];
+
 /// Keys known in `[plugin]`; others are tolerated with a warning.
 const PLUGIN_KEYS: &[&str] = &[
     "id",
@@ -35,6 +48,7 @@ const PLUGIN_KEYS: &[&str] = &[
     "name",
     "description",
     "min_nexo_version",
+    "contract_version",
     "requires",
     "entrypoint",
     "extends",
@@ -146,6 +160,46 @@ pub fn parse_native(
             ),
         ));
     }
+    if let Some(req) = min_nexo_version
+        && let Ok(parsed) = semver::VersionReq::parse(req)
+        && let Ok(host) = semver::Version::parse(NEXO_HOST_VERSION)
+        && !parsed.matches(&host)
+    {
+        return Err(cx.invalid(
+            "plugin.min_nexo_version",
+            format!(
+                "the plugin requires nexo {}, but plugd presents nexo {NEXO_HOST_VERSION} (contract {NEXO_CONTRACT_VERSION}); use a plugin release for this nexo version",
+                quote(req)
+            ),
+        ));
+    }
+    // §10: a plugin targeting a contract major plugd does not speak is refused.
+    if let Some(cv) = cx.optional_string(plugin, "plugin", "contract_version")? {
+        let host = semver::Version::parse(NEXO_CONTRACT_VERSION).expect("a valid constant");
+        match semver::Version::parse(cv) {
+            Err(e) => {
+                return Err(cx.invalid(
+                    "plugin.contract_version",
+                    format!(
+                        "{} is not a semver version ({e}); use e.g. \"1.10.0\"",
+                        quote(cv)
+                    ),
+                ));
+            }
+            Ok(v) if v.major != host.major => {
+                return Err(cx.invalid(
+                    "plugin.contract_version",
+                    format!(
+                        "the plugin targets nexo contract {}, but plugd implements contract {NEXO_CONTRACT_VERSION} (major {}); contract major {} is not supported",
+                        quote(cv),
+                        host.major,
+                        v.major
+                    ),
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
 
     let requires = cx.requires(plugin)?;
     let dir = if dir.is_absolute() {
@@ -229,6 +283,16 @@ impl Cx<'_> {
                 return Err(self.invalid(
                     field,
                     format!("capability {} is empty or contains NUL; use a capability name like \"broker\"", quote(cap)),
+                ));
+            }
+            if !PROVIDED_CAPABILITIES.contains(&cap) {
+                return Err(self.invalid(
+                    field,
+                    format!(
+                        "the plugin requires nexo capability {}, which plugd cannot provide (it provides {}); plugd refuses to start it",
+                        quote(cap),
+                        PROVIDED_CAPABILITIES.join(", ")
+                    ),
                 ));
             }
             nexo_capabilities.push(cap.to_owned());

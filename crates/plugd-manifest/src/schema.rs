@@ -44,8 +44,8 @@ pub fn native_manifest_schema() -> Value {
         "properties": {
             "nexo_capabilities": {
                 "type": "array",
-                "items": { "type": "string", "minLength": 1 },
-                "description": "Host capabilities the plugin needs, e.g. [\"broker\"]."
+                "items": { "enum": ["broker", "memory", "llm"] },
+                "description": "Host services the plugin needs, e.g. [\"broker\"]; plugd refuses a plugin needing one it cannot provide. Not a permission: every approved plugin may use every host service unless plugd.yaml host_services.deny says otherwise."
             }
         }
     });
@@ -191,7 +191,11 @@ pub fn native_manifest_schema() -> Value {
                     "description": { "type": "string", "description": "One-line description." },
                     "min_nexo_version": {
                         "type": "string",
-                        "description": "Semver requirement on the host's nexo contract version, e.g. \">=0.1.0\"."
+                        "description": "Semver requirement on the nexo daemon version the host presents (plugd presents 0.1.5), e.g. \">=0.1.0\"; a plugin it does not match is refused."
+                    },
+                    "contract_version": {
+                        "type": "string",
+                        "description": "The nexo Plugin Contract version the plugin targets (semver); a major other than plugd's (1) is refused."
                     },
                     "requires": requires,
                     "entrypoint": entrypoint,

@@ -338,16 +338,39 @@ fn name_and_description_must_be_strings() {
 #[test]
 fn unknown_plugin_key_is_a_warning() {
     let spec = parse(&with_plugin_keys(
-        "contract_version = \"1.10.0\"\n\"we ird\" = 1",
+        "future_field = \"1.10.0\"\n\"we ird\" = 1",
     ))
     .unwrap();
     assert_eq!(
         spec.warnings,
         [
-            "plugin.contract_version: unknown key ignored (it may be meant for a newer host); remove it or fix its spelling",
+            "plugin.future_field: unknown key ignored (it may be meant for a newer host); remove it or fix its spelling",
             "plugin.\"we ird\": unknown key ignored (it may be meant for a newer host); remove it or fix its spelling",
         ]
     );
+}
+
+#[test]
+fn contract_version_min_nexo_version_and_requires_are_checked() {
+    // The contract major plugd speaks, any minor: accepted.
+    assert!(parse(&with_plugin_keys("contract_version = \"1.99.0\"")).is_ok());
+    let e = parse(&with_plugin_keys("contract_version = \"2.0.0\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("plugin.contract_version"), "{e}");
+    assert!(e.contains("contract major 2 is not supported"), "{e}");
+    let e = parse(&with_plugin_keys("contract_version = \"one\""))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("is not a semver version"), "{e}");
+    let e = parse(&with_plugin_keys("min_nexo_version = \">=0.2.0\""))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("plugd presents nexo 0.1.5 (contract 1.10.0)"),
+        "{e}"
+    );
+    assert!(parse(&with_plugin_keys("min_nexo_version = \"^0.1\"")).is_ok());
 }
 
 #[test]
@@ -829,6 +852,14 @@ fn requires_capabilities() {
         &with("[plugin.requires]\nnexo_capabilities = [true]"),
         "plugin.requires.nexo_capabilities[0]",
     );
+    // Something plugd cannot provide refuses the plugin, naming it.
+    let e = parse(&with(
+        "[plugin.requires]\nnexo_capabilities = [\"broker\", \"gpu\"]",
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("plugin.requires.nexo_capabilities[1]"), "{e}");
+    assert!(e.contains("\"gpu\", which plugd cannot provide"), "{e}");
     assert_invalid(
         &with("[plugin.requires]\nnexo_capabilities = [\"\"]"),
         "plugin.requires.nexo_capabilities[0]",

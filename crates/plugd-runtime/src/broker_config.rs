@@ -1,5 +1,8 @@
 //! `plugd.yaml`'s `broker:` section: subjects the operator grants a plugin
-//! beyond what its channel kinds give it (nexo §6).
+//! beyond what its channel kinds give it (nexo §6); and `host_services:`,
+//! the operator's least-privilege switch over the nexo host services (off by
+//! default: every approved plugin gets the broker bridge, `memory.recall`
+//! and `llm.complete`, as the contract's host offers them).
 //!
 //! ```yaml
 //! broker:
@@ -7,6 +10,9 @@
 //!     my_plugin:
 //!       publish: ["alerts.my_plugin.>"]   # it may also publish here
 //!       subscribe: ["alerts.>"]           # and receives these as broker.event
+//! host_services:
+//!   deny:
+//!     my_plugin: [memory, llm]            # answered -32603, named as denied
 //! ```
 
 use std::collections::BTreeMap;
@@ -43,6 +49,64 @@ impl BrokerConfig {
         }
         base
     }
+}
+
+/// `host_services:`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct HostServicesConfig {
+    /// Plugin id → the services (`broker`, `memory`, `llm`) denied to it.
+    pub deny: BTreeMap<String, Vec<String>>,
+}
+
+impl HostServicesConfig {
+    /// The services denied to `plugin`.
+    pub fn denied(&self, plugin: &str) -> Vec<String> {
+        self.deny.get(plugin).cloned().unwrap_or_default()
+    }
+}
+
+/// `host_services:` as read from the file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHostServices {
+    #[serde(default)]
+    deny: Option<BTreeMap<String, Vec<Spanned<String>>>>,
+}
+
+/// Validates `host_services:`.
+pub fn parse_host_services(
+    raw: Spanned<RawHostServices>,
+    path: &Path,
+) -> Result<HostServicesConfig, ConfigError> {
+    let mut config = HostServicesConfig::default();
+    for (plugin, list) in raw.value.deny.unwrap_or_default() {
+        let mut out = Vec::new();
+        for (i, s) in list.into_iter().enumerate() {
+            if !plugd_host::native_host::HOST_SERVICES.contains(&s.value.as_str()) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    field: format!("host_services.deny.{plugin}[{i}]"),
+                    line: s.referenced.line(),
+                    message: format!(
+                        "{:?} is not a host service; use one of {}",
+                        s.value,
+                        plugd_host::native_host::HOST_SERVICES.join(", ")
+                    ),
+                });
+            }
+            out.push(s.value);
+        }
+        config.deny.insert(plugin, out);
+    }
+    Ok(config)
+}
+
+/// Whether `name` is a valid provider name (nexo's id rule).
+pub fn provider_name_ok(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && name.len() <= 32
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// `broker:` as read from the file.
@@ -123,6 +187,40 @@ mod tests {
         // Other plugins get nothing extra.
         let other = c.broker.extend("other", Allowlist::default());
         assert_eq!(other, Allowlist::default());
+    }
+
+    #[test]
+    fn host_services_deny_is_checked() {
+        let c = parse("host_services:\n  deny:\n    svc: [memory, llm]\n").unwrap();
+        assert_eq!(c.host_services.denied("svc"), ["memory", "llm"]);
+        assert!(c.host_services.denied("other").is_empty());
+        let e = parse("host_services:\n  deny:\n    svc: [gpu]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host_services.deny.svc[0]"), "{e}");
+        assert!(e.contains("\"gpu\" is not a host service"), "{e}");
+        let text = "host_services:\n  deny:\n    svc: [broker]\n";
+        assert!(crate::config::schema_violations(text).unwrap().is_empty());
+        let bad = "host_services:\n  deny:\n    svc: [gpu]\n";
+        assert!(!crate::config::schema_violations(bad).unwrap().is_empty());
+    }
+
+    #[test]
+    fn named_llm_providers_are_read() {
+        let c = parse(
+            "llm_providers:\n  minimax:\n    provider: openai\n    base_url: http://127.0.0.1:1/v1\n    model: m2\n",
+        )
+        .unwrap();
+        assert!(c.llm_providers.contains_key("minimax"));
+        let e = parse(
+            "llm_providers:\n  Bad-Name:\n    provider: openai\n    base_url: x\n    model: m\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("llm_providers.Bad-Name"), "{e}");
+        let text =
+            "llm_providers:\n  minimax: {provider: plugin, plugin: p, name: minimax, model: m}\n";
+        assert!(crate::config::schema_violations(text).unwrap().is_empty());
     }
 
     #[test]

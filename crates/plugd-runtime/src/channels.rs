@@ -570,6 +570,19 @@ async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
     }
 }
 
+/// What became of one inbound message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handled {
+    /// Handled (replied, blocked, or failed and logged).
+    Done,
+    /// A `before_message` hook said `do_not_reply_again`: no reply, and none
+    /// for the session's messages already waiting.
+    DoNotReplyAgain,
+}
+
+/// The notice code a hook's `do_not_reply_again` becomes.
+const DO_NOT_REPLY_AGAIN: &str = "DO_NOT_REPLY_AGAIN";
+
 impl Router {
     fn dispatch(self: &Arc<Self>, kind: &str, event: Event) {
         let c = self.runtime.channel_counters(kind);
@@ -612,7 +625,11 @@ impl Router {
     async fn worker(self: Arc<Self>, session: String, mut rx: mpsc::Receiver<Inbound>) {
         loop {
             match tokio::time::timeout(SESSION_IDLE, rx.recv()).await {
-                Ok(Some(m)) => self.handle(m).await,
+                Ok(Some(m)) => {
+                    if self.handle(m).await == Handled::DoNotReplyAgain {
+                        self.drop_pending(&session, &mut rx);
+                    }
+                }
                 Ok(None) => return,
                 Err(_) => {
                     // Senders send under the lock: an empty queue seen under
@@ -628,7 +645,11 @@ impl Router {
                         }
                     };
                     match next {
-                        Some(m) => self.handle(m).await,
+                        Some(m) => {
+                            if self.handle(m).await == Handled::DoNotReplyAgain {
+                                self.drop_pending(&session, &mut rx);
+                            }
+                        }
                         None => return,
                     }
                 }
@@ -636,8 +657,22 @@ impl Router {
         }
     }
 
-    async fn handle(&self, m: Inbound) {
-        let Some(agent) = &self.agent else { return };
+    /// nexo §5.z `do_not_reply_again`: the messages of `session` already
+    /// waiting get no automatic reply either.
+    fn drop_pending(&self, session: &str, rx: &mut mpsc::Receiver<Inbound>) {
+        let mut n = 0u64;
+        while rx.try_recv().is_ok() {
+            n += 1;
+        }
+        if n > 0 {
+            tracing::info!(%session, dropped = n, "pending messages get no automatic reply: a hook said do_not_reply_again");
+        }
+    }
+
+    async fn handle(&self, m: Inbound) -> Handled {
+        let Some(agent) = &self.agent else {
+            return Handled::Done;
+        };
         let c = self.runtime.channel_counters(&m.kind);
         let plugin = self
             .runtime
@@ -660,6 +695,14 @@ impl Router {
             .pipeline
             .run(HookPoint::BeforeMessage, payload, &ctx)
             .await;
+        let quiet = gate
+            .notices
+            .iter()
+            .any(|n| n.code.as_deref() == Some(DO_NOT_REPLY_AGAIN));
+        if quiet && !gate.is_blocked() {
+            tracing::info!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, "no automatic reply: a before_message hook said do_not_reply_again");
+            return Handled::DoNotReplyAgain;
+        }
         let reply = if gate.is_blocked() {
             c.blocked.fetch_add(1, Ordering::Relaxed);
             tracing::info!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, "inbound message blocked at before_message");
@@ -686,12 +729,12 @@ impl Router {
                 Err(e) => {
                     c.failed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, "channel turn failed: {e}");
-                    return;
+                    return Handled::Done;
                 }
             }
         };
         let Some(reply) = reply.filter(|r| !r.is_empty()) else {
-            return;
+            return Handled::Done;
         };
         let sent = match self.runtime.channel(&m.kind) {
             Ok(a) => a
@@ -710,6 +753,7 @@ impl Router {
                 tracing::warn!(%plugin, kind = %m.kind, sender = %m.from, "channel reply not sent: {e}");
             }
         }
+        Handled::Done
     }
 }
 

@@ -118,6 +118,12 @@ pub struct PlugdConfig {
     /// `broker:`: subjects granted to plugins beyond their channels
     /// ([`crate::broker_config`]).
     pub broker: crate::broker_config::BrokerConfig,
+    /// `host_services:`: nexo host services denied per plugin
+    /// ([`crate::broker_config::HostServicesConfig`]).
+    pub host_services: crate::broker_config::HostServicesConfig,
+    /// `llm_providers:`: named providers `llm.complete {provider}` reaches
+    /// (each in the `llm:` form), beside `llm:` and plugin providers.
+    pub llm_providers: std::collections::BTreeMap<String, LlmConfig>,
     /// `http:`: limits of `plugd serve`'s listeners.
     pub http: HttpConfig,
     /// What hosted MCP servers are offered (`mcp:`, in `mcp_config.rs`).
@@ -411,6 +417,10 @@ struct RawDoc {
     memory: Option<Spanned<crate::recall::RawMemory>>,
     #[serde(default)]
     broker: Option<Spanned<crate::broker_config::RawBroker>>,
+    #[serde(default)]
+    host_services: Option<Spanned<crate::broker_config::RawHostServices>>,
+    #[serde(default)]
+    llm_providers: Option<std::collections::BTreeMap<String, Spanned<LlmConfig>>>,
     #[serde(default)]
     http: Option<Spanned<HttpConfig>>,
     #[serde(default)]
@@ -712,6 +722,31 @@ impl PlugdConfig {
         }
         if let Some(mcp) = raw.mcp {
             config.mcp = crate::mcp_config::parse_config(mcp, path, workspace)?;
+        }
+        if let Some(services) = raw.host_services {
+            config.host_services = crate::broker_config::parse_host_services(services, path)?;
+        }
+        for (name, llm) in raw.llm_providers.unwrap_or_default() {
+            let line = llm.referenced.line();
+            let mut llm = llm.value;
+            if !crate::broker_config::provider_name_ok(&name) {
+                return Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    field: format!("llm_providers.{name}"),
+                    line,
+                    message: format!(
+                        "{name:?} is not a provider name; use ^[a-z][a-z0-9_]{{0,31}}$ as nexo does"
+                    ),
+                });
+            }
+            if let LlmConfig::Scripted { script } = &mut llm {
+                *script = cx.absolute(
+                    &format!("llm_providers.{name}.script"),
+                    line,
+                    &script.to_string_lossy(),
+                )?;
+            }
+            config.llm_providers.insert(name, llm);
         }
         if let Some(memory) = raw.memory {
             config.memory = crate::recall::parse_config(memory, path)?;

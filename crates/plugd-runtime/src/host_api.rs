@@ -1,10 +1,14 @@
 //! The runtime's side of the services native plugins call (nexo contract
 //! §5.1-§5.4): the bus, long-term memory (keyword or semantic recall, see
-//! `recall.rs`), and `llm.complete` through the provider of `plugd.yaml`'s
-//! `llm:` section.
+//! `recall.rs`), and `llm.complete` through a provider registered by name.
 //!
-//! The LLM provider is built on first use (a workspace without `llm:` answers
-//! `-32603 llm not configured`), from the configuration as it is then.
+//! `llm.complete {provider: NAME}` reaches, in this order: the entry `NAME`
+//! of `plugd.yaml`'s `llm_providers:`; the single `llm:` section when `NAME`
+//! is its kind (`openai`, `scripted`) or its plugin provider name (the
+//! back-compatible form); a provider `NAME` an approved native plugin
+//! declares in `[plugin.extends].llm_providers`. Anything else is `-32603`
+//! naming the registered providers. Providers are built on first use, from
+//! the configuration as it is then; a failure is not kept.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +38,8 @@ pub(crate) struct RuntimeApi {
     counters: Mutex<HashMap<String, Arc<BrokerCounters>>>,
     runtime: OnceLock<Weak<RtInner>>,
     llm: tokio::sync::OnceCell<Provider>,
+    /// `llm_providers:` entries built so far, by name.
+    named: Mutex<HashMap<String, Arc<dyn LlmProvider>>>,
     next_event: AtomicU64,
 }
 
@@ -44,6 +50,7 @@ impl RuntimeApi {
             counters: Mutex::new(HashMap::new()),
             runtime: OnceLock::new(),
             llm: tokio::sync::OnceCell::new(),
+            named: Mutex::new(HashMap::new()),
             next_event: AtomicU64::new(0),
         }
     }
@@ -99,6 +106,100 @@ impl RuntimeApi {
         // may have fixed plugd.yaml meanwhile).
         built.cloned().map_err(ServiceError::NotConfigured)
     }
+
+    fn runtime(&self) -> Result<Runtime, ServiceError> {
+        self.runtime
+            .get()
+            .and_then(Weak::upgrade)
+            .map(|inner| Runtime { inner })
+            .ok_or_else(|| {
+                ServiceError::NotConfigured(
+                    "llm not configured: the runtime is shutting down".into(),
+                )
+            })
+    }
+
+    /// The provider registered as `name` (see the module docs), with `model`
+    /// as the default model of a plugin provider.
+    async fn provider_named(
+        &self,
+        name: &str,
+        model: &str,
+    ) -> Result<Arc<dyn LlmProvider>, ServiceError> {
+        let runtime = self.runtime()?;
+        let config = PlugdConfig::load(runtime.dir())
+            .map_err(|e| ServiceError::NotConfigured(format!("llm not configured: {e}")))?;
+        if let Some(llm) = config.llm_providers.get(name) {
+            if let Some(p) = self
+                .named
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+            {
+                return Ok(p.clone());
+            }
+            let built = crate::llm::build_provider(llm, &runtime, runtime.dir())
+                .map_err(|e| ServiceError::NotConfigured(format!("llm_providers.{name}: {e}")))?;
+            self.named
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(name.to_owned(), built.clone());
+            return Ok(built);
+        }
+        let legacy = config.llm.as_ref().map(|llm| match llm {
+            LlmConfig::Openai { .. } => "openai".to_owned(),
+            LlmConfig::Plugin { name, .. } => name.clone(),
+            LlmConfig::Scripted { .. } => "scripted".to_owned(),
+        });
+        if legacy.as_deref() == Some(name) {
+            return Ok(self.provider().await?.0);
+        }
+        let plugins = plugin_providers(&runtime);
+        if let Some((plugin, _)) = plugins.iter().find(|(_, n)| n == name) {
+            let p = crate::llm::plugin::PluginProvider::new(&runtime, plugin, name, model)
+                .map_err(|e| ServiceError::NotConfigured(e.to_string()))?;
+            return Ok(Arc::new(p));
+        }
+        let mut registered: Vec<String> = config.llm_providers.keys().cloned().collect();
+        registered.extend(legacy);
+        registered.extend(
+            plugins
+                .into_iter()
+                .map(|(plugin, n)| format!("{n} (plugin {plugin})")),
+        );
+        Err(ServiceError::NotConfigured(if registered.is_empty() {
+            format!(
+                "llm not configured: provider {name:?} is not registered and this workspace has no provider; add llm_providers.{name} to {}",
+                runtime.dir().join(crate::config::CONFIG_FILE).display()
+            )
+        } else {
+            format!(
+                "llm not configured: provider {name:?} is not registered; registered: {}",
+                registered.join(", ")
+            )
+        }))
+    }
+}
+
+/// `(plugin, provider)` for each provider an approved native plugin declares
+/// in `[plugin.extends].llm_providers`, sorted by plugin id.
+fn plugin_providers(runtime: &Runtime) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (id, sup) in &runtime.inner.plugins {
+        let spec = sup.spec();
+        let Some(native) = spec.native.as_ref() else {
+            continue;
+        };
+        if native.extends.llm_providers.is_empty()
+            || !matches!(runtime.inner.store.approval(id), Ok(Some(_)))
+        {
+            continue;
+        }
+        for name in &native.extends.llm_providers {
+            out.push((id.clone(), name.clone()));
+        }
+    }
+    out
 }
 
 fn role(name: &str) -> Role {
@@ -185,13 +286,9 @@ impl HostApi for RuntimeApi {
                 ));
             };
             let api = inner.api.clone();
-            let (provider, kind) = api.provider().await?;
-            if request.provider != kind && request.provider != provider.name() {
-                return Err(ServiceError::NotConfigured(format!(
-                    "llm not configured: provider {:?} is not registered (this workspace has {:?})",
-                    request.provider, kind
-                )));
-            }
+            let provider = api
+                .provider_named(&request.provider, &request.model)
+                .await?;
             let mut messages: Vec<ChatMessage> = request
                 .messages
                 .iter()
@@ -279,6 +376,23 @@ impl HostApi for RuntimeApi {
         })
     }
 
+    fn denied_services(&self, spec: &plugd_manifest::PluginSpec) -> Vec<String> {
+        let Some(runtime) = self.runtime.get().and_then(Weak::upgrade) else {
+            return Vec::new();
+        };
+        match PlugdConfig::load(&runtime.dir) {
+            Ok(config) => config.host_services.denied(&spec.id),
+            Err(e) => {
+                // Fail closed: an operator who wrote a deny list meant it.
+                tracing::warn!(plugin = %spec.id, "plugd.yaml unreadable, so every host service is denied until it is fixed: {e}");
+                plugd_host::native_host::HOST_SERVICES
+                    .iter()
+                    .map(|s| (*s).to_owned())
+                    .collect()
+            }
+        }
+    }
+
     fn allowlist(&self, spec: &plugd_manifest::PluginSpec) -> plugd_host::bus::Allowlist {
         let base =
             plugd_host::bus::Allowlist::for_channels(&plugd_host::native_host::channel_kinds(spec));
@@ -309,12 +423,29 @@ impl HostApi for RuntimeApi {
     }
 
     fn event_id(&self) -> String {
-        let n = self.next_event.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        format!("evt_{nanos:x}{:x}{n:x}", std::process::id())
+        // A UUID v4, as nexo's `Event.id` (§5.1). Without randomness (never
+        // expected) the counter and the clock still make it unique here.
+        let mut b = [0u8; 16];
+        if getrandom::fill(&mut b).is_err() {
+            let n = self.next_event.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            b[..8].copy_from_slice(&n.to_be_bytes());
+            b[8..].copy_from_slice(&(nanos as u64).to_be_bytes());
+        }
+        b[6] = (b[6] & 0x0f) | 0x40;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
     }
 
     fn now(&self) -> String {

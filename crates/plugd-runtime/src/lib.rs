@@ -923,8 +923,29 @@ impl Runtime {
                 tool: name.to_owned(),
                 files,
             },
-            None => RuntimeError::UnknownTool(name.to_owned()),
+            None => self
+                .declared_not_advertised(name)
+                .unwrap_or_else(|| RuntimeError::UnknownTool(name.to_owned())),
         }
+    }
+
+    /// nexo §4.1.1: a tool an approved native plugin declares in
+    /// `[plugin.extends].tools` but did not advertise answers `-33401`
+    /// (ToolNotFound), not "unknown tool".
+    fn declared_not_advertised(&self, name: &str) -> Option<RuntimeError> {
+        let (id, _) = self.inner.plugins.iter().find(|(id, sup)| {
+            let spec = sup.spec();
+            spec.dialect == plugd_manifest::Dialect::Native
+                && spec.declared_tools.iter().any(|t| t == name)
+                && matches!(self.inner.store.approval(id), Ok(Some(_)))
+        })?;
+        Some(RuntimeError::Call(CallToolError::Tool(
+            plugd_host::native::ToolError::NotFound {
+                plugin: std::sync::Arc::from(id.as_str()),
+                tool: name.to_owned(),
+                message: "declared in [plugin.extends].tools but not advertised in the plugin's initialize reply (-33401 ToolNotFound, nexo §4.1.1)".to_owned(),
+            },
+        )))
     }
 
     /// Starts every approved plugin whose manifest asks for an eager start;

@@ -23,6 +23,9 @@ Rules (first key wins):
   {"reply": VALUE}        answers with VALUE as it is (junk tests)
   {"error": {code, message}}  answers with that JSON-RPC error
   {"no_reply_again": true}    -> {"do_not_reply_again": true}
+  {"quiet_contains": S, "field": F}
+        S in event[F]               -> {"do_not_reply_again": true}
+        otherwise                   -> {}
 
 A hook name not in hooks.json gets -32601. initialize answers with the
 manifest and an empty tool catalog; shutdown answers and exits.
@@ -95,6 +98,11 @@ def on_hook(rid, params):
         reply(rid, rule["reply"])
     elif "error" in rule:
         reply_error(rid, rule["error"]["code"], rule["error"]["message"])
+    elif "quiet_contains" in rule:
+        if rule["quiet_contains"] in str(event.get(rule["field"], "")):
+            reply(rid, {"do_not_reply_again": True})
+        else:
+            reply(rid, {})
     elif "no_reply_again" in rule:
         reply(rid, {"do_not_reply_again": True})
     else:

@@ -118,7 +118,7 @@ pub async fn build_pipeline(
     }
     for entry in config.plugins.custom.iter().filter(|c| c.enabled) {
         match load(entry, config, runtime).await {
-            Ok(h) => handlers.push((entry.spec(), h)),
+            Ok(h) => handlers.push((entry_spec(entry, runtime), h)),
             Err(e) => {
                 for (_, h) in &handlers {
                     h.cleanup().await;
@@ -212,6 +212,59 @@ async fn registered_microapp_hooks(
     out
 }
 
+/// The environment variable of nexo §5.z that sets a native `hook.on_hook`
+/// handler's deadline when plugd.yaml gives no `timeout_ms`.
+pub const HOOK_TIMEOUT_ENV: &str = "NEXO_PLUGIN_HOOK_TIMEOUT_MS";
+
+/// Whether `entry` is a native plugin's `hook.on_hook` handler.
+fn is_native_hook(entry: &CustomEntry, runtime: &Runtime) -> bool {
+    match &entry.source {
+        Source::Plugin {
+            plugin,
+            binding: Binding::Hook { .. },
+        } => runtime
+            .supervised(plugin)
+            .is_ok_and(|s| s.spec().dialect == Dialect::Native),
+        _ => false,
+    }
+}
+
+/// The deadline of a native hook handler: plugd.yaml's `timeout_ms` when it
+/// is not the default, else `NEXO_PLUGIN_HOOK_TIMEOUT_MS` when set (a bad
+/// value is logged and ignored), else 5 s.
+fn native_hook_timeout(entry: &CustomEntry) -> Duration {
+    if entry.timeout != HandlerSpec::DEFAULT_TIMEOUT {
+        return entry.timeout;
+    }
+    match std::env::var(HOOK_TIMEOUT_ENV) {
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                tracing::warn!(
+                    handler = %entry.name,
+                    "{HOOK_TIMEOUT_ENV}={v:?} is not a positive number of milliseconds; using {} ms",
+                    entry.timeout.as_millis()
+                );
+                entry.timeout
+            }
+        },
+        Err(_) => entry.timeout,
+    }
+}
+
+/// The pipeline's view of `entry`. A native `hook.on_hook` handler follows
+/// nexo §5.z: a failure (transport, timeout, JSON-RPC error, malformed
+/// reply, -32601) continues, unless plugd.yaml says `on_error: block`
+/// (fail closed); its deadline honours `NEXO_PLUGIN_HOOK_TIMEOUT_MS`.
+fn entry_spec(entry: &CustomEntry, runtime: &Runtime) -> HandlerSpec {
+    let mut spec = entry.spec();
+    if is_native_hook(entry, runtime) {
+        spec.on_error = Some(entry.on_error.unwrap_or(super::OnError::Continue));
+        spec.timeout = native_hook_timeout(entry);
+    }
+    spec
+}
+
 fn init(entry: &CustomEntry, reason: impl Into<String>) -> PipelineError {
     PipelineError::Init {
         name: entry.name.clone(),
@@ -302,7 +355,7 @@ async fn load(
     let handler: Arc<dyn HookHandler> =
         match binding {
             Binding::Hook { hook, .. } if spec.dialect == Dialect::Native => Arc::new(
-                NativeHook::new(runtime.clone(), plugin, hook, entry.timeout),
+                NativeHook::new(runtime.clone(), plugin, hook, native_hook_timeout(entry)),
             ),
             Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
                 runtime.clone(),

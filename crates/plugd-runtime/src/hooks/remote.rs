@@ -12,10 +12,11 @@
 //! Each adapter holds the runtime and the plugin id, never a connection: every
 //! call asks the supervisor for the current one, so a restarted plugin keeps
 //! serving. Plugin-side failures (crash, timeout, JSON-RPC error, malformed
-//! reply) are [`HookError`]s, so the entry's `on_error` policy applies — by
-//! default *fail closed* for blocking handlers. This deliberately overrides
-//! nexo's continue-on-error for `hook.on_hook`: a guard that crashes must not
-//! silently wave everything through.
+//! reply) are [`HookError`]s, so the entry's `on_error` policy applies. For
+//! a native `hook.on_hook` handler the default is nexo §5.z's
+//! continue-on-error (`hooks::build` sets it); the operator makes a guard
+//! fail closed with `on_error: block` in plugd.yaml. Other handlers keep
+//! plugd's default: fail closed when blocking.
 
 use std::time::{Duration, Instant};
 

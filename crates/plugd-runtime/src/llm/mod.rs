@@ -98,8 +98,9 @@ pub struct ChatRequest {
     pub tools: Vec<ToolSpec>,
     /// Output budget.
     pub max_tokens: Option<u32>,
-    /// Sampling temperature.
-    pub temperature: Option<f32>,
+    /// Sampling temperature, forwarded as given (`f64`: an `f32` would turn
+    /// 0.7 into 0.699999988079071 on the wire).
+    pub temperature: Option<f64>,
     /// A system prompt, sent before the messages.
     pub system_prompt: Option<String>,
 }

@@ -119,10 +119,11 @@ impl PluginProvider {
         let model = request.model.clone().unwrap_or_else(|| self.model.clone());
         let mut wire = request.clone();
         wire.model = Some(model.clone());
-        let wire = serde_json::to_value(&wire).map_err(|e| LlmError::Other {
+        let mut wire = serde_json::to_value(&wire).map_err(|e| LlmError::Other {
             provider: self.label.clone(),
             message: format!("cannot encode the request: {e}"),
         })?;
+        complete_wire_request(&mut wire);
         let mut forward = |chunk: &LlmChunk| {
             if let (Some(tx), Some(delta)) = (&deltas, to_delta(chunk)) {
                 let _ = tx.send(delta);
@@ -171,6 +172,25 @@ impl PluginProvider {
                 message: other.to_string(),
             },
         }
+    }
+}
+
+/// Fills in the fields of nexo's `ChatRequest` plugd's request does not
+/// carry (§5.y: `stop_sequences`, `tool_choice`, `system_blocks`,
+/// `cache_tools`) with their neutral values, so a provider written against
+/// the contract's full schema finds every field it reads.
+pub(crate) fn complete_wire_request(wire: &mut serde_json::Value) {
+    let Some(obj) = wire.as_object_mut() else {
+        return;
+    };
+    let defaults = [
+        ("stop_sequences", serde_json::json!([])),
+        ("tool_choice", serde_json::json!({"kind": "auto"})),
+        ("system_blocks", serde_json::json!([])),
+        ("cache_tools", serde_json::json!(false)),
+    ];
+    for (key, value) in defaults {
+        obj.entry(key).or_insert(value);
     }
 }
 

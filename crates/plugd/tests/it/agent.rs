@@ -336,7 +336,8 @@ fn a_blocking_hook_that_times_out_blocks_the_turn() {
             {"tool_calls": [{"name": "tk_pid", "arguments": {}}]},
             {"text": "never"}
         ]),
-        "plugins:\n  custom:\n    - {name: slow, plugin: slow, hook: before_tool_call, priority: 10, blocking: true, timeout_ms: 300}\n",
+        // A native hook fails closed only when the operator says so (nexo §5.z).
+        "plugins:\n  custom:\n    - {name: slow, plugin: slow, hook: before_tool_call, priority: 10, blocking: true, timeout_ms: 300, on_error: block}\n",
     );
     let (v, out) = run_json(&ws, "go", &[]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));

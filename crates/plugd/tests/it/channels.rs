@@ -368,6 +368,72 @@ fn inbound_webhook_posts_become_turns_and_replies_go_out_per_sender() {
     );
 }
 
+#[test]
+fn do_not_reply_again_from_a_before_message_hook_suppresses_the_automatic_reply() {
+    let rx = Receiver::start();
+    let (ws, port) = webhook_ws(&rx.url());
+    let quiet = ws.plugin_dir("quiet");
+    std::fs::create_dir_all(&quiet).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/hooks/hook_plugin.py"),
+        quiet.join("hook_plugin.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        quiet.join("nexo-plugin.toml"),
+        "[plugin]\nid = \"quiet\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"hook_plugin.py\"]\n\n[plugin.extends]\nhooks = [\"before_message\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        quiet.join("hooks.json"),
+        json!({"before_message": {"quiet_contains": "[human took over]", "field": "body"}})
+            .to_string(),
+    )
+    .unwrap();
+    ok(&ws.plugd(&["plugin", "approve", "quiet"]));
+    std::fs::write(
+        ws.dir().join("script.yaml"),
+        "steps:\n  - text: hello from the agent\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\nplugins:\n  custom:\n    - {name: quiet, plugin: quiet, hook: before_message, priority: 1}\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let hushed = json!({"from": "ana", "text": "[human took over] I will answer"});
+    let mut status = 0;
+    for _ in 0..300 {
+        status = post(port, &hushed);
+        if status != 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(status, 202, "the webhook channel never listened on {port}");
+    // Another conversation still gets its reply; by then ana's message has
+    // long been through the hook.
+    assert_eq!(post(port, &json!({"from": "bo", "text": "hi"})), 202);
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while rx.got().is_empty() && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        rx.got(),
+        [json!({"to": "bo", "body": "hello from the agent"})],
+        "ana got no automatic reply"
+    );
+    let (status, log) = serve.stop();
+    let log = plain(&log);
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("no automatic reply: a before_message hook said do_not_reply_again"),
+        "{log}"
+    );
+}
+
 /// Posts `body` to `port` until something listens there (the channel starts
 /// in the background); the final status.
 fn post_when_listening(port: u16, body: &Value) -> u16 {

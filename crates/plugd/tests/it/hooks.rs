@@ -13,7 +13,7 @@ use plugd_runtime::hooks::build::build_pipeline;
 use plugd_runtime::hooks::{HookContext, HookPoint};
 use serde_json::{Value, json};
 
-use crate::support::{Ws, quick, repo, stderr, stdout};
+use crate::support::{Ws, plugd_cmd, quick, repo, stderr, stdout};
 
 /// Writes `plugd.yaml`; every configuration a test expects to load must also
 /// satisfy `docs/plugd.schema.json`.
@@ -334,8 +334,16 @@ fn a_native_hook_transforms_and_signals_no_reply() {
         v["payload"],
         json!({"sender": "alice", "body": "ping [checked]"})
     );
-    // `-32601` from the plugin (a hook it does not serve) passes silently.
-    assert_eq!(codes(&v), [pair("quiet", "DO_NOT_REPLY_AGAIN")]);
+    // `-32601` from the plugin (a hook it does not serve) continues (§5.z),
+    // with a warning naming the handler.
+    assert_eq!(
+        codes(&v),
+        [
+            pair("quiet", "DO_NOT_REPLY_AGAIN"),
+            pair("silent", "HOOK_FAILED")
+        ]
+    );
+    assert_eq!(v["notices"][1]["kind"], "warn");
 }
 
 #[test]
@@ -512,7 +520,7 @@ fn a_timing_out_blocking_hook_blocks_and_a_non_blocking_one_is_skipped() {
     approve(&ws, "slow");
     valid_config(
         &ws,
-        "plugins:\n  custom:\n    - {name: slow-guard, plugin: slow, hook: slow, point: before_tool_call, priority: 1, timeout_ms: 300}\n",
+        "plugins:\n  custom:\n    - {name: slow-guard, plugin: slow, hook: slow, point: before_tool_call, priority: 1, timeout_ms: 300, on_error: block}\n",
     );
     let started = Instant::now();
     let v = hook_run(
@@ -551,34 +559,89 @@ fn a_timing_out_blocking_hook_blocks_and_a_non_blocking_one_is_skipped() {
 }
 
 #[test]
-fn a_crashing_or_lying_native_hook_fails_closed_unless_told_otherwise() {
+fn a_failing_native_hook_continues_unless_the_operator_marks_it_fail_closed() {
+    // nexo §5.z: every hook.on_hook failure (crash, malformed reply, a
+    // JSON-RPC error such as -32601, a timeout) continues; `on_error: block`
+    // in plugd.yaml is the operator's fail-closed switch.
     let ws = Ws::new();
     native(
         &ws,
         "flaky",
-        &["crash", "junk", "weird"],
-        json!({"crash": {"crash": true}, "junk": {"reply": "yes"}, "weird": {"reply": {"decision": "maybe"}}}),
+        &["crash", "junk", "weird", "missing", "slow"],
+        json!({"crash": {"crash": true}, "junk": {"reply": "yes"},
+               "weird": {"reply": {"decision": "maybe"}},
+               "missing": {"error": {"code": -32601, "message": "method not found: hook.on_hook"}},
+               "slow": {"sleep_ms": 20000}}),
     );
     approve(&ws, "flaky");
-    for hook in ["crash", "junk", "weird"] {
+    for hook in ["crash", "junk", "weird", "missing", "slow"] {
+        let timeout = if hook == "slow" {
+            ", timeout_ms: 300"
+        } else {
+            ""
+        };
         valid_config(
             &ws,
             &format!(
-                "plugins:\n  custom:\n    - {{name: h, plugin: flaky, hook: {hook}, point: before_message, priority: 1}}\n"
+                "plugins:\n  custom:\n    - {{name: h, plugin: flaky, hook: {hook}, point: before_message, priority: 1{timeout}}}\n"
+            ),
+        );
+        let v = hook_run(&ws, "before_message", json!({"body": "x"}), None);
+        assert_eq!(v["outcome"], "continue", "{hook}: {v}");
+        assert_eq!(v["payload"]["body"], "x", "{hook}: {v}");
+        assert_eq!(v["notices"][0]["kind"], "warn", "{hook}: {v}");
+        valid_config(
+            &ws,
+            &format!(
+                "plugins:\n  custom:\n    - {{name: h, plugin: flaky, hook: {hook}, point: before_message, priority: 1, on_error: block{timeout}}}\n"
             ),
         );
         let v = hook_run(&ws, "before_message", json!({"body": "x"}), None);
         assert_eq!(v["outcome"], "blocked", "{hook}: {v}");
-        assert_eq!(codes(&v), [pair("h", "HOOK_FAILED")], "{hook}");
+        let code = if hook == "slow" {
+            "HOOK_TIMEOUT"
+        } else {
+            "HOOK_FAILED"
+        };
+        assert_eq!(codes(&v), [pair("h", code)], "{hook}");
     }
-    // on_error: continue turns the same crash into a warning.
+}
+
+#[test]
+fn nexo_plugin_hook_timeout_ms_sets_a_native_hooks_deadline() {
+    let ws = Ws::new();
+    native(
+        &ws,
+        "sleepy",
+        &["slow"],
+        json!({"slow": {"sleep_ms": 20000}}),
+    );
+    approve(&ws, "sleepy");
     valid_config(
         &ws,
-        "plugins:\n  custom:\n    - {name: h, plugin: flaky, hook: crash, point: before_message, priority: 1, on_error: continue}\n",
+        "plugins:\n  custom:\n    - {name: s, plugin: sleepy, hook: slow, point: before_message, priority: 1, on_error: block}\n",
     );
-    let v = hook_run(&ws, "before_message", json!({"body": "x"}), None);
-    assert_eq!(v["outcome"], "continue");
-    assert_eq!(v["notices"][0]["kind"], "warn");
+    let started = Instant::now();
+    let out = plugd_cmd(ws.dir())
+        .env("NEXO_PLUGIN_HOOK_TIMEOUT_MS", "400")
+        .args([
+            "hook",
+            "run",
+            "before_message",
+            "--payload",
+            r#"{"body": "x"}"#,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("{e}: {} {}", stdout(&out), stderr(&out)));
+    assert_eq!(v["outcome"], "blocked", "{v}");
+    assert_eq!(codes(&v), [pair("s", "HOOK_TIMEOUT")]);
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the 5 s default was used: {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -776,7 +839,7 @@ async fn remote_handlers_survive_a_plugin_restart() {
     rt.approve("compliance", "test").await.unwrap();
     valid_config(
         &ws,
-        "plugins:\n  custom:\n    - {name: guard, plugin: compliance, hook: tool_guard, point: before_tool_call, priority: 1}\n    - {name: crasher, plugin: compliance, hook: crash, point: before_message, priority: 1}\n",
+        "plugins:\n  custom:\n    - {name: guard, plugin: compliance, hook: tool_guard, point: before_tool_call, priority: 1}\n    - {name: crasher, plugin: compliance, hook: crash, point: before_message, priority: 1, on_error: block}\n",
     );
     let config = PlugdConfig::load(rt.dir()).unwrap();
     let pipeline = build_pipeline(&config, &rt).await.unwrap();

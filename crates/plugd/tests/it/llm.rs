@@ -39,6 +39,13 @@ pub(crate) struct Seen {
 
 pub(crate) type Shared = Arc<Mutex<Seen>>;
 
+impl Seen {
+    /// The request bodies received so far, in order.
+    pub(crate) fn bodies(&self) -> &[Value] {
+        &self.bodies
+    }
+}
+
 fn latest_user(body: &Value) -> String {
     body["messages"]
         .as_array()

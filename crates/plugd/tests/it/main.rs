@@ -19,6 +19,7 @@ mod llm;
 mod mcp;
 mod memory;
 mod microapp;
+mod nexo;
 mod outbox;
 mod pinning;
 mod resilience;
