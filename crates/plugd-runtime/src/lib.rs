@@ -23,6 +23,7 @@ pub mod deno;
 pub mod embed;
 pub mod hooks;
 mod host_api;
+pub mod host_secrets;
 pub mod llm;
 pub mod mcp_config;
 pub mod microapp;

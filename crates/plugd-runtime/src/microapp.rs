@@ -272,6 +272,44 @@ impl Runtime {
     }
 }
 
+/// One provider of `llm_providers/list`: how it is reached and whether its
+/// key is there (never the key).
+fn provider_view(rt: &Runtime, id: &str, llm: &LlmConfig, active: bool) -> Value {
+    match llm {
+        LlmConfig::Openai {
+            base_url,
+            model,
+            api_key_env,
+            api_key_secret,
+            ..
+        } => {
+            let key_present = match (api_key_env, api_key_secret) {
+                (_, Some(name)) => rt.secret(name).is_ok_and(|v| v.is_some()),
+                (Some(var), None) => std::env::var_os(var).is_some_and(|s| !s.is_empty()),
+                (None, None) => false,
+            };
+            json!({
+                "id": id,
+                "kind": "openai",
+                "model": model,
+                "base_url": base_url,
+                "api_key_env": api_key_env,
+                "api_key_secret": api_key_secret,
+                "key_present": key_present,
+                "active": active,
+            })
+        }
+        LlmConfig::Plugin { plugin, model, .. } => json!({
+            "id": id,
+            "kind": "plugin",
+            "plugin": plugin,
+            "model": model,
+            "active": active,
+        }),
+        LlmConfig::Scripted { .. } => json!({"id": id, "kind": "scripted", "active": active}),
+    }
+}
+
 /// Answers a granted `nexo/admin/*` request of microapp `plugin`.
 ///
 /// | method | answer |
@@ -421,44 +459,29 @@ pub(crate) async fn admin(
         "llm_providers/list" => {
             let config = PlugdConfig::load(rt.dir())
                 .map_err(|e| internal(method, format!("plugd.yaml does not load: {e}")))?;
-            let providers: Vec<Value> = match &config.llm {
-                None => Vec::new(),
-                Some(LlmConfig::Openai {
-                    base_url,
-                    model,
-                    api_key_env,
-                    ..
-                }) => vec![json!({
-                    "id": "openai",
-                    "kind": "openai",
-                    "model": model,
-                    "base_url": base_url,
-                    "api_key_env": api_key_env,
-                    "key_present": api_key_env.as_deref().is_some_and(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty())),
-                    "active": true,
-                })],
-                Some(LlmConfig::Plugin {
-                    plugin: p,
-                    name,
-                    model,
-                }) => vec![json!({
-                    "id": name,
-                    "kind": "plugin",
-                    "plugin": p,
-                    "model": model,
-                    "active": true,
-                })],
-                Some(LlmConfig::Scripted { .. }) => vec![json!({
-                    "id": "scripted",
-                    "kind": "scripted",
-                    "active": true,
-                })],
-            };
+            // The single `llm:` (the agent's, registered as "openai" or its
+            // plugin provider's name), then every `llm_providers:` entry.
+            let mut entries: Vec<(String, &LlmConfig, bool)> = Vec::new();
+            if let Some(llm) = &config.llm {
+                let id = match llm {
+                    LlmConfig::Plugin { name, .. } => name.clone(),
+                    LlmConfig::Openai { .. } => "openai".to_owned(),
+                    LlmConfig::Scripted { .. } => "scripted".to_owned(),
+                };
+                entries.push((id, llm, true));
+            }
+            for (name, llm) in &config.llm_providers {
+                entries.push((name.clone(), llm, false));
+            }
+            let providers: Vec<Value> = entries
+                .into_iter()
+                .map(|(id, llm, active)| provider_view(rt, &id, llm, active))
+                .collect();
             Ok(json!({"providers": providers}))
         }
         "llm_providers/upsert" | "llm_providers/delete" => Err(not_backed(
             method,
-            "the provider is plugd.yaml's llm: section and its key an environment variable (llm.api_key_env) or a plugin setting (plugd plugin config); plugd does not rewrite either from a microapp",
+            "providers are plugd.yaml's llm: and llm_providers: sections and their keys an environment variable (api_key_env), an operator secret (api_key_secret, plugd secrets set) or a plugin setting; plugd does not rewrite them from a microapp",
         )),
         "pairing/start" | "pairing/status" | "pairing/cancel" => Err(not_backed(
             method,

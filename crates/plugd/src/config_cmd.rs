@@ -57,9 +57,26 @@ pub enum ConfigCmd {
     },
 }
 
-/// `plugd secrets …`.
+/// `plugd secrets …` (also `plugd secret …`).
 #[derive(Subcommand, Debug)]
 pub enum SecretsCmd {
+    /// Store secret NAME, read from standard input (never the command line),
+    /// sealed with the master key; plugd.yaml names it (`api_key_secret:`).
+    Set {
+        /// The secret's name: letters, digits, `_ . -`, an optional `ORG/`.
+        name: String,
+    },
+    /// Remove secret NAME.
+    Unset {
+        /// The secret's name.
+        name: String,
+    },
+    /// The names of the stored secrets (never their values).
+    List {
+        /// JSON output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-encrypt every stored secret under a new master key.
     Rotate,
 }
@@ -122,6 +139,30 @@ pub async fn run(rt: &Runtime, args: &ConfigArgs) -> Result<()> {
 /// Runs `plugd secrets`.
 pub fn secrets(rt: &Runtime, cmd: &SecretsCmd) -> Result<()> {
     match cmd {
+        SecretsCmd::Set { name } => {
+            let value = read_stdin_value()?;
+            rt.secret_set(name, &value)?;
+            println!("stored secret {name} (sealed with the master key)");
+        }
+        SecretsCmd::Unset { name } => {
+            if rt.secret_unset(name)? {
+                println!("removed secret {name}");
+            } else {
+                println!("secret {name} was not set");
+            }
+        }
+        SecretsCmd::List { json } => {
+            let names = rt.secret_names()?;
+            if *json {
+                println!("{}", serde_json::json!(names));
+            } else if names.is_empty() {
+                println!("no secrets; `plugd secrets set NAME` stores one from standard input");
+            } else {
+                for n in names {
+                    println!("{n}");
+                }
+            }
+        }
         SecretsCmd::Rotate => {
             let r = rt.rotate_secrets()?;
             println!(

@@ -89,8 +89,8 @@ enum Command {
     /// List, approve or deny calls of high and critical tools waiting in plugd serve.
     #[command(subcommand)]
     Approvals(risk_cmd::ApprovalsCmd),
-    /// Manage the master key of stored secrets.
-    #[command(subcommand)]
+    /// The operator's named secrets (LLM keys) and the master key.
+    #[command(subcommand, alias = "secret")]
     Secrets(config_cmd::SecretsCmd),
     /// List channel adapters; send one message through one.
     #[command(subcommand)]

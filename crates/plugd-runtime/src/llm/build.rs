@@ -11,7 +11,8 @@ use super::{LlmConfig, LlmError, LlmProvider};
 use crate::Runtime;
 
 /// The provider for `config`: an OpenAI-compatible client (its API key read
-/// now from the variable `api_key_env` names), a plugin provider of
+/// now from the variable `api_key_env` names or the operator secret
+/// `api_key_secret` names), a plugin provider of
 /// `runtime` (the plugin must declare the provider; it starts on first use),
 /// or a scripted provider (its file loaded and checked now). `workspace`
 /// expands `${{workspace_dir}}` / `${{dexto.agent_dir}}` in a script path
@@ -26,11 +27,21 @@ pub fn build_provider(
             base_url,
             model,
             api_key_env,
+            api_key_secret,
             max_tokens,
             timeout_ms,
         } => {
-            let api_key = api_key("llm.api_key_env", api_key_env.as_deref())
-                .map_err(LlmError::NotConfigured)?;
+            let api_key = match (api_key_env, api_key_secret) {
+                (Some(_), Some(_)) => {
+                    return Err(LlmError::NotConfigured(
+                        "api_key_env and api_key_secret are both set; keep one".into(),
+                    ));
+                }
+                (_, Some(name)) => Some(secret_key(runtime, name)?),
+                (env, None) => {
+                    api_key("llm.api_key_env", env.as_deref()).map_err(LlmError::NotConfigured)?
+                }
+            };
             let mut options = OpenAiOptions::new(base_url.clone(), model.clone());
             options.api_key = api_key;
             options.max_tokens = *max_tokens;
@@ -53,6 +64,17 @@ pub fn build_provider(
             }
             Ok(Arc::new(ScriptedProvider::load(&path)?))
         }
+    }
+}
+
+/// The API key stored as operator secret `name`.
+fn secret_key(runtime: &Runtime, name: &str) -> Result<String, LlmError> {
+    match runtime.secret(name) {
+        Ok(Some(key)) if !key.trim().is_empty() => Ok(key.trim().to_owned()),
+        Ok(_) => Err(LlmError::NotConfigured(format!(
+            "api_key_secret names secret {name:?}, which is not set; run `plugd secrets set {name}` (the value is read from standard input)"
+        ))),
+        Err(e) => Err(LlmError::NotConfigured(e)),
     }
 }
 

@@ -257,6 +257,11 @@ pub enum LlmConfig {
         /// Environment variable holding the API key (none for local servers).
         #[serde(default)]
         api_key_env: Option<String>,
+        /// Name of the operator secret holding the API key (`plugd secrets
+        /// set NAME`, sealed in the state database); exclusive with
+        /// `api_key_env`.
+        #[serde(default)]
+        api_key_secret: Option<String>,
         /// Output budget per request.
         #[serde(default)]
         max_tokens: Option<u32>,

@@ -44,6 +44,11 @@ impl Seen {
     pub(crate) fn bodies(&self) -> &[Value] {
         &self.bodies
     }
+
+    /// The `Authorization` header of each request, in order.
+    pub(crate) fn auth(&self) -> &[Option<String>] {
+        &self.auth
+    }
 }
 
 fn latest_user(body: &Value) -> String {
@@ -835,6 +840,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
             base_url: "http://127.0.0.1:9/v1".into(),
             model: "m".into(),
             api_key_env: Some("PLUGD_TEST_UNSET_API_KEY_VARIABLE".into()),
+            api_key_secret: None,
             max_tokens: None,
             timeout_ms: None,
         },
@@ -852,6 +858,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
             base_url: "http://127.0.0.1:9/v1".into(),
             model: "m".into(),
             api_key_env: None,
+            api_key_secret: None,
             max_tokens: None,
             timeout_ms: Some(1000),
         },

@@ -979,3 +979,121 @@ input_schema = "schemas/any.json"
         "{v}"
     );
 }
+
+/// An LLM provider's key as an operator secret: `plugd secrets set NAME`
+/// reads it from stdin and seals it; plugd.yaml names it with
+/// `api_key_secret:`; a nexo plugin's `llm.complete {provider}` reaches the
+/// endpoint with it as the bearer token. The plaintext is in no file of the
+/// workspace, and a missing secret is an error saying how to set it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_llm_key_is_an_operator_secret_sealed_at_rest() {
+    let (base, seen) = crate::llm::double().await;
+    let ws = Ws::new();
+    let keys = Keys::new();
+    crate::broker::services_plugin(&ws, "keyed", &["broker"], None);
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!(
+            "llm_providers:\n  minimax:\n    provider: openai\n    base_url: \"{base}\"\n    model: m\n    api_key_secret: acme/minimax\n"
+        ),
+    )
+    .unwrap();
+    ok(&run(
+        &ws,
+        &keys,
+        &["plugin", "approve", "keyed"],
+        None,
+        None,
+    ));
+    let complete = |ws: &Ws| {
+        run(
+            ws,
+            &keys,
+            &[
+                "tool",
+                "call",
+                "keyed_complete",
+                "--args",
+                r#"{"prompt":"hi","provider":"minimax"}"#,
+            ],
+            None,
+            None,
+        )
+    };
+    let before = complete(&ws);
+    let all = stdout(&before) + &stderr(&before);
+    assert!(
+        all.contains("plugd secrets set acme/minimax"),
+        "a missing secret says how to set it: {all}"
+    );
+    const KEY: &str = "sk-test-Q7mZp2";
+    ok(&run(
+        &ws,
+        &keys,
+        &["secret", "set", "acme/minimax"],
+        None,
+        Some(&format!("{KEY}\n")),
+    ));
+    let listed: Value = serde_json::from_str(&ok(&run(
+        &ws,
+        &keys,
+        &["secrets", "list", "--json"],
+        None,
+        None,
+    )))
+    .unwrap();
+    assert_eq!(listed, json!(["acme/minimax"]));
+    let out = ok(&complete(&ws));
+    assert!(out.contains("echo: hi"), "{out}");
+    let auth = seen.lock().unwrap().auth().to_vec();
+    assert_eq!(
+        auth.last(),
+        Some(&Some(format!("Bearer {KEY}"))),
+        "{auth:?}"
+    );
+    assert!(!out.contains(KEY));
+    // Sealed at rest: not in any file of the workspace state.
+    for entry in walk(&ws.dir().join(".plugd")) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+            "{} holds the key in clear",
+            entry.display()
+        );
+    }
+    // Hostile names are refused before anything is stored.
+    for bad in ["../x", "a/b/c", ".hidden"] {
+        let o = run(&ws, &keys, &["secrets", "set", bad], None, Some("v"));
+        assert!(
+            !o.status.success() && stderr(&o).contains("not a secret name"),
+            "{bad}: {}",
+            stderr(&o)
+        );
+    }
+    ok(&run(
+        &ws,
+        &keys,
+        &["secrets", "unset", "acme/minimax"],
+        None,
+        None,
+    ));
+    let after = complete(&ws);
+    assert!(!after.status.success());
+}
+
+/// Every regular file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(p),
+                Ok(t) if t.is_file() => out.push(p),
+                _ => {}
+            }
+        }
+    }
+    out
+}
