@@ -1099,10 +1099,15 @@ fn admin_requests_answer_from_plugd_state_and_unbacked_ones_say_why() {
     assert_eq!(
         res(5)["providers"],
         json!([{"id": "openai", "kind": "openai", "model": "m1", "base_url": "http://127.0.0.1:9/v1",
-                "api_key_env": "PLUGD_TEST_UNSET_KEY", "key_present": false, "active": true}])
+                "api_key_env": "PLUGD_TEST_UNSET_KEY", "api_key_secret": null, "key_present": false,
+                "active": true}])
     );
     assert_eq!(code(6), Some(-32601));
-    assert!(msg(6).contains("llm.api_key_env"), "{}", msg(6));
+    assert!(
+        msg(6).contains("api_key_env") && msg(6).contains("api_key_secret"),
+        "{}",
+        msg(6)
+    );
     assert_eq!(code(7), Some(-32601));
     assert!(msg(7).contains("no pairing flow"), "{}", msg(7));
     assert_eq!(
