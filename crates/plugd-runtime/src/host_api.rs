@@ -79,10 +79,7 @@ impl RuntimeApi {
             .llm
             .get_or_try_init(|| async {
                 let runtime = self
-                    .runtime
-                    .get()
-                    .and_then(Weak::upgrade)
-                    .map(|inner| Runtime { inner })
+                    .live()
                     .ok_or_else(|| "llm not configured: the runtime is shutting down".to_owned())?;
                 let config = PlugdConfig::load(runtime.dir())
                     .map_err(|e| format!("llm not configured: {e}"))?;
@@ -107,16 +104,18 @@ impl RuntimeApi {
         built.cloned().map_err(ServiceError::NotConfigured)
     }
 
-    fn runtime(&self) -> Result<Runtime, ServiceError> {
+    /// The runtime these services belong to, unless it is shutting down.
+    fn live(&self) -> Option<Runtime> {
         self.runtime
             .get()
             .and_then(Weak::upgrade)
             .map(|inner| Runtime { inner })
-            .ok_or_else(|| {
-                ServiceError::NotConfigured(
-                    "llm not configured: the runtime is shutting down".into(),
-                )
-            })
+    }
+
+    fn runtime(&self) -> Result<Runtime, ServiceError> {
+        self.live().ok_or_else(|| {
+            ServiceError::NotConfigured("llm not configured: the runtime is shutting down".into())
+        })
     }
 
     /// The provider registered as `name` (see the module docs), with `model`
@@ -335,11 +334,7 @@ impl HostApi for RuntimeApi {
     }
 
     fn microapp_admin(&self, plugin: &str, method: &str, params: Value) -> AdminFuture {
-        let runtime = self
-            .runtime
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|inner| Runtime { inner });
+        let runtime = self.live();
         let plugin = plugin.to_owned();
         let method = method.to_owned();
         Box::pin(async move {
@@ -354,11 +349,7 @@ impl HostApi for RuntimeApi {
     }
 
     fn dispatch(&self, plugin: &str, channel: &str, msg: OutboundMessage) -> DispatchFuture {
-        let runtime = self
-            .runtime
-            .get()
-            .and_then(Weak::upgrade)
-            .map(|inner| Runtime { inner });
+        let runtime = self.live();
         let plugin = plugin.to_owned();
         let channel = channel.to_owned();
         Box::pin(async move {
