@@ -48,7 +48,9 @@ ensure_venv() {
 }
 
 # The npm tools the tests and examples run, pinned; installed into $NPM_TOOLS.
-NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31")
+# tsx is the TypeScript loader seed 002 names for Dexto `.ts` modules on Node
+# below 22.6 (plugd finds it in .npm-tools/node_modules/.bin or on PATH).
+NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15")
 NPM_TOOLS="$repo/.npm-tools"
 
 # ensure_npm_tools: install $NPM_TOOLS_PACKAGES into .npm-tools/ (git-ignored),

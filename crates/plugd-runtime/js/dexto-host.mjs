@@ -15,6 +15,8 @@
 //   ping    {} -> {}       (liveness: an event loop stuck in a busy loop never answers)
 // Notifications from plugd:   cancel {call}   (aborts that call's context.abortSignal)
 // Notifications to plugd:     log {level, message, data, method, call}
+// Requests to plugd:          storage.get|set|delete|list {space, key|prefix, value}
+//                             (context.agent.storage.database|cache)
 //
 // stdout is the protocol channel: console.* and process.stdout.write from the
 // module are redirected to stderr, which plugd logs line by line.
@@ -105,6 +107,34 @@ function safeData(data) {
   }
 }
 
+// Requests to plugd (ids "h1", "h2", ...): the agent's storage.
+let nextRequest = 1;
+const waiting = new Map();
+function request(method, params) {
+  const id = `h${nextRequest++}`;
+  return new Promise((resolve, reject) => {
+    waiting.set(id, { resolve, reject });
+    send({ jsonrpc: '2.0', id, method, params });
+  });
+}
+
+// `context.agent.storage.database` / `.cache` (seed 002): JSON values by key
+// in plugd's state database, shared by the agent's plugins. A missing key is
+// `undefined`, so `await db.get(key) || fallback` works as in the seed.
+function keyValue(space) {
+  return Object.freeze({
+    get: async (key) => (await request('storage.get', { space, key: String(key) })).value ?? undefined,
+    set: async (key, value) => {
+      await request('storage.set', { space, key: String(key), value: value === undefined ? null : value });
+    },
+    delete: async (key) => (await request('storage.delete', { space, key: String(key) })).deleted,
+    list: async (prefix = '') => (await request('storage.list', { space, prefix: String(prefix) })).keys,
+  });
+}
+const agent = Object.freeze({
+  storage: Object.freeze({ database: keyValue('database'), cache: keyValue('cache') }),
+});
+
 function logger(method, call) {
   const at = (level) => (message, data) => {
     send({ jsonrpc: '2.0', method: 'log', params: { level, message: String(message), data: safeData(data), method, call } });
@@ -193,7 +223,7 @@ async function hook({ method, payload, context, call }) {
   if (typeof plugin[method] !== 'function') return { skipped: true };
   const abort = new AbortController();
   aborts.set(call, abort);
-  const ctx = { ...(context ?? {}), logger: logger(method, call), abortSignal: abort.signal };
+  const ctx = { ...(context ?? {}), agent, logger: logger(method, call), abortSignal: abort.signal };
   try {
     const value = await plugin[method](payload, ctx);
     return { returned: kind(value), value: value === undefined ? null : value };
@@ -244,7 +274,16 @@ rl.on('line', (line) => {
     process.stderr.write(`[WARN] dexto host: unreadable frame from plugd: ${line.slice(0, 200)}\n`);
     return;
   }
-  if (typeof msg?.method !== 'string') return;
+  if (typeof msg?.method !== 'string') {
+    // A reply to one of our requests.
+    const slot = waiting.get(msg?.id);
+    if (slot) {
+      waiting.delete(msg.id);
+      if (msg.error) slot.reject(new Error(`plugd: ${msg.error.message ?? 'storage call failed'}`));
+      else slot.resolve(msg.result ?? {});
+    }
+    return;
+  }
   if (msg.id === undefined || msg.id === null) {
     if (msg.method === 'cancel') {
       const call = msg.params?.call;

@@ -53,6 +53,8 @@ const MIGRATIONS: &[&str] = &[
     crate::secrets::MIGRATION,
     // 9: API tokens (hashes only) and the audit trail (see `crate::tokens`).
     crate::tokens::MIGRATION,
+    // 10: the agent's key-value storage (see `crate::kv`).
+    crate::kv::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

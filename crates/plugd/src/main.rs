@@ -25,6 +25,7 @@ mod serve_lock;
 mod sign_cmd;
 mod skill_cmd;
 mod state_cmd;
+mod storage_cmd;
 mod token_cmd;
 mod tool_call_cmd;
 
@@ -92,6 +93,9 @@ enum Command {
     /// The operator's named secrets (LLM keys) and the master key.
     #[command(subcommand, alias = "secret")]
     Secrets(config_cmd::SecretsCmd),
+    /// The agent's key-value storage (Dexto `context.agent.storage`).
+    #[command(subcommand)]
+    Storage(storage_cmd::StorageCmd),
     /// List channel adapters; send one message through one.
     #[command(subcommand)]
     Channel(channel_cmd::ChannelCmd),
@@ -469,6 +473,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
         Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
+        Command::Storage(cmd) => storage_cmd::run(rt, cmd)?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
         Command::Bench(_)

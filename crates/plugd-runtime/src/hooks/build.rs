@@ -291,7 +291,19 @@ async fn load(
                     ),
                 ));
             }
-            return dexto::load(&entry.name, module, module_config, &config.workspace).await;
+            let options = dexto::DextoOptions {
+                storage: Some(runtime.store().clone()),
+                ..dexto::DextoOptions::default()
+            };
+            let m = dexto::load_module(
+                &entry.name,
+                module,
+                module_config,
+                &config.workspace,
+                &options,
+            )
+            .await?;
+            return Ok(m);
         }
         Source::Plugin { plugin, binding } => (plugin.as_str(), binding),
     };

@@ -123,8 +123,11 @@ const CLEANUP_LIMIT: Duration = Duration::from_secs(5);
 /// Longest log message or data forwarded from a module (bytes).
 const MAX_LOG: usize = 4096;
 
+/// The variable naming the `tsx` program (an absolute path).
+pub const TSX_ENV: &str = "PLUGD_TSX";
+
 /// How plugd runs Dexto modules.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DextoOptions {
     /// The Node program: a bare name looked up in `PATH` (default `node`) or
     /// an absolute path.
@@ -141,6 +144,24 @@ pub struct DextoOptions {
     /// (`PATH`, `HOME`, `LANG`): the host environment is not inherited, so a
     /// module reading secrets from `process.env` needs them listed here.
     pub env: BTreeMap<String, String>,
+    /// The TypeScript loader for `.ts` modules on Node below 22.6: `tsx` as
+    /// `PLUGD_TSX` names it, else `tsx` on `PATH` (scripts/test and
+    /// scripts/run install a pinned one into `.npm-tools`).
+    pub tsx: Option<PathBuf>,
+    /// The agent's key-value storage behind `context.agent.storage`
+    /// (`database` and `cache`); `None`: every storage call fails saying
+    /// plugd gave the module none.
+    pub storage: Option<Arc<plugd_store::Store>>,
+}
+
+impl fmt::Debug for DextoOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DextoOptions")
+            .field("node", &self.node)
+            .field("tsx", &self.tsx)
+            .field("storage", &self.storage.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for DextoOptions {
@@ -151,6 +172,8 @@ impl Default for DextoOptions {
             call_limit: Duration::from_secs(60),
             liveness: Duration::from_secs(2),
             env: BTreeMap::new(),
+            tsx: std::env::var_os(TSX_ENV).map(PathBuf::from),
+            storage: None,
         }
     }
 }
@@ -397,7 +420,17 @@ async fn prepare(
             loader: "node --experimental-strip-types",
         });
     }
-    if let Ok(tsx) = spawn::resolve_program("dexto", "tsx") {
+    let tsx = match &options.tsx {
+        Some(p) if p.is_file() => Some(p.clone()),
+        Some(p) => {
+            return Err(DextoError::NoTypeScript {
+                module: module.to_path_buf(),
+                why: format!("{TSX_ENV} names {}, which is not a file", p.display()),
+            });
+        }
+        None => spawn::resolve_program("dexto", "tsx").ok(),
+    };
+    if let Some(tsx) = tsx {
         return Ok(Launch {
             program: tsx.to_string_lossy().into_owned(),
             args: vec![script],
@@ -586,6 +619,7 @@ impl DextoModule {
         let events = Arc::new(HostEvents {
             handler: self.name.clone(),
             module: self.module.display().to_string().into(),
+            storage: self.options.storage.clone(),
         });
         let peer = Peer::start(
             PeerConfig::with_protocol(&self.name, Arc::new(JsonRpc::LINES)),
@@ -854,12 +888,69 @@ impl Drop for Abandoned {
 }
 
 /// Forwards the host's `log` notifications to tracing.
+/// One `storage.*` request of a module's `context.agent.storage`.
+fn storage_call(
+    store: &plugd_store::Store,
+    method: &str,
+    p: &Value,
+) -> Result<Value, plugd_wire::ErrorObject> {
+    let bad = |m: String| plugd_wire::ErrorObject::new(plugd_wire::codes::INVALID_PARAMS, m);
+    let failed = |e: plugd_store::StoreError| bad(format!("{method}: {e}"));
+    let space = p["space"].as_str().unwrap_or_default();
+    let key = || {
+        p["key"]
+            .as_str()
+            .ok_or_else(|| bad(format!("{method} needs a string key")))
+    };
+    match method {
+        "storage.get" => Ok(json!({"value": store.kv_get(space, key()?).map_err(failed)?})),
+        "storage.set" => {
+            store.kv_set(space, key()?, &p["value"]).map_err(failed)?;
+            Ok(json!({}))
+        }
+        "storage.delete" => Ok(json!({"deleted": store.kv_delete(space, key()?).map_err(failed)?})),
+        "storage.list" => {
+            let prefix = p["prefix"].as_str().unwrap_or_default();
+            Ok(json!({"keys": store.kv_list(space, prefix).map_err(failed)?}))
+        }
+        other => Err(plugd_wire::ErrorObject::new(
+            plugd_wire::codes::METHOD_NOT_FOUND,
+            format!("method not found: {other}"),
+        )),
+    }
+}
+
 struct HostEvents {
     handler: Arc<str>,
     module: Arc<str>,
+    storage: Option<Arc<plugd_store::Store>>,
 }
 
 impl Handler for HostEvents {
+    /// `storage.get|set|delete|list {space, key|prefix, value}` from the
+    /// module's `context.agent.storage.database|cache`.
+    fn request(&self, method: String, params: Option<Value>) -> plugd_host::peer::HandlerFuture {
+        let storage = self.storage.clone();
+        let handler = self.handler.clone();
+        Box::pin(async move {
+            let Some(store) = storage else {
+                return Err(plugd_wire::ErrorObject::new(
+                    plugd_wire::codes::INTERNAL_ERROR,
+                    format!("{method}: plugd gave dexto handler {handler} no agent storage"),
+                ));
+            };
+            let p = params.unwrap_or(Value::Null);
+            tokio::task::spawn_blocking(move || storage_call(&store, &method, &p))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(plugd_wire::ErrorObject::new(
+                        plugd_wire::codes::INTERNAL_ERROR,
+                        format!("storage call failed: {e}"),
+                    ))
+                })
+        })
+    }
+
     fn notification(&self, method: String, params: Option<Value>) {
         if method != "log" {
             return;
@@ -1169,7 +1260,7 @@ mod props {
 
         #[test]
         fn log_notifications_never_panic(params in prop::option::of(json_with(KEYS, STRINGS))) {
-            let events = HostEvents { handler: "h".into(), module: "m".into() };
+            let events = HostEvents { handler: "h".into(), module: "m".into(), storage: None };
             events.notification("log".into(), params);
         }
     }

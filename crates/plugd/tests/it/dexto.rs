@@ -761,3 +761,132 @@ async fn the_tenant_auth_example_blocks_over_quota_and_unauthorized_tenants() {
     assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
     p.cleanup().await;
 }
+
+/// The seed's Tenant Auth plugin (§8), the `.ts` file verbatim, loaded
+/// through the pinned tsx that scripts/test installs (Node 20 has no
+/// type stripping), with its quota and tool-access data put into
+/// `storage.database` by `plugd storage set` beforehand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seeds_tenant_auth_ts_runs_verbatim_on_agent_storage() {
+    let ws = Ws::new();
+    let tsx = repo().join(".npm-tools/node_modules/.bin/tsx");
+    assert!(
+        tsx.is_file(),
+        "{} is missing: run ./scripts/test, which installs the pinned tsx",
+        tsx.display()
+    );
+    let storage = |args: &[&str]| {
+        let mut all = vec!["storage"];
+        all.extend_from_slice(args);
+        let o = ws.plugd(&all);
+        assert!(o.status.success(), "{}", crate::support::stderr(&o));
+        crate::support::stdout(&o)
+    };
+    #[allow(clippy::disallowed_methods)] // the UTC date the module computes its key with
+    let today = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d"])
+        .output()
+        .unwrap();
+    let today = String::from_utf8_lossy(&today.stdout).trim().to_owned();
+    // The setup step: globex used its whole quota today; initech may use one tool.
+    storage(&[
+        "set",
+        "tenant:globex:quota",
+        r#"{"tokensPerDay": 100, "requestsPerMinute": 5}"#,
+    ]);
+    storage(&[
+        "set",
+        &format!("tenant:globex:usage:{today}"),
+        r#"{"tokens": 100, "requests": 7}"#,
+    ]);
+    storage(&["set", "tenant:initech:allowed_tools", r#"["fs_read"]"#]);
+
+    let store = Arc::new(plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap());
+    let options = DextoOptions {
+        tsx: Some(tsx),
+        storage: Some(store),
+        ..DextoOptions::default()
+    };
+    let m = load_with(
+        &ws,
+        "tenant-auth",
+        &repo().join("tests/plugins/dexto/tenant-auth.ts"),
+        json!({"enforceQuota": true, "checkToolAccess": true}),
+        &options,
+    )
+    .await
+    .unwrap();
+    let p = pipeline(vec![(spec("tenant-auth", 100, true, 10_000), m)]);
+    let tenant = |t: &str| HookContext {
+        tenant_id: Some(t.into()),
+        user_id: Some("u-7".into()),
+        ..HookContext::default()
+    };
+
+    // Over quota: the seed's message and notice, with the stored numbers.
+    let llm = json!({"text": "hello", "sessionId": "s-1"});
+    let out = p
+        .run(HookPoint::BeforeLlmRequest, llm.clone(), &tenant("globex"))
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked, "{out:?}");
+    assert_eq!(
+        out.message.as_deref(),
+        Some("Daily token limit exceeded. Please upgrade your plan or try again tomorrow.")
+    );
+    assert_eq!(codes(&out), ["QUOTA_EXCEEDED"]);
+    assert_eq!(
+        out.notices[0].details,
+        Some(json!({"used": 100, "limit": 100}))
+    );
+    // A tenant with nothing stored gets the seed's defaults: under quota.
+    let out = p
+        .run(HookPoint::BeforeLlmRequest, llm.clone(), &tenant("acme"))
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+
+    // Tool access from storage: initech may use fs_read only.
+    let tool = |name: &str| json!({"toolName": name, "args": {}, "sessionId": "s-1"});
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            tool("fs_write"),
+            &tenant("initech"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Blocked, "{out:?}");
+    assert_eq!(
+        out.message.as_deref(),
+        Some("Tool 'fs_write' is not available on your plan.")
+    );
+    assert_eq!(codes(&out), ["TOOL_NOT_ALLOWED"]);
+    let out = p
+        .run(
+            HookPoint::BeforeToolCall,
+            tool("fs_read"),
+            &tenant("initech"),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+
+    // afterToolResult writes usage through storage.database; plugd reads it back.
+    for _ in 0..2 {
+        let result = json!({"toolName": "fs_read", "success": true, "sessionId": "s-1"});
+        let out = p
+            .run(HookPoint::AfterToolResult, result, &tenant("initech"))
+            .await;
+        assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    }
+    let usage: Value =
+        serde_json::from_str(storage(&["get", "tenant:initech:usage:tools"]).trim()).unwrap();
+    assert_eq!(usage, json!({"fs_read": 2}));
+    let keys = storage(&["list", "tenant:initech:"]);
+    assert_eq!(
+        keys.lines().collect::<Vec<_>>(),
+        ["tenant:initech:allowed_tools", "tenant:initech:usage:tools"]
+    );
+    // The cache is a separate namespace.
+    assert_eq!(
+        storage(&["get", "--cache", "tenant:initech:usage:tools"]).trim(),
+        "null"
+    );
+}
