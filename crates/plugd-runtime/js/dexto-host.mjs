@@ -7,7 +7,7 @@
 //
 // Requests from plugd (each answered on its own, so a call that never
 // resolves cannot hold up the next one):
-//   load    {name, module, config} -> {methods, cleanup, node}
+//   load    {name, module, config, llmConfig} -> {methods, cleanup, node}
 //           imports the module, validates its shape exactly as Dexto's loader
 //           does, instantiates it and awaits `initialize(config)`.
 //   hook    {method, payload, context, call} -> {skipped: true} | {returned, value}
@@ -173,7 +173,9 @@ function validatePluginShape(PluginClass, name) {
   }
 }
 
-async function load({ name, module, config }) {
+let llmConfig = null;
+
+async function load({ name, module, config, llmConfig: llm }) {
   if (plugin) throw new RpcError(E.STATE, 'a module is already loaded in this host');
   if (typeof module !== 'string' || typeof name !== 'string') throw new RpcError(E.INVALID, 'load needs {name, module}');
   if (!existsSync(module)) throw new RpcError(E.NOT_FOUND, `plugin at ${module} does not exist`);
@@ -204,6 +206,7 @@ async function load({ name, module, config }) {
   }
   plugin = instance;
   pluginName = name;
+  llmConfig = llm && typeof llm === 'object' ? Object.freeze({ ...llm }) : null;
   return {
     methods: EXTENSION_POINTS.filter((m) => typeof instance[m] === 'function'),
     cleanup: typeof instance.cleanup === 'function',
@@ -223,7 +226,7 @@ async function hook({ method, payload, context, call }) {
   if (typeof plugin[method] !== 'function') return { skipped: true };
   const abort = new AbortController();
   aborts.set(call, abort);
-  const ctx = { ...(context ?? {}), agent, logger: logger(method, call), abortSignal: abort.signal };
+  const ctx = { ...(context ?? {}), llmConfig, agent, logger: logger(method, call), abortSignal: abort.signal };
   try {
     const value = await plugin[method](payload, ctx);
     return { returned: kind(value), value: value === undefined ? null : value };

@@ -836,9 +836,39 @@ fn plugins_config(cx: &Cx<'_>, raw: RawPlugins) -> Result<PluginsConfig, ConfigE
     let mut names: BTreeSet<String> = [CONTENT_POLICY, RESPONSE_SANITIZER]
         .map(str::to_owned)
         .into();
+    // Seed 002: "Priority must be unique across all enabled plugins" (the
+    // built-ins included), whatever points they serve.
+    let mut priorities: std::collections::BTreeMap<i64, String> = std::collections::BTreeMap::new();
+    if let Some(cp) = out.content_policy.as_ref().filter(|c| c.enabled) {
+        priorities.insert(cp.priority, "contentPolicy".to_owned());
+    }
+    if let Some(rs) = out.response_sanitizer.as_ref().filter(|c| c.enabled) {
+        if let Some(other) = priorities.insert(rs.priority, "responseSanitizer".to_owned()) {
+            return Err(cx.invalid(
+                "plugins.responseSanitizer.priority",
+                0,
+                format!(
+                    "priority {} is also {other}'s; priorities must be unique across all enabled plugins (lower runs first)",
+                    rs.priority
+                ),
+            ));
+        }
+    }
     for (i, entry) in raw.custom.unwrap_or_default().into_iter().enumerate() {
         let line = entry.referenced.line();
         let e = custom_entry(cx, i, line, entry.value)?;
+        if e.enabled {
+            if let Some(other) = priorities.insert(e.priority, e.name.clone()) {
+                return Err(cx.invalid(
+                    format!("plugins.custom[{i}].priority"),
+                    line,
+                    format!(
+                        "{:?} has priority {}, as {other:?} does; priorities must be unique across all enabled plugins, built-ins included (lower runs first)",
+                        e.name, e.priority
+                    ),
+                ));
+            }
+        }
         if !names.insert(e.name.clone()) {
             return Err(cx.invalid(
                 format!("plugins.custom[{i}].name"),
@@ -1314,6 +1344,26 @@ tools: {}
         let e = err(&entry("point: before_message"));
         assert!(e.contains("needs hook:"), "{e}");
         schema_rejects(&entry("point: before_message"));
+    }
+
+    #[test]
+    fn priorities_are_unique_across_all_enabled_plugins_built_ins_included() {
+        let e = err(
+            "plugins:\n  contentPolicy: {priority: 10}\n  custom:\n    - {name: a, plugin: p, hook: h, point: before_message, priority: 10}\n",
+        );
+        assert!(
+            e.contains("plugins.custom[0].priority") && e.contains("\"contentPolicy\""),
+            "{e}"
+        );
+        // Different points do not matter; a disabled entry is exempt.
+        let e = err(
+            "plugins:\n  custom:\n    - {name: a, plugin: p, hook: h, point: before_message, priority: 5}\n    - {name: b, plugin: p, hook: h, point: before_tool_call, priority: 5}\n",
+        );
+        assert!(e.contains("\"b\" has priority 5, as \"a\" does"), "{e}");
+        parse(
+            "plugins:\n  contentPolicy: {priority: 10}\n  custom:\n    - {name: a, plugin: p, hook: h, point: before_message, priority: 10, enabled: false}\n",
+        )
+        .unwrap();
     }
 
     #[test]

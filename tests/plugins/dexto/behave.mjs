@@ -32,6 +32,7 @@ export default class Behave {
             pid: process.pid,
             seen: { sessionId: context.sessionId, userId: context.userId, tenantId: context.tenantId },
             config: this.config,
+            llm: context.llmConfig ?? null,
           },
         };
       case 'block':

@@ -265,6 +265,27 @@ fn entry_spec(entry: &CustomEntry, runtime: &Runtime) -> HandlerSpec {
     spec
 }
 
+/// Dexto's `context.llmConfig` for the agent plugd.yaml's `llm:` describes:
+/// `{provider, model, maxTokens, maxIterations}` (`null` without an LLM).
+fn dexto_llm_config(config: &PlugdConfig) -> Value {
+    use crate::llm::LlmConfig;
+    let rounds = config.agent.max_tool_rounds;
+    match &config.llm {
+        None => Value::Null,
+        Some(LlmConfig::Openai {
+            model, max_tokens, ..
+        }) => {
+            serde_json::json!({"provider": "openai", "model": model, "maxTokens": max_tokens, "maxIterations": rounds})
+        }
+        Some(LlmConfig::Plugin { name, model, .. }) => {
+            serde_json::json!({"provider": name, "model": model, "maxIterations": rounds})
+        }
+        Some(LlmConfig::Scripted { .. }) => {
+            serde_json::json!({"provider": "scripted", "model": "scripted", "maxIterations": rounds})
+        }
+    }
+}
+
 fn init(entry: &CustomEntry, reason: impl Into<String>) -> PipelineError {
     PipelineError::Init {
         name: entry.name.clone(),
@@ -293,6 +314,7 @@ async fn load(
             }
             let options = dexto::DextoOptions {
                 storage: Some(runtime.store().clone()),
+                llm_config: dexto_llm_config(config),
                 ..dexto::DextoOptions::default()
             };
             let m = dexto::load_module(

@@ -152,6 +152,9 @@ pub struct DextoOptions {
     /// (`database` and `cache`); `None`: every storage call fails saying
     /// plugd gave the module none.
     pub storage: Option<Arc<plugd_store::Store>>,
+    /// `context.llmConfig`: provider, model and limits of the running
+    /// agent (`null` when it has no LLM).
+    pub llm_config: Value,
 }
 
 impl fmt::Debug for DextoOptions {
@@ -174,6 +177,7 @@ impl Default for DextoOptions {
             env: BTreeMap::new(),
             tsx: std::env::var_os(TSX_ENV).map(PathBuf::from),
             storage: None,
+            llm_config: Value::Null,
         }
     }
 }
@@ -671,6 +675,7 @@ impl DextoModule {
             "name": &*self.name,
             "module": self.module.to_string_lossy(),
             "config": &self.config,
+            "llmConfig": &self.options.llm_config,
         });
         let reply = host
             .peer

@@ -262,7 +262,20 @@ async fn commonjs_modules_load_both_ways() {
 async fn modifications_pass_through_with_the_context_and_config() {
     let ws = Ws::new();
     let a = load(&ws, "a", "behave.mjs", json!({"tag": "a"})).await;
-    let b = load(&ws, "b", "behave.mjs", json!({"tag": "b"})).await;
+    let llm = json!({"provider": "openai", "model": "m-1", "maxTokens": 256, "maxIterations": 8});
+    let options = DextoOptions {
+        llm_config: llm.clone(),
+        ..DextoOptions::default()
+    };
+    let b = load_with(
+        &ws,
+        "b",
+        &module("behave.mjs"),
+        json!({"tag": "b"}),
+        &options,
+    )
+    .await
+    .unwrap();
     // Registered out of order: priority decides.
     let p = pipeline(vec![
         (spec("b", 20, false, 5000), b),
@@ -289,6 +302,7 @@ async fn modifications_pass_through_with_the_context_and_config() {
         json!({"sessionId": "s-1", "userId": "u-1", "tenantId": "t-1"})
     );
     assert_eq!(out.payload["config"], json!({"tag": "b"}));
+    assert_eq!(out.payload["llm"], llm, "context.llmConfig is the agent's");
 
     // afterToolResult is not implemented by the module: it passes untouched;
     // before_message is not a Dexto point: it passes too.

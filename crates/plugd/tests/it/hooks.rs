@@ -400,7 +400,7 @@ fn an_mcp_tool_bound_as_a_hook() {
     approve(&ws, "guard");
     valid_config(
         &ws,
-        "tenant: {tenant_id: acme, agent_id: support}\nplugins:\n  custom:\n    - {name: words, plugin: guard, tool: guard, point: before_llm_request, priority: 5}\n    - {name: words-out, plugin: guard, tool: guard/structured, hook: before_response, priority: 5}\n",
+        "tenant: {tenant_id: acme, agent_id: support}\nplugins:\n  custom:\n    - {name: words, plugin: guard, tool: guard, point: before_llm_request, priority: 5}\n    - {name: words-out, plugin: guard, tool: guard/structured, hook: before_response, priority: 6}\n",
     );
     let v = hook_run(
         &ws,
@@ -653,7 +653,7 @@ fn a_priority_clash_stops_start_up_naming_both() {
     );
     let e = hook_run_fails(&ws, "before_llm_request", "{}");
     assert!(
-        e.contains("\"content_policy\"") && e.contains("\"pii\"") && e.contains("priority 10"),
+        e.contains("contentPolicy") && e.contains("\"pii\"") && e.contains("priority 10"),
         "{e}"
     );
     assert!(!e.contains("\"off\""), "disabled entries are exempt: {e}");
@@ -839,7 +839,7 @@ async fn remote_handlers_survive_a_plugin_restart() {
     rt.approve("compliance", "test").await.unwrap();
     valid_config(
         &ws,
-        "plugins:\n  custom:\n    - {name: guard, plugin: compliance, hook: tool_guard, point: before_tool_call, priority: 1}\n    - {name: crasher, plugin: compliance, hook: crash, point: before_message, priority: 1, on_error: block}\n",
+        "plugins:\n  custom:\n    - {name: guard, plugin: compliance, hook: tool_guard, point: before_tool_call, priority: 1}\n    - {name: crasher, plugin: compliance, hook: crash, point: before_message, priority: 2, on_error: block}\n",
     );
     let config = PlugdConfig::load(rt.dir()).unwrap();
     let pipeline = build_pipeline(&config, &rt).await.unwrap();
