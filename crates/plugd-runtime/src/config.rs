@@ -842,32 +842,32 @@ fn plugins_config(cx: &Cx<'_>, raw: RawPlugins) -> Result<PluginsConfig, ConfigE
     if let Some(cp) = out.content_policy.as_ref().filter(|c| c.enabled) {
         priorities.insert(cp.priority, "contentPolicy".to_owned());
     }
-    if let Some(rs) = out.response_sanitizer.as_ref().filter(|c| c.enabled) {
-        if let Some(other) = priorities.insert(rs.priority, "responseSanitizer".to_owned()) {
-            return Err(cx.invalid(
-                "plugins.responseSanitizer.priority",
-                0,
-                format!(
-                    "priority {} is also {other}'s; priorities must be unique across all enabled plugins (lower runs first)",
-                    rs.priority
-                ),
-            ));
-        }
+    if let Some(rs) = out.response_sanitizer.as_ref().filter(|c| c.enabled)
+        && let Some(other) = priorities.insert(rs.priority, "responseSanitizer".to_owned())
+    {
+        return Err(cx.invalid(
+            "plugins.responseSanitizer.priority",
+            0,
+            format!(
+                "priority {} is also {other}'s; priorities must be unique across all enabled plugins (lower runs first)",
+                rs.priority
+            ),
+        ));
     }
     for (i, entry) in raw.custom.unwrap_or_default().into_iter().enumerate() {
         let line = entry.referenced.line();
         let e = custom_entry(cx, i, line, entry.value)?;
-        if e.enabled {
-            if let Some(other) = priorities.insert(e.priority, e.name.clone()) {
-                return Err(cx.invalid(
-                    format!("plugins.custom[{i}].priority"),
-                    line,
-                    format!(
-                        "{:?} has priority {}, as {other:?} does; priorities must be unique across all enabled plugins, built-ins included (lower runs first)",
-                        e.name, e.priority
-                    ),
-                ));
-            }
+        if e.enabled
+            && let Some(other) = priorities.insert(e.priority, e.name.clone())
+        {
+            return Err(cx.invalid(
+                format!("plugins.custom[{i}].priority"),
+                line,
+                format!(
+                    "{:?} has priority {}, as {other:?} does; priorities must be unique across all enabled plugins, built-ins included (lower runs first)",
+                    e.name, e.priority
+                ),
+            ));
         }
         if !names.insert(e.name.clone()) {
             return Err(cx.invalid(
