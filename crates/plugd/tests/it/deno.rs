@@ -26,6 +26,21 @@ fn require_deno() {
     );
 }
 
+/// A workspace holding the Deno probe plugin (not yet approved).
+fn probe_ws() -> Ws {
+    let ws = Ws::new();
+    let to = ws.plugin_dir(ID);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["plugin.json", "main.ts"] {
+        std::fs::copy(
+            repo().join("tests/plugins/salmex/deno-probe").join(f),
+            to.join(f),
+        )
+        .unwrap();
+    }
+    ws
+}
+
 fn call(ws: &Ws, tool: &str, args: &str) -> (Option<i32>, String) {
     let out = ws.plugd(&[
         "tool",
@@ -49,16 +64,7 @@ fn call(ws: &Ws, tool: &str, args: &str) -> (Option<i32>, String) {
 
 #[test]
 fn deno_plugins_run_with_permissions_derived_from_the_effective_ones() {
-    let ws = Ws::new();
-    let to = ws.plugin_dir(ID);
-    std::fs::create_dir_all(&to).unwrap();
-    for f in ["plugin.json", "main.ts"] {
-        std::fs::copy(
-            repo().join("tests/plugins/salmex/deno-probe").join(f),
-            to.join(f),
-        )
-        .unwrap();
-    }
+    let ws = probe_ws();
     require_deno();
     let out = ws.plugd(&["plugin", "approve", ID]);
     assert!(out.status.success(), "approve: {}", stderr(&out));
@@ -131,16 +137,7 @@ fn deno_plugins_run_with_permissions_derived_from_the_effective_ones() {
 #[test]
 fn a_sandboxed_deno_plugin_without_network_gets_no_net_permission() {
     require_deno();
-    let ws = Ws::new();
-    let to = ws.plugin_dir(ID);
-    std::fs::create_dir_all(&to).unwrap();
-    for f in ["plugin.json", "main.ts"] {
-        std::fs::copy(
-            repo().join("tests/plugins/salmex/deno-probe").join(f),
-            to.join(f),
-        )
-        .unwrap();
-    }
+    let ws = probe_ws();
     std::fs::write(
         ws.dir().join("plugd.yaml"),
         format!("sandbox:\n  fallback: landlock\n  plugins:\n    {ID}: {{enabled: true, network: deny}}\n"),
