@@ -829,6 +829,18 @@ impl Runtime {
         self.enabled_tools()
     }
 
+    /// The tool registered as `name`, enabled or not.
+    pub fn tool(&self, name: &str) -> Option<Arc<ToolEntry>> {
+        read(&self.inner.registry).get(name)
+    }
+
+    /// Sees every change of the tools: a plugin approved, revoked,
+    /// restarted with a new catalog, changed on disk (its tools withheld), or
+    /// a tool enabled or disabled.
+    pub fn tool_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        read(&self.inner.registry).subscribe()
+    }
+
     /// Validates `args` and calls tool `name` for the agent `agent_id`.
     pub async fn call_tool(
         &self,
@@ -851,12 +863,26 @@ impl Runtime {
         args: Value,
         ctx: &CallContext,
     ) -> Result<Value, RuntimeError> {
+        self.call_tool_approved_by(name, args, ctx, None).await
+    }
+
+    /// [`Runtime::call_tool_with`], with `approver` deciding a `high` or
+    /// `critical` call instead of the runtime's own (a surface that can ask
+    /// its own user, like the MCP gateway through elicitation). Every other
+    /// check is the same.
+    pub async fn call_tool_approved_by(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &CallContext,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| self.unknown_tool(name))?;
         risk::check_enabled(self, &entry)?;
         entry.validate(&args)?;
-        risk::gate(self, &entry, &args, ctx).await?;
+        risk::gate(self, &entry, &args, ctx, approver).await?;
         let sup = self.supervised(&entry.plugin)?;
         if let Some(reason) = operator_stop(sup) {
             return Err(RuntimeError::Stopped {

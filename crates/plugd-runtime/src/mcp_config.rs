@@ -1,11 +1,16 @@
 //! `plugd.yaml`'s `mcp:` section: what plugd offers the MCP servers it hosts
-//! (today: the `roots` each server may see; none unless configured here).
+//! (the `roots` each server may see; none unless configured here) and the
+//! profiles (views of the catalog) its MCP gateway serves.
 //!
 //! ```yaml
 //! mcp:
 //!   servers:
 //!     filesystem:
 //!       roots: [/srv/shared, data]   # relative paths are under the workspace
+//!   profiles:
+//!     readonly:                      # plugd mcp --profile readonly, or /mcp/readonly
+//!       tools: ["*_read*", "everything/*"]   # globs over plugd tool names
+//!       plugins: [everything, hello_python]  # and/or whole plugins
 //! ```
 //!
 //! A server with no `roots` entry is not offered the `roots` capability at
@@ -31,11 +36,61 @@ pub struct McpServerConfig {
     pub roots: Vec<PathBuf>,
 }
 
+/// Most profiles, and most patterns in one profile.
+pub const MAX_PROFILES: usize = 256;
+
+/// One view of the catalog the MCP gateway serves (`mcp.profiles.NAME`): a
+/// tool is in it when it matches one of `tools` or belongs to one of
+/// `plugins`; a profile naming neither holds nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct McpProfile {
+    /// Globs over plugd tool names (`*`, `?`, `[...]`; `/` is an ordinary
+    /// character).
+    pub tools: Vec<String>,
+    /// Plugin ids whose every tool is in the view.
+    pub plugins: Vec<String>,
+}
+
+impl McpProfile {
+    /// The matcher of this profile (its globs were checked when parsed).
+    pub fn matcher(&self) -> ProfileMatcher {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in &self.tools {
+            if let Ok(g) = globset::GlobBuilder::new(g)
+                .literal_separator(false)
+                .build()
+            {
+                b.add(g);
+            }
+        }
+        ProfileMatcher {
+            globs: b.build().unwrap_or_else(|_| globset::GlobSet::empty()),
+            plugins: self.plugins.iter().cloned().collect(),
+        }
+    }
+}
+
+/// Whether a tool is in a profile, compiled once per profile.
+#[derive(Debug, Clone)]
+pub struct ProfileMatcher {
+    globs: globset::GlobSet,
+    plugins: std::collections::BTreeSet<String>,
+}
+
+impl ProfileMatcher {
+    /// Whether tool `name` of plugin `plugin` is in the view.
+    pub fn matches(&self, plugin: &str, name: &str) -> bool {
+        self.plugins.contains(plugin) || self.globs.is_match(name)
+    }
+}
+
 /// `mcp:`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct McpConfig {
     /// Server name (its `.mcp.json` key) → what it is offered.
     pub servers: BTreeMap<String, McpServerConfig>,
+    /// Profile name → the view of the catalog it serves.
+    pub profiles: BTreeMap<String, McpProfile>,
 }
 
 impl McpConfig {
@@ -55,6 +110,17 @@ impl McpConfig {
 pub struct RawMcp {
     #[serde(default)]
     servers: Option<BTreeMap<String, Spanned<RawServer>>>,
+    #[serde(default)]
+    profiles: Option<BTreeMap<String, Spanned<RawProfile>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    #[serde(default)]
+    tools: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    plugins: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +187,49 @@ pub fn parse_config(
         }
         config.servers.insert(name, out);
     }
+    let profiles = raw.value.profiles.unwrap_or_default();
+    if profiles.len() > MAX_PROFILES {
+        return Err(invalid(
+            "mcp.profiles".into(),
+            raw.referenced.line(),
+            format!("{} profiles; at most {MAX_PROFILES}", profiles.len()),
+        ));
+    }
+    for (name, profile) in profiles {
+        let line = profile.referenced.line();
+        if !plugd_manifest::mcp::is_valid_server_name(&name) {
+            return Err(invalid(
+                "mcp.profiles".into(),
+                line,
+                format!(
+                    "{:?} is not a profile name (1-64 of A-Z a-z 0-9 _ -; it appears in the URL /mcp/NAME)",
+                    name.chars().take(80).collect::<String>()
+                ),
+            ));
+        }
+        let mut out = McpProfile::default();
+        let tools = profile.value.tools.unwrap_or_default();
+        let plugins = profile.value.plugins.unwrap_or_default();
+        if tools.len() > MAX_PROFILES || plugins.len() > MAX_PROFILES {
+            return Err(invalid(
+                format!("mcp.profiles.{name}"),
+                line,
+                format!("more than {MAX_PROFILES} tools or plugins; use globs"),
+            ));
+        }
+        for (i, glob) in tools.into_iter().enumerate() {
+            if let Err(e) = globset::GlobBuilder::new(&glob.value).build() {
+                return Err(invalid(
+                    format!("mcp.profiles.{name}.tools[{i}]"),
+                    glob.referenced.line(),
+                    format!("{:?} is not a glob: {e}", glob.value),
+                ));
+            }
+            out.tools.push(glob.value);
+        }
+        out.plugins = plugins.into_iter().map(|p| p.value).collect();
+        config.profiles.insert(name, out);
+    }
     Ok(config)
 }
 
@@ -172,6 +281,31 @@ mod tests {
         let roots = c.mcp.roots();
         assert_eq!(roots.len(), 1, "a server without roots is offered none");
         assert!(!roots.contains_key("other"));
+    }
+
+    #[test]
+    fn profiles_match_by_glob_or_plugin_and_bad_globs_are_named() {
+        let c = parse(
+            "mcp:\n  profiles:\n    ro:\n      tools: [\"*_read*\", \"everything/*\"]\n      plugins: [hello]\n    none: {}\n",
+        )
+        .unwrap();
+        let ro = c.mcp.profiles["ro"].matcher();
+        assert!(ro.matches("fs", "fs_read_file"));
+        assert!(ro.matches("everything", "everything/echo"));
+        assert!(ro.matches("hello", "hello_greet"));
+        assert!(!ro.matches("fs", "fs_write_file"));
+        assert!(!c.mcp.profiles["none"].matcher().matches("fs", "fs_read"));
+        let e = parse("mcp:\n  profiles:\n    p:\n      tools: [\"[\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mcp.profiles.p.tools[0]") && e.contains("line 4"),
+            "{e}"
+        );
+        let e = parse("mcp:\n  profiles:\n    \"a/b\": {}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mcp.profiles") && e.contains("a/b"), "{e}");
     }
 
     #[test]

@@ -178,11 +178,24 @@ impl ToolEntry {
 }
 
 /// All tools of the approved plugins, by name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<ToolEntry>>,
     /// The names each plugin holds, so per-plugin work is not O(all tools).
     by_plugin: BTreeMap<String, Vec<String>>,
+    /// Bumped at every change of the tools or of their enabled state, for
+    /// surfaces that tell their clients (MCP `tools/list_changed`).
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        ToolRegistry {
+            tools: BTreeMap::new(),
+            by_plugin: BTreeMap::new(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl ToolRegistry {
@@ -191,6 +204,7 @@ impl ToolRegistry {
     /// tool.
     pub fn set_plugin_tools(&mut self, plugin: &str, defs: &[ToolDef]) {
         self.remove_plugin(plugin);
+        self.touch();
         let mut names = Vec::new();
         for def in defs {
             match self.tools.get(&def.name) {
@@ -214,9 +228,22 @@ impl ToolRegistry {
 
     /// Removes every tool of `plugin`.
     pub fn remove_plugin(&mut self, plugin: &str) {
-        for name in self.by_plugin.remove(plugin).unwrap_or_default() {
-            self.tools.remove(&name);
+        if let Some(names) = self.by_plugin.remove(plugin) {
+            for name in names {
+                self.tools.remove(&name);
+            }
+            self.touch();
         }
+    }
+
+    /// Tells subscribers that the tools (or their enabled state) changed.
+    pub fn touch(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees every later change ([`ToolRegistry::touch`]).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// The tools of `plugin`, sorted by name.

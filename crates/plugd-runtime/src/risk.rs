@@ -659,6 +659,9 @@ impl Runtime {
             .disabled
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
+        if changed {
+            crate::read(&self.inner.registry).touch();
+        }
         let view = self
             .tool_views()?
             .into_iter()
@@ -742,6 +745,7 @@ pub(crate) async fn gate(
     entry: &ToolEntry,
     args: &Value,
     ctx: &CallContext,
+    override_approver: Option<&dyn Approver>,
 ) -> Result<(), GateError> {
     let policy = rt.risk_config()?;
     let (risk, source) = effective_risk(entry, &policy);
@@ -770,7 +774,8 @@ pub(crate) async fn gate(
             Ok(())
         }
         RiskLevel::High | RiskLevel::Critical => {
-            let approver = lock_read(&rt.inner.risk.approver).clone();
+            let own = lock_read(&rt.inner.risk.approver).clone();
+            let approver: Option<&dyn Approver> = override_approver.or(own.as_deref());
             let Some(approver) = approver else {
                 return Err(GateError::NoApprover {
                     tool,

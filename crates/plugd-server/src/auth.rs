@@ -111,6 +111,15 @@ pub fn allows(role: Role, right: Right) -> bool {
 
 /// The right `method path` needs.
 pub fn required(method: &Method, path: &str) -> Right {
+    // The MCP gateway: listing and calling is the agent's right; its GET
+    // stream and DELETE belong to a session the caller opened with POST.
+    if path == "/mcp" || path.starts_with("/mcp/") {
+        return if *method == Method::GET || *method == Method::HEAD {
+            Right::Read
+        } else {
+            Right::Invoke
+        };
+    }
     if *method == Method::GET || *method == Method::HEAD {
         return Right::Read;
     }
@@ -444,6 +453,10 @@ mod tests {
         assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);
         assert_eq!(required(&post, "/v1/plugins/x:frobnicate"), Right::Admin);
         assert_eq!(required(&Method::DELETE, "/v1/plugins"), Right::Admin);
+        assert_eq!(required(&post, "/mcp"), Right::Invoke);
+        assert_eq!(required(&post, "/mcp/readonly"), Right::Invoke);
+        assert_eq!(required(&Method::DELETE, "/mcp"), Right::Invoke);
+        assert_eq!(required(&Method::GET, "/mcp"), Right::Read);
         assert!(allows(Role::Operator, Right::Govern) && !allows(Role::Operator, Right::Invoke));
         assert!(allows(Role::Agent, Right::Invoke) && !allows(Role::Agent, Right::Govern));
         assert!(!allows(Role::Viewer, Right::Invoke) && allows(Role::Viewer, Right::Read));

@@ -28,6 +28,16 @@ use serde_json::{Value, json};
 pub mod code {
     /// No such route.
     pub const NOT_FOUND: &str = "not_found";
+    /// The MCP gateway has too many sessions open.
+    pub const TOO_MANY_SESSIONS: &str = "too_many_sessions";
+    /// This serve has no MCP gateway.
+    pub const MCP_UNAVAILABLE: &str = "mcp_unavailable";
+    /// No such MCP session (ended, expired, or someone else's).
+    pub const MCP_SESSION_NOT_FOUND: &str = "mcp_session_not_found";
+    /// An MCP request without the `Mcp-Session-Id` it needs.
+    pub const MCP_SESSION_REQUIRED: &str = "mcp_session_required";
+    /// The client does not accept what the route answers with.
+    pub const NOT_ACCEPTABLE: &str = "not_acceptable";
     /// The route exists but not for this method.
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     /// The body is not JSON (`details.line`, `details.column`).

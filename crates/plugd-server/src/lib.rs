@@ -57,6 +57,7 @@ pub mod approvals;
 pub mod auth;
 pub mod error;
 pub mod listen;
+pub mod mcp;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -173,6 +174,7 @@ pub struct AppState {
     body_limit: usize,
     body_timeout: Duration,
     auth: Arc<auth::AuthConfig>,
+    mcp: Option<Arc<mcp::McpHttp>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -196,6 +198,12 @@ impl AppState {
     ) -> AppState {
         let auth = Arc::new(auth::AuthConfig::current(config.http.allowed_hosts.clone()));
         let body_timeout = Duration::from_secs(config.http.body_timeout_secs);
+        let gateway = plugd_gateway::Gateway::new(
+            runtime.clone(),
+            pipeline.clone(),
+            config.clone(),
+            env!("CARGO_PKG_VERSION"),
+        );
         AppState {
             runtime,
             pipeline,
@@ -204,6 +212,7 @@ impl AppState {
             body_limit: DEFAULT_BODY_LIMIT,
             body_timeout,
             auth,
+            mcp: Some(Arc::new(mcp::McpHttp::new(gateway))),
         }
     }
 
@@ -247,6 +256,18 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/bus/publish", post(bus::publish))
         .route("/v1/bus/tail/{pattern}", get(bus::tail))
         .route("/metrics", get(bus::metrics))
+        .route(
+            "/mcp",
+            post(mcp::post_root)
+                .get(mcp::get_root)
+                .delete(mcp::delete_root),
+        )
+        .route(
+            "/mcp/{profile}",
+            post(mcp::post_profile)
+                .get(mcp::get_profile)
+                .delete(mcp::delete_profile),
+        )
         .merge(approvals::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

@@ -16,6 +16,7 @@ mod config_cmd;
 mod eager;
 mod hook_cmd;
 mod log_writer;
+mod mcp_cmd;
 mod memory_cmd;
 mod outbox_cmd;
 mod plugin_ctl_cmd;
@@ -108,6 +109,8 @@ enum Command {
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
+    /// Serve the approved plugins' tools to an MCP client on stdio (what Claude Desktop, Cursor and Codex spawn).
+    Mcp(mcp_cmd::McpArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -476,6 +479,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Storage(cmd) => storage_cmd::run(rt, cmd)?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
+        Command::Mcp(args) => mcp_cmd::run(rt, args).await?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)

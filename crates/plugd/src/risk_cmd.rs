@@ -58,7 +58,8 @@ pub enum ApprovalsCmd {
 /// `serve`, the terminal prompt for everything else.
 pub fn install_approver(rt: &Runtime, command: &Command) {
     match command {
-        Command::Serve(_) => rt.use_approval_queue(),
+        // stdin is the MCP protocol: no terminal prompt; pending approvals.
+        Command::Serve(_) | Command::Mcp(_) => rt.use_approval_queue(),
         Command::Tool(ToolCmd::Call { yes, .. }) => rt.set_approver(Arc::new(Terminal::new(*yes))),
         _ => rt.set_approver(Arc::new(Terminal::new(false))),
     }

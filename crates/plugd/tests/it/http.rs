@@ -130,7 +130,7 @@ impl Drop for Serve {
 #[derive(Debug)]
 pub(crate) struct Resp {
     pub(crate) status: u16,
-    headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     body: Vec<u8>,
 }
 
@@ -187,9 +187,21 @@ fn write_head(
     serve: &Serve,
     headers: &[(&str, &str)],
 ) {
+    write_head_as(s, method, path, serve, &serve.token, headers)
+}
+
+/// Writes a request head to `serve` with `token`.
+fn write_head_as(
+    s: &mut TcpStream,
+    method: &str,
+    path: &str,
+    serve: &Serve,
+    token: &str,
+    headers: &[(&str, &str)],
+) {
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {}\r\n",
-        serve.addr, serve.token
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n",
+        serve.addr
     );
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -248,13 +260,25 @@ fn request(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> Resp {
+    request_as(serve, &serve.token, method, path, headers, body)
+}
+
+/// One request with `token`; the body read whole (chunked or not).
+pub(crate) fn request_as(
+    serve: &Serve,
+    token: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Resp {
     let mut s = connect(serve.addr);
     let len = body.map(|b| b.len().to_string());
     let mut all: Vec<(&str, &str)> = headers.to_vec();
     if let Some(len) = &len {
         all.push(("Content-Length", len));
     }
-    write_head(&mut s, method, path, serve, &all);
+    write_head_as(&mut s, method, path, serve, token, &all);
     if let Some(b) = body {
         s.write_all(b).unwrap();
     }

@@ -12,6 +12,7 @@ mod cli;
 mod ctl;
 mod deno;
 mod dexto;
+mod gateway;
 mod hooks;
 mod hostile;
 mod http;

@@ -696,7 +696,7 @@ async fn hooks_compactors_and_harnesses_are_callable_through_the_internal_api() 
 }
 
 /// Copies a directory tree (the `vai-devkit` example has `bin/` and `schemas/`).
-fn copy_tree(from: &Path, to: &Path) {
+pub(crate) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

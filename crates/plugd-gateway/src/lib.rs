@@ -1,0 +1,139 @@
+//! plugd's MCP gateway: the governed catalog of every dialect served to any
+//! MCP client.
+//!
+//! A [`Gateway`] is built once over the runtime, the hook pipeline and
+//! plugd.yaml; each client connection gets a [`Session`] (its negotiated
+//! revision, capabilities, profile, in-flight calls and the requests plugd
+//! sent it). A transport only moves JSON-RPC messages: [`stdio::serve`] for
+//! `plugd mcp`, and plugd-server's Streamable HTTP at `/mcp` for `plugd
+//! serve`. Every call goes through the same runtime entry point as the CLI
+//! and the HTTP API (approval, disabled tools, schema validation, the risk
+//! gate), wrapped in the `before_tool_call` / `after_tool_result` hooks.
+//!
+//! Decisions written beside the code:
+//! - tool names are [`plugd_mcp::names`] (stable, collision-free);
+//! - a tool the caller may not see (profile, disabled) is answered exactly
+//!   like one that does not exist, so policy does not reveal what exists;
+//! - tool failures are `isError` results the model can read, protocol
+//!   misuse is a JSON-RPC error;
+//! - a `high` call is approved by the client's user through elicitation
+//!   when the client supports it; a `critical` one only when the caller
+//!   could approve it anyway (an admin), otherwise it waits for an
+//!   operator like any other pending approval.
+
+mod approve;
+mod session;
+pub mod stdio;
+mod tools;
+
+use std::sync::Arc;
+
+use plugd_runtime::Runtime;
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::hooks::Pipeline;
+use plugd_runtime::mcp_config::ProfileMatcher;
+
+pub use session::{Session, Sink};
+
+/// The name and version plugd gives MCP clients (`serverInfo`).
+pub const SERVER_NAME: &str = "plugd";
+
+/// Why a session cannot be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The profile is not in plugd.yaml.
+    #[error("no MCP profile {name:?} in plugd.yaml; known: {known}")]
+    UnknownProfile {
+        /// The name asked for.
+        name: String,
+        /// The profiles that exist, comma-separated (or "none").
+        known: String,
+    },
+    /// The caller may not use this profile.
+    #[error("this token may not use MCP profile {name:?}")]
+    ProfileDenied {
+        /// The name asked for.
+        name: String,
+    },
+}
+
+/// Who a session serves, as the surface authenticated it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The identity's name (`token:NAME`, a Unix user name).
+    pub name: String,
+    /// Whether the identity may decide pending calls itself (admin): only
+    /// then may the client's own user approve a `critical` call.
+    pub may_approve_critical: bool,
+}
+
+/// What the gateway serves from; cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: Runtime,
+    pipeline: Arc<Pipeline>,
+    config: Arc<PlugdConfig>,
+    version: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("workspace", &self.inner.runtime.dir())
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// A gateway over `runtime`, its hook `pipeline` and plugd.yaml;
+    /// `version` is what `serverInfo.version` says.
+    pub fn new(
+        runtime: Runtime,
+        pipeline: Arc<Pipeline>,
+        config: Arc<PlugdConfig>,
+        version: &str,
+    ) -> Gateway {
+        Gateway {
+            inner: Arc::new(Inner {
+                runtime,
+                pipeline,
+                config,
+                version: version.to_owned(),
+            }),
+        }
+    }
+
+    /// The runtime it serves.
+    pub fn runtime(&self) -> &Runtime {
+        &self.inner.runtime
+    }
+
+    /// A new session for `caller` over `profile` (`None`: every tool).
+    pub fn session(&self, caller: Caller, profile: Option<&str>) -> Result<Session, GatewayError> {
+        let profile = match profile {
+            None => None,
+            Some(name) => Some((name.to_owned(), self.profile(name)?)),
+        };
+        Ok(Session::new(self.clone(), caller, profile))
+    }
+
+    fn profile(&self, name: &str) -> Result<ProfileMatcher, GatewayError> {
+        let profiles = &self.inner.config.mcp.profiles;
+        profiles
+            .get(name)
+            .map(|p| p.matcher())
+            .ok_or_else(|| GatewayError::UnknownProfile {
+                name: name.to_owned(),
+                known: if profiles.is_empty() {
+                    "none".into()
+                } else {
+                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                },
+            })
+    }
+}

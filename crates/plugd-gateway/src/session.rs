@@ -1,0 +1,631 @@
+//! One MCP client's session: the handshake, request dispatch, cancellation,
+//! the requests plugd sends the client (elicitation) and their answers, and
+//! `notifications/tools/list_changed`.
+//!
+//! Transport-neutral: a transport hands every incoming message to
+//! [`Session::handle`] with a [`Sink`] for messages tied to that request
+//! (progress, elicitation), and writes back what it returns. Messages not
+//! tied to a request (list_changed) go to the sink given by
+//! [`Session::set_notifier`] (stdout for stdio, the GET stream on HTTP).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use plugd_mcp::version;
+use plugd_runtime::mcp_config::ProfileMatcher;
+use serde_json::{Map, Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::{Caller, Gateway, SERVER_NAME, tools};
+
+/// Where the messages of one request, or of the session, go: whole
+/// JSON-RPC messages, in order.
+pub type Sink = mpsc::UnboundedSender<Value>;
+
+/// JSON-RPC error codes the gateway answers with.
+pub(crate) mod code {
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+}
+
+/// Most requests of one session in flight at once; beyond, a request is
+/// answered with an error at once (a client cannot pile up tasks).
+pub const MAX_IN_FLIGHT: usize = 1024;
+
+/// How long bursts of catalog changes are gathered into one
+/// `notifications/tools/list_changed`.
+const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// A JSON-RPC error object.
+pub(crate) fn error(code: i64, message: impl Into<String>) -> Value {
+    json!({"code": code, "message": message.into()})
+}
+
+/// One client's session; cheap to clone (clones share it).
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) inner: Arc<SessionInner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.inner.id)
+            .field("caller", &self.inner.caller)
+            .finish()
+    }
+}
+
+pub(crate) struct SessionInner {
+    pub(crate) gw: Gateway,
+    pub(crate) id: String,
+    pub(crate) caller: Caller,
+    pub(crate) profile: Option<(String, ProfileMatcher)>,
+    state: Mutex<State>,
+    inflight: Mutex<HashMap<String, AbortHandle>>,
+    pending: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    next_request: AtomicU64,
+    notifier: Mutex<Option<Sink>>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for SessionInner {
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.watcher).take() {
+            w.abort();
+        }
+        for (_, task) in lock(&self.inflight).drain() {
+            task.abort();
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct State {
+    /// The revision `initialize` settled on (`None` before it).
+    version: Option<&'static str>,
+    initialized: bool,
+    capabilities: Value,
+    client: Value,
+}
+
+/// What one request may use of the client, from the session or (stateless
+/// revision) from the request's own `_meta`.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestCx {
+    pub(crate) version: &'static str,
+    pub(crate) capabilities: Value,
+    /// Where messages tied to this request go; `None`: nowhere (a JSON
+    /// response on HTTP).
+    pub(crate) sink: Option<Sink>,
+}
+
+impl RequestCx {
+    /// Whether the client can answer `elicitation/create` on this request.
+    pub(crate) fn can_elicit(&self) -> bool {
+        self.sink.is_some()
+            && self.version != version::STATELESS
+            && self
+                .capabilities
+                .get("elicitation")
+                .is_some_and(Value::is_object)
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn random_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        // No OS randomness: the id is still unique in this process, and an
+        // HTTP session is bound to its caller besides.
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        b[..8].copy_from_slice(&n.to_le_bytes());
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    hex::encode(b)
+}
+
+impl Session {
+    pub(crate) fn new(
+        gw: Gateway,
+        caller: Caller,
+        profile: Option<(String, ProfileMatcher)>,
+    ) -> Session {
+        Session {
+            inner: Arc::new(SessionInner {
+                gw,
+                id: random_id(),
+                caller,
+                profile,
+                state: Mutex::new(State {
+                    version: None,
+                    initialized: false,
+                    capabilities: json!({}),
+                    client: Value::Null,
+                }),
+                inflight: Mutex::new(HashMap::new()),
+                pending: Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                notifier: Mutex::new(None),
+                watcher: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The session id (`Mcp-Session-Id` on HTTP).
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Who the session serves.
+    pub fn caller(&self) -> &Caller {
+        &self.inner.caller
+    }
+
+    /// The profile it serves, if any.
+    pub fn profile(&self) -> Option<&str> {
+        self.inner.profile.as_ref().map(|(n, _)| n.as_str())
+    }
+
+    /// Whether the client said, at `initialize`, that it answers
+    /// `elicitation/create`.
+    pub fn can_elicit(&self) -> bool {
+        let s = lock(&self.inner.state);
+        s.capabilities
+            .get("elicitation")
+            .is_some_and(Value::is_object)
+    }
+
+    /// The revision `initialize` settled on.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        lock(&self.inner.state).version
+    }
+
+    /// Sends messages not tied to a request (list_changed) to `sink`, and
+    /// starts watching the catalog for them.
+    pub fn set_notifier(&self, sink: Sink) {
+        *lock(&self.inner.notifier) = Some(sink);
+        let mut watcher = lock(&self.inner.watcher);
+        if watcher.is_none() {
+            *watcher = Some(tokio::spawn(watch_tools(
+                Arc::downgrade(&self.inner),
+                self.inner.gw.runtime().tool_changes(),
+            )));
+        }
+    }
+
+    /// Handles one message from the client. Returns the response to a
+    /// request; `None` for notifications, responses, and a request the
+    /// client cancelled (MCP: no response after a cancel).
+    pub async fn handle(&self, msg: Value, sink: Option<Sink>) -> Option<Value> {
+        let Value::Object(mut obj) = msg else {
+            return Some(respond(
+                Value::Null,
+                Err(error(
+                    code::INVALID_REQUEST,
+                    "a JSON-RPC message must be an object",
+                )),
+            ));
+        };
+        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            let id = obj.remove("id").unwrap_or(Value::Null);
+            return Some(respond(
+                id,
+                Err(error(code::INVALID_REQUEST, "\"jsonrpc\" must be \"2.0\"")),
+            ));
+        }
+        let method = obj.get("method").and_then(Value::as_str).map(str::to_owned);
+        let id = obj.remove("id");
+        let params = obj.remove("params");
+        match (method, id) {
+            (Some(method), Some(id)) if valid_id(&id) => {
+                Some(self.request(id, method, params, sink).await?)
+            }
+            (Some(method), None) => {
+                self.notification(&method, params);
+                None
+            }
+            (None, Some(id)) => {
+                self.answer(&id, obj);
+                None
+            }
+            (_, id) => Some(respond(
+                id.filter(valid_id).unwrap_or(Value::Null),
+                Err(error(
+                    code::INVALID_REQUEST,
+                    "not a request, notification or response (id must be a string or an integer)",
+                )),
+            )),
+        }
+    }
+
+    async fn request(
+        &self,
+        id: Value,
+        method: String,
+        params: Option<Value>,
+        sink: Option<Sink>,
+    ) -> Option<Value> {
+        let key = id.to_string();
+        let cx = match self.request_cx(&method, params.as_ref(), sink) {
+            Ok(cx) => cx,
+            Err(e) => return Some(respond(id, Err(e))),
+        };
+        if lock(&self.inner.inflight).len() >= MAX_IN_FLIGHT {
+            return Some(respond(
+                id,
+                Err(error(
+                    code::INTERNAL,
+                    format!(
+                        "more than {MAX_IN_FLIGHT} requests in flight on this session; wait for some to finish"
+                    ),
+                )),
+            ));
+        }
+        let this = self.clone();
+        let task = tokio::spawn(async move { this.dispatch(&method, params, cx).await });
+        lock(&self.inner.inflight).insert(key.clone(), task.abort_handle());
+        let out = task.await;
+        lock(&self.inner.inflight).remove(&key);
+        match out {
+            Ok(result) => Some(respond(id, result)),
+            Err(e) if e.is_cancelled() => None,
+            Err(e) => {
+                tracing::error!(session = %self.inner.id, error = %e, "MCP request handler panicked");
+                Some(respond(id, Err(error(code::INTERNAL, "internal error"))))
+            }
+        }
+    }
+
+    /// The revision and capabilities a request is served under.
+    fn request_cx(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        sink: Option<Sink>,
+    ) -> Result<RequestCx, Value> {
+        let meta = params.and_then(|p| p.get("_meta"));
+        let stateless = meta
+            .and_then(|m| m.get(version::META_PROTOCOL_VERSION))
+            .and_then(Value::as_str);
+        if let Some(v) = stateless {
+            if v != version::STATELESS && !version::is_supported(v) {
+                return Err(json!({
+                    "code": code::INVALID_PARAMS,
+                    "message": format!("unsupported protocol version {v:?}"),
+                    "data": {"supported": version::SUPPORTED, "requested": v},
+                }));
+            }
+            if v == version::STATELESS {
+                return Ok(RequestCx {
+                    version: version::STATELESS,
+                    capabilities: meta
+                        .and_then(|m| m.get(version::META_CLIENT_CAPABILITIES))
+                        .cloned()
+                        .unwrap_or_else(|| json!({})),
+                    sink,
+                });
+            }
+        }
+        let state = lock(&self.inner.state).clone();
+        match state.version {
+            Some(v) => Ok(RequestCx {
+                version: v,
+                capabilities: state.capabilities,
+                sink,
+            }),
+            None if matches!(method, "initialize" | "ping" | "server/discover") => Ok(RequestCx {
+                version: version::LATEST_STATEFUL,
+                capabilities: json!({}),
+                sink,
+            }),
+            None => Err(error(
+                code::INVALID_REQUEST,
+                format!(
+                    "{method} before initialize; send initialize first (or name protocol version {} in _meta)",
+                    version::STATELESS
+                ),
+            )),
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        cx: RequestCx,
+    ) -> Result<Value, Value> {
+        let params = params.unwrap_or_else(|| json!({}));
+        if !params.is_object() {
+            return Err(error(code::INVALID_PARAMS, "params must be an object"));
+        }
+        let out = match method {
+            "initialize" => self.initialize(&params),
+            "server/discover" => Ok(self.discover()),
+            "ping" => Ok(json!({})),
+            "logging/setLevel" => match params.get("level").and_then(Value::as_str) {
+                Some(_) => Ok(json!({})),
+                None => Err(error(
+                    code::INVALID_PARAMS,
+                    "logging/setLevel needs a \"level\"",
+                )),
+            },
+            "tools/list" => tools::list(self, &cx),
+            "tools/call" => tools::call(self, &params, &cx).await,
+            _ => Err(error(
+                code::METHOD_NOT_FOUND,
+                format!("method {method:?} is not offered by plugd's MCP gateway"),
+            )),
+        }?;
+        Ok(
+            if cx.version == version::STATELESS || method == "server/discover" {
+                stateless_result(method, out)
+            } else {
+                out
+            },
+        )
+    }
+
+    fn initialize(&self, params: &Value) -> Result<Value, Value> {
+        let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+            return Err(error(
+                code::INVALID_PARAMS,
+                "initialize needs \"protocolVersion\"",
+            ));
+        };
+        let chosen = version::negotiate(requested);
+        {
+            let mut state = lock(&self.inner.state);
+            state.version = Some(chosen);
+            state.capabilities = params
+                .get("capabilities")
+                .filter(|c| c.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            state.client = params.get("clientInfo").cloned().unwrap_or(Value::Null);
+        }
+        let client = params
+            .get("clientInfo")
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        tracing::info!(
+            session = %self.inner.id,
+            caller = %self.inner.caller.name,
+            client = %client,
+            requested,
+            chosen,
+            "MCP client initialized"
+        );
+        Ok(json!({
+            "protocolVersion": chosen,
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
+            "instructions": self.instructions(),
+        }))
+    }
+
+    fn discover(&self) -> Value {
+        json!({
+            "supportedVersions": version::SUPPORTED,
+            "capabilities": self.capabilities(),
+            "serverInfo": self.server_info(),
+            "instructions": self.instructions(),
+        })
+    }
+
+    fn capabilities(&self) -> Value {
+        json!({
+            "tools": {"listChanged": true},
+            "logging": {},
+        })
+    }
+
+    fn server_info(&self) -> Value {
+        json!({
+            "name": SERVER_NAME,
+            "title": "plugd plugin runtime",
+            "version": self.inner.gw.inner.version,
+        })
+    }
+
+    fn instructions(&self) -> String {
+        let scope = match self.profile() {
+            Some(p) => format!("the tools of profile {p:?}"),
+            None => "every enabled tool".into(),
+        };
+        format!(
+            "plugd serves {scope} of the approved plugins in {}. Calls pass plugd's governance: high and critical tools need a person's approval.",
+            self.inner.gw.runtime().dir().display()
+        )
+    }
+
+    fn notification(&self, method: &str, params: Option<Value>) {
+        match method {
+            "notifications/initialized" => lock(&self.inner.state).initialized = true,
+            "notifications/cancelled" => {
+                let Some(id) = params.as_ref().and_then(|p| p.get("requestId")) else {
+                    return;
+                };
+                if let Some(task) = lock(&self.inner.inflight).remove(&id.to_string()) {
+                    let reason = params
+                        .as_ref()
+                        .and_then(|p| p.get("reason"))
+                        .map(|r| r.to_string())
+                        .unwrap_or_default();
+                    tracing::info!(session = %self.inner.id, request = %id, reason = %reason, "MCP client cancelled a request");
+                    task.abort();
+                }
+            }
+            _ => tracing::debug!(session = %self.inner.id, method, "MCP notification ignored"),
+        }
+    }
+
+    /// A response from the client to a request plugd sent it.
+    fn answer(&self, id: &Value, rest: Map<String, Value>) {
+        let key = match id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let Some(tx) = lock(&self.inner.pending).remove(&key) else {
+            tracing::debug!(session = %self.inner.id, id = %id, "response to no request of plugd's; ignored");
+            return;
+        };
+        let _ = tx.send(Value::Object(rest));
+    }
+
+    /// Sends request `method` to the client through `sink` and waits up to
+    /// `timeout` for its answer: `Ok(result)`, or `Err` saying why not.
+    pub(crate) async fn ask_client(
+        &self,
+        sink: &Sink,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        let n = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = format!("plugd-{n}");
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner.pending).insert(id.clone(), tx);
+        let _cleanup = PendingCleanup {
+            session: Arc::downgrade(&self.inner),
+            id: id.clone(),
+        };
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        if sink.send(msg).is_err() {
+            return Err("the client's stream is closed".into());
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Err(_) => Err(format!(
+                "the client did not answer {method} within {} s",
+                timeout.as_secs()
+            )),
+            Ok(Err(_)) => Err("the session ended".into()),
+            Ok(Ok(reply)) => match (reply.get("result"), reply.get("error")) {
+                (Some(r), _) => Ok(r.clone()),
+                (None, Some(e)) => Err(format!(
+                    "the client answered {method} with an error: {}",
+                    e.get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("(no message)")
+                )),
+                (None, None) => Err(format!(
+                    "the client's answer to {method} has neither result nor error"
+                )),
+            },
+        }
+    }
+
+    /// Sends a notification not tied to a request; `false` when no stream
+    /// is open for it.
+    fn notify(&self, method: &str) -> bool {
+        let sink = lock(&self.inner.notifier).clone();
+        sink.is_some_and(|s| s.send(json!({"jsonrpc": "2.0", "method": method})).is_ok())
+    }
+
+    /// Whether the client finished the handshake.
+    fn ready(&self) -> bool {
+        let s = lock(&self.inner.state);
+        s.version.is_some()
+    }
+
+    /// Drops the session's notification stream (the transport is gone).
+    pub fn set_closed(&self) {
+        *lock(&self.inner.notifier) = None;
+    }
+
+    /// Fails every request in flight and every question pending (the
+    /// transport closed).
+    pub fn close(&self) {
+        for (_, task) in lock(&self.inner.inflight).drain() {
+            task.abort();
+        }
+        lock(&self.inner.pending).clear();
+        if let Some(w) = lock(&self.inner.watcher).take() {
+            w.abort();
+        }
+        *lock(&self.inner.notifier) = None;
+    }
+}
+
+struct PendingCleanup {
+    session: Weak<SessionInner>,
+    id: String,
+}
+
+impl Drop for PendingCleanup {
+    fn drop(&mut self) {
+        if let Some(s) = self.session.upgrade() {
+            lock(&s.pending).remove(&self.id);
+        }
+    }
+}
+
+fn valid_id(id: &Value) -> bool {
+    id.is_string() || id.as_i64().is_some() || id.as_u64().is_some()
+}
+
+/// A JSON-RPC response.
+pub(crate) fn respond(id: Value, outcome: Result<Value, Value>) -> Value {
+    match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error}),
+    }
+}
+
+/// A stateless-revision result: `resultType: "complete"`, and for the
+/// cacheable methods a cache hint that keeps clients asking (the catalog
+/// changes with approvals, and depends on who asks).
+fn stateless_result(method: &str, mut out: Value) -> Value {
+    if let Some(obj) = out.as_object_mut() {
+        obj.entry("resultType").or_insert_with(|| json!("complete"));
+        if matches!(
+            method,
+            "server/discover"
+                | "tools/list"
+                | "resources/list"
+                | "resources/templates/list"
+                | "prompts/list"
+        ) {
+            obj.entry("cacheScope").or_insert_with(|| json!("private"));
+            obj.entry("ttlMs").or_insert_with(|| json!(0));
+        }
+    }
+    out
+}
+
+/// Sends `notifications/tools/list_changed` when the tools this session
+/// sees change (debounced; only after the handshake).
+async fn watch_tools(session: Weak<SessionInner>, mut changes: tokio::sync::watch::Receiver<u64>) {
+    let mut last = match session.upgrade() {
+        Some(inner) => tools::visible_names(&Session { inner }),
+        None => return,
+    };
+    loop {
+        if changes.changed().await.is_err() {
+            return;
+        }
+        tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
+        changes.borrow_and_update();
+        let Some(inner) = session.upgrade() else {
+            return;
+        };
+        let s = Session { inner };
+        let names = tools::visible_names(&s);
+        if names != last {
+            last = names;
+            if s.ready() {
+                s.notify("notifications/tools/list_changed");
+                tracing::debug!(session = %s.inner.id, tools = last.len(), "sent tools/list_changed");
+            }
+        }
+    }
+}

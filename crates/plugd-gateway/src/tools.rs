@@ -1,0 +1,404 @@
+//! `tools/list` and `tools/call` of the gateway: which tools a session sees,
+//! how a plugd tool looks as an MCP `Tool`, and one call through the hooks,
+//! the risk gate and the plugin, back as a `CallToolResult`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plugd_host::dialect::CallContext;
+use plugd_manifest::Dialect;
+use plugd_mcp::names::{NameTable, mcp_name, registry_name_hint};
+use plugd_mcp::version::at_least;
+use plugd_runtime::hooks::{HookContext, HookPoint};
+use plugd_runtime::risk::{GateError, RiskLevel, effective_risk};
+use plugd_runtime::{RuntimeError, ToolEntry};
+use serde_json::{Map, Value, json};
+
+use crate::approve::ElicitApprover;
+use crate::session::{RequestCx, Session, code, error};
+
+/// How long a call waits for its last progress notifications to go out.
+const PROGRESS_DRAIN: Duration = Duration::from_millis(200);
+
+/// The enabled tools `session` may see, sorted by plugd name.
+fn visible(session: &Session) -> Vec<Arc<ToolEntry>> {
+    let all = session.inner.gw.runtime().tools();
+    match &session.inner.profile {
+        None => all,
+        Some((_, m)) => all
+            .into_iter()
+            .filter(|t| m.matches(&t.plugin, &t.name))
+            .collect(),
+    }
+}
+
+/// The plugd names of what `session` sees, for change detection.
+pub(crate) fn visible_names(session: &Session) -> Vec<String> {
+    visible(session).iter().map(|t| t.name.clone()).collect()
+}
+
+/// `tools/list`: every visible tool, one page.
+pub(crate) fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
+    let tools = visible(session);
+    let table = NameTable::new(tools.iter().map(|t| t.name.as_str()));
+    for (a, b) in table.collisions() {
+        tracing::warn!(first = %a, second = %b, "two tools meet on one MCP name; both are withheld from MCP clients");
+    }
+    let rt = session.inner.gw.runtime();
+    let policy = rt
+        .risk_config()
+        .map_err(|e| error(code::INTERNAL, e.to_string()))?;
+    let out: Vec<Value> = tools
+        .iter()
+        .filter(|t| table.serves(&t.name))
+        .map(|t| {
+            let (risk, _) = effective_risk(t, &policy);
+            tool_json(t, risk, cx.version)
+        })
+        .collect();
+    Ok(json!({"tools": out}))
+}
+
+/// One plugd tool as an MCP `Tool` for a client at `version`.
+fn tool_json(t: &ToolEntry, risk: RiskLevel, version: &str) -> Value {
+    let mut tool = Map::new();
+    tool.insert("name".into(), json!(mcp_name(&t.name)));
+    tool.insert("description".into(), json!(t.description));
+    tool.insert("inputSchema".into(), object_schema(&t.input_schema));
+    let meta = t.meta.as_deref();
+    if at_least(version, "2025-06-18") {
+        if let Some(title) = meta.and_then(|m| m.title.as_ref()) {
+            tool.insert("title".into(), json!(title));
+        }
+        if let Some(out) = meta.and_then(|m| m.output_schema.as_ref()) {
+            tool.insert("outputSchema".into(), out.clone());
+        }
+        tool.insert(
+            "_meta".into(),
+            json!({"plugd/tool": t.name, "plugd/plugin": t.plugin, "plugd/risk": risk}),
+        );
+    }
+    if at_least(version, "2025-11-25")
+        && let Some(icons) = meta.and_then(|m| m.icons.as_ref())
+    {
+        tool.insert("icons".into(), json!(icons));
+    }
+    if at_least(version, "2025-03-26") {
+        let mut ann = meta.and_then(|m| m.annotations.clone()).unwrap_or_default();
+        if matches!(risk, RiskLevel::High | RiskLevel::Critical) {
+            // What plugd will gate is destructive as far as a client knows.
+            ann.entry("destructiveHint").or_insert(json!(true));
+            ann.insert("readOnlyHint".into(), json!(false));
+        }
+        if !ann.is_empty() {
+            tool.insert("annotations".into(), Value::Object(ann));
+        }
+    }
+    Value::Object(tool)
+}
+
+/// MCP wants an object schema; plugins may give `{}` or `true`.
+fn object_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(o) if o.contains_key("type") => schema.clone(),
+        Value::Object(o) => {
+            let mut o = o.clone();
+            o.insert("type".into(), json!("object"));
+            Value::Object(o)
+        }
+        _ => json!({"type": "object"}),
+    }
+}
+
+/// The tool behind MCP name `name`, if `session` may see it.
+fn resolve(session: &Session, name: &str) -> Option<Arc<ToolEntry>> {
+    let rt = session.inner.gw.runtime();
+    let entry = match registry_name_hint(name) {
+        Some(candidate) => rt.tool(&candidate).filter(|t| mcp_name(&t.name) == name)?,
+        None => {
+            let tools = visible(session);
+            let table = NameTable::new(tools.iter().map(|t| t.name.as_str()));
+            let plugd = table.resolve(name)?;
+            tools.into_iter().find(|t| t.name == plugd)?
+        }
+    };
+    match &session.inner.profile {
+        Some((_, m)) if !m.matches(&entry.plugin, &entry.name) => None,
+        _ => Some(entry),
+    }
+}
+
+fn unknown_tool(name: &str) -> Value {
+    json!({"code": code::INVALID_PARAMS, "message": format!("Unknown tool: {name}")})
+}
+
+/// A tool failure the model can read: `isError: true` with the text.
+fn tool_error(message: String) -> Value {
+    json!({"content": [{"type": "text", "text": message}], "isError": true})
+}
+
+/// `tools/call`.
+pub(crate) async fn call(
+    session: &Session,
+    params: &Value,
+    cx: &RequestCx,
+) -> Result<Value, Value> {
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return Err(error(code::INVALID_PARAMS, "tools/call needs a \"name\""));
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => json!({}),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(other) => {
+            return Err(error(
+                code::INVALID_PARAMS,
+                format!("\"arguments\" must be an object, got {other}"),
+            ));
+        }
+    };
+    let Some(entry) = resolve(session, name) else {
+        return Err(unknown_tool(name));
+    };
+    let gw = &session.inner.gw.inner;
+    let rt = &gw.runtime;
+    let started = Instant::now();
+    let call_id = format!("mcp-{}", uuid_like());
+    let hook_cx = gw.config.context(&HookContext {
+        session_id: Some(format!("mcp-{}", session.id())),
+        ..HookContext::default()
+    });
+
+    let before = gw
+        .pipeline
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"toolName": entry.name, "args": args, "sessionId": hook_cx.session_id, "callId": call_id}),
+            &hook_cx,
+        )
+        .await;
+    if before.is_blocked() {
+        let message = before
+            .message
+            .unwrap_or_else(|| "blocked by a before_tool_call hook".into());
+        log_call(
+            session,
+            &entry,
+            false,
+            started,
+            "blocked by before_tool_call",
+        );
+        return Ok(tool_error(message));
+    }
+    let args = before.payload.get("args").cloned().unwrap_or(args);
+
+    // Progress: the plugin's events as MCP progress on this request.
+    let token = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .filter(|t| t.is_string() || t.is_number())
+        .cloned();
+    let (progress, forwarder) = match (&token, &cx.sink) {
+        (Some(token), Some(sink)) => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (
+                Some(tx),
+                Some(tokio::spawn(forward_progress(
+                    rx,
+                    token.clone(),
+                    sink.clone(),
+                ))),
+            )
+        }
+        _ => (None, None),
+    };
+    let ctx = CallContext {
+        session_id: hook_cx.session_id.clone(),
+        agent_id: hook_cx.agent_id.clone(),
+        org_id: hook_cx.tenant_id.clone(),
+        trace_id: hook_cx.trace_id.clone(),
+        progress,
+        ..CallContext::default()
+    };
+
+    let approver = approver_for(session, &entry, cx);
+    let outcome = rt
+        .call_tool_approved_by(&entry.name, args, &ctx, approver.as_ref().map(|a| a as _))
+        .await;
+    drop(ctx);
+    if let Some(mut f) = forwarder
+        && tokio::time::timeout(PROGRESS_DRAIN, &mut f).await.is_err()
+    {
+        f.abort();
+    }
+
+    let (ok, result) = match outcome {
+        Ok(value) => (true, as_call_result(rt, &entry, value)),
+        Err(RuntimeError::UnknownTool(_)) | Err(RuntimeError::Gate(GateError::Disabled { .. })) => {
+            log_call(session, &entry, false, started, "unknown or disabled");
+            return Err(unknown_tool(name));
+        }
+        Err(e) => (false, tool_error(e.to_string())),
+    };
+    let after = gw
+        .pipeline
+        .run(
+            HookPoint::AfterToolResult,
+            json!({"toolName": entry.name, "result": result, "success": ok, "sessionId": hook_cx.session_id, "callId": call_id}),
+            &hook_cx,
+        )
+        .await;
+    if after.is_blocked() {
+        let message = after
+            .message
+            .unwrap_or_else(|| "blocked by an after_tool_result hook".into());
+        log_call(
+            session,
+            &entry,
+            false,
+            started,
+            "blocked by after_tool_result",
+        );
+        return Ok(tool_error(message));
+    }
+    let result = match after.payload.get("result") {
+        Some(r) if *r != result => as_result_shape(r.clone()),
+        _ => result,
+    };
+    log_call(
+        session,
+        &entry,
+        ok,
+        started,
+        if ok { "ok" } else { "failed" },
+    );
+    Ok(result)
+}
+
+/// The approver of a gated call: the client's user through elicitation when
+/// the client can be asked and may decide this level; `None` (the
+/// runtime's own: a pending approval under serve) otherwise.
+fn approver_for(session: &Session, entry: &ToolEntry, cx: &RequestCx) -> Option<ElicitApprover> {
+    let rt = session.inner.gw.runtime();
+    let policy = rt.risk_config().ok()?;
+    let (risk, _) = effective_risk(entry, &policy);
+    let may = match risk {
+        RiskLevel::Low | RiskLevel::Medium => false,
+        RiskLevel::High => true,
+        RiskLevel::Critical => session.caller().may_approve_critical,
+    };
+    if !(may && cx.can_elicit()) {
+        return None;
+    }
+    Some(ElicitApprover {
+        session: session.clone(),
+        sink: cx.sink.clone()?,
+        timeout: policy.approval_timeout,
+        version: cx.version,
+    })
+}
+
+/// A plugin's result as a `CallToolResult`: an MCP server's result as it
+/// sent it; any other dialect's value as text, and as `structuredContent`
+/// when it is an object.
+fn as_call_result(rt: &plugd_runtime::Runtime, entry: &ToolEntry, value: Value) -> Value {
+    let from_mcp = rt
+        .supervised(&entry.plugin)
+        .is_ok_and(|s| s.spec().dialect == Dialect::Mcp);
+    if from_mcp && value.get("content").is_some_and(Value::is_array) {
+        return value;
+    }
+    as_result_shape(value)
+}
+
+fn as_result_shape(mut value: Value) -> Value {
+    let is_content = |v: &Value| {
+        v.as_array().is_some_and(|items| {
+            items
+                .iter()
+                .all(|i| i.get("type").is_some_and(Value::is_string))
+        })
+    };
+    if value.get("content").is_some_and(is_content) {
+        // Already content (nexo SDKs answer this shape); their snake_case
+        // error flag becomes MCP's.
+        if let Some(obj) = value.as_object_mut() {
+            if let Some(flag) = obj.remove("is_error") {
+                obj.entry("isError").or_insert(flag);
+            }
+            // VAI's structured output is MCP's structured content.
+            if let Some(out) = obj
+                .get("structured_output")
+                .filter(|o| o.is_object())
+                .cloned()
+            {
+                obj.entry("structuredContent").or_insert(out);
+            }
+        }
+        return value;
+    }
+    let text = match &value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = json!({"content": [{"type": "text", "text": text}]});
+    if value.is_object() {
+        out["structuredContent"] = value;
+    }
+    out
+}
+
+/// Forwards a plugin's progress events as `notifications/progress` with
+/// strictly increasing `progress` (MCP requires it).
+async fn forward_progress(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Value>,
+    token: Value,
+    sink: crate::Sink,
+) {
+    let mut last = 0.0f64;
+    while let Some(event) = rx.recv().await {
+        let given = event.get("progress").and_then(Value::as_f64);
+        let progress = match given {
+            Some(p) if p > last => p,
+            _ => last + 1.0,
+        };
+        last = progress;
+        let mut params = json!({"progressToken": token, "progress": progress});
+        if let Some(total) = event.get("total").and_then(Value::as_f64) {
+            params["total"] = json!(total);
+        }
+        let message = match &event {
+            Value::String(s) => Some(s.clone()),
+            e => ["message", "text", "status", "stage"]
+                .iter()
+                .find_map(|k| e.get(*k).and_then(Value::as_str).map(str::to_owned)),
+        };
+        if let Some(m) = message {
+            params["message"] = json!(m.chars().take(1024).collect::<String>());
+        }
+        let msg = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": params});
+        if sink.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+fn log_call(session: &Session, entry: &ToolEntry, ok: bool, started: Instant, outcome: &str) {
+    tracing::info!(
+        target: "plugd::mcp",
+        session = %session.id(),
+        caller = %session.caller().name,
+        tool = %entry.name,
+        plugin = %entry.plugin,
+        ok,
+        outcome,
+        ms = started.elapsed().as_millis() as u64,
+        "MCP tool call"
+    );
+}
+
+/// A random call id for the hooks.
+fn uuid_like() -> String {
+    let mut b = [0u8; 8];
+    let _ = getrandom::fill(&mut b);
+    hex::encode(b)
+}

@@ -1,0 +1,71 @@
+//! MCP protocol revisions: which plugd speaks and how one is chosen.
+//!
+//! Negotiation follows the official SDKs: a client asks for a revision in
+//! `initialize`; a server that speaks it answers with it, otherwise with the
+//! newest stateful revision it speaks, and the client decides whether it can
+//! go on. The stateless revision ([`STATELESS`]) has no handshake: each
+//! request names its revision in `_meta` ([`META_PROTOCOL_VERSION`]) and a
+//! client learns what a server speaks from `server/discover`.
+
+/// The stateless revision (`server/discover`, per-request `_meta`).
+pub const STATELESS: &str = "2026-07-28";
+
+/// The newest revision with an `initialize` handshake.
+pub const LATEST_STATEFUL: &str = "2025-11-25";
+
+/// Every revision plugd speaks, newest first.
+pub const SUPPORTED: [&str; 5] = [
+    STATELESS,
+    LATEST_STATEFUL,
+    "2025-06-18",
+    "2025-03-26",
+    "2024-11-05",
+];
+
+/// `_meta` key of a stateless request's revision.
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of a stateless request's client capabilities.
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of a stateless request's client name and version.
+pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+
+/// The revision a server answers an `initialize` asking for `requested`
+/// with: the same one when plugd speaks it and it has a handshake, else
+/// [`LATEST_STATEFUL`] (an `initialize` is never answered with the
+/// stateless revision, which has none).
+pub fn negotiate(requested: &str) -> &'static str {
+    SUPPORTED
+        .iter()
+        .copied()
+        .find(|v| *v == requested && *v != STATELESS)
+        .unwrap_or(LATEST_STATEFUL)
+}
+
+/// Whether `version` is a revision plugd speaks.
+pub fn is_supported(version: &str) -> bool {
+    SUPPORTED.contains(&version)
+}
+
+/// Whether a session at `version` may receive `feature` (a capability that
+/// appeared in a later revision is not sent to an older client).
+pub fn at_least(version: &str, since: &str) -> bool {
+    // Revisions are ISO dates: string order is date order.
+    version >= since
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_keeps_a_known_stateful_revision_and_falls_back_otherwise() {
+        assert_eq!(negotiate("2024-11-05"), "2024-11-05");
+        assert_eq!(negotiate("2025-06-18"), "2025-06-18");
+        assert_eq!(negotiate("2025-11-25"), "2025-11-25");
+        assert_eq!(negotiate("2026-07-28"), LATEST_STATEFUL);
+        assert_eq!(negotiate("1999-01-01"), LATEST_STATEFUL);
+        assert_eq!(negotiate(""), LATEST_STATEFUL);
+        assert!(is_supported(STATELESS) && !is_supported("2025-01-01"));
+        assert!(at_least("2025-11-25", "2025-06-18") && !at_least("2025-03-26", "2025-06-18"));
+    }
+}

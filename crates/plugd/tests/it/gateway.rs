@@ -1,0 +1,502 @@
+//! The MCP gateway driven by a real MCP client, the official Python SDK
+//! (`mcp` 2.3.0, `tests/plugins/gateway/mcp_client.py`): `plugd mcp` on
+//! stdio and `/mcp` of a real `plugd serve`, over a workspace with a native
+//! (Python), a Salmex (Bash), a VAI and an MCP (server-everything) plugin.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::http::{Serve, make_token, request_as};
+use crate::support::{Ws, path_with_venv, repo, stderr};
+
+/// A workspace with one plugin of four dialects, all approved, and
+/// `plugd_yaml` as its plugd.yaml.
+fn workspace(plugd_yaml: &str) -> Ws {
+    let ws = Ws::new();
+    ws.example("hello-python");
+    ws.example("hello-salmex-bash");
+    crate::vai::copy_tree(
+        &repo().join("examples/workspace/.plugins/vai-devkit"),
+        &ws.plugin_dir("vai-devkit"),
+    );
+    let everything = repo()
+        .join(".npm-tools/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        everything.exists(),
+        "run ./scripts/test: it installs server-everything"
+    );
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"everything": {"command": "node", "args": [everything, "stdio"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    std::fs::write(ws.dir().join("plugd.yaml"), plugd_yaml).unwrap();
+    for id in [
+        "hello_python",
+        "hello-salmex-bash",
+        "acme/devkit",
+        "everything",
+    ] {
+        let o = ws.plugd(&["plugin", "approve", id]);
+        assert!(o.status.success(), "approve {id}: {}", stderr(&o));
+    }
+    ws
+}
+
+const POLICY: &str =
+    "risk:\n  approval_timeout_secs: 2\n  tools:\n    hello_python_add: critical\n";
+
+/// Runs the Python client with `plan`; its report and stderr.
+fn client(plan: Value) -> (Value, String) {
+    let python = repo().join(".venv/bin/python3");
+    #[allow(clippy::disallowed_methods)] // the test drives a real MCP client
+    let out = std::process::Command::new(python)
+        .arg(repo().join("tests/plugins/gateway/mcp_client.py"))
+        .arg(plan.to_string())
+        .env("PATH", path_with_venv())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "mcp_client.py failed: {err}");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}): {}\n{err}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    });
+    (report, err)
+}
+
+/// A stdio plan: `plugd mcp [extra…]` on `ws`.
+fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: Value) -> Value {
+    let mut args = vec![
+        "--workspace".to_owned(),
+        ws.dir().display().to_string(),
+        "mcp".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    json!({
+        "transport": "stdio",
+        "command": env!("CARGO_BIN_EXE_plugd"),
+        "args": args,
+        "env": {"PATH": path_with_venv(), "PLUGD_LOG": "info", "HOME": std::env::var("HOME").unwrap_or_default()},
+        "mode": "legacy",
+        "elicit": elicit,
+        "steps": steps,
+    })
+}
+
+fn step(report: &Value, i: usize) -> &Value {
+    &report["steps"][i]
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn the_python_sdk_lists_and_calls_every_dialect_through_plugd_mcp() {
+    let ws = workspace(POLICY);
+    let (report, _) = client(stdio_plan(
+        &ws,
+        &[],
+        Some("accept"),
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "hello_python_greet", "args": {"name": "mcp"}},
+            {"op": "call", "name": "hello-salmex-bash__say_hello", "args": {"name": "mcp"}},
+            {"op": "call", "name": "acme__devkit__text_stats", "args": {"text": "one two\nthree"}},
+            {"op": "call", "name": "everything__echo", "args": {"message": "hi"}},
+            {"op": "call", "name": "everything__trigger-long-running-operation", "args": {"duration": 1, "steps": 2}, "progress": true},
+            {"op": "call", "name": "hello_python_add", "args": {"a": 2, "b": 3}},
+            {"op": "call", "name": "hello_python_greet", "args": {"name": 7}},
+            {"op": "call", "name": "no_such_tool", "args": {}},
+        ]),
+    ));
+    assert_eq!(report["protocol_version"], "2025-11-25", "{report}");
+    assert_eq!(report["server_info"]["name"], "plugd");
+    let listed = names(step(&report, 0));
+    for n in [
+        "hello_python_greet",
+        "hello_python_add",
+        "hello-salmex-bash__say_hello",
+        "acme__devkit__text_stats",
+        "everything__echo",
+    ] {
+        assert!(
+            listed.contains(&n.to_owned()),
+            "{n} missing from {listed:?}"
+        );
+    }
+    let tools = step(&report, 0)["tools"].as_array().unwrap();
+    let add = tools
+        .iter()
+        .find(|t| t["name"] == "hello_python_add")
+        .unwrap();
+    assert_eq!(
+        add["annotations"]["destructiveHint"], true,
+        "critical tools are marked: {add}"
+    );
+    assert_eq!(add["_meta"]["plugd/risk"], "critical");
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "everything__echo")
+        .unwrap();
+    assert_eq!(echo["_meta"]["plugd/tool"], "everything/echo");
+
+    assert_eq!(step(&report, 1)["text"], "Hello, mcp!", "{report}");
+    assert!(
+        step(&report, 2)["text"].as_str().unwrap().contains("mcp"),
+        "{report}"
+    );
+    assert_eq!(step(&report, 3)["is_error"], false, "{report}");
+    assert_eq!(step(&report, 3)["structured"]["words"], 3, "{report}");
+    assert_eq!(step(&report, 4)["text"], "Echo: hi", "{report}");
+    let progress = step(&report, 5)["progress"].as_array().unwrap();
+    assert_eq!(progress.len(), 2, "one notification per step: {report}");
+    assert!(progress[0]["progress"].as_f64() < progress[1]["progress"].as_f64());
+    // The critical call was put to the client's user, who approved it.
+    assert_eq!(
+        report["elicitations"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert!(
+        report["elicitations"][0]
+            .as_str()
+            .unwrap()
+            .contains("hello_python_add")
+    );
+    assert_eq!(step(&report, 6)["is_error"], false, "{report}");
+    assert!(
+        step(&report, 6)["text"].as_str().unwrap().contains('5'),
+        "{report}"
+    );
+    // Bad arguments are a tool error the model can read; an unknown tool a protocol error.
+    assert_eq!(step(&report, 7)["is_error"], true, "{report}");
+    assert!(
+        step(&report, 7)["text"]
+            .as_str()
+            .unwrap()
+            .contains("input schema"),
+        "{report}"
+    );
+    assert!(
+        step(&report, 8)["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool: no_such_tool"),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_declined_or_unanswerable_approval_denies_the_call_and_the_plugin_never_runs_it() {
+    let ws = workspace(POLICY);
+    let call = json!([{"op": "call", "name": "hello_python_add", "args": {"a": 1, "b": 1}}]);
+    let (report, _) = client(stdio_plan(&ws, &[], Some("decline"), call.clone()));
+    assert_eq!(step(&report, 0)["is_error"], true, "{report}");
+    assert!(
+        step(&report, 0)["text"]
+            .as_str()
+            .unwrap()
+            .contains("declined"),
+        "{report}"
+    );
+    // A client without elicitation: the call waits as a pending approval,
+    // and nobody approves it within plugd.yaml's 2 s.
+    let (report, _) = client(stdio_plan(&ws, &[], None, call));
+    assert_eq!(step(&report, 0)["is_error"], true, "{report}");
+    let text = step(&report, 0)["text"].as_str().unwrap();
+    assert!(
+        text.contains("nobody approved it") && text.contains("plugd approvals approve"),
+        "{text}"
+    );
+    assert!(report["elicitations"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn a_profile_limits_what_is_listed_and_called_and_an_unknown_one_is_refused() {
+    let ws = workspace(&format!(
+        "{POLICY}mcp:\n  profiles:\n    greet:\n      tools: [\"*greet*\", \"*/say_hello\"]\n"
+    ));
+    let (report, _) = client(stdio_plan(
+        &ws,
+        &["--profile", "greet"],
+        None,
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "args": {"message": "x"}},
+            {"op": "call", "name": "hello_python_greet", "args": {"name": "p"}},
+        ]),
+    ));
+    let mut listed = names(step(&report, 0));
+    listed.sort();
+    assert_eq!(
+        listed,
+        ["hello-salmex-bash__say_hello", "hello_python_greet"],
+        "{report}"
+    );
+    // Outside the profile, a tool does not exist.
+    assert!(
+        step(&report, 1)["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown tool"),
+        "{report}"
+    );
+    assert_eq!(step(&report, 2)["text"], "Hello, p!", "{report}");
+
+    let o = ws.plugd(&["mcp", "--profile", "nope"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no MCP profile \"nope\"") && stderr(&o).contains("greet"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn the_stateless_revision_is_found_by_server_discover_and_served() {
+    let ws = workspace(POLICY);
+    let mut plan = stdio_plan(
+        &ws,
+        &[],
+        None,
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "args": {"message": "modern"}},
+        ]),
+    );
+    plan["mode"] = json!("auto");
+    let (report, _) = client(plan);
+    assert_eq!(report["protocol_version"], "2026-07-28", "{report}");
+    assert!(names(step(&report, 0)).contains(&"everything__echo".to_owned()));
+    assert_eq!(step(&report, 1)["text"], "Echo: modern", "{report}");
+}
+
+#[test]
+fn a_client_cancel_reaches_the_call_and_the_gateway_keeps_serving() {
+    let ws = workspace(POLICY);
+    let (report, err) = client(stdio_plan(
+        &ws,
+        &[],
+        None,
+        json!([
+            {"op": "call", "name": "hello_python_greet", "args": {"name": "slow", "delay_ms": 20000}, "timeout": 1},
+            {"op": "call", "name": "hello_python_greet", "args": {"name": "after"}},
+        ]),
+    ));
+    assert!(step(&report, 0)["error"].is_string(), "{report}");
+    assert!(err.contains("MCP client cancelled a request"), "{err}");
+    assert_eq!(step(&report, 1)["text"], "Hello, after!", "{report}");
+}
+
+/// A raw MCP POST to `path` with `token`, optional session id.
+fn mcp_post(
+    serve: &Serve,
+    token: &str,
+    path: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> crate::http::Resp {
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    if let Some(s) = session {
+        headers.push(("Mcp-Session-Id", s));
+    }
+    request_as(
+        serve,
+        token,
+        "POST",
+        path,
+        &headers,
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+}
+
+#[test]
+fn http_sessions_need_a_token_and_belong_to_the_identity_that_opened_them() {
+    let ws = workspace(POLICY);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let alice = make_token(&ws, "agent");
+    let bob = make_token(&ws, "agent");
+    let viewer = make_token(&ws, "viewer");
+
+    let r = mcp_post(
+        &serve,
+        "plugd_0000000000000000_00",
+        "/mcp",
+        None,
+        &initialize(),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    let r = mcp_post(&serve, &viewer, "/mcp", None, &initialize());
+    assert_eq!(
+        r.status,
+        403,
+        "a viewer may not open MCP sessions: {}",
+        r.text()
+    );
+
+    let r = mcp_post(&serve, &alice, "/mcp", None, &initialize());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["result"]["protocolVersion"], "2025-06-18");
+    let sid = r.header("mcp-session-id").expect("a session id").to_owned();
+    assert!(sid.len() >= 32, "session ids are unguessable: {sid}");
+
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let r = mcp_post(&serve, &alice, "/mcp", Some(&sid), &list);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["result"]["tools"].as_array().unwrap().len() >= 5);
+    // Another identity cannot use it, nor tell it exists.
+    let r = mcp_post(&serve, &bob, "/mcp", Some(&sid), &list);
+    r.error(404, "mcp_session_not_found");
+    let r = mcp_post(&serve, &alice, "/mcp", None, &list);
+    r.error(400, "mcp_session_required");
+    let r = mcp_post(&serve, &alice, "/mcp", Some("feedface"), &list);
+    r.error(404, "mcp_session_not_found");
+    // The same session under another profile path is not the same session.
+    let r = mcp_post(&serve, &alice, "/mcp/other", Some(&sid), &list);
+    assert_eq!(r.status, 404, "{}", r.text());
+    // A notification is accepted without a body.
+    let r = mcp_post(
+        &serve,
+        &alice,
+        "/mcp",
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text());
+    // Malformed JSON is the API's error, not a crash.
+    let r = request_as(
+        &serve,
+        &alice,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Mcp-Session-Id", &sid),
+        ],
+        Some(b"{nope"),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    // A foreign Origin is refused (DNS rebinding).
+    let r = request_as(
+        &serve,
+        &alice,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("Origin", "http://evil.example"),
+        ],
+        Some(initialize().to_string().as_bytes()),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+
+    let r = request_as(
+        &serve,
+        &bob,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", &sid)],
+        None,
+    );
+    assert_eq!(
+        r.status,
+        404,
+        "bob cannot end alice's session: {}",
+        r.text()
+    );
+    let r = request_as(
+        &serve,
+        &alice,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", &sid)],
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = mcp_post(&serve, &alice, "/mcp", Some(&sid), &list);
+    r.error(404, "mcp_session_not_found");
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn the_python_sdk_over_http_calls_tools_and_hears_list_changed_after_a_revoke() {
+    let ws = workspace(POLICY);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let token = make_token(&ws, "agent");
+    let go = ws.dir().join("go");
+    let plan = json!({
+        "transport": "http",
+        "url": format!("http://{}/mcp", serve.addr),
+        "token": token,
+        "mode": "legacy",
+        "elicit": null,
+        "steps": [
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "args": {"message": "over http"}},
+            {"op": "call", "name": "everything__trigger-long-running-operation", "args": {"duration": 1, "steps": 2}, "progress": true},
+            {"op": "touch", "path": go},
+            {"op": "wait_changed", "timeout": 20},
+            {"op": "list"},
+        ],
+    });
+    let driver = std::thread::spawn({
+        let go = go.clone();
+        let dir = ws.dir().to_owned();
+        move || {
+            assert!(
+                wait_for(&go, Duration::from_secs(60)),
+                "the client never got to its wait"
+            );
+            let o = crate::support::plugd_cmd(&dir)
+                .args(["plugin", "revoke", "hello_python"])
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+    });
+    let (report, _) = client(plan);
+    driver.join().unwrap();
+    assert_eq!(step(&report, 1)["text"], "Echo: over http", "{report}");
+    assert_eq!(
+        step(&report, 2)["progress"].as_array().unwrap().len(),
+        2,
+        "{report}"
+    );
+    assert!(report["list_changed"].as_u64().unwrap() >= 1, "{report}");
+    let after = names(step(&report, 5));
+    assert!(
+        !after.contains(&"hello_python_greet".to_owned()),
+        "{after:?}"
+    );
+    assert!(after.contains(&"everything__echo".to_owned()), "{after:?}");
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("MCP tool call"), "calls are logged: {log}");
+}
+
+fn wait_for(path: &Path, limit: Duration) -> bool {
+    crate::support::eventually_blocking(limit, || path.exists())
+}
