@@ -37,32 +37,60 @@ pub(crate) fn visible_names(session: &Session) -> Vec<String> {
     visible(session).iter().map(|t| t.name.clone()).collect()
 }
 
-/// `tools/list`: every visible tool, one page.
-pub(crate) fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
+/// Whether `session`'s profile serves tools under their plugins' own names.
+fn bare(session: &Session) -> bool {
+    session
+        .inner
+        .profile
+        .as_ref()
+        .is_some_and(|(_, m)| m.bare_names)
+}
+
+/// The name a tool is keyed by before the MCP mapping: plugd's, or in a
+/// bare-names profile the one its plugin gave it.
+fn key(entry: &ToolEntry, bare: bool) -> &str {
+    if bare {
+        entry.def.wire_name.as_deref().unwrap_or(&entry.name)
+    } else {
+        &entry.name
+    }
+}
+
+/// Every tool `session` serves with its MCP name (collisions withheld).
+fn served(session: &Session) -> Vec<(String, Arc<ToolEntry>)> {
     let tools = visible(session);
-    let table = NameTable::new(tools.iter().map(|t| t.name.as_str()));
+    let bare = bare(session);
+    let table = NameTable::new(tools.iter().map(|t| key(t, bare)));
     for (a, b) in table.collisions() {
         tracing::warn!(first = %a, second = %b, "two tools meet on one MCP name; both are withheld from MCP clients");
     }
+    tools
+        .into_iter()
+        .filter(|t| table.serves(key(t, bare)))
+        .map(|t| (mcp_name(key(&t, bare)), t))
+        .collect()
+}
+
+/// `tools/list`: every tool served, one page.
+pub(crate) fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
     let rt = session.inner.gw.runtime();
     let policy = rt
         .risk_config()
         .map_err(|e| error(code::INTERNAL, e.to_string()))?;
-    let out: Vec<Value> = tools
+    let out: Vec<Value> = served(session)
         .iter()
-        .filter(|t| table.serves(&t.name))
-        .map(|t| {
+        .map(|(name, t)| {
             let (risk, _) = effective_risk(t, &policy);
-            tool_json(t, risk, cx.version)
+            tool_json(name, t, risk, cx.version)
         })
         .collect();
     Ok(json!({"tools": out}))
 }
 
 /// One plugd tool as an MCP `Tool` for a client at `version`.
-fn tool_json(t: &ToolEntry, risk: RiskLevel, version: &str) -> Value {
+fn tool_json(name: &str, t: &ToolEntry, risk: RiskLevel, version: &str) -> Value {
     let mut tool = Map::new();
-    tool.insert("name".into(), json!(mcp_name(&t.name)));
+    tool.insert("name".into(), json!(name));
     tool.insert("description".into(), json!(t.description));
     tool.insert("inputSchema".into(), object_schema(&t.input_schema));
     let meta = t.meta.as_deref();
@@ -113,14 +141,16 @@ fn object_schema(schema: &Value) -> Value {
 /// The tool behind MCP name `name`, if `session` may see it.
 fn resolve(session: &Session, name: &str) -> Option<Arc<ToolEntry>> {
     let rt = session.inner.gw.runtime();
-    let entry = match registry_name_hint(name) {
+    let hint = if bare(session) {
+        None
+    } else {
+        registry_name_hint(name)
+    };
+    let entry = match hint {
         Some(candidate) => rt.tool(&candidate).filter(|t| mcp_name(&t.name) == name)?,
-        None => {
-            let tools = visible(session);
-            let table = NameTable::new(tools.iter().map(|t| t.name.as_str()));
-            let plugd = table.resolve(name)?;
-            tools.into_iter().find(|t| t.name == plugd)?
-        }
+        None => served(session)
+            .into_iter()
+            .find_map(|(m, t)| (m == name).then_some(t))?,
     };
     match &session.inner.profile {
         Some((_, m)) if !m.matches(&entry.plugin, &entry.name) => None,

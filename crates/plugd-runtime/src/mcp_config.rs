@@ -11,6 +11,9 @@
 //!     readonly:                      # plugd mcp --profile readonly, or /mcp/readonly
 //!       tools: ["*_read*", "everything/*"]   # globs over plugd tool names
 //!       plugins: [everything, hello_python]  # and/or whole plugins
+//!     everything:
+//!       plugins: [everything]
+//!       bare_names: true             # echo, not everything__echo
 //! ```
 //!
 //! A server with no `roots` entry is not offered the `roots` capability at
@@ -49,6 +52,11 @@ pub struct McpProfile {
     pub tools: Vec<String>,
     /// Plugin ids whose every tool is in the view.
     pub plugins: Vec<String>,
+    /// Serve each tool under the name its plugin gave it (an MCP server's
+    /// tool name, a Salmex tool, a VAI export id) instead of plugd's
+    /// namespaced one, for a view that fronts one server; a name two tools
+    /// of the view share is withheld.
+    pub bare_names: bool,
 }
 
 impl McpProfile {
@@ -66,6 +74,7 @@ impl McpProfile {
         ProfileMatcher {
             globs: b.build().unwrap_or_else(|_| globset::GlobSet::empty()),
             plugins: self.plugins.iter().cloned().collect(),
+            bare_names: self.bare_names,
         }
     }
 }
@@ -75,6 +84,8 @@ impl McpProfile {
 pub struct ProfileMatcher {
     globs: globset::GlobSet,
     plugins: std::collections::BTreeSet<String>,
+    /// [`McpProfile::bare_names`].
+    pub bare_names: bool,
 }
 
 impl ProfileMatcher {
@@ -121,6 +132,8 @@ struct RawProfile {
     tools: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     plugins: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    bare_names: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -228,6 +241,7 @@ pub fn parse_config(
             out.tools.push(glob.value);
         }
         out.plugins = plugins.into_iter().map(|p| p.value).collect();
+        out.bare_names = profile.value.bare_names.unwrap_or(false);
         config.profiles.insert(name, out);
     }
     Ok(config)

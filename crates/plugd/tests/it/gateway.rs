@@ -228,7 +228,7 @@ fn a_declined_or_unanswerable_approval_denies_the_call_and_the_plugin_never_runs
 #[test]
 fn a_profile_limits_what_is_listed_and_called_and_an_unknown_one_is_refused() {
     let ws = workspace(&format!(
-        "{POLICY}mcp:\n  profiles:\n    greet:\n      tools: [\"*greet*\", \"*/say_hello\"]\n"
+        "{POLICY}mcp:\n  profiles:\n    greet:\n      tools: [\"*greet*\", \"*/say_hello\"]\n    ev:\n      plugins: [everything, hello-salmex-bash]\n      bare_names: true\n"
     ));
     let (report, _) = client(stdio_plan(
         &ws,
@@ -256,6 +256,31 @@ fn a_profile_limits_what_is_listed_and_called_and_an_unknown_one_is_refused() {
         "{report}"
     );
     assert_eq!(step(&report, 2)["text"], "Hello, p!", "{report}");
+
+    // A bare-names view serves the plugins' own names.
+    let (report, _) = client(stdio_plan(
+        &ws,
+        &["--profile", "ev"],
+        None,
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "echo", "args": {"message": "bare"}},
+            {"op": "call", "name": "say_hello", "args": {"name": "b"}},
+        ]),
+    ));
+    let listed = names(step(&report, 0));
+    assert!(
+        listed.contains(&"echo".to_owned()) && listed.contains(&"say_hello".to_owned()),
+        "{listed:?}"
+    );
+    assert!(
+        !listed
+            .iter()
+            .any(|n| n.contains("__") || n.starts_with("hello_python")),
+        "{listed:?}"
+    );
+    assert_eq!(step(&report, 1)["text"], "Echo: bare", "{report}");
+    assert_eq!(step(&report, 2)["text"], "Hello, b!", "{report}");
 
     let o = ws.plugd(&["mcp", "--profile", "nope"]);
     assert!(!o.status.success());
