@@ -50,12 +50,6 @@ pub enum GatewayError {
         /// The profiles that exist, comma-separated (or "none").
         known: String,
     },
-    /// The caller may not use this profile.
-    #[error("this token may not use MCP profile {name:?}")]
-    ProfileDenied {
-        /// The name asked for.
-        name: String,
-    },
 }
 
 /// Who a session serves, as the surface authenticated it.

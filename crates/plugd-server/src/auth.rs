@@ -65,9 +65,22 @@ pub struct Identity {
     pub name: String,
     /// What it may do.
     pub role: Role,
+    /// The MCP profiles a limited token may use (`None`: not limited).
+    pub mcp_profiles: Option<Vec<String>>,
 }
 
 impl Identity {
+    /// Whether this identity may make a non-read request to `path`: a token
+    /// limited to MCP profiles reaches only `/mcp/{one of them}`.
+    pub fn may_reach(&self, path: &str) -> bool {
+        match &self.mcp_profiles {
+            None => true,
+            Some(allowed) => path
+                .strip_prefix("/mcp/")
+                .is_some_and(|p| allowed.iter().any(|a| a == p)),
+        }
+    }
+
     /// The name a record's `by` takes.
     pub fn by(&self) -> &str {
         &self.name
@@ -330,6 +343,7 @@ async fn identify(
                 Ok(Identity {
                     name: user_name(*uid),
                     role: Role::Admin,
+                    mcp_profiles: None,
                 })
             } else {
                 tracing::warn!(uid, pid, "refused a socket peer of another user");
@@ -364,6 +378,7 @@ async fn identify(
                 Ok(info) => Ok(Identity {
                     name: format!("token:{}", info.name),
                     role: info.role,
+                    mcp_profiles: info.mcp_profiles,
                 }),
                 Err(why) => {
                     tracing::warn!(%remote, "refused a request with an unusable token");
@@ -411,6 +426,17 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
                 right.role_name(),
                 identity.name,
                 identity.role
+            ),
+        );
+    }
+    if right != Right::Read && !identity.may_reach(&path) {
+        let allowed = identity.mcp_profiles.as_deref().unwrap_or_default();
+        return forbidden(
+            error::code::FORBIDDEN,
+            format!(
+                "{} is limited to the MCP profiles {}; use /mcp/PROFILE of one of them",
+                identity.name,
+                allowed.join(", ")
             ),
         );
     }

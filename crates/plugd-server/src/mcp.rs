@@ -153,7 +153,11 @@ fn gateway_error(e: GatewayError) -> ApiError {
         GatewayError::UnknownProfile { .. } => {
             ApiError::new(StatusCode::NOT_FOUND, error::code::NOT_FOUND, e.to_string())
         }
-        _ => ApiError::new(StatusCode::FORBIDDEN, error::code::FORBIDDEN, e.to_string()),
+        _ => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            error::code::INTERNAL,
+            e.to_string(),
+        ),
     }
 }
 

@@ -55,6 +55,8 @@ const MIGRATIONS: &[&str] = &[
     crate::tokens::MIGRATION,
     // 10: the agent's key-value storage (see `crate::kv`).
     crate::kv::MIGRATION,
+    // 11: API tokens limited to MCP gateway profiles (see `crate::tokens`).
+    crate::tokens::PROFILES_MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

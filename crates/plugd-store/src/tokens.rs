@@ -42,6 +42,10 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
 ";
 
+/// Schema step: the MCP profiles a token is limited to (JSON array; NULL:
+/// not limited).
+pub(crate) const PROFILES_MIGRATION: &str = "ALTER TABLE api_tokens ADD COLUMN mcp_profiles TEXT;";
+
 /// What a token may do. Roles are sets of rights, not a ladder: an operator
 /// governs (approves, revokes, decides calls) but does not invoke tools, so
 /// nobody but an admin can both ask for a critical call and approve it.
@@ -111,6 +115,11 @@ pub struct TokenInfo {
     pub revoked_at: Option<String>,
     /// When it was last accepted (RFC 3339, to the minute).
     pub last_used_at: Option<String>,
+    /// The MCP gateway profiles it is limited to (`None`: not limited). A
+    /// limited token reaches `/mcp/{profile}` of these profiles only (and
+    /// reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_profiles: Option<Vec<String>>,
 }
 
 /// A token just made: the record and the one time its secret is shown.
@@ -195,10 +204,20 @@ type RawToken = (
     Option<i64>,
     Option<String>,
     Option<i64>,
+    Option<String>,
 );
 
 fn token_info(label: &str, r: RawToken) -> Result<TokenInfo, StoreError> {
-    let (id, name, role, created_at, created_by, expires, revoked_at, last_used) = r;
+    let (id, name, role, created_at, created_by, expires, revoked_at, last_used, profiles) = r;
+    let mcp_profiles = profiles
+        .map(|p| {
+            serde_json::from_str::<Vec<String>>(&p).map_err(|e| StoreError::Damaged {
+                db: label.to_owned(),
+                what: format!("token {id}"),
+                detail: format!("mcp_profiles is not a JSON list of names: {e}"),
+            })
+        })
+        .transpose()?;
     let role = role.parse().map_err(|detail| StoreError::Damaged {
         db: label.to_owned(),
         what: format!("token {id}"),
@@ -213,11 +232,12 @@ fn token_info(label: &str, r: RawToken) -> Result<TokenInfo, StoreError> {
         expires_at: expires.map(ms_rfc3339),
         revoked_at,
         last_used_at: last_used.map(ms_rfc3339),
+        mcp_profiles,
     })
 }
 
 const TOKEN_COLUMNS: &str =
-    "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms";
+    "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms, mcp_profiles";
 
 fn raw_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
     Ok((
@@ -229,6 +249,7 @@ fn raw_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
         r.get(5)?,
         r.get(6)?,
         r.get(7)?,
+        r.get(8)?,
     ))
 }
 
@@ -243,14 +264,28 @@ impl Store {
         expires_at_ms: Option<i64>,
         created_by: &str,
     ) -> Result<NewToken, StoreError> {
+        self.token_create_limited(name, role, expires_at_ms, created_by, None)
+    }
+
+    /// [`Store::token_create`], limited to the MCP profiles `mcp_profiles`
+    /// when given.
+    pub fn token_create_limited(
+        &self,
+        name: &str,
+        role: Role,
+        expires_at_ms: Option<i64>,
+        created_by: &str,
+        mcp_profiles: Option<&[String]>,
+    ) -> Result<NewToken, StoreError> {
+        let profiles_json = mcp_profiles.map(|p| serde_json::json!(p).to_string());
         let id = random_hex(ID_HEX / 2)?;
         let secret = random_hex(SECRET_HEX / 2)?;
         let created_at = crate::now_rfc3339();
         let hash = secret_hash(&secret);
         let result = self.lock().execute(
-            "INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, created_by, expires_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![id, name, role.as_str(), &hash[..], created_at, created_by, expires_at_ms],
+            "INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, created_by, expires_at_ms, mcp_profiles)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![id, name, role.as_str(), &hash[..], created_at, created_by, expires_at_ms, profiles_json],
         );
         match result {
             Ok(_) => {}
@@ -274,6 +309,7 @@ impl Store {
                 expires_at: expires_at_ms.map(ms_rfc3339),
                 revoked_at: None,
                 last_used_at: None,
+                mcp_profiles: mcp_profiles.map(<[String]>::to_vec),
             },
             token,
         })
@@ -338,7 +374,7 @@ impl Store {
             .query_row(
                 &format!("SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"),
                 params![id],
-                |r| Ok((raw_token(r)?, r.get::<_, Vec<u8>>(8)?)),
+                |r| Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?)),
             )
             .optional()
             .map_err(|e| self.query_error("verify a token".into(), e))?;

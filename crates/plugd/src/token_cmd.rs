@@ -26,7 +26,11 @@ pub enum TokenCmd {
         /// How long it works, e.g. 30m, 12h, 90d, 2w (default: until revoked).
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         expires: Option<Duration>,
-        /// Print `{"id","name","role","token","expires_at"}`.
+        /// Limit it to these MCP gateway profiles (repeat for several): it
+        /// then reaches only `/mcp/PROFILE` of them, and reads.
+        #[arg(long = "mcp-profile", value_name = "NAME")]
+        mcp_profiles: Vec<String>,
+        /// Print `{"id","name","role","token","expires_at","mcp_profiles"}`.
         #[arg(long)]
         json: bool,
     },
@@ -88,8 +92,14 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
             name,
             role,
             expires,
+            mcp_profiles,
             json,
         } => {
+            for p in mcp_profiles {
+                if !plugd_manifest::mcp::is_valid_server_name(p) {
+                    bail!("--mcp-profile {p:?} is not a profile name (1-64 of A-Z a-z 0-9 _ -)");
+                }
+            }
             if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
                 bail!("token name {name:?} must be 1 to 128 printable characters");
             }
@@ -100,7 +110,8 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
                 })
                 .transpose()
                 .context("--expires is too long")?;
-            let t = store.token_create(name, *role, expires_at_ms, &who())?;
+            let limited = (!mcp_profiles.is_empty()).then_some(mcp_profiles.as_slice());
+            let t = store.token_create_limited(name, *role, expires_at_ms, &who(), limited)?;
             if *json {
                 let v = serde_json::json!({
                     "id": t.info.id,
@@ -108,6 +119,7 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
                     "role": t.info.role,
                     "token": t.token,
                     "expires_at": t.info.expires_at,
+                    "mcp_profiles": t.info.mcp_profiles,
                 });
                 println!("{v}");
             } else {

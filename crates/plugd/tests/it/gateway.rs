@@ -359,7 +359,9 @@ fn initialize() -> Value {
 
 #[test]
 fn http_sessions_need_a_token_and_belong_to_the_identity_that_opened_them() {
-    let ws = workspace(POLICY);
+    let ws = workspace(&format!(
+        "{POLICY}mcp:\n  profiles:\n    greet:\n      tools: [\"*greet*\"]\n"
+    ));
     let serve = Serve::start(&ws, "127.0.0.1:0");
     let alice = make_token(&ws, "agent");
     let bob = make_token(&ws, "agent");
