@@ -16,6 +16,7 @@ mod config_cmd;
 mod eager;
 mod hook_cmd;
 mod log_writer;
+mod mcp_cmd;
 mod memory_cmd;
 mod outbox_cmd;
 mod plugin_ctl_cmd;
@@ -105,6 +106,12 @@ enum Command {
     /// The markdown skills of approved plugins (`.skills/*.md`).
     #[command(subcommand)]
     Skill(skill_cmd::SkillCmd),
+    /// The resources of hosted MCP servers: list, templates, read.
+    #[command(subcommand)]
+    Resource(mcp_cmd::ResourceCmd),
+    /// The prompts of hosted MCP servers: list, get.
+    #[command(subcommand)]
+    Prompt(mcp_cmd::PromptCmd),
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
@@ -476,6 +483,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Storage(cmd) => storage_cmd::run(rt, cmd)?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
+        Command::Resource(cmd) => mcp_cmd::resource(rt, cmd).await?,
+        Command::Prompt(cmd) => mcp_cmd::prompt(rt, cmd).await?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
