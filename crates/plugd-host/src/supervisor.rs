@@ -549,17 +549,22 @@ impl Supervised {
         Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, timeout).await?)
     }
 
+    /// How long one call may take once connected: the plugin's own
+    /// timeout, else the host's tool timeout.
+    pub fn call_timeout(&self) -> Duration {
+        self.inner
+            .spec
+            .supervisor
+            .call_timeout
+            .unwrap_or(self.inner.config.tool_timeout)
+    }
+
     /// The current connection for a request other than a tool call (MCP
     /// resources, prompts, completion), started on demand like a tool call,
     /// with the call timeout the request gets once connected (the plugin's,
     /// else the host's tool timeout).
     pub async fn call_connection(&self) -> Result<(Arc<Conn>, Duration), PluginError> {
-        let timeout = self
-            .inner
-            .spec
-            .supervisor
-            .call_timeout
-            .unwrap_or(self.inner.config.tool_timeout);
+        let timeout = self.call_timeout();
         let init_timeout = self
             .inner
             .spec

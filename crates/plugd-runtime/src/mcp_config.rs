@@ -233,7 +233,7 @@ mod tests {
         let e = parse("mcp:\n  servers:\n    fs:\n      resources: maybe\n")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("resources") || e.contains("maybe"), "{e}");
+        assert!(e.contains("boolean") && e.contains("line 4"), "{e}");
         assert!(
             crate::config::schema_violations("mcp:\n  servers:\n    fs:\n      resources: false\n")
                 .unwrap()

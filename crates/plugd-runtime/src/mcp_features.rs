@@ -235,13 +235,8 @@ impl Runtime {
             subs.remove(server, uri);
             return Ok(());
         };
-        let timeout = sup
-            .spec()
-            .supervisor
-            .call_timeout
-            .unwrap_or(Duration::from_secs(10));
         let f = dialect::features(&conn, &conn.spec, "resources")?;
-        Ok(f.unsubscribe(uri, subs, timeout).await?)
+        Ok(f.unsubscribe(uri, subs, sup.call_timeout()).await?)
     }
 
     /// Every resource update and list change MCP servers announce from now

@@ -498,21 +498,9 @@ impl<'a> Features<'a> {
             let left = deadline
                 .saturating_duration_since(tokio::time::Instant::now())
                 .max(Duration::from_millis(1));
-            let mut reply = self.peer.call(method, params, left).await?;
-            let Some(list) = reply
-                .get_mut(kind.field())
-                .and_then(Value::as_array_mut)
-                .map(std::mem::take)
-            else {
-                return Err(self.malformed(
-                    method,
-                    format!(
-                        "page {page}: expected {{\"{}\": [...]}}, got {}",
-                        kind.field(),
-                        preview(&reply)
-                    ),
-                ));
-            };
+            let reply = self.peer.call(method, params, left).await?;
+            let Page { list, next } = page_of(kind, reply)
+                .map_err(|r| self.malformed(method, format!("page {page}: {r}")))?;
             if items.len() + list.len() > MAX_ITEMS {
                 return Err(too_large(format!(
                     "more than {MAX_ITEMS} {}s (page {page} alone has {})",
@@ -521,16 +509,8 @@ impl<'a> Features<'a> {
                 )));
             }
             for (i, item) in list.into_iter().enumerate() {
-                if let Some(missing) = kind
-                    .required()
-                    .iter()
-                    .find(|f| !item.get(**f).is_some_and(Value::is_string))
-                {
-                    tracing::warn!(
-                        plugin = %self.server,
-                        "{method} page {page}, item {i} skipped: no string \"{missing}\" in {}",
-                        preview(&item)
-                    );
+                if let Err(why) = check_item(kind, &item) {
+                    tracing::warn!(plugin = %self.server, "{method} page {page}, item {i} skipped: {why}");
                     continue;
                 }
                 bytes += json_len(&item);
@@ -542,27 +522,17 @@ impl<'a> Features<'a> {
                 }
                 items.push(item);
             }
-            match reply.get("nextCursor") {
-                None | Some(Value::Null) => break,
-                Some(Value::String(next)) => {
-                    if !cursors.insert(next.clone()) {
-                        return Err(self.malformed(
-                            method,
-                            format!(
-                                "cursor {:?} came twice; its pagination loops",
-                                next.chars().take(64).collect::<String>()
-                            ),
-                        ));
-                    }
-                    cursor = Some(next.clone());
-                }
-                Some(other) => {
-                    return Err(self.malformed(
-                        method,
-                        format!("\"nextCursor\" must be a string, got {}", preview(other)),
-                    ));
-                }
+            let Some(next) = next else { break };
+            if !cursors.insert(next.clone()) {
+                return Err(self.malformed(
+                    method,
+                    format!(
+                        "cursor {:?} came twice; its pagination loops",
+                        next.chars().take(64).collect::<String>()
+                    ),
+                ));
             }
+            cursor = Some(next);
         }
         Ok(items)
     }
@@ -596,31 +566,7 @@ impl<'a> Features<'a> {
             .peer
             .call(METHOD, Some(json!({"uri": uri})), timeout)
             .await?;
-        let Some(contents) = reply.get("contents").and_then(Value::as_array) else {
-            return Err(self.malformed(
-                METHOD,
-                format!("expected {{\"contents\": [...]}}, got {}", preview(&reply)),
-            ));
-        };
-        for (i, c) in contents.iter().enumerate() {
-            if !c.get("uri").is_some_and(Value::is_string) {
-                return Err(self.malformed(
-                    METHOD,
-                    format!("contents[{i}] has no string \"uri\": {}", preview(c)),
-                ));
-            }
-            let text = c.get("text").is_some_and(Value::is_string);
-            let blob = c.get("blob").is_some_and(Value::is_string);
-            if text == blob {
-                return Err(self.malformed(
-                    METHOD,
-                    format!(
-                        "contents[{i}] must have exactly one of a string \"text\" or a base64 \"blob\": {}",
-                        preview(c)
-                    ),
-                ));
-            }
-        }
+        check_read(&reply).map_err(|r| self.malformed(METHOD, r))?;
         Ok(reply)
     }
 
@@ -688,25 +634,7 @@ impl<'a> Features<'a> {
             params["arguments"] = json!(arguments);
         }
         let reply = self.peer.call(METHOD, Some(params), timeout).await?;
-        let Some(messages) = reply.get("messages").and_then(Value::as_array) else {
-            return Err(self.malformed(
-                METHOD,
-                format!("expected {{\"messages\": [...]}}, got {}", preview(&reply)),
-            ));
-        };
-        for (i, m) in messages.iter().enumerate() {
-            if !m.get("role").is_some_and(Value::is_string)
-                || !m.get("content").is_some_and(Value::is_object)
-            {
-                return Err(self.malformed(
-                    METHOD,
-                    format!(
-                        "messages[{i}] needs a string \"role\" and an object \"content\": {}",
-                        preview(m)
-                    ),
-                ));
-            }
-        }
+        check_prompt(&reply).map_err(|r| self.malformed(METHOD, r))?;
         Ok(reply)
     }
 
@@ -747,41 +675,138 @@ impl<'a> Features<'a> {
             }
             params["context"] = ctx.clone();
         }
-        let mut reply = self.peer.call(METHOD, Some(params), timeout).await?;
-        let Some(completion) = reply.get_mut("completion").filter(|c| c.is_object()) else {
-            return Err(self.malformed(
-                METHOD,
-                format!(
-                    "expected {{\"completion\": {{\"values\": [...]}}}}, got {}",
-                    preview(&reply)
-                ),
-            ));
-        };
-        let Some(values) = completion.get_mut("values").and_then(Value::as_array_mut) else {
-            return Err(self.malformed(
-                METHOD,
-                format!(
-                    "\"completion.values\" must be an array of strings, got {}",
-                    preview(completion)
-                ),
-            ));
-        };
-        if let Some(i) = values.iter().position(|v| !v.is_string()) {
-            return Err(self.malformed(
-                METHOD,
-                format!(
-                    "completion.values[{i}] is not a string: {}",
-                    preview(&values[i])
-                ),
-            ));
+        let reply = self.peer.call(METHOD, Some(params), timeout).await?;
+        let (completion, cut) = completion_of(reply).map_err(|r| self.malformed(METHOD, r))?;
+        if cut > 0 {
+            tracing::warn!(plugin = %self.server, "completion/complete returned {} values; the first {MAX_COMPLETIONS} are kept (the MCP limit)", cut + MAX_COMPLETIONS);
         }
-        if values.len() > MAX_COMPLETIONS {
-            tracing::warn!(plugin = %self.server, "completion/complete returned {} values; the first {MAX_COMPLETIONS} are kept (the MCP limit)", values.len());
-            values.truncate(MAX_COMPLETIONS);
-            completion["hasMore"] = Value::Bool(true);
-        }
-        Ok(completion.take())
+        Ok(completion)
     }
+}
+
+/// One page of a listing: its items (unchecked) and the next cursor.
+#[derive(Debug)]
+struct Page {
+    list: Vec<Value>,
+    next: Option<String>,
+}
+
+/// Cuts a listing reply into its items and next cursor; the reason when it
+/// is not `{FIELD: [...], nextCursor?: string}`.
+fn page_of(kind: ListKind, mut reply: Value) -> Result<Page, String> {
+    let Some(list) = reply
+        .get_mut(kind.field())
+        .and_then(Value::as_array_mut)
+        .map(std::mem::take)
+    else {
+        return Err(format!(
+            "expected {{\"{}\": [...]}}, got {}",
+            kind.field(),
+            preview(&reply)
+        ));
+    };
+    let next = match reply.get("nextCursor") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(next)) => Some(next.clone()),
+        Some(other) => {
+            return Err(format!(
+                "\"nextCursor\" must be a string, got {}",
+                preview(other)
+            ));
+        }
+    };
+    Ok(Page { list, next })
+}
+
+/// Whether a listed item has the string members its kind requires.
+fn check_item(kind: ListKind, item: &Value) -> Result<(), String> {
+    match kind
+        .required()
+        .iter()
+        .find(|f| !item.get(**f).is_some_and(Value::is_string))
+    {
+        Some(missing) => Err(format!("no string \"{missing}\" in {}", preview(item))),
+        None => Ok(()),
+    }
+}
+
+/// Checks a `resources/read` result: `contents` is an array whose every
+/// item has a string `uri` and exactly one of a string `text` or `blob`.
+fn check_read(reply: &Value) -> Result<(), String> {
+    let Some(contents) = reply.get("contents").and_then(Value::as_array) else {
+        return Err(format!(
+            "expected {{\"contents\": [...]}}, got {}",
+            preview(reply)
+        ));
+    };
+    for (i, c) in contents.iter().enumerate() {
+        if !c.get("uri").is_some_and(Value::is_string) {
+            return Err(format!(
+                "contents[{i}] has no string \"uri\": {}",
+                preview(c)
+            ));
+        }
+        let text = c.get("text").is_some_and(Value::is_string);
+        let blob = c.get("blob").is_some_and(Value::is_string);
+        if text == blob {
+            return Err(format!(
+                "contents[{i}] must have exactly one of a string \"text\" or a base64 \"blob\": {}",
+                preview(c)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a `prompts/get` result: `messages` is an array whose every item
+/// has a string `role` and an object `content`.
+fn check_prompt(reply: &Value) -> Result<(), String> {
+    let Some(messages) = reply.get("messages").and_then(Value::as_array) else {
+        return Err(format!(
+            "expected {{\"messages\": [...]}}, got {}",
+            preview(reply)
+        ));
+    };
+    for (i, m) in messages.iter().enumerate() {
+        if !m.get("role").is_some_and(Value::is_string)
+            || !m.get("content").is_some_and(Value::is_object)
+        {
+            return Err(format!(
+                "messages[{i}] needs a string \"role\" and an object \"content\": {}",
+                preview(m)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The `completion` object of a `completion/complete` result, its values
+/// cut to [`MAX_COMPLETIONS`] (with `hasMore: true`), and how many were cut.
+fn completion_of(mut reply: Value) -> Result<(Value, usize), String> {
+    let Some(completion) = reply.get_mut("completion").filter(|c| c.is_object()) else {
+        return Err(format!(
+            "expected {{\"completion\": {{\"values\": [...]}}}}, got {}",
+            preview(&reply)
+        ));
+    };
+    let Some(values) = completion.get_mut("values").and_then(Value::as_array_mut) else {
+        return Err(format!(
+            "\"completion.values\" must be an array of strings, got {}",
+            preview(completion)
+        ));
+    };
+    if let Some(i) = values.iter().position(|v| !v.is_string()) {
+        return Err(format!(
+            "completion.values[{i}] is not a string: {}",
+            preview(&values[i])
+        ));
+    }
+    let cut = values.len().saturating_sub(MAX_COMPLETIONS);
+    if cut > 0 {
+        values.truncate(MAX_COMPLETIONS);
+        completion["hasMore"] = Value::Bool(true);
+    }
+    Ok((completion.take(), cut))
 }
 
 /// Checks a completion reference: `{"type": "ref/prompt", "name"}` or
@@ -923,5 +948,86 @@ mod tests {
     fn json_len_counts_the_encoding() {
         let v = json!({"uri": "a", "n": [1, 2]});
         assert_eq!(json_len(&v), serde_json::to_vec(&v).unwrap().len());
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use crate::test_json::json_with;
+    use proptest::prelude::*;
+
+    const KEYS: &[&str] = &[
+        "resources",
+        "resourceTemplates",
+        "prompts",
+        "nextCursor",
+        "uri",
+        "uriTemplate",
+        "name",
+        "contents",
+        "text",
+        "blob",
+        "messages",
+        "role",
+        "content",
+        "completion",
+        "values",
+        "hasMore",
+        "type",
+    ];
+    const STRINGS: &[&str] = &["mem://x", "user", "ref/prompt", "ref/resource", "a"];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn listing_pages_never_panic_and_keep_what_they_accept(v in json_with(KEYS, STRINGS)) {
+            for kind in [ListKind::Resources, ListKind::Templates, ListKind::Prompts] {
+                if let Ok(page) = page_of(kind, v.clone()) {
+                    prop_assert_eq!(&Value::Array(page.list.clone()), &v[kind.field()]);
+                    for item in page.list.iter().filter(|i| check_item(kind, i).is_ok()) {
+                        for f in kind.required() {
+                            prop_assert!(item[*f].is_string());
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn results_never_panic_and_accepted_ones_have_their_shape(v in json_with(KEYS, STRINGS)) {
+            if check_read(&v).is_ok() {
+                for c in v["contents"].as_array().unwrap() {
+                    prop_assert!(c["uri"].is_string());
+                    prop_assert!(c["text"].is_string() != c["blob"].is_string());
+                }
+            }
+            if check_prompt(&v).is_ok() {
+                for m in v["messages"].as_array().unwrap() {
+                    prop_assert!(m["role"].is_string() && m["content"].is_object());
+                }
+            }
+            if let Ok((c, _)) = completion_of(v.clone()) {
+                let values = c["values"].as_array().unwrap();
+                prop_assert!(values.len() <= MAX_COMPLETIONS);
+                prop_assert!(values.iter().all(Value::is_string));
+            }
+            let _ = check_reference(&v);
+        }
+    }
+
+    #[test]
+    fn too_many_completions_are_cut_with_has_more() {
+        let v =
+            json!({"completion": {"values": (0..150).map(|i| i.to_string()).collect::<Vec<_>>()}});
+        let (c, cut) = completion_of(v).unwrap();
+        assert_eq!(
+            (c["values"].as_array().unwrap().len(), cut),
+            (MAX_COMPLETIONS, 50)
+        );
+        assert_eq!(c["hasMore"], true);
+        let (c, cut) = completion_of(json!({"completion": {"values": ["a"], "total": 1}})).unwrap();
+        assert_eq!((c, cut), (json!({"values": ["a"], "total": 1}), 0));
     }
 }
