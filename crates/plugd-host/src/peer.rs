@@ -361,6 +361,11 @@ impl Peer {
         (Peer::start(config, r, w, handler), child)
     }
 
+    /// The largest frame this peer reads from the plugin.
+    pub fn max_frame(&self) -> usize {
+        self.inner.config.max_frame
+    }
+
     /// The plugin id.
     pub fn plugin(&self) -> &Arc<str> {
         &self.inner.config.plugin

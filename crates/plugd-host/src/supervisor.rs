@@ -549,6 +549,34 @@ impl Supervised {
         Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, timeout).await?)
     }
 
+    /// How long one call may take once connected: the plugin's own
+    /// timeout, else the host's tool timeout.
+    pub fn call_timeout(&self) -> Duration {
+        self.inner
+            .spec
+            .supervisor
+            .call_timeout
+            .unwrap_or(self.inner.config.tool_timeout)
+    }
+
+    /// The current connection for a request other than a tool call (MCP
+    /// resources, prompts, completion), started on demand like a tool call,
+    /// with the call timeout the request gets once connected (the plugin's,
+    /// else the host's tool timeout).
+    pub async fn call_connection(&self) -> Result<(Arc<Conn>, Duration), PluginError> {
+        let timeout = self.call_timeout();
+        let init_timeout = self
+            .inner
+            .spec
+            .supervisor
+            .init_timeout
+            .unwrap_or(self.inner.config.init_timeout);
+        let conn = self
+            .connection(Instant::now() + init_timeout.max(timeout))
+            .await?;
+        Ok((conn, timeout))
+    }
+
     /// Re-reads the running plugin's tool catalog and tells the observer.
     pub async fn refresh_tools(&self) -> Result<Vec<ToolDef>, PluginError> {
         let Some(conn) = self.current() else {

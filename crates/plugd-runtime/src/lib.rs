@@ -26,6 +26,7 @@ mod host_api;
 pub mod host_secrets;
 pub mod llm;
 pub mod mcp_config;
+pub mod mcp_features;
 pub mod microapp;
 pub mod outbox;
 pub mod pin;
@@ -143,6 +144,34 @@ pub enum RuntimeError {
         /// Who stopped it and when, and the command that starts it.
         reason: String,
     },
+    /// The plugin is not approved (MCP resources, prompts, completion).
+    #[error("plugin {plugin:?} is not approved; review it and run `plugd plugin approve {plugin}`")]
+    NotApproved {
+        /// Plugin id.
+        plugin: String,
+    },
+    /// The plugin changed since it was approved (MCP resources, prompts,
+    /// completion; a tool call says [`RuntimeError::Changed`]).
+    #[error(
+        "plugin {plugin:?} changed since it was approved ({files}); review the files and run `plugd plugin approve {plugin}`"
+    )]
+    PluginChanged {
+        /// Plugin id.
+        plugin: String,
+        /// What changed.
+        files: String,
+    },
+    /// plugd.yaml refuses this MCP server's resources.
+    #[error("the resources of MCP server {server:?} are not served: {why}")]
+    ResourcesDenied {
+        /// The server.
+        server: String,
+        /// Which setting, and what to do.
+        why: String,
+    },
+    /// An MCP resource, prompt or completion request failed.
+    #[error(transparent)]
+    Feature(plugd_host::dialect::FeatureError),
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
@@ -343,6 +372,9 @@ struct RtInner {
     /// The roots offered to MCP servers (plugd.yaml `mcp:`), shared with
     /// their connections.
     mcp_roots: plugd_host::dialect::McpRoots,
+    /// MCP resources, prompts and completion: plugd.yaml's resource
+    /// policy, the event broadcast, the subscriptions.
+    mcp_features: mcp_features::McpFeatures,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -389,6 +421,14 @@ impl Runtime {
             config::PlugdConfig::load(&dir)
                 .map(|c| c.mcp.roots())
                 .unwrap_or_default(),
+        );
+        let mcp_features = mcp_features::McpFeatures::new(
+            config::PlugdConfig::load(&dir)
+                .as_ref()
+                .map(|c| &c.mcp)
+                .map_err(|e| e.to_string()),
+            services.mcp_events.clone(),
+            services.mcp_subscriptions.clone(),
         );
         let mut digests = HashMap::new();
         let mut plugins = BTreeMap::new();
@@ -437,6 +477,7 @@ impl Runtime {
                 pins,
                 approval_locks: Mutex::new(HashMap::new()),
                 mcp_roots: services.mcp_roots.clone(),
+                mcp_features,
             }),
         };
         runtime.inner.api.bind(&runtime);

@@ -16,6 +16,10 @@
 //!       bare_names: true             # echo, not everything__echo
 //! ```
 //!
+//! `resources: false` under a server refuses every resource request to it
+//! (list, templates, read, subscribe; see [`crate::mcp_features`]);
+//! resources are allowed otherwise, as in MCP.
+//!
 //! A server with no `roots` entry is not offered the `roots` capability at
 //! all, and a `roots/list` it sends anyway is answered `-32601`: plugd never
 //! hands a server the workspace (which holds `.mcp.json`, `plugd.yaml` and
@@ -37,6 +41,9 @@ pub const MAX_ROOTS: usize = 64;
 pub struct McpServerConfig {
     /// Absolute directories answered to `roots/list`, in order.
     pub roots: Vec<PathBuf>,
+    /// `resources`: `Some(false)` refuses reading the server's resources;
+    /// unset or `true` allows it.
+    pub resources: Option<bool>,
 }
 
 /// Most profiles, and most patterns in one profile.
@@ -141,6 +148,8 @@ struct RawProfile {
 struct RawServer {
     #[serde(default)]
     roots: Option<Vec<Spanned<String>>>,
+    #[serde(default)]
+    resources: Option<bool>,
 }
 
 /// Validates `mcp:` (`path` names the file in errors; relative roots are
@@ -177,7 +186,10 @@ pub fn parse_config(
                 format!("{} roots; at most {MAX_ROOTS}", roots.len()),
             ));
         }
-        let mut out = McpServerConfig::default();
+        let mut out = McpServerConfig {
+            resources: server.value.resources,
+            ..McpServerConfig::default()
+        };
         for (i, root) in roots.into_iter().enumerate() {
             let field = format!("mcp.servers.{name}.roots[{i}]");
             let text = root.value.trim();
@@ -255,6 +267,7 @@ impl crate::Runtime {
     /// at its next start (the capability is declared at `initialize`).
     /// Returns the servers told.
     pub fn apply_mcp_config(&self, config: &McpConfig) -> Vec<String> {
+        self.inner.mcp_features.set_config(config);
         let changed = self.inner.mcp_roots.replace(config.roots());
         let mut told = Vec::new();
         for server in changed {
@@ -353,6 +366,32 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn resources_may_be_denied_per_server() {
+        let c =
+            parse("mcp:\n  servers:\n    fs:\n      resources: false\n    other: {}\n").unwrap();
+        assert_eq!(c.mcp.servers["fs"].resources, Some(false));
+        assert_eq!(c.mcp.servers["other"].resources, None);
+        assert!(
+            c.mcp.roots().is_empty(),
+            "denying resources offers no roots"
+        );
+        let e = parse("mcp:\n  servers:\n    fs:\n      resources: maybe\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("boolean") && e.contains("line 4"), "{e}");
+        assert!(
+            crate::config::schema_violations("mcp:\n  servers:\n    fs:\n      resources: false\n")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            !crate::config::schema_violations("mcp:\n  servers:\n    fs:\n      resources: 1\n")
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -157,7 +157,10 @@ pub fn required(method: &Method, path: &str) -> Right {
         p if p.starts_with("/v1/tools/")
             || p.starts_with("/v1/hooks/")
             || p.starts_with("/v1/sessions/")
-            || p == "/v1/bus/publish" =>
+            || p == "/v1/bus/publish"
+            || p == "/v1/resources:read"
+            || p == "/v1/prompts:get"
+            || p == "/v1/completions" =>
         {
             Right::Invoke
         }
@@ -477,6 +480,11 @@ mod tests {
         assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
         assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
         assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/resources:read"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/prompts:get"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/completions"), Right::Invoke);
+        assert_eq!(required(&Method::GET, "/v1/resources"), Right::Read);
+        assert_eq!(required(&Method::GET, "/v1/prompts"), Right::Read);
         assert_eq!(required(&post, "/v1/plugins/x:frobnicate"), Right::Admin);
         assert_eq!(required(&Method::DELETE, "/v1/plugins"), Right::Admin);
         assert_eq!(required(&post, "/mcp"), Right::Invoke);

@@ -7,6 +7,15 @@
 //! a call the risk gate refused (disabled, denied, not approved) → 403, an
 //! unknown call approval → 404, one decided already → 409.
 //!
+//! MCP resources, prompts and completion (`crate::mcp_features`): a server
+//! that did not declare the capability → 422 `capability_missing`, a
+//! plugin of another dialect → 422 `not_supported_by_dialect`, an
+//! unapproved one → 403 `plugin_not_approved`, resources denied by
+//! plugd.yaml → 403 `resources_denied`, the server's `-32002` → 404
+//! `unknown_resource`, its `-32602` → 422 `invalid_params`, another error
+//! reply → 502 `server_error`, a reply of the wrong shape or over a bound →
+//! 502 `plugin_error`; each names `details.server`.
+//!
 //! A plugin's typed tool errors keep their class: `-33401` → 404
 //! `tool_not_found`, `-33402` → 422 `invalid_arguments` (`details.fields`),
 //! `-33403` → 502 `tool_failed`, `-33404` → 503 `tool_unavailable` with a
@@ -17,6 +26,7 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use plugd_host::dialect::FeatureError;
 use plugd_host::{CallError, CallToolError, ToolError};
 use plugd_runtime::agent::{AgentError, TurnOutcome};
 use plugd_runtime::llm::LlmError;
@@ -114,6 +124,25 @@ pub mod code {
     pub const UNKNOWN_APPROVAL: &str = "unknown_approval";
     /// The call approval was decided (or timed out) already.
     pub const APPROVAL_ALREADY_DECIDED: &str = "approval_already_decided";
+    /// 422: the MCP server did not declare the capability the request needs
+    /// (`details.server`, `details.capability`).
+    pub const CAPABILITY_MISSING: &str = "capability_missing";
+    /// 422: the plugin is not an MCP server, so it has no resources,
+    /// prompts or completion.
+    pub const NOT_SUPPORTED_BY_DIALECT: &str = "not_supported_by_dialect";
+    /// 403: the plugin is not approved.
+    pub const PLUGIN_NOT_APPROVED: &str = "plugin_not_approved";
+    /// 403: plugd.yaml refuses this server's resources
+    /// (`mcp.servers.NAME.resources: false`), or cannot be loaded.
+    pub const RESOURCES_DENIED: &str = "resources_denied";
+    /// 404: the MCP server has no such resource (its `-32002`).
+    pub const UNKNOWN_RESOURCE: &str = "unknown_resource";
+    /// 422: the MCP server refused the request's parameters (its `-32602`:
+    /// an unknown prompt or resource, a missing argument).
+    pub const INVALID_PARAMS: &str = "invalid_params";
+    /// 502: the MCP server answered with another JSON-RPC error
+    /// (`details.rpc_code`).
+    pub const SERVER_ERROR: &str = "server_error";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.
@@ -338,6 +367,19 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Call(CallToolError::Tool(t)) => return tool_error(t, message),
             RuntimeError::Gate(g) => return gate_error(g, message),
             RuntimeError::Config { .. } => (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_CONFIG),
+            RuntimeError::Feature(f) => return feature_error(f, message),
+            RuntimeError::NotApproved { plugin } => {
+                return ApiError::new(StatusCode::FORBIDDEN, code::PLUGIN_NOT_APPROVED, message)
+                    .with_details(json!({ "plugin": plugin }));
+            }
+            RuntimeError::PluginChanged { plugin, .. } => {
+                return ApiError::new(StatusCode::CONFLICT, code::PLUGIN_CHANGED, message)
+                    .with_details(json!({ "plugin": plugin }));
+            }
+            RuntimeError::ResourcesDenied { server, .. } => {
+                return ApiError::new(StatusCode::FORBIDDEN, code::RESOURCES_DENIED, message)
+                    .with_details(json!({ "server": server }));
+            }
             RuntimeError::Stopped { plugin, .. } => {
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -349,6 +391,76 @@ impl From<RuntimeError> for ApiError {
             _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
         };
         ApiError::new(status, code, message)
+    }
+}
+
+fn feature_error(err: &FeatureError, message: String) -> ApiError {
+    let (status, code, details) = match err {
+        FeatureError::NotDeclared {
+            server,
+            capability,
+            method,
+        } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::CAPABILITY_MISSING,
+            json!({"server": server, "capability": capability, "method": method}),
+        ),
+        FeatureError::NotSupported {
+            plugin, dialect, ..
+        } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::NOT_SUPPORTED_BY_DIALECT,
+            json!({"server": plugin, "dialect": dialect}),
+        ),
+        FeatureError::Invalid { server, method, .. } => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            code::INVALID_BODY,
+            json!({"server": server, "method": method}),
+        ),
+        FeatureError::Malformed { server, method, .. }
+        | FeatureError::TooLarge { server, method, .. } => (
+            StatusCode::BAD_GATEWAY,
+            code::PLUGIN_ERROR,
+            json!({"server": server, "method": method}),
+        ),
+        FeatureError::Call(CallError::Remote {
+            plugin,
+            method,
+            error,
+        }) => {
+            let (status, code) = match error.code {
+                -32002 => (StatusCode::NOT_FOUND, code::UNKNOWN_RESOURCE),
+                -32602 => (StatusCode::UNPROCESSABLE_ENTITY, code::INVALID_PARAMS),
+                _ => (StatusCode::BAD_GATEWAY, code::SERVER_ERROR),
+            };
+            (
+                status,
+                code,
+                json!({"server": &**plugin, "method": method, "rpc_code": error.code}),
+            )
+        }
+        FeatureError::Call(CallError::Timeout { plugin, method, .. }) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            code::PLUGIN_TIMEOUT,
+            json!({"server": &**plugin, "method": method}),
+        ),
+        FeatureError::Call(CallError::Closed(closed)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            code::PLUGIN_UNAVAILABLE,
+            json!({"server": &*closed.plugin}),
+        ),
+        FeatureError::Call(CallError::FrameTooLarge { plugin, method, .. }) => (
+            StatusCode::BAD_GATEWAY,
+            code::PLUGIN_ERROR,
+            json!({"server": &**plugin, "method": method}),
+        ),
+        _ => (StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, Value::Null),
+    };
+    let e = ApiError::new(status, code, message);
+    if details.is_null() {
+        e
+    } else {
+        e.with_details(details)
     }
 }
 

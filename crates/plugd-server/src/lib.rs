@@ -32,6 +32,10 @@
 //! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator |
 //! | `POST /v1/approvals/{id}:approve`  | `{}` → the waiting call runs; the approval record (`decided_by`: the caller's identity) |
 //! | `POST /v1/approvals/{id}:deny`     | `{"reason"?}` → the waiting call fails (`call_denied`) |
+//! | `GET /v1/resources`, `GET /v1/resources/templates`, `GET /v1/prompts` | MCP listings over every approved server (`?server=S` for one), each item with its server; see [`mcp_features`] |
+//! | `POST /v1/resources:read`          | `{"server", "uri"}` → the MCP `resources/read` result |
+//! | `POST /v1/prompts:get`             | `{"server", "name", "arguments"?}` → the MCP `prompts/get` result |
+//! | `POST /v1/completions`             | `{"server", "ref", "argument", "context"?}` → `{"completion"}` |
 //!
 //! A `by` member in a body is ignored: who did something is always the
 //! authenticated identity (a socket peer's user name, or `token:NAME`).
@@ -58,6 +62,7 @@ pub mod auth;
 pub mod error;
 pub mod listen;
 pub mod mcp;
+pub mod mcp_features;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -269,6 +274,7 @@ pub fn router(state: AppState) -> Router {
                 .delete(mcp::delete_profile),
         )
         .merge(approvals::routes())
+        .merge(mcp_features::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

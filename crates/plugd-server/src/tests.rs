@@ -607,3 +607,108 @@ async fn an_agent_token_publishes_only_on_its_grants_and_as_itself() {
         );
     }
 }
+
+#[test]
+fn mcp_feature_errors_have_fixed_statuses() {
+    use plugd_host::dialect::FeatureError;
+    use plugd_runtime::RuntimeError;
+    let cases = [
+        (
+            RuntimeError::Feature(FeatureError::NotDeclared {
+                server: "s".into(),
+                capability: "prompts",
+                method: "prompts/list",
+            }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "capability_missing",
+            json!({"server": "s", "capability": "prompts", "method": "prompts/list"}),
+        ),
+        (
+            RuntimeError::Feature(FeatureError::NotSupported {
+                plugin: "n".into(),
+                dialect: "native".into(),
+                feature: "resources",
+            }),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "not_supported_by_dialect",
+            json!({"server": "n", "dialect": "native"}),
+        ),
+        (
+            RuntimeError::Feature(FeatureError::Malformed {
+                server: "s".into(),
+                method: "resources/read",
+                reason: "x".into(),
+            }),
+            StatusCode::BAD_GATEWAY,
+            "plugin_error",
+            json!({"server": "s", "method": "resources/read"}),
+        ),
+        (
+            RuntimeError::NotApproved { plugin: "s".into() },
+            StatusCode::FORBIDDEN,
+            "plugin_not_approved",
+            json!({"plugin": "s"}),
+        ),
+        (
+            RuntimeError::ResourcesDenied {
+                server: "s".into(),
+                why: "no".into(),
+            },
+            StatusCode::FORBIDDEN,
+            "resources_denied",
+            json!({"server": "s"}),
+        ),
+        (
+            RuntimeError::PluginChanged {
+                plugin: "s".into(),
+                files: "a.py changed".into(),
+            },
+            StatusCode::CONFLICT,
+            "plugin_changed",
+            json!({"plugin": "s"}),
+        ),
+    ];
+    for (err, status, code, details) in cases {
+        let message = err.to_string();
+        let e = ApiError::from(err);
+        assert_eq!((e.status, e.code), (status, code), "{message}");
+        assert_eq!(e.message, message);
+        assert_eq!(e.details, Some(details), "{code}");
+    }
+}
+
+#[tokio::test]
+async fn mcp_routes_list_nothing_in_an_empty_workspace_and_check_their_input() {
+    let (_tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    assert_eq!(
+        call(&app, get("/v1/resources")).await,
+        (StatusCode::OK, json!({"resources": [], "errors": []}))
+    );
+    assert_eq!(
+        call(&app, get("/v1/resources/templates")).await,
+        (StatusCode::OK, json!({"templates": [], "errors": []}))
+    );
+    assert_eq!(
+        call(&app, get("/v1/prompts")).await,
+        (StatusCode::OK, json!({"prompts": [], "errors": []}))
+    );
+    let got = call(&app, get("/v1/prompts?server=nobody")).await;
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_plugin");
+    let got = call(&app, get("/v1/resources?sever=x")).await;
+    assert_error(&got, StatusCode::BAD_REQUEST, "bad_request");
+    let got = call(
+        &app,
+        post_json("/v1/resources:read", json!({"server": "s", "url": "x"})),
+    )
+    .await;
+    assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");
+    let got = call(
+        &app,
+        post_json(
+            "/v1/completions",
+            json!({"server": "nobody", "ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": ""}}),
+        ),
+    )
+    .await;
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_plugin");
+}

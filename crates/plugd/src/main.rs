@@ -21,6 +21,7 @@ mod memory_cmd;
 mod outbox_cmd;
 mod plugin_ctl_cmd;
 mod remote;
+mod resource_cmd;
 mod risk_cmd;
 mod serve_lock;
 mod sign_cmd;
@@ -106,6 +107,12 @@ enum Command {
     /// The markdown skills of approved plugins (`.skills/*.md`).
     #[command(subcommand)]
     Skill(skill_cmd::SkillCmd),
+    /// The resources of hosted MCP servers: list, templates, read.
+    #[command(subcommand)]
+    Resource(resource_cmd::ResourceCmd),
+    /// The prompts of hosted MCP servers: list, get.
+    #[command(subcommand)]
+    Prompt(resource_cmd::PromptCmd),
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
@@ -480,6 +487,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
         Command::Mcp(args) => mcp_cmd::run(rt, args).await?,
+        Command::Resource(cmd) => resource_cmd::resource(rt, cmd).await?,
+        Command::Prompt(cmd) => resource_cmd::prompt(rt, cmd).await?,
         Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)

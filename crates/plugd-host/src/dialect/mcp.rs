@@ -25,6 +25,12 @@
 //!   other server is not told plugd has roots and its
 //!   `roots/list` gets `-32601`: the workspace (`.mcp.json`, `plugd.yaml`,
 //!   `.plugd/`) is never offered by default.
+//! * Resources, resource templates, prompts and completion: in
+//!   [`super::mcp_features`], sent only when `initialize` declared them;
+//!   `notifications/resources/updated` (for a subscribed URI),
+//!   `notifications/resources/list_changed` and
+//!   `notifications/prompts/list_changed` drop the cached listings and go out
+//!   on the host's [`McpEvents`].
 //! * Server requests: `ping` → `{}`, `roots/list` as above,
 //!   `sampling/createMessage` and `elicitation/create` →
 //!   [`NOT_SUPPORTED`] saying plugd does not support them yet, anything else
@@ -43,6 +49,7 @@ use plugd_manifest::PluginSpec;
 use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
+use super::mcp_features::{FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions};
 use super::{CallContext, CatalogChanged, HostServices, McpRoots, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
@@ -155,6 +162,10 @@ pub struct McpHandler {
     offered_roots: bool,
     catalog_changed: CatalogChanged,
     refresh_pending: Arc<AtomicBool>,
+    /// The connection's state (its cached listings).
+    state: Arc<McpState>,
+    /// Where resource and prompt changes go.
+    events: McpEvents,
 }
 
 impl McpHandler {
@@ -162,13 +173,24 @@ impl McpHandler {
     /// entry in `roots` (and `-32601` when it had none at the start: the
     /// server was not offered roots).
     pub fn new(plugin: &str, roots: McpRoots, catalog_changed: CatalogChanged) -> Self {
+        let offered_roots = roots.get(plugin).is_some();
         McpHandler {
             plugin: plugin.into(),
-            offered_roots: roots.get(plugin).is_some(),
+            offered_roots,
             roots,
             catalog_changed,
             refresh_pending: Arc::new(AtomicBool::new(false)),
+            state: Arc::new(McpState::new(offered_roots, McpSubscriptions::default())),
+            events: McpEvents::default(),
         }
+    }
+
+    /// Forwards resource and prompt changes to `events`, keeping `state`'s
+    /// cache and subscriptions.
+    pub fn with_features(mut self, state: Arc<McpState>, events: McpEvents) -> Self {
+        self.state = state;
+        self.events = events;
+        self
     }
 }
 
@@ -235,6 +257,39 @@ impl Handler for McpHandler {
                     }
                 }
             }
+            "notifications/resources/updated" => {
+                let uri = params
+                    .as_ref()
+                    .and_then(|p| p.get("uri"))
+                    .and_then(Value::as_str);
+                match uri {
+                    Some(uri) if self.state.subscriptions.contains(&self.plugin, uri) => {
+                        self.events.send(McpEvent::ResourceUpdated {
+                            server: self.plugin.to_string(),
+                            uri: uri.to_owned(),
+                        });
+                    }
+                    _ => tracing::debug!(
+                        plugin = %self.plugin,
+                        "resources/updated for a URI plugd is not subscribed to ignored: {}",
+                        params.as_ref().map(preview).unwrap_or_default()
+                    ),
+                }
+            }
+            "notifications/resources/list_changed" => {
+                self.state
+                    .features
+                    .invalidate(&[ListKind::Resources, ListKind::Templates]);
+                self.events.send(McpEvent::ResourcesListChanged {
+                    server: self.plugin.to_string(),
+                });
+            }
+            "notifications/prompts/list_changed" => {
+                self.state.features.invalidate(&[ListKind::Prompts]);
+                self.events.send(McpEvent::PromptsListChanged {
+                    server: self.plugin.to_string(),
+                });
+            }
             "notifications/message" => {
                 let p = params.unwrap_or(Value::Null);
                 let level = p.get("level").and_then(Value::as_str).unwrap_or("info");
@@ -281,11 +336,27 @@ pub fn file_uri(path: &Path) -> String {
     uri
 }
 
-/// What plugd told one MCP connection at its start ([`Conn::state`]).
+/// What plugd told one MCP connection at its start, and what it learned
+/// of the server ([`Conn::state`]).
 #[derive(Debug)]
 pub struct McpState {
     /// Whether `initialize` declared the `roots` capability.
     pub offered_roots: bool,
+    /// The server's capabilities and the cached listings.
+    pub features: FeatureState,
+    /// The plugin's resource subscriptions (shared by all its runs).
+    pub subscriptions: McpSubscriptions,
+}
+
+impl McpState {
+    /// State for a connection offered roots or not.
+    pub fn new(offered_roots: bool, subscriptions: McpSubscriptions) -> Self {
+        McpState {
+            offered_roots,
+            features: FeatureState::default(),
+            subscriptions,
+        }
+    }
 }
 
 /// Whether `conn` (an MCP server's run) was offered the `roots` capability,
@@ -304,7 +375,11 @@ pub fn setup(
     catalog_changed: CatalogChanged,
 ) -> Setup {
     let handler = McpHandler::new(&spec.id, services.mcp_roots.clone(), catalog_changed);
-    let offered_roots = handler.offered_roots;
+    let state = Arc::new(McpState::new(
+        handler.offered_roots,
+        services.mcp_subscriptions.clone(),
+    ));
+    let handler = handler.with_features(state.clone(), services.mcp_events.clone());
     Setup {
         protocol: Arc::new(McpProtocol),
         handler: Arc::new(handler),
@@ -312,7 +387,7 @@ pub fn setup(
             grace: CANCEL_GRACE,
             expects_ack: false,
         }),
-        state: Some(Arc::new(McpState { offered_roots })),
+        state: Some(state),
     }
 }
 
@@ -324,9 +399,8 @@ pub async fn handshake(
     state: Option<&super::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
-    let offered = state
-        .and_then(|s| s.downcast_ref::<McpState>())
-        .is_some_and(|s| s.offered_roots);
+    let mcp = state.and_then(|s| s.downcast_ref::<McpState>());
+    let offered = mcp.is_some_and(|s| s.offered_roots);
     let deadline = tokio::time::Instant::now() + timeout;
     let malformed = |reason: String| HandshakeError::Malformed {
         plugin: spec.id.clone(),
@@ -371,10 +445,14 @@ pub async fn handshake(
         .and_then(|i| i.get("version"))
         .and_then(Value::as_str)
         .map(|s| s.chars().take(128).collect());
-    let has_tools = obj
-        .get("capabilities")
-        .and_then(|c| c.get("tools"))
-        .is_some_and(|t| !t.is_null());
+    let capabilities = match obj.get("capabilities") {
+        Some(c @ Value::Object(_)) => c.clone(),
+        _ => json!({}),
+    };
+    let has_tools = capabilities.get("tools").is_some_and(|t| !t.is_null());
+    if let Some(mcp) = mcp {
+        mcp.features.set_capabilities(capabilities.clone());
+    }
     peer.notify("notifications/initialized", None);
     let mut warnings = Vec::new();
     let tools = if has_tools {
@@ -390,6 +468,28 @@ pub async fn handshake(
         warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
         Vec::new()
     };
+    // Subscriptions belong to the plugin: a restarted server gets them back.
+    if let Some(mcp) = mcp {
+        let uris = mcp.subscriptions.of(&spec.id);
+        if !uris.is_empty() {
+            if super::mcp_features::Capability::Subscribe.declared_in(&capabilities) {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                super::mcp_features::resubscribe(
+                    peer,
+                    &spec.id,
+                    uris,
+                    left.max(Duration::from_millis(1)),
+                    &mut warnings,
+                )
+                .await;
+            } else {
+                warnings.push(format!(
+                    "the server no longer declares resources.subscribe; its {} subscription(s) lapse",
+                    uris.len()
+                ));
+            }
+        }
+    }
     Ok(Handshake {
         server_version,
         tools,
@@ -527,7 +627,7 @@ fn valid_tool_name(name: &str) -> bool {
 }
 
 /// A short rendering of a value for error messages.
-fn preview(v: &Value) -> String {
+pub(crate) fn preview(v: &Value) -> String {
     let s = v.to_string();
     match s.char_indices().nth(120) {
         Some((i, _)) => format!("{}…", &s[..i]),

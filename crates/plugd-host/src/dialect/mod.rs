@@ -13,8 +13,14 @@
 //! | Salmex | JSON-RPC, Content-Length | [`salmex`] |
 //! | VAI | `vai.rpc.v1` frames, Content-Length | [`vai`] |
 //! | MCP | JSON-RPC, lines | [`mcp`] |
+//!
+//! Server features beyond tools (resources, resource templates, prompts,
+//! completion) exist only in MCP ([`mcp_features`]); [`features`] is their
+//! one dispatch, and any other dialect answers
+//! [`FeatureError::NotSupported`] naming it.
 
 pub mod mcp;
+pub mod mcp_features;
 pub mod microapp;
 pub mod salmex;
 pub mod vai;
@@ -33,6 +39,8 @@ use crate::native_host::{self, HostApi, NativeHost, NativeState};
 use crate::peer::{CancelPolicy, Handler, Peer};
 use crate::protocol::Protocol;
 use crate::supervisor::Conn;
+
+pub use mcp_features::{FeatureError, Features, McpEvent, McpEvents, McpSubscriptions};
 
 /// Who and what a tool call is for. Dialects send what their contract knows.
 #[derive(Debug, Clone, Default)]
@@ -70,6 +78,12 @@ pub struct HostServices {
     /// starts is not offered the `roots` capability. Serve updates it when
     /// plugd.yaml changes ([`McpRoots::replace`]).
     pub mcp_roots: McpRoots,
+    /// Where MCP servers' resource and prompt changes are forwarded (one
+    /// broadcast for the host, so receivers outlive restarts).
+    pub mcp_events: McpEvents,
+    /// The resources each MCP server is subscribed to (renewed after a
+    /// restart).
+    pub mcp_subscriptions: McpSubscriptions,
 }
 
 /// The roots offered to each hosted MCP server, shared by the runtime and
@@ -124,6 +138,8 @@ impl HostServices {
             state_root: dir.join(".plugd").join("state"),
             api: None,
             mcp_roots: McpRoots::default(),
+            mcp_events: McpEvents::default(),
+            mcp_subscriptions: McpSubscriptions::default(),
         }
     }
 
@@ -258,4 +274,28 @@ pub async fn shutdown(conn: &Conn, spec: &PluginSpec, reply_timeout: Duration) {
             let _ = native::shutdown(&conn.peer, reply_timeout).await;
         }
     }
+}
+
+/// Refuses, before any start, a plugin whose dialect has no `feature`
+/// (resources, prompts, completion): only MCP servers have them.
+pub fn features_supported(spec: &PluginSpec, feature: &'static str) -> Result<(), FeatureError> {
+    match spec.dialect {
+        Dialect::Mcp => Ok(()),
+        other => Err(FeatureError::NotSupported {
+            plugin: spec.id.clone(),
+            dialect: other.to_string(),
+            feature,
+        }),
+    }
+}
+
+/// The resources, prompts and completion of a running plugin: an MCP
+/// server's [`Features`]; any other dialect is [`FeatureError::NotSupported`].
+pub fn features<'a>(
+    conn: &'a Conn,
+    spec: &PluginSpec,
+    feature: &'static str,
+) -> Result<Features<'a>, FeatureError> {
+    features_supported(spec, feature)?;
+    Features::of(conn)
 }
