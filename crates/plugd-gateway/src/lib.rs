@@ -22,6 +22,7 @@
 //!   operator like any other pending approval.
 
 mod approve;
+mod catalog;
 mod session;
 pub mod stdio;
 mod tools;
@@ -73,6 +74,9 @@ struct Inner {
     pipeline: Arc<Pipeline>,
     config: Arc<PlugdConfig>,
     version: String,
+    /// (server, URI) → how many sessions subscribed to it, so the server
+    /// is unsubscribed only when the last one leaves.
+    subscriptions: std::sync::Mutex<std::collections::HashMap<(String, String), usize>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -98,6 +102,7 @@ impl Gateway {
                 pipeline,
                 config,
                 version: version.to_owned(),
+                subscriptions: Default::default(),
             }),
         }
     }
@@ -105,6 +110,25 @@ impl Gateway {
     /// The runtime it serves.
     pub fn runtime(&self) -> &Runtime {
         &self.inner.runtime
+    }
+
+    /// Counts one session's subscription to `server`'s `uri` in or out.
+    pub(crate) fn count_subscription(&self, server: &str, uri: &str, on: bool) {
+        let mut subs = session::lock(&self.inner.subscriptions);
+        let key = (server.to_owned(), uri.to_owned());
+        if on {
+            *subs.entry(key).or_insert(0) += 1;
+        } else if let Some(n) = subs.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                subs.remove(&key);
+            }
+        }
+    }
+
+    /// Whether any session is still subscribed to `server`'s `uri`.
+    pub(crate) fn still_subscribed(&self, server: &str, uri: &str) -> bool {
+        session::lock(&self.inner.subscriptions).contains_key(&(server.to_owned(), uri.to_owned()))
     }
 
     /// A new session for `caller` over `profile` (`None`: every tool).

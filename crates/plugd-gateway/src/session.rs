@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
 
-use crate::{Caller, Gateway, SERVER_NAME, tools};
+use crate::{Caller, Gateway, SERVER_NAME, catalog, tools};
 
 /// Where the messages of one request, or of the session, go: whole
 /// JSON-RPC messages, in order.
@@ -72,12 +72,21 @@ pub(crate) struct SessionInner {
     next_request: AtomicU64,
     notifier: Mutex<Option<Sink>>,
     watcher: Mutex<Option<JoinHandle<()>>>,
+    events: Mutex<Option<JoinHandle<()>>>,
+    /// (server, original URI) → the URI the client subscribed with.
+    subscriptions: Mutex<HashMap<(String, String), String>>,
 }
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
         if let Some(w) = lock(&self.watcher).take() {
             w.abort();
+        }
+        if let Some(w) = lock(&self.events).take() {
+            w.abort();
+        }
+        for ((server, uri), _) in lock(&self.subscriptions).drain() {
+            self.gw.count_subscription(&server, &uri, false);
         }
         for (_, task) in lock(&self.inflight).drain() {
             task.abort();
@@ -157,6 +166,8 @@ impl Session {
                 next_request: AtomicU64::new(1),
                 notifier: Mutex::new(None),
                 watcher: Mutex::new(None),
+                events: Mutex::new(None),
+                subscriptions: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -200,6 +211,29 @@ impl Session {
                 Arc::downgrade(&self.inner),
                 self.inner.gw.runtime().tool_changes(),
             )));
+        }
+        let mut events = lock(&self.inner.events);
+        if events.is_none() {
+            *events = Some(tokio::spawn(watch_servers(
+                Arc::downgrade(&self.inner),
+                self.inner.gw.runtime().mcp_events(),
+            )));
+        }
+    }
+
+    /// Records that the client subscribed to (or left) `server`'s `uri`,
+    /// which it names `client_uri`.
+    pub(crate) fn subscribed(&self, server: &str, uri: &str, client_uri: &str, on: bool) {
+        let key = (server.to_owned(), uri.to_owned());
+        let mut subs = lock(&self.inner.subscriptions);
+        let changed = if on {
+            subs.insert(key, client_uri.to_owned()).is_none()
+        } else {
+            subs.remove(&key).is_some()
+        };
+        drop(subs);
+        if changed {
+            self.inner.gw.count_subscription(server, uri, on);
         }
     }
 
@@ -361,6 +395,14 @@ impl Session {
             },
             "tools/list" => tools::list(self, &cx),
             "tools/call" => tools::call(self, &params, &cx).await,
+            "resources/list" => catalog::resources(self).await,
+            "resources/templates/list" => catalog::templates(self).await,
+            "resources/read" => catalog::read(self, &params).await,
+            "resources/subscribe" => catalog::subscribe(self, &params, true).await,
+            "resources/unsubscribe" => catalog::subscribe(self, &params, false).await,
+            "prompts/list" => catalog::prompts(self).await,
+            "prompts/get" => catalog::get_prompt(self, &params).await,
+            "completion/complete" => catalog::complete(self, &params).await,
             _ => Err(error(
                 code::METHOD_NOT_FOUND,
                 format!("method {method:?} is not offered by plugd's MCP gateway"),
@@ -425,6 +467,9 @@ impl Session {
     fn capabilities(&self) -> Value {
         json!({
             "tools": {"listChanged": true},
+            "resources": {"subscribe": true, "listChanged": true},
+            "prompts": {"listChanged": true},
+            "completions": {},
             "logging": {},
         })
     }
@@ -527,8 +572,16 @@ impl Session {
     /// Sends a notification not tied to a request; `false` when no stream
     /// is open for it.
     fn notify(&self, method: &str) -> bool {
+        self.notify_with(method, None)
+    }
+
+    fn notify_with(&self, method: &str, params: Option<Value>) -> bool {
         let sink = lock(&self.inner.notifier).clone();
-        sink.is_some_and(|s| s.send(json!({"jsonrpc": "2.0", "method": method})).is_ok())
+        let mut msg = json!({"jsonrpc": "2.0", "method": method});
+        if let Some(p) = params {
+            msg["params"] = p;
+        }
+        sink.is_some_and(|s| s.send(msg).is_ok())
     }
 
     /// Whether the client finished the handshake.
@@ -550,6 +603,9 @@ impl Session {
         }
         lock(&self.inner.pending).clear();
         if let Some(w) = lock(&self.inner.watcher).take() {
+            w.abort();
+        }
+        if let Some(w) = lock(&self.inner.events).take() {
             w.abort();
         }
         *lock(&self.inner.notifier) = None;
@@ -600,6 +656,56 @@ fn stateless_result(method: &str, mut out: Value) -> Value {
         }
     }
     out
+}
+
+/// Passes the hosted servers' resource updates (of URIs this session
+/// subscribed to) and list changes (of servers it sees) on to the client.
+async fn watch_servers(
+    session: Weak<SessionInner>,
+    mut events: tokio::sync::broadcast::Receiver<plugd_host::dialect::mcp_features::McpEvent>,
+) {
+    use plugd_host::dialect::mcp_features::McpEvent;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!(
+                    missed = n,
+                    "an MCP session fell behind the servers' notifications"
+                );
+                continue;
+            }
+            Err(RecvError::Closed) => return,
+        };
+        let Some(inner) = session.upgrade() else {
+            return;
+        };
+        let s = Session { inner };
+        if !s.ready() {
+            continue;
+        }
+        match event {
+            McpEvent::ResourceUpdated { server, uri } => {
+                let client = lock(&s.inner.subscriptions).get(&(server, uri)).cloned();
+                if let Some(uri) = client {
+                    s.notify_with("notifications/resources/updated", Some(json!({"uri": uri})));
+                }
+            }
+            McpEvent::ResourcesListChanged { server } => {
+                if catalog::scope(&s).has(&server) {
+                    s.notify("notifications/resources/list_changed");
+                }
+            }
+            McpEvent::PromptsListChanged { server } => {
+                if catalog::scope(&s).has(&server) {
+                    s.notify("notifications/prompts/list_changed");
+                }
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+    }
 }
 
 /// Sends `notifications/tools/list_changed` when the tools this session

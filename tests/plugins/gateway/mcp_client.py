@@ -9,6 +9,9 @@ steps; the script runs them in order and prints one JSON report on stdout:
    "elicit": "accept" | "decline" | null,     # null: no elicitation capability
    "steps": [{"op": "list"},
              {"op": "call", "name": N, "args": {...}, "progress": true, "timeout": 5},
+             {"op": "resources"}, {"op": "templates"}, {"op": "read", "uri": U},
+             {"op": "prompts"}, {"op": "get_prompt", "name": N, "args": {...}},
+             {"op": "complete_prompt", "name": N, "argument": {...}},
              {"op": "touch", "path": P},       # tells the test to act
              {"op": "wait_changed", "timeout": 10}]}
   {"transport": "http", "url": U, "token": T, ...}
@@ -76,6 +79,23 @@ async def main() -> None:
                                             "structured": result.structured_content, "progress": progress})
                 except Exception as e:  # the report says what failed; the test asserts on it
                     report["steps"].append({"op": op, "name": step["name"], "error": f"{type(e).__name__}: {e}", "progress": progress})
+            elif op in ("resources", "templates", "prompts", "read", "get_prompt", "complete_prompt"):
+                try:
+                    if op == "resources":
+                        r = await client.list_resources()
+                    elif op == "templates":
+                        r = await client.list_resource_templates()
+                    elif op == "prompts":
+                        r = await client.list_prompts()
+                    elif op == "read":
+                        r = await client.read_resource(step["uri"])
+                    elif op == "get_prompt":
+                        r = await client.get_prompt(step["name"], step.get("args"))
+                    else:
+                        r = await client.complete(types.PromptReference(type="ref/prompt", name=step["name"]), step["argument"])
+                    report["steps"].append({"op": op, "result": r.model_dump(mode="json", by_alias=True, exclude_none=True)})
+                except Exception as e:  # the report says what failed; the test asserts on it
+                    report["steps"].append({"op": op, "error": f"{type(e).__name__}: {e}"})
             elif op == "touch":
                 pathlib.Path(step["path"]).write_text("go")
                 report["steps"].append({"op": op})

@@ -41,6 +41,7 @@ MODES = {
     "silent_read": "never answers resources/read",
     "many_values": "completion/complete answers 150 values",
     "bad_completion": "completion/complete answers {\"completion\": {\"values\": \"alpha\"}}",
+    "old": "answers protocol 2024-11-05, which had completion/complete but no completions capability",
 }
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "good"
@@ -101,6 +102,8 @@ def notify(method, params=None):
 def capabilities():
     if MODE == "no_caps":
         return {"tools": {}}
+    if MODE == "old":
+        return {"tools": {}, "resources": {"subscribe": True}, "prompts": {}}
     return {
         "tools": {},
         "resources": {"subscribe": True, "listChanged": True},
@@ -227,7 +230,7 @@ def main():
             continue
         seen.append(method)
         if method == "initialize":
-            reply(rid, {"protocolVersion": "2025-11-25", "capabilities": capabilities(),
+            reply(rid, {"protocolVersion": "2024-11-05" if MODE == "old" else "2025-11-25", "capabilities": capabilities(),
                         "serverInfo": {"name": "resources", "version": "1.0.0"}})
         elif method == "ping":
             reply(rid, {})

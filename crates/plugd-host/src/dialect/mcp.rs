@@ -445,10 +445,19 @@ pub async fn handshake(
         .and_then(|i| i.get("version"))
         .and_then(Value::as_str)
         .map(|s| s.chars().take(128).collect());
-    let capabilities = match obj.get("capabilities") {
+    let mut capabilities = match obj.get("capabilities") {
         Some(c @ Value::Object(_)) => c.clone(),
         _ => json!({}),
     };
+    // 2024-11-05 had completion/complete without a `completions`
+    // capability (it came in 2025-03-26): a server of that revision with
+    // prompts or resources may be asked, as the official clients do.
+    if version == "2024-11-05"
+        && let Some(caps) = capabilities.as_object_mut()
+        && (caps.contains_key("prompts") || caps.contains_key("resources"))
+    {
+        caps.entry("completions").or_insert_with(|| json!({}));
+    }
     let has_tools = capabilities.get("tools").is_some_and(|t| !t.is_null());
     if let Some(mcp) = mcp {
         mcp.features.set_capabilities(capabilities.clone());

@@ -327,6 +327,85 @@ fn a_client_cancel_reaches_the_call_and_the_gateway_keeps_serving() {
     assert_eq!(step(&report, 1)["text"], "Hello, after!", "{report}");
 }
 
+#[test]
+fn hosted_servers_resources_and_prompts_are_served_with_their_origin_in_the_name() {
+    let ws = workspace(POLICY);
+    let (report, _) = client(stdio_plan(
+        &ws,
+        &[],
+        None,
+        json!([
+            {"op": "resources"},
+            {"op": "templates"},
+            {"op": "read", "uri": "plugd:///everything/demo://resource/static/document/features.md"},
+            {"op": "read", "uri": "plugd:///everything/demo://resource/dynamic/text/7"},
+            {"op": "read", "uri": "plugd:///nobody/demo://x"},
+            {"op": "prompts"},
+            {"op": "get_prompt", "name": "everything__args-prompt", "args": {"city": "Paris"}},
+            {"op": "complete_prompt", "name": "everything__completable-prompt", "argument": {"name": "department", "value": "E"}},
+            {"op": "get_prompt", "name": "nobody__x"},
+        ]),
+    ));
+    let uris: Vec<&str> = step(&report, 0)["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{report}"))
+        .iter()
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect();
+    assert!(
+        uris.contains(&"plugd:///everything/demo://resource/static/document/features.md"),
+        "{uris:?}"
+    );
+    assert!(
+        uris.iter().all(|u| u.starts_with("plugd:///everything/")),
+        "{uris:?}"
+    );
+    let templates = step(&report, 1)["result"]["resourceTemplates"].to_string();
+    assert!(
+        templates.contains("plugd:///everything/demo://resource/dynamic/text/{resourceId}"),
+        "{templates}"
+    );
+    let read = &step(&report, 2)["result"]["contents"][0];
+    assert_eq!(
+        read["uri"], "plugd:///everything/demo://resource/static/document/features.md",
+        "{report}"
+    );
+    assert!(
+        read["text"].as_str().is_some_and(|t| !t.is_empty()),
+        "{report}"
+    );
+    assert_eq!(
+        step(&report, 3)["result"]["contents"][0]["uri"],
+        "plugd:///everything/demo://resource/dynamic/text/7"
+    );
+    assert!(
+        step(&report, 4)["error"]
+            .as_str()
+            .unwrap()
+            .contains("Resource not found"),
+        "{report}"
+    );
+    let prompts = step(&report, 5)["result"]["prompts"].to_string();
+    assert!(prompts.contains("everything__args-prompt"), "{prompts}");
+    assert_eq!(
+        step(&report, 6)["result"]["messages"][0]["content"]["text"],
+        "What's weather in Paris?",
+        "{report}"
+    );
+    assert_eq!(
+        step(&report, 7)["result"]["completion"]["values"],
+        json!(["Engineering"]),
+        "{report}"
+    );
+    assert!(
+        step(&report, 8)["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unknown prompt"),
+        "{report}"
+    );
+}
+
 /// A raw MCP POST to `path` with `token`, optional session id.
 fn mcp_post(
     serve: &Serve,

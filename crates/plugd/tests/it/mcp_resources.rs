@@ -898,3 +898,22 @@ async fn a_stopped_server_stays_stopped() {
     ));
     rt.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2024_11_05_server_with_prompts_is_asked_for_completions_without_the_later_capability() {
+    // The 2024-11-05 revision had completion/complete but no `completions`
+    // capability; refusing it would be stricter than that revision.
+    let (_ws, rt) = lying_rt("old", quick(10_000)).await;
+    let c = rt
+        .complete(
+            "r",
+            &json!({"type": "ref/prompt", "name": "greet"}),
+            &json!({"name": "name", "value": "al"}),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(c["values"], json!(["alpha", "alpine"]), "{c}");
+    assert!(seen(&rt).await.contains(&"completion/complete".to_owned()));
+    rt.shutdown().await;
+}
