@@ -14,8 +14,10 @@
 //! [`plugd_host::spawn`] (process group, cleared environment plus allowlist,
 //! kill-and-reap), one process per module, working directory = the
 //! workspace. The two talk newline-delimited JSON-RPC 2.0 through a
-//! [`Peer`]: `load`, `hook`, `cleanup` and `ping` requests, a `cancel`
-//! notification to the host, `log` notifications from it. The host sends
+//! [`Peer`]: `load`, `hook`, `cleanup` and `ping` requests, `cancel` and
+//! `event` notifications to the host, `log` and `events.emit` notifications
+//! from it, and its requests for `context.agent` (storage, sessions, tools,
+//! MCP servers, bus subscriptions; served by [`super::dexto_agent`]). The host sends
 //! `console.*` and `process.stdout.write` of the module to stderr, which plugd
 //! logs, so a chatty module cannot corrupt the protocol.
 //!
@@ -62,8 +64,11 @@
 //!
 //! [`HookHandler::handle`] calls the module's method for the point with the
 //! payload and a context `{sessionId, userId, tenantId, agentId, channel,
-//! accountId, traceId, deadlineMs, logger, abortSignal}` (only the ids that
-//! are set). `logger.debug/info/warn/error(message, data)` become `log`
+//! accountId, traceId, deadlineMs, llmConfig, logger, abortSignal, agent}`
+//! (only the ids that are set). `agent` holds the seed's managers
+//! (`sessionManager`, `toolManager`, `mcpManager`, `stateManager`,
+//! `agentEventBus`) and `storage`, frozen and read-only; see
+//! [`super::dexto_agent`] for what each answers. `logger.debug/info/warn/error(message, data)` become `log`
 //! notifications, logged by plugd under the target `plugd::dexto` with the
 //! handler name. A point the module does not implement, and
 //! `before_message` (not a Dexto point), pass.
@@ -102,6 +107,7 @@ use plugd_host::{CallError, Closed, Peer, PeerConfig};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
 
+use super::dexto_agent::{self, AgentServices, EventBridge};
 use super::{
     HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
     PipelineError,
@@ -155,6 +161,13 @@ pub struct DextoOptions {
     /// `context.llmConfig`: provider, model and limits of the running
     /// agent (`null` when it has no LLM).
     pub llm_config: Value,
+    /// The runtime behind `context.agent.toolManager`, `mcpManager` and
+    /// `agentEventBus` (`None`: each of their calls fails saying so).
+    pub runtime: Option<crate::Runtime>,
+    /// What `context.agent.stateManager.getRuntimeConfig()` answers: the
+    /// agent's effective configuration, without secrets (see
+    /// `build::dexto_runtime_config`).
+    pub runtime_config: Value,
 }
 
 impl fmt::Debug for DextoOptions {
@@ -163,6 +176,7 @@ impl fmt::Debug for DextoOptions {
             .field("node", &self.node)
             .field("tsx", &self.tsx)
             .field("storage", &self.storage.is_some())
+            .field("runtime", &self.runtime.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -178,6 +192,8 @@ impl Default for DextoOptions {
             tsx: std::env::var_os(TSX_ENV).map(PathBuf::from),
             storage: None,
             llm_config: Value::Null,
+            runtime: None,
+            runtime_config: Value::Null,
         }
     }
 }
@@ -623,7 +639,15 @@ impl DextoModule {
         let events = Arc::new(HostEvents {
             handler: self.name.clone(),
             module: self.module.display().to_string().into(),
-            storage: self.options.storage.clone(),
+            services: AgentServices {
+                store: self
+                    .options
+                    .storage
+                    .clone()
+                    .or_else(|| self.options.runtime.as_ref().map(|r| r.store().clone())),
+                runtime: self.options.runtime.clone(),
+            },
+            bridge: Default::default(),
         });
         let peer = Peer::start(
             PeerConfig::with_protocol(&self.name, Arc::new(JsonRpc::LINES)),
@@ -676,6 +700,7 @@ impl DextoModule {
             "module": self.module.to_string_lossy(),
             "config": &self.config,
             "llmConfig": &self.options.llm_config,
+            "runtimeConfig": &self.options.runtime_config,
         });
         let reply = host
             .peer
@@ -892,71 +917,42 @@ impl Drop for Abandoned {
     }
 }
 
-/// Forwards the host's `log` notifications to tracing.
-/// One `storage.*` request of a module's `context.agent.storage`.
-fn storage_call(
-    store: &plugd_store::Store,
-    method: &str,
-    p: &Value,
-) -> Result<Value, plugd_wire::ErrorObject> {
-    let bad = |m: String| plugd_wire::ErrorObject::new(plugd_wire::codes::INVALID_PARAMS, m);
-    let failed = |e: plugd_store::StoreError| bad(format!("{method}: {e}"));
-    let space = p["space"].as_str().unwrap_or_default();
-    let key = || {
-        p["key"]
-            .as_str()
-            .ok_or_else(|| bad(format!("{method} needs a string key")))
-    };
-    match method {
-        "storage.get" => Ok(json!({"value": store.kv_get(space, key()?).map_err(failed)?})),
-        "storage.set" => {
-            store.kv_set(space, key()?, &p["value"]).map_err(failed)?;
-            Ok(json!({}))
-        }
-        "storage.delete" => Ok(json!({"deleted": store.kv_delete(space, key()?).map_err(failed)?})),
-        "storage.list" => {
-            let prefix = p["prefix"].as_str().unwrap_or_default();
-            Ok(json!({"keys": store.kv_list(space, prefix).map_err(failed)?}))
-        }
-        other => Err(plugd_wire::ErrorObject::new(
-            plugd_wire::codes::METHOD_NOT_FOUND,
-            format!("method not found: {other}"),
-        )),
-    }
-}
-
+/// Serves the host's requests (`context.agent`, see [`super::dexto_agent`])
+/// and forwards its `log` notifications to tracing.
 struct HostEvents {
     handler: Arc<str>,
     module: Arc<str>,
-    storage: Option<Arc<plugd_store::Store>>,
+    services: AgentServices,
+    bridge: Arc<std::sync::Mutex<EventBridge>>,
 }
 
 impl Handler for HostEvents {
-    /// `storage.get|set|delete|list {space, key|prefix, value}` from the
-    /// module's `context.agent.storage.database|cache`.
-    fn request(&self, method: String, params: Option<Value>) -> plugd_host::peer::HandlerFuture {
-        let storage = self.storage.clone();
+    /// `storage.*`, `sessions.*`, `tools.list`, `mcp.list` and
+    /// `events.subscribe|unsubscribe` from the module's `context.agent`.
+    fn handle(&self, request: plugd_host::peer::Request) -> plugd_host::peer::HandlerFuture {
+        let services = self.services.clone();
         let handler = self.handler.clone();
+        let bridge = self.bridge.clone();
         Box::pin(async move {
-            let Some(store) = storage else {
-                return Err(plugd_wire::ErrorObject::new(
-                    plugd_wire::codes::INTERNAL_ERROR,
-                    format!("{method}: plugd gave dexto handler {handler} no agent storage"),
-                ));
-            };
-            let p = params.unwrap_or(Value::Null);
-            tokio::task::spawn_blocking(move || storage_call(&store, &method, &p))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(plugd_wire::ErrorObject::new(
-                        plugd_wire::codes::INTERNAL_ERROR,
-                        format!("storage call failed: {e}"),
-                    ))
-                })
+            let params = request.params.unwrap_or(Value::Null);
+            dexto_agent::serve(
+                &services,
+                &bridge,
+                &handler,
+                &request.method,
+                params,
+                request.notifier,
+            )
+            .await
         })
     }
 
     fn notification(&self, method: String, params: Option<Value>) {
+        if method == "events.emit" {
+            let p = params.unwrap_or(Value::Null);
+            dexto_agent::emit(self.services.runtime.as_ref(), &self.handler, &p);
+            return;
+        }
         if method != "log" {
             return;
         }
@@ -1265,7 +1261,7 @@ mod props {
 
         #[test]
         fn log_notifications_never_panic(params in prop::option::of(json_with(KEYS, STRINGS))) {
-            let events = HostEvents { handler: "h".into(), module: "m".into(), storage: None };
+            let events = HostEvents { handler: "h".into(), module: "m".into(), services: AgentServices::default(), bridge: Default::default() };
             events.notification("log".into(), params);
         }
     }

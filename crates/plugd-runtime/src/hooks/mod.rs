@@ -31,6 +31,7 @@ use serde_json::{Map, Value};
 pub mod build;
 pub mod builtin;
 pub mod dexto;
+pub mod dexto_agent;
 pub mod remote;
 
 /// An interception point of the agent loop.

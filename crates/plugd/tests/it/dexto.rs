@@ -904,3 +904,253 @@ async fn the_seeds_tenant_auth_ts_runs_verbatim_on_agent_storage() {
         "null"
     );
 }
+
+/// The module's view of `context.agent` is what the agent sees: this
+/// workspace's sessions, the enabled tools of approved plugins, the approved
+/// MCP servers, the effective configuration without secrets, and the
+/// `dexto.agent.*` part of plugd's bus, both ways. Two real modules record
+/// what they see in storage (`tests/plugins/dexto/agent-probe.mjs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_managers_show_sessions_tools_mcp_config_and_bridge_the_bus() {
+    use plugd_host::bus::Event;
+    use plugd_runtime::config::PlugdConfig;
+
+    let ws = Ws::new();
+    ws.misbehave("tk", "good", None, "");
+    let log = ws.dir().join("mcp.log");
+    std::fs::write(&log, "").unwrap();
+    let guard = json!({"command": "python3",
+        "args": [repo().join("tests/plugins/hooks/mcp_guard.py"), &log]});
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"guard": guard, "hidden": guard}}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(ws.dir().join("turns.yaml"), r#"{"steps": []}"#).unwrap();
+    let probe = module("agent-probe.mjs");
+    let probe = probe.display();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!(
+            r#"llm: {{provider: scripted, script: "${{{{workspace_dir}}}}/turns.yaml"}}
+tenant: {{agent_id: probe-agent, tenant_id: acme}}
+agent: {{system_prompt: be brief}}
+plugins:
+  custom:
+    - name: probe-b
+      module: "{probe}"
+      priority: 5
+      config: {{name: b, session: seeded, tool: tk_echo, listen: ["probe:ping"], expect: 1}}
+    - name: probe-a
+      module: "{probe}"
+      priority: 10
+      config:
+        name: a
+        session: seeded
+        tool: tk_echo
+        listen: ["probe:ping", "probe:from-plugd"]
+        emit: [{{name: "probe:ping", payload: {{n: 1}}}}]
+        expect: 2
+"#
+        ),
+    )
+    .unwrap();
+    let rt = ws.runtime(crate::support::quick(10_000));
+    rt.approve("tk", "test").await.unwrap();
+    rt.approve("guard", "test").await.unwrap();
+    // "hidden" stays unapproved: not the agent's, so not the module's.
+
+    let store = rt.store().clone();
+    store.session_ensure("seeded").unwrap();
+    store
+        .session_append(
+            "seeded",
+            &[
+                json!({"role": "user", "content": "echo this", "at": "2025-03-01T10:00:00Z"}),
+                json!({"role": "assistant", "content": "calling", "at": "2025-03-01T10:00:01Z",
+                       "tool_calls": [{"id": "c1", "name": "tk_echo", "arguments": {"x": 1}}]}),
+                json!({"role": "tool", "content": "{\"echo\":{\"x\":1}}", "tool_call_id": "c1",
+                       "at": "2025-03-01T10:00:02Z"}),
+            ],
+        )
+        .unwrap();
+    store.session_ensure("other").unwrap();
+
+    let mut on_bus = rt.bus().subscribe("dexto.agent.>", 16).unwrap();
+    let config = PlugdConfig::load(rt.dir()).unwrap();
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, &rt)
+        .await
+        .unwrap();
+    let ctx = HookContext {
+        session_id: Some("seeded".into()),
+        ..HookContext::default()
+    };
+    let out = pipeline
+        .run(
+            HookPoint::BeforeLlmRequest,
+            json!({"text": "hi", "sessionId": "seeded"}),
+            &ctx,
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    // plugd's side of the bridge: the module's emit, on dexto.agent.<name>.
+    let e = tokio::time::timeout(Duration::from_secs(5), on_bus.recv())
+        .await
+        .expect("the module's emit reached plugd's bus")
+        .unwrap();
+    assert_eq!(
+        (e.topic.as_str(), e.source.as_str(), &e.payload),
+        ("dexto.agent.probe:ping", "dexto:probe-a", &json!({"n": 1}))
+    );
+    assert!(!e.id.is_empty() && !e.timestamp.is_empty(), "{e:?}");
+    // And the other way: what plugd publishes there reaches the listeners.
+    rt.publish(Event::new(
+        "dexto.agent.probe:from-plugd",
+        "test",
+        json!({"hello": "plugd"}),
+    ))
+    .unwrap();
+    let out = pipeline
+        .run(
+            HookPoint::BeforeResponse,
+            json!({"content": "done", "provider": "scripted"}),
+            &ctx,
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    pipeline.cleanup().await;
+
+    let seen = store.kv_get("database", "probe:a:seen").unwrap().unwrap();
+    // sessionManager: this workspace's sessions, read-only, bounded.
+    let mut sessions: Vec<&str> = seen["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    sessions.sort();
+    assert_eq!(sessions, ["other", "seeded"]);
+    let session = &seen["session"];
+    assert_eq!(session["id"], "seeded");
+    assert_eq!(
+        session["metadata"],
+        json!({"createdAt": session["metadata"]["createdAt"], "lastActivity": 1_740_823_202_000u64, "messageCount": 3})
+    );
+    assert!(session["metadata"]["createdAt"].as_u64().unwrap() > 1_700_000_000_000);
+    let history = session["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3);
+    assert_eq!(
+        history[0],
+        json!({"role": "user", "content": "echo this", "timestamp": 1_740_823_200_000u64})
+    );
+    assert_eq!(
+        history[1]["toolCalls"],
+        json!([{"id": "c1", "type": "function", "function": {"name": "tk_echo", "arguments": "{\"x\":1}"}}])
+    );
+    assert_eq!(history[2]["toolCallId"], "c1");
+    assert_eq!(seen["lastTwo"], json!(["calling", "{\"echo\":{\"x\":1}}"]));
+    assert_eq!(seen["metadata"], session["metadata"]);
+    assert_eq!(seen["missing"], true);
+    assert_eq!(seen["traversal"], true);
+    let text = |k: &str| seen[k].as_str().unwrap_or_default().to_owned();
+    assert!(
+        text("missingHistory").contains("session \"no-such-session\" not found"),
+        "{seen}"
+    );
+    assert!(
+        text("hugeLimit").contains("limit 100000 is not 1 to 500"),
+        "{seen}"
+    );
+
+    // toolManager: exactly the agent's tools, with description and schema.
+    let mut agent_tools: Vec<String> = rt.tools().iter().map(|t| t.name.clone()).collect();
+    agent_tools.sort();
+    assert!(
+        agent_tools.iter().any(|t| t == "tk_echo"),
+        "{agent_tools:?}"
+    );
+    assert!(
+        agent_tools.iter().any(|t| t.starts_with("guard/")),
+        "{agent_tools:?}"
+    );
+    assert!(
+        !agent_tools.iter().any(|t| t.starts_with("hidden/")),
+        "{agent_tools:?}"
+    );
+    assert_eq!(seen["tools"], json!(agent_tools));
+    let echo = rt
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "tk_echo")
+        .unwrap();
+    assert_eq!(
+        seen["echo"],
+        json!({"name": "tk_echo", "description": echo.description, "parameters": echo.input_schema})
+    );
+    assert_eq!(
+        (&seen["hasTool"], &seen["hasNoTool"]),
+        (&json!(true), &json!(false))
+    );
+
+    // mcpManager: the approved server only, with its tools.
+    let guard_tools: Vec<&String> = agent_tools
+        .iter()
+        .filter(|t| t.starts_with("guard/"))
+        .collect();
+    let mcp = seen["mcp"].as_array().unwrap();
+    assert_eq!(mcp.len(), 1, "{seen}");
+    assert_eq!(mcp[0]["name"], "guard");
+    assert_eq!(mcp[0]["transport"], "stdio");
+    assert_eq!(mcp[0]["tools"], json!(guard_tools));
+    assert_eq!(seen["mcpTools"], json!(guard_tools));
+    assert_eq!(seen["failed"], json!({}));
+
+    // stateManager: the snapshot plugd loaded, no paths or secrets.
+    assert_eq!(
+        seen["llm"],
+        json!({"provider": "scripted", "model": "scripted", "maxIterations": 8})
+    );
+    assert_eq!(seen["llmIsContextLlm"], true);
+    let runtime = &seen["runtime"];
+    assert_eq!(runtime["agentId"], "probe-agent");
+    assert_eq!(runtime["systemPrompt"], "be brief");
+    assert_eq!(runtime["llm"], seen["llm"]);
+    assert_eq!(runtime["mcpServers"], json!({"guard": {"type": "stdio"}}));
+    assert_eq!(runtime["tenant"]["tenantId"], "acme");
+    assert_eq!(
+        runtime["plugins"]["custom"],
+        json!([
+            {"name": "probe-b", "priority": 5, "blocking": true, "enabled": true},
+            {"name": "probe-a", "priority": 10, "blocking": true, "enabled": true}
+        ])
+    );
+    let dir = ws.dir().canonicalize().unwrap();
+    assert!(
+        !runtime.to_string().contains(dir.to_str().unwrap()),
+        "no paths in the runtime config: {runtime}"
+    );
+
+    // Read-only: frozen, no writing methods.
+    assert_eq!(seen["frozen"], true);
+    assert_eq!(seen["noWrites"], json!([]));
+    assert_eq!(seen["assign"], "TypeError");
+    assert!(
+        text("badName").contains("event name \"bad.name\" is not 1-128 letters"),
+        "{seen}"
+    );
+    assert!(text("bigPayload").contains("at most 65536"), "{seen}");
+    assert_eq!(seen["listenerCount"], json!([1, 1]));
+
+    // agentEventBus: a's own emit and plugd's publish reached a; b got a's.
+    assert_eq!(
+        store.kv_get("database", "probe:a:events").unwrap().unwrap(),
+        json!([
+            {"name": "probe:ping", "payload": {"n": 1}},
+            {"name": "probe:from-plugd", "payload": {"hello": "plugd"}}
+        ])
+    );
+    assert_eq!(
+        store.kv_get("database", "probe:b:events").unwrap().unwrap(),
+        json!([{"name": "probe:ping", "payload": {"n": 1}}])
+    );
+}
