@@ -401,6 +401,25 @@ async fn load(
             }
             return load_dexto(entry, module, module_config, config, runtime).await;
         }
+        Source::Package {
+            package,
+            config: module_config,
+        } => {
+            let module = super::dexto_package::parse(package)
+                .and_then(|spec| super::dexto_package::resolve(&config.workspace, &spec))
+                .map_err(|why| {
+                    // `plugins/x.js` is a package specifier to Node too; say
+                    // how to name the file when that is what was meant.
+                    let hint = if config.workspace.join(package).is_file() {
+                        format!("; if you meant the file, write module: \"${{{{dexto.agent_dir}}}}/{package}\"")
+                    } else {
+                        String::new()
+                    };
+                    init(entry, format!("module {package:?}: {why}{hint}"))
+                })?;
+            tracing::debug!(handler = %entry.name, package, module = %module.display(), "dexto package resolved");
+            return load_dexto(entry, &module, module_config, config, runtime).await;
+        }
         Source::Plugin { plugin, binding } => (plugin.as_str(), binding),
     };
     let sup = runtime

@@ -32,6 +32,7 @@ pub mod build;
 pub mod builtin;
 pub mod dexto;
 pub mod dexto_agent;
+pub mod dexto_package;
 pub mod remote;
 
 /// An interception point of the agent loop.

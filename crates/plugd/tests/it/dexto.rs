@@ -1154,3 +1154,104 @@ plugins:
         json!([{"name": "probe:ping", "payload": {"n": 1}}])
     );
 }
+
+/// Writes `text` to `rel` under `dir`, creating directories.
+fn put(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// The Dexto module of the test packages: tags the text with its config.
+const TAGGER: &str = "export default class Tagger {\n  async initialize(config) { this.tag = config.tag; }\n  async beforeLLMRequest(payload) { return { ok: true, modify: { text: `${payload.text} [${this.tag}]` } }; }\n}\n";
+
+/// The seed's `module: "@mycompany/dexto-tenant-plugin"  # from node_modules`:
+/// a scoped package with conditional `exports` and an unscoped one with
+/// `main`, installed in the workspace's node_modules by the test, load and
+/// run; a package that is not installed, one symlinked from outside the
+/// workspace, and a specifier that climbs out of its package are refused,
+/// each saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_naming_an_npm_package_loads_from_the_workspaces_node_modules() {
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::hooks::build::build_pipeline;
+
+    let ws = Ws::new();
+    let nm = ws.dir().join("node_modules");
+    put(
+        &nm,
+        "@mycompany/dexto-tenant-plugin/package.json",
+        r#"{"name": "@mycompany/dexto-tenant-plugin", "version": "1.0.0", "type": "module",
+            "exports": {".": {"require": "./dist/plugin.cjs", "import": "./dist/plugin.js"}}}"#,
+    );
+    put(&nm, "@mycompany/dexto-tenant-plugin/dist/plugin.js", TAGGER);
+    put(
+        &nm,
+        "@mycompany/dexto-tenant-plugin/dist/plugin.cjs",
+        "throw new Error('the require condition was used');\n",
+    );
+    put(&nm, "audit-plugin/package.json", r#"{"main": "lib/audit"}"#);
+    put(
+        &nm,
+        "audit-plugin/lib/audit.js",
+        &TAGGER.replace("export default class", "module.exports = class"),
+    );
+    let write_config = |custom: &str| {
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("plugins:\n  custom:\n{custom}"),
+        )
+        .unwrap();
+    };
+    write_config(
+        "    - {name: tenant, priority: 1, module: \"@mycompany/dexto-tenant-plugin\", config: {tag: scoped}}\n    - {name: audit, priority: 2, module: audit-plugin, config: {tag: main}}\n",
+    );
+    let rt = ws.runtime(crate::support::quick(10_000));
+    let config = PlugdConfig::load(rt.dir()).unwrap();
+    let pipeline = build_pipeline(&config, &rt).await.unwrap();
+    let out = pipeline
+        .run(
+            HookPoint::BeforeLlmRequest,
+            json!({"text": "hi"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    assert_eq!(out.payload["text"], "hi [scoped] [main]");
+    pipeline.cleanup().await;
+
+    let build_err = |custom: &str| {
+        write_config(custom);
+        let rt = rt.clone();
+        async move {
+            let config = PlugdConfig::load(rt.dir()).unwrap();
+            build_pipeline(&config, &rt).await.unwrap_err().to_string()
+        }
+    };
+    let e = build_err("    - {name: x, priority: 1, module: \"@mycompany/not-installed\"}\n").await;
+    assert!(
+        e.contains("hook handler \"x\" failed to initialize")
+            && e.contains("package \"@mycompany/not-installed\" is not installed in")
+            && e.contains("npm install @mycompany/not-installed"),
+        "{e}"
+    );
+    // A package that is a symlink to elsewhere (npm link) reaches outside.
+    let outside = tempfile::tempdir().unwrap();
+    put(outside.path(), "linked/index.js", TAGGER);
+    std::os::unix::fs::symlink(outside.path().join("linked"), nm.join("linked")).unwrap();
+    let e = build_err("    - {name: x, priority: 1, module: linked}\n").await;
+    assert!(e.contains("outside the workspace"), "{e}");
+    // A subpath that is not exported is Node's error too.
+    let e = build_err(
+        "    - {name: x, priority: 1, module: \"@mycompany/dexto-tenant-plugin/dist/plugin.cjs\"}\n",
+    )
+    .await;
+    assert!(e.contains("\"./dist/plugin.cjs\" is not exported"), "{e}");
+    // Climbing out of the package is refused when plugd.yaml loads.
+    write_config("    - {name: x, priority: 1, module: \"audit-plugin/../../../etc/passwd\"}\n");
+    let e = PlugdConfig::load(rt.dir()).unwrap_err().to_string();
+    assert!(
+        e.contains("escapes its package") && e.contains("plugins.custom[0].module"),
+        "{e}"
+    );
+}
