@@ -88,7 +88,19 @@
 //!
 //! If the host process dies, the call in flight fails ([`HookError::Failed`],
 //! so the entry's `on_error` applies) and the next call starts a new host,
-//! which re-runs `initialize`. [`HookHandler::cleanup`] calls the module's
+//! which re-runs `initialize`.
+//!
+//! # Reloading (the seed's "Hot Reloading")
+//!
+//! [`HookHandler::reload_if_changed`] (which `plugd serve` calls every
+//! second, see `config_watch::watch_modules`) compares the module file with
+//! what was loaded (size, times, inode, then a SHA-256 of the bytes). When
+//! it changed, a new host loads the new version while the old one keeps
+//! serving; if the new one loads (shape checks and `initialize` pass) it
+//! takes over and the old one finishes its calls, runs `cleanup` and is
+//! stopped; if not, the old one stays and plugd logs a warning with the
+//! reason, trying again when the file changes again. Only the module file
+//! itself is watched, not what it imports. [`HookHandler::cleanup`] calls the module's
 //! `cleanup` and stops the process.
 
 use std::collections::BTreeMap;
@@ -350,6 +362,8 @@ pub async fn load_module(
         reason: e.to_string(),
     };
     let launch = prepare(module, workspace, options).await.map_err(init)?;
+    // Taken before the start, so a change made while it loads is noticed.
+    let stamp = stamp_of(module, None);
     let m = DextoModule {
         name: name.into(),
         module: module.to_path_buf(),
@@ -359,6 +373,7 @@ pub async fn load_module(
         options: options.clone(),
         slot: tokio::sync::Mutex::new(Slot::default()),
         calls: AtomicU64::new(1),
+        stamp: std::sync::Mutex::new(stamp),
     };
     let host = m.start().await.map_err(init)?;
     tracing::info!(handler = name, module = %module.display(), loader = m.launch.loader,
@@ -567,6 +582,41 @@ pub struct DextoModule {
     options: DextoOptions,
     slot: tokio::sync::Mutex<Slot>,
     calls: AtomicU64,
+    /// The module file as last loaded (or last tried).
+    stamp: std::sync::Mutex<Option<FileStamp>>,
+}
+
+/// What a module file looked like: metadata for the cheap check, then its
+/// digest to tell a touch from a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    meta: (u64, i64, i64, i64, i64, u64),
+    digest: [u8; 32],
+}
+
+/// The stamp of `path`, `None` when it cannot be read.
+fn stamp_of(path: &Path, meta_only_if: Option<&FileStamp>) -> Option<FileStamp> {
+    use sha2::Digest as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    let meta = (
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.ino(),
+    );
+    if let Some(last) = meta_only_if
+        && last.meta == meta
+    {
+        return Some(last.clone());
+    }
+    let bytes = std::fs::read(path).ok()?;
+    Some(FileStamp {
+        meta,
+        digest: sha2::Sha256::digest(&bytes).into(),
+    })
 }
 
 impl fmt::Debug for DextoModule {
@@ -790,6 +840,32 @@ impl DextoModule {
         }
     }
 
+    /// Loads the changed module file in a new host and swaps it in; a
+    /// version that fails to load leaves the running one in place.
+    async fn reload(&self) {
+        match self.start().await {
+            Ok(host) => {
+                let old = {
+                    let mut slot = self.slot.lock().await;
+                    if slot.stopped {
+                        return; // `host` is dropped, which stops it
+                    }
+                    slot.last_failure = None;
+                    slot.current.replace(host.clone())
+                };
+                tracing::info!(handler = %self.name, module = %self.module.display(),
+                    points = ?host.methods, "dexto module changed; reloaded (initialize passed), the previous instance is stopped");
+                if let Some(old) = old {
+                    tokio::spawn(retire(old, self.name.clone(), self.options.call_limit));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(handler = %self.name, module = %self.module.display(),
+                    "dexto module changed, but the new version does not load; keeping the previous instance: {e}");
+            }
+        }
+    }
+
     async fn call(
         &self,
         point: HookPoint,
@@ -845,6 +921,22 @@ impl DextoModule {
     }
 }
 
+/// Stops a replaced host once its calls are done (bounded by `limit`):
+/// its `cleanup`, then the process group.
+async fn retire(old: Arc<HostProc>, name: Arc<str>, limit: Duration) {
+    let until = Instant::now() + limit;
+    while Arc::strong_count(&old) > 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if old.has_cleanup
+        && old.peer.closed_reason().is_none()
+        && let Err(e) = old.peer.call("cleanup", None, CLEANUP_LIMIT).await
+    {
+        tracing::warn!(handler = %name, "cleanup of the replaced dexto module failed: {e}");
+    }
+    old.process.kill_group();
+}
+
 impl HookHandler for DextoModule {
     fn handle<'a>(
         &'a self,
@@ -857,6 +949,31 @@ impl HookHandler for DextoModule {
                 None => Ok(HandlerResult::pass()),
                 Some(method) => self.call(point, method, payload, ctx).await,
             }
+        })
+    }
+
+    fn reload_if_changed(&self) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let last = self.stamp.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let path = self.module.clone();
+            let known = last.clone();
+            let now = tokio::task::spawn_blocking(move || stamp_of(&path, known.as_ref()))
+                .await
+                .ok()
+                .flatten();
+            let Some(now) = now else {
+                // Gone or unreadable (an editor's save in progress): keep
+                // what runs, look again next time.
+                return;
+            };
+            if last.as_ref() == Some(&now) {
+                return;
+            }
+            *self.stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.clone());
+            if last.is_some_and(|l| l.digest == now.digest) {
+                return; // touched, not changed
+            }
+            self.reload().await;
         })
     }
 

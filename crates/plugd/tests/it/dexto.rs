@@ -1255,3 +1255,80 @@ async fn a_module_naming_an_npm_package_loads_from_the_workspaces_node_modules()
         "{e}"
     );
 }
+
+/// A version of the reload test's module: tags the text with `tag`; its
+/// `initialize` throws when `broken`.
+fn versioned(tag: &str, broken: bool) -> String {
+    let init = if broken {
+        format!("throw new Error('{tag} is broken');")
+    } else {
+        String::new()
+    };
+    format!(
+        "export default class Versioned {{\n  async initialize() {{ {init} }}\n  async beforeLLMRequest(p) {{ return {{ ok: true, modify: {{ text: `${{p.text}} [{tag}]` }} }}; }}\n  async cleanup() {{ console.log('cleanup of {tag}'); }}\n}}\n"
+    )
+}
+
+/// The seed's "Hot Reloading" under a real `plugd serve`: a changed module
+/// file is reloaded and serves the next request; a new version whose
+/// `initialize` throws leaves the previous instance serving and serve's log
+/// says so; a fixed version is picked up again.
+#[test]
+fn serve_reloads_a_changed_module_and_keeps_the_old_one_when_the_new_fails() {
+    use crate::http::Serve;
+
+    let ws = Ws::new();
+    let file = ws.dir().join("plugins/versioned.mjs");
+    put(ws.dir(), "plugins/versioned.mjs", &versioned("v1", false));
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "plugins:\n  custom:\n    - {name: versioned, priority: 1, module: \"${{dexto.agent_dir}}/plugins/versioned.mjs\"}\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let text = || {
+        let r = serve.post(
+            "/v1/hooks/before_llm_request:run",
+            &json!({"payload": {"text": "hi"}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["payload"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let becomes = |want: &str| {
+        crate::support::eventually_blocking(Duration::from_secs(20), || text() == want)
+    };
+    assert_eq!(text(), "hi [v1]");
+
+    std::fs::write(&file, versioned("v2", false)).unwrap();
+    assert!(becomes("hi [v2]"), "v2 not loaded: {}", serve.log_text());
+
+    // A broken version: the log says so, and v2 keeps serving.
+    std::fs::write(&file, versioned("v3", true)).unwrap();
+    assert!(
+        crate::support::eventually_blocking(Duration::from_secs(20), || serve
+            .log_text()
+            .contains("keeping the previous instance")),
+        "no refusal logged: {}",
+        serve.log_text()
+    );
+    let log = serve.log_text();
+    assert!(
+        log.contains("failed to initialize plugin 'versioned': Error: v3 is broken"),
+        "{log}"
+    );
+    assert_eq!(text(), "hi [v2]");
+
+    // Fixed again: picked up.
+    std::fs::write(&file, versioned("v4", false)).unwrap();
+    assert!(becomes("hi [v4]"), "v4 not loaded: {}", serve.log_text());
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    // Each replaced instance ran its cleanup.
+    for v in ["v1", "v2"] {
+        assert!(log.contains(&format!("cleanup of {v}")), "{v}: {log}");
+    }
+    assert!(!log.contains("cleanup of v3"), "{log}");
+}
