@@ -693,6 +693,9 @@ impl PlugdConfig {
             if let LlmConfig::Scripted { script } = &mut llm {
                 *script = cx.absolute("llm.script", line, &script.to_string_lossy())?;
             }
+            llm.request_options()
+                .check()
+                .map_err(|m| cx.invalid("llm", line, m))?;
             config.llm = Some(llm);
         }
         for (i, id) in raw.eager.unwrap_or_default().into_iter().enumerate() {
@@ -756,6 +759,9 @@ impl PlugdConfig {
                     &script.to_string_lossy(),
                 )?;
             }
+            llm.request_options()
+                .check()
+                .map_err(|m| cx.invalid(format!("llm_providers.{name}"), line, m))?;
             config.llm_providers.insert(name, llm);
         }
         if let Some(memory) = raw.memory {
@@ -1320,6 +1326,45 @@ tools: {}
             e.contains("escapes its package") && e.contains("plugins.custom[0].module (\"t\")"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn llm_request_options_parse_and_are_bounded() {
+        let c = valid(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [\"\\nUser:\"], tool_choice: {specific: guard/chatty}, cache_tools: true}\n",
+        );
+        let o = c.llm.unwrap().request_options();
+        assert_eq!(o.stop_sequences, ["\nUser:"]);
+        assert_eq!(
+            o.tool_choice,
+            Some(crate::llm::ToolChoiceSetting::Specific(
+                "guard/chatty".into()
+            ))
+        );
+        assert!(o.cache_tools);
+        for (word, want) in [
+            ("auto", crate::llm::ToolChoiceSetting::Auto),
+            ("any", crate::llm::ToolChoiceSetting::Any),
+            ("none", crate::llm::ToolChoiceSetting::None),
+        ] {
+            let c = valid(&format!(
+                "llm: {{provider: openai, base_url: \"http://127.0.0.1:1/v1\", model: m, tool_choice: {word}}}\n"
+            ));
+            assert_eq!(c.llm.unwrap().request_options().tool_choice, Some(want));
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("s{i}")).collect();
+        let e = err(&format!(
+            "llm: {{provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [{}]}}\n",
+            many.join(", ")
+        ));
+        assert!(
+            e.contains("llm.stop_sequences has 17 entries; at most 16"),
+            "{e}"
+        );
+        let e = err(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [\"\"]}\n",
+        );
+        assert!(e.contains("is not 1-256 bytes"), "{e}");
     }
 
     #[test]
