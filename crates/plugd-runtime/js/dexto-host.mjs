@@ -14,9 +14,17 @@
 //   cleanup {} -> {}
 //   ping    {} -> {}       (liveness: an event loop stuck in a busy loop never answers)
 // Notifications from plugd:   cancel {call}   (aborts that call's context.abortSignal)
+//                             event {name, payload, source, id, timestamp}
+//                             (bus subject dexto.agent.<name>, to agentEventBus listeners)
 // Notifications to plugd:     log {level, message, data, method, call}
-// Requests to plugd:          storage.get|set|delete|list {space, key|prefix, value}
-//                             (context.agent.storage.database|cache)
+//                             events.emit {name, payload}   (agentEventBus.emit)
+// Requests to plugd (context.agent, served by crates/plugd-runtime/src/hooks/dexto_agent.rs):
+//   storage.get|set|delete|list {space, key|prefix, value}   storage.database|cache
+//   sessions.list|get|history {id, limit}                     sessionManager
+//   tools.list {}                                             toolManager
+//   mcp.list {}                                               mcpManager
+//   events.subscribe|unsubscribe {name}                       agentEventBus.on|off
+// stateManager answers from the snapshot `load` brings (llmConfig, runtimeConfig).
 //
 // stdout is the protocol channel: console.* and process.stdout.write from the
 // module are redirected to stderr, which plugd logs line by line.
@@ -131,7 +139,175 @@ function keyValue(space) {
     list: async (prefix = '') => (await request('storage.list', { space, prefix: String(prefix) })).keys,
   });
 }
+let llmConfig = null;
+let runtimeConfig = null;
+
+// Dexto's times are epoch milliseconds; plugd sends RFC 3339.
+const millis = (t) => {
+  const n = typeof t === 'string' ? Date.parse(t) : NaN;
+  return Number.isNaN(n) ? undefined : n;
+};
+
+// `context.agent.sessionManager`: read-only, plugd's stored sessions.
+function sessionMetadata(s) {
+  return Object.freeze({ createdAt: millis(s.createdAt), lastActivity: millis(s.lastActivity), messageCount: s.messageCount });
+}
+async function sessionHistory(id, limit) {
+  const params = { id: String(id) };
+  if (limit !== undefined) params.limit = limit;
+  const { messages } = await request('sessions.history', params);
+  return messages.map((m) => ({ ...m, timestamp: millis(m.timestamp) }));
+}
+async function sessionRow(id) {
+  return (await request('sessions.get', { id: String(id) })).session ?? undefined;
+}
+const sessionManager = Object.freeze({
+  listSessions: async () => (await request('sessions.list', {})).ids,
+  getSession: async (id) => {
+    const s = await sessionRow(id);
+    if (!s) return undefined;
+    return Object.freeze({ id: s.id, metadata: sessionMetadata(s), getHistory: (limit) => sessionHistory(s.id, limit) });
+  },
+  getSessionMetadata: async (id) => {
+    const s = await sessionRow(id);
+    return s ? sessionMetadata(s) : undefined;
+  },
+  getSessionHistory: (id, limit) => sessionHistory(id, limit),
+});
+
+// Dexto's ToolSet: {[name]: {name, description, parameters}}.
+function toolSet(list) {
+  const set = {};
+  for (const t of list) set[t.name] = Object.freeze({ name: t.name, description: t.description, parameters: t.parameters });
+  return Object.freeze(set);
+}
+const agentTools = async () => (await request('tools.list', {})).tools;
+const toolManager = Object.freeze({
+  getAllTools: async () => toolSet(await agentTools()),
+  getToolNames: async () => (await agentTools()).map((t) => t.name),
+  hasTool: async (name) => (await agentTools()).some((t) => t.name === name),
+});
+
+const mcpServers = async () => (await request('mcp.list', {})).servers;
+const mcpManager = Object.freeze({
+  getClients: async () =>
+    new Map(
+      (await mcpServers()).map((s) => [
+        s.name,
+        Object.freeze({ name: s.name, transport: s.transport, state: s.state, getTools: async () => toolSet(s.tools) }),
+      ]),
+    ),
+  getAllTools: async () => toolSet((await mcpServers()).flatMap((s) => s.tools)),
+  getFailedConnections: async () =>
+    Object.fromEntries(
+      (await mcpServers())
+        .filter((s) => s.state === 'failed')
+        .map((s) => [s.name, `plugd reports MCP server ${s.name} failed; see \`plugd plugin show ${s.name}\``]),
+    ),
+});
+
+// The agent's effective configuration as plugd loaded it (no secrets).
+const stateManager = Object.freeze({
+  getLLMConfig: () => llmConfig,
+  getRuntimeConfig: () => runtimeConfig,
+});
+
+// `agentEventBus`: EventEmitter-style, bridged to plugd's bus on subjects
+// `dexto.agent.<name>`. Subscriptions and emits go out in program order (one
+// chain), so `on(x)` then `emit(x)` reaches the listener; listeners are
+// called with the payload when the event comes back from the bus, the
+// module's own emits included.
+const EVENT_NAME = /^[A-Za-z0-9_:-]{1,128}$/;
+const MAX_EVENT_PAYLOAD = 64 * 1024;
+const listeners = new Map();
+let busChain = Promise.resolve();
+function busOp(op) {
+  busChain = busChain.then(op).catch((e) => process.stderr.write(`[ERROR] ${pluginName}: agentEventBus: ${describe(e)}\n`));
+}
+function checkEventName(name) {
+  if (typeof name !== 'string' || !EVENT_NAME.test(name)) {
+    throw new TypeError(`agentEventBus: event name ${JSON.stringify(String(name)).slice(0, 80)} is not 1-128 letters, digits, '_', '-' or ':'`);
+  }
+}
+function addListener(name, fn, once) {
+  checkEventName(name);
+  if (typeof fn !== 'function') throw new TypeError(`agentEventBus: the listener of ${name} must be a function`);
+  let list = listeners.get(name);
+  if (!list) {
+    list = [];
+    listeners.set(name, list);
+    busOp(() => request('events.subscribe', { name }));
+  }
+  list.push({ fn, once });
+}
+function removeListener(name, fn) {
+  const list = listeners.get(name);
+  if (!list) return;
+  const i = list.findIndex((l) => l.fn === fn);
+  if (i >= 0) list.splice(i, 1);
+  if (list.length === 0) {
+    listeners.delete(name);
+    busOp(() => request('events.unsubscribe', { name }));
+  }
+}
+const agentEventBus = Object.freeze({
+  on(name, fn) {
+    addListener(name, fn, false);
+    return this;
+  },
+  addListener(name, fn) {
+    addListener(name, fn, false);
+    return this;
+  },
+  once(name, fn) {
+    addListener(name, fn, true);
+    return this;
+  },
+  off(name, fn) {
+    removeListener(name, fn);
+    return this;
+  },
+  removeListener(name, fn) {
+    removeListener(name, fn);
+    return this;
+  },
+  removeAllListeners(name) {
+    for (const n of name === undefined ? [...listeners.keys()] : [name]) {
+      for (const l of [...(listeners.get(n) ?? [])]) removeListener(n, l.fn);
+    }
+    return this;
+  },
+  listenerCount: (name) => listeners.get(name)?.length ?? 0,
+  // plugd's addition: resolves once the subscriptions and emits made so far
+  // have reached plugd (an event published after it reaches the listeners).
+  ready: () => busChain,
+  emit(name, payload) {
+    checkEventName(name);
+    const value = payload === undefined ? null : safeData(payload);
+    const size = Buffer.byteLength(JSON.stringify(value));
+    if (size > MAX_EVENT_PAYLOAD) throw new RangeError(`agentEventBus: the payload of ${name} is ${size} bytes; at most ${MAX_EVENT_PAYLOAD}`);
+    busOp(() => send({ jsonrpc: '2.0', method: 'events.emit', params: { name, payload: value } }));
+    return true;
+  },
+});
+function deliver({ name, payload }) {
+  for (const l of [...(listeners.get(name) ?? [])]) {
+    if (l.once) removeListener(name, l.fn);
+    try {
+      const r = l.fn(payload);
+      if (r && typeof r.catch === 'function') r.catch((e) => process.stderr.write(`[ERROR] ${pluginName}: listener of ${name} rejected: ${describe(e)}\n`));
+    } catch (e) {
+      process.stderr.write(`[ERROR] ${pluginName}: listener of ${name} threw: ${describe(e)}\n`);
+    }
+  }
+}
+
 const agent = Object.freeze({
+  sessionManager,
+  toolManager,
+  mcpManager,
+  stateManager,
+  agentEventBus,
   storage: Object.freeze({ database: keyValue('database'), cache: keyValue('cache') }),
 });
 
@@ -173,9 +349,7 @@ function validatePluginShape(PluginClass, name) {
   }
 }
 
-let llmConfig = null;
-
-async function load({ name, module, config, llmConfig: llm }) {
+async function load({ name, module, config, llmConfig: llm, runtimeConfig: runtime }) {
   if (plugin) throw new RpcError(E.STATE, 'a module is already loaded in this host');
   if (typeof module !== 'string' || typeof name !== 'string') throw new RpcError(E.INVALID, 'load needs {name, module}');
   if (!existsSync(module)) throw new RpcError(E.NOT_FOUND, `plugin at ${module} does not exist`);
@@ -196,6 +370,9 @@ async function load({ name, module, config, llmConfig: llm }) {
   }
   if (!PluginClass) throw new RpcError(E.NO_DEFAULT, `plugin at ${module} has no default export`);
   validatePluginShape(PluginClass, name);
+  // stateManager answers from here on, `initialize` included.
+  llmConfig = llm && typeof llm === 'object' ? Object.freeze({ ...llm }) : null;
+  runtimeConfig = runtime && typeof runtime === 'object' ? deepFreeze(runtime) : null;
   const instance = new PluginClass();
   if (instance.initialize) {
     try {
@@ -206,12 +383,19 @@ async function load({ name, module, config, llmConfig: llm }) {
   }
   plugin = instance;
   pluginName = name;
-  llmConfig = llm && typeof llm === 'object' ? Object.freeze({ ...llm }) : null;
   return {
     methods: EXTENSION_POINTS.filter((m) => typeof instance[m] === 'function'),
     cleanup: typeof instance.cleanup === 'function',
     node: process.versions.node,
   };
+}
+
+function deepFreeze(v) {
+  if (v && typeof v === 'object') {
+    for (const x of Object.values(v)) deepFreeze(x);
+    Object.freeze(v);
+  }
+  return v;
 }
 
 function kind(v) {
@@ -282,12 +466,16 @@ rl.on('line', (line) => {
     const slot = waiting.get(msg?.id);
     if (slot) {
       waiting.delete(msg.id);
-      if (msg.error) slot.reject(new Error(`plugd: ${msg.error.message ?? 'storage call failed'}`));
+      if (msg.error) slot.reject(new Error(`plugd: ${msg.error.message ?? 'request failed'}`));
       else slot.resolve(msg.result ?? {});
     }
     return;
   }
   if (msg.id === undefined || msg.id === null) {
+    if (msg.method === 'event') {
+      deliver(msg.params ?? {});
+      return;
+    }
     if (msg.method === 'cancel') {
       const call = msg.params?.call;
       aborts.get(call)?.abort(new Error('plugd gave up on this call (deadline)'));

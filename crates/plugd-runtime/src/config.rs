@@ -13,9 +13,10 @@
 //! * `${{dexto.agent_dir}}` and `${{workspace_dir}}` expand to the workspace
 //!   directory in module paths, module `config` values and `llm.script`;
 //!   those paths must be absolute after expansion;
-//! * a `plugins.custom` entry has `module:` (a Dexto module) XOR `plugin:`
-//!   (a plugd plugin of any dialect), see [`Binding`] for how a plugin entry
-//!   names its point;
+//! * a `plugins.custom` entry has `module:` (a Dexto module: a file path, or
+//!   an npm package of the workspace's `node_modules`, see
+//!   [`crate::hooks::dexto_package`]) XOR `plugin:` (a plugd plugin of any
+//!   dialect), see [`Binding`] for how a plugin entry names its point;
 //! * `tools:` is reserved for per-tool overrides: only `{}` is accepted now.
 
 use std::collections::BTreeSet;
@@ -311,7 +312,7 @@ impl CustomEntry {
     /// which it implements; the others pass).
     pub fn points(&self) -> Vec<HookPoint> {
         match &self.source {
-            Source::Module { .. } => HookPoint::ALL
+            Source::Module { .. } | Source::Package { .. } => HookPoint::ALL
                 .into_iter()
                 .filter(|p| p.dexto_method().is_some())
                 .collect(),
@@ -340,6 +341,15 @@ pub enum Source {
     Module {
         /// The module file, absolute.
         module: PathBuf,
+        /// `config`, passed to the module's `initialize`.
+        config: Value,
+    },
+    /// `module:` naming an npm package (`@scope/name`, `name/sub/path`),
+    /// resolved in the workspace's `node_modules` when the pipeline is
+    /// built (see [`crate::hooks::dexto_package`]), and its `config`.
+    Package {
+        /// The specifier as written (its grammar checked).
+        package: String,
         /// `config`, passed to the module's `initialize`.
         config: Value,
     },
@@ -683,6 +693,9 @@ impl PlugdConfig {
             if let LlmConfig::Scripted { script } = &mut llm {
                 *script = cx.absolute("llm.script", line, &script.to_string_lossy())?;
             }
+            llm.request_options()
+                .check()
+                .map_err(|m| cx.invalid("llm", line, m))?;
             config.llm = Some(llm);
         }
         for (i, id) in raw.eager.unwrap_or_default().into_iter().enumerate() {
@@ -746,6 +759,9 @@ impl PlugdConfig {
                     &script.to_string_lossy(),
                 )?;
             }
+            llm.request_options()
+                .check()
+                .map_err(|m| cx.invalid(format!("llm_providers.{name}"), line, m))?;
             config.llm_providers.insert(name, llm);
         }
         if let Some(memory) = raw.memory {
@@ -943,7 +959,21 @@ fn custom_entry(
                 }
             }
             let module_line = module.referenced.line();
-            let module = cx.absolute(&ctx_of("module"), module_line, &module.value)?;
+            let package = crate::hooks::dexto_package::is_package_form(
+                &module.value,
+                Path::new(cx.workspace),
+            );
+            let package = if package {
+                crate::hooks::dexto_package::parse(&module.value)
+                    .map_err(|m| cx.invalid(ctx_of("module"), module_line, m))?;
+                Some(module.value.clone())
+            } else {
+                None
+            };
+            let module = match package {
+                Some(_) => PathBuf::new(),
+                None => cx.absolute(&ctx_of("module"), module_line, &module.value)?,
+            };
             let mut config = raw
                 .config
                 .unwrap_or_else(|| Value::Object(Default::default()));
@@ -959,7 +989,10 @@ fn custom_entry(
             }
             cx.expand_value(&mut config)
                 .map_err(|m| cx.invalid(ctx_of("config"), line, m))?;
-            Source::Module { module, config }
+            match package {
+                Some(package) => Source::Package { package, config },
+                None => Source::Module { module, config },
+            }
         }
         (None, Some(plugin)) => {
             if raw.config.is_some() {
@@ -1271,6 +1304,67 @@ tools: {}
             panic!()
         };
         assert_eq!(config["log"], "/srv/agent/audit.log");
+    }
+
+    #[test]
+    fn a_module_naming_an_npm_package_is_a_package_source_and_traversal_is_refused() {
+        let c = valid(
+            "plugins:\n  custom:\n    - {name: t, priority: 1, module: \"@mycompany/dexto-tenant-plugin\", config: {dir: \"${{dexto.agent_dir}}\"}}\n",
+        );
+        assert_eq!(
+            c.plugins.custom[0].source,
+            Source::Package {
+                package: "@mycompany/dexto-tenant-plugin".into(),
+                config: serde_json::json!({"dir": "/srv/agent"}),
+            }
+        );
+        assert_eq!(c.plugins.custom[0].points().len(), 4);
+        let e = err(
+            "plugins:\n  custom:\n    - {name: t, priority: 1, module: \"@acme/pkg/../../../etc/passwd\"}\n",
+        );
+        assert!(
+            e.contains("escapes its package") && e.contains("plugins.custom[0].module (\"t\")"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn llm_request_options_parse_and_are_bounded() {
+        let c = valid(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [\"\\nUser:\"], tool_choice: {specific: guard/chatty}, cache_tools: true}\n",
+        );
+        let o = c.llm.unwrap().request_options();
+        assert_eq!(o.stop_sequences, ["\nUser:"]);
+        assert_eq!(
+            o.tool_choice,
+            Some(crate::llm::ToolChoiceSetting::Specific(
+                "guard/chatty".into()
+            ))
+        );
+        assert!(o.cache_tools);
+        for (word, want) in [
+            ("auto", crate::llm::ToolChoiceSetting::Auto),
+            ("any", crate::llm::ToolChoiceSetting::Any),
+            ("none", crate::llm::ToolChoiceSetting::None),
+        ] {
+            let c = valid(&format!(
+                "llm: {{provider: openai, base_url: \"http://127.0.0.1:1/v1\", model: m, tool_choice: {word}}}\n"
+            ));
+            assert_eq!(c.llm.unwrap().request_options().tool_choice, Some(want));
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("s{i}")).collect();
+        let e = err(&format!(
+            "llm: {{provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [{}]}}\n",
+            many.join(", ")
+        ));
+        assert!(
+            e.contains("llm.stop_sequences has 17 entries; at most 16"),
+            "{e}"
+        );
+        let e = err(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m, stop_sequences: [\"\"]}\n",
+        );
+        assert!(e.contains("is not 1-256 bytes"), "{e}");
     }
 
     #[test]

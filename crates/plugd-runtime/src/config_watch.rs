@@ -1,14 +1,31 @@
 //! Serve's watch on `plugd.yaml`: what changes there reaches running plugins
 //! without a restart (the microapps' `agents/updated`, the roots offered to
-//! MCP servers with `notifications/roots/list_changed`).
+//! MCP servers with `notifications/roots/list_changed`); and its watch on
+//! the Dexto module files the hook pipeline loaded ([`watch_modules`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Runtime;
 use crate::config::PlugdConfig;
+use crate::hooks::Pipeline;
 
 /// How often serve re-reads `plugd.yaml`.
 pub const CONFIG_POLL: Duration = Duration::from_secs(1);
+
+/// How often serve looks at the Dexto module files.
+pub const MODULE_POLL: Duration = Duration::from_secs(1);
+
+/// Run by serve: every [`MODULE_POLL`], each handler of `pipeline` whose
+/// source changed reloads ([`Pipeline::reload_changed`]); a Dexto module
+/// whose new version fails to load keeps its previous instance and says so
+/// in the log (see `hooks::dexto`, "Reloading").
+pub async fn watch_modules(pipeline: Arc<Pipeline>) {
+    loop {
+        tokio::time::sleep(MODULE_POLL).await;
+        pipeline.reload_changed().await;
+    }
+}
 
 impl Runtime {
     /// Run by serve: reads `plugd.yaml` every [`CONFIG_POLL`]; when the agent

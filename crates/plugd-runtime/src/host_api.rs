@@ -301,6 +301,7 @@ impl HostApi for RuntimeApi {
                 max_tokens: Some(request.max_tokens),
                 temperature: Some(request.temperature),
                 system_prompt: request.system_prompt.clone(),
+                ..ChatRequest::default()
             };
             let (tx, mut rx) = mpsc::unbounded_channel::<Delta>();
             let streaming = deltas.is_some();

@@ -120,6 +120,64 @@ impl Store {
         tx.commit().map_err(|e| self.query_error(action(), e))
     }
 
+    /// The stored sessions, newest first (by creation time, then id),
+    /// at most `limit`.
+    pub fn session_list(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
+        let conn = self.lock();
+        let read = || -> rusqlite::Result<Vec<SessionRow>> {
+            let mut stmt = conn.prepare(
+                "SELECT id, created_at FROM sessions ORDER BY created_at DESC, id DESC LIMIT ?1",
+            )?;
+            stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                Ok(SessionRow {
+                    id: r.get(0)?,
+                    created_at: r.get(1)?,
+                })
+            })?
+            .collect()
+        };
+        read().map_err(|e| self.query_error("list sessions".to_owned(), e))
+    }
+
+    /// How many transcript entries session `id` has, and its last `limit`
+    /// entries, oldest first (`0` and none when unknown).
+    pub fn session_tail(&self, id: &str, limit: usize) -> Result<(usize, Vec<Value>), StoreError> {
+        Self::check_session_id(id)?;
+        let action = || format!("read the transcript of session {id:?}");
+        let (total, rows): (i64, Vec<String>) = {
+            let conn = self.lock();
+            let read = || -> rusqlite::Result<(i64, Vec<String>)> {
+                let total = conn.query_row(
+                    "SELECT COUNT(*) FROM transcript_entries WHERE session_id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )?;
+                let mut stmt = conn.prepare(
+                    "SELECT body FROM (SELECT id, body FROM transcript_entries WHERE session_id = ?1
+                     ORDER BY id DESC LIMIT ?2) ORDER BY id",
+                )?;
+                let rows = stmt
+                    .query_map(params![id, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
+                        r.get(0)
+                    })?
+                    .collect::<rusqlite::Result<_>>()?;
+                Ok((total, rows))
+            };
+            read().map_err(|e| self.query_error(action(), e))?
+        };
+        let entries = rows
+            .into_iter()
+            .map(|body| {
+                serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
+                    db: self.label().to_owned(),
+                    plugin_id: format!("session {id}"),
+                    detail: format!("a transcript entry is not JSON ({e})"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((usize::try_from(total).unwrap_or(0), entries))
+    }
+
     /// The transcript of session `id`, oldest first (empty when unknown).
     pub fn session_transcript(&self, id: &str) -> Result<Vec<Value>, StoreError> {
         Self::check_session_id(id)?;
@@ -183,5 +241,32 @@ mod tests {
             ));
         }
         assert!(valid_session_id(&"x".repeat(128)));
+    }
+
+    #[test]
+    fn sessions_list_newest_first_and_tails_are_bounded() {
+        let store = Store::open_in_memory().unwrap();
+        assert!(store.session_list(10).unwrap().is_empty());
+        for id in ["a", "b", "c"] {
+            store.session_ensure(id).unwrap();
+        }
+        let ids: Vec<String> = store
+            .session_list(2)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        // Same second: the id breaks the tie, newest (largest) first.
+        assert_eq!(ids.len(), 2);
+        let entries: Vec<Value> = (0..5).map(|i| serde_json::json!({"n": i})).collect();
+        store.session_append("b", &entries).unwrap();
+        let (total, tail) = store.session_tail("b", 2).unwrap();
+        assert_eq!(total, 5);
+        assert_eq!(
+            tail,
+            [serde_json::json!({"n": 3}), serde_json::json!({"n": 4})]
+        );
+        assert_eq!(store.session_tail("zz", 2).unwrap(), (0, Vec::new()));
+        assert!(store.session_tail("a/b", 2).is_err());
     }
 }

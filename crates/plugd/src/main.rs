@@ -625,6 +625,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
     let agents_watch = tokio::spawn(rt.clone().watch_config());
+    // A changed Dexto module file is reloaded; a broken new version is not.
+    let modules_watch = tokio::spawn(plugd_runtime::config_watch::watch_modules(pipeline.clone()));
     // Tests and scripts read the socket and the bound port from these lines.
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {
@@ -645,6 +647,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
                 Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
             };
             agents_watch.abort();
+            modules_watch.abort();
             watcher.shutdown().await;
             channels.shutdown().await;
             pipeline.cleanup().await;
@@ -664,6 +667,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     }
     tracing::info!("shutting plugins down");
     agents_watch.abort();
+    modules_watch.abort();
     watcher.shutdown().await;
     channels.shutdown().await;
     pipeline.cleanup().await;

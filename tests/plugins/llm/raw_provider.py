@@ -6,7 +6,8 @@
 # its digits appeared in the raw request line (so an f32 round trip that
 # turned 0.7 into 0.699999988079071 shows), "keys" the sorted keys of
 # params.request, "provider" / "model" the routing fields, "user" the last
-# user message. stdout is the protocol; diagnostics go to stderr.
+# user message, "options" the values of stop_sequences, tool_choice,
+# system_blocks and cache_tools. stdout is the protocol; diagnostics go to stderr.
 
 import json
 import re
@@ -43,6 +44,8 @@ def chat(rid, params, raw):
         "provider": provider,
         "model": params.get("model"),
         "user": user,
+        # The optional fields of §5.y as they arrived.
+        "options": {k: request.get(k) for k in ("stop_sequences", "tool_choice", "system_blocks", "cache_tools")},
     })
     send({"id": rid, "result": {
         "content": {"type": "text", "text": text},

@@ -245,6 +245,7 @@ impl Turn<'_> {
             max_tokens: None,
             temperature: None,
             system_prompt: self.agent.settings.system_prompt.clone(),
+            ..ChatRequest::default()
         };
         self.rounds += 1;
         let llm = self.agent.llm.clone();

@@ -286,11 +286,98 @@ fn dexto_llm_config(config: &PlugdConfig) -> Value {
     }
 }
 
+/// What `context.agent.stateManager.getRuntimeConfig()` answers: the
+/// agent's effective configuration in Dexto's names, without secrets (no
+/// API key sources, provider URLs, plugin commands or environments).
+pub fn dexto_runtime_config(config: &PlugdConfig, runtime: &Runtime) -> Value {
+    use serde_json::json;
+    let mcp_servers: serde_json::Map<String, Value> = runtime
+        .plugin_list()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.dialect == "mcp" && p.approved)
+        .map(|p| (p.id, json!({"type": "stdio"})))
+        .collect();
+    let builtin = |priority: i64, enabled: bool, blocking: bool, settings: Value| {
+        let mut v = json!({"priority": priority, "enabled": enabled, "blocking": blocking});
+        if let (Some(m), Value::Object(s)) = (v.as_object_mut(), settings) {
+            m.extend(s);
+        }
+        v
+    };
+    let plugins = &config.plugins;
+    let content_policy = plugins.content_policy.as_ref().map(|b| {
+        builtin(
+            b.priority,
+            b.enabled,
+            b.blocking,
+            json!({"maxInputChars": b.settings.max_input_chars,
+                   "redactEmails": b.settings.redact_emails,
+                   "redactApiKeys": b.settings.redact_api_keys}),
+        )
+    });
+    let response_sanitizer = plugins.response_sanitizer.as_ref().map(|b| {
+        builtin(
+            b.priority,
+            b.enabled,
+            b.blocking,
+            json!({"redactEmails": b.settings.redact_emails,
+                   "redactApiKeys": b.settings.redact_api_keys,
+                   "maxResponseLength": b.settings.max_response_length}),
+        )
+    });
+    let custom: Vec<Value> = plugins
+        .custom
+        .iter()
+        .map(|c| json!({"name": c.name, "priority": c.priority, "blocking": c.blocking, "enabled": c.enabled}))
+        .collect();
+    let t = &config.tenant;
+    json!({
+        "agentId": t.agent_id.clone().unwrap_or_else(|| crate::microapp::DEFAULT_AGENT_ID.to_owned()),
+        "llm": dexto_llm_config(config),
+        "systemPrompt": config.agent.system_prompt,
+        "skills": config.agent.skills,
+        "mcpServers": mcp_servers,
+        "plugins": {
+            "contentPolicy": content_policy,
+            "responseSanitizer": response_sanitizer,
+            "custom": custom,
+        },
+        "tenant": {"tenantId": t.tenant_id, "userId": t.user_id, "channel": t.channel, "accountId": t.account_id},
+    })
+}
+
 fn init(entry: &CustomEntry, reason: impl Into<String>) -> PipelineError {
     PipelineError::Init {
         name: entry.name.clone(),
         reason: reason.into(),
     }
+}
+
+/// Loads one Dexto module file with everything `context` offers.
+async fn load_dexto(
+    entry: &CustomEntry,
+    module: &std::path::Path,
+    module_config: &Value,
+    config: &PlugdConfig,
+    runtime: &Runtime,
+) -> Result<Arc<dyn HookHandler>, PipelineError> {
+    let options = dexto::DextoOptions {
+        storage: Some(runtime.store().clone()),
+        llm_config: dexto_llm_config(config),
+        runtime: Some(runtime.clone()),
+        runtime_config: dexto_runtime_config(config, runtime),
+        ..dexto::DextoOptions::default()
+    };
+    let m = dexto::load_module(
+        &entry.name,
+        module,
+        module_config,
+        &config.workspace,
+        &options,
+    )
+    .await?;
+    Ok(m)
 }
 
 async fn load(
@@ -312,20 +399,26 @@ async fn load(
                     ),
                 ));
             }
-            let options = dexto::DextoOptions {
-                storage: Some(runtime.store().clone()),
-                llm_config: dexto_llm_config(config),
-                ..dexto::DextoOptions::default()
-            };
-            let m = dexto::load_module(
-                &entry.name,
-                module,
-                module_config,
-                &config.workspace,
-                &options,
-            )
-            .await?;
-            return Ok(m);
+            return load_dexto(entry, module, module_config, config, runtime).await;
+        }
+        Source::Package {
+            package,
+            config: module_config,
+        } => {
+            let module = super::dexto_package::parse(package)
+                .and_then(|spec| super::dexto_package::resolve(&config.workspace, &spec))
+                .map_err(|why| {
+                    // `plugins/x.js` is a package specifier to Node too; say
+                    // how to name the file when that is what was meant.
+                    let hint = if config.workspace.join(package).is_file() {
+                        format!("; if you meant the file, write module: \"${{{{dexto.agent_dir}}}}/{package}\"")
+                    } else {
+                        String::new()
+                    };
+                    init(entry, format!("module {package:?}: {why}{hint}"))
+                })?;
+            tracing::debug!(handler = %entry.name, package, module = %module.display(), "dexto package resolved");
+            return load_dexto(entry, &module, module_config, config, runtime).await;
         }
         Source::Plugin { plugin, binding } => (plugin.as_str(), binding),
     };

@@ -14,8 +14,10 @@
 //! [`plugd_host::spawn`] (process group, cleared environment plus allowlist,
 //! kill-and-reap), one process per module, working directory = the
 //! workspace. The two talk newline-delimited JSON-RPC 2.0 through a
-//! [`Peer`]: `load`, `hook`, `cleanup` and `ping` requests, a `cancel`
-//! notification to the host, `log` notifications from it. The host sends
+//! [`Peer`]: `load`, `hook`, `cleanup` and `ping` requests, `cancel` and
+//! `event` notifications to the host, `log` and `events.emit` notifications
+//! from it, and its requests for `context.agent` (storage, sessions, tools,
+//! MCP servers, bus subscriptions; served by [`super::dexto_agent`]). The host sends
 //! `console.*` and `process.stdout.write` of the module to stderr, which plugd
 //! logs, so a chatty module cannot corrupt the protocol.
 //!
@@ -62,8 +64,11 @@
 //!
 //! [`HookHandler::handle`] calls the module's method for the point with the
 //! payload and a context `{sessionId, userId, tenantId, agentId, channel,
-//! accountId, traceId, deadlineMs, logger, abortSignal}` (only the ids that
-//! are set). `logger.debug/info/warn/error(message, data)` become `log`
+//! accountId, traceId, deadlineMs, llmConfig, logger, abortSignal, agent}`
+//! (only the ids that are set). `agent` holds the seed's managers
+//! (`sessionManager`, `toolManager`, `mcpManager`, `stateManager`,
+//! `agentEventBus`) and `storage`, frozen and read-only; see
+//! [`super::dexto_agent`] for what each answers. `logger.debug/info/warn/error(message, data)` become `log`
 //! notifications, logged by plugd under the target `plugd::dexto` with the
 //! handler name. A point the module does not implement, and
 //! `before_message` (not a Dexto point), pass.
@@ -83,7 +88,19 @@
 //!
 //! If the host process dies, the call in flight fails ([`HookError::Failed`],
 //! so the entry's `on_error` applies) and the next call starts a new host,
-//! which re-runs `initialize`. [`HookHandler::cleanup`] calls the module's
+//! which re-runs `initialize`.
+//!
+//! # Reloading (the seed's "Hot Reloading")
+//!
+//! [`HookHandler::reload_if_changed`] (which `plugd serve` calls every
+//! second, see `config_watch::watch_modules`) compares the module file with
+//! what was loaded (size, times, inode, then a SHA-256 of the bytes). When
+//! it changed, a new host loads the new version while the old one keeps
+//! serving; if the new one loads (shape checks and `initialize` pass) it
+//! takes over and the old one finishes its calls, runs `cleanup` and is
+//! stopped; if not, the old one stays and plugd logs a warning with the
+//! reason, trying again when the file changes again. Only the module file
+//! itself is watched, not what it imports. [`HookHandler::cleanup`] calls the module's
 //! `cleanup` and stops the process.
 
 use std::collections::BTreeMap;
@@ -102,6 +119,7 @@ use plugd_host::{CallError, Closed, Peer, PeerConfig};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
 
+use super::dexto_agent::{self, AgentServices, EventBridge};
 use super::{
     HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
     PipelineError,
@@ -155,6 +173,13 @@ pub struct DextoOptions {
     /// `context.llmConfig`: provider, model and limits of the running
     /// agent (`null` when it has no LLM).
     pub llm_config: Value,
+    /// The runtime behind `context.agent.toolManager`, `mcpManager` and
+    /// `agentEventBus` (`None`: each of their calls fails saying so).
+    pub runtime: Option<crate::Runtime>,
+    /// What `context.agent.stateManager.getRuntimeConfig()` answers: the
+    /// agent's effective configuration, without secrets (see
+    /// `build::dexto_runtime_config`).
+    pub runtime_config: Value,
 }
 
 impl fmt::Debug for DextoOptions {
@@ -163,6 +188,7 @@ impl fmt::Debug for DextoOptions {
             .field("node", &self.node)
             .field("tsx", &self.tsx)
             .field("storage", &self.storage.is_some())
+            .field("runtime", &self.runtime.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -178,6 +204,8 @@ impl Default for DextoOptions {
             tsx: std::env::var_os(TSX_ENV).map(PathBuf::from),
             storage: None,
             llm_config: Value::Null,
+            runtime: None,
+            runtime_config: Value::Null,
         }
     }
 }
@@ -334,6 +362,8 @@ pub async fn load_module(
         reason: e.to_string(),
     };
     let launch = prepare(module, workspace, options).await.map_err(init)?;
+    // Taken before the start, so a change made while it loads is noticed.
+    let stamp = stamp_of(module, None);
     let m = DextoModule {
         name: name.into(),
         module: module.to_path_buf(),
@@ -343,6 +373,7 @@ pub async fn load_module(
         options: options.clone(),
         slot: tokio::sync::Mutex::new(Slot::default()),
         calls: AtomicU64::new(1),
+        stamp: std::sync::Mutex::new(stamp),
     };
     let host = m.start().await.map_err(init)?;
     tracing::info!(handler = name, module = %module.display(), loader = m.launch.loader,
@@ -551,6 +582,41 @@ pub struct DextoModule {
     options: DextoOptions,
     slot: tokio::sync::Mutex<Slot>,
     calls: AtomicU64,
+    /// The module file as last loaded (or last tried).
+    stamp: std::sync::Mutex<Option<FileStamp>>,
+}
+
+/// What a module file looked like: metadata for the cheap check, then its
+/// digest to tell a touch from a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    meta: (u64, i64, i64, i64, i64, u64),
+    digest: [u8; 32],
+}
+
+/// The stamp of `path`, `None` when it cannot be read.
+fn stamp_of(path: &Path, meta_only_if: Option<&FileStamp>) -> Option<FileStamp> {
+    use sha2::Digest as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(path).ok()?;
+    let meta = (
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+        m.ino(),
+    );
+    if let Some(last) = meta_only_if
+        && last.meta == meta
+    {
+        return Some(last.clone());
+    }
+    let bytes = std::fs::read(path).ok()?;
+    Some(FileStamp {
+        meta,
+        digest: sha2::Sha256::digest(&bytes).into(),
+    })
 }
 
 impl fmt::Debug for DextoModule {
@@ -623,7 +689,15 @@ impl DextoModule {
         let events = Arc::new(HostEvents {
             handler: self.name.clone(),
             module: self.module.display().to_string().into(),
-            storage: self.options.storage.clone(),
+            services: AgentServices {
+                store: self
+                    .options
+                    .storage
+                    .clone()
+                    .or_else(|| self.options.runtime.as_ref().map(|r| r.store().clone())),
+                runtime: self.options.runtime.clone(),
+            },
+            bridge: Default::default(),
         });
         let peer = Peer::start(
             PeerConfig::with_protocol(&self.name, Arc::new(JsonRpc::LINES)),
@@ -676,6 +750,7 @@ impl DextoModule {
             "module": self.module.to_string_lossy(),
             "config": &self.config,
             "llmConfig": &self.options.llm_config,
+            "runtimeConfig": &self.options.runtime_config,
         });
         let reply = host
             .peer
@@ -765,6 +840,32 @@ impl DextoModule {
         }
     }
 
+    /// Loads the changed module file in a new host and swaps it in; a
+    /// version that fails to load leaves the running one in place.
+    async fn reload(&self) {
+        match self.start().await {
+            Ok(host) => {
+                let old = {
+                    let mut slot = self.slot.lock().await;
+                    if slot.stopped {
+                        return; // `host` is dropped, which stops it
+                    }
+                    slot.last_failure = None;
+                    slot.current.replace(host.clone())
+                };
+                tracing::info!(handler = %self.name, module = %self.module.display(),
+                    points = ?host.methods, "dexto module changed; reloaded (initialize passed), the previous instance is stopped");
+                if let Some(old) = old {
+                    tokio::spawn(retire(old, self.name.clone(), self.options.call_limit));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(handler = %self.name, module = %self.module.display(),
+                    "dexto module changed, but the new version does not load; keeping the previous instance: {e}");
+            }
+        }
+    }
+
     async fn call(
         &self,
         point: HookPoint,
@@ -820,6 +921,22 @@ impl DextoModule {
     }
 }
 
+/// Stops a replaced host once its calls are done (bounded by `limit`):
+/// its `cleanup`, then the process group.
+async fn retire(old: Arc<HostProc>, name: Arc<str>, limit: Duration) {
+    let until = Instant::now() + limit;
+    while Arc::strong_count(&old) > 1 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if old.has_cleanup
+        && old.peer.closed_reason().is_none()
+        && let Err(e) = old.peer.call("cleanup", None, CLEANUP_LIMIT).await
+    {
+        tracing::warn!(handler = %name, "cleanup of the replaced dexto module failed: {e}");
+    }
+    old.process.kill_group();
+}
+
 impl HookHandler for DextoModule {
     fn handle<'a>(
         &'a self,
@@ -832,6 +949,31 @@ impl HookHandler for DextoModule {
                 None => Ok(HandlerResult::pass()),
                 Some(method) => self.call(point, method, payload, ctx).await,
             }
+        })
+    }
+
+    fn reload_if_changed(&self) -> Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let last = self.stamp.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            let path = self.module.clone();
+            let known = last.clone();
+            let now = tokio::task::spawn_blocking(move || stamp_of(&path, known.as_ref()))
+                .await
+                .ok()
+                .flatten();
+            let Some(now) = now else {
+                // Gone or unreadable (an editor's save in progress): keep
+                // what runs, look again next time.
+                return;
+            };
+            if last.as_ref() == Some(&now) {
+                return;
+            }
+            *self.stamp.lock().unwrap_or_else(|p| p.into_inner()) = Some(now.clone());
+            if last.is_some_and(|l| l.digest == now.digest) {
+                return; // touched, not changed
+            }
+            self.reload().await;
         })
     }
 
@@ -892,71 +1034,42 @@ impl Drop for Abandoned {
     }
 }
 
-/// Forwards the host's `log` notifications to tracing.
-/// One `storage.*` request of a module's `context.agent.storage`.
-fn storage_call(
-    store: &plugd_store::Store,
-    method: &str,
-    p: &Value,
-) -> Result<Value, plugd_wire::ErrorObject> {
-    let bad = |m: String| plugd_wire::ErrorObject::new(plugd_wire::codes::INVALID_PARAMS, m);
-    let failed = |e: plugd_store::StoreError| bad(format!("{method}: {e}"));
-    let space = p["space"].as_str().unwrap_or_default();
-    let key = || {
-        p["key"]
-            .as_str()
-            .ok_or_else(|| bad(format!("{method} needs a string key")))
-    };
-    match method {
-        "storage.get" => Ok(json!({"value": store.kv_get(space, key()?).map_err(failed)?})),
-        "storage.set" => {
-            store.kv_set(space, key()?, &p["value"]).map_err(failed)?;
-            Ok(json!({}))
-        }
-        "storage.delete" => Ok(json!({"deleted": store.kv_delete(space, key()?).map_err(failed)?})),
-        "storage.list" => {
-            let prefix = p["prefix"].as_str().unwrap_or_default();
-            Ok(json!({"keys": store.kv_list(space, prefix).map_err(failed)?}))
-        }
-        other => Err(plugd_wire::ErrorObject::new(
-            plugd_wire::codes::METHOD_NOT_FOUND,
-            format!("method not found: {other}"),
-        )),
-    }
-}
-
+/// Serves the host's requests (`context.agent`, see [`super::dexto_agent`])
+/// and forwards its `log` notifications to tracing.
 struct HostEvents {
     handler: Arc<str>,
     module: Arc<str>,
-    storage: Option<Arc<plugd_store::Store>>,
+    services: AgentServices,
+    bridge: Arc<std::sync::Mutex<EventBridge>>,
 }
 
 impl Handler for HostEvents {
-    /// `storage.get|set|delete|list {space, key|prefix, value}` from the
-    /// module's `context.agent.storage.database|cache`.
-    fn request(&self, method: String, params: Option<Value>) -> plugd_host::peer::HandlerFuture {
-        let storage = self.storage.clone();
+    /// `storage.*`, `sessions.*`, `tools.list`, `mcp.list` and
+    /// `events.subscribe|unsubscribe` from the module's `context.agent`.
+    fn handle(&self, request: plugd_host::peer::Request) -> plugd_host::peer::HandlerFuture {
+        let services = self.services.clone();
         let handler = self.handler.clone();
+        let bridge = self.bridge.clone();
         Box::pin(async move {
-            let Some(store) = storage else {
-                return Err(plugd_wire::ErrorObject::new(
-                    plugd_wire::codes::INTERNAL_ERROR,
-                    format!("{method}: plugd gave dexto handler {handler} no agent storage"),
-                ));
-            };
-            let p = params.unwrap_or(Value::Null);
-            tokio::task::spawn_blocking(move || storage_call(&store, &method, &p))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(plugd_wire::ErrorObject::new(
-                        plugd_wire::codes::INTERNAL_ERROR,
-                        format!("storage call failed: {e}"),
-                    ))
-                })
+            let params = request.params.unwrap_or(Value::Null);
+            dexto_agent::serve(
+                &services,
+                &bridge,
+                &handler,
+                &request.method,
+                params,
+                request.notifier,
+            )
+            .await
         })
     }
 
     fn notification(&self, method: String, params: Option<Value>) {
+        if method == "events.emit" {
+            let p = params.unwrap_or(Value::Null);
+            dexto_agent::emit(self.services.runtime.as_ref(), &self.handler, &p);
+            return;
+        }
         if method != "log" {
             return;
         }
@@ -1265,7 +1378,7 @@ mod props {
 
         #[test]
         fn log_notifications_never_panic(params in prop::option::of(json_with(KEYS, STRINGS))) {
-            let events = HostEvents { handler: "h".into(), module: "m".into(), storage: None };
+            let events = HostEvents { handler: "h".into(), module: "m".into(), services: AgentServices::default(), bridge: Default::default() };
             events.notification("log".into(), params);
         }
     }

@@ -31,6 +31,8 @@ use serde_json::{Map, Value};
 pub mod build;
 pub mod builtin;
 pub mod dexto;
+pub mod dexto_agent;
+pub mod dexto_package;
 pub mod remote;
 
 /// An interception point of the agent loop.
@@ -261,6 +263,11 @@ pub trait HookHandler: Send + Sync + 'static {
     ) -> HookFuture<'a>;
     /// Releases resources (Dexto `cleanup`); default: nothing.
     fn cleanup(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async {})
+    }
+    /// Reloads the handler if its source changed since it was loaded (a
+    /// Dexto module file, under `plugd serve`); default: nothing to reload.
+    fn reload_if_changed(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async {})
     }
 }
@@ -529,6 +536,23 @@ impl Pipeline {
             payload,
             message: None,
             notices,
+        }
+    }
+
+    /// Asks every handler to reload if its source changed
+    /// ([`HookHandler::reload_if_changed`]); serve runs it periodically
+    /// (`config_watch::watch_modules`).
+    pub async fn reload_changed(&self) {
+        // Collected first: the future stays `Send` (no raw pointers across
+        // an await).
+        let mut unique: Vec<&Arc<Entry>> = Vec::new();
+        for entry in self.chains.values().flatten() {
+            if !unique.iter().any(|e| Arc::ptr_eq(e, entry)) {
+                unique.push(entry);
+            }
+        }
+        for entry in unique {
+            entry.handler.reload_if_changed().await;
         }
     }
 

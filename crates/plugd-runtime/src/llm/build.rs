@@ -16,8 +16,25 @@ use crate::Runtime;
 /// `runtime` (the plugin must declare the provider; it starts on first use),
 /// or a scripted provider (its file loaded and checked now). `workspace`
 /// expands `${{workspace_dir}}` / `${{dexto.agent_dir}}` in a script path
-/// that still carries them; the path must then be absolute.
+/// that still carries them; the path must then be absolute. The section's
+/// `stop_sequences`, `tool_choice` and `cache_tools` are applied to every
+/// request ([`super::WithRequestOptions`]).
 pub fn build_provider(
+    config: &LlmConfig,
+    runtime: &Runtime,
+    workspace: &Path,
+) -> Result<Arc<dyn LlmProvider>, LlmError> {
+    let options = config.request_options();
+    options.check().map_err(LlmError::NotConfigured)?;
+    let provider = build_bare(config, runtime, workspace)?;
+    if options.is_empty() {
+        return Ok(provider);
+    }
+    Ok(Arc::new(super::WithRequestOptions::new(provider, options)))
+}
+
+/// The provider of `config`, without its request options.
+fn build_bare(
     config: &LlmConfig,
     runtime: &Runtime,
     workspace: &Path,
@@ -30,6 +47,7 @@ pub fn build_provider(
             api_key_secret,
             max_tokens,
             timeout_ms,
+            ..
         } => {
             let api_key = match (api_key_env, api_key_secret) {
                 (Some(_), Some(_)) => {
@@ -52,6 +70,7 @@ pub fn build_provider(
             plugin,
             name,
             model,
+            ..
         } => Ok(Arc::new(PluginProvider::new(runtime, plugin, name, model)?)),
         LlmConfig::Scripted { script } => {
             let path = expand(script, workspace);

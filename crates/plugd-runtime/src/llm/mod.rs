@@ -86,8 +86,167 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+/// Which tool the model may or must call: nexo §5.y's `tool_choice`, on
+/// the wire `{"kind": "auto"|"any"|"none"|"specific", "name"?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    Auto,
+    /// The model must call some tool.
+    Any,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool (its model-facing name).
+    Specific {
+        /// The tool.
+        name: String,
+    },
+}
+
+/// `tool_choice` as plugd.yaml's `llm:` writes it: `auto`, `any`, `none`
+/// or `{specific: TOOL}` (TOOL as `plugd tool list` or the model names it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoiceSetting {
+    /// The model decides.
+    Auto,
+    /// The model must call some tool.
+    Any,
+    /// The model must not call tools.
+    None,
+    /// The model must call this tool.
+    Specific(String),
+}
+
+/// Most `stop_sequences` plugd.yaml may set.
+pub const MAX_STOP_SEQUENCES: usize = 16;
+
+/// Longest stop sequence, in bytes.
+pub const MAX_STOP_SEQUENCE: usize = 256;
+
+/// What plugd.yaml's `llm:` (or an `llm_providers` entry) adds to every
+/// request sent to that provider: nexo §5.y's `stop_sequences`,
+/// `tool_choice` and `cache_tools`. A request that sets one keeps its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestOptions {
+    /// `stop_sequences`.
+    pub stop_sequences: Vec<String>,
+    /// `tool_choice`.
+    pub tool_choice: Option<ToolChoiceSetting>,
+    /// `cache_tools`.
+    pub cache_tools: bool,
+}
+
+impl RequestOptions {
+    /// Whether nothing is set.
+    pub fn is_empty(&self) -> bool {
+        *self == RequestOptions::default()
+    }
+
+    /// Checks the bounds; the message names the field and what to do.
+    pub fn check(&self) -> Result<(), String> {
+        if self.stop_sequences.len() > MAX_STOP_SEQUENCES {
+            return Err(format!(
+                "llm.stop_sequences has {} entries; at most {MAX_STOP_SEQUENCES}",
+                self.stop_sequences.len()
+            ));
+        }
+        if let Some(s) = self
+            .stop_sequences
+            .iter()
+            .find(|s| s.is_empty() || s.len() > MAX_STOP_SEQUENCE)
+        {
+            return Err(format!(
+                "llm.stop_sequences entry {:?} is not 1-{MAX_STOP_SEQUENCE} bytes; fix or remove it",
+                s.chars().take(40).collect::<String>()
+            ));
+        }
+        if let Some(ToolChoiceSetting::Specific(name)) = &self.tool_choice
+            && name.trim().is_empty()
+        {
+            return Err(
+                "llm.tool_choice.specific is empty; name a tool as `plugd tool list` shows it"
+                    .to_owned(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Fills what `request` leaves unset. A `specific` tool is matched
+    /// against the request's tools by name or by its provider-safe form
+    /// (`guard/chatty` → `guard_chatty`); one the request does not offer is
+    /// left out (the provider's default, auto), since no provider accepts a
+    /// choice of a tool it was not given.
+    pub fn apply(&self, request: &mut ChatRequest) {
+        if request.stop_sequences.is_empty() {
+            request.stop_sequences = self.stop_sequences.clone();
+        }
+        request.cache_tools |= self.cache_tools;
+        if request.tool_choice.is_some() {
+            return;
+        }
+        request.tool_choice = match &self.tool_choice {
+            None => None,
+            Some(ToolChoiceSetting::Auto) => Some(ToolChoice::Auto),
+            Some(ToolChoiceSetting::Any) => Some(ToolChoice::Any),
+            Some(ToolChoiceSetting::None) => Some(ToolChoice::None),
+            Some(ToolChoiceSetting::Specific(name)) => {
+                let safe: String = name
+                    .chars()
+                    .map(|c| {
+                        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                            c
+                        } else {
+                            '_'
+                        }
+                    })
+                    .collect();
+                let offered = request
+                    .tools
+                    .iter()
+                    .find(|t| t.name == *name || t.name == safe)
+                    .map(|t| t.name.clone());
+                if offered.is_none() {
+                    tracing::debug!(tool = %name, "llm.tool_choice names a tool this request does not offer; left to the provider");
+                }
+                offered.map(|name| ToolChoice::Specific { name })
+            }
+        };
+    }
+}
+
+/// A provider with plugd.yaml's [`RequestOptions`] applied to every request.
+pub struct WithRequestOptions {
+    inner: std::sync::Arc<dyn LlmProvider>,
+    options: RequestOptions,
+}
+
+impl WithRequestOptions {
+    /// `inner`, its requests completed with `options`.
+    pub fn new(inner: std::sync::Arc<dyn LlmProvider>, options: RequestOptions) -> Self {
+        WithRequestOptions { inner, options }
+    }
+}
+
+impl LlmProvider for WithRequestOptions {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a ChatRequest,
+        deltas: Option<mpsc::UnboundedSender<Delta>>,
+    ) -> LlmFuture<'a> {
+        let mut request = request.clone();
+        self.options.apply(&mut request);
+        Box::pin(async move { self.inner.chat(&request, deltas).await })
+    }
+}
+
 /// One request to a provider.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     /// The model; `None` = the provider's configured default.
     pub model: Option<String>,
@@ -103,6 +262,17 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     /// A system prompt, sent before the messages.
     pub system_prompt: Option<String>,
+    /// Sequences that end the reply (nexo `stop_sequences`, OpenAI `stop`).
+    #[serde(default)]
+    pub stop_sequences: Vec<String>,
+    /// Which tool the model may or must call; `None`: the provider's
+    /// default (auto).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Ask the provider to cache the tool definitions (nexo `cache_tools`,
+    /// Anthropic-style prompt caching; providers without it ignore it).
+    #[serde(default)]
+    pub cache_tools: bool,
 }
 
 /// Why the model stopped.
@@ -268,6 +438,15 @@ pub enum LlmConfig {
         /// Request timeout in milliseconds (default 60 000; 300 000 when streaming).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// Stop sequences sent with every request (OpenAI `stop`).
+        #[serde(default)]
+        stop_sequences: Vec<String>,
+        /// `auto`, `any` (OpenAI `required`), `none` or `{specific: TOOL}`.
+        #[serde(default)]
+        tool_choice: Option<ToolChoiceSetting>,
+        /// Ask for the tool list to be cached (no OpenAI equivalent: ignored there).
+        #[serde(default)]
+        cache_tools: bool,
     },
     /// A plugin provider served through the native `llm.chat` method.
     Plugin {
@@ -277,6 +456,16 @@ pub enum LlmConfig {
         name: String,
         /// Model name.
         model: String,
+        /// `stop_sequences` of every `llm.chat` request.
+        #[serde(default)]
+        stop_sequences: Vec<String>,
+        /// `tool_choice` of every `llm.chat` request: `auto`, `any`, `none` or
+        /// `{specific: TOOL}`.
+        #[serde(default)]
+        tool_choice: Option<ToolChoiceSetting>,
+        /// `cache_tools` of every `llm.chat` request.
+        #[serde(default)]
+        cache_tools: bool,
     },
     /// A deterministic provider replaying a file of responses and tool calls
     /// (for demos and tests; it never calls a model).
@@ -284,4 +473,108 @@ pub enum LlmConfig {
         /// The script file (absolute after `${{workspace_dir}}` expansion).
         script: std::path::PathBuf,
     },
+}
+
+impl LlmConfig {
+    /// The [`RequestOptions`] this provider's requests carry.
+    pub fn request_options(&self) -> RequestOptions {
+        match self {
+            LlmConfig::Openai {
+                stop_sequences,
+                tool_choice,
+                cache_tools,
+                ..
+            }
+            | LlmConfig::Plugin {
+                stop_sequences,
+                tool_choice,
+                cache_tools,
+                ..
+            } => RequestOptions {
+                stop_sequences: stop_sequences.clone(),
+                tool_choice: tool_choice.clone(),
+                cache_tools: *cache_tools,
+            },
+            LlmConfig::Scripted { .. } => RequestOptions::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+        }
+    }
+
+    #[test]
+    fn request_options_fill_what_the_request_leaves_unset() {
+        let options = RequestOptions {
+            stop_sequences: vec!["END".into()],
+            tool_choice: Some(ToolChoiceSetting::Specific("guard/chatty".into())),
+            cache_tools: true,
+        };
+        let mut req = ChatRequest {
+            tools: vec![tool("tk_echo"), tool("guard_chatty")],
+            ..ChatRequest::default()
+        };
+        options.apply(&mut req);
+        assert_eq!(req.stop_sequences, ["END"]);
+        assert!(req.cache_tools);
+        // The registry name finds its provider-safe form.
+        assert_eq!(
+            req.tool_choice,
+            Some(ToolChoice::Specific {
+                name: "guard_chatty".into()
+            })
+        );
+        // On the wire: nexo's shape.
+        let mut wire = serde_json::to_value(&req).unwrap();
+        plugin::complete_wire_request(&mut wire);
+        assert_eq!(
+            wire["tool_choice"],
+            json!({"kind": "specific", "name": "guard_chatty"})
+        );
+        assert_eq!(wire["stop_sequences"], json!(["END"]));
+        assert_eq!(wire["cache_tools"], json!(true));
+        assert_eq!(wire["system_blocks"], json!([]));
+
+        // A request's own values win; a tool not offered is not chosen.
+        let mut own = ChatRequest {
+            stop_sequences: vec!["mine".into()],
+            tool_choice: Some(ToolChoice::None),
+            ..ChatRequest::default()
+        };
+        options.apply(&mut own);
+        assert_eq!(own.stop_sequences, ["mine"]);
+        assert_eq!(own.tool_choice, Some(ToolChoice::None));
+        let mut bare = ChatRequest::default();
+        options.apply(&mut bare);
+        assert_eq!(bare.tool_choice, None);
+        let mut wire = serde_json::to_value(&bare).unwrap();
+        plugin::complete_wire_request(&mut wire);
+        assert_eq!(wire["tool_choice"], json!({"kind": "auto"}));
+    }
+
+    #[test]
+    fn choices_serialize_as_nexo_writes_them() {
+        for (c, want) in [
+            (ToolChoice::Auto, json!({"kind": "auto"})),
+            (ToolChoice::Any, json!({"kind": "any"})),
+            (ToolChoice::None, json!({"kind": "none"})),
+            (
+                ToolChoice::Specific { name: "t".into() },
+                json!({"kind": "specific", "name": "t"}),
+            ),
+        ] {
+            assert_eq!(serde_json::to_value(&c).unwrap(), want);
+        }
+    }
 }

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::{
     ChatMessage, ChatRequest, ChatResponse, Delta, FinishReason, LlmError, LlmFuture, LlmProvider,
-    Role, ToolCall, Usage,
+    Role, ToolCall, ToolChoice, Usage,
 };
 
 /// Largest response body read (sync body, or a whole stream): 8 MiB.
@@ -290,6 +290,26 @@ fn request_body(options: &OpenAiOptions, request: &ChatRequest, stream: bool) ->
     }
     if let Some(t) = request.temperature {
         body.insert("temperature".into(), json!(t));
+    }
+    if !request.stop_sequences.is_empty() {
+        body.insert("stop".into(), json!(request.stop_sequences));
+    }
+    // OpenAI refuses a tool_choice without tools; `cache_tools` has no
+    // equivalent there and is left out.
+    if let Some(choice) = request
+        .tool_choice
+        .as_ref()
+        .filter(|_| !request.tools.is_empty())
+    {
+        let v = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Any => json!("required"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Specific { name } => {
+                json!({"type": "function", "function": {"name": name}})
+            }
+        };
+        body.insert("tool_choice".into(), v);
     }
     if stream {
         body.insert("stream".into(), json!(true));
@@ -817,6 +837,7 @@ mod tests {
             max_tokens: Some(10),
             temperature: None,
             system_prompt: Some("be brief".into()),
+            ..ChatRequest::default()
         };
         let body = request_body(&options, &req, true);
         assert_eq!(
@@ -836,6 +857,28 @@ mod tests {
                 "stream_options": {"include_usage": true}
             })
         );
+        // plugd.yaml's stop sequences and tool choice, in OpenAI's words.
+        let mut req = req;
+        req.stop_sequences = vec!["\nUser:".into()];
+        for (choice, want) in [
+            (ToolChoice::Auto, json!("auto")),
+            (ToolChoice::Any, json!("required")),
+            (ToolChoice::None, json!("none")),
+            (
+                ToolChoice::Specific {
+                    name: "weather".into(),
+                },
+                json!({"type": "function", "function": {"name": "weather"}}),
+            ),
+        ] {
+            req.tool_choice = Some(choice);
+            let body = request_body(&options, &req, false);
+            assert_eq!(body["stop"], json!(["\nUser:"]));
+            assert_eq!(body["tool_choice"], want);
+        }
+        // Without tools, no tool_choice (OpenAI would refuse it).
+        req.tools.clear();
+        assert_eq!(request_body(&options, &req, false).get("tool_choice"), None);
     }
 
     #[test]

@@ -175,10 +175,14 @@ impl PluginProvider {
     }
 }
 
-/// Fills in the fields of nexo's `ChatRequest` plugd's request does not
-/// carry (§5.y: `stop_sequences`, `tool_choice`, `system_blocks`,
-/// `cache_tools`) with their neutral values, so a provider written against
-/// the contract's full schema finds every field it reads.
+/// Fills in the fields of nexo's `ChatRequest` the request leaves unset
+/// (§5.y: `stop_sequences`, `tool_choice`, `system_blocks`, `cache_tools`)
+/// with their neutral values, so a provider written against the contract's
+/// full schema finds every field it reads. `stop_sequences`, `tool_choice`
+/// and `cache_tools` carry plugd.yaml's `llm:` values when it sets them
+/// (see [`super::RequestOptions`]); `system_blocks` is always `[]`: plugd
+/// sends the system prompt as `system_prompt`, and the seed does not define
+/// a block's shape.
 pub(crate) fn complete_wire_request(wire: &mut serde_json::Value) {
     let Some(obj) = wire.as_object_mut() else {
         return;

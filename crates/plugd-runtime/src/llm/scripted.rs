@@ -412,6 +412,7 @@ mod tests {
             max_tokens: None,
             temperature: None,
             system_prompt: None,
+            ..ChatRequest::default()
         };
         let first = s.answer(&req).unwrap();
         assert_eq!(first.tool_calls[0].id, "call_0_0");

@@ -358,7 +358,7 @@ fn built_ins_redact_what_the_model_gets_and_truncate_the_reply() {
         &ws,
         json!([
             // The scripted provider fails the call unless the model got the redacted text.
-            {"expect_user_contains": "mail [REDACTED_EMAIL] please", "text": long},
+            {"expect_user_contains": "mail [EMAIL] please", "text": long},
         ]),
         "plugins:\n  contentPolicy: {priority: 10, redactEmails: true}\n  responseSanitizer: {priority: 900, maxResponseLength: 30}\n",
     );
@@ -472,7 +472,7 @@ fn chat_streams_a_plugin_providers_deltas_from_piped_stdin() {
         lines,
         [
             "echo[echo_llm/m1]: hello there",
-            "echo[echo_llm/m1]: write to [REDACTED_EMAIL]"
+            "echo[echo_llm/m1]: write to [EMAIL]"
         ],
         "{text}\nstderr: {}",
         stderr(&out)
@@ -621,7 +621,7 @@ async fn streamed_text_never_bypasses_the_response_sanitizer() {
         .unwrap();
     let reply = outcome.reply.clone().unwrap();
     assert!(
-        reply.contains("[REDACTED_EMAIL]") && !reply.contains("bob@example.com"),
+        reply.contains("[EMAIL]") && !reply.contains("bob@example.com"),
         "{reply}"
     );
     let mut deltas = String::new();

@@ -904,3 +904,431 @@ async fn the_seeds_tenant_auth_ts_runs_verbatim_on_agent_storage() {
         "null"
     );
 }
+
+/// The module's view of `context.agent` is what the agent sees: this
+/// workspace's sessions, the enabled tools of approved plugins, the approved
+/// MCP servers, the effective configuration without secrets, and the
+/// `dexto.agent.*` part of plugd's bus, both ways. Two real modules record
+/// what they see in storage (`tests/plugins/dexto/agent-probe.mjs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_managers_show_sessions_tools_mcp_config_and_bridge_the_bus() {
+    use plugd_host::bus::Event;
+    use plugd_runtime::config::PlugdConfig;
+
+    let ws = Ws::new();
+    ws.misbehave("tk", "good", None, "");
+    let log = ws.dir().join("mcp.log");
+    std::fs::write(&log, "").unwrap();
+    let guard = json!({"command": "python3",
+        "args": [repo().join("tests/plugins/hooks/mcp_guard.py"), &log]});
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"guard": guard, "hidden": guard}}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(ws.dir().join("turns.yaml"), r#"{"steps": []}"#).unwrap();
+    let probe = module("agent-probe.mjs");
+    let probe = probe.display();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!(
+            r#"llm: {{provider: scripted, script: "${{{{workspace_dir}}}}/turns.yaml"}}
+tenant: {{agent_id: probe-agent, tenant_id: acme}}
+agent: {{system_prompt: be brief}}
+plugins:
+  custom:
+    - name: probe-b
+      module: "{probe}"
+      priority: 5
+      config: {{name: b, session: seeded, tool: tk_echo, listen: ["probe:ping"], expect: 1}}
+    - name: probe-a
+      module: "{probe}"
+      priority: 10
+      config:
+        name: a
+        session: seeded
+        tool: tk_echo
+        listen: ["probe:ping", "probe:from-plugd"]
+        emit: [{{name: "probe:ping", payload: {{n: 1}}}}]
+        expect: 2
+"#
+        ),
+    )
+    .unwrap();
+    let rt = ws.runtime(crate::support::quick(10_000));
+    rt.approve("tk", "test").await.unwrap();
+    rt.approve("guard", "test").await.unwrap();
+    // "hidden" stays unapproved: not the agent's, so not the module's.
+
+    let store = rt.store().clone();
+    store.session_ensure("seeded").unwrap();
+    store
+        .session_append(
+            "seeded",
+            &[
+                json!({"role": "user", "content": "echo this", "at": "2025-03-01T10:00:00Z"}),
+                json!({"role": "assistant", "content": "calling", "at": "2025-03-01T10:00:01Z",
+                       "tool_calls": [{"id": "c1", "name": "tk_echo", "arguments": {"x": 1}}]}),
+                json!({"role": "tool", "content": "{\"echo\":{\"x\":1}}", "tool_call_id": "c1",
+                       "at": "2025-03-01T10:00:02Z"}),
+            ],
+        )
+        .unwrap();
+    store.session_ensure("other").unwrap();
+
+    let mut on_bus = rt.bus().subscribe("dexto.agent.>", 16).unwrap();
+    let config = PlugdConfig::load(rt.dir()).unwrap();
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, &rt)
+        .await
+        .unwrap();
+    let ctx = HookContext {
+        session_id: Some("seeded".into()),
+        ..HookContext::default()
+    };
+    let out = pipeline
+        .run(
+            HookPoint::BeforeLlmRequest,
+            json!({"text": "hi", "sessionId": "seeded"}),
+            &ctx,
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    // plugd's side of the bridge: the module's emit, on dexto.agent.<name>.
+    let e = tokio::time::timeout(Duration::from_secs(5), on_bus.recv())
+        .await
+        .expect("the module's emit reached plugd's bus")
+        .unwrap();
+    assert_eq!(
+        (e.topic.as_str(), e.source.as_str(), &e.payload),
+        ("dexto.agent.probe:ping", "dexto:probe-a", &json!({"n": 1}))
+    );
+    assert!(!e.id.is_empty() && !e.timestamp.is_empty(), "{e:?}");
+    // And the other way: what plugd publishes there reaches the listeners.
+    rt.publish(Event::new(
+        "dexto.agent.probe:from-plugd",
+        "test",
+        json!({"hello": "plugd"}),
+    ))
+    .unwrap();
+    let out = pipeline
+        .run(
+            HookPoint::BeforeResponse,
+            json!({"content": "done", "provider": "scripted"}),
+            &ctx,
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    pipeline.cleanup().await;
+
+    let seen = store.kv_get("database", "probe:a:seen").unwrap().unwrap();
+    // sessionManager: this workspace's sessions, read-only, bounded.
+    let mut sessions: Vec<&str> = seen["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    sessions.sort();
+    assert_eq!(sessions, ["other", "seeded"]);
+    let session = &seen["session"];
+    assert_eq!(session["id"], "seeded");
+    assert_eq!(
+        session["metadata"],
+        json!({"createdAt": session["metadata"]["createdAt"], "lastActivity": 1_740_823_202_000u64, "messageCount": 3})
+    );
+    assert!(session["metadata"]["createdAt"].as_u64().unwrap() > 1_700_000_000_000);
+    let history = session["history"].as_array().unwrap();
+    assert_eq!(history.len(), 3);
+    assert_eq!(
+        history[0],
+        json!({"role": "user", "content": "echo this", "timestamp": 1_740_823_200_000u64})
+    );
+    assert_eq!(
+        history[1]["toolCalls"],
+        json!([{"id": "c1", "type": "function", "function": {"name": "tk_echo", "arguments": "{\"x\":1}"}}])
+    );
+    assert_eq!(history[2]["toolCallId"], "c1");
+    assert_eq!(seen["lastTwo"], json!(["calling", "{\"echo\":{\"x\":1}}"]));
+    assert_eq!(seen["metadata"], session["metadata"]);
+    assert_eq!(seen["missing"], true);
+    assert_eq!(seen["traversal"], true);
+    let text = |k: &str| seen[k].as_str().unwrap_or_default().to_owned();
+    assert!(
+        text("missingHistory").contains("session \"no-such-session\" not found"),
+        "{seen}"
+    );
+    assert!(
+        text("hugeLimit").contains("limit 100000 is not 1 to 500"),
+        "{seen}"
+    );
+
+    // toolManager: exactly the agent's tools, with description and schema.
+    let mut agent_tools: Vec<String> = rt.tools().iter().map(|t| t.name.clone()).collect();
+    agent_tools.sort();
+    assert!(
+        agent_tools.iter().any(|t| t == "tk_echo"),
+        "{agent_tools:?}"
+    );
+    assert!(
+        agent_tools.iter().any(|t| t.starts_with("guard/")),
+        "{agent_tools:?}"
+    );
+    assert!(
+        !agent_tools.iter().any(|t| t.starts_with("hidden/")),
+        "{agent_tools:?}"
+    );
+    assert_eq!(seen["tools"], json!(agent_tools));
+    let echo = rt
+        .tools()
+        .into_iter()
+        .find(|t| t.name == "tk_echo")
+        .unwrap();
+    assert_eq!(
+        seen["echo"],
+        json!({"name": "tk_echo", "description": echo.description, "parameters": echo.input_schema})
+    );
+    assert_eq!(
+        (&seen["hasTool"], &seen["hasNoTool"]),
+        (&json!(true), &json!(false))
+    );
+
+    // mcpManager: the approved server only, with its tools.
+    let guard_tools: Vec<&String> = agent_tools
+        .iter()
+        .filter(|t| t.starts_with("guard/"))
+        .collect();
+    let mcp = seen["mcp"].as_array().unwrap();
+    assert_eq!(mcp.len(), 1, "{seen}");
+    assert_eq!(mcp[0]["name"], "guard");
+    assert_eq!(mcp[0]["transport"], "stdio");
+    assert_eq!(mcp[0]["tools"], json!(guard_tools));
+    assert_eq!(seen["mcpTools"], json!(guard_tools));
+    assert_eq!(seen["failed"], json!({}));
+
+    // stateManager: the snapshot plugd loaded, no paths or secrets.
+    assert_eq!(
+        seen["llm"],
+        json!({"provider": "scripted", "model": "scripted", "maxIterations": 8})
+    );
+    assert_eq!(seen["llmIsContextLlm"], true);
+    let runtime = &seen["runtime"];
+    assert_eq!(runtime["agentId"], "probe-agent");
+    assert_eq!(runtime["systemPrompt"], "be brief");
+    assert_eq!(runtime["llm"], seen["llm"]);
+    assert_eq!(runtime["mcpServers"], json!({"guard": {"type": "stdio"}}));
+    assert_eq!(runtime["tenant"]["tenantId"], "acme");
+    assert_eq!(
+        runtime["plugins"]["custom"],
+        json!([
+            {"name": "probe-b", "priority": 5, "blocking": true, "enabled": true},
+            {"name": "probe-a", "priority": 10, "blocking": true, "enabled": true}
+        ])
+    );
+    let dir = ws.dir().canonicalize().unwrap();
+    assert!(
+        !runtime.to_string().contains(dir.to_str().unwrap()),
+        "no paths in the runtime config: {runtime}"
+    );
+
+    // Read-only: frozen, no writing methods.
+    assert_eq!(seen["frozen"], true);
+    assert_eq!(seen["noWrites"], json!([]));
+    assert_eq!(seen["assign"], "TypeError");
+    assert!(
+        text("badName").contains("event name \"bad.name\" is not 1-128 letters"),
+        "{seen}"
+    );
+    assert!(text("bigPayload").contains("at most 65536"), "{seen}");
+    assert_eq!(seen["listenerCount"], json!([1, 1]));
+
+    // agentEventBus: a's own emit and plugd's publish reached a; b got a's.
+    assert_eq!(
+        store.kv_get("database", "probe:a:events").unwrap().unwrap(),
+        json!([
+            {"name": "probe:ping", "payload": {"n": 1}},
+            {"name": "probe:from-plugd", "payload": {"hello": "plugd"}}
+        ])
+    );
+    assert_eq!(
+        store.kv_get("database", "probe:b:events").unwrap().unwrap(),
+        json!([{"name": "probe:ping", "payload": {"n": 1}}])
+    );
+}
+
+/// Writes `text` to `rel` under `dir`, creating directories.
+fn put(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+/// The Dexto module of the test packages: tags the text with its config.
+const TAGGER: &str = "export default class Tagger {\n  async initialize(config) { this.tag = config.tag; }\n  async beforeLLMRequest(payload) { return { ok: true, modify: { text: `${payload.text} [${this.tag}]` } }; }\n}\n";
+
+/// The seed's `module: "@mycompany/dexto-tenant-plugin"  # from node_modules`:
+/// a scoped package with conditional `exports` and an unscoped one with
+/// `main`, installed in the workspace's node_modules by the test, load and
+/// run; a package that is not installed, one symlinked from outside the
+/// workspace, and a specifier that climbs out of its package are refused,
+/// each saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_naming_an_npm_package_loads_from_the_workspaces_node_modules() {
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::hooks::build::build_pipeline;
+
+    let ws = Ws::new();
+    let nm = ws.dir().join("node_modules");
+    put(
+        &nm,
+        "@mycompany/dexto-tenant-plugin/package.json",
+        r#"{"name": "@mycompany/dexto-tenant-plugin", "version": "1.0.0", "type": "module",
+            "exports": {".": {"require": "./dist/plugin.cjs", "import": "./dist/plugin.js"}}}"#,
+    );
+    put(&nm, "@mycompany/dexto-tenant-plugin/dist/plugin.js", TAGGER);
+    put(
+        &nm,
+        "@mycompany/dexto-tenant-plugin/dist/plugin.cjs",
+        "throw new Error('the require condition was used');\n",
+    );
+    put(&nm, "audit-plugin/package.json", r#"{"main": "lib/audit"}"#);
+    put(
+        &nm,
+        "audit-plugin/lib/audit.js",
+        &TAGGER.replace("export default class", "module.exports = class"),
+    );
+    let write_config = |custom: &str| {
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("plugins:\n  custom:\n{custom}"),
+        )
+        .unwrap();
+    };
+    write_config(
+        "    - {name: tenant, priority: 1, module: \"@mycompany/dexto-tenant-plugin\", config: {tag: scoped}}\n    - {name: audit, priority: 2, module: audit-plugin, config: {tag: main}}\n",
+    );
+    let rt = ws.runtime(crate::support::quick(10_000));
+    let config = PlugdConfig::load(rt.dir()).unwrap();
+    let pipeline = build_pipeline(&config, &rt).await.unwrap();
+    let out = pipeline
+        .run(
+            HookPoint::BeforeLlmRequest,
+            json!({"text": "hi"}),
+            &HookContext::default(),
+        )
+        .await;
+    assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
+    assert_eq!(out.payload["text"], "hi [scoped] [main]");
+    pipeline.cleanup().await;
+
+    let build_err = |custom: &str| {
+        write_config(custom);
+        let rt = rt.clone();
+        async move {
+            let config = PlugdConfig::load(rt.dir()).unwrap();
+            build_pipeline(&config, &rt).await.unwrap_err().to_string()
+        }
+    };
+    let e = build_err("    - {name: x, priority: 1, module: \"@mycompany/not-installed\"}\n").await;
+    assert!(
+        e.contains("hook handler \"x\" failed to initialize")
+            && e.contains("package \"@mycompany/not-installed\" is not installed in")
+            && e.contains("npm install @mycompany/not-installed"),
+        "{e}"
+    );
+    // A package that is a symlink to elsewhere (npm link) reaches outside.
+    let outside = tempfile::tempdir().unwrap();
+    put(outside.path(), "linked/index.js", TAGGER);
+    std::os::unix::fs::symlink(outside.path().join("linked"), nm.join("linked")).unwrap();
+    let e = build_err("    - {name: x, priority: 1, module: linked}\n").await;
+    assert!(e.contains("outside the workspace"), "{e}");
+    // A subpath that is not exported is Node's error too.
+    let e = build_err(
+        "    - {name: x, priority: 1, module: \"@mycompany/dexto-tenant-plugin/dist/plugin.cjs\"}\n",
+    )
+    .await;
+    assert!(e.contains("\"./dist/plugin.cjs\" is not exported"), "{e}");
+    // Climbing out of the package is refused when plugd.yaml loads.
+    write_config("    - {name: x, priority: 1, module: \"audit-plugin/../../../etc/passwd\"}\n");
+    let e = PlugdConfig::load(rt.dir()).unwrap_err().to_string();
+    assert!(
+        e.contains("escapes its package") && e.contains("plugins.custom[0].module"),
+        "{e}"
+    );
+}
+
+/// A version of the reload test's module: tags the text with `tag`; its
+/// `initialize` throws when `broken`.
+fn versioned(tag: &str, broken: bool) -> String {
+    let init = if broken {
+        format!("throw new Error('{tag} is broken');")
+    } else {
+        String::new()
+    };
+    format!(
+        "export default class Versioned {{\n  async initialize() {{ {init} }}\n  async beforeLLMRequest(p) {{ return {{ ok: true, modify: {{ text: `${{p.text}} [{tag}]` }} }}; }}\n  async cleanup() {{ console.log('cleanup of {tag}'); }}\n}}\n"
+    )
+}
+
+/// The seed's "Hot Reloading" under a real `plugd serve`: a changed module
+/// file is reloaded and serves the next request; a new version whose
+/// `initialize` throws leaves the previous instance serving and serve's log
+/// says so; a fixed version is picked up again.
+#[test]
+fn serve_reloads_a_changed_module_and_keeps_the_old_one_when_the_new_fails() {
+    use crate::http::Serve;
+
+    let ws = Ws::new();
+    let file = ws.dir().join("plugins/versioned.mjs");
+    put(ws.dir(), "plugins/versioned.mjs", &versioned("v1", false));
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "plugins:\n  custom:\n    - {name: versioned, priority: 1, module: \"${{dexto.agent_dir}}/plugins/versioned.mjs\"}\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let text = || {
+        let r = serve.post(
+            "/v1/hooks/before_llm_request:run",
+            &json!({"payload": {"text": "hi"}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["payload"]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let becomes = |want: &str| {
+        crate::support::eventually_blocking(Duration::from_secs(20), || text() == want)
+    };
+    assert_eq!(text(), "hi [v1]");
+
+    std::fs::write(&file, versioned("v2", false)).unwrap();
+    assert!(becomes("hi [v2]"), "v2 not loaded: {}", serve.log_text());
+
+    // A broken version: the log says so, and v2 keeps serving.
+    std::fs::write(&file, versioned("v3", true)).unwrap();
+    assert!(
+        crate::support::eventually_blocking(Duration::from_secs(20), || serve
+            .log_text()
+            .contains("keeping the previous instance")),
+        "no refusal logged: {}",
+        serve.log_text()
+    );
+    let log = serve.log_text();
+    assert!(
+        log.contains("failed to initialize plugin 'versioned': Error: v3 is broken"),
+        "{log}"
+    );
+    assert_eq!(text(), "hi [v2]");
+
+    // Fixed again: picked up.
+    std::fs::write(&file, versioned("v4", false)).unwrap();
+    assert!(becomes("hi [v4]"), "v4 not loaded: {}", serve.log_text());
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    // Each replaced instance ran its cleanup.
+    for v in ["v1", "v2"] {
+        assert!(log.contains(&format!("cleanup of {v}")), "{v}: {log}");
+    }
+    assert!(!log.contains("cleanup of v3"), "{log}");
+}

@@ -104,6 +104,11 @@ impl Serve {
         )
     }
 
+    /// What serve has logged so far.
+    pub(crate) fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub(crate) fn get(&self, path: &str) -> Resp {
         request(self, "GET", path, &[], None)
     }

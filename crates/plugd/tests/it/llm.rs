@@ -243,6 +243,7 @@ fn ask(text: &str) -> ChatRequest {
         max_tokens: None,
         temperature: None,
         system_prompt: None,
+        ..ChatRequest::default()
     }
 }
 
@@ -711,6 +712,9 @@ async fn plugin_provider_undeclared_name_and_timeouts() {
         plugin: "llmplug".into(),
         name: "cohere".into(),
         model: "m".into(),
+        stop_sequences: Vec::new(),
+        tool_choice: None,
+        cache_tools: false,
     };
     assert!(build_provider(&config, &rt, rt.dir()).is_err());
 
@@ -843,6 +847,9 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
             api_key_secret: None,
             max_tokens: None,
             timeout_ms: None,
+            stop_sequences: Vec::new(),
+            tool_choice: None,
+            cache_tools: false,
         },
         &rt,
         ws.dir(),
@@ -861,6 +868,9 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
             api_key_secret: None,
             max_tokens: None,
             timeout_ms: Some(1000),
+            stop_sequences: Vec::new(),
+            tool_choice: None,
+            cache_tools: false,
         },
         &rt,
         ws.dir(),

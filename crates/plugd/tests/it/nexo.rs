@@ -364,3 +364,56 @@ async fn a_declared_tool_the_plugin_does_not_advertise_is_tool_not_found() {
     assert!(!err.contains("-33401"), "{err}");
     rt.shutdown().await;
 }
+
+/// §5.y's `stop_sequences`, `tool_choice` and `cache_tools`: what plugd.yaml's
+/// `llm:` sets reaches the plugin provider's `llm.chat` request from an
+/// agent turn (the tool chosen by its name among the turn's tools); without
+/// them each field carries its neutral value, and `system_blocks` is `[]`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_yaml_request_options_reach_the_plugin_providers_wire() {
+    use plugd_runtime::agent::Agent;
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::hooks::HookContext;
+
+    let ws = Ws::new();
+    provider_plugin(&ws, "mm", &["minimax"]);
+    ws.misbehave("tk", "good", None, "");
+    let rt = ws.runtime(quick(30_000));
+    rt.approve("mm", "test").await.unwrap();
+    rt.approve("tk", "test").await.unwrap();
+    let options_seen = |yaml: &'static str| {
+        let rt = rt.clone();
+        let dir = ws.dir().to_path_buf();
+        async move {
+            std::fs::write(dir.join("plugd.yaml"), yaml).unwrap();
+            let config = PlugdConfig::load(&dir).unwrap();
+            let agent = Agent::from_config(&rt, &config).await.unwrap();
+            let out = agent
+                .turn("s1", "hello", &HookContext::default(), None)
+                .await
+                .unwrap();
+            let seen: Value = serde_json::from_str(out.reply.as_deref().unwrap()).unwrap();
+            seen["options"].clone()
+        }
+    };
+    assert_eq!(
+        options_seen(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m1, stop_sequences: [\"\\nUser:\"], tool_choice: {specific: tk_echo}, cache_tools: true}\n"
+        )
+        .await,
+        json!({"stop_sequences": ["\nUser:"], "tool_choice": {"kind": "specific", "name": "tk_echo"},
+               "system_blocks": [], "cache_tools": true})
+    );
+    assert_eq!(
+        options_seen(
+            "llm: {provider: plugin, plugin: mm, name: minimax, model: m1, tool_choice: any}\n"
+        )
+        .await,
+        json!({"stop_sequences": [], "tool_choice": {"kind": "any"}, "system_blocks": [], "cache_tools": false})
+    );
+    assert_eq!(
+        options_seen("llm: {provider: plugin, plugin: mm, name: minimax, model: m1}\n").await,
+        json!({"stop_sequences": [], "tool_choice": {"kind": "auto"}, "system_blocks": [], "cache_tools": false})
+    );
+    rt.shutdown().await;
+}
