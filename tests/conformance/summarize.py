@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--baseline", type=Path, required=True)
     ap.add_argument("--version", required=True, help="the conformance package's version")
     ap.add_argument("--markdown", type=Path, required=True)
+    ap.add_argument("--plugd", default="plugd", help="what was tested: plugd's version and commit")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # keep the closing line last beside stderr
 
@@ -97,9 +98,9 @@ def main() -> int:
         "# MCP conformance results",
         "",
         f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
-        "(its default `active` suite), against `plugd serve`'s Streamable HTTP gateway at",
+        "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
         "`/mcp/conformance` hosting `tests/conformance/workspace/conformance_server.py`,",
-        f"run on {today}.",
+        f"run on {today} ({args.plugd}).",
         "",
         "Re-run with `scripts/conformance` (after `cargo build --bins`); it writes this",
         "table to `target/conformance/RESULTS.md` and each scenario's checks to",
