@@ -1,5 +1,6 @@
 # scripts/lib.sh: shared helpers for scripts/test and scripts/run (sourced, not executed).
-# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv, ensure_npm_tools and ensure_deno.
+# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv, ensure_npm_tools, ensure_deno
+# and ensure_conformance.
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -102,4 +103,41 @@ ensure_deno() {
   "${sudo[@]}" install -m 0755 "$bin" /usr/local/bin/deno
   deno --version | head -n 1 | grep -q "^deno $DENO_VERSION " ||
     die "/usr/local/bin/deno is installed but \`deno\` on PATH is $(command -v deno); put /usr/local/bin first"
+}
+
+# The official MCP conformance suite scripts/conformance runs, pinned, with a
+# pinned Node 22 of its own: the runner uses fs.globSync (Node 22 and newer),
+# and plugd's other tools stay on the system's Node 20. npm's `node` package
+# provides the Node binary (node_modules/.bin/node).
+CONFORMANCE_VERSION=0.1.16
+CONFORMANCE_NODE_VERSION=22.23.3
+CONFORMANCE_DIR="$NPM_TOOLS/conformance"
+CONFORMANCE_NODE="$CONFORMANCE_DIR/node_modules/.bin/node"
+CONFORMANCE_CLI="$CONFORMANCE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+
+# ensure_conformance: node@$CONFORMANCE_NODE_VERSION and
+# @modelcontextprotocol/conformance@$CONFORMANCE_VERSION in .npm-tools/conformance/
+# (git-ignored), non-interactively; skipped when both are there at those versions.
+ensure_conformance() {
+  local want=("node@$CONFORMANCE_NODE_VERSION" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION")
+  local missing=() have
+  have=$("$CONFORMANCE_NODE" --version 2>/dev/null || true)
+  [[ $have == "v$CONFORMANCE_NODE_VERSION" ]] || missing+=("node $CONFORMANCE_NODE_VERSION (have: ${have:-none})")
+  have=$("$CONFORMANCE_NODE" -p 'require(process.argv[1]).version' \
+    "$CONFORMANCE_DIR/node_modules/@modelcontextprotocol/conformance/package.json" 2>/dev/null || true)
+  [[ $have == "$CONFORMANCE_VERSION" ]] || missing+=("conformance $CONFORMANCE_VERSION (have: ${have:-none})")
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    command -v npm >/dev/null ||
+      die "npm not found; install Node.js 20 with npm (it installs the MCP conformance suite and its Node 22 into $CONFORMANCE_DIR)"
+    local m list=""
+    for m in "${missing[@]}"; do list+="${list:+; }$m"; done
+    printf 'installing into %s: missing %s (the conformance runner needs Node 22 or newer)\n' "$CONFORMANCE_DIR" "$list"
+    mkdir -p "$CONFORMANCE_DIR"
+    npm install --prefix "$CONFORMANCE_DIR" --save-exact --no-audit --no-fund --no-progress \
+      --loglevel=error "${want[@]}" </dev/null
+    [[ $("$CONFORMANCE_NODE" --version 2>/dev/null) == "v$CONFORMANCE_NODE_VERSION" ]] ||
+      die "npm's node@$CONFORMANCE_NODE_VERSION left no working $CONFORMANCE_NODE"
+    [[ -f $CONFORMANCE_CLI ]] || die "npm left no $CONFORMANCE_CLI"
+  fi
+  printf 'npm %s and %s in %s\n' "${want[@]}" "$CONFORMANCE_DIR"
 }

@@ -1,0 +1,130 @@
+"""Summarizes one conformance run for scripts/conformance.
+
+Reads the runner's per-scenario `checks.json` files (`conformance server -o
+DIR` writes DIR/server-<scenario>-<timestamp>/checks.json) and the
+expected-failures baseline, prints one line per scenario and the closing
+line `N passed, M failed` (M: unexpected failures only), and writes the
+same as a Markdown table (what tests/conformance/RESULTS.md holds).
+
+A scenario fails when any of its checks is FAILURE or WARNING: the
+runner's own rule for the baseline. Exit status 1 when a scenario fails
+that the baseline does not list, when a listed one passes (stale entry),
+or when the run produced no results at all.
+
+The baseline is the runner's YAML (`server: [scenario, ...]`); the reason
+for each entry is the comment on its line (`- name  # reason`). Parsed
+here with a regex so this needs only the standard library.
+"""
+
+import argparse
+import datetime
+import json
+import re
+import sys
+from pathlib import Path
+
+DIR_NAME = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
+ENTRY = re.compile(r"^\s*-\s*(?P<name>[A-Za-z0-9_./-]+)\s*(?:#\s*(?P<reason>.*))?$")
+
+
+def baseline(path: Path) -> dict[str, str]:
+    """Scenario -> reason of the `server:` list."""
+    out: dict[str, str] = {}
+    section = None
+    for line in path.read_text().splitlines():
+        if re.match(r"^[A-Za-z_]+\s*:", line):
+            section = line.split(":", 1)[0].strip()
+            continue
+        m = ENTRY.match(line)
+        if m and section == "server":
+            out[m["name"]] = (m["reason"] or "").strip()
+    return out
+
+
+def results(root: Path) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for checks in sorted(root.glob("server-*/checks.json")):
+        m = DIR_NAME.match(checks.parent.name)
+        if m:
+            out[m["scenario"]] = json.loads(checks.read_text())
+    return out
+
+
+def first_problem(checks: list[dict]) -> str:
+    for c in checks:
+        if c.get("status") in ("FAILURE", "WARNING"):
+            msg = c.get("errorMessage") or c.get("description") or ""
+            return f"{c.get('name', c.get('id'))}: {' '.join(str(msg).split())}"[:200]
+    return ""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, required=True)
+    ap.add_argument("--baseline", type=Path, required=True)
+    ap.add_argument("--version", required=True, help="the conformance package's version")
+    ap.add_argument("--markdown", type=Path, required=True)
+    ap.add_argument("--plugd", default="plugd", help="what was tested: plugd's version and commit")
+    args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # keep the closing line last beside stderr
+
+    expected = baseline(args.baseline)
+    runs = results(args.results)
+    rows = []
+    passed = unexpected = stale = expected_failed = 0
+    for scenario, checks in runs.items():
+        failed = any(c.get("status") in ("FAILURE", "WARNING") for c in checks)
+        listed = scenario in expected
+        if failed and listed:
+            expected_failed += 1
+            rows.append((scenario, "fail (expected)", expected[scenario] or first_problem(checks)))
+        elif failed:
+            unexpected += 1
+            rows.append((scenario, "FAIL (unexpected)", first_problem(checks)))
+        elif listed:
+            passed += 1
+            stale += 1
+            rows.append((scenario, "pass (STALE: listed as expected failure)", "remove it from expected-failures.yaml"))
+        else:
+            passed += 1
+            rows.append((scenario, "pass", ""))
+
+    width = max((len(r[0]) for r in rows), default=0)
+    for scenario, result, reason in rows:
+        print(f"{scenario:<{width}}  {result}{'  ' + reason if reason else ''}")
+
+    today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
+    md = [
+        "# MCP conformance results",
+        "",
+        f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
+        "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
+        "`/mcp/conformance` hosting `tests/conformance/workspace/conformance_server.py`,",
+        f"run on {today} ({args.plugd}).",
+        "",
+        "Re-run with `scripts/conformance` (after `cargo build --bins`); it writes this",
+        "table to `target/conformance/RESULTS.md` and each scenario's checks to",
+        "`target/conformance/server-<scenario>-<time>/checks.json`. Failures the",
+        "baseline expects are listed, with their reasons, in `expected-failures.yaml`.",
+        "",
+        f"**{passed} passed, {expected_failed} failed as expected, {unexpected} failed unexpectedly.**",
+        "",
+        "| Scenario | Result | Reason |",
+        "| --- | --- | --- |",
+    ]
+    md += [f"| `{s}` | {r} | {reason.replace('|', '/')} |" for s, r, reason in rows]
+    args.markdown.write_text("\n".join(md) + "\n")
+
+    if not runs:
+        print(f"error: no checks.json under {args.results}; the runner produced no results", file=sys.stderr)
+    if expected_failed:
+        print(f"({expected_failed} expected failures, listed in {args.baseline.name})")
+    if stale:
+        print(f"error: {stale} scenario(s) listed as expected failures pass now; remove them from {args.baseline.name}",
+              file=sys.stderr)
+    print(f"{passed} passed, {unexpected} failed")
+    return 1 if unexpected or stale or not runs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
