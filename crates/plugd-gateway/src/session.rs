@@ -196,6 +196,20 @@ impl Session {
             .is_some_and(Value::is_object)
     }
 
+    /// Whether the client said, at `initialize`, that it answers
+    /// `sampling/createMessage`.
+    pub fn can_sample(&self) -> bool {
+        let s = lock(&self.inner.state);
+        s.capabilities.get("sampling").is_some_and(Value::is_object)
+    }
+
+    /// Whether the answer to request `msg` may be preceded by messages to
+    /// the client (progress, questions, log lines): HTTP streams it.
+    pub fn may_stream(&self, msg: &Value) -> bool {
+        msg.get("method").and_then(Value::as_str) == Some("tools/call")
+            && tools::may_stream(self, msg.get("params").unwrap_or(&Value::Null))
+    }
+
     /// The revision `initialize` settled on.
     pub fn protocol_version(&self) -> Option<&'static str> {
         lock(&self.inner.state).version

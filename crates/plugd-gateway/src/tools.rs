@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plugd_host::dialect::CallContext;
+use plugd_host::dialect::{CallContext, ClientHandle, ClientLink};
 use plugd_manifest::Dialect;
 use plugd_mcp::names::{NameTable, mcp_name, registry_name_hint};
 use plugd_mcp::version::at_least;
 use plugd_runtime::hooks::{HookContext, HookPoint};
 use plugd_runtime::risk::{GateError, RiskLevel, effective_risk};
 use plugd_runtime::{RuntimeError, ToolEntry};
+use plugd_wire::ErrorObject;
 use serde_json::{Map, Value, json};
 
 use crate::approve::ElicitApprover;
@@ -241,12 +242,25 @@ pub(crate) async fn call(
         }
         _ => (None, None),
     };
+    let client = cx.sink.clone().map(|sink| {
+        ClientHandle(Arc::new(GatewayLink {
+            session: session.clone(),
+            sink,
+            capabilities: cx.capabilities.clone(),
+            stateless: cx.version == plugd_mcp::STATELESS,
+            timeout: rt
+                .risk_config()
+                .map(|p| p.approval_timeout)
+                .unwrap_or(Duration::from_secs(120)),
+        }))
+    });
     let ctx = CallContext {
         session_id: hook_cx.session_id.clone(),
         agent_id: hook_cx.agent_id.clone(),
         org_id: hook_cx.tenant_id.clone(),
         trace_id: hook_cx.trace_id.clone(),
         progress,
+        client,
         ..CallContext::default()
     };
 
@@ -302,6 +316,74 @@ pub(crate) async fn call(
         if ok { "ok" } else { "failed" },
     );
     Ok(result)
+}
+
+/// The gateway's client as the plugin's dialect sees it: a hosted MCP
+/// server's `elicitation/create` and `sampling/createMessage` during the
+/// call are asked of this client (when it declared the capability), and
+/// its `notifications/message` reach it on the call's stream.
+struct GatewayLink {
+    session: Session,
+    sink: crate::Sink,
+    capabilities: Value,
+    stateless: bool,
+    timeout: Duration,
+}
+
+impl ClientLink for GatewayLink {
+    fn accepts(&self, method: &str) -> bool {
+        let cap = match method {
+            "elicitation/create" => "elicitation",
+            "sampling/createMessage" => "sampling",
+            _ => return false,
+        };
+        !self.stateless && self.capabilities.get(cap).is_some_and(Value::is_object)
+    }
+
+    fn request(
+        &self,
+        method: String,
+        params: Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ErrorObject>> + Send>>
+    {
+        let (session, sink, timeout) = (self.session.clone(), self.sink.clone(), self.timeout);
+        Box::pin(async move {
+            session
+                .ask_client(&sink, &method, params, timeout)
+                .await
+                .map_err(|reason| ErrorObject::new(code::INTERNAL, reason))
+        })
+    }
+
+    fn notify(&self, method: &str, params: Value) {
+        let _ = self
+            .sink
+            .send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+}
+
+/// Whether a `tools/call` may send the client something before its answer
+/// (so HTTP answers it as a stream): a progress token, a client that can be
+/// asked things, or a tool of a hosted MCP server (which may log).
+pub(crate) fn may_stream(session: &Session, params: &Value) -> bool {
+    let progress = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .is_some();
+    if progress || session.can_elicit() || session.can_sample() {
+        return true;
+    }
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return false;
+    };
+    resolve(session, name).is_some_and(|t| {
+        session
+            .inner
+            .gw
+            .runtime()
+            .supervised(&t.plugin)
+            .is_ok_and(|s| s.spec().dialect == Dialect::Mcp)
+    })
 }
 
 /// The approver of a gated call: the client's user through elicitation when

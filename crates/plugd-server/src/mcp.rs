@@ -283,23 +283,9 @@ async fn post(
             session.handle(msg, None).await;
             Ok(StatusCode::ACCEPTED.into_response())
         }
-        msg if accepts_sse(&headers) && wants_stream(&session, &msg) => Ok(stream(session, msg)),
+        msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
     }
-}
-
-/// Whether a request's answer is a stream: a `tools/call` that may send
-/// progress or ask the client something.
-fn wants_stream(session: &Session, msg: &Value) -> bool {
-    if msg.get("method").and_then(Value::as_str) != Some("tools/call") {
-        return false;
-    }
-    let progress = msg
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("progressToken"))
-        .is_some();
-    progress || session.can_elicit()
 }
 
 fn json_response(reply: Option<Value>) -> Response {

@@ -7,6 +7,7 @@ steps; the script runs them in order and prints one JSON report on stdout:
   {"transport": "stdio", "command": "plugd", "args": [...], "cwd": "...",
    "mode": "legacy" | "auto",                 # auto probes server/discover
    "elicit": "accept" | "decline" | null,     # null: no elicitation capability
+   "sample": TEXT | null,                     # the sampling answer; null: no sampling capability
    "steps": [{"op": "list"},
              {"op": "call", "name": N, "args": {...}, "progress": true, "timeout": 5},
              {"op": "resources"}, {"op": "templates"}, {"op": "read", "uri": U},
@@ -41,8 +42,15 @@ async def main() -> None:
     async def on_elicit(context, params):
         report["elicitations"].append(params.message)
         if plan.get("elicit") == "accept":
-            return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="accept", content={"approve": True, "username": "ada", "email": "ada@example.org"})
         return types.ElicitResult(action="decline")
+
+    async def on_sample(context, params):
+        report.setdefault("samplings", []).append(params.messages[0].content.text)
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=plan["sample"]), model="test-model")
+
+    async def on_log(params):
+        report.setdefault("logs", []).append(params.data)
 
     if plan["transport"] == "stdio":
         server = StdioServerParameters(command=plan["command"], args=plan["args"], cwd=plan.get("cwd"), env=plan.get("env"))
@@ -50,9 +58,11 @@ async def main() -> None:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {plan['token']}"}, timeout=30)
         server = streamable_http_client(plan["url"], http_client=http)
 
-    kwargs = {"mode": plan.get("mode", "legacy"), "message_handler": on_message}
+    kwargs = {"mode": plan.get("mode", "legacy"), "message_handler": on_message, "logging_callback": on_log}
     if plan.get("elicit"):
         kwargs["elicitation_callback"] = on_elicit
+    if plan.get("sample"):
+        kwargs["sampling_callback"] = on_sample
     async with Client(server, **kwargs) as client:
         report["protocol_version"] = client.protocol_version
         report["server_info"] = client.server_info.model_dump(mode="json") if client.server_info else None

@@ -50,7 +50,7 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
 use super::mcp_features::{FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions};
-use super::{CallContext, CatalogChanged, HostServices, McpRoots, Setup};
+use super::{CallContext, CatalogChanged, ClientHandle, HostServices, McpRoots, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
 use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
@@ -196,7 +196,6 @@ impl McpHandler {
 
 impl Handler for McpHandler {
     fn request(&self, method: String, params: Option<Value>) -> HandlerFuture {
-        let _ = params;
         let outcome = match method.as_str() {
             "ping" => Ok(json!({})),
             "roots/list" => match self
@@ -219,13 +218,21 @@ impl Handler for McpHandler {
                 }
             },
             "sampling/createMessage" | "elicitation/create" => {
-                tracing::info!(plugin = %self.plugin, method, "server request refused: not supported yet");
-                Err(ErrorObject::new(
-                    NOT_SUPPORTED,
-                    format!(
-                        "plugd does not support {method} yet; it did not declare this capability"
-                    ),
-                ))
+                match self.state.client_for(&method) {
+                    Some(link) => {
+                        tracing::info!(plugin = %self.plugin, method, "server request passed to the calling MCP client");
+                        return link.0.request(method, params.unwrap_or_else(|| json!({})));
+                    }
+                    None => {
+                        tracing::info!(plugin = %self.plugin, method, "server request refused: no client of the call can answer it");
+                        Err(ErrorObject::new(
+                            NOT_SUPPORTED,
+                            format!(
+                                "plugd has nobody to ask {method} for this call: it is answered only during a call made through plugd's MCP gateway by a client that supports it"
+                            ),
+                        ))
+                    }
+                }
             }
             _ => Err(ErrorObject::new(
                 codes::METHOD_NOT_FOUND,
@@ -292,6 +299,9 @@ impl Handler for McpHandler {
             }
             "notifications/message" => {
                 let p = params.unwrap_or(Value::Null);
+                if let Some(link) = self.state.latest_client() {
+                    link.0.notify("notifications/message", p.clone());
+                }
                 let level = p.get("level").and_then(Value::as_str).unwrap_or("info");
                 let data = p.get("data").map(Value::to_string).unwrap_or_default();
                 let data: String = data.chars().take(2000).collect();
@@ -311,14 +321,17 @@ impl Handler for McpHandler {
     }
 }
 
-/// The `capabilities` plugd declares in `initialize`: `roots` only when the
-/// operator configured roots for the server.
+/// The `capabilities` plugd declares in `initialize`: `elicitation` and
+/// `sampling` (answered during calls made through plugd's MCP gateway by a
+/// client that supports them, and refused with an error saying so
+/// otherwise), and `roots` only when the operator configured roots for the
+/// server.
 pub fn client_capabilities(offers_roots: bool) -> Value {
+    let mut caps = json!({"elicitation": {}, "sampling": {}});
     if offers_roots {
-        json!({"roots": {"listChanged": true}})
-    } else {
-        json!({})
+        caps["roots"] = json!({"listChanged": true});
     }
+    caps
 }
 
 /// `file://` URI of an absolute path, percent-encoding everything but
@@ -346,6 +359,11 @@ pub struct McpState {
     pub features: FeatureState,
     /// The plugin's resource subscriptions (shared by all its runs).
     pub subscriptions: McpSubscriptions,
+    /// The clients of the calls in flight that have one, oldest first.
+    /// MCP over stdio does not say which call a server request belongs to,
+    /// so requests and log messages go to the newest call's client.
+    clients: std::sync::Mutex<Vec<(u64, ClientHandle)>>,
+    next_call: std::sync::atomic::AtomicU64,
 }
 
 impl McpState {
@@ -355,7 +373,48 @@ impl McpState {
             offered_roots,
             features: FeatureState::default(),
             subscriptions,
+            clients: std::sync::Mutex::new(Vec::new()),
+            next_call: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    fn clients(&self) -> std::sync::MutexGuard<'_, Vec<(u64, ClientHandle)>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The newest call's client that takes `method`.
+    fn client_for(&self, method: &str) -> Option<ClientHandle> {
+        self.clients()
+            .iter()
+            .rev()
+            .find(|(_, c)| c.0.accepts(method))
+            .map(|(_, c)| c.clone())
+    }
+
+    fn latest_client(&self) -> Option<ClientHandle> {
+        self.clients().last().map(|(_, c)| c.clone())
+    }
+
+    /// Registers a call's client until the guard drops.
+    fn enter(self: &Arc<Self>, client: ClientHandle) -> ClientGuard {
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed);
+        self.clients().push((id, client));
+        ClientGuard {
+            state: self.clone(),
+            id,
+        }
+    }
+}
+
+/// Removes a call's client from [`McpState`] when the call ends.
+struct ClientGuard {
+    state: Arc<McpState>,
+    id: u64,
+}
+
+impl Drop for ClientGuard {
+    fn drop(&mut self) {
+        self.state.clients().retain(|(i, _)| *i != self.id);
     }
 }
 
@@ -735,6 +794,10 @@ pub async fn call_tool(
     timeout: Duration,
 ) -> Result<Value, ToolError> {
     let plugin = conn.peer.plugin();
+    let _client = ctx.client.clone().and_then(|c| {
+        let state = conn.state.clone()?.downcast::<McpState>().ok()?;
+        Some(state.enter(c))
+    });
     let result = conn
         .peer
         .call_with(

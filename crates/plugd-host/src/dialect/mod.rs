@@ -61,6 +61,37 @@ pub struct CallContext {
     pub project_id: Option<String>,
     /// Progress events of the call, as the plugin sends them.
     pub progress: Option<mpsc::UnboundedSender<Value>>,
+    /// The client behind the call, for what the plugin asks of it during
+    /// the call (MCP `elicitation/create`, `sampling/createMessage`) and the
+    /// log messages it sends (MCP `notifications/message`); the MCP
+    /// gateway sets it.
+    pub client: Option<ClientHandle>,
+}
+
+/// The client behind a call, as a dialect sees it.
+pub trait ClientLink: Send + Sync {
+    /// Whether the client takes requests `method`.
+    fn accepts(&self, method: &str) -> bool;
+    /// Asks the client; its result, or the error to answer the plugin with.
+    fn request(
+        &self,
+        method: String,
+        params: Value,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Value, plugd_wire::ErrorObject>> + Send>,
+    >;
+    /// Passes a notification on (best effort).
+    fn notify(&self, method: &str, params: Value);
+}
+
+/// A shared [`ClientLink`].
+#[derive(Clone)]
+pub struct ClientHandle(pub Arc<dyn ClientLink>);
+
+impl std::fmt::Debug for ClientHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientHandle")
+    }
 }
 
 /// What the host offers dialect handlers.

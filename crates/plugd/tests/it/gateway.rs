@@ -406,6 +406,64 @@ fn hosted_servers_resources_and_prompts_are_served_with_their_origin_in_the_name
     );
 }
 
+#[test]
+fn a_hosted_servers_questions_and_log_lines_reach_the_gateways_client() {
+    // The conformance fixture server (the official Python SDK) elicits,
+    // samples and logs during its calls; plugd passes each to the client
+    // that made the call.
+    let ws = Ws::new();
+    for f in [".mcp.json", "conformance_server.py"] {
+        std::fs::copy(
+            repo().join("tests/conformance/workspace").join(f),
+            ws.dir().join(f),
+        )
+        .unwrap();
+    }
+    let o = ws.plugd(&["plugin", "approve", "conformance"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let steps = json!([
+        {"op": "call", "name": "conformance__test_elicitation", "args": {"message": "who are you?"}},
+        {"op": "call", "name": "conformance__test_sampling", "args": {"prompt": "say hi"}},
+        {"op": "call", "name": "conformance__test_tool_with_logging", "args": {}},
+    ]);
+    let mut plan = stdio_plan(&ws, &[], Some("accept"), steps.clone());
+    plan["sample"] = json!("hi from the client");
+    let (report, _) = client(plan);
+    assert_eq!(report["elicitations"], json!(["who are you?"]), "{report}");
+    assert!(
+        step(&report, 0)["text"]
+            .as_str()
+            .unwrap()
+            .contains("accept"),
+        "{report}"
+    );
+    assert!(
+        step(&report, 0)["text"]
+            .as_str()
+            .unwrap()
+            .contains("ada@example.org"),
+        "{report}"
+    );
+    assert_eq!(report["samplings"], json!(["say hi"]), "{report}");
+    assert_eq!(
+        step(&report, 1)["text"],
+        "LLM response: hi from the client",
+        "{report}"
+    );
+    let logs = report["logs"].to_string();
+    assert!(
+        logs.contains("Tool execution started") && logs.contains("Tool execution completed"),
+        "{report}"
+    );
+
+    // A client without those capabilities: the server is told no one can
+    // answer, and its tool fails saying so, without hanging.
+    let (report, _) = client(stdio_plan(&ws, &[], None, steps));
+    assert_eq!(step(&report, 0)["is_error"], true, "{report}");
+    assert_eq!(step(&report, 1)["is_error"], true, "{report}");
+    assert_eq!(step(&report, 2)["is_error"], false, "{report}");
+}
+
 /// A raw MCP POST to `path` with `token`, optional session id.
 fn mcp_post(
     serve: &Serve,
