@@ -22,6 +22,10 @@ pub const SUPPORTED: [&str; 5] = [
     "2024-11-05",
 ];
 
+/// The revisions with an `initialize` handshake, newest first (what plugd's
+/// MCP client dialect accepts from the servers it hosts).
+pub const STATEFUL: [&str; 4] = [LATEST_STATEFUL, "2025-06-18", "2025-03-26", "2024-11-05"];
+
 /// `_meta` key of a stateless request's revision.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key of a stateless request's client capabilities.
@@ -66,6 +70,7 @@ mod tests {
         assert_eq!(negotiate("1999-01-01"), LATEST_STATEFUL);
         assert_eq!(negotiate(""), LATEST_STATEFUL);
         assert!(is_supported(STATELESS) && !is_supported("2025-01-01"));
+        assert!(STATEFUL.iter().all(|v| SUPPORTED.contains(v)) && !STATEFUL.contains(&STATELESS));
         assert!(at_least("2025-11-25", "2025-06-18") && !at_least("2025-03-26", "2025-06-18"));
     }
 }

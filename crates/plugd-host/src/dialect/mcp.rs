@@ -32,9 +32,11 @@
 //!   `notifications/prompts/list_changed` drop the cached listings and go out
 //!   on the host's [`McpEvents`].
 //! * Server requests: `ping` → `{}`, `roots/list` as above,
-//!   `sampling/createMessage` and `elicitation/create` →
-//!   [`NOT_SUPPORTED`] saying plugd does not support them yet, anything else
-//!   `-32601`. `notifications/tools/list_changed` asks the supervisor to
+//!   `sampling/createMessage` and `elicitation/create` → the client of the
+//!   newest call in flight that takes them ([`CallContext::client`], set by
+//!   plugd's MCP gateway), else [`NOT_SUPPORTED`] saying nobody can be
+//!   asked; anything else `-32601`. `notifications/message` is logged and
+//!   passed to that client too. `notifications/tools/list_changed` asks the supervisor to
 //!   re-read the catalog (bursts are coalesced).
 //! * Shutdown: MCP has no shutdown request; SIGTERM to the process group, and
 //!   the supervisor SIGKILLs after the spec's `shutdown_grace`.
@@ -56,11 +58,12 @@ use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
 use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
 use crate::supervisor::Conn;
 
-/// The protocol revision plugd offers in `initialize`.
-pub const PROTOCOL_VERSION: &str = "2025-11-25";
+/// The protocol revision plugd offers in `initialize` (shared with the
+/// gateway in `plugd-mcp`).
+pub const PROTOCOL_VERSION: &str = plugd_mcp::LATEST_STATEFUL;
 
 /// The revisions plugd accepts in the `initialize` reply.
-pub const SUPPORTED_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+pub const SUPPORTED_VERSIONS: [&str; 4] = plugd_mcp::version::STATEFUL;
 
 /// Most `tools/list` pages read for one catalog.
 pub const MAX_PAGES: usize = 100;
