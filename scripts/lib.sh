@@ -52,8 +52,9 @@ ensure_venv() {
 
 # The npm tools the tests and examples run, pinned; installed into $NPM_TOOLS.
 # tsx is the TypeScript loader seed 002 names for Dexto `.ts` modules on Node
-# below 22.6 (plugd finds it in .npm-tools/node_modules/.bin or on PATH).
-NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15")
+# below 22.6 (plugd finds it in .npm-tools/node_modules/.bin or on PATH); the
+# official TypeScript MCP SDK is the second real client the gateway tests drive.
+NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15" "@modelcontextprotocol/sdk@1.32.2")
 NPM_TOOLS="$repo/.npm-tools"
 
 # ensure_npm_tools: install $NPM_TOOLS_PACKAGES into .npm-tools/ (git-ignored),

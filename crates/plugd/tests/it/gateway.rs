@@ -72,6 +72,26 @@ fn client(plan: Value) -> (Value, String) {
     (report, err)
 }
 
+/// Runs the TypeScript SDK client with `plan`; its report.
+fn ts_client(plan: Value) -> Value {
+    #[allow(clippy::disallowed_methods)] // the test drives a real MCP client
+    let out = std::process::Command::new("node")
+        .arg(repo().join("tests/plugins/gateway/ts_client.mjs"))
+        .arg(plan.to_string())
+        .env("PATH", path_with_venv())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "ts_client.mjs failed: {err}");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}): {}\n{err}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
 /// A stdio plan: `plugd mcp [extra…]` on `ws`.
 fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: Value) -> Value {
     let mut args = vec![
@@ -462,6 +482,71 @@ fn a_hosted_servers_questions_and_log_lines_reach_the_gateways_client() {
     assert_eq!(step(&report, 0)["is_error"], true, "{report}");
     assert_eq!(step(&report, 1)["is_error"], true, "{report}");
     assert_eq!(step(&report, 2)["is_error"], false, "{report}");
+}
+
+#[test]
+fn the_typescript_sdk_lists_and_calls_through_stdio_and_http() {
+    let ws = workspace(POLICY);
+    let steps = json!([
+        {"op": "list"},
+        {"op": "call", "name": "hello_python_greet", "args": {"name": "ts"}},
+        {"op": "call", "name": "hello-salmex-bash__say_hello", "args": {"name": "ts"}},
+        {"op": "call", "name": "acme__devkit__text_stats", "args": {"text": "a b"}},
+        {"op": "call", "name": "everything__trigger-long-running-operation", "args": {"duration": 1, "steps": 2}, "progress": true},
+        {"op": "call", "name": "hello_python_add", "args": {"a": 20, "b": 22}},
+    ]);
+    let report = ts_client(stdio_plan(&ws, &[], Some("accept"), steps));
+    assert_eq!(report["server_info"]["name"], "plugd", "{report}");
+    assert!(
+        names(step(&report, 0)).contains(&"everything__echo".to_owned()),
+        "{report}"
+    );
+    assert_eq!(step(&report, 1)["text"], "Hello, ts!", "{report}");
+    assert!(
+        step(&report, 2)["text"].as_str().unwrap().contains("ts"),
+        "{report}"
+    );
+    assert_eq!(step(&report, 3)["structured"]["words"], 2, "{report}");
+    assert_eq!(
+        step(&report, 4)["progress"].as_array().unwrap().len(),
+        2,
+        "{report}"
+    );
+    assert_eq!(
+        report["elicitations"].as_array().unwrap().len(),
+        1,
+        "{report}"
+    );
+    assert!(
+        step(&report, 5)["text"].as_str().unwrap().contains("42"),
+        "{report}"
+    );
+
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let token = make_token(&ws, "agent");
+    let report = ts_client(json!({
+        "transport": "http",
+        "url": format!("http://{}/mcp", serve.addr),
+        "token": token,
+        "elicit": null,
+        "steps": [
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "args": {"message": "ts over http"}},
+            {"op": "call", "name": "everything__trigger-long-running-operation", "args": {"duration": 1, "steps": 2}, "progress": true},
+        ],
+    }));
+    assert!(
+        names(step(&report, 0)).contains(&"hello_python_greet".to_owned()),
+        "{report}"
+    );
+    assert_eq!(step(&report, 1)["text"], "Echo: ts over http", "{report}");
+    assert_eq!(
+        step(&report, 2)["progress"].as_array().unwrap().len(),
+        2,
+        "{report}"
+    );
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
 }
 
 /// A raw MCP POST to `path` with `token`, optional session id.
