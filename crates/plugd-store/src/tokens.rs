@@ -370,13 +370,18 @@ impl Store {
             return Ok(Err(TokenRejection::Invalid));
         };
         let conn = self.lock();
+        // Every authenticated request runs this: a cached statement is not
+        // parsed again.
         let row = conn
-            .query_row(
-                &format!("SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"),
-                params![id],
-                |r| Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?)),
-            )
-            .optional()
+            .prepare_cached(&format!(
+                "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"
+            ))
+            .and_then(|mut st| {
+                st.query_row(params![id], |r| {
+                    Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
+                })
+                .optional()
+            })
             .map_err(|e| self.query_error("verify a token".into(), e))?;
         let Some((raw, stored)) = row else {
             return Ok(Err(TokenRejection::Invalid));
@@ -415,18 +420,20 @@ impl Store {
         status: u16,
     ) -> Result<(), StoreError> {
         self.lock()
-            .execute(
+            .prepare_cached(
                 "INSERT INTO audit (at, identity, role, method, path, status)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
+            )
+            .and_then(|mut st| {
+                st.execute(params![
                     crate::now_rfc3339(),
                     identity,
                     role.as_str(),
                     method,
                     path,
                     status
-                ],
-            )
+                ])
+            })
             .map_err(|e| self.query_error("record an audit entry".into(), e))?;
         Ok(())
     }
