@@ -102,22 +102,34 @@ fn log_failures(listing: &Listing, what: &str) {
     }
 }
 
-/// `resources/list`.
-pub(crate) async fn resources(session: &Session) -> Result<Value, Value> {
-    let scope = scope(session);
-    let listing = session.inner.gw.runtime().all_resources().await;
-    log_failures(&listing, "resources");
-    let out: Vec<Value> = listing
+/// The items of `listing` from servers `scope` holds, each with its
+/// `field` renamed by `rename` (server, original) for the client.
+fn served(
+    scope: &Scope,
+    listing: Listing,
+    what: &str,
+    field: &str,
+    rename: impl Fn(&Scope, &str, &str) -> String,
+) -> Vec<Value> {
+    log_failures(&listing, what);
+    listing
         .items
         .into_iter()
         .filter(|i| scope.has(&i.server))
         .filter_map(|i| {
             let mut item = i.item;
-            let uri = item.get("uri")?.as_str()?.to_owned();
-            item["uri"] = json!(scope.uri_out(&i.server, &uri));
+            let original = item.get(field)?.as_str()?.to_owned();
+            item[field] = json!(rename(scope, &i.server, &original));
             Some(item)
         })
-        .collect();
+        .collect()
+}
+
+/// `resources/list`.
+pub(crate) async fn resources(session: &Session) -> Result<Value, Value> {
+    let scope = scope(session);
+    let listing = session.inner.gw.runtime().all_resources().await;
+    let out = served(&scope, listing, "resources", "uri", Scope::uri_out);
     Ok(json!({"resources": out}))
 }
 
@@ -125,18 +137,13 @@ pub(crate) async fn resources(session: &Session) -> Result<Value, Value> {
 pub(crate) async fn templates(session: &Session) -> Result<Value, Value> {
     let scope = scope(session);
     let listing = session.inner.gw.runtime().all_resource_templates().await;
-    log_failures(&listing, "resource templates");
-    let out: Vec<Value> = listing
-        .items
-        .into_iter()
-        .filter(|i| scope.has(&i.server))
-        .filter_map(|i| {
-            let mut item = i.item;
-            let t = item.get("uriTemplate")?.as_str()?.to_owned();
-            item["uriTemplate"] = json!(scope.uri_out(&i.server, &t));
-            Some(item)
-        })
-        .collect();
+    let out = served(
+        &scope,
+        listing,
+        "resource templates",
+        "uriTemplate",
+        Scope::uri_out,
+    );
     Ok(json!({"resourceTemplates": out}))
 }
 
@@ -204,18 +211,7 @@ pub(crate) async fn prompts(session: &Session) -> Result<Value, Value> {
     let scope = scope(session);
     let rt = session.inner.gw.runtime();
     let listing = rt.all_prompts().await;
-    log_failures(&listing, "prompts");
-    let mut out: Vec<Value> = listing
-        .items
-        .into_iter()
-        .filter(|i| scope.has(&i.server))
-        .filter_map(|i| {
-            let mut item = i.item;
-            let name = item.get("name")?.as_str()?.to_owned();
-            item["name"] = json!(scope.prompt_out(&i.server, &name));
-            Some(item)
-        })
-        .collect();
+    let mut out = served(&scope, listing, "prompts", "name", Scope::prompt_out);
     if scope.bare.is_none() {
         for skill in skills(session) {
             out.push(json!({

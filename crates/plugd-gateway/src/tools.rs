@@ -272,6 +272,7 @@ pub(crate) async fn call(
     if let Some(mut f) = forwarder
         && tokio::time::timeout(PROGRESS_DRAIN, &mut f).await.is_err()
     {
+        tracing::warn!(tool = %entry.name, "progress forwarding did not end within {PROGRESS_DRAIN:?} of the call; stopped");
         f.abort();
     }
 

@@ -168,6 +168,17 @@ fn session_header(headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The `Mcp-Session-Id` a `method` request must carry.
+fn required_session(headers: &HeaderMap, method: &str) -> Result<String, ApiError> {
+    session_header(headers).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            error::code::MCP_SESSION_REQUIRED,
+            format!("{method} /mcp needs the Mcp-Session-Id header of an initialized session"),
+        )
+    })
+}
+
 fn no_session(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
@@ -358,13 +369,7 @@ fn listen(
             "GET /mcp opens an event stream; send Accept: text/event-stream",
         ));
     }
-    let Some(id) = session_header(&headers) else {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            error::code::MCP_SESSION_REQUIRED,
-            "GET /mcp needs the Mcp-Session-Id header of an initialized session",
-        ));
-    };
+    let id = required_session(&headers, "GET")?;
     let session = mcp
         .find(&id, &identity.name, profile.as_deref())
         .ok_or_else(|| no_session(&id))?;
@@ -407,13 +412,7 @@ fn end(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let mcp = mcp_state(&state)?;
-    let Some(id) = session_header(&headers) else {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            error::code::MCP_SESSION_REQUIRED,
-            "DELETE /mcp needs the Mcp-Session-Id header of the session to end",
-        ));
-    };
+    let id = required_session(&headers, "DELETE")?;
     if mcp.remove(&id, &identity.name, profile.as_deref()) {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
