@@ -748,3 +748,93 @@ fn the_python_sdk_over_http_calls_tools_and_hears_list_changed_after_a_revoke() 
 fn wait_for(path: &Path, limit: Duration) -> bool {
     crate::support::eventually_blocking(limit, || path.exists())
 }
+
+#[test]
+fn hostile_stdio_input_gets_errors_and_the_gateway_keeps_serving() {
+    use std::io::{BufRead, BufReader, Write};
+    let ws = Ws::new();
+    ws.example("hello-python");
+    let o = ws.plugd(&["plugin", "approve", "hello_python"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut child = crate::support::plugd_cmd(ws.dir())
+        .arg("mcp")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next =
+        move || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let mut send = move |line: &str| {
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    // Before initialize, a request other than ping is refused.
+    send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#);
+    let r = next();
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize"),
+        "{r}"
+    );
+    send("this is not json");
+    assert_eq!(next()["error"]["code"], -32700);
+    send("[1, 2]");
+    let r = next();
+    assert_eq!(r[0]["error"]["code"], -32600, "{r}");
+    send(r#"{"jsonrpc":"1.0","id":2,"method":"ping"}"#);
+    assert_eq!(next()["error"]["code"], -32600);
+    send(r#"{"jsonrpc":"2.0","id":{"no":"objects"},"method":"ping"}"#);
+    assert_eq!(next()["error"]["code"], -32600);
+    // A line over the 16 MiB frame limit is skipped unbuffered and answered.
+    send(&format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(17 << 20)
+    ));
+    let r = next();
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("limit"),
+        "{r}"
+    );
+    // Lies that need no answer: a cancel of nothing, a response to nothing.
+    send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":999}}"#);
+    send(r#"{"jsonrpc":"2.0","id":"plugd-77","result":{"action":"accept"}}"#);
+    send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"1999-01-01","capabilities":[],"clientInfo":7}}"#,
+    );
+    let r = next();
+    assert_eq!(
+        r["result"]["protocolVersion"], "2025-11-25",
+        "an unknown revision gets the newest: {r}"
+    );
+    send(
+        r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hello_python_greet","arguments":[1]}}"#,
+    );
+    assert_eq!(next()["error"]["code"], -32602);
+    send(r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"../../etc/passwd"}}"#);
+    assert_eq!(next()["error"]["code"], -32602);
+    send(
+        r#"{"jsonrpc":"2.0","id":7,"method":"resources/read","params":{"uri":"plugd:///../../x"}}"#,
+    );
+    assert_eq!(next()["error"]["code"], -32002);
+    send(
+        r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"hello_python_greet","arguments":{"name":"still here"}}}"#,
+    );
+    let r = next();
+    assert_eq!(
+        r["result"]["content"][0]["text"], "Hello, still here!",
+        "{r}"
+    );
+    drop(send);
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "plugd mcp exits cleanly when stdin closes: {status}"
+    );
+}

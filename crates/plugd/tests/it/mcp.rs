@@ -127,8 +127,8 @@ async fn handshake_negotiates_and_lists_namespaced_tools() {
     assert!(init["clientInfo"]["version"].is_string());
     assert_eq!(
         init["capabilities"],
-        json!({}),
-        "no roots are offered unless plugd.yaml configures them"
+        json!({"elicitation": {}, "sampling": {}}),
+        "no roots are offered unless plugd.yaml configures them; elicitation and sampling are (answered during gateway calls)"
     );
     assert_eq!(structured(&client)["initialized"], true);
     rt.shutdown().await;
@@ -426,7 +426,7 @@ async fn server_requests_get_ping_roots_and_polite_refusals() {
             e["message"]
                 .as_str()
                 .unwrap()
-                .contains(&format!("plugd does not support {method} yet")),
+                .contains(&format!("plugd has nobody to ask {method} for this call")),
             "{got}"
         );
     }
@@ -473,7 +473,7 @@ async fn configured_roots_are_declared_and_answered_in_order() {
     let client = rt.call_tool("h/client", json!({}), None).await.unwrap();
     assert_eq!(
         structured(&client)["initialize"]["capabilities"],
-        json!({"roots": {"listChanged": true}})
+        json!({"roots": {"listChanged": true}, "elicitation": {}, "sampling": {}})
     );
     let got = rt.call_tool("h/ask", json!({}), None).await.unwrap();
     let roots = &structured(&got)["roots/list"]["result"]["roots"];
