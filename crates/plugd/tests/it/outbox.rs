@@ -526,6 +526,20 @@ fn kill_9_of_serve_mid_delivery_redelivers_the_same_delivery_id_after_restart() 
     assert_eq!(first["event"]["summary"]["task"], "Fix auth redirect bug");
     assert_eq!(first["event"]["subject"]["id"], "run_9");
 
+    // The audit export is acknowledged in this run (it does not sleep); wait
+    // for its record before the kill, or the kill can land between its
+    // answer and the write of its acknowledgement (then it is, rightly,
+    // delivered again).
+    let audit_id = ids.iter().find(|i| **i != delivery).unwrap();
+    assert!(
+        eventually_blocking(Duration::from_secs(30), || {
+            cli_status(&ws, audit_id).is_some_and(|r| r["status"] == "delivered")
+        }),
+        "{:?}\n{}",
+        cli_status(&ws, audit_id),
+        serve.log()
+    );
+
     // kill -9 of the host, mid-delivery.
     serve.child.kill().unwrap();
     serve.child.wait().unwrap();
