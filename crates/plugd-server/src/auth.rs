@@ -15,7 +15,8 @@
 //! 5. the route's [`Right`] against the identity's [`Role`]: `403 forbidden`
 //!    naming the role needed;
 //! 6. after the handler, a state-changing request is appended to the audit
-//!    trail with the identity's name and the status.
+//!    trail with the identity's name and the status (by the audit writer's
+//!    thread, in batches, off the request path; never dropped).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -448,18 +449,14 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
     if right != Right::Read {
         let status = resp.status().as_u16();
         tracing::info!(identity = %identity.name, role = %identity.role, %method, %path, status, "request");
-        if let Err(e) = state.runtime.store().audit_record(
+        // Written by the audit writer's thread, batched; never dropped.
+        state.audit.record(
             &identity.name,
             identity.role,
             method.as_str(),
             &path,
             status,
-        ) {
-            tracing::error!(
-                "cannot record {method} {path} by {} in the audit trail: {e}",
-                identity.name
-            );
-        }
+        );
     }
     resp
 }

@@ -180,6 +180,7 @@ pub struct AppState {
     body_timeout: Duration,
     auth: Arc<auth::AuthConfig>,
     mcp: Option<Arc<mcp::McpHttp>>,
+    audit: Arc<plugd_store::tokens::AuditWriter>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -209,6 +210,9 @@ impl AppState {
             config.clone(),
             env!("CARGO_PKG_VERSION"),
         );
+        let audit = Arc::new(plugd_store::tokens::AuditWriter::start(
+            runtime.store().clone(),
+        ));
         AppState {
             runtime,
             pipeline,
@@ -218,6 +222,7 @@ impl AppState {
             body_timeout,
             auth,
             mcp: Some(Arc::new(mcp::McpHttp::new(gateway))),
+            audit,
         }
     }
 

@@ -481,14 +481,20 @@ async fn tcp_needs_a_token_and_each_role_gets_its_routes_only() {
             ),
         }
     }
-    // State-changing requests are audited under the token's name.
+    // State-changing requests are audited under the token's name (by the
+    // audit writer's thread: give it a moment).
+    let audited = |a: &[plugd_store::tokens::AuditEntry]| {
+        a.iter()
+            .any(|e| e.identity == "token:o" && e.path == "/v1/plugins/nope:approve")
+    };
+    for _ in 0..200 {
+        if audited(&store.audit_list(100).unwrap()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     let audit = store.audit_list(100).unwrap();
-    assert!(
-        audit
-            .iter()
-            .any(|e| e.identity == "token:o" && e.path == "/v1/plugins/nope:approve"),
-        "{audit:?}"
-    );
+    assert!(audited(&audit), "{audit:?}");
     assert!(
         !audit.iter().any(|e| e.method == "GET"),
         "reads are not audited: {audit:?}"

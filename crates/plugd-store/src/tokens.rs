@@ -438,6 +438,33 @@ impl Store {
         Ok(())
     }
 
+    /// Appends `entries` in one transaction (what [`AuditWriter`] batches).
+    fn audit_record_batch(&self, entries: &[PendingAudit]) -> Result<(), StoreError> {
+        let mut conn = self.lock();
+        let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT INTO audit (at, identity, role, method, path, status)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?;
+                for e in entries {
+                    st.execute(params![
+                        e.at,
+                        e.identity,
+                        e.role.as_str(),
+                        e.method,
+                        e.path,
+                        e.status
+                    ])?;
+                }
+            }
+            tx.commit()
+        };
+        write(&mut conn)
+            .map_err(|e| self.query_error(format!("record {} audit entries", entries.len()), e))
+    }
+
     /// The last `limit` audit entries, newest last.
     pub fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         let conn = self.lock();
@@ -543,5 +570,137 @@ mod tests {
                 .unwrap_err()
                 .contains("admin, operator")
         );
+    }
+
+    #[test]
+    fn the_audit_writer_loses_nothing_past_its_queue_and_writes_all_before_it_drops() {
+        let store = std::sync::Arc::new(Store::open_in_memory().unwrap());
+        let writer = AuditWriter::start(store.clone());
+        let n = AUDIT_QUEUE + 1000;
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let w = &writer;
+                s.spawn(move || {
+                    for i in (t..n).step_by(4) {
+                        w.record("token:ci", Role::Agent, "POST", &format!("/v1/x/{i}"), 200);
+                    }
+                });
+            }
+        });
+        drop(writer);
+        let all = store.audit_list(n + 10).unwrap();
+        assert_eq!(all.len(), n, "every entry written, none twice");
+        let paths: std::collections::BTreeSet<&str> = all.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths.len(), n);
+        assert!(
+            all.iter()
+                .all(|e| e.identity == "token:ci" && e.role == "agent" && e.status == 200)
+        );
+    }
+}
+
+/// One audit entry on its way to the database.
+#[derive(Debug)]
+struct PendingAudit {
+    at: String,
+    identity: String,
+    role: Role,
+    method: String,
+    path: String,
+    status: u16,
+}
+
+/// Most entries queued for the audit writer; beyond, the caller writes its
+/// entry itself (so none is ever dropped).
+pub const AUDIT_QUEUE: usize = 4096;
+
+/// Most entries written in one transaction.
+const AUDIT_BATCH: usize = 256;
+
+/// Appends audit entries on its own thread, many per transaction, so a
+/// request does not wait for SQLite. Bounded: when the queue is full the
+/// entry is written by the caller at once; nothing is dropped. Dropping the
+/// writer writes what is queued before it returns.
+#[derive(Debug)]
+pub struct AuditWriter {
+    store: std::sync::Arc<Store>,
+    tx: Option<std::sync::mpsc::SyncSender<PendingAudit>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AuditWriter {
+    /// A writer into `store`, with its thread started (if the thread cannot
+    /// start, every entry is written by its caller).
+    pub fn start(store: std::sync::Arc<Store>) -> AuditWriter {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<PendingAudit>(AUDIT_QUEUE);
+        let writer_store = store.clone();
+        let thread = std::thread::Builder::new()
+            .name("plugd-audit".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut batch = vec![first];
+                    while batch.len() < AUDIT_BATCH {
+                        match rx.try_recv() {
+                            Ok(e) => batch.push(e),
+                            Err(_) => break,
+                        }
+                    }
+                    if let Err(e) = writer_store.audit_record_batch(&batch) {
+                        tracing::error!(
+                            "cannot append {} entries to the audit trail: {e}",
+                            batch.len()
+                        );
+                    }
+                }
+            });
+        match thread {
+            Ok(thread) => AuditWriter {
+                store,
+                tx: Some(tx),
+                thread: Some(thread),
+            },
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the audit writer thread ({e}); requests write their audit entries themselves"
+                );
+                AuditWriter {
+                    store,
+                    tx: None,
+                    thread: None,
+                }
+            }
+        }
+    }
+
+    /// Queues one state-changing request for the audit trail.
+    pub fn record(&self, identity: &str, role: Role, method: &str, path: &str, status: u16) {
+        let entry = PendingAudit {
+            at: crate::now_rfc3339(),
+            identity: identity.to_owned(),
+            role,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            status,
+        };
+        let entry = match &self.tx {
+            Some(tx) => match tx.try_send(entry) {
+                Ok(()) => return,
+                Err(std::sync::mpsc::TrySendError::Full(e))
+                | Err(std::sync::mpsc::TrySendError::Disconnected(e)) => e,
+            },
+            None => entry,
+        };
+        if let Err(e) = self.store.audit_record_batch(std::slice::from_ref(&entry)) {
+            tracing::error!("cannot record {method} {path} by {identity} in the audit trail: {e}");
+        }
+    }
+}
+
+impl Drop for AuditWriter {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
