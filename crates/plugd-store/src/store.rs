@@ -104,6 +104,9 @@ pub struct Store {
     conn: Mutex<Connection>,
     path: Option<PathBuf>,
     label: String,
+    /// Verified-token rows, valid while no other connection committed
+    /// (`crate::tokens`).
+    pub(crate) token_cache: Mutex<crate::tokens::TokenCache>,
 }
 
 impl std::fmt::Debug for Store {
@@ -141,6 +144,7 @@ impl Store {
             conn: Mutex::new(conn),
             path: Some(path),
             label,
+            token_cache: Mutex::default(),
         })
     }
 
@@ -155,6 +159,7 @@ impl Store {
             conn: Mutex::new(conn),
             path: None,
             label,
+            token_cache: Mutex::default(),
         })
     }
 

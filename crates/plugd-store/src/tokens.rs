@@ -298,6 +298,7 @@ impl Store {
             }
             Err(e) => return Err(self.query_error(format!("create token {name:?}"), e)),
         }
+        self.forget_tokens();
         let token = format!("{PREFIX}{id}_{secret}");
         Ok(NewToken {
             info: TokenInfo {
@@ -344,6 +345,7 @@ impl Store {
             params![id_or_name, crate::now_rfc3339()],
         )
         .map_err(|e| self.query_error(format!("revoke token {id_or_name:?}"), e))?;
+        self.forget_tokens();
         let row = conn
             .query_row(
                 &format!(
@@ -370,19 +372,43 @@ impl Store {
             return Ok(Err(TokenRejection::Invalid));
         };
         let conn = self.lock();
-        // Every authenticated request runs this: a cached statement is not
-        // parsed again.
-        let row = conn
-            .prepare_cached(&format!(
-                "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"
-            ))
-            .and_then(|mut st| {
-                st.query_row(params![id], |r| {
-                    Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
-                })
-                .optional()
-            })
+        // Every authenticated request runs this. The row is cached while no
+        // other connection committed anything (SQLite's `data_version`), so
+        // a token created, revoked or expired by another process (`plugd
+        // token revoke`) counts from the next request, and this process's
+        // own token writes clear the cache themselves.
+        let version: i64 = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
             .map_err(|e| self.query_error("verify a token".into(), e))?;
+        let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.version != Some(version) {
+            cache.rows.clear();
+            cache.version = Some(version);
+        }
+        let row = match cache.rows.get(id) {
+            Some(hit) => Some(hit.clone()),
+            None => {
+                let row = conn
+                    .prepare_cached(&format!(
+                        "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"
+                    ))
+                    .and_then(|mut st| {
+                        st.query_row(params![id], |r| {
+                            Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
+                        })
+                        .optional()
+                    })
+                    .map_err(|e| self.query_error("verify a token".into(), e))?;
+                if let Some(row) = &row {
+                    if cache.rows.len() >= TOKEN_CACHE_MAX {
+                        cache.rows.clear();
+                    }
+                    cache.rows.insert(id.to_owned(), row.clone());
+                }
+                row
+            }
+        };
         let Some((raw, stored)) = row else {
             return Ok(Err(TokenRejection::Invalid));
         };
@@ -406,6 +432,9 @@ impl Store {
                 params![info.id, now],
             )
             .map_err(|e| self.query_error("record a token's use".into(), e))?;
+            if let Some(hit) = cache.rows.get_mut(id) {
+                hit.0.7 = Some(now);
+            }
         }
         Ok(Ok(info))
     }
@@ -596,6 +625,63 @@ mod tests {
             all.iter()
                 .all(|e| e.identity == "token:ci" && e.role == "agent" && e.status == 200)
         );
+    }
+
+    #[test]
+    fn a_cached_token_is_refused_at_the_next_request_after_another_process_revokes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let serve = Store::open(&dir.path().join(".plugd")).unwrap();
+        let t = serve.token_create("ci", Role::Agent, None, "root").unwrap();
+        // Verified (and cached) twice by serve's connection.
+        assert!(serve.token_verify(&t.token).unwrap().is_ok());
+        assert!(serve.token_verify(&t.token).unwrap().is_ok());
+        // `plugd token revoke` is another process: another connection.
+        let cli = Store::open(&dir.path().join(".plugd")).unwrap();
+        assert!(cli.token_revoke("ci").unwrap().is_some());
+        assert!(matches!(
+            serve.token_verify(&t.token).unwrap(),
+            Err(TokenRejection::Revoked(_))
+        ));
+        // A new token made elsewhere works at once; a wrong secret never does.
+        let u = cli.token_create("ci2", Role::Viewer, None, "root").unwrap();
+        assert_eq!(
+            serve.token_verify(&u.token).unwrap().unwrap().role,
+            Role::Viewer
+        );
+        let mut wrong = u.token.clone();
+        wrong.pop();
+        wrong.push(if u.token.ends_with('0') { '1' } else { '0' });
+        assert_eq!(
+            serve.token_verify(&wrong).unwrap(),
+            Err(TokenRejection::Invalid)
+        );
+        // This process's own revocation counts at once too.
+        assert!(serve.token_revoke("ci2").unwrap().is_some());
+        assert!(matches!(
+            serve.token_verify(&u.token).unwrap(),
+            Err(TokenRejection::Revoked(_))
+        ));
+    }
+}
+
+/// Verified-token rows by id, valid for one `data_version` of the database.
+#[derive(Debug, Default)]
+pub(crate) struct TokenCache {
+    version: Option<i64>,
+    rows: std::collections::HashMap<String, (RawToken, Vec<u8>)>,
+}
+
+/// Most token rows cached (a flood of distinct unknown ids is not cached:
+/// only rows that exist are).
+const TOKEN_CACHE_MAX: usize = 1024;
+
+impl Store {
+    /// Drops the verified-token cache (after this connection's own token
+    /// writes, which do not change its `data_version`).
+    fn forget_tokens(&self) {
+        let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.rows.clear();
+        cache.version = None;
     }
 }
 
