@@ -193,34 +193,39 @@ pub(crate) async fn call(
     let gw = &session.inner.gw.inner;
     let rt = &gw.runtime;
     let started = Instant::now();
-    let call_id = format!("mcp-{}", uuid_like());
     let hook_cx = gw.config.context(&HookContext {
         session_id: Some(format!("mcp-{}", session.id())),
         ..HookContext::default()
     });
-
-    let before = gw
-        .pipeline
-        .run(
-            HookPoint::BeforeToolCall,
-            json!({"toolName": entry.name, "args": args, "sessionId": hook_cx.session_id, "callId": call_id}),
-            &hook_cx,
-        )
-        .await;
-    if before.is_blocked() {
-        let message = before
-            .message
-            .unwrap_or_else(|| "blocked by a before_tool_call hook".into());
-        log_call(
-            session,
-            &entry,
-            false,
-            started,
-            "blocked by before_tool_call",
-        );
-        return Ok(tool_error(message));
-    }
-    let args = before.payload.get("args").cloned().unwrap_or(args);
+    // With no handler at a point, its payload is not even built (a call
+    // through the gateway is on the hot path).
+    let hooked = |point| !gw.pipeline.chain(point).is_empty();
+    let (hooks_before, hooks_after) = (
+        hooked(HookPoint::BeforeToolCall),
+        hooked(HookPoint::AfterToolResult),
+    );
+    let call_id = if hooks_before || hooks_after {
+        format!("mcp-{}", uuid_like())
+    } else {
+        String::new()
+    };
+    let args = if hooks_before {
+        match before_tool_call(session, &entry, args, &hook_cx, &call_id).await {
+            Ok(args) => args,
+            Err(blocked) => {
+                log_call(
+                    session,
+                    &entry,
+                    false,
+                    started,
+                    "blocked by before_tool_call",
+                );
+                return Ok(blocked);
+            }
+        }
+    } else {
+        args
+    };
 
     // Progress: the plugin's events as MCP progress on this request.
     let token = params
@@ -284,30 +289,22 @@ pub(crate) async fn call(
         }
         Err(e) => (false, tool_error(e.to_string())),
     };
-    let after = gw
-        .pipeline
-        .run(
-            HookPoint::AfterToolResult,
-            json!({"toolName": entry.name, "result": result, "success": ok, "sessionId": hook_cx.session_id, "callId": call_id}),
-            &hook_cx,
-        )
-        .await;
-    if after.is_blocked() {
-        let message = after
-            .message
-            .unwrap_or_else(|| "blocked by an after_tool_result hook".into());
-        log_call(
-            session,
-            &entry,
-            false,
-            started,
-            "blocked by after_tool_result",
-        );
-        return Ok(tool_error(message));
-    }
-    let result = match after.payload.get("result") {
-        Some(r) if *r != result => as_result_shape(r.clone()),
-        _ => result,
+    let result = if hooks_after {
+        match after_tool_result(session, &entry, result, ok, &hook_cx, &call_id).await {
+            Ok(r) => r,
+            Err(blocked) => {
+                log_call(
+                    session,
+                    &entry,
+                    false,
+                    started,
+                    "blocked by after_tool_result",
+                );
+                return Ok(blocked);
+            }
+        }
+    } else {
+        result
     };
     log_call(
         session,
@@ -317,6 +314,64 @@ pub(crate) async fn call(
         if ok { "ok" } else { "failed" },
     );
     Ok(result)
+}
+
+/// `before_tool_call`: the arguments to call with; `Err` is the call's
+/// answer (a tool error the model reads) when a hook blocks it.
+async fn before_tool_call(
+    session: &Session,
+    entry: &ToolEntry,
+    args: Value,
+    hook_cx: &HookContext,
+    call_id: &str,
+) -> Result<Value, Value> {
+    let gw = &session.inner.gw.inner;
+    let mut out = gw
+        .pipeline
+        .run(
+            HookPoint::BeforeToolCall,
+            json!({"toolName": entry.name, "args": args, "sessionId": hook_cx.session_id, "callId": call_id}),
+            hook_cx,
+        )
+        .await;
+    if out.is_blocked() {
+        let message = out
+            .message
+            .unwrap_or_else(|| "blocked by a before_tool_call hook".into());
+        return Err(tool_error(message));
+    }
+    Ok(out.payload.get_mut("args").map(Value::take).unwrap_or(args))
+}
+
+/// `after_tool_result`: the result to answer with; `Err` is the answer when
+/// a hook blocks it.
+async fn after_tool_result(
+    session: &Session,
+    entry: &ToolEntry,
+    result: Value,
+    ok: bool,
+    hook_cx: &HookContext,
+    call_id: &str,
+) -> Result<Value, Value> {
+    let gw = &session.inner.gw.inner;
+    let mut out = gw
+        .pipeline
+        .run(
+            HookPoint::AfterToolResult,
+            json!({"toolName": entry.name, "result": result, "success": ok, "sessionId": hook_cx.session_id, "callId": call_id}),
+            hook_cx,
+        )
+        .await;
+    if out.is_blocked() {
+        let message = out
+            .message
+            .unwrap_or_else(|| "blocked by an after_tool_result hook".into());
+        return Err(tool_error(message));
+    }
+    Ok(match out.payload.get_mut("result").map(Value::take) {
+        Some(r) if !r.is_null() => as_result_shape(r),
+        _ => result,
+    })
 }
 
 /// The gateway's client as the plugin's dialect sees it: a hosted MCP

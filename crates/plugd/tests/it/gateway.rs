@@ -221,6 +221,49 @@ fn the_python_sdk_lists_and_calls_every_dialect_through_plugd_mcp() {
 }
 
 #[test]
+fn the_hooks_of_plugd_yaml_guard_gateway_calls() {
+    let ws = workspace(
+        "plugins:\n  custom:\n    - name: guard\n      module: \"${{dexto.agent_dir}}/guard.mjs\"\n      enabled: true\n      blocking: true\n      priority: 5\n",
+    );
+    std::fs::copy(
+        repo().join("tests/plugins/gateway/guard.mjs"),
+        ws.dir().join("guard.mjs"),
+    )
+    .unwrap();
+    let (report, _) = client(stdio_plan(
+        &ws,
+        &[],
+        None,
+        json!([
+            {"op": "call", "name": "hello_python_add", "args": {"a": 101, "b": 1}},
+            {"op": "call", "name": "hello_python_add", "args": {"a": 1, "b": 1}},
+            {"op": "call", "name": "hello_python_greet", "args": {"name": "eve"}},
+            {"op": "call", "name": "everything__echo", "args": {"message": "secret"}},
+        ]),
+    ));
+    // Blocked before the plugin: a tool error with the hook's message.
+    assert_eq!(step(&report, 0)["is_error"], true, "{report}");
+    assert!(
+        step(&report, 0)["text"]
+            .as_str()
+            .unwrap()
+            .contains("too big for the guard"),
+        "{report}"
+    );
+    assert!(
+        step(&report, 1)["text"].as_str().unwrap().contains('2'),
+        "{report}"
+    );
+    // Arguments modified before the call, results after it.
+    assert_eq!(
+        step(&report, 2)["text"],
+        "Hello, eve (guarded)!",
+        "{report}"
+    );
+    assert_eq!(step(&report, 3)["text"], "redacted by guard", "{report}");
+}
+
+#[test]
 fn a_declined_or_unanswerable_approval_denies_the_call_and_the_plugin_never_runs_it() {
     let ws = workspace(POLICY);
     let call = json!([{"op": "call", "name": "hello_python_add", "args": {"a": 1, "b": 1}}]);
