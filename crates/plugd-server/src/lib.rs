@@ -268,15 +268,15 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(bus::metrics))
         .route(
             "/mcp",
-            post(mcp::post_root)
-                .get(mcp::get_root)
-                .delete(mcp::delete_root),
+            post(mcp::post_mcp)
+                .get(mcp::get_mcp)
+                .delete(mcp::delete_mcp),
         )
         .route(
             "/mcp/{profile}",
-            post(mcp::post_profile)
-                .get(mcp::get_profile)
-                .delete(mcp::delete_profile),
+            post(mcp::post_mcp)
+                .get(mcp::get_mcp)
+                .delete(mcp::delete_mcp),
         )
         .merge(approvals::routes())
         .merge(mcp_features::routes())

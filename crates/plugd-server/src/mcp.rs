@@ -191,25 +191,15 @@ fn accepts_sse(headers: &HeaderMap) -> bool {
     crate::wants_sse(headers)
 }
 
-/// `POST /mcp`.
-pub async fn post_root(
+/// `POST /mcp` and `POST /mcp/{profile}`.
+pub async fn post_mcp(
     State(state): State<AppState>,
     Extension(identity): Extension<Identity>,
+    profile: Option<Path<String>>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<Response, ApiError> {
-    post(state, identity, None, headers, body).await
-}
-
-/// `POST /mcp/{profile}`.
-pub async fn post_profile(
-    State(state): State<AppState>,
-    Extension(identity): Extension<Identity>,
-    Path(profile): Path<String>,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
-) -> Result<Response, ApiError> {
-    post(state, identity, Some(profile), headers, body).await
+    post(state, identity, profile.map(|Path(p)| p), headers, body).await
 }
 
 async fn post(
@@ -336,23 +326,15 @@ fn stream(session: Session, msg: Value) -> Response {
         .into_response()
 }
 
-/// `GET /mcp`: the session's own stream (list_changed).
-pub async fn get_root(
+/// `GET /mcp` and `GET /mcp/{profile}`: the session's own stream
+/// (list_changed, resource updates).
+pub async fn get_mcp(
     State(state): State<AppState>,
     Extension(identity): Extension<Identity>,
+    profile: Option<Path<String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    listen(state, identity, None, headers)
-}
-
-/// `GET /mcp/{profile}`.
-pub async fn get_profile(
-    State(state): State<AppState>,
-    Extension(identity): Extension<Identity>,
-    Path(profile): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    listen(state, identity, Some(profile), headers)
+    listen(state, identity, profile.map(|Path(p)| p), headers)
 }
 
 fn listen(
@@ -386,23 +368,14 @@ fn listen(
         .into_response())
 }
 
-/// `DELETE /mcp`: ends the session.
-pub async fn delete_root(
+/// `DELETE /mcp` and `DELETE /mcp/{profile}`: ends the session.
+pub async fn delete_mcp(
     State(state): State<AppState>,
     Extension(identity): Extension<Identity>,
+    profile: Option<Path<String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    end(state, identity, None, headers)
-}
-
-/// `DELETE /mcp/{profile}`.
-pub async fn delete_profile(
-    State(state): State<AppState>,
-    Extension(identity): Extension<Identity>,
-    Path(profile): Path<String>,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
-    end(state, identity, Some(profile), headers)
+    end(state, identity, profile.map(|Path(p)| p), headers)
 }
 
 fn end(
