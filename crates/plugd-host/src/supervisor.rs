@@ -531,21 +531,8 @@ impl Supervised {
         ctx: &CallContext,
         timeout: Option<Duration>,
     ) -> Result<Value, CallToolError> {
-        let timeout = timeout
-            .or(self.inner.spec.supervisor.call_timeout)
-            .unwrap_or(self.inner.config.tool_timeout);
-        // A cold start is bounded by the init timeout, not by the call's
-        // deadline: the call gets its whole timeout once a connection is
-        // there (a slow start must not eat the time of the call it serves).
-        let init_timeout = self
-            .inner
-            .spec
-            .supervisor
-            .init_timeout
-            .unwrap_or(self.inner.config.init_timeout);
-        let conn = self
-            .connection(Instant::now() + init_timeout.max(timeout))
-            .await?;
+        let timeout = timeout.unwrap_or_else(|| self.call_timeout());
+        let conn = self.connect_for(timeout).await?;
         Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, timeout).await?)
     }
 
@@ -565,16 +552,22 @@ impl Supervised {
     /// else the host's tool timeout).
     pub async fn call_connection(&self) -> Result<(Arc<Conn>, Duration), PluginError> {
         let timeout = self.call_timeout();
+        Ok((self.connect_for(timeout).await?, timeout))
+    }
+
+    /// The current connection for a request that may take `timeout` once
+    /// connected. A cold start is bounded by the init timeout, not by the
+    /// request's: it gets its whole timeout once a connection is there (a
+    /// slow start must not eat the time of the call it serves).
+    async fn connect_for(&self, timeout: Duration) -> Result<Arc<Conn>, PluginError> {
         let init_timeout = self
             .inner
             .spec
             .supervisor
             .init_timeout
             .unwrap_or(self.inner.config.init_timeout);
-        let conn = self
-            .connection(Instant::now() + init_timeout.max(timeout))
-            .await?;
-        Ok((conn, timeout))
+        self.connection(Instant::now() + init_timeout.max(timeout))
+            .await
     }
 
     /// Re-reads the running plugin's tool catalog and tells the observer.

@@ -308,17 +308,29 @@ fn stream(session: Session, msg: Value) -> Response {
             let _ = tx.send(r);
         }
     });
+    sse(rx, move |msg| {
+        msg.get("id") == Some(&id) && msg.get("method").is_none()
+    })
+}
+
+/// An SSE response of the messages `rx` yields, one `message` event each,
+/// ending after the message `last` is true of (or when `rx` closes).
+fn sse(
+    rx: mpsc::UnboundedReceiver<Value>,
+    last: impl Fn(&Value) -> bool + Send + Sync + 'static,
+) -> Response {
+    let last = std::sync::Arc::new(last);
     let events = futures_util::stream::unfold((rx, false), move |(mut rx, done)| {
-        let id = id.clone();
+        let last = last.clone();
         async move {
             if done {
                 return None;
             }
             let msg = rx.recv().await?;
-            let last = msg.get("id") == Some(&id) && msg.get("method").is_none();
+            let end = last(&msg);
             let event: Result<Event, Infallible> =
                 Ok(Event::default().event("message").data(msg.to_string()));
-            Some((event, (rx, last)))
+            Some((event, (rx, end)))
         }
     });
     Sse::new(events)
@@ -357,15 +369,7 @@ fn listen(
         .ok_or_else(|| no_session(&id))?;
     let (tx, rx) = mpsc::unbounded_channel::<Value>();
     session.set_notifier(tx);
-    let events = futures_util::stream::unfold(rx, |mut rx| async move {
-        let msg = rx.recv().await?;
-        let event: Result<Event, Infallible> =
-            Ok(Event::default().event("message").data(msg.to_string()));
-        Some((event, rx))
-    });
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+    Ok(sse(rx, |_| false))
 }
 
 /// `DELETE /mcp` and `DELETE /mcp/{profile}`: ends the session.
