@@ -32,6 +32,29 @@ pub struct Launch {
     /// the supervisor holds as it is (dialects without a plugin directory,
     /// such as MCP servers, and tests).
     pub run_spec: Option<Arc<PluginSpec>>,
+    /// A remote MCP server's headers (placeholders filled from the secret
+    /// store) and OAuth credentials; `None` for everything that runs here.
+    pub remote: Option<Arc<RemoteLaunch>>,
+}
+
+/// What one start of a remote (Streamable HTTP) MCP server needs beyond its
+/// spec: values from the secret store.
+#[derive(Clone, Default)]
+pub struct RemoteLaunch {
+    /// Header name → value, `${NAME}` placeholders filled in.
+    pub headers: Vec<(String, String)>,
+    /// Bearer tokens from `plugd mcp login`, if the server was authorized.
+    pub credentials: Option<Arc<dyn plugd_mcp_http::Credentials>>,
+}
+
+impl std::fmt::Debug for RemoteLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("RemoteLaunch")
+            .field("headers", &names)
+            .field("oauth", &self.credentials.is_some())
+            .finish()
+    }
 }
 
 impl Launch {

@@ -25,6 +25,7 @@ pub mod native_llm;
 pub mod peer;
 pub mod procs;
 pub mod protocol;
+mod remote;
 pub mod sandbox;
 pub mod spawn;
 pub mod stderr;

@@ -68,6 +68,15 @@ pub struct SpawnSpec {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpawnError {
+    /// A remote MCP server's transport could not be set up (its URL or a
+    /// header value is unusable).
+    #[error("plugin {plugin:?}: {message}")]
+    Remote {
+        /// Plugin id.
+        plugin: String,
+        /// What is wrong, and what to do.
+        message: String,
+    },
     /// The program was not found.
     #[error(
         "plugin {plugin:?}: command {program:?} not found (looked in PATH and next to plugd at {exe_dir:?}); install it or use an absolute path"
@@ -128,33 +137,63 @@ struct Shared {
     reaped: Mutex<bool>,
 }
 
-/// Sends signals to a child's process group, never to a recycled PID.
+/// Sends signals to a child's process group, never to a recycled PID; or,
+/// for a server plugd reaches over the network, stops its in-process
+/// transport ([`ProcessHandle::in_process`]).
 #[derive(Debug, Clone)]
 pub struct ProcessHandle {
-    shared: Arc<Shared>,
+    kind: HandleKind,
+}
+
+#[derive(Debug, Clone)]
+enum HandleKind {
+    Child(Arc<Shared>),
+    InProcess(plugd_mcp_http::Control),
 }
 
 impl ProcessHandle {
-    /// The child's PID (also its process group id).
+    /// The handle of a remote server's transport, which runs inside plugd:
+    /// "terminate" ends its session politely, "kill" drops it at once.
+    pub fn in_process(control: plugd_mcp_http::Control) -> ProcessHandle {
+        ProcessHandle {
+            kind: HandleKind::InProcess(control),
+        }
+    }
+
+    /// The child's PID (also its process group id); plugd's own for a
+    /// transport that runs inside plugd (a remote server has no process here).
     pub fn pid(&self) -> u32 {
-        self.shared.pid.as_raw_nonzero().get() as u32
+        match &self.kind {
+            HandleKind::Child(shared) => shared.pid.as_raw_nonzero().get() as u32,
+            HandleKind::InProcess(_) => std::process::id(),
+        }
     }
 
     /// Sends `SIGTERM` to the whole process group (MCP's polite stop), unless
     /// the leader is already reaped.
     pub fn terminate_group(&self) {
-        let reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
-        if !*reaped {
-            let _ = rustix::process::kill_process_group(self.shared.pid, Signal::TERM);
+        match &self.kind {
+            HandleKind::Child(shared) => {
+                let reaped = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                if !*reaped {
+                    let _ = rustix::process::kill_process_group(shared.pid, Signal::TERM);
+                }
+            }
+            HandleKind::InProcess(control) => control.terminate(),
         }
     }
 
     /// Sends `SIGKILL` to the whole process group, unless the leader is
     /// already reaped (then the group is gone too, see [`Reaper::wait`]).
     pub fn kill_group(&self) {
-        let reaped = self.shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
-        if !*reaped {
-            let _ = rustix::process::kill_process_group(self.shared.pid, Signal::KILL);
+        match &self.kind {
+            HandleKind::Child(shared) => {
+                let reaped = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                if !*reaped {
+                    let _ = rustix::process::kill_process_group(shared.pid, Signal::KILL);
+                }
+            }
+            HandleKind::InProcess(control) => control.kill(),
         }
     }
 }
@@ -436,7 +475,9 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
         stdin,
         stdout,
         stderr,
-        handle: ProcessHandle { shared },
+        handle: ProcessHandle {
+            kind: HandleKind::Child(shared),
+        },
         reaper,
     })
 }

@@ -24,7 +24,7 @@ use crate::dialect::{self, CallContext, HostServices};
 use crate::launch::Launch;
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CallError, Closed, Peer, PeerConfig, PeerStats};
-use crate::spawn::{self, ProcessHandle, SpawnError, SpawnSpec};
+use crate::spawn::{ProcessHandle, SpawnError};
 use crate::stderr::{self, StderrTail};
 
 /// Host-wide defaults, each overridable by environment.
@@ -737,22 +737,14 @@ impl SupInner {
         // What runs is the launch's spec (rebased onto the approval's pin)
         // when the observer gave one: never a path into the mutable source.
         let run = launch.run_spec.clone().unwrap_or_else(|| spec.clone());
-        let spawned = spawn::spawn(&SpawnSpec {
-            plugin_id: plugin.clone(),
-            program: run.command.program.clone(),
-            args: run.command.args.clone(),
-            cwd: run.dir.clone(),
-            env: run.command.env.clone(),
-            containment: launch.containment.clone(),
-        })
-        .map_err(|e| PluginError::Spawn(Arc::new(e)))?;
-        let spawn::Spawned {
-            stdin,
-            stdout,
+        let crate::remote::Started {
+            reader: stdout,
+            writer: stdin,
             stderr,
             handle,
-            mut reaper,
-        } = spawned;
+            exit,
+        } = crate::remote::start(&run, &launch, self.config.max_frame)
+            .map_err(|e| PluginError::Spawn(Arc::new(e)))?;
         let weak = Arc::downgrade(self);
         let catalog_changed: dialect::CatalogChanged = Arc::new(move || {
             if let Some(inner) = weak.upgrade() {
@@ -794,9 +786,8 @@ impl SupInner {
             let tail = tail.clone();
             let launch = launch.clone();
             tokio::spawn(async move {
-                let status = reaper.wait().await;
+                let exit = exit.wait(&launch).await;
                 tail.settle(Duration::from_millis(200)).await;
-                let exit = crate::sandbox::describe_exit(&status, &launch.containment);
                 // A stream the host could not read is the real cause of a kill.
                 let cause = match peer.reader_end() {
                     Some(why) if why.starts_with("unreadable output") => {

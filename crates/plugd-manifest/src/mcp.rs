@@ -9,8 +9,22 @@
 //! Each entry becomes one [`PluginSpec`] whose id is the server name. An
 //! entry is only a command line, so the approval digest covers the entry
 //! itself (`pinned`), not a directory (`pin_dir = false`); the working
-//! directory is the workspace. Only stdio servers are supported: an entry
-//! whose `type`/`transport` says otherwise, or that has a `url`, is refused
+//! directory is the workspace.
+//!
+//! A remote server is declared the way Claude Code, Cursor and VS Code
+//! declare it: a `url` (with `"type": "http"`, or no type), optional
+//! `headers`, and optional `oauth` client settings:
+//!
+//! ```json
+//! {"mcpServers": {"docs": {"type": "http", "url": "https://mcp.example.com/mcp",
+//!   "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"},
+//!   "oauth": {"clientId": "plugd", "scope": "docs:read"}}}}
+//! ```
+//!
+//! `${NAME}` in a header value (or in `oauth.clientSecret`) names a secret
+//! in plugd's secret store (`plugd secrets set DOCS_TOKEN`), never an
+//! environment variable: the file holds no secret, and the approval of the
+//! entry covers which secrets it sends where. The legacy HTTP+SSE transport (`"type": "sse"`) is refused
 //! with a message saying so.
 
 use std::collections::BTreeMap;
@@ -32,8 +46,121 @@ pub struct McpSpec {
     /// The server's name: its key in `mcpServers`, also the plugin id and
     /// the prefix of its tool names (`<server>/<tool>`).
     pub server: String,
-    /// The transport. Always `"stdio"`: other transports are refused at load.
+    /// The transport: `"stdio"` or `"http"` (Streamable HTTP).
     pub transport: String,
+    /// The remote server's MCP endpoint (`"http"` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Headers sent with every request, `${NAME}` placeholders unexpanded.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// OAuth client settings (`oauth`), if the entry has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<McpOAuth>,
+}
+
+impl McpSpec {
+    /// Whether this is a remote (Streamable HTTP) server.
+    pub fn is_remote(&self) -> bool {
+        self.transport == "http"
+    }
+
+    /// The secret settings the entry refers to (`${NAME}` in header values
+    /// and `oauth.clientSecret`), each once, in order of appearance.
+    pub fn secret_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let sources = self
+            .headers
+            .values()
+            .chain(self.oauth.iter().filter_map(|o| o.client_secret.as_ref()));
+        for v in sources {
+            for n in placeholders(v) {
+                if !names.contains(&n) {
+                    names.push(n);
+                }
+            }
+        }
+        names
+    }
+}
+
+/// An entry's `oauth` settings (all optional; names as Claude Code spells them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct McpOAuth {
+    /// `clientId`: a client registered at the authorization server.
+    pub client_id: Option<String>,
+    /// `clientSecret`: its secret, a `${NAME}` placeholder.
+    pub client_secret: Option<String>,
+    /// `clientMetadataUrl`: an HTTPS URL of a client metadata document.
+    pub client_metadata_url: Option<String>,
+    /// `scope`: the scopes to ask instead of the discovered ones.
+    pub scope: Option<String>,
+    /// `callbackPort`: the loopback port of the redirect (default: any).
+    pub callback_port: Option<u16>,
+}
+
+/// Keys accepted in an entry's `oauth` object.
+pub const OAUTH_KEYS: &[&str] = &[
+    "clientId",
+    "clientSecret",
+    "clientMetadataUrl",
+    "scope",
+    "callbackPort",
+];
+
+/// Keys accepted in a remote server's entry.
+pub const REMOTE_KEYS: &[&str] = &["type", "transport", "url", "headers", "oauth"];
+
+/// The `${NAME}` placeholders of `value` (`NAME`: a secret name, letters,
+/// digits, `_ . - /`, not starting with `.` or `/`; at most 128).
+pub fn placeholders(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        rest = &rest[i + 2..];
+        let Some(end) = rest.find('}') else { break };
+        let name = &rest[..end];
+        if is_placeholder_name(name) {
+            out.push(name.to_owned());
+        }
+        rest = &rest[end + 1..];
+    }
+    out
+}
+
+fn is_placeholder_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && !name.starts_with(['.', '/'])
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-/".contains(&b))
+}
+
+/// `value` with every `${NAME}` replaced by `lookup(NAME)`; the first name
+/// without a value is the error.
+pub fn expand(
+    value: &str,
+    mut lookup: impl FnMut(&str) -> Option<String>,
+) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        match after.find('}') {
+            Some(end) if is_placeholder_name(&after[..end]) => {
+                let name = &after[..end];
+                out.push_str(&lookup(name).ok_or_else(|| name.to_owned())?);
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 /// The file this dialect is declared in.
@@ -201,11 +328,8 @@ fn parse_entry(
             ),
         ));
     };
-    if entry.contains_key("url") {
-        return Err(invalid(
-            field("url"),
-            "remote MCP servers (\"url\") are not supported; plugd runs stdio servers only: give a \"command\" to start instead".into(),
-        ));
+    if entry.contains_key("url") || remote_type(entry) {
+        return parse_remote(name, entry, path, workspace);
     }
     for key in entry.keys() {
         if !ENTRY_KEYS.contains(&key.as_str()) {
@@ -224,7 +348,7 @@ fn parse_entry(
                 return Err(invalid(
                     field(key),
                     format!(
-                        "transport {} is not supported; plugd runs MCP servers over stdio only: remove \"{key}\" or set it to \"stdio\"",
+                        "transport {} is not supported; use \"stdio\" (with \"command\") or \"http\" (with \"url\", Streamable HTTP)",
                         quote(s)
                     ),
                 ));
@@ -323,6 +447,7 @@ fn parse_entry(
         mcp: Some(McpSpec {
             server: name.to_owned(),
             transport: "stdio".into(),
+            ..McpSpec::default()
         }),
         ..PluginSpec::base()
     })
@@ -388,6 +513,280 @@ fn parse_env(
         }
     }
     Ok(env)
+}
+
+/// Whether the entry's `type`/`transport` names Streamable HTTP.
+fn remote_type(entry: &Map<String, Value>) -> bool {
+    ["type", "transport"]
+        .iter()
+        .any(|k| matches!(entry.get(*k), Some(Value::String(s)) if is_http_type(s)))
+}
+
+fn is_http_type(s: &str) -> bool {
+    matches!(
+        s,
+        "http" | "streamable-http" | "streamableHttp" | "streamable_http"
+    )
+}
+
+/// Validates a remote server's entry (`url`, `headers`, `oauth`).
+fn parse_remote(
+    name: &str,
+    entry: &Map<String, Value>,
+    path: &Path,
+    workspace: &Path,
+) -> Result<PluginSpec, ManifestError> {
+    let base = format!("mcpServers.{}", field_key(name));
+    let field = |key: &str| format!("{base}.{key}");
+    let invalid = |field: String, message: String| ManifestError::Invalid {
+        path: path.to_path_buf(),
+        field,
+        message,
+    };
+    for key in entry.keys() {
+        if matches!(key.as_str(), "command" | "args" | "env") {
+            return Err(invalid(
+                field(key),
+                format!(
+                    "a remote server (\"url\") has no {}; remove it, or remove \"url\" to run a local server",
+                    quote(key)
+                ),
+            ));
+        }
+        if !REMOTE_KEYS.contains(&key.as_str()) {
+            return Err(ManifestError::UnknownKey {
+                path: path.to_path_buf(),
+                field: field(&field_key(key)),
+                expected: REMOTE_KEYS.iter().map(|s| (*s).to_owned()).collect(),
+            });
+        }
+    }
+    for key in ["type", "transport"] {
+        match entry.get(key) {
+            None => {}
+            Some(Value::String(s)) if is_http_type(s) => {}
+            Some(Value::String(s)) if s == "sse" => {
+                return Err(invalid(
+                    field(key),
+                    "the legacy HTTP+SSE transport (\"sse\", protocol 2024-11-05) is not supported; plugd speaks Streamable HTTP: set it to \"http\" if the server offers it".into(),
+                ));
+            }
+            Some(Value::String(s)) => {
+                return Err(invalid(
+                    field(key),
+                    format!(
+                        "transport {} does not go with \"url\"; use \"http\" (Streamable HTTP)",
+                        quote(s)
+                    ),
+                ));
+            }
+            Some(other) => {
+                return Err(invalid(
+                    field(key),
+                    format!("expected the string \"http\", got {}", kind(other)),
+                ));
+            }
+        }
+    }
+    let url = match entry.get("url") {
+        Some(Value::String(u)) => u.trim().to_owned(),
+        Some(other) => {
+            return Err(invalid(
+                field("url"),
+                format!(
+                    "expected a string (an http:// or https:// URL), got {}",
+                    kind(other)
+                ),
+            ));
+        }
+        None => {
+            return Err(ManifestError::MissingField {
+                path: path.to_path_buf(),
+                field: field("url"),
+            });
+        }
+    };
+    let lower = url.to_ascii_lowercase();
+    let rest = lower
+        .strip_prefix("https://")
+        .or_else(|| lower.strip_prefix("http://"));
+    match rest {
+        Some(r) if !r.is_empty() && !r.starts_with('/') => {}
+        _ => {
+            return Err(invalid(
+                field("url"),
+                format!(
+                    "{} is not an http:// or https:// URL with a host",
+                    quote(&url)
+                ),
+            ));
+        }
+    }
+    if url.len() > 2048 || url.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(invalid(
+            field("url"),
+            "the URL is over 2048 characters or contains spaces or control characters".into(),
+        ));
+    }
+    let mut headers = BTreeMap::new();
+    match entry.get("headers") {
+        None => {}
+        Some(Value::Object(t)) => {
+            if t.len() > 64 {
+                return Err(invalid(
+                    field("headers"),
+                    format!("{} headers; at most 64", t.len()),
+                ));
+            }
+            for (k, v) in t {
+                let f = format!("{}.{}", field("headers"), field_key(k));
+                let token = !k.is_empty()
+                    && k.len() <= 256
+                    && k.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token {
+                    return Err(invalid(
+                        f,
+                        format!("{} is not a valid HTTP header name", quote(k)),
+                    ));
+                }
+                let lk = k.to_ascii_lowercase();
+                if matches!(
+                    lk.as_str(),
+                    "mcp-session-id"
+                        | "mcp-protocol-version"
+                        | "content-type"
+                        | "accept"
+                        | "content-length"
+                        | "host"
+                        | "last-event-id"
+                ) {
+                    return Err(invalid(
+                        f,
+                        format!("{} is set by plugd's transport; remove it", quote(k)),
+                    ));
+                }
+                match v {
+                    Value::String(s)
+                        if s.len() <= 8192
+                            && !s.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) =>
+                    {
+                        headers.insert(k.clone(), s.clone());
+                    }
+                    Value::String(_) => {
+                        return Err(invalid(
+                            f,
+                            "the value is over 8192 bytes or contains CR, LF or NUL".into(),
+                        ));
+                    }
+                    other => {
+                        return Err(invalid(
+                            f,
+                            format!("expected a string, got {}; quote the value", kind(other)),
+                        ));
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(invalid(
+                field("headers"),
+                format!("expected an object of string values, got {}", kind(other)),
+            ));
+        }
+    }
+    let oauth = match entry.get("oauth") {
+        None => None,
+        Some(Value::Object(o)) => {
+            let of = |k: &str| format!("{}.{k}", field("oauth"));
+            for k in o.keys() {
+                if !OAUTH_KEYS.contains(&k.as_str()) {
+                    return Err(ManifestError::UnknownKey {
+                        path: path.to_path_buf(),
+                        field: of(&field_key(k)),
+                        expected: OAUTH_KEYS.iter().map(|s| (*s).to_owned()).collect(),
+                    });
+                }
+            }
+            let text = |k: &str| -> Result<Option<String>, ManifestError> {
+                match o.get(k) {
+                    None => Ok(None),
+                    Some(Value::String(s))
+                        if !s.is_empty() && s.len() <= 2048 && !s.chars().any(char::is_control) =>
+                    {
+                        Ok(Some(s.clone()))
+                    }
+                    Some(other) => Err(invalid(
+                        of(k),
+                        format!(
+                            "expected a non-empty string without control characters, got {}",
+                            kind(other)
+                        ),
+                    )),
+                }
+            };
+            let client_secret = text("clientSecret")?;
+            if let Some(sec) = &client_secret
+                && placeholders(sec).is_empty()
+            {
+                return Err(invalid(
+                    of("clientSecret"),
+                    "write the secret as a ${NAME} placeholder and store it with `plugd secrets set NAME`; .mcp.json holds no secrets".into(),
+                ));
+            }
+            let callback_port = match o.get("callbackPort") {
+                None => None,
+                Some(Value::Number(n)) if n.as_u64().is_some_and(|p| (1..=65535).contains(&p)) => {
+                    n.as_u64().map(|p| p as u16)
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        of("callbackPort"),
+                        format!("expected a port number 1-65535, got {}", kind(other)),
+                    ));
+                }
+            };
+            Some(McpOAuth {
+                client_id: text("clientId")?,
+                client_secret,
+                client_metadata_url: text("clientMetadataUrl")?,
+                scope: text("scope")?,
+                callback_port,
+            })
+        }
+        Some(other) => {
+            return Err(invalid(
+                field("oauth"),
+                format!("expected an object, got {}", kind(other)),
+            ));
+        }
+    };
+    Ok(PluginSpec {
+        id: name.to_owned(),
+        version: MCP_SPEC_VERSION.to_owned(),
+        dialect: Dialect::Mcp,
+        dir: workspace.to_path_buf(),
+        manifest_path: path.to_path_buf(),
+        command: CommandSpec {
+            program: String::new(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+        },
+        supervisor: SupervisorSpec {
+            shutdown_grace: SHUTDOWN_GRACE,
+            ..SupervisorSpec::default()
+        },
+        pin_dir: false,
+        pinned: Value::Object(entry.clone()),
+        mcp: Some(McpSpec {
+            server: name.to_owned(),
+            transport: "http".into(),
+            url: Some(url),
+            headers,
+            oauth,
+        }),
+        ..PluginSpec::base()
+    })
 }
 
 /// A key as it appears in a dotted field: bare when it is a simple name,
@@ -606,21 +1005,94 @@ mod tests {
 
     #[test]
     fn other_transports_are_refused_clearly() {
-        let e = one_err(r#"{"mcpServers": {"s": {"type": "http", "url": "https://x"}}}"#);
-        assert!(e.contains("mcpServers.s.url: remote MCP servers"), "{e}");
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "type": "sse"}}}"#);
         assert!(
-            e.contains("mcpServers.s.type: transport \"sse\" is not supported; plugd runs MCP servers over stdio only"),
+            e.contains("mcpServers.s.type: transport \"sse\" is not supported; use \"stdio\""),
             "{e}"
         );
         let e =
+            one_err(r#"{"mcpServers": {"s": {"url": "https://x.example/mcp", "type": "sse"}}}"#);
+        assert!(e.contains("legacy HTTP+SSE transport"), "{e}");
+        let e =
             one_err(r#"{"mcpServers": {"s": {"command": "x", "transport": "streamable-http"}}}"#);
-        assert!(
-            e.contains("mcpServers.s.transport: transport \"streamable-http\""),
-            "{e}"
-        );
+        assert!(e.contains("mcpServers.s.command: a remote server"), "{e}");
         let e = one_err(r#"{"mcpServers": {"s": {"command": "x", "type": 1}}}"#);
         assert!(e.contains("expected the string \"stdio\""), "{e}");
+    }
+
+    #[test]
+    fn remote_servers_are_declared_like_claude_code_and_cursor_do() {
+        let dir = ws();
+        let entries = load(
+            &dir,
+            r#"{"mcpServers": {
+                "typed": {"type": "http", "url": "https://mcp.example.com/mcp",
+                          "headers": {"Authorization": "Bearer ${TOKEN}", "X-Org": "${ORG}-${TOKEN}"},
+                          "oauth": {"clientId": "plugd", "clientSecret": "${CS}", "scope": "a b", "callbackPort": 8123}},
+                "cursor": {"url": "http://127.0.0.1:9/mcp"}}}"#,
+        );
+        let typed = entries.iter().flatten().find(|s| s.id == "typed").unwrap();
+        let m = typed.mcp.as_ref().unwrap();
+        assert!(m.is_remote());
+        assert_eq!(m.url.as_deref(), Some("https://mcp.example.com/mcp"));
+        assert_eq!(m.secret_names(), vec!["TOKEN", "ORG", "CS"]);
+        assert_eq!(m.oauth.as_ref().unwrap().callback_port, Some(8123));
+        let cursor = entries.iter().flatten().find(|s| s.id == "cursor").unwrap();
+        assert!(cursor.mcp.as_ref().unwrap().is_remote());
+        assert!(cursor.command.program.is_empty());
+    }
+
+    #[test]
+    fn hostile_remote_entries_are_refused_with_the_field() {
+        for (text, want) in [
+            (
+                r#"{"url": "ftp://x/"}"#,
+                "is not an http:// or https:// URL",
+            ),
+            (r#"{"url": "https:///nohost"}"#, "with a host"),
+            (r#"{"url": 3}"#, "expected a string"),
+            (r#"{"type": "http"}"#, "url"),
+            (
+                r#"{"url": "https://x/", "headers": {"Bad Name": "v"}}"#,
+                "not a valid HTTP header name",
+            ),
+            (
+                r#"{"url": "https://x/", "headers": {"X": "a\r\nInjected: 1"}}"#,
+                "CR, LF or NUL",
+            ),
+            (
+                r#"{"url": "https://x/", "headers": {"Mcp-Session-Id": "forged"}}"#,
+                "set by plugd's transport",
+            ),
+            (
+                r#"{"url": "https://x/", "oauth": {"clientSecret": "plain-text"}}"#,
+                "placeholder",
+            ),
+            (
+                r#"{"url": "https://x/", "oauth": {"callbackPort": 70000}}"#,
+                "port number",
+            ),
+            (
+                r#"{"url": "https://x/", "oauth": {"extra": 1}}"#,
+                "oauth.extra",
+            ),
+            (r#"{"url": "https://x/", "env": {}}"#, "a remote server"),
+        ] {
+            let e = one_err(&format!(r#"{{"mcpServers": {{"s": {text}}}}}"#));
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn placeholders_expand_from_the_lookup_only() {
+        assert_eq!(
+            placeholders("a ${X} ${acme/gh-token} ${.hidden} ${sp ace} ${Y_1}${"),
+            vec!["X", "acme/gh-token", "Y_1"]
+        );
+        let got = expand("Bearer ${T}/${U}", |n| (n == "T").then(|| "t".to_owned()));
+        assert_eq!(got, Err("U".to_owned()));
+        let got = expand("x${T}y ${/x} $T", |_| Some("v".into())).unwrap();
+        assert_eq!(got, "xvy ${/x} $T");
     }
 
     #[test]

@@ -89,26 +89,32 @@ impl Runtime {
     /// The error says why a stored value cannot be opened (no master key,
     /// another key, a tampered box).
     pub fn secret(&self, name: &str) -> Result<Option<String>, String> {
-        let stored = self
-            .inner
-            .store
-            .config_value(HOST_SECRETS, name)
-            .map_err(|e| e.to_string())?;
-        let sealed = match stored {
-            None => return Ok(None),
-            Some(StoredValue::Secret(sealed)) => sealed,
-            Some(StoredValue::Plain(_)) => {
-                return Err(format!("secret {name:?} is stored unsealed; set it again"));
-            }
-        };
-        let master = KeySource::from_env()
-            .and_then(|s| s.require())
-            .map_err(|e| format!("secret {name:?} cannot be decrypted: {e}"))?;
-        let plain = master
-            .open(HOST_SECRETS, name, &sealed)
-            .map_err(|e| format!("secret {name:?} cannot be decrypted: {e}"))?;
-        Ok(Some(plain.as_str().to_owned()))
+        open_secret(&self.inner.store, name)
     }
+}
+
+/// [`Runtime::secret`] on a store (for a start, which has no runtime).
+pub(crate) fn open_secret(
+    store: &plugd_store::Store,
+    name: &str,
+) -> Result<Option<String>, String> {
+    let stored = store
+        .config_value(HOST_SECRETS, name)
+        .map_err(|e| e.to_string())?;
+    let sealed = match stored {
+        None => return Ok(None),
+        Some(StoredValue::Secret(sealed)) => sealed,
+        Some(StoredValue::Plain(_)) => {
+            return Err(format!("secret {name:?} is stored unsealed; set it again"));
+        }
+    };
+    let master = KeySource::from_env()
+        .and_then(|s| s.require())
+        .map_err(|e| format!("secret {name:?} cannot be decrypted: {e}"))?;
+    let plain = master
+        .open(HOST_SECRETS, name, &sealed)
+        .map_err(|e| format!("secret {name:?} cannot be decrypted: {e}"))?;
+    Ok(Some(plain.as_str().to_owned()))
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod host_secrets;
 pub mod llm;
 pub mod mcp_config;
 pub mod mcp_features;
+pub mod mcp_remote;
 pub mod microapp;
 pub mod outbox;
 pub mod pin;
@@ -295,6 +296,8 @@ impl Observer for TrustObserver {
         let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
+        mcp_remote::prepare(&self.store, run_spec, &mut launch)?;
+        self.redactions.remember(&spec.id, &launch.redact);
         // `interpreter: "deno"`: Deno's permissions follow the effective ones.
         let deno =
             deno::with_permissions(run_spec, &perms, &containment::state_dir(&self.dir, spec))?;

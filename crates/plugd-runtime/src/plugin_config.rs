@@ -197,6 +197,12 @@ pub fn schema_of(spec: &PluginSpec) -> ConfigSchema {
                 exports,
             }
         }
+        Dialect::Mcp => ConfigSchema {
+            fields: crate::mcp_remote::fields(spec),
+            json: None,
+            vai: false,
+            exports: Vec::new(),
+        },
         _ => {
             let Some(schema) = spec.native.as_ref().and_then(|n| n.config_schema.clone()) else {
                 return ConfigSchema::default();

@@ -188,7 +188,7 @@ fn value_text(e: &ConfigEntry) -> String {
 }
 
 /// After a change: the local outcome, or serve's when one runs.
-async fn report(rt: &Runtime, id: &str, what: &str, applied: Applied) -> Result<()> {
+pub(crate) async fn report(rt: &Runtime, id: &str, what: &str, applied: Applied) -> Result<()> {
     if let Some(serve) = remote::Remote::find(rt.dir()).await {
         let row = serve.plugin_action(id, "reconfigure").await?;
         let how = match row["applied"].as_str() {
