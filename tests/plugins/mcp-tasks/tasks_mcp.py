@@ -14,6 +14,7 @@ task augmentation (execution.taskSupport "required"); a tools/call without
                     text "slow done after <steps> steps"
   notified {ms}     pollInterval 600000 (plugd clamps it), completes after ms
                     and sends notifications/tasks/status
+  flood             sends 2000 notifications/tasks/status over 500 ms, then completes
   ask               input_required at once; on tasks/result it sends
                     elicitation/create (related-task in _meta), then
                     completes with text "answer: <the client's response>"
@@ -44,7 +45,7 @@ OBJ = {"type": "object"}
 REQUIRED = {"taskSupport": "required"}
 TOOLS = [
     {"name": n, "inputSchema": OBJ, "execution": REQUIRED}
-    for n in ["slow", "notified", "ask", "fail", "forever", "stuck", "liar", "other_id",
+    for n in ["slow", "notified", "flood", "ask", "fail", "forever", "stuck", "liar", "other_id",
               "unknown", "get_error", "huge", "bad_create", "no_task"]
 ] + [
     {"name": "plain", "inputSchema": OBJ, "execution": {"taskSupport": "optional"}},
@@ -129,6 +130,11 @@ def run(t, args, token):
         time.sleep(int(args.get("ms", 200)) / 1000)
         finish(t, "completed", text("notified done"))
         send({"method": "notifications/tasks/status", "params": task_json(t)})
+    elif tool == "flood":
+        for _ in range(2000):
+            send({"method": "notifications/tasks/status", "params": task_json(t)})
+            time.sleep(0.00025)
+        finish(t, "completed", text("flood done"))
     elif tool == "fail":
         finish(t, "failed", text("it broke in the task", True), message="broken")
     elif tool in ("stuck", "huge"):

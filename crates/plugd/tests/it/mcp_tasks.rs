@@ -168,7 +168,8 @@ async fn a_failed_task_is_a_tool_failure_and_input_required_reaches_the_request_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_status_notification_ends_the_wait_before_the_poll_interval() {
+async fn a_status_notification_ends_the_wait_before_the_poll_interval_but_a_flood_does_not_flood_polls()
+ {
     let (_ws, rt) = fixture(None).await;
     // pollInterval 600000 is clamped to 5 s; the task ends after 200 ms and
     // says so: the call finishes inside a 4 s deadline only if the
@@ -184,6 +185,12 @@ async fn a_status_notification_ends_the_wait_before_the_poll_interval() {
     .unwrap();
     assert_eq!(text(&done), "notified done");
     assert_eq!(log(&rt).await["gets"]["task-1"], 1);
+    // A flood of status notifications is not a flood of polls: at most one
+    // tasks/get per 50 ms over the ~500 ms the flood lasts.
+    let done = rt.call_tool("t/flood", json!({}), None).await.unwrap();
+    assert_eq!(text(&done), "flood done");
+    let gets = log(&rt).await["gets"]["task-2"].as_u64().unwrap();
+    assert!((1..=20).contains(&gets), "{gets} tasks/get");
     rt.shutdown().await;
 }
 
