@@ -63,6 +63,11 @@ pub struct ToolMeta {
     /// MCP `icons`, as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub icons: Option<Vec<Value>>,
+    /// MCP `execution` (`taskSupport`: `forbidden`, `optional` or
+    /// `required`), kept only when the server can run the tool as a task;
+    /// `required` makes plugd call it task-augmented.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution: Option<serde_json::Map<String, Value>>,
 }
 
 impl ToolMeta {

@@ -301,6 +301,9 @@ struct State {
     pending: HashMap<i64, PendingCall>,
     /// Requests the host cancelled, and when.
     cancelled: HashMap<i64, std::time::Instant>,
+    /// Answered requests whose events still reach their caller
+    /// ([`Peer::call_routed`]).
+    routes: HashMap<i64, mpsc::UnboundedSender<Value>>,
     closed: Option<Arc<Closed>>,
 }
 
@@ -392,8 +395,47 @@ impl Peer {
         timeout: Duration,
         events: Option<mpsc::UnboundedSender<Value>>,
     ) -> Result<Value, CallError> {
+        self.exchange(method, params, timeout, events, None).await
+    }
+
+    /// [`Peer::call_with`] for a request whose events outlive its response
+    /// (an MCP task-augmented `tools/call`: its progress token stays valid
+    /// for the task's life). Events naming the request reach `events` from
+    /// before it is sent until the returned [`EventRoute`] drops.
+    pub async fn call_routed(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+        events: mpsc::UnboundedSender<Value>,
+    ) -> Result<(Value, EventRoute), CallError> {
+        let mut route = None;
+        let result = self
+            .exchange(method, params, timeout, Some(events), Some(&mut route))
+            .await;
+        let route = route.expect("exchange registers the route before sending");
+        result.map(|v| (v, route))
+    }
+
+    async fn exchange(
+        &self,
+        method: &str,
+        params: Option<Value>,
+        timeout: Duration,
+        events: Option<mpsc::UnboundedSender<Value>>,
+        route: Option<&mut Option<EventRoute>>,
+    ) -> Result<Value, CallError> {
         let inner = &self.inner;
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Some(route) = route {
+            if let Some(sink) = &events {
+                inner.lock().routes.insert(id, sink.clone());
+            }
+            *route = Some(EventRoute {
+                inner: inner.clone(),
+                id,
+            });
+        }
         let (tx, rx) = oneshot::channel();
         {
             let mut state = inner.lock();
@@ -588,6 +630,32 @@ async fn first_some<T: Clone>(tx: &watch::Sender<Option<T>>) -> T {
     }
 }
 
+/// Keeps the events of an answered request flowing to its caller until it
+/// drops ([`Peer::call_routed`]).
+pub struct EventRoute {
+    inner: Arc<Inner>,
+    id: i64,
+}
+
+impl fmt::Debug for EventRoute {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventRoute").field("id", &self.id).finish()
+    }
+}
+
+impl EventRoute {
+    /// The request's id (the progress token of an MCP `tools/call`).
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+}
+
+impl Drop for EventRoute {
+    fn drop(&mut self) {
+        self.inner.lock().routes.remove(&self.id);
+    }
+}
+
 /// Removes a pending call when its caller stops waiting; if the call was
 /// still unanswered, cancels it on the wire (when the protocol can).
 struct PendingGuard {
@@ -759,7 +827,11 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
             let sink = {
                 let state = inner.lock();
                 match request_id {
-                    Some(id) => state.pending.get(&id).and_then(|p| p.events.clone()),
+                    Some(id) => state
+                        .pending
+                        .get(&id)
+                        .and_then(|p| p.events.clone())
+                        .or_else(|| state.routes.get(&id).cloned()),
                     None => {
                         let mut with_sink = state.pending.values().filter_map(|p| p.events.clone());
                         match (with_sink.next(), with_sink.next()) {
@@ -993,6 +1065,50 @@ mod tests {
             .map(|e| e["step"].as_i64().unwrap())
             .collect();
         assert_eq!(steps, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_routed_call_keeps_its_events_until_the_route_drops() {
+        let killed = Arc::default();
+        let (peer, child) = Peer::memory(evented(false, killed), Arc::new(NoHandler));
+        let (r, mut w) = tokio::io::split(child);
+        let mut lines = BufReader::new(r).lines();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let p2 = peer.clone();
+        let call = tokio::spawn(async move {
+            p2.call_routed("work", None, Duration::from_secs(5), tx)
+                .await
+        });
+        let req = read_json(&mut lines).await;
+        let id = req["id"].as_i64().unwrap();
+        let send = |v: Value| format!("{v}\n");
+        // The answer first, then events naming the answered request.
+        w.write_all(send(json!({"jsonrpc":"2.0","id": id,"result":"started"})).as_bytes())
+            .await
+            .unwrap();
+        let (result, route) = call.await.unwrap().unwrap();
+        assert_eq!((result, route.id()), (json!("started"), id));
+        for step in 1..=2 {
+            let note =
+                json!({"jsonrpc":"2.0","method":"progress","params":{"id": id, "step": step}});
+            w.write_all(send(note).as_bytes()).await.unwrap();
+        }
+        assert_eq!(rx.recv().await.unwrap()["step"], 1);
+        assert_eq!(rx.recv().await.unwrap()["step"], 2);
+        drop(route);
+        let note = json!({"jsonrpc":"2.0","method":"progress","params":{"id": id, "step": 3}});
+        w.write_all(send(note).as_bytes()).await.unwrap();
+        // A ping after the event: once answered, the event was read.
+        let ping = tokio::spawn({
+            let peer = peer.clone();
+            async move { peer.call("ping", None, Duration::from_secs(5)).await }
+        });
+        let req = read_json(&mut lines).await;
+        w.write_all(send(json!({"jsonrpc":"2.0","id": req["id"],"result":{}})).as_bytes())
+            .await
+            .unwrap();
+        ping.await.unwrap().unwrap();
+        assert!(rx.recv().await.is_none(), "the route dropped its sink");
     }
 
     #[tokio::test]

@@ -14,6 +14,11 @@
 //!   an [`Incoming::Event`]. `isError: true` becomes
 //!   [`ToolError::ExecutionFailed`] with the text content; any other result
 //!   is returned whole.
+//! * Tasks: a tool listed with `execution.taskSupport: "required"` by a
+//!   server declaring `tasks.requests.tools.call` is called task-augmented
+//!   and polled to its end in [`super::mcp_tasks`] (hidden with a warning
+//!   when the server lacks the capability); `notifications/tasks/status`
+//!   wakes the poll.
 //! * Cancel: a caller that gives up sends `notifications/cancelled
 //!   {requestId, reason}`; a server still sending progress or a response for
 //!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`).
@@ -52,6 +57,7 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
 use super::mcp_features::{FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions};
+use super::mcp_tasks::{self, TaskWatchers};
 use super::{CallContext, CatalogChanged, ClientHandle, HostServices, McpRoots, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
@@ -300,6 +306,11 @@ impl Handler for McpHandler {
                     server: self.plugin.to_string(),
                 });
             }
+            "notifications/tasks/status" => {
+                if !self.state.tasks.status_changed(params.as_ref()) {
+                    tracing::debug!(plugin = %self.plugin, "tasks/status for a task no call waits on ignored");
+                }
+            }
             "notifications/message" => {
                 let p = params.unwrap_or(Value::Null);
                 if let Some(link) = self.state.latest_client() {
@@ -328,7 +339,8 @@ impl Handler for McpHandler {
 /// `sampling` (answered during calls made through plugd's MCP gateway by a
 /// client that supports them, and refused with an error saying so
 /// otherwise), and `roots` only when the operator configured roots for the
-/// server.
+/// server. No `tasks`: plugd makes task-augmented calls (which needs no
+/// client capability) but receives none and lists none.
 pub fn client_capabilities(offers_roots: bool) -> Value {
     let mut caps = json!({"elicitation": {}, "sampling": {}});
     if offers_roots {
@@ -362,6 +374,8 @@ pub struct McpState {
     pub features: FeatureState,
     /// The plugin's resource subscriptions (shared by all its runs).
     pub subscriptions: McpSubscriptions,
+    /// The calls waiting on a task, woken by `notifications/tasks/status`.
+    pub tasks: TaskWatchers,
     /// The clients of the calls in flight that have one, oldest first.
     /// MCP over stdio does not say which call a server request belongs to,
     /// so requests and log messages go to the newest call's client.
@@ -376,6 +390,7 @@ impl McpState {
             offered_roots,
             features: FeatureState::default(),
             subscriptions,
+            tasks: TaskWatchers::default(),
             clients: std::sync::Mutex::new(Vec::new()),
             next_call: std::sync::atomic::AtomicU64::new(0),
         }
@@ -419,6 +434,11 @@ impl Drop for ClientGuard {
     fn drop(&mut self) {
         self.state.clients().retain(|(i, _)| *i != self.id);
     }
+}
+
+/// The MCP state of `conn`, when it is an MCP server's run.
+fn mcp_state(conn: &Conn) -> Option<Arc<McpState>> {
+    conn.state.clone()?.downcast::<McpState>().ok()
 }
 
 /// Whether `conn` (an MCP server's run) was offered the `roots` capability,
@@ -531,6 +551,7 @@ pub async fn handshake(
         list_tools(
             peer,
             spec,
+            &capabilities,
             left.max(Duration::from_millis(1)),
             &mut warnings,
         )
@@ -569,12 +590,17 @@ pub async fn handshake(
 }
 
 /// Reads the whole catalog with `tools/list`, following `nextCursor`.
+/// `caps` are the server's capabilities: a tool that requires tasks is
+/// listed (and marked, [`ToolMeta::execution`]) only when they declare
+/// task-augmented `tools/call`.
 async fn list_tools(
     peer: &Peer,
     spec: &PluginSpec,
+    caps: &Value,
     timeout: Duration,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<ToolDef>, HandshakeError> {
+    let tasks = mcp_tasks::runs_tool_tasks(caps);
     let deadline = tokio::time::Instant::now() + timeout;
     let malformed = |reason: String| HandshakeError::Malformed {
         plugin: spec.id.clone(),
@@ -629,16 +655,13 @@ async fn list_tools(
                     continue;
                 }
             };
-            // 2025-11-25 tasks: a tool that can only run as a task would
-            // fail every plain tools/call, so it is not offered at all.
-            if raw
-                .get("execution")
-                .and_then(|e| e.get("taskSupport"))
-                .and_then(Value::as_str)
-                == Some("required")
-            {
+            // 2025-11-25 tasks: a tool that can only run as a task is called
+            // as one (mcp_tasks); without the server's capability neither
+            // call can work, so it is not offered.
+            let task_support = mcp_tasks::task_support(raw);
+            if task_support == Some("required") && !tasks {
                 warnings.push(format!(
-                    "tool {name:?} hidden: it requires task-augmented calls (execution.taskSupport \"required\"), which plugd does not make yet"
+                    "tool {name:?} hidden: it requires task-augmented calls (execution.taskSupport \"required\") but the server does not declare tasks.requests.tools.call, so no call can work"
                 ));
                 continue;
             }
@@ -658,7 +681,14 @@ async fn list_tools(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            let meta = tool_meta(name, raw, warnings);
+            let mut meta = tool_meta(name, raw, warnings);
+            if tasks && let Some(support) = task_support {
+                meta.get_or_insert_with(Default::default).execution =
+                    Some(serde_json::Map::from_iter([(
+                        "taskSupport".to_owned(),
+                        json!(support.chars().take(32).collect::<String>()),
+                    )]));
+            }
             tools.push(ToolDef {
                 name: format!("{}/{name}", spec.id),
                 description,
@@ -780,7 +810,10 @@ pub async fn refresh_tools(
     timeout: Duration,
 ) -> Result<Vec<ToolDef>, HandshakeError> {
     let mut warnings = Vec::new();
-    let tools = list_tools(&conn.peer, spec, timeout, &mut warnings).await?;
+    let caps = mcp_state(conn)
+        .map(|s| s.features.capabilities().clone())
+        .unwrap_or_default();
+    let tools = list_tools(&conn.peer, spec, &caps, timeout, &mut warnings).await?;
     for w in warnings {
         tracing::warn!(plugin = %spec.id, "{w}");
     }
@@ -797,27 +830,43 @@ pub async fn call_tool(
     timeout: Duration,
 ) -> Result<Value, ToolError> {
     let plugin = conn.peer.plugin();
-    let _client = ctx.client.clone().and_then(|c| {
-        let state = conn.state.clone()?.downcast::<McpState>().ok()?;
-        Some(state.enter(c))
-    });
-    let result = conn
-        .peer
-        .call_with(
-            "tools/call",
-            Some(json!({"name": tool.wire(), "arguments": args})),
+    let state = mcp_state(conn);
+    let _client = ctx
+        .client
+        .clone()
+        .and_then(|c| Some(state.as_ref()?.enter(c)));
+    let tools_call_error = |e: CallError| match e {
+        // -32601 here means "no tools/call", which map_tool_error would
+        // describe in native terms; keep the server's own error.
+        CallError::Remote { ref error, .. } if error.code == codes::METHOD_NOT_FOUND => {
+            ToolError::Call(e)
+        }
+        e => map_tool_error(plugin, &tool.name, e),
+    };
+    let caps = state.as_ref().map(|s| s.features.capabilities());
+    let result = if mcp_tasks::requires_task(tool) && caps.is_some_and(mcp_tasks::runs_tool_tasks) {
+        mcp_tasks::call_as_task(
+            &conn.peer,
+            tool,
+            args,
+            ctx,
             timeout,
-            ctx.progress.clone(),
+            caps.is_some_and(mcp_tasks::cancels_tasks),
+            state.as_ref().map(|s| &s.tasks),
+            tools_call_error,
         )
-        .await
-        .map_err(|e| match e {
-            // -32601 here means "no tools/call", which map_tool_error would
-            // describe in native terms; keep the server's own error.
-            CallError::Remote { ref error, .. } if error.code == codes::METHOD_NOT_FOUND => {
-                ToolError::Call(e)
-            }
-            e => map_tool_error(plugin, &tool.name, e),
-        })?;
+        .await?
+    } else {
+        conn.peer
+            .call_with(
+                "tools/call",
+                Some(json!({"name": tool.wire(), "arguments": args})),
+                timeout,
+                ctx.progress.clone(),
+            )
+            .await
+            .map_err(tools_call_error)?
+    };
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         return Err(ToolError::ExecutionFailed {
             plugin: plugin.clone(),

@@ -21,6 +21,7 @@
 
 pub mod mcp;
 pub mod mcp_features;
+pub mod mcp_tasks;
 pub mod microapp;
 pub mod salmex;
 pub mod vai;

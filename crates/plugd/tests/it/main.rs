@@ -19,6 +19,7 @@ mod http;
 mod llm;
 mod mcp;
 mod mcp_resources;
+mod mcp_tasks;
 mod memory;
 mod microapp;
 mod nexo;
