@@ -85,12 +85,46 @@ impl Drop for SessionInner {
         if let Some(w) = lock(&self.events).take() {
             w.abort();
         }
-        for ((server, uri), _) in lock(&self.subscriptions).drain() {
-            self.gw.count_subscription(&server, &uri, false);
-        }
+        self.release_subscriptions();
         for (_, task) in lock(&self.inflight).drain() {
             task.abort();
         }
+    }
+}
+
+impl SessionInner {
+    /// Leaves every resource subscription of the session (it ended: DELETE,
+    /// expiry, the transport closed); a hosted server is sent
+    /// `resources/unsubscribe` for a URI no other session still holds.
+    fn release_subscriptions(&self) {
+        let held: Vec<(String, String)> = lock(&self.subscriptions)
+            .drain()
+            .map(|(key, _)| key)
+            .collect();
+        let mut last = Vec::new();
+        for (server, uri) in held {
+            self.gw.count_subscription(&server, &uri, false);
+            if !self.gw.still_subscribed(&server, &uri) {
+                last.push((server, uri));
+            }
+        }
+        if last.is_empty() {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(session = %self.id, subscriptions = last.len(), "an MCP session ended outside the async runtime; its servers were not sent resources/unsubscribe");
+            return;
+        };
+        let rt = self.gw.runtime().clone();
+        let session = self.id.clone();
+        handle.spawn(async move {
+            for (server, uri) in last {
+                match rt.unsubscribe_resource(&server, &uri).await {
+                    Ok(()) => tracing::debug!(session, server, uri, "unsubscribed the resource the ended MCP session held last"),
+                    Err(e) => tracing::warn!(session, server, uri, error = %e, "resources/unsubscribe for an ended MCP session failed"),
+                }
+            }
+        });
     }
 }
 

@@ -82,14 +82,79 @@ pub(crate) fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
         .iter()
         .map(|(name, t)| {
             let (risk, _) = effective_risk(t, &policy);
-            tool_json(name, t, risk, cx.version)
+            let vai = vai_annotations(rt, t);
+            tool_json(name, t, risk, vai, cx.version)
         })
         .collect();
     Ok(json!({"tools": out}))
 }
 
-/// One plugd tool as an MCP `Tool` for a client at `version`.
-fn tool_json(name: &str, t: &ToolEntry, risk: RiskLevel, version: &str) -> Value {
+/// The MCP annotations a VAI tool export's `effect_class` and
+/// `permissions.network` imply (`None`: not a VAI tool):
+///
+/// | VAI | MCP annotations |
+/// |---|---|
+/// | `effect_class = "read_only"` | `readOnlyHint: true`, `destructiveHint: false`, `idempotentHint: true` |
+/// | `effect_class = "idempotent_write"` | `readOnlyHint: false`, `idempotentHint: true` |
+/// | `effect_class = "non_idempotent_write"` | `readOnlyHint: false`, `idempotentHint: false` |
+/// | `effect_class = "unknown"` or unset | none (MCP's defaults) |
+/// | `permissions.network = "egress"` / `"none"` | `openWorldHint: true` / `false` |
+///
+/// A write is not called destructive or not: VAI does not say, so the
+/// client assumes MCP's default (destructive).
+fn vai_annotations(rt: &plugd_runtime::Runtime, t: &ToolEntry) -> Option<Map<String, Value>> {
+    use plugd_manifest::vai::{EffectClass, NetworkPermission};
+    let sup = rt.supervised(&t.plugin).ok()?;
+    let export = sup
+        .spec()
+        .vai
+        .as_ref()?
+        .exports
+        .iter()
+        .find(|e| e.id == t.def.wire())?;
+    let tool = export.tool.as_ref()?;
+    let mut ann = Map::new();
+    let mut hint = |k: &str, v: bool| {
+        ann.insert(k.into(), json!(v));
+    };
+    match tool.effect_class {
+        EffectClass::ReadOnly => {
+            hint("readOnlyHint", true);
+            hint("destructiveHint", false);
+            hint("idempotentHint", true);
+        }
+        EffectClass::IdempotentWrite => {
+            hint("readOnlyHint", false);
+            hint("idempotentHint", true);
+        }
+        EffectClass::NonIdempotentWrite => {
+            hint("readOnlyHint", false);
+            hint("idempotentHint", false);
+        }
+        EffectClass::Unknown => {}
+    }
+    hint(
+        "openWorldHint",
+        export.permissions.network == NetworkPermission::Egress,
+    );
+    Some(ann)
+}
+
+/// Whether `schema` may be an MCP `outputSchema` (an object schema: MCP
+/// clients reject a tool list holding another kind).
+fn object_output_schema(schema: &Value) -> bool {
+    schema.get("type").and_then(Value::as_str) == Some("object")
+}
+
+/// One plugd tool as an MCP `Tool` for a client at `version`; `vai`: the
+/// annotations its VAI export implies.
+fn tool_json(
+    name: &str,
+    t: &ToolEntry,
+    risk: RiskLevel,
+    vai: Option<Map<String, Value>>,
+    version: &str,
+) -> Value {
     let mut tool = Map::new();
     tool.insert("name".into(), json!(name));
     tool.insert("description".into(), json!(t.description));
@@ -99,7 +164,9 @@ fn tool_json(name: &str, t: &ToolEntry, risk: RiskLevel, version: &str) -> Value
         if let Some(title) = meta.and_then(|m| m.title.as_ref()) {
             tool.insert("title".into(), json!(title));
         }
-        if let Some(out) = meta.and_then(|m| m.output_schema.as_ref()) {
+        if let Some(out) = meta.and_then(|m| m.output_schema.as_ref())
+            && object_output_schema(out)
+        {
             tool.insert("outputSchema".into(), out.clone());
         }
         tool.insert(
@@ -114,6 +181,9 @@ fn tool_json(name: &str, t: &ToolEntry, risk: RiskLevel, version: &str) -> Value
     }
     if at_least(version, "2025-03-26") {
         let mut ann = meta.and_then(|m| m.annotations.clone()).unwrap_or_default();
+        for (k, v) in vai.into_iter().flatten() {
+            ann.entry(k).or_insert(v);
+        }
         if matches!(risk, RiskLevel::High | RiskLevel::Critical) {
             // What plugd will gate is destructive as far as a client knows.
             ann.entry("destructiveHint").or_insert(json!(true));
@@ -494,15 +564,28 @@ fn as_result_shape(mut value: Value) -> Value {
                 obj.entry("isError").or_insert(flag);
             }
             // VAI's structured output is MCP's structured content.
-            if let Some(out) = obj
-                .get("structured_output")
-                .filter(|o| o.is_object())
-                .cloned()
-            {
+            if let Some(out) = obj.remove("structured_output").filter(Value::is_object) {
                 obj.entry("structuredContent").or_insert(out);
             }
         }
         return value;
+    }
+    // A VAI result with structured output but no content: the output, as
+    // text and as structured content.
+    if let Some(out) = value
+        .get("structured_output")
+        .filter(|o| o.is_object())
+        .cloned()
+    {
+        let is_error = value
+            .get("is_error")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        return json!({
+            "content": [{"type": "text", "text": out.to_string()}],
+            "structuredContent": out,
+            "isError": is_error,
+        });
     }
     let text = match &value {
         Value::String(s) => s.clone(),

@@ -232,6 +232,11 @@ pub struct ToolExport {
     pub input_schema: Option<String>,
     /// `output_schema`: the schema file as written.
     pub output_schema: Option<String>,
+    /// The output schema itself (read from that file when the manifest was
+    /// loaded): what `structured_output` must match, and the tool's MCP
+    /// `outputSchema` in the gateway.
+    #[serde(skip)]
+    pub output_schema_json: Option<serde_json::Value>,
 }
 
 /// `[exports.hook]`.
@@ -944,14 +949,16 @@ impl Cx<'_> {
                 if let Some(file) = input_schema {
                     self.load_schema(&format!("{tp}.input_schema"), file)?;
                 }
-                if let Some(file) = output_schema {
-                    self.load_schema(&format!("{tp}.output_schema"), file)?;
-                }
+                let output_schema_json = match output_schema {
+                    Some(file) => Some(self.load_schema(&format!("{tp}.output_schema"), file)?),
+                    None => None,
+                };
                 export.tool = Some(ToolExport {
                     effect_class,
                     streaming,
                     input_schema: input_schema.map(str::to_owned),
                     output_schema: output_schema.map(str::to_owned),
+                    output_schema_json,
                 });
             }
             ExportKind::Hook => {

@@ -14,6 +14,10 @@
 //!     everything:
 //!       plugins: [everything]
 //!       bare_names: true             # echo, not everything__echo
+//!   http:                            # the gateway on plugd serve's /mcp
+//!     max_sessions_per_identity: 64  # open sessions one token / user may hold
+//!     stream_close_after_ms: 60000   # an SSE connection is closed after this
+//!     stream_retry_ms: 1000          #   long; the client resumes after this
 //! ```
 //!
 //! `resources: false` under a server refuses every resource request to it
@@ -109,6 +113,54 @@ pub struct McpConfig {
     pub servers: BTreeMap<String, McpServerConfig>,
     /// Profile name → the view of the catalog it serves.
     pub profiles: BTreeMap<String, McpProfile>,
+    /// `mcp.http`: the gateway's Streamable HTTP transport on `plugd serve`.
+    pub http: McpHttpConfig,
+}
+
+/// Default of [`McpHttpConfig::max_sessions_per_identity`].
+pub const DEFAULT_SESSIONS_PER_IDENTITY: usize = 64;
+/// Default of [`McpHttpConfig::stream_close_after_ms`].
+pub const DEFAULT_STREAM_CLOSE_AFTER_MS: u64 = 60_000;
+/// Default of [`McpHttpConfig::stream_retry_ms`].
+pub const DEFAULT_STREAM_RETRY_MS: u64 = 1_000;
+
+/// `mcp.http`: limits and timing of `/mcp` on `plugd serve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpHttpConfig {
+    /// MCP sessions one identity (a token, a Unix user) may hold open at
+    /// once; `initialize` beyond it is refused with `429` (default 64).
+    #[serde(default = "default_sessions")]
+    pub max_sessions_per_identity: usize,
+    /// Milliseconds an SSE connection of a 2025-11-25 session stays open
+    /// before plugd closes it (the stream goes on: the client resumes it
+    /// with `GET` + `Last-Event-ID`, SEP-1699); 0: never (default 60000).
+    #[serde(default = "default_close_after")]
+    pub stream_close_after_ms: u64,
+    /// The SSE `retry` plugd sends: how long a client waits before it
+    /// resumes a closed stream, in milliseconds (default 1000).
+    #[serde(default = "default_retry")]
+    pub stream_retry_ms: u64,
+}
+
+fn default_sessions() -> usize {
+    DEFAULT_SESSIONS_PER_IDENTITY
+}
+fn default_close_after() -> u64 {
+    DEFAULT_STREAM_CLOSE_AFTER_MS
+}
+fn default_retry() -> u64 {
+    DEFAULT_STREAM_RETRY_MS
+}
+
+impl Default for McpHttpConfig {
+    fn default() -> Self {
+        McpHttpConfig {
+            max_sessions_per_identity: DEFAULT_SESSIONS_PER_IDENTITY,
+            stream_close_after_ms: DEFAULT_STREAM_CLOSE_AFTER_MS,
+            stream_retry_ms: DEFAULT_STREAM_RETRY_MS,
+        }
+    }
 }
 
 impl McpConfig {
@@ -130,6 +182,8 @@ pub struct RawMcp {
     servers: Option<BTreeMap<String, Spanned<RawServer>>>,
     #[serde(default)]
     profiles: Option<BTreeMap<String, Spanned<RawProfile>>>,
+    #[serde(default)]
+    http: Option<Spanned<McpHttpConfig>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -255,6 +309,25 @@ pub fn parse_config(
         out.plugins = plugins.into_iter().map(|p| p.value).collect();
         out.bare_names = profile.value.bare_names.unwrap_or(false);
         config.profiles.insert(name, out);
+    }
+    if let Some(http) = raw.value.http {
+        let line = http.referenced.line();
+        let h = http.value;
+        if h.max_sessions_per_identity == 0 {
+            return Err(invalid(
+                "mcp.http.max_sessions_per_identity".into(),
+                line,
+                "must be at least 1".into(),
+            ));
+        }
+        if h.stream_retry_ms > 3_600_000 {
+            return Err(invalid(
+                "mcp.http.stream_retry_ms".into(),
+                line,
+                "at most 3600000 (an hour)".into(),
+            ));
+        }
+        config.http = h;
     }
     Ok(config)
 }
@@ -400,5 +473,38 @@ mod tests {
         assert!(crate::config::schema_violations(text).unwrap().is_empty());
         let bad = "mcp:\n  servers:\n    fs:\n      roots: /srv\n";
         assert!(!crate::config::schema_violations(bad).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_http_transport_has_defaults_and_checked_settings() {
+        let d = parse("").unwrap().mcp.http;
+        assert_eq!(d.max_sessions_per_identity, DEFAULT_SESSIONS_PER_IDENTITY);
+        assert_eq!(d.stream_close_after_ms, DEFAULT_STREAM_CLOSE_AFTER_MS);
+        let text = "mcp:\n  http:\n    max_sessions_per_identity: 3\n    stream_close_after_ms: 0\n    stream_retry_ms: 10\n";
+        let h = parse(text).unwrap().mcp.http;
+        assert_eq!(
+            (
+                h.max_sessions_per_identity,
+                h.stream_close_after_ms,
+                h.stream_retry_ms
+            ),
+            (3, 0, 10)
+        );
+        assert!(crate::config::schema_violations(text).unwrap().is_empty());
+        let e = parse("mcp:\n  http:\n    max_sessions_per_identity: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mcp.http.max_sessions_per_identity") && e.contains("at least 1"),
+            "{e}"
+        );
+        let e = parse("mcp:\n  http:\n    max_session: 3\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_session"), "{e}");
+        let e = parse("mcp:\n  http:\n    stream_retry_ms: 99999999\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mcp.http.stream_retry_ms"), "{e}");
     }
 }

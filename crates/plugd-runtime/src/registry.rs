@@ -110,15 +110,17 @@ impl ToolEntry {
         }
     }
 
-    /// Checks a result's `structuredContent` against the tool's declared
-    /// output schema (MCP `outputSchema`): `Ok` when it declares none or the
-    /// result is an error result; otherwise why it does not conform, each
-    /// offending place named by its JSON Pointer under `structuredContent`.
+    /// Checks a result's `structuredContent` (a VAI result's
+    /// `structured_output`) against the tool's declared output schema (MCP
+    /// `outputSchema`, VAI `output_schema`): `Ok` when it declares none or
+    /// the result is an error result; otherwise why it does not conform,
+    /// each offending place named by its JSON Pointer under the field.
     pub fn check_output(&self, result: &Value) -> Result<(), String> {
         let Some(schema) = self.def.output_schema() else {
             return Ok(());
         };
-        if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let flag = result.get("isError").or_else(|| result.get("is_error"));
+        if flag.and_then(Value::as_bool) == Some(true) {
             return Ok(());
         }
         let validator = self
@@ -127,21 +129,28 @@ impl ToolEntry {
         let validator = validator
             .as_ref()
             .map_err(|e| format!("its outputSchema does not compile ({e})"))?;
-        let Some(structured) = result.get("structuredContent") else {
-            return Err(
-                "it declares an outputSchema but the result has no structuredContent".into(),
-            );
+        let (field, structured) = match (
+            result.get("structuredContent"),
+            result.get("structured_output"),
+        ) {
+            (Some(s), _) => ("structuredContent", s),
+            (None, Some(s)) => ("structured_output", s),
+            (None, None) => {
+                return Err(
+                    "it declares an outputSchema but the result has no structuredContent".into(),
+                );
+            }
         };
         let errors: Vec<String> = validator
             .iter_errors(structured)
             .take(MAX_FIELD_ERRORS)
-            .map(|e| format!("structuredContent{}: {e}", e.instance_path()))
+            .map(|e| format!("{field}{}: {e}", e.instance_path()))
             .collect();
         if errors.is_empty() {
             Ok(())
         } else {
             Err(format!(
-                "its structuredContent does not match its outputSchema: {}",
+                "its {field} does not match its outputSchema: {}",
                 errors.join("; ")
             ))
         }

@@ -63,6 +63,7 @@ pub mod error;
 pub mod listen;
 pub mod mcp;
 pub mod mcp_features;
+pub mod mcp_stream;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -213,6 +214,7 @@ impl AppState {
         let audit = Arc::new(plugd_store::tokens::AuditWriter::start(
             runtime.store().clone(),
         ));
+        let mcp = Some(Arc::new(mcp::McpHttp::new(gateway, &config.mcp.http)));
         AppState {
             runtime,
             pipeline,
@@ -221,7 +223,7 @@ impl AppState {
             body_limit: DEFAULT_BODY_LIMIT,
             body_timeout,
             auth,
-            mcp: Some(Arc::new(mcp::McpHttp::new(gateway))),
+            mcp,
             audit,
         }
     }

@@ -14,28 +14,37 @@
 //! - A request naming the stateless revision (`2026-07-28`) in its `_meta`
 //!   needs no session.
 //! - `GET` with the header: the session's stream for `tools/list_changed`.
+//!   With `Last-Event-ID` as well: that stream (the `GET` stream or a
+//!   request's) resumed, what the client missed first (see
+//!   [`crate::mcp_stream`]: event ids, priming events, connections closed
+//!   after `mcp.http.stream_close_after_ms`); an id this session cannot
+//!   resume is answered `400` with a JSON-RPC error.
 //! - `DELETE` with the header: the session ends.
 //!
 //! Sessions idle for [`SESSION_IDLE`] are dropped; at most
-//! [`MAX_SESSIONS`] live at once.
+//! [`MAX_SESSIONS`] live at once, and at most
+//! `mcp.http.max_sessions_per_identity` (default
+//! [`DEFAULT_SESSIONS_PER_IDENTITY`]) per identity: one more `initialize` is
+//! answered `429` with a JSON-RPC error naming the limit and the setting.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use plugd_gateway::{Caller, Gateway, GatewayError, Session};
 use plugd_mcp::version;
+pub use plugd_runtime::mcp_config::DEFAULT_SESSIONS_PER_IDENTITY;
+use plugd_runtime::mcp_config::McpHttpConfig;
 use plugd_store::tokens::Role;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::auth::Identity;
+use crate::mcp_stream::{self, Hub, STANDALONE};
 use crate::{ApiError, AppState, JsonBody, error};
 
 /// Most MCP sessions alive at once.
@@ -46,28 +55,61 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
+const LAST_EVENT_ID: &str = "last-event-id";
+
+/// The JSON-RPC error code of a refusal by the transport (a limit, an
+/// event id it cannot resume).
+const TRANSPORT_ERROR: i64 = -32000;
 
 /// The gateway and its live HTTP sessions.
 #[derive(Debug)]
 pub struct McpHttp {
     gateway: Gateway,
+    limits: McpHttpConfig,
     sessions: Mutex<HashMap<String, Live>>,
 }
 
 #[derive(Debug)]
 struct Live {
     session: Session,
+    hub: Arc<Hub>,
     owner: String,
     profile: Option<String>,
     used: Instant,
 }
 
+impl Live {
+    fn end(&self) {
+        self.session.close();
+        self.hub.close_all();
+    }
+}
+
+/// Why a session was not opened.
+enum Refused {
+    /// Every slot is taken.
+    Full,
+    /// The identity holds its share.
+    PerIdentity(usize),
+}
+
 impl McpHttp {
-    /// Sessions over `gateway`.
-    pub fn new(gateway: Gateway) -> McpHttp {
+    /// Sessions over `gateway`, within `limits` (plugd.yaml `mcp.http`).
+    pub fn new(gateway: Gateway, limits: &McpHttpConfig) -> McpHttp {
         McpHttp {
             gateway,
+            limits: limits.clone(),
             sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn stream_options(&self, version: Option<&str>) -> mcp_stream::Options {
+        let ms = |v: u64| Duration::from_millis(v);
+        mcp_stream::Options {
+            resumable: version.is_some_and(|v| version::at_least(v, "2025-11-25")),
+            close_after: (self.limits.stream_close_after_ms > 0)
+                .then(|| ms(self.limits.stream_close_after_ms)),
+            retry: ms(self.limits.stream_retry_ms),
         }
     }
 
@@ -75,40 +117,43 @@ impl McpHttp {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The live session `id` of `owner` under `profile`; `None` also when
-    /// it belongs to someone else.
-    fn find(&self, id: &str, owner: &str, profile: Option<&str>) -> Option<Session> {
+    /// The live session `id` of `owner` under `profile`, with its streams;
+    /// `None` also when it belongs to someone else.
+    fn find(&self, id: &str, owner: &str, profile: Option<&str>) -> Option<(Session, Arc<Hub>)> {
         let mut map = self.lock();
         let live = map.get_mut(id)?;
         if live.owner != owner || live.profile.as_deref() != profile {
             return None;
         }
         live.used = Instant::now();
-        Some(live.session.clone())
+        Some((live.session.clone(), live.hub.clone()))
     }
 
-    fn insert(&self, session: Session, owner: &str, profile: Option<&str>) -> Result<(), ApiError> {
+    fn insert(&self, session: Session, owner: &str, profile: Option<&str>) -> Result<(), Refused> {
+        let per_identity = self.limits.max_sessions_per_identity;
         let mut map = self.lock();
-        if map.len() >= MAX_SESSIONS {
+        let held = |map: &HashMap<String, Live>| map.values().filter(|l| l.owner == owner).count();
+        if map.len() >= MAX_SESSIONS || held(&map) >= per_identity {
             map.retain(|_, l| {
                 let keep = l.used.elapsed() < SESSION_IDLE;
                 if !keep {
-                    l.session.close();
+                    l.end();
                 }
                 keep
             });
         }
-        if map.len() >= MAX_SESSIONS {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                error::code::TOO_MANY_SESSIONS,
-                format!("{MAX_SESSIONS} MCP sessions are open; end some with DELETE /mcp"),
-            ));
+        if held(&map) >= per_identity {
+            return Err(Refused::PerIdentity(per_identity));
         }
+        if map.len() >= MAX_SESSIONS {
+            return Err(Refused::Full);
+        }
+        let hub = Hub::new(self.stream_options(session.protocol_version()));
         map.insert(
             session.id().to_owned(),
             Live {
                 session,
+                hub,
                 owner: owner.to_owned(),
                 profile: profile.map(str::to_owned),
                 used: Instant::now(),
@@ -122,12 +167,54 @@ impl McpHttp {
         match map.get(id) {
             Some(l) if l.owner == owner && l.profile.as_deref() == profile => {
                 if let Some(l) = map.remove(id) {
-                    l.session.close();
+                    l.end();
                 }
                 true
             }
             _ => false,
         }
+    }
+}
+
+/// An HTTP refusal whose body is a JSON-RPC error response (`id`: the
+/// request's, or null), so an MCP client shows its message.
+fn rpc_refusal(status: StatusCode, id: Value, message: String, data: Value) -> Response {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": TRANSPORT_ERROR, "message": message, "data": data},
+    });
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn refused(why: Refused, identity: &Identity, id: Value) -> Response {
+    match why {
+        Refused::Full => rpc_refusal(
+            StatusCode::SERVICE_UNAVAILABLE,
+            id,
+            format!(
+                "{MAX_SESSIONS} MCP sessions are open on this plugd serve, its limit; end some with DELETE /mcp"
+            ),
+            json!({"code": error::code::TOO_MANY_SESSIONS, "limit": MAX_SESSIONS}),
+        ),
+        Refused::PerIdentity(limit) => rpc_refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            id,
+            format!(
+                "{} holds {limit} open MCP sessions, the most one identity may hold (mcp.http.max_sessions_per_identity in plugd.yaml); end one with DELETE /mcp, or raise the limit and restart plugd serve",
+                identity.name
+            ),
+            json!({
+                "code": error::code::TOO_MANY_SESSIONS,
+                "limit": limit,
+                "setting": "mcp.http.max_sessions_per_identity",
+            }),
+        ),
     }
 }
 
@@ -235,11 +322,15 @@ async fn post(
                 .gateway
                 .session(caller(&identity), profile)
                 .map_err(gateway_error)?;
+            let request_id = body.get("id").cloned().unwrap_or(Value::Null);
             let reply = session.handle(body, None).await;
             let ok = reply.as_ref().is_some_and(|r| r.get("result").is_some());
             let mut resp = json_response(reply);
             if ok {
-                mcp.insert(session.clone(), &identity.name, profile)?;
+                if let Err(why) = mcp.insert(session.clone(), &identity.name, profile) {
+                    session.close();
+                    return Ok(refused(why, &identity, request_id));
+                }
                 if let Ok(v) = HeaderValue::from_str(session.id()) {
                     resp.headers_mut().insert(SESSION_HEADER, v);
                 }
@@ -249,10 +340,12 @@ async fn post(
         Some(id) => mcp
             .find(&id, &identity.name, profile)
             .ok_or_else(|| no_session(&id))?,
-        None if stateless => mcp
-            .gateway
-            .session(caller(&identity), profile)
-            .map_err(gateway_error)?,
+        None if stateless => (
+            mcp.gateway
+                .session(caller(&identity), profile)
+                .map_err(gateway_error)?,
+            Hub::new(mcp.stream_options(None)),
+        ),
         None => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -261,6 +354,7 @@ async fn post(
             ));
         }
     };
+    let (session, hub) = session;
     match body {
         Value::Array(batch) => {
             let mut out = Vec::new();
@@ -284,7 +378,7 @@ async fn post(
             session.handle(msg, None).await;
             Ok(StatusCode::ACCEPTED.into_response())
         }
-        msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, msg)),
+        msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, &hub, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
     }
 }
@@ -297,45 +391,36 @@ fn json_response(reply: Option<Value>) -> Response {
 }
 
 /// An SSE stream of one request: what it sends on the way, then its
-/// response (the stream ends after it).
-fn stream(session: Session, msg: Value) -> Response {
-    let (tx, rx) = mpsc::unbounded_channel::<Value>();
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
-    let sink = tx.clone();
+/// response (the stream ends after it). The request runs on its own task:
+/// a client that disconnects has not cancelled it (it may resume the
+/// stream), a `notifications/cancelled` does.
+fn stream(session: Session, hub: &Arc<Hub>, msg: Value) -> Response {
+    let n = hub.open();
+    let response = hub.connect(n);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let hub = hub.clone();
     tokio::spawn(async move {
-        let reply = session.handle(msg, Some(sink)).await;
-        if let Some(r) = reply {
-            let _ = tx.send(r);
-        }
-    });
-    sse(rx, move |msg| {
-        msg.get("id") == Some(&id) && msg.get("method").is_none()
-    })
-}
-
-/// An SSE response of the messages `rx` yields, one `message` event each,
-/// ending after the message `last` is true of (or when `rx` closes).
-fn sse(
-    rx: mpsc::UnboundedReceiver<Value>,
-    last: impl Fn(&Value) -> bool + Send + Sync + 'static,
-) -> Response {
-    let last = std::sync::Arc::new(last);
-    let events = futures_util::stream::unfold((rx, false), move |(mut rx, done)| {
-        let last = last.clone();
-        async move {
-            if done {
-                return None;
+        let call = session.handle(msg, Some(tx));
+        tokio::pin!(call);
+        let mut open = true;
+        let reply = loop {
+            tokio::select! {
+                m = rx.recv(), if open => match m {
+                    Some(m) => hub.emit(n, &m, false),
+                    None => open = false,
+                },
+                reply = &mut call => break reply,
             }
-            let msg = rx.recv().await?;
-            let end = last(&msg);
-            let event: Result<Event, Infallible> =
-                Ok(Event::default().event("message").data(msg.to_string()));
-            Some((event, (rx, end)))
+        };
+        while let Ok(m) = rx.try_recv() {
+            hub.emit(n, &m, false);
+        }
+        match reply {
+            Some(r) => hub.emit(n, &r, true),
+            None => hub.end(n),
         }
     });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+    response
 }
 
 /// `GET /mcp` and `GET /mcp/{profile}`: the session's own stream
@@ -364,12 +449,35 @@ fn listen(
         ));
     }
     let id = required_session(&headers, "GET")?;
-    let session = mcp
+    let (session, hub) = mcp
         .find(&id, &identity.name, profile.as_deref())
         .ok_or_else(|| no_session(&id))?;
-    let (tx, rx) = mpsc::unbounded_channel::<Value>();
-    session.set_notifier(tx);
-    Ok(sse(rx, |_| false))
+    if let Some(last) = headers.get(LAST_EVENT_ID) {
+        let last = String::from_utf8_lossy(last.as_bytes());
+        return Ok(match hub.resume(&last) {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::info!(session = %session.id(), error = %e, "an MCP stream could not be resumed");
+                rpc_refusal(
+                    StatusCode::BAD_REQUEST,
+                    Value::Null,
+                    e.to_string(),
+                    json!({"lastEventId": last.chars().take(80).collect::<String>()}),
+                )
+            }
+        });
+    }
+    if hub.start_standalone() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+        session.set_notifier(tx);
+        let hub = hub.clone();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                hub.emit(STANDALONE, &m, false);
+            }
+        });
+    }
+    Ok(hub.connect(STANDALONE))
 }
 
 /// `DELETE /mcp` and `DELETE /mcp/{profile}`: ends the session.

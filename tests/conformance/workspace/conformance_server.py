@@ -242,9 +242,10 @@ async def test_elicitation_sep1330_enums(ctx: Context) -> list[types.ContentBloc
 @tool("Logs before and after a pause (server-sse-polling; the stream is the gateway's).")
 async def test_reconnection(ctx: Context) -> list[types.ContentBlock]:
     # Over stdio there is no SSE stream to close: closing the client's
-    # stream mid-call (SEP-1699) is the HTTP gateway's business.
+    # stream mid-call (SEP-1699) is the HTTP gateway's business; its
+    # fixture closes connections after 1 s (plugd.yaml), within this pause.
     await ctx.info("Before disconnect")
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(1.5)
     await ctx.info("After reconnect")
     return [text("Reconnection test completed")]
 

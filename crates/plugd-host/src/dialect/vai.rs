@@ -342,12 +342,36 @@ pub fn check_hello(spec: &PluginSpec, frame: &Value) -> Result<Handshake, Handsh
             got: format!("{}@{}", clip(package_id), clip(version)),
         });
     }
-    let tools = spec.tools.iter().map(ToolDef::declared).collect();
+    let tools = spec.tools.iter().map(|t| declared_tool(spec, t)).collect();
     Ok(Handshake {
         server_version: Some(version.to_owned()),
         tools,
         warnings: Vec::new(),
     })
+}
+
+/// A tool export as a catalog entry: its `display_name` as the title and
+/// its output schema (what `structured_output` must match), when declared.
+fn declared_tool(spec: &PluginSpec, t: &plugd_manifest::DeclaredTool) -> ToolDef {
+    let mut def = ToolDef::declared(t);
+    let export = spec
+        .vai
+        .as_ref()
+        .and_then(|v| v.exports.iter().find(|e| e.id == t.wire_name));
+    if let Some(export) = export {
+        let meta = crate::native::ToolMeta {
+            title: export.display_name.clone(),
+            output_schema: export
+                .tool
+                .as_ref()
+                .and_then(|tool| tool.output_schema_json.clone()),
+            ..Default::default()
+        };
+        if meta != crate::native::ToolMeta::default() {
+            def.meta = Some(Box::new(meta));
+        }
+    }
+    def
 }
 
 fn clip(s: &str) -> String {

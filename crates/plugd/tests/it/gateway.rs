@@ -14,7 +14,7 @@ use crate::support::{Ws, path_with_venv, repo, stderr};
 
 /// A workspace with one plugin of four dialects, all approved, and
 /// `plugd_yaml` as its plugd.yaml.
-fn workspace(plugd_yaml: &str) -> Ws {
+pub(crate) fn workspace(plugd_yaml: &str) -> Ws {
     let ws = Ws::new();
     ws.example("hello-python");
     ws.example("hello-salmex-bash");
@@ -51,7 +51,7 @@ const POLICY: &str =
     "risk:\n  approval_timeout_secs: 2\n  tools:\n    hello_python_add: critical\n";
 
 /// Runs the Python client with `plan`; its report and stderr.
-fn client(plan: Value) -> (Value, String) {
+pub(crate) fn client(plan: Value) -> (Value, String) {
     let python = repo().join(".venv/bin/python3");
     #[allow(clippy::disallowed_methods)] // the test drives a real MCP client
     let out = std::process::Command::new(python)
@@ -73,7 +73,7 @@ fn client(plan: Value) -> (Value, String) {
 }
 
 /// Runs the TypeScript SDK client with `plan`; its report.
-fn ts_client(plan: Value) -> Value {
+pub(crate) fn ts_client(plan: Value) -> Value {
     #[allow(clippy::disallowed_methods)] // the test drives a real MCP client
     let out = std::process::Command::new("node")
         .arg(repo().join("tests/plugins/gateway/ts_client.mjs"))
@@ -93,7 +93,7 @@ fn ts_client(plan: Value) -> Value {
 }
 
 /// A stdio plan: `plugd mcp [extra…]` on `ws`.
-fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: Value) -> Value {
+pub(crate) fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: Value) -> Value {
     let mut args = vec![
         "--workspace".to_owned(),
         ws.dir().display().to_string(),
@@ -111,11 +111,11 @@ fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: Value) -> Va
     })
 }
 
-fn step(report: &Value, i: usize) -> &Value {
+pub(crate) fn step(report: &Value, i: usize) -> &Value {
     &report["steps"][i]
 }
 
-fn names(list: &Value) -> Vec<String> {
+pub(crate) fn names(list: &Value) -> Vec<String> {
     list["tools"]
         .as_array()
         .unwrap()
@@ -592,7 +592,7 @@ fn the_typescript_sdk_lists_and_calls_through_stdio_and_http() {
 }
 
 /// A raw MCP POST to `path` with `token`, optional session id.
-fn mcp_post(
+pub(crate) fn mcp_post(
     serve: &Serve,
     token: &str,
     path: &str,
@@ -616,7 +616,7 @@ fn mcp_post(
     )
 }
 
-fn initialize() -> Value {
+pub(crate) fn initialize() -> Value {
     json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
 }

@@ -13,6 +13,8 @@ mod ctl;
 mod deno;
 mod dexto;
 mod gateway;
+mod gateway_http;
+mod gateway_vai;
 mod hooks;
 mod hostile;
 mod http;
