@@ -125,6 +125,7 @@ def main() -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)  # connections queue until uvicorn accepts them
     port = sock.getsockname()[1]
     base = f"http://127.0.0.1:{port}"
 

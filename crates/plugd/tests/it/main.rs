@@ -20,6 +20,7 @@ mod hostile;
 mod http;
 mod llm;
 mod mcp;
+mod mcp_remote;
 mod mcp_resources;
 mod mcp_tasks;
 mod memory;
