@@ -18,6 +18,7 @@ mod hostile;
 mod http;
 mod llm;
 mod mcp;
+mod mcp_requests;
 mod mcp_resources;
 mod memory;
 mod microapp;
