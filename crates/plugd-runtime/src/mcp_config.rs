@@ -467,14 +467,16 @@ mod tests {
             c.mcp.servers["other"].sampling_max_tokens,
             DEFAULT_SAMPLING_MAX_TOKENS
         );
-        for bad in ["0", "131073", "-1"] {
+        for (bad, field) in [("0", true), ("131073", true), ("-1", false)] {
             let e = parse(&format!(
                 "mcp:\n  servers:\n    s:\n      sampling_max_tokens: {bad}\n"
             ))
             .unwrap_err()
             .to_string();
-            assert!(
-                e.contains("mcp.servers.s") && e.contains("line 4"),
+            assert!(e.contains("line 4"), "{bad}: {e}");
+            assert_eq!(
+                e.contains("mcp.servers.s.sampling_max_tokens"),
+                field,
                 "{bad}: {e}"
             );
         }

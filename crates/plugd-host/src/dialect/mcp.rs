@@ -16,7 +16,9 @@
 //!   is returned whole.
 //! * Cancel: a caller that gives up sends `notifications/cancelled
 //!   {requestId, reason}`; a server still sending progress or a response for
-//!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`).
+//!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`), which the
+//!   supervisor does not count as a crash (see `Supervised::call_tool` for
+//!   the other calls in flight).
 //! * Roots: offered only to a server the operator gave roots in plugd.yaml
 //!   (`mcp.servers.NAME.roots`, [`HostServices::mcp_roots`]); then
 //!   `initialize` declares `roots` and `roots/list` answers those
@@ -387,9 +389,9 @@ impl Handler for McpHandler {
 
 /// The `capabilities` plugd declares in `initialize`: `elicitation` and
 /// `sampling` (answered during calls made through plugd's MCP gateway by a
-/// client that supports them, and refused with an error saying so
-/// otherwise), and `roots` only when the operator configured roots for the
-/// server.
+/// client that supports them, else by the host's [`ServerRequests`]: a
+/// person, or the LLM provider when the operator allows it), and `roots`
+/// only when the operator configured roots for the server.
 pub fn client_capabilities(offers_roots: bool) -> Value {
     let mut caps = json!({"elicitation": {}, "sampling": {}});
     if offers_roots {
