@@ -315,6 +315,8 @@ struct Inner {
     counters: Counters,
     closed_tx: watch::Sender<Option<Arc<Closed>>>,
     reader_done: watch::Sender<Option<String>>,
+    /// The request whose cancel the plugin ignored, once one did.
+    runaway: Mutex<Option<i64>>,
 }
 
 /// One side of a JSON-RPC connection to a plugin. Cheap to clone.
@@ -347,6 +349,7 @@ impl Peer {
             counters: Counters::default(),
             closed_tx: watch::channel(None).0,
             reader_done: watch::channel(None).0,
+            runaway: Mutex::new(None),
         });
         tokio::spawn(write_loop(inner.config.plugin.clone(), rx, writer));
         tokio::spawn(read_loop(inner.clone(), reader, handler));
@@ -563,6 +566,13 @@ impl Peer {
         }
     }
 
+    /// The host request id of the call whose cancel the plugin ignored
+    /// (the first one, when several did), once the peer reported a
+    /// runaway; the supervisor names it to the other calls the kill failed.
+    pub fn runaway_request(&self) -> Option<i64> {
+        *self.inner.runaway.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Number of calls waiting for an answer.
     pub fn pending_calls(&self) -> usize {
         self.inner.lock().pending.len()
@@ -570,8 +580,12 @@ impl Peer {
 }
 
 impl Inner {
-    fn runaway(&self, why: String) {
+    fn runaway(&self, id: i64, why: String) {
         tracing::warn!(plugin = %self.config.plugin, "plugin ignores cancellation: {why}; killing it");
+        self.runaway
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(id);
         if let Some(hook) = &self.config.on_runaway {
             hook(why);
         }
@@ -594,10 +608,13 @@ impl Inner {
         };
         let Some(at) = at else { return false };
         if !policy.expects_ack && at.elapsed() > policy.grace {
-            self.runaway(format!(
-                "request {id} still active {:?} after it was cancelled",
-                at.elapsed()
-            ));
+            self.runaway(
+                id,
+                format!(
+                    "request {id} still active {:?} after it was cancelled",
+                    at.elapsed()
+                ),
+            );
         }
         true
     }
@@ -700,10 +717,13 @@ impl Drop for PendingGuard {
                     tokio::time::sleep(policy.grace).await;
                     let still = inner.lock().cancelled.remove(&id).is_some();
                     if still {
-                        inner.runaway(format!(
-                            "request {id} was cancelled and not answered within {:?}",
-                            policy.grace
-                        ));
+                        inner.runaway(
+                            id,
+                            format!(
+                                "request {id} was cancelled and not answered within {:?}",
+                                policy.grace
+                            ),
+                        );
                     }
                 }
             });
@@ -1148,6 +1168,7 @@ mod tests {
         w.write_all(format!("{ack}\n").as_bytes()).await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(killed.lock().unwrap().is_empty());
+        assert_eq!(peer.runaway_request(), None);
         assert_eq!(
             peer.stats().unknown_ids,
             0,
@@ -1178,6 +1199,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let why = killed.lock().unwrap().clone();
         assert!(why.iter().any(|w| w.contains("still active")), "{why:?}");
+        assert_eq!(
+            peer.runaway_request(),
+            Some(id),
+            "the peer names the call that ignored its cancel"
+        );
     }
 
     struct SlowFast;

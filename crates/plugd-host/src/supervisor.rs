@@ -284,7 +284,14 @@ pub struct Conn {
     /// Set when the host killed this run for working on past a cancel (a
     /// deliberate stop, not a crash).
     runaway: Arc<std::sync::atomic::AtomicBool>,
+    /// The tool calls this run timed out on (and so cancelled): host
+    /// request id → tool, the newest [`MAX_CANCELLED_CALLS`], so the calls a
+    /// runaway kill fails can be told which call ignored its cancel.
+    cancelled_calls: Mutex<std::collections::VecDeque<(i64, String)>>,
 }
+
+/// Most cancelled tool calls a [`Conn`] remembers by tool name.
+pub const MAX_CANCELLED_CALLS: usize = 64;
 
 impl Conn {
     /// How long this run has been up.
@@ -296,6 +303,35 @@ impl Conn {
     /// cancelled call.
     pub fn killed_as_runaway(&self) -> bool {
         self.runaway.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Remembers that the call with host request id `id`, of `tool`, was
+    /// given up on (and so cancelled).
+    fn note_cancelled(&self, id: i64, tool: &str) {
+        let mut calls = self
+            .cancelled_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if calls.len() >= MAX_CANCELLED_CALLS {
+            calls.pop_front();
+        }
+        calls.push_back((id, tool.to_owned()));
+    }
+
+    /// Which call ignored its cancel, for the calls a runaway kill failed:
+    /// `call N of tool "T"`, or `request N` when it was not a tool call.
+    fn runaway_culprit(&self) -> String {
+        let Some(id) = self.peer.runaway_request() else {
+            return "a cancelled request".into();
+        };
+        let calls = self
+            .cancelled_calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match calls.iter().find(|(i, _)| *i == id) {
+            Some((_, tool)) => format!("call {id} of tool {tool:?}"),
+            None => format!("request {id}"),
+        }
     }
 
     /// Graceful stop: `shutdown`, wait for the reply, `grace` for the exit,
@@ -533,7 +569,74 @@ impl Supervised {
     ) -> Result<Value, CallToolError> {
         let timeout = timeout.unwrap_or_else(|| self.call_timeout());
         let conn = self.connect_for(timeout).await?;
-        Ok(dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, timeout).await?)
+        // The deadline counts from when the call is sent; a retry keeps it.
+        let deadline = Instant::now() + timeout;
+        let first =
+            dialect::call_tool(&conn, &self.inner.spec, tool, args.clone(), ctx, timeout).await;
+        let closed = match first {
+            Err(ToolError::Call(CallError::Timeout { id, .. })) => {
+                conn.note_cancelled(id, &tool.name);
+                return Err(first.unwrap_err().into());
+            }
+            Err(ToolError::Call(CallError::Closed(closed))) if conn.killed_as_runaway() => closed,
+            other => return Ok(other?),
+        };
+        // Another call on this run ignored its cancel and plugd killed the
+        // process: not this call's fault, and not a crash. It is sent again
+        // once, to the restarted server, only when repeating it is safe.
+        let culprit = conn.runaway_culprit();
+        let plugin = &self.inner.spec.id;
+        let killed = |outcome: String| {
+            CallToolError::Tool(ToolError::Call(CallError::Closed(Arc::new(Closed {
+                plugin: closed.plugin.clone(),
+                cause: format!("plugd killed it because {culprit} ignored its cancel; {outcome}"),
+                stderr_tail: closed.stderr_tail.clone(),
+                expected: true,
+            }))))
+        };
+        if !retry_safe(&self.inner.spec, tool) {
+            tracing::warn!(plugin = %plugin, tool = %tool.name, "call failed by a runaway kill; not retried (not read-only or idempotent)");
+            return Err(killed(format!(
+                "this call of tool {:?} was not retried because the tool is not marked read-only or idempotent (MCP annotations readOnlyHint/idempotentHint, VAI effect_class read_only/idempotent_write)",
+                tool.name
+            )));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(killed(format!(
+                "this call of tool {:?} was not retried: its {timeout:?} deadline had passed",
+                tool.name
+            )));
+        }
+        tracing::info!(plugin = %plugin, tool = %tool.name, left_ms = left.as_millis() as u64,
+            "retrying a call failed by a runaway kill (the tool is read-only or idempotent)");
+        let again = async {
+            let conn = self.connection(deadline).await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let out = dialect::call_tool(&conn, &self.inner.spec, tool, args, ctx, left).await;
+            if let Err(ToolError::Call(CallError::Timeout { id, .. })) = &out {
+                conn.note_cancelled(*id, &tool.name);
+            }
+            Ok::<_, CallToolError>((conn, out))
+        };
+        match tokio::time::timeout_at(deadline.into(), again).await {
+            Err(_) | Ok(Err(CallToolError::Plugin(PluginError::NotReady { .. }))) => {
+                Err(killed(format!(
+                    "the retry of this call of tool {:?} (read-only or idempotent) did not finish within its {timeout:?} deadline",
+                    tool.name
+                )))
+            }
+            Ok(Err(e)) => Err(e),
+            Ok(Ok((conn, Err(ToolError::Call(CallError::Closed(_))))))
+                if conn.killed_as_runaway() =>
+            {
+                Err(killed(format!(
+                    "this call of tool {:?} was retried once and the retry was killed the same way",
+                    tool.name
+                )))
+            }
+            Ok(Ok((_, out))) => Ok(out?),
+        }
     }
 
     /// How long one call may take once connected: the plugin's own
@@ -665,6 +768,29 @@ impl Supervised {
             self.start();
         }
     }
+}
+
+/// Whether calling `tool` twice is safe: MCP annotations `readOnlyHint` or
+/// `idempotentHint` true (the server's claim, kept in the tool's metadata),
+/// or a VAI tool export of `effect_class` `read_only` or
+/// `idempotent_write`.
+pub fn retry_safe(spec: &PluginSpec, tool: &ToolDef) -> bool {
+    if let Some(meta) = &tool.meta
+        && (meta.hint("readOnlyHint") == Some(true) || meta.hint("idempotentHint") == Some(true))
+    {
+        return true;
+    }
+    spec.vai
+        .as_ref()
+        .and_then(|v| v.export(tool.wire()))
+        .and_then(|e| e.tool.as_ref())
+        .is_some_and(|t| {
+            matches!(
+                t.effect_class,
+                plugd_manifest::vai::EffectClass::ReadOnly
+                    | plugd_manifest::vai::EffectClass::IdempotentWrite
+            )
+        })
 }
 
 /// A tool call that failed before or during the call.
@@ -856,6 +982,7 @@ impl SupInner {
                     launch,
                     started: Instant::now(),
                     runaway: runaway_flag,
+                    cancelled_calls: Mutex::default(),
                 }))
             }
             Err(source) => {

@@ -28,6 +28,7 @@ pub mod llm;
 pub mod mcp_config;
 pub mod mcp_features;
 pub mod mcp_remote;
+pub mod mcp_requests;
 pub mod microapp;
 pub mod outbox;
 pub mod pin;
@@ -378,6 +379,9 @@ struct RtInner {
     /// MCP resources, prompts and completion: plugd.yaml's resource
     /// policy, the event broadcast, the subscriptions.
     mcp_features: mcp_features::McpFeatures,
+    /// Who answers MCP servers' elicitation outside gateway calls, and the
+    /// requests waiting per server.
+    mcp_requests: mcp_requests::RequestsState,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -481,9 +485,13 @@ impl Runtime {
                 approval_locks: Mutex::new(HashMap::new()),
                 mcp_roots: services.mcp_roots.clone(),
                 mcp_features,
+                mcp_requests: mcp_requests::RequestsState::default(),
             }),
         };
         runtime.inner.api.bind(&runtime);
+        services.mcp_requests.set(Arc::new(mcp_requests::Answerer {
+            rt: Arc::downgrade(&runtime.inner),
+        }));
         Ok(runtime)
     }
 

@@ -24,6 +24,24 @@
 //! (list, templates, read, subscribe; see [`crate::mcp_features`]);
 //! resources are allowed otherwise, as in MCP.
 //!
+//! `sampling: true` under a server lets its `sampling/createMessage`
+//! requests reach the LLM provider of plugd.yaml's `llm:` section (see
+//! [`crate::mcp_requests`]); off by default, because each one spends the
+//! operator's tokens on text the server chose. `sampling_max_tokens` bounds
+//! the `maxTokens` such a request may ask for (default
+//! [`DEFAULT_SAMPLING_MAX_TOKENS`], at most [`MAX_SAMPLING_MAX_TOKENS`]); a
+//! bigger request is cut down to it. During a call made through plugd's MCP
+//! gateway, a client that supports sampling is asked instead, whatever this
+//! says.
+//!
+//! ```yaml
+//! mcp:
+//!   servers:
+//!     summarizer:
+//!       sampling: true
+//!       sampling_max_tokens: 512
+//! ```
+//!
 //! A server with no `roots` entry is not offered the `roots` capability at
 //! all, and a `roots/list` it sends anyway is answered `-32601`: plugd never
 //! hands a server the workspace (which holds `.mcp.json`, `plugd.yaml` and
@@ -41,14 +59,36 @@ use crate::config::ConfigError;
 pub const MAX_ROOTS: usize = 64;
 
 /// What one hosted MCP server is offered.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct McpServerConfig {
     /// Absolute directories answered to `roots/list`, in order.
     pub roots: Vec<PathBuf>,
     /// `resources`: `Some(false)` refuses reading the server's resources;
     /// unset or `true` allows it.
     pub resources: Option<bool>,
+    /// `sampling`: the server's `sampling/createMessage` may use the
+    /// configured LLM provider (default `false`).
+    pub sampling: bool,
+    /// `sampling_max_tokens`: the most tokens one sampling request gets.
+    pub sampling_max_tokens: u32,
 }
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            roots: Vec::new(),
+            resources: None,
+            sampling: false,
+            sampling_max_tokens: DEFAULT_SAMPLING_MAX_TOKENS,
+        }
+    }
+}
+
+/// `sampling_max_tokens` when unset.
+pub const DEFAULT_SAMPLING_MAX_TOKENS: u32 = 4096;
+
+/// The largest `sampling_max_tokens`.
+pub const MAX_SAMPLING_MAX_TOKENS: u32 = 131_072;
 
 /// Most profiles, and most patterns in one profile.
 pub const MAX_PROFILES: usize = 256;
@@ -204,6 +244,10 @@ struct RawServer {
     roots: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     resources: Option<bool>,
+    #[serde(default)]
+    sampling: Option<bool>,
+    #[serde(default)]
+    sampling_max_tokens: Option<Spanned<u64>>,
 }
 
 /// Validates `mcp:` (`path` names the file in errors; relative roots are
@@ -242,8 +286,24 @@ pub fn parse_config(
         }
         let mut out = McpServerConfig {
             resources: server.value.resources,
+            sampling: server.value.sampling.unwrap_or(false),
             ..McpServerConfig::default()
         };
+        if let Some(max) = server.value.sampling_max_tokens {
+            out.sampling_max_tokens = u32::try_from(max.value)
+                .ok()
+                .filter(|n| (1..=MAX_SAMPLING_MAX_TOKENS).contains(n))
+                .ok_or_else(|| {
+                    invalid(
+                        format!("mcp.servers.{name}.sampling_max_tokens"),
+                        max.referenced.line(),
+                        format!(
+                            "{} is out of range; give 1 to {MAX_SAMPLING_MAX_TOKENS}",
+                            max.value
+                        ),
+                    )
+                })?;
+        }
         for (i, root) in roots.into_iter().enumerate() {
             let field = format!("mcp.servers.{name}.roots[{i}]");
             let text = root.value.trim();
@@ -465,6 +525,42 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn sampling_is_off_unless_allowed_and_its_tokens_are_bounded() {
+        let c = parse(
+            "mcp:\n  servers:\n    s:\n      sampling: true\n      sampling_max_tokens: 100\n    other: {}\n",
+        )
+        .unwrap();
+        assert!(c.mcp.servers["s"].sampling);
+        assert_eq!(c.mcp.servers["s"].sampling_max_tokens, 100);
+        assert!(!c.mcp.servers["other"].sampling, "off by default");
+        assert_eq!(
+            c.mcp.servers["other"].sampling_max_tokens,
+            DEFAULT_SAMPLING_MAX_TOKENS
+        );
+        for (bad, field) in [("0", true), ("131073", true), ("-1", false)] {
+            let e = parse(&format!(
+                "mcp:\n  servers:\n    s:\n      sampling_max_tokens: {bad}\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("line 4"), "{bad}: {e}");
+            assert_eq!(
+                e.contains("mcp.servers.s.sampling_max_tokens"),
+                field,
+                "{bad}: {e}"
+            );
+        }
+        let e = parse("mcp:\n  servers:\n    s:\n      sampling: yes please\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 4"), "{e}");
+        let ok = "mcp:\n  servers:\n    s:\n      sampling: true\n      sampling_max_tokens: 64\n";
+        assert!(crate::config::schema_violations(ok).unwrap().is_empty());
+        let bad = "mcp:\n  servers:\n    s:\n      sampling: 1\n";
+        assert!(!crate::config::schema_violations(bad).unwrap().is_empty());
     }
 
     #[test]

@@ -365,6 +365,10 @@ pub enum DecideError {
     /// The store failed.
     #[error("{0}")]
     Store(String),
+    /// The answer does not fit the question (an MCP server's elicitation:
+    /// content that does not match its requested schema); nothing changed.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// A tool as `plugd tool list` and `GET /v1/tools` show it: the registry
@@ -418,7 +422,7 @@ pub struct ToolRisk {
 pub(crate) struct RiskState {
     policy: RwLock<Option<Arc<RiskConfig>>>,
     approver: RwLock<Option<Arc<dyn Approver>>>,
-    decided: Arc<Notify>,
+    pub(crate) decided: Arc<Notify>,
     /// The disabled tools as last read, and when.
     disabled: std::sync::Mutex<Option<(Instant, Arc<DisabledSet>)>>,
     /// Per medium tool: when its last notice event was recorded and how
@@ -704,6 +708,12 @@ impl Runtime {
         by: &str,
         reason: Option<&str>,
     ) -> Result<CallApproval, DecideError> {
+        // An MCP server's question: `reason` of an approval is its content.
+        if let Ok(Some(a)) = self.inner.store.call_approval(id)
+            && crate::mcp_requests::is_elicitation(&a)
+        {
+            return crate::mcp_requests::decide(self, &a, approve, by, reason);
+        }
         let state = if approve {
             ApprovalState::Approved
         } else {

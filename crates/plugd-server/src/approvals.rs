@@ -34,9 +34,15 @@ pub struct DecideRequest {
     /// the authenticated identity.
     #[serde(default)]
     pub by: Option<String>,
-    /// Why (`:deny`; shown to the caller).
+    /// Why (`:deny`; shown to the caller). For an MCP server's question,
+    /// `:deny` with reason `cancel` answers `cancel` (else `decline`).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The answer to an MCP server's question (`:approve` of an
+    /// `elicitation/create` record): a JSON object matching its requested
+    /// schema, checked before it is recorded.
+    #[serde(default)]
+    pub content: Option<serde_json::Value>,
 }
 
 async fn decide(
@@ -53,7 +59,11 @@ async fn decide(
         _ => return Err(ApiError::no_route(method.as_str(), uri.path())),
     };
     let by = who.by();
-    let reason = body.reason.as_deref().filter(|r| !r.trim().is_empty());
+    let content = body.content.as_ref().map(|c| c.to_string());
+    let reason = match (approve, &content) {
+        (true, Some(c)) => Some(c.as_str()),
+        _ => body.reason.as_deref().filter(|r| !r.trim().is_empty()),
+    };
     let reason = match (approve, reason) {
         (false, None) => Some("denied by an operator through the HTTP API"),
         (_, r) => r,

@@ -529,6 +529,11 @@ impl From<DecideError> for ApiError {
                 message,
             )
             .with_details(json!({"id": a.id, "state": a.state, "decided_by": a.decided_by})),
+            DecideError::Invalid(_) => ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                code::INVALID_ARGUMENTS,
+                message,
+            ),
             _ => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL, message),
         }
     }

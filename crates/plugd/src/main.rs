@@ -382,6 +382,7 @@ async fn run(cli: Cli) -> Result<i32> {
     };
     let rt = open(&cli)?;
     risk_cmd::install_approver(&rt, &cli.command);
+    tool_call_cmd::install_elicitor(&rt, &cli.command);
     let result = match &cli.command {
         // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
         Command::Serve(args) => serve(&rt, args).await,

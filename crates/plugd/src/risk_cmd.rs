@@ -40,8 +40,13 @@ pub enum ApprovalsCmd {
         /// Who approves (default: $USER).
         #[arg(long)]
         by: Option<String>,
+        /// For an MCP server's question (tool elicitation/create): the
+        /// answer, a JSON object matching its requested schema.
+        #[arg(long)]
+        content: Option<String>,
     },
-    /// Deny a waiting call: it fails and never reaches the plugin.
+    /// Deny a waiting call: it fails and never reaches the plugin (for an MCP
+    /// server's question: decline, or cancel with `--reason cancel`).
     Deny {
         /// Approval id (apr_…).
         id: String,
@@ -165,8 +170,8 @@ pub fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
                 }
             }
         }
-        ApprovalsCmd::Approve { id, by } => {
-            let a = rt.decide_approval(id, true, &approver(by.as_deref()), None)?;
+        ApprovalsCmd::Approve { id, by, content } => {
+            let a = rt.decide_approval(id, true, &approver(by.as_deref()), content.as_deref())?;
             report(&a);
         }
         ApprovalsCmd::Deny { id, by, reason } => {

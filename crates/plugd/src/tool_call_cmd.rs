@@ -14,12 +14,196 @@
 //! `plugin_changed`); 8 refused (`tool_denied`, `tool_disabled`,
 //! `call_denied`, `approval_*`). Without `--json`, every failure is exit 1
 //! with the one-line `plugd: error: …` as before.
+//!
+//! A hosted MCP server that asks a question during the call
+//! (`elicitation/create`) is answered on the terminal ([`Terminal`]): the
+//! server's message, then accept/decline/cancel, then each field of its
+//! requested schema, checked against that schema before it is sent back.
+//! Without a terminal on stdin nobody is asked and the server gets an error
+//! saying where it could be answered (`plugd serve`'s pending approvals).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use plugd_host::dialect::CallContext;
 use plugd_runtime::Runtime;
+use plugd_runtime::mcp_requests::{
+    AskFuture, Asked, ElicitAction, ElicitAnswer, ElicitMode, Elicitation, Elicitor, check_content,
+};
 use plugd_server::error::ApiError;
 use serde_json::{Value, json};
+
+/// Sets who answers hosted MCP servers' questions for `command`: serve's
+/// and `plugd mcp`'s pending approvals (their stdin is not a person's),
+/// the terminal for everything else.
+pub fn install_elicitor(rt: &Runtime, command: &crate::Command) {
+    match command {
+        crate::Command::Serve(_) | crate::Command::Mcp(_) => rt.use_elicitation_queue(),
+        _ => rt.set_elicitor(Arc::new(Terminal::default())),
+    }
+}
+
+/// How many times a person may give form content that does not match the
+/// server's schema before the question is cancelled.
+const FORM_ATTEMPTS: usize = 3;
+
+/// The terminal elicitor: one prompt at a time on `/dev/tty`.
+#[derive(Default)]
+struct Terminal {
+    prompt: tokio::sync::Mutex<()>,
+}
+
+impl Elicitor for Terminal {
+    fn elicit<'a>(&'a self, question: &'a Elicitation) -> AskFuture<'a> {
+        Box::pin(async move {
+            if !std::io::stdin().is_terminal() {
+                return Asked::Unavailable(
+                    "standard input is not a terminal; run the call from a terminal, or through `plugd serve` and answer with `plugd approvals approve ID --content JSON`".into(),
+                );
+            }
+            let _one = self.prompt.lock().await;
+            let question = question.clone();
+            tokio::task::spawn_blocking(move || ask(&question))
+                .await
+                .unwrap_or_else(|e| Asked::Unavailable(format!("the prompt failed ({e})")))
+        })
+    }
+}
+
+/// Asks on the controlling terminal.
+fn ask(q: &Elicitation) -> Asked {
+    let tty = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+    {
+        Ok(t) => t,
+        Err(e) => return Asked::Unavailable(format!("the terminal could not be opened ({e})")),
+    };
+    let mut out = &tty;
+    let mut input = std::io::BufReader::new(&tty);
+    let mut line = |prompt: &str| -> Option<String> {
+        let _ = out.write_all(prompt.as_bytes()).and_then(|()| out.flush());
+        let mut answer = String::new();
+        match input.read_line(&mut answer) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(answer.trim_end_matches(['\r', '\n']).to_owned()),
+        }
+    };
+    let message: String = q.message.chars().take(2000).collect();
+    let header = match &q.mode {
+        ElicitMode::Form { .. } => format!("\nplugd: MCP server {:?} asks: {message}\n", q.server),
+        ElicitMode::Url { url } => format!(
+            "\nplugd: MCP server {:?} asks you to open {url}\n  {message}\n",
+            q.server
+        ),
+    };
+    let cancel = || {
+        Asked::Answered(ElicitAnswer {
+            action: ElicitAction::Cancel,
+            content: None,
+        })
+    };
+    let Some(choice) = line(&format!("{header}[a]ccept, [d]ecline or [c]ancel? ")) else {
+        return cancel();
+    };
+    let action = match choice.trim().to_ascii_lowercase().as_str() {
+        "a" | "accept" | "y" | "yes" => ElicitAction::Accept,
+        "d" | "decline" | "n" | "no" => ElicitAction::Decline,
+        _ => ElicitAction::Cancel,
+    };
+    let schema = match (&q.mode, action) {
+        (ElicitMode::Form { schema }, ElicitAction::Accept) => schema,
+        _ => {
+            return Asked::Answered(ElicitAnswer {
+                action,
+                content: None,
+            });
+        }
+    };
+    for _ in 0..FORM_ATTEMPTS {
+        let Some(content) = fill_form(schema, &mut line) else {
+            return cancel();
+        };
+        match check_content(schema, &content) {
+            Ok(()) => {
+                return Asked::Answered(ElicitAnswer {
+                    action,
+                    content: Some(content),
+                });
+            }
+            Err(why) => {
+                let _ = line(&format!("plugd: {why}; press Enter to try again "));
+            }
+        }
+    }
+    cancel()
+}
+
+/// Asks for each property of a (flat, as MCP requires) requested schema;
+/// an empty answer leaves an optional field out (or takes its default).
+/// `None` when the terminal closed.
+fn fill_form(schema: &Value, line: &mut impl FnMut(&str) -> Option<String>) -> Option<Value> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut content = serde_json::Map::new();
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Some(Value::Object(content));
+    };
+    for (name, prop) in props {
+        let kind = prop.get("type").and_then(Value::as_str).unwrap_or("string");
+        let choices: Vec<String> = prop
+            .get("enum")
+            .and_then(Value::as_array)
+            .map(|e| {
+                e.iter()
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut hint = kind.to_owned();
+        if required.contains(&name.as_str()) {
+            hint.push_str(", required");
+        }
+        if !choices.is_empty() {
+            hint.push_str(&format!(", one of {}", choices.join("|")));
+        }
+        if let Some(d) = prop.get("default") {
+            hint.push_str(&format!(", default {d}"));
+        }
+        let label = prop
+            .get("title")
+            .or_else(|| prop.get("description"))
+            .and_then(Value::as_str)
+            .map(|t| format!(" ({})", t.chars().take(200).collect::<String>()))
+            .unwrap_or_default();
+        let text = line(&format!("  {name}{label} [{hint}]: "))?;
+        if text.is_empty() {
+            if let Some(d) = prop.get("default") {
+                content.insert(name.clone(), d.clone());
+            }
+            continue;
+        }
+        let value = match kind {
+            "integer" | "number" => serde_json::from_str::<Value>(text.trim())
+                .ok()
+                .filter(Value::is_number)
+                .unwrap_or(Value::String(text)),
+            "boolean" => match text.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" | "true" => Value::Bool(true),
+                "n" | "no" | "false" => Value::Bool(false),
+                _ => Value::String(text),
+            },
+            _ => Value::String(text),
+        };
+        content.insert(name.clone(), value);
+    }
+    Some(Value::Object(content))
+}
 
 /// `plugd tool call NAME --args JSON [--agent ID] [--json]`.
 pub async fn run(

@@ -21,7 +21,9 @@
 //!   wakes the poll.
 //! * Cancel: a caller that gives up sends `notifications/cancelled
 //!   {requestId, reason}`; a server still sending progress or a response for
-//!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`).
+//!   it after [`CANCEL_GRACE`] is killed (`expects_ack: false`), which the
+//!   supervisor does not count as a crash (see `Supervised::call_tool` for
+//!   the other calls in flight).
 //! * Roots: offered only to a server the operator gave roots in plugd.yaml
 //!   (`mcp.servers.NAME.roots`, [`HostServices::mcp_roots`]); then
 //!   `initialize` declares `roots` and `roots/list` answers those
@@ -39,8 +41,10 @@
 //! * Server requests: `ping` → `{}`, `roots/list` as above,
 //!   `sampling/createMessage` and `elicitation/create` → the client of the
 //!   newest call in flight that takes them ([`CallContext::client`], set by
-//!   plugd's MCP gateway), else [`NOT_SUPPORTED`] saying nobody can be
-//!   asked; anything else `-32601`. `notifications/message` is logged and
+//!   plugd's MCP gateway), else the host's [`ServerRequests`]
+//!   ([`HostServices::mcp_requests`]: the runtime asks a person, or the
+//!   LLM provider when the operator allows it), else [`NOT_SUPPORTED`]
+//!   saying nobody can be asked; anything else `-32601`. `notifications/message` is logged and
 //!   passed to that client too. `notifications/tools/list_changed` asks the supervisor to
 //!   re-read the catalog (bursts are coalesced).
 //! * Shutdown: MCP has no shutdown request; SIGTERM to the process group, and
@@ -161,6 +165,44 @@ fn progress_token(params: &Value) -> Option<i64> {
     }
 }
 
+/// A boxed future of a server request's answer.
+pub type AnswerFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ErrorObject>> + Send>>;
+
+/// Who answers a hosted server's `elicitation/create` and
+/// `sampling/createMessage` when no MCP client of a call in flight takes
+/// them: the runtime (a person for elicitation; the configured LLM provider
+/// for sampling, when the operator allows it for that server).
+pub trait ServerRequests: Send + Sync {
+    /// Answers request `method` (one of the two above) of server `server`;
+    /// its result, or the error to answer the server with.
+    fn answer(&self, server: &str, method: &str, params: Value) -> AnswerFuture;
+}
+
+/// The host's [`ServerRequests`], set once the runtime exists (every
+/// connection shares the cell, so one set before or after a start counts).
+#[derive(Clone, Default)]
+pub struct McpRequests(Arc<std::sync::OnceLock<Arc<dyn ServerRequests>>>);
+
+impl McpRequests {
+    /// Sets the answerer; a second set is ignored (`false`).
+    pub fn set(&self, answerer: Arc<dyn ServerRequests>) -> bool {
+        self.0.set(answerer).is_ok()
+    }
+
+    fn get(&self) -> Option<&Arc<dyn ServerRequests>> {
+        self.0.get()
+    }
+}
+
+impl std::fmt::Debug for McpRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpRequests")
+            .field("set", &self.0.get().is_some())
+            .finish()
+    }
+}
+
 /// Serves an MCP server's requests and notifications.
 pub struct McpHandler {
     plugin: Arc<str>,
@@ -175,6 +217,8 @@ pub struct McpHandler {
     state: Arc<McpState>,
     /// Where resource and prompt changes go.
     events: McpEvents,
+    /// Who answers elicitation and sampling outside gateway calls.
+    requests: McpRequests,
 }
 
 impl McpHandler {
@@ -191,7 +235,15 @@ impl McpHandler {
             refresh_pending: Arc::new(AtomicBool::new(false)),
             state: Arc::new(McpState::new(offered_roots, McpSubscriptions::default())),
             events: McpEvents::default(),
+            requests: McpRequests::default(),
         }
+    }
+
+    /// Passes elicitation and sampling that no gateway client takes to
+    /// `requests`.
+    pub fn with_requests(mut self, requests: McpRequests) -> Self {
+        self.requests = requests;
+        self
     }
 
     /// Forwards resource and prompt changes to `events`, keeping `state`'s
@@ -232,15 +284,26 @@ impl Handler for McpHandler {
                         tracing::info!(plugin = %self.plugin, method, "server request passed to the calling MCP client");
                         return link.0.request(method, params.unwrap_or_else(|| json!({})));
                     }
-                    None => {
-                        tracing::info!(plugin = %self.plugin, method, "server request refused: no client of the call can answer it");
-                        Err(ErrorObject::new(
-                            NOT_SUPPORTED,
-                            format!(
-                                "plugd has nobody to ask {method} for this call: it is answered only during a call made through plugd's MCP gateway by a client that supports it"
-                            ),
-                        ))
-                    }
+                    None => match self.requests.get() {
+                        Some(host) => {
+                            tracing::info!(plugin = %self.plugin, method, "server request passed to the runtime");
+                            return host.answer(
+                                &self.plugin,
+                                &method,
+                                params.unwrap_or_else(|| json!({})),
+                            );
+                        }
+                        None => {
+                            tracing::info!(plugin = %self.plugin, method, "server request refused: nobody can answer it");
+                            Err(ErrorObject::new(
+                                NOT_SUPPORTED,
+                                format!(
+                                    "plugd has nobody to ask {method} for server {}: this host has no runtime to answer it and no MCP client of a call takes it",
+                                    self.plugin
+                                ),
+                            ))
+                        }
+                    },
                 }
             }
             _ => Err(ErrorObject::new(
@@ -337,10 +400,11 @@ impl Handler for McpHandler {
 
 /// The `capabilities` plugd declares in `initialize`: `elicitation` and
 /// `sampling` (answered during calls made through plugd's MCP gateway by a
-/// client that supports them, and refused with an error saying so
-/// otherwise), and `roots` only when the operator configured roots for the
-/// server. No `tasks`: plugd makes task-augmented calls (which needs no
-/// client capability) but receives none and lists none.
+/// client that supports them, else by the host's [`ServerRequests`]: a
+/// person, or the LLM provider when the operator allows it), and `roots`
+/// only when the operator configured roots for the server. No `tasks`:
+/// plugd makes task-augmented calls (which needs no client capability) but
+/// receives none and lists none.
 pub fn client_capabilities(offers_roots: bool) -> Value {
     let mut caps = json!({"elicitation": {}, "sampling": {}});
     if offers_roots {
@@ -461,7 +525,9 @@ pub fn setup(
         handler.offered_roots,
         services.mcp_subscriptions.clone(),
     ));
-    let handler = handler.with_features(state.clone(), services.mcp_events.clone());
+    let handler = handler
+        .with_features(state.clone(), services.mcp_events.clone())
+        .with_requests(services.mcp_requests.clone());
     Setup {
         protocol: Arc::new(McpProtocol),
         handler: Arc::new(handler),

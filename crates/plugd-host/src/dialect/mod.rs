@@ -116,6 +116,9 @@ pub struct HostServices {
     /// The resources each MCP server is subscribed to (renewed after a
     /// restart).
     pub mcp_subscriptions: McpSubscriptions,
+    /// Who answers MCP servers' elicitation and sampling requests outside
+    /// gateway calls (set by the runtime; unset: refused).
+    pub mcp_requests: mcp::McpRequests,
 }
 
 /// The roots offered to each hosted MCP server, shared by the runtime and
@@ -172,6 +175,7 @@ impl HostServices {
             mcp_roots: McpRoots::default(),
             mcp_events: McpEvents::default(),
             mcp_subscriptions: McpSubscriptions::default(),
+            mcp_requests: mcp::McpRequests::default(),
         }
     }
 

@@ -21,6 +21,7 @@ mod http;
 mod llm;
 mod mcp;
 mod mcp_remote;
+mod mcp_requests;
 mod mcp_resources;
 mod mcp_tasks;
 mod memory;

@@ -200,7 +200,7 @@ fn yes_runs_a_high_tool_and_never_a_critical_one() {
 /// Runs plugd with `args` under a real pseudo-terminal (python3 `pty`):
 /// each time the output (after the previous match) shows `expect`, it types
 /// `send`. The driver's report: exit code, steps done, everything printed.
-fn on_a_terminal(ws: &Ws, args: &[&str], script: &[(&str, &str)]) -> Value {
+pub(crate) fn on_a_terminal(ws: &Ws, args: &[&str], script: &[(&str, &str)]) -> Value {
     let driver = ws.dir().join("pty_driver.py");
     std::fs::write(
         &driver,
