@@ -252,7 +252,7 @@ async fn run(
                 None => break true,
                 Some(Err(e)) => return format!("the host wrote a message plugd cannot send: {e}"),
                 Some(Ok(line)) => {
-                    if let Some(task) = dispatch(&shared, line).await {
+                    if let Some(task) = dispatch(&shared, line, &control).await {
                         init = Some(task);
                     }
                 }
@@ -268,7 +268,11 @@ async fn run(
 }
 
 /// Sends one line; returns the task of an `initialize`, which the loop waits for.
-async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::JoinHandle<()>> {
+async fn dispatch(
+    shared: &Arc<Shared>,
+    line: String,
+    control: &Control,
+) -> Option<tokio::task::JoinHandle<()>> {
     let msg: Value = match serde_json::from_str(&line) {
         Ok(v) => v,
         Err(e) => {
@@ -295,9 +299,11 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
     }
     let initialized = method.as_deref() == Some("notifications/initialized");
     let is_init = method.as_deref() == Some("initialize");
+    // Waiting for a free slot must not keep a stop or kill from the loop.
     let permit = tokio::select! {
         p = shared.permits.clone().acquire_owned() => p.ok()?,
-        () = shared.tasks.cancelled() => return None,
+        () = control.kill.cancelled() => return None,
+        () = control.stop.cancelled() => return None,
     };
     let body = Bytes::from(line);
     let this = shared.clone();
@@ -844,5 +850,98 @@ async fn delete_session(shared: &Arc<Shared>) {
             format!("DELETE of the session failed: {}", error_chain(&e)),
         ),
         Err(_) => diag(shared, "DELETE of the session timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    /// A server that accepts connections and never answers.
+    async fn silent_server() -> (Url, tokio::task::JoinHandle<()>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = listener.accept().await {
+                held.push(s);
+            }
+        });
+        (url, task)
+    }
+
+    fn remote(url: Url) -> Remote {
+        Remote {
+            server: "silent".into(),
+            url,
+            headers: HeaderMap::new(),
+            credentials: None,
+            max_frame: 64 * 1024,
+            http: http_client().unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kill_ends_the_pipe_even_with_every_slot_taken_by_a_silent_server() {
+        let (url, server) = silent_server().await;
+        let mut pipe = connect(remote(url));
+        // More requests than slots: the loop waits for a slot when killed.
+        for id in 0..(MAX_IN_FLIGHT + 20) {
+            let line = format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/list\"}}\n");
+            pipe.writer.write_all(line.as_bytes()).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pipe.control.kill();
+        let cause = tokio::time::timeout(Duration::from_secs(5), &mut pipe.ended)
+            .await
+            .expect("the pipe ended in time")
+            .unwrap();
+        assert_eq!(cause, "killed by the host");
+        server.abort();
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_server_fails_the_request_naming_it() {
+        // A port nobody listens on.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        drop(listener);
+        let mut pipe = connect(remote(url));
+        pipe.writer
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{}}\n")
+            .await
+            .unwrap();
+        let mut lines = BufReader::new(&mut pipe.reader).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["code"], TRANSPORT_ERROR);
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("MCP server \"silent\"") && msg.contains("cannot reach the server"),
+            "{msg}"
+        );
+        pipe.control.terminate();
+    }
+
+    #[tokio::test]
+    async fn lines_that_are_not_json_are_dropped_and_reported() {
+        let (url, server) = silent_server().await;
+        let mut pipe = connect(remote(url));
+        pipe.writer.write_all(b"not json\n").await.unwrap();
+        let mut diag = BufReader::new(&mut pipe.diagnostics).lines();
+        let line = tokio::time::timeout(Duration::from_secs(5), diag.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(line.contains("not JSON"), "{line}");
+        pipe.control.kill();
+        server.abort();
     }
 }

@@ -63,6 +63,22 @@ pub struct BenchArgs {
     /// Calls measured by `--flood` without the flood.
     #[arg(long, default_value_t = 2_000)]
     flood_samples: u32,
+    /// Instead: an MCP load generator over stdio, the server given after
+    /// `--` called directly and behind `plugd mcp`, as calls/s and ratio.
+    #[arg(long, conflicts_with_all = ["scale", "flood"])]
+    mcp_stdio: bool,
+    /// `--mcp-stdio`: the tool called.
+    #[arg(long, default_value = "echo")]
+    mcp_tool: String,
+    /// `--mcp-stdio`: its arguments (JSON).
+    #[arg(long, default_value = r#"{"message":"the quick brown fox"}"#)]
+    mcp_args: String,
+    /// `--mcp-stdio`: calls kept in flight, one run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    mcp_in_flight: Vec<u32>,
+    /// `--mcp-stdio`: the server's command line.
+    #[arg(last = true)]
+    command: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -141,6 +157,18 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.flood {
         return crate::bench_scale::flood(args.flood_samples, args.json).await;
+    }
+    if args.mcp_stdio {
+        let call_args: serde_json::Value =
+            serde_json::from_str(&args.mcp_args).context("--mcp-args is not JSON")?;
+        let bench = crate::bench_mcp::McpBench {
+            command: &args.command,
+            tool: &args.mcp_tool,
+            args: call_args,
+            in_flight: args.mcp_in_flight.clone(),
+            duration: Duration::from_millis(args.duration_ms),
+        };
+        return crate::bench_mcp::run(bench, args.json).await;
     }
     sibling("hello-rust")?;
     let raw_echo = sibling("raw-echo")?;
@@ -440,7 +468,7 @@ async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f
     Ok((after - before) / f64::from(n.max(1)))
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -9,6 +9,7 @@
 mod agent_cmd;
 mod approve_cmd;
 mod bench;
+mod bench_mcp;
 mod bench_scale;
 mod bus_cmd;
 mod channel_cmd;

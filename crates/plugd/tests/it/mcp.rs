@@ -527,7 +527,7 @@ async fn shutdown_terminates_then_kills_the_group_with_no_orphan() {
 async fn a_bad_entry_is_listed_broken_and_the_others_work() {
     let ws = mcp_ws(json!({
         "h": hostile("good", None),
-        "remote": {"type": "http", "url": "https://example.com/mcp"},
+        "remote": {"type": "sse", "url": "https://example.com/sse"},
     }));
     let rt = ws.runtime(quick(10_000));
     let plugins = rt.plugins().unwrap();
@@ -537,7 +537,7 @@ async fn a_bad_entry_is_listed_broken_and_the_others_work() {
             .error
             .as_deref()
             .unwrap_or_default()
-            .contains("mcpServers.remote.url: remote MCP servers"),
+            .contains("mcpServers.remote.type: the legacy HTTP+SSE transport"),
         "{remote:?}"
     );
     rt.approve("h", "test").await.unwrap();
