@@ -230,7 +230,10 @@ async fn run(
         LinesCodec::new_with_max_length(shared.remote.max_frame.max(1024)),
     );
     // The initialize request is answered before anything else is sent: its
-    // answer carries the session id every later request needs.
+    // answer carries the session id every later request needs. Then
+    // `notifications/initialized` is delivered before the requests that
+    // follow it (servers may refuse requests of a session not yet
+    // initialized), and the GET stream is opened before them too.
     let mut init: Option<tokio::task::JoinHandle<()>> = None;
     let graceful = loop {
         if let Some(task) = init.as_mut() {
@@ -267,7 +270,8 @@ async fn run(
     "the host closed the connection".into()
 }
 
-/// Sends one line; returns the task of an `initialize`, which the loop waits for.
+/// Sends one line; returns the task of an `initialize` or a
+/// `notifications/initialized`, which the loop waits for.
 async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::JoinHandle<()>> {
     let msg: Value = match serde_json::from_str(&line) {
         Ok(v) => v,
@@ -321,7 +325,7 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
     if let Some(key) = key {
         lock(&shared.in_flight).insert(key, task.abort_handle());
     }
-    is_init.then_some(task)
+    (is_init || initialized).then_some(task)
 }
 
 fn diag(shared: &Shared, line: String) {
@@ -844,5 +848,111 @@ async fn delete_session(shared: &Arc<Shared>) {
             format!("DELETE of the session failed: {}", error_chain(&e)),
         ),
         Err(_) => diag(shared, "DELETE of the session timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncBufReadExt;
+
+    /// A server that answers `initialize` with a session, takes its time
+    /// over `notifications/initialized`, and records the order of the
+    /// methods it was sent.
+    async fn recording_server() -> (Url, Arc<Mutex<Vec<String>>>) {
+        use http_body_util::{BodyExt, Full};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let log = log.clone();
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let log = log.clone();
+                        async move {
+                            if req.method() != hyper::Method::POST {
+                                let resp = hyper::Response::builder()
+                                    .status(405)
+                                    .body(Full::new(Bytes::new()));
+                                return Ok::<_, std::convert::Infallible>(resp.unwrap());
+                            }
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let msg: Value = serde_json::from_slice(&body).unwrap();
+                            let method = msg["method"].as_str().unwrap_or_default().to_owned();
+                            if method == "notifications/initialized" {
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                            }
+                            lock(&log).push(method.clone());
+                            let resp = match msg.get("id") {
+                                None => hyper::Response::builder()
+                                    .status(202)
+                                    .body(Full::new(Bytes::new())),
+                                Some(id) => {
+                                    let result = if method == "initialize" {
+                                        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "t", "version": "1"}})
+                                    } else {
+                                        json!({"tools": []})
+                                    };
+                                    let answer =
+                                        json!({"jsonrpc": "2.0", "id": id, "result": result});
+                                    hyper::Response::builder()
+                                        .header("content-type", "application/json")
+                                        .header("mcp-session-id", "s1")
+                                        .body(Full::new(Bytes::from(answer.to_string())))
+                                }
+                            };
+                            Ok(resp.unwrap())
+                        }
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn initialized_is_delivered_before_the_requests_after_it() {
+        let (url, seen) = recording_server().await;
+        let mut pipe = connect(Remote {
+            server: "t".into(),
+            url,
+            headers: HeaderMap::new(),
+            credentials: None,
+            max_frame: 1 << 20,
+            http: http_client().unwrap(),
+        });
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        ];
+        for l in lines {
+            pipe.writer
+                .write_all(format!("{l}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let mut replies = tokio::io::BufReader::new(pipe.reader).lines();
+        for want in [1, 2] {
+            let line = tokio::time::timeout(Duration::from_secs(10), replies.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(msg["id"], want, "{line}");
+        }
+        assert_eq!(
+            *lock(&seen),
+            ["initialize", "notifications/initialized", "tools/list"]
+        );
+        pipe.control.kill();
     }
 }
