@@ -46,6 +46,8 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// Longest reconnection delay plugd honours (a larger `retry` is cut).
 pub const MAX_RETRY: Duration = Duration::from_secs(30);
+/// How long the first requests wait for the GET stream to be answered.
+pub const GET_READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the `DELETE` of a session may take at the end.
 pub const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 /// JSON-RPC error code of a request the transport could not deliver.
@@ -233,7 +235,8 @@ async fn run(
     // answer carries the session id every later request needs. Then
     // `notifications/initialized` is delivered before the requests that
     // follow it (servers may refuse requests of a session not yet
-    // initialized), and the GET stream is opened before them too.
+    // initialized), and the GET stream is opened before them too (up to
+    // GET_READY_TIMEOUT).
     let mut init: Option<tokio::task::JoinHandle<()>> = None;
     let graceful = loop {
         if let Some(task) = init.as_mut() {
@@ -318,8 +321,11 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
         if let Some(key) = &key {
             lock(&this.in_flight).remove(key);
         }
-        if initialized {
-            start_get_stream(&this);
+        // The GET stream is open before the requests that follow: a server
+        // may send its requests there (an elicitation during a call, say),
+        // and one sent before the stream exists is lost.
+        if initialized && let Some(ready) = start_get_stream(&this) {
+            let _ = tokio::time::timeout(GET_READY_TIMEOUT, ready).await;
         }
     });
     if let Some(key) = key {
@@ -772,32 +778,40 @@ async fn resume(shared: &Arc<Shared>, last_id: &str) -> Result<Option<Response>,
     }
 }
 
-/// Opens the GET stream once (after `notifications/initialized`).
-fn start_get_stream(shared: &Arc<Shared>) {
+/// Opens the GET stream once (after `notifications/initialized`); the
+/// receiver resolves once the server has answered the first `GET` (or it
+/// failed).
+fn start_get_stream(shared: &Arc<Shared>) -> Option<oneshot::Receiver<()>> {
     if shared
         .get_started
         .swap(true, std::sync::atomic::Ordering::AcqRel)
     {
-        return;
+        return None;
     }
+    let (ready_tx, ready) = oneshot::channel();
     let this = shared.clone();
     let tasks = shared.tasks.clone();
     tokio::spawn(async move {
         tokio::select! {
-            () = get_stream(&this) => {}
+            () = get_stream(&this, ready_tx) => {}
             () = tasks.cancelled() => {}
         }
     });
+    Some(ready)
 }
 
 /// The server's own stream: kept open, resumed from the last event id, with
 /// a growing delay while it fails; not retried once the server says `405`.
-async fn get_stream(shared: &Arc<Shared>) {
+async fn get_stream(shared: &Arc<Shared>, ready: oneshot::Sender<()>) {
     let mut last_id: Option<String> = None;
     let mut retry = DEFAULT_RETRY;
     let mut failures: u32 = 0;
+    let mut ready = Some(ready);
     loop {
         let opened = resume(shared, last_id.as_deref().unwrap_or("")).await;
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(());
+        }
         match opened {
             Ok(None) => return,
             Ok(Some(resp)) => {
@@ -857,8 +871,8 @@ mod tests {
     use tokio::io::AsyncBufReadExt;
 
     /// A server that answers `initialize` with a session, takes its time
-    /// over `notifications/initialized`, and records the order of the
-    /// methods it was sent.
+    /// over `notifications/initialized` and the GET stream (which it does
+    /// not offer), and records the order of the methods it was sent.
     async fn recording_server() -> (Url, Arc<Mutex<Vec<String>>>) {
         use http_body_util::{BodyExt, Full};
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -873,6 +887,15 @@ mod tests {
                     move |req: hyper::Request<hyper::body::Incoming>| {
                         let log = log.clone();
                         async move {
+                            if req.method() == hyper::Method::GET {
+                                // Slow to answer: the requests after it must wait.
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                                lock(&log).push("GET".to_owned());
+                                let resp = hyper::Response::builder()
+                                    .status(405)
+                                    .body(Full::new(Bytes::new()));
+                                return Ok::<_, std::convert::Infallible>(resp.unwrap());
+                            }
                             if req.method() != hyper::Method::POST {
                                 let resp = hyper::Response::builder()
                                     .status(405)
@@ -918,7 +941,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn initialized_is_delivered_before_the_requests_after_it() {
+    async fn initialized_and_the_get_stream_come_before_the_requests_after_them() {
         let (url, seen) = recording_server().await;
         let mut pipe = connect(Remote {
             server: "t".into(),
@@ -951,7 +974,12 @@ mod tests {
         }
         assert_eq!(
             *lock(&seen),
-            ["initialize", "notifications/initialized", "tools/list"]
+            [
+                "initialize",
+                "notifications/initialized",
+                "GET",
+                "tools/list"
+            ]
         );
         pipe.control.kill();
     }
