@@ -1,8 +1,9 @@
 """Summarizes one conformance run for scripts/conformance.
 
 Reads the runner's per-scenario `checks.json` files (`conformance server -o
-DIR` writes DIR/server-<scenario>-<timestamp>/checks.json) and the
-expected-failures baseline, prints one line per scenario and the closing
+DIR` writes DIR/server-<scenario>-<timestamp>/checks.json, `conformance
+client -o DIR` DIR/<scenario>-<timestamp>/checks.json, the scenario name
+possibly holding a `/`) and the expected-failures baseline, prints one line per scenario and the closing
 line `N passed, M failed` (M: unexpected failures only), and writes the
 same as a Markdown table (what tests/conformance/RESULTS.md holds).
 
@@ -11,7 +12,8 @@ runner's own rule for the baseline. Exit status 1 when a scenario fails
 that the baseline does not list, when a listed one passes (stale entry),
 or when the run produced no results at all.
 
-The baseline is the runner's YAML (`server: [scenario, ...]`); the reason
+The baseline is the runner's YAML (`server: [scenario, ...]`, `client:
+[...]`; `--suite` says which list applies); the reason
 for each entry is the comment on its line (`- name  # reason`). Parsed
 here with a regex so this needs only the standard library.
 """
@@ -23,12 +25,14 @@ import re
 import sys
 from pathlib import Path
 
-DIR_NAME = re.compile(r"^server-(?P<scenario>.+)-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$")
+STAMP = r"-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z$"
+DIR_NAME = re.compile(r"^server-(?P<scenario>.+)" + STAMP)
+CLIENT_DIR = re.compile(r"^(?P<scenario>.+)" + STAMP)
 ENTRY = re.compile(r"^\s*-\s*(?P<name>[A-Za-z0-9_./-]+)\s*(?:#\s*(?P<reason>.*))?$")
 
 
-def baseline(path: Path) -> dict[str, str]:
-    """Scenario -> reason of the `server:` list."""
+def baseline(path: Path, suite: str) -> dict[str, str]:
+    """Scenario -> reason of the suite's list (`server:` or `client:`)."""
     out: dict[str, str] = {}
     section = None
     for line in path.read_text().splitlines():
@@ -36,18 +40,24 @@ def baseline(path: Path) -> dict[str, str]:
             section = line.split(":", 1)[0].strip()
             continue
         m = ENTRY.match(line)
-        if m and section == "server":
+        if m and section == suite:
             out[m["name"]] = (m["reason"] or "").strip()
     return out
 
 
-def results(root: Path) -> dict[str, list[dict]]:
+def results(root: Path, suite: str) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = {}
-    for checks in sorted(root.glob("server-*/checks.json")):
-        m = DIR_NAME.match(checks.parent.name)
+    if suite == "server":
+        for checks in sorted(root.glob("server-*/checks.json")):
+            m = DIR_NAME.match(checks.parent.name)
+            if m:
+                out[m["scenario"]] = json.loads(checks.read_text())
+        return out
+    for checks in sorted(root.glob("**/checks.json")):
+        m = CLIENT_DIR.match(checks.parent.relative_to(root).as_posix())
         if m:
             out[m["scenario"]] = json.loads(checks.read_text())
-    return out
+    return dict(sorted(out.items()))
 
 
 def first_problem(checks: list[dict]) -> str:
@@ -60,6 +70,7 @@ def first_problem(checks: list[dict]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=["server", "client"], default="server")
     ap.add_argument("--results", type=Path, required=True)
     ap.add_argument("--baseline", type=Path, required=True)
     ap.add_argument("--version", required=True, help="the conformance package's version")
@@ -68,8 +79,8 @@ def main() -> int:
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # keep the closing line last beside stderr
 
-    expected = baseline(args.baseline)
-    runs = results(args.results)
+    expected = baseline(args.baseline, args.suite)
+    runs = results(args.results, args.suite)
     rows = []
     passed = unexpected = stale = expected_failed = 0
     for scenario, checks in runs.items():
@@ -94,19 +105,8 @@ def main() -> int:
         print(f"{scenario:<{width}}  {result}{'  ' + reason if reason else ''}")
 
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
-    md = [
-        "# MCP conformance results",
-        "",
-        f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
-        "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
-        "`/mcp/conformance` hosting `tests/conformance/workspace/conformance_server.py`,",
-        f"run on {today} ({args.plugd}).",
-        "",
-        "Re-run with `scripts/conformance` (after `cargo build --bins`); it writes this",
-        "table to `target/conformance/RESULTS.md` and each scenario's checks to",
-        "`target/conformance/server-<scenario>-<time>/checks.json`. Failures the",
-        "baseline expects are listed, with their reasons, in `expected-failures.yaml`.",
-        "",
+    md = (client_header if args.suite == "client" else server_header)(args, today)
+    md += [
         f"**{passed} passed, {expected_failed} failed as expected, {unexpected} failed unexpectedly.**",
         "",
         "| Scenario | Result | Reason |",
@@ -124,6 +124,42 @@ def main() -> int:
               file=sys.stderr)
     print(f"{passed} passed, {unexpected} failed")
     return 1 if unexpected or stale or not runs else 0
+
+
+def server_header(args: argparse.Namespace, today: str) -> list[str]:
+    return [
+        "# MCP conformance results",
+        "",
+        f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
+        "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
+        "`/mcp/conformance` hosting `tests/conformance/workspace/conformance_server.py`,",
+        f"run on {today} ({args.plugd}).",
+        "",
+        "Re-run with `scripts/conformance` (after `cargo build --bins`); it writes this",
+        "table to `target/conformance/RESULTS.md` and each scenario's checks to",
+        "`target/conformance/server-<scenario>-<time>/checks.json`. Failures the",
+        "baseline expects are listed, with their reasons, in `expected-failures.yaml`.",
+        "",
+        "## Server suite",
+        "",
+    ]
+
+
+def client_header(args: argparse.Namespace, today: str) -> list[str]:
+    return [
+        "",
+        "## Client suite",
+        "",
+        f"The official MCP conformance client suite, `@modelcontextprotocol/conformance@{args.version}`",
+        "(every client scenario `conformance list` names, the draft and extension ones included, one at a time), against plugd's",
+        "MCP client for remote servers (Streamable HTTP, OAuth): for each scenario the runner starts a test",
+        "server and runs `tests/conformance/client.sh URL`, which declares it in a temporary workspace's",
+        "`.mcp.json`, logs in with `plugd mcp login` (curl as the browser) where the scenario needs",
+        "authorization, and lists and calls its tools with `plugd tool list|call`;",
+        f"run on {today} ({args.plugd}). Each scenario's checks, and the client's output, are in",
+        "`target/conformance/client/<scenario>-<time>/`.",
+        "",
+    ]
 
 
 if __name__ == "__main__":

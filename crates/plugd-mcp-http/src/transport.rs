@@ -46,6 +46,8 @@ pub const CANCEL_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_RETRY: Duration = Duration::from_secs(1);
 /// Longest reconnection delay plugd honours (a larger `retry` is cut).
 pub const MAX_RETRY: Duration = Duration::from_secs(30);
+/// How long the first requests wait for the GET stream to be answered.
+pub const GET_READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the `DELETE` of a session may take at the end.
 pub const DELETE_TIMEOUT: Duration = Duration::from_secs(2);
 /// JSON-RPC error code of a request the transport could not deliver.
@@ -230,7 +232,11 @@ async fn run(
         LinesCodec::new_with_max_length(shared.remote.max_frame.max(1024)),
     );
     // The initialize request is answered before anything else is sent: its
-    // answer carries the session id every later request needs.
+    // answer carries the session id every later request needs. Then
+    // `notifications/initialized` is delivered before the requests that
+    // follow it (servers may refuse requests of a session not yet
+    // initialized), and the GET stream is opened before them too (up to
+    // GET_READY_TIMEOUT).
     let mut init: Option<tokio::task::JoinHandle<()>> = None;
     let graceful = loop {
         if let Some(task) = init.as_mut() {
@@ -267,7 +273,8 @@ async fn run(
     "the host closed the connection".into()
 }
 
-/// Sends one line; returns the task of an `initialize`, which the loop waits for.
+/// Sends one line; returns the task of an `initialize` or a
+/// `notifications/initialized`, which the loop waits for.
 async fn dispatch(
     shared: &Arc<Shared>,
     line: String,
@@ -320,14 +327,17 @@ async fn dispatch(
         if let Some(key) = &key {
             lock(&this.in_flight).remove(key);
         }
-        if initialized {
-            start_get_stream(&this);
+        // The GET stream is open before the requests that follow: a server
+        // may send its requests there (an elicitation during a call, say),
+        // and one sent before the stream exists is lost.
+        if initialized && let Some(ready) = start_get_stream(&this) {
+            let _ = tokio::time::timeout(GET_READY_TIMEOUT, ready).await;
         }
     });
     if let Some(key) = key {
         lock(&shared.in_flight).insert(key, task.abort_handle());
     }
-    is_init.then_some(task)
+    (is_init || initialized).then_some(task)
 }
 
 fn diag(shared: &Shared, line: String) {
@@ -774,32 +784,40 @@ async fn resume(shared: &Arc<Shared>, last_id: &str) -> Result<Option<Response>,
     }
 }
 
-/// Opens the GET stream once (after `notifications/initialized`).
-fn start_get_stream(shared: &Arc<Shared>) {
+/// Opens the GET stream once (after `notifications/initialized`); the
+/// receiver resolves once the server has answered the first `GET` (or it
+/// failed).
+fn start_get_stream(shared: &Arc<Shared>) -> Option<oneshot::Receiver<()>> {
     if shared
         .get_started
         .swap(true, std::sync::atomic::Ordering::AcqRel)
     {
-        return;
+        return None;
     }
+    let (ready_tx, ready) = oneshot::channel();
     let this = shared.clone();
     let tasks = shared.tasks.clone();
     tokio::spawn(async move {
         tokio::select! {
-            () = get_stream(&this) => {}
+            () = get_stream(&this, ready_tx) => {}
             () = tasks.cancelled() => {}
         }
     });
+    Some(ready)
 }
 
 /// The server's own stream: kept open, resumed from the last event id, with
 /// a growing delay while it fails; not retried once the server says `405`.
-async fn get_stream(shared: &Arc<Shared>) {
+async fn get_stream(shared: &Arc<Shared>, ready: oneshot::Sender<()>) {
     let mut last_id: Option<String> = None;
     let mut retry = DEFAULT_RETRY;
     let mut failures: u32 = 0;
+    let mut ready = Some(ready);
     loop {
         let opened = resume(shared, last_id.as_deref().unwrap_or("")).await;
+        if let Some(ready) = ready.take() {
+            let _ = ready.send(());
+        }
         match opened {
             Ok(None) => return,
             Ok(Some(resp)) => {
@@ -943,5 +961,119 @@ mod tests {
         assert!(line.contains("not JSON"), "{line}");
         pipe.control.kill();
         server.abort();
+    }
+
+    /// A server that answers `initialize` with a session, takes its time
+    /// over `notifications/initialized` and the GET stream (which it does
+    /// not offer), and records the order of the methods it was sent.
+    async fn recording_server() -> (Url, Arc<Mutex<Vec<String>>>) {
+        use http_body_util::{BodyExt, Full};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = Url::parse(&format!("http://{}/mcp", listener.local_addr().unwrap())).unwrap();
+        let log = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let log = log.clone();
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let log = log.clone();
+                        async move {
+                            if req.method() == hyper::Method::GET {
+                                // Slow to answer: the requests after it must wait.
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                                lock(&log).push("GET".to_owned());
+                                let resp = hyper::Response::builder()
+                                    .status(405)
+                                    .body(Full::new(Bytes::new()));
+                                return Ok::<_, std::convert::Infallible>(resp.unwrap());
+                            }
+                            if req.method() != hyper::Method::POST {
+                                let resp = hyper::Response::builder()
+                                    .status(405)
+                                    .body(Full::new(Bytes::new()));
+                                return Ok::<_, std::convert::Infallible>(resp.unwrap());
+                            }
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let msg: Value = serde_json::from_slice(&body).unwrap();
+                            let method = msg["method"].as_str().unwrap_or_default().to_owned();
+                            if method == "notifications/initialized" {
+                                tokio::time::sleep(Duration::from_millis(300)).await;
+                            }
+                            lock(&log).push(method.clone());
+                            let resp = match msg.get("id") {
+                                None => hyper::Response::builder()
+                                    .status(202)
+                                    .body(Full::new(Bytes::new())),
+                                Some(id) => {
+                                    let result = if method == "initialize" {
+                                        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "t", "version": "1"}})
+                                    } else {
+                                        json!({"tools": []})
+                                    };
+                                    let answer =
+                                        json!({"jsonrpc": "2.0", "id": id, "result": result});
+                                    hyper::Response::builder()
+                                        .header("content-type", "application/json")
+                                        .header("mcp-session-id", "s1")
+                                        .body(Full::new(Bytes::from(answer.to_string())))
+                                }
+                            };
+                            Ok(resp.unwrap())
+                        }
+                    },
+                );
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+                );
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn initialized_and_the_get_stream_come_before_the_requests_after_them() {
+        let (url, seen) = recording_server().await;
+        let mut pipe = connect(Remote {
+            server: "t".into(),
+            url,
+            headers: HeaderMap::new(),
+            credentials: None,
+            max_frame: 1 << 20,
+            http: http_client().unwrap(),
+        });
+        let lines = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        ];
+        for l in lines {
+            pipe.writer
+                .write_all(format!("{l}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+        let mut replies = tokio::io::BufReader::new(pipe.reader).lines();
+        for want in [1, 2] {
+            let line = tokio::time::timeout(Duration::from_secs(10), replies.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let msg: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(msg["id"], want, "{line}");
+        }
+        assert_eq!(
+            *lock(&seen),
+            [
+                "initialize",
+                "notifications/initialized",
+                "GET",
+                "tools/list"
+            ]
+        );
+        pipe.control.kill();
     }
 }
