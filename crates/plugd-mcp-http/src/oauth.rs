@@ -364,16 +364,7 @@ pub async fn discover(
                 .ok_or_else(|| {
                     err("the protected-resource metadata names no authorization server")
                 })?;
-            let scopes: Vec<String> = doc
-                .get("scopes_supported")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let scopes: Vec<String> = strings(doc, "scopes_supported");
             (resource, parse_url(issuer, "authorization server")?, scopes)
         }
         None => (
@@ -421,26 +412,8 @@ pub async fn discover(
                     "the authorization server does not support PKCE with S256, which MCP requires; plugd will not authorize without it",
                 ));
             }
-            let methods: Vec<String> = doc
-                .get("token_endpoint_auth_methods_supported")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
-            let scopes: Vec<String> = doc
-                .get("scopes_supported")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let methods: Vec<String> = strings(doc, "token_endpoint_auth_methods_supported");
+            let scopes: Vec<String> = strings(doc, "scopes_supported");
             (
                 auth,
                 token,
@@ -476,6 +449,19 @@ pub async fn discover(
         client_id_metadata: cimd,
         scope,
     })
+}
+
+/// The strings of array `key` of `doc` (none when it is missing or not an array).
+fn strings(doc: &Value, key: &str) -> Vec<String> {
+    doc.get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The metadata's `resource` must be the server or a parent of it (same

@@ -115,6 +115,14 @@ fn plugd(ws: &Ws, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `plugd tool call remote/TOOL --args ARGS`, which must succeed: its output.
+fn call(ws: &Ws, tool: &str, args: &str) -> String {
+    ok(&plugd(
+        ws,
+        &["tool", "call", &format!("remote/{tool}"), "--args", args],
+    ))
+}
+
 fn remote_ws(entry: Value) -> Ws {
     let ws = Ws::new();
     std::fs::write(
@@ -190,22 +198,10 @@ fn a_remote_server_is_listed_called_and_its_sessions_ended() {
         names.contains(&"remote/echo") && names.contains(&"remote/count"),
         "{names:?}"
     );
-    let out = ok(&plugd(
-        &ws,
-        &[
-            "tool",
-            "call",
-            "remote/echo",
-            "--args",
-            r#"{"text":"über"}"#,
-        ],
-    ));
+    let out = call(&ws, "echo", r#"{"text":"über"}"#);
     assert!(out.contains("remote echo: über"), "{out}");
     // A call whose answer streams (progress first) over SSE.
-    let out = ok(&plugd(
-        &ws,
-        &["tool", "call", "remote/count", "--args", r#"{"n":4}"#],
-    ));
+    let out = call(&ws, "count", r#"{"n":4}"#);
     assert!(out.contains("counted to 4"), "{out}");
     // The plugin row says where it runs.
     let rows = ok(&plugd(&ws, &["plugin", "list", "--json"]));
@@ -325,28 +321,10 @@ fn oauth_login_authorizes_plugd_and_expired_tokens_are_refreshed_and_kept_sealed
     );
     ok(&plugd(&ws, &["plugin", "approve", "remote"]));
     std::thread::sleep(Duration::from_millis(2500));
-    let out = ok(&plugd(
-        &ws,
-        &[
-            "tool",
-            "call",
-            "remote/echo",
-            "--args",
-            r#"{"text":"later"}"#,
-        ],
-    ));
+    let out = call(&ws, "echo", r#"{"text":"later"}"#);
     assert!(out.contains("remote echo: later"), "{out}");
     std::thread::sleep(Duration::from_millis(2500));
-    let out = ok(&plugd(
-        &ws,
-        &[
-            "tool",
-            "call",
-            "remote/echo",
-            "--args",
-            r#"{"text":"later still"}"#,
-        ],
-    ));
+    let out = call(&ws, "echo", r#"{"text":"later still"}"#);
     assert!(out.contains("remote echo: later still"), "{out}");
     let stats = server.stats();
     assert!(
