@@ -5,7 +5,9 @@
 //! Per the transport spec: every message is a POST with `Accept:
 //! application/json, text/event-stream`; the `Mcp-Session-Id` the server
 //! gives with the `initialize` answer goes on every later request, with
-//! `MCP-Protocol-Version`; a `404` on a request carrying the session means
+//! `MCP-Protocol-Version` (a stateless 2026-07-28 request, which has no
+//! session, sends the revision of its `_meta` there, with `Mcp-Method` and
+//! `Mcp-Name`); a `404` on a request carrying the session means
 //! the session is gone (the pipe ends, so the supervisor starts a new one);
 //! an SSE response that ends before the request's answer is resumed with
 //! `GET` + `Last-Event-ID` after the server's `retry` delay; the GET stream
@@ -299,6 +301,7 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
         p = shared.permits.clone().acquire_owned() => p.ok()?,
         () = shared.tasks.cancelled() => return None,
     };
+    let stateless = stateless_headers(&msg);
     let body = Bytes::from(line);
     let this = shared.clone();
     let key = id.as_ref().map(Value::to_string);
@@ -308,7 +311,7 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
         let key = task_key;
         let _permit = permit;
         tokio::select! {
-            () = post(&this, body, id.clone(), is_init) => {}
+            () = post(&this, body, id.clone(), is_init, &stateless) => {}
             () = tasks.cancelled() => {}
         }
         if let Some(key) = &key {
@@ -322,6 +325,73 @@ async fn dispatch(shared: &Arc<Shared>, line: String) -> Option<tokio::task::Joi
         lock(&shared.in_flight).insert(key, task.abort_handle());
     }
     is_init.then_some(task)
+}
+
+/// The routing headers of a 2026-07-28 (stateless) request, which has no
+/// session: `MCP-Protocol-Version` from the revision in its `_meta`,
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name something (a
+/// value that is not plain visible ASCII goes as `=?base64?…?=`). Empty for
+/// any other message.
+fn stateless_headers(msg: &Value) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let Some(version) = msg
+        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    else {
+        return h;
+    };
+    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+        return h;
+    };
+    h.insert(HeaderName::from_static("mcp-protocol-version"), version);
+    if let Ok(m) = HeaderValue::from_str(method) {
+        h.insert(HeaderName::from_static("mcp-method"), m);
+    }
+    let name_key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return h,
+    };
+    if let Some(name) = msg
+        .get("params")
+        .and_then(|p| p.get(name_key))
+        .and_then(Value::as_str)
+    {
+        let plain = !name.is_empty()
+            && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+            && name.trim() == name
+            && !(name.starts_with("=?base64?") && name.ends_with("?="));
+        let value = if plain {
+            name.to_owned()
+        } else {
+            format!("=?base64?{}?=", base64(name.as_bytes()))
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static("mcp-name"), v);
+        }
+    }
+    h
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 fn diag(shared: &Shared, line: String) {
@@ -383,7 +453,13 @@ async fn fail(shared: &Shared, id: Option<&Value>, message: String) {
     }
 }
 
-async fn post(shared: &Arc<Shared>, body: Bytes, id: Option<Value>, is_init: bool) {
+async fn post(
+    shared: &Arc<Shared>,
+    body: Bytes,
+    id: Option<Value>,
+    is_init: bool,
+    stateless: &HeaderMap,
+) {
     let remote = &shared.remote;
     let mut refreshed = false;
     loop {
@@ -396,6 +472,7 @@ async fn post(shared: &Arc<Shared>, body: Bytes, id: Option<Value>, is_init: boo
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        headers.extend(stateless.clone());
         let sent_session = headers.contains_key("mcp-session-id");
         let resp = match remote
             .http
@@ -844,5 +921,41 @@ async fn delete_session(shared: &Arc<Shared>) {
             format!("DELETE of the session failed: {}", error_chain(&e)),
         ),
         Err(_) => diag(shared, "DELETE of the session timed out".into()),
+    }
+}
+
+#[cfg(test)]
+mod stateless_tests {
+    use super::*;
+
+    #[test]
+    fn a_stateless_request_routes_by_its_meta() {
+        let msg = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        let h = stateless_headers(&msg);
+        assert_eq!(h["mcp-protocol-version"], "2026-07-28");
+        assert_eq!(h["mcp-method"], "tools/call");
+        assert_eq!(h["mcp-name"], "echo");
+        let msg = json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get", "params": {
+            "name": "grüße ",
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        assert_eq!(
+            stateless_headers(&msg)["mcp-name"],
+            format!("=?base64?{}?=", base64("grüße ".as_bytes()))
+        );
+        // A request of a session-based revision carries no revision in
+        // `_meta`: nothing is added.
+        let msg = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
+        assert!(stateless_headers(&msg).is_empty());
+    }
+
+    #[test]
+    fn base64_pads() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64("grüße".as_bytes()), "Z3LDvMOfZQ==");
     }
 }

@@ -22,6 +22,7 @@ mod llm;
 mod mcp;
 mod mcp_remote;
 mod mcp_resources;
+mod mcp_stateless;
 mod mcp_tasks;
 mod memory;
 mod microapp;
