@@ -5,7 +5,9 @@
 //! Per the transport spec: every message is a POST with `Accept:
 //! application/json, text/event-stream`; the `Mcp-Session-Id` the server
 //! gives with the `initialize` answer goes on every later request, with
-//! `MCP-Protocol-Version`; a `404` on a request carrying the session means
+//! `MCP-Protocol-Version` (a stateless 2026-07-28 request, which has no
+//! session, sends the revision of its `_meta` there, with `Mcp-Method` and
+//! `Mcp-Name`); a `404` on a request carrying the session means
 //! the session is gone (the pipe ends, so the supervisor starts a new one);
 //! an SSE response that ends before the request's answer is resumed with
 //! `GET` + `Last-Event-ID` after the server's `retry` delay; the GET stream
@@ -312,6 +314,7 @@ async fn dispatch(
         () = control.kill.cancelled() => return None,
         () = control.stop.cancelled() => return None,
     };
+    let stateless = stateless_headers(&msg);
     let body = Bytes::from(line);
     let this = shared.clone();
     let key = id.as_ref().map(Value::to_string);
@@ -321,7 +324,7 @@ async fn dispatch(
         let key = task_key;
         let _permit = permit;
         tokio::select! {
-            () = post(&this, body, id.clone(), is_init) => {}
+            () = post(&this, body, id.clone(), is_init, &stateless) => {}
             () = tasks.cancelled() => {}
         }
         if let Some(key) = &key {
@@ -338,6 +341,59 @@ async fn dispatch(
         lock(&shared.in_flight).insert(key, task.abort_handle());
     }
     (is_init || initialized).then_some(task)
+}
+
+/// The routing headers of a 2026-07-28 (stateless) request, which has no
+/// session: `MCP-Protocol-Version` from the revision in its `_meta`,
+/// `Mcp-Method`, and `Mcp-Name` for the methods that name something (a
+/// value that is not plain visible ASCII goes as `=?base64?…?=`). Empty for
+/// any other message.
+fn stateless_headers(msg: &Value) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    let Some(version) = msg
+        .pointer("/params/_meta/io.modelcontextprotocol~1protocolVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| HeaderValue::from_str(v).ok())
+    else {
+        return h;
+    };
+    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+        return h;
+    };
+    h.insert(HeaderName::from_static("mcp-protocol-version"), version);
+    if let Ok(m) = HeaderValue::from_str(method) {
+        h.insert(HeaderName::from_static("mcp-method"), m);
+    }
+    let name_key = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return h,
+    };
+    if let Some(name) = msg
+        .get("params")
+        .and_then(|p| p.get(name_key))
+        .and_then(Value::as_str)
+    {
+        let plain = !name.is_empty()
+            && name.bytes().all(|b| (0x20..0x7f).contains(&b))
+            && name.trim() == name
+            && !(name.starts_with("=?base64?") && name.ends_with("?="));
+        let value = if plain {
+            name.to_owned()
+        } else {
+            format!("=?base64?{}?=", base64(name.as_bytes()))
+        };
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(HeaderName::from_static("mcp-name"), v);
+        }
+    }
+    h
+}
+
+/// Standard base64 with padding.
+fn base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 fn diag(shared: &Shared, line: String) {
@@ -399,7 +455,13 @@ async fn fail(shared: &Shared, id: Option<&Value>, message: String) {
     }
 }
 
-async fn post(shared: &Arc<Shared>, body: Bytes, id: Option<Value>, is_init: bool) {
+async fn post(
+    shared: &Arc<Shared>,
+    body: Bytes,
+    id: Option<Value>,
+    is_init: bool,
+    stateless: &HeaderMap,
+) {
     let remote = &shared.remote;
     let mut refreshed = false;
     loop {
@@ -412,6 +474,7 @@ async fn post(shared: &Arc<Shared>, body: Bytes, id: Option<Value>, is_init: boo
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        headers.extend(stateless.clone());
         let sent_session = headers.contains_key("mcp-session-id");
         let resp = match remote
             .http
@@ -1075,5 +1138,41 @@ mod tests {
             ]
         );
         pipe.control.kill();
+    }
+}
+
+#[cfg(test)]
+mod stateless_tests {
+    use super::*;
+
+    #[test]
+    fn a_stateless_request_routes_by_its_meta() {
+        let msg = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {},
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        let h = stateless_headers(&msg);
+        assert_eq!(h["mcp-protocol-version"], "2026-07-28");
+        assert_eq!(h["mcp-method"], "tools/call");
+        assert_eq!(h["mcp-name"], "echo");
+        let msg = json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get", "params": {
+            "name": "grüße ",
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        assert_eq!(
+            stateless_headers(&msg)["mcp-name"],
+            format!("=?base64?{}?=", base64("grüße ".as_bytes()))
+        );
+        // A request of a session-based revision carries no revision in
+        // `_meta`: nothing is added.
+        let msg = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"});
+        assert!(stateless_headers(&msg).is_empty());
+    }
+
+    #[test]
+    fn base64_pads() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64("grüße".as_bytes()), "Z3LDvMOfZQ==");
     }
 }

@@ -26,6 +26,14 @@ pub const SUPPORTED: [&str; 5] = [
 /// MCP client dialect accepts from the servers it hosts).
 pub const STATEFUL: [&str; 4] = [LATEST_STATEFUL, "2025-06-18", "2025-03-26", "2024-11-05"];
 
+/// The stateless revisions (per-request `_meta`, no handshake), newest
+/// first: what plugd's MCP client proposes in `server/discover`.
+pub const MODERN: [&str; 1] = [STATELESS];
+
+/// JSON-RPC error code of a request naming a revision the server does not
+/// speak (2026-07-28); its `data.supported` lists the server's revisions.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
 /// `_meta` key of a stateless request's revision.
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
 /// `_meta` key of a stateless request's client capabilities.
@@ -43,6 +51,15 @@ pub fn negotiate(requested: &str) -> &'static str {
         .copied()
         .find(|v| *v == requested && *v != STATELESS)
         .unwrap_or(LATEST_STATEFUL)
+}
+
+/// The stateless revision a client uses with a server whose
+/// `server/discover` listed `supported`: the newest of [`MODERN`] in it, or
+/// `None` (the server speaks none of them, so the client falls back to the
+/// `initialize` handshake, as the official SDKs do).
+pub fn choose_stateless<'a>(supported: impl IntoIterator<Item = &'a str>) -> Option<&'static str> {
+    let supported: Vec<&str> = supported.into_iter().collect();
+    MODERN.iter().copied().find(|v| supported.contains(v))
 }
 
 /// Whether `version` is a revision plugd speaks.
@@ -72,5 +89,22 @@ mod tests {
         assert!(is_supported(STATELESS) && !is_supported("2025-01-01"));
         assert!(STATEFUL.iter().all(|v| SUPPORTED.contains(v)) && !STATEFUL.contains(&STATELESS));
         assert!(at_least("2025-11-25", "2025-06-18") && !at_least("2025-03-26", "2025-06-18"));
+    }
+
+    #[test]
+    fn a_stateless_revision_is_chosen_only_from_those_plugd_speaks() {
+        assert_eq!(choose_stateless(["2026-07-28"]), Some(STATELESS));
+        assert_eq!(
+            choose_stateless(["2025-11-25", "2026-07-28", "2099-01-01"]),
+            Some(STATELESS)
+        );
+        assert_eq!(choose_stateless(["2025-11-25", "2025-06-18"]), None);
+        assert_eq!(choose_stateless(["2099-01-01"]), None);
+        assert_eq!(choose_stateless([]), None);
+        assert!(
+            MODERN
+                .iter()
+                .all(|v| is_supported(v) && !STATEFUL.contains(v))
+        );
     }
 }

@@ -376,6 +376,7 @@ struct RtInner {
     /// The roots offered to MCP servers (plugd.yaml `mcp:`), shared with
     /// their connections.
     mcp_roots: plugd_host::dialect::McpRoots,
+    mcp_stateless: plugd_host::dialect::McpServerFlags,
     /// MCP resources, prompts and completion: plugd.yaml's resource
     /// policy, the event broadcast, the subscriptions.
     mcp_features: mcp_features::McpFeatures,
@@ -424,9 +425,14 @@ impl Runtime {
         services.api = Some(api.clone());
         // Roots offered to MCP servers, read once: a plugd.yaml that does
         // not load offers none (every command that needs it reports why).
+        let loaded = config::PlugdConfig::load(&dir).ok();
         services.mcp_roots = plugd_host::dialect::McpRoots::new(
-            config::PlugdConfig::load(&dir)
-                .map(|c| c.mcp.roots())
+            loaded.as_ref().map(|c| c.mcp.roots()).unwrap_or_default(),
+        );
+        services.mcp_stateless.replace(
+            loaded
+                .as_ref()
+                .map(|c| c.mcp.stateless())
                 .unwrap_or_default(),
         );
         let mcp_features = mcp_features::McpFeatures::new(
@@ -484,6 +490,7 @@ impl Runtime {
                 pins,
                 approval_locks: Mutex::new(HashMap::new()),
                 mcp_roots: services.mcp_roots.clone(),
+                mcp_stateless: services.mcp_stateless.clone(),
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
             }),

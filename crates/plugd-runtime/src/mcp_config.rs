@@ -63,6 +63,11 @@ pub const MAX_ROOTS: usize = 64;
 pub struct McpServerConfig {
     /// Absolute directories answered to `roots/list`, in order.
     pub roots: Vec<PathBuf>,
+    /// `stateless`: `Some(true)` tries the stateless revision 2026-07-28
+    /// first (`server/discover`, as the official SDKs' clients do),
+    /// `Some(false)` never speaks it; unset: the `initialize` handshake
+    /// first, `server/discover` when the server refuses it.
+    pub stateless: Option<bool>,
     /// `resources`: `Some(false)` refuses reading the server's resources;
     /// unset or `true` allows it.
     pub resources: Option<bool>,
@@ -78,6 +83,7 @@ impl Default for McpServerConfig {
         McpServerConfig {
             roots: Vec::new(),
             resources: None,
+            stateless: None,
             sampling: false,
             sampling_max_tokens: DEFAULT_SAMPLING_MAX_TOKENS,
         }
@@ -204,6 +210,14 @@ impl Default for McpHttpConfig {
 }
 
 impl McpConfig {
+    /// Server name → its `stateless` setting, for the servers that set it.
+    pub fn stateless(&self) -> BTreeMap<String, bool> {
+        self.servers
+            .iter()
+            .filter_map(|(name, s)| Some((name.clone(), s.stateless?)))
+            .collect()
+    }
+
     /// Server name → roots, for the servers that have any.
     pub fn roots(&self) -> BTreeMap<String, Vec<PathBuf>> {
         self.servers
@@ -248,6 +262,8 @@ struct RawServer {
     sampling: Option<bool>,
     #[serde(default)]
     sampling_max_tokens: Option<Spanned<u64>>,
+    #[serde(default)]
+    stateless: Option<bool>,
 }
 
 /// Validates `mcp:` (`path` names the file in errors; relative roots are
@@ -285,6 +301,7 @@ pub fn parse_config(
             ));
         }
         let mut out = McpServerConfig {
+            stateless: server.value.stateless,
             resources: server.value.resources,
             sampling: server.value.sampling.unwrap_or(false),
             ..McpServerConfig::default()
@@ -401,6 +418,7 @@ impl crate::Runtime {
     /// Returns the servers told.
     pub fn apply_mcp_config(&self, config: &McpConfig) -> Vec<String> {
         self.inner.mcp_features.set_config(config);
+        self.inner.mcp_stateless.replace(config.stateless());
         let changed = self.inner.mcp_roots.replace(config.roots());
         let mut told = Vec::new();
         for server in changed {
@@ -499,6 +517,21 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("at most 64"), "{e}");
+    }
+
+    #[test]
+    fn the_stateless_revision_may_be_turned_off_per_server() {
+        let c = parse("mcp:\n  servers:\n    fixture:\n      stateless: false\n    other: {}\n")
+            .unwrap();
+        assert_eq!(c.mcp.servers["fixture"].stateless, Some(false));
+        assert_eq!(c.mcp.servers["other"].stateless, None);
+        assert_eq!(c.mcp.stateless(), [("fixture".to_owned(), false)].into());
+        assert!(parse("mcp:\n  servers:\n    f:\n      stateless: maybe\n").is_err());
+        assert!(
+            crate::config::schema_violations("mcp:\n  servers:\n    f:\n      stateless: false\n")
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

@@ -1,7 +1,27 @@
-//! The mcp dialect: Model Context Protocol servers over stdio
-//! (line-delimited JSON-RPC 2.0, protocol revisions 2025-11-25, 2025-06-18,
-//! 2025-03-26 and 2024-11-05).
+//! The mcp dialect: Model Context Protocol servers over stdio or Streamable
+//! HTTP (line-delimited JSON-RPC 2.0, protocol revisions 2026-07-28,
+//! 2025-11-25, 2025-06-18, 2025-03-26 and 2024-11-05).
 //!
+//! * Negotiation: by default the `initialize` handshake first, and
+//!   `server/discover` only when the server refuses it (`-32022`, or no
+//!   `initialize`), so a server speaking both keeps its session features;
+//!   with plugd.yaml `stateless: true` ([`McpState::stateless`]) as the
+//!   official SDKs' clients do it: first
+//!   `server/discover` at the stateless revision 2026-07-28 (with the
+//!   `_meta` below), answered within [`DISCOVER_TIMEOUT`]. A server listing
+//!   it in `supportedVersions` is spoken to statelessly: no `initialize`, no
+//!   `notifications/initialized`, the capabilities of the discover result,
+//!   and every request carrying `io.modelcontextprotocol/protocolVersion`,
+//!   `clientCapabilities` and `clientInfo` in `_meta` ([`McpProtocol`]).
+//!   Any other answer (an error such as `-32601`, a malformed or oversized
+//!   result, only stateful revisions, silence) falls back to the handshake
+//!   below, which then has its whole timeout; only `-32022` naming
+//!   nothing but revisions plugd lacks is refused. A `tools/call` answered
+//!   `resultType: "input_required"` has its `inputRequests` (elicitation,
+//!   sampling) answered like the same requests sent on their own, and is
+//!   sent again with `inputResponses` and `requestState`, at most
+//!   [`MAX_INPUT_ROUNDS`] times; any other result that is not
+//!   `"complete"` fails, saying what the server asked for.
 //! * Handshake: `initialize` (plugd offers [`PROTOCOL_VERSION`], accepts any
 //!   of [`SUPPORTED_VERSIONS`] back and refuses the rest, which kills the
 //!   server), then `notifications/initialized`, then `tools/list` over at most
@@ -60,7 +80,9 @@ use plugd_manifest::PluginSpec;
 use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
-use super::mcp_features::{FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions};
+use super::mcp_features::{
+    Envelope, FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions,
+};
 use super::mcp_tasks::{self, TaskWatchers};
 use super::{CallContext, CatalogChanged, ClientHandle, HostServices, McpRoots, Setup};
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
@@ -98,9 +120,21 @@ const MAX_TOOL_NAME: usize = 128;
 
 /// The MCP envelope: JSON-RPC over lines, with the progress token of
 /// `tools/call` set to the host request id, progress notifications routed to
-/// their call, and `notifications/cancelled` as the cancel.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct McpProtocol;
+/// their call, and `notifications/cancelled` as the cancel. On a stateless
+/// (2026-07-28) connection every request also carries the revision, client
+/// capabilities and client info in `_meta` ([`FeatureState::set_stateless`]).
+#[derive(Debug, Clone, Default)]
+pub struct McpProtocol {
+    envelope: Envelope,
+}
+
+impl McpProtocol {
+    /// The envelope of a connection whose per-request `_meta` (once its
+    /// handshake sets it) is `envelope`.
+    pub fn new(envelope: Envelope) -> Self {
+        McpProtocol { envelope }
+    }
+}
 
 impl Protocol for McpProtocol {
     fn framing(&self) -> Framing {
@@ -108,12 +142,18 @@ impl Protocol for McpProtocol {
     }
 
     fn encode_request(&self, id: i64, method: &str, params: Option<Value>) -> Vec<u8> {
-        let params = if method == "tools/call" {
+        let stateless = self.envelope.get();
+        let params = if method == "tools/call" || stateless.is_some() {
             let mut params = params.unwrap_or_else(|| json!({}));
             if let Some(obj) = params.as_object_mut() {
                 let meta = obj.entry("_meta").or_insert_with(|| json!({}));
                 if let Some(meta) = meta.as_object_mut() {
-                    meta.insert("progressToken".into(), json!(id));
+                    if method == "tools/call" {
+                        meta.insert("progressToken".into(), json!(id));
+                    }
+                    for (k, v) in stateless.into_iter().flatten() {
+                        meta.insert(k.clone(), v.clone());
+                    }
                 }
             }
             Some(params)
@@ -434,6 +474,10 @@ pub fn file_uri(path: &Path) -> String {
 pub struct McpState {
     /// Whether `initialize` declared the `roots` capability.
     pub offered_roots: bool,
+    /// plugd.yaml `mcp.servers.NAME.stateless`: `Some(true)` tries the
+    /// stateless revision first, `Some(false)` never speaks it, unset tries
+    /// the handshake first (see [`open`]).
+    pub stateless: Option<bool>,
     /// The server's capabilities and the cached listings.
     pub features: FeatureState,
     /// The plugin's resource subscriptions (shared by all its runs).
@@ -452,6 +496,7 @@ impl McpState {
     pub fn new(offered_roots: bool, subscriptions: McpSubscriptions) -> Self {
         McpState {
             offered_roots,
+            stateless: None,
             features: FeatureState::default(),
             subscriptions,
             tasks: TaskWatchers::default(),
@@ -506,12 +551,14 @@ fn mcp_state(conn: &Conn) -> Option<Arc<McpState>> {
 }
 
 /// Whether `conn` (an MCP server's run) was offered the `roots` capability,
-/// so `notifications/roots/list_changed` means something to it.
+/// so `notifications/roots/list_changed` means something to it (never on a
+/// stateless connection: 2026-07-28 has no client notifications but
+/// cancellation).
 pub fn offered_roots(conn: &Conn) -> bool {
     conn.state
         .as_ref()
         .and_then(|s| s.downcast_ref::<McpState>())
-        .is_some_and(|s| s.offered_roots)
+        .is_some_and(|s| s.offered_roots && s.features.stateless_revision().is_none())
 }
 
 /// Envelope, handler and cancel policy for an MCP server.
@@ -521,15 +568,14 @@ pub fn setup(
     catalog_changed: CatalogChanged,
 ) -> Setup {
     let handler = McpHandler::new(&spec.id, services.mcp_roots.clone(), catalog_changed);
-    let state = Arc::new(McpState::new(
-        handler.offered_roots,
-        services.mcp_subscriptions.clone(),
-    ));
+    let mut state = McpState::new(handler.offered_roots, services.mcp_subscriptions.clone());
+    state.stateless = services.mcp_stateless.get(&spec.id);
+    let state = Arc::new(state);
     let handler = handler
         .with_features(state.clone(), services.mcp_events.clone())
         .with_requests(services.mcp_requests.clone());
     Setup {
-        protocol: Arc::new(McpProtocol),
+        protocol: Arc::new(McpProtocol::new(state.features.envelope())),
         handler: Arc::new(handler),
         cancel: Some(CancelPolicy {
             grace: CANCEL_GRACE,
@@ -539,8 +585,315 @@ pub fn setup(
     }
 }
 
-/// `initialize` with version negotiation, `notifications/initialized`, then
-/// the tool catalog.
+/// How long a server has to answer `server/discover` before plugd sends
+/// `initialize` instead (the official Python SDK's bound). A late answer is
+/// still taken when the server then refuses `initialize`.
+pub const DISCOVER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `_meta` key of the lowest log level a 2026-07-28 request wants
+/// `notifications/message` for.
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// Most `input_required` rounds of one call (the official SDKs' default).
+pub const MAX_INPUT_ROUNDS: usize = 10;
+
+/// Most input requests answered in one round.
+const MAX_INPUT_REQUESTS: usize = 16;
+
+/// Most revisions read from one `server/discover` answer.
+const MAX_DISCOVER_VERSIONS: usize = 64;
+
+/// What opening a connection learned.
+struct Opened {
+    capabilities: Value,
+    server_version: Option<String>,
+    /// The revision the connection speaks.
+    revision: String,
+    /// When the rest of the handshake's deadline starts counting.
+    from: tokio::time::Instant,
+}
+
+/// Why plugd did not adopt a `server/discover` answer and makes the
+/// `initialize` handshake instead; `warn` when the server did something a
+/// server should not (a legacy server answering `-32601` is not warned of).
+struct Fallback {
+    why: String,
+    warn: bool,
+}
+
+/// The revision, client capabilities and client info every request of a
+/// stateless connection carries in `_meta`.
+fn stateless_meta(
+    revision: &str,
+    capabilities: &Value,
+    client_info: &Value,
+) -> serde_json::Map<String, Value> {
+    serde_json::Map::from_iter([
+        (plugd_mcp::META_PROTOCOL_VERSION.to_owned(), json!(revision)),
+        (
+            plugd_mcp::META_CLIENT_CAPABILITIES.to_owned(),
+            capabilities.clone(),
+        ),
+        (plugd_mcp::META_CLIENT_INFO.to_owned(), client_info.clone()),
+        // 2026-07-28 sends log messages only to a request that asks for
+        // them; the handshake revisions send every level, as here.
+        (META_LOG_LEVEL.to_owned(), json!("debug")),
+    ])
+}
+
+/// Opens the connection the way the official SDKs' clients do: a
+/// `server/discover` at the stateless revision, bounded by
+/// [`DISCOVER_TIMEOUT`]; a server that lists a stateless revision plugd
+/// speaks is spoken to without a handshake, any other answer (an error, a
+/// malformed or oversized result, only stateful revisions, silence) leads
+/// to the `initialize` handshake with a full `timeout` of its own, as
+/// before. Only a server that speaks nothing but stateless revisions plugd
+/// does not know (`-32022` without a stateful one) is refused.
+async fn open(
+    peer: &Peer,
+    spec: &PluginSpec,
+    mcp: &McpState,
+    timeout: Duration,
+    warnings: &mut Vec<String>,
+) -> Result<Opened, HandshakeError> {
+    match mcp.stateless {
+        Some(true) => {}
+        Some(false) => return initialize(peer, spec, mcp.offered_roots, timeout).await,
+        None => {
+            // The handshake first: a server that speaks both revisions keeps
+            // working as it did (SDK 2.3.0 stdio servers refuse server
+            // requests and subscriptions at 2026-07-28). A server that
+            // refuses the handshake (-32022, or no `initialize` at all) is
+            // asked with server/discover next.
+            match initialize(peer, spec, mcp.offered_roots, timeout).await {
+                Err(HandshakeError::Call(CallError::Remote { error, .. }))
+                    if error.code == plugd_mcp::version::UNSUPPORTED_PROTOCOL_VERSION
+                        || error.code == -32601 =>
+                {
+                    tracing::debug!(plugin = %spec.id, "initialize refused ({}); trying server/discover", error.code);
+                }
+                other => return other,
+            }
+        }
+    }
+    let offered = client_capabilities(mcp.offered_roots);
+    let meta = stateless_meta(plugd_mcp::STATELESS, &offered, &client_info());
+    let from = tokio::time::Instant::now();
+    let probe_peer = peer.clone();
+    let params = json!({"_meta": Value::Object(meta.clone())});
+    let waited = DISCOVER_TIMEOUT.min(timeout);
+    // The probe runs as its own task, outliving the wait and the fallback
+    // handshake after it, so giving up waiting neither cancels it (the
+    // spec forbids cancelling it) nor turns a late answer into an unknown
+    // id.
+    let mut probe = tokio::spawn(async move {
+        probe_peer
+            .call("server/discover", Some(params), waited + timeout)
+            .await
+    });
+    let pending = match tokio::time::timeout(waited, &mut probe).await {
+        Ok(joined) => match judge_discover(spec, joined)? {
+            Ok((capabilities, server_version)) => {
+                return Ok(adopt(mcp, meta, capabilities, server_version, from));
+            }
+            Err(fallback) => {
+                note_fallback(spec, fallback, warnings);
+                None
+            }
+        },
+        Err(_) => Some(probe),
+    };
+    match initialize(peer, spec, mcp.offered_roots, timeout).await {
+        Ok(opened) => {
+            if pending.is_some() {
+                note_fallback(
+                    spec,
+                    Fallback {
+                        why: format!(
+                            "it did not answer server/discover within {waited:?} (a server should answer a method it does not know with -32601 at once)"
+                        ),
+                        warn: true,
+                    },
+                    warnings,
+                );
+            }
+            Ok(opened)
+        }
+        // A slow server that speaks the stateless revision answered the
+        // probe late and now refuses the handshake: take its late answer.
+        Err(HandshakeError::Call(CallError::Remote { error, .. })) if pending.is_some() => {
+            let late = pending.expect("checked above").await;
+            match judge_discover(spec, late)? {
+                Ok((capabilities, server_version)) => {
+                    Ok(adopt(mcp, meta, capabilities, server_version, from))
+                }
+                Err(fallback) => Err(HandshakeError::Malformed {
+                    plugin: spec.id.clone(),
+                    reason: format!(
+                        "it refused initialize ({}) after not answering server/discover within {waited:?}, and its late discover answer is unusable: {}",
+                        error, fallback.why
+                    ),
+                }),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn note_fallback(spec: &PluginSpec, fallback: Fallback, warnings: &mut Vec<String>) {
+    if fallback.warn {
+        warnings.push(format!(
+            "speaking MCP with the initialize handshake: {}",
+            fallback.why
+        ));
+    } else {
+        tracing::debug!(plugin = %spec.id, "initialize handshake: {}", fallback.why);
+    }
+}
+
+/// Makes `mcp` a stateless connection with the server's discovered
+/// capabilities.
+fn adopt(
+    mcp: &McpState,
+    meta: serde_json::Map<String, Value>,
+    mut capabilities: Value,
+    server_version: Option<String>,
+    from: tokio::time::Instant,
+) -> Opened {
+    // 2026-07-28 replaced resources/subscribe with subscriptions/listen,
+    // which plugd does not speak: a subscription cannot be offered.
+    if let Some(resources) = capabilities
+        .get_mut("resources")
+        .and_then(Value::as_object_mut)
+    {
+        resources.remove("subscribe");
+    }
+    mcp.features.set_stateless(meta);
+    Opened {
+        capabilities,
+        server_version,
+        revision: plugd_mcp::STATELESS.to_owned(),
+        from,
+    }
+}
+
+/// Reads the outcome of a `server/discover` probe: the server's
+/// capabilities and version when it speaks a stateless revision plugd does,
+/// a [`Fallback`] to `initialize` otherwise, or an error when the
+/// connection is lost or the server can only speak revisions plugd lacks.
+#[allow(clippy::type_complexity)]
+fn judge_discover(
+    spec: &PluginSpec,
+    joined: Result<Result<Value, CallError>, tokio::task::JoinError>,
+) -> Result<Result<(Value, Option<String>), Fallback>, HandshakeError> {
+    let warn = |why: String| Ok(Err(Fallback { why, warn: true }));
+    let reply = match joined {
+        Err(e) => return warn(format!("the server/discover probe failed: {e}")),
+        Ok(Ok(reply)) => reply,
+        Ok(Err(CallError::Remote { error, .. })) => {
+            if error.code == plugd_mcp::version::UNSUPPORTED_PROTOCOL_VERSION {
+                let supported: Vec<String> = error
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("supported"))
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .take(MAX_DISCOVER_VERSIONS)
+                            .filter_map(Value::as_str)
+                            .map(|v| v.chars().take(64).collect())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if !supported.is_empty()
+                    && !supported
+                        .iter()
+                        .any(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
+                {
+                    return Err(HandshakeError::Malformed {
+                        plugin: spec.id.clone(),
+                        reason: format!(
+                            "the server speaks only MCP revision(s) {} (its answer to server/discover at {}); plugd speaks {}",
+                            supported.join(", "),
+                            plugd_mcp::STATELESS,
+                            plugd_mcp::SUPPORTED.join(", ")
+                        ),
+                    });
+                }
+            }
+            return Ok(Err(Fallback {
+                why: format!(
+                    "server/discover answered {} {}",
+                    error.code,
+                    error.message.chars().take(200).collect::<String>()
+                ),
+                warn: false,
+            }));
+        }
+        Ok(Err(e @ CallError::Closed(_))) => return Err(HandshakeError::Call(e)),
+        Ok(Err(e)) => return warn(format!("server/discover failed: {e}")),
+    };
+    let Some(obj) = reply.as_object() else {
+        return warn(format!(
+            "its server/discover answer is not a result object: {}",
+            preview(&reply)
+        ));
+    };
+    match obj.get("resultType") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) if t == "complete" => {}
+        Some(other) => {
+            return warn(format!(
+                "its server/discover answer has resultType {}, not \"complete\"",
+                preview(other)
+            ));
+        }
+    }
+    let Some(versions) = obj.get("supportedVersions").and_then(Value::as_array) else {
+        return warn(format!(
+            "its server/discover answer has no \"supportedVersions\" array: {}",
+            preview(&reply)
+        ));
+    };
+    let versions: Vec<&str> = versions
+        .iter()
+        .take(MAX_DISCOVER_VERSIONS)
+        .filter_map(Value::as_str)
+        .collect();
+    if plugd_mcp::version::choose_stateless(versions.iter().copied()).is_none() {
+        return Ok(Err(Fallback {
+            why: format!(
+                "server/discover lists no stateless revision plugd speaks ({})",
+                preview(&json!(versions))
+            ),
+            warn: false,
+        }));
+    }
+    let capabilities = match obj.get("capabilities") {
+        Some(c @ Value::Object(_)) => c.clone(),
+        other => {
+            return warn(format!(
+                "its server/discover answer has no \"capabilities\" object ({})",
+                other.map(preview).unwrap_or_else(|| "none".into())
+            ));
+        }
+    };
+    let server_version = obj
+        .get("_meta")
+        .and_then(|m| m.get("io.modelcontextprotocol/serverInfo"))
+        .and_then(|i| i.get("version"))
+        .and_then(Value::as_str)
+        .map(|s| s.chars().take(128).collect());
+    Ok(Ok((capabilities, server_version)))
+}
+
+/// plugd's `clientInfo`.
+fn client_info() -> Value {
+    json!({"name": "plugd", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// `server/discover` (or `initialize` with version negotiation and
+/// `notifications/initialized`), then the tool catalog.
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
@@ -548,8 +901,75 @@ pub async fn handshake(
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let mcp = state.and_then(|s| s.downcast_ref::<McpState>());
-    let offered = mcp.is_some_and(|s| s.offered_roots);
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut warnings = Vec::new();
+    let opened = match mcp {
+        Some(mcp) => open(peer, spec, mcp, timeout, &mut warnings).await?,
+        None => initialize(peer, spec, false, timeout).await?,
+    };
+    let Opened {
+        capabilities,
+        server_version,
+        revision,
+        from,
+    } = opened;
+    tracing::debug!(plugin = %spec.id, revision, "MCP connection open");
+    let deadline = from + timeout;
+    let has_tools = capabilities.get("tools").is_some_and(|t| !t.is_null());
+    if let Some(mcp) = mcp {
+        mcp.features.set_capabilities(capabilities.clone());
+    }
+    let tools = if has_tools {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        list_tools(
+            peer,
+            spec,
+            &capabilities,
+            left.max(Duration::from_millis(1)),
+            &mut warnings,
+        )
+        .await?
+    } else {
+        warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
+        Vec::new()
+    };
+    // Subscriptions belong to the plugin: a restarted server gets them back.
+    if let Some(mcp) = mcp {
+        let uris = mcp.subscriptions.of(&spec.id);
+        if !uris.is_empty() {
+            if super::mcp_features::Capability::Subscribe.declared_in(&capabilities) {
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                super::mcp_features::resubscribe(
+                    peer,
+                    &spec.id,
+                    uris,
+                    left.max(Duration::from_millis(1)),
+                    &mut warnings,
+                )
+                .await;
+            } else {
+                warnings.push(format!(
+                    "the server no longer declares resources.subscribe; its {} subscription(s) lapse",
+                    uris.len()
+                ));
+            }
+        }
+    }
+    Ok(Handshake {
+        server_version,
+        tools,
+        warnings,
+    })
+}
+
+/// The `initialize` handshake (plugd offers [`PROTOCOL_VERSION`] and
+/// accepts any of [`SUPPORTED_VERSIONS`]), then `notifications/initialized`.
+async fn initialize(
+    peer: &Peer,
+    spec: &PluginSpec,
+    offered: bool,
+    timeout: Duration,
+) -> Result<Opened, HandshakeError> {
+    let from = tokio::time::Instant::now();
     let malformed = |reason: String| HandshakeError::Malformed {
         plugin: spec.id.clone(),
         reason,
@@ -560,7 +980,7 @@ pub async fn handshake(
             Some(json!({
                 "protocolVersion": PROTOCOL_VERSION,
                 "capabilities": client_capabilities(offered),
-                "clientInfo": {"name": "plugd", "version": env!("CARGO_PKG_VERSION")},
+                "clientInfo": client_info(),
             })),
             timeout,
         )
@@ -606,52 +1026,12 @@ pub async fn handshake(
     {
         caps.entry("completions").or_insert_with(|| json!({}));
     }
-    let has_tools = capabilities.get("tools").is_some_and(|t| !t.is_null());
-    if let Some(mcp) = mcp {
-        mcp.features.set_capabilities(capabilities.clone());
-    }
     peer.notify("notifications/initialized", None);
-    let mut warnings = Vec::new();
-    let tools = if has_tools {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        list_tools(
-            peer,
-            spec,
-            &capabilities,
-            left.max(Duration::from_millis(1)),
-            &mut warnings,
-        )
-        .await?
-    } else {
-        warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
-        Vec::new()
-    };
-    // Subscriptions belong to the plugin: a restarted server gets them back.
-    if let Some(mcp) = mcp {
-        let uris = mcp.subscriptions.of(&spec.id);
-        if !uris.is_empty() {
-            if super::mcp_features::Capability::Subscribe.declared_in(&capabilities) {
-                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                super::mcp_features::resubscribe(
-                    peer,
-                    &spec.id,
-                    uris,
-                    left.max(Duration::from_millis(1)),
-                    &mut warnings,
-                )
-                .await;
-            } else {
-                warnings.push(format!(
-                    "the server no longer declares resources.subscribe; its {} subscription(s) lapse",
-                    uris.len()
-                ));
-            }
-        }
-    }
-    Ok(Handshake {
+    Ok(Opened {
+        capabilities,
         server_version,
-        tools,
-        warnings,
+        revision: version.to_owned(),
+        from,
     })
 }
 
@@ -923,16 +1303,62 @@ pub async fn call_tool(
         )
         .await?
     } else {
-        conn.peer
-            .call_with(
-                "tools/call",
-                Some(json!({"name": tool.wire(), "arguments": args})),
-                timeout,
-                ctx.progress.clone(),
-            )
-            .await
-            .map_err(tools_call_error)?
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut params = json!({"name": tool.wire(), "arguments": args});
+        let mut rounds = 0;
+        loop {
+            // The first request has the call's own timeout (errors report
+            // the configured value); answers to input share what is left.
+            let left = if rounds == 0 {
+                timeout
+            } else {
+                deadline
+                    .saturating_duration_since(tokio::time::Instant::now())
+                    .max(Duration::from_millis(1))
+            };
+            let result = conn
+                .peer
+                .call_with(
+                    "tools/call",
+                    Some(params.clone()),
+                    left,
+                    ctx.progress.clone(),
+                )
+                .await
+                .map_err(tools_call_error)?;
+            // 2026-07-28: the server asks for input inside the result and
+            // is asked again with the answers.
+            if result.get("resultType").and_then(Value::as_str) != Some("input_required")
+                || rounds >= MAX_INPUT_ROUNDS
+            {
+                break result;
+            }
+            rounds += 1;
+            let responses = answer_inputs(&result, ctx).await.map_err(|message| {
+                ToolError::ExecutionFailed {
+                    plugin: plugin.clone(),
+                    tool: tool.name.clone(),
+                    message,
+                }
+            })?;
+            params["inputResponses"] = Value::Object(responses);
+            match result.get("requestState") {
+                Some(state @ Value::String(_)) => params["requestState"] = state.clone(),
+                _ => {
+                    if let Some(p) = params.as_object_mut() {
+                        p.remove("requestState");
+                    }
+                }
+            }
+        }
     };
+    if let Some(why) = not_complete(&result) {
+        return Err(ToolError::ExecutionFailed {
+            plugin: plugin.clone(),
+            tool: tool.name.clone(),
+            message: why,
+        });
+    }
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         return Err(ToolError::ExecutionFailed {
             plugin: plugin.clone(),
@@ -941,6 +1367,93 @@ pub async fn call_tool(
         });
     }
     Ok(result)
+}
+
+/// Answers the `inputRequests` of a 2026-07-28 `input_required` result the
+/// way plugd answers the same requests sent on their own: elicitation and
+/// sampling by the client of the call that takes them (a call made through
+/// plugd's MCP gateway), anything else not at all. The error says what
+/// could not be answered.
+async fn answer_inputs(
+    result: &Value,
+    ctx: &CallContext,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let mut responses = serde_json::Map::new();
+    let Some(requests) = result.get("inputRequests").and_then(Value::as_object) else {
+        return Ok(responses);
+    };
+    if requests.len() > MAX_INPUT_REQUESTS {
+        return Err(format!(
+            "the server asked for {} inputs at once; plugd answers at most {MAX_INPUT_REQUESTS}",
+            requests.len()
+        ));
+    }
+    for (key, request) in requests {
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let method: String = method.chars().take(64).collect();
+        let client = match method.as_str() {
+            "elicitation/create" | "sampling/createMessage" => {
+                ctx.client.as_ref().filter(|c| c.0.accepts(&method))
+            }
+            _ => None,
+        };
+        let Some(client) = client else {
+            return Err(format!(
+                "the server needs input to go on (resultType \"input_required\": {method:?}) and plugd has nobody to ask it for this call: elicitation and sampling are answered only during a call made through plugd's MCP gateway by a client that supports them"
+            ));
+        };
+        let params = request.get("params").cloned().unwrap_or_else(|| json!({}));
+        match client.0.request(method.clone(), params).await {
+            Ok(answer) => {
+                responses.insert(key.clone(), answer);
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the client of the call refused the server's {method}: {}",
+                    e.message
+                ));
+            }
+        }
+    }
+    Ok(responses)
+}
+
+/// Why a 2026-07-28 result is not a final one (`resultType` other than
+/// `"complete"`), or `None` for a final result (every result of the
+/// stateful revisions, which have no `resultType`).
+pub(crate) fn not_complete(result: &Value) -> Option<String> {
+    match result.get("resultType") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(t)) if t == "complete" => None,
+        Some(Value::String(t)) if t == "input_required" => {
+            let asked: Vec<String> = result
+                .get("inputRequests")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.values()
+                        .filter_map(|r| r.get("method").and_then(Value::as_str))
+                        .take(8)
+                        .map(|m| m.chars().take(64).collect())
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some(format!(
+                "the server still needs input after {MAX_INPUT_ROUNDS} rounds of answers (resultType \"input_required\"{})",
+                if asked.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", asked.join(", "))
+                }
+            ))
+        }
+        Some(other) => Some(format!(
+            "the server answered with resultType {}, which plugd does not know",
+            preview(other)
+        )),
+    }
 }
 
 /// The text content of an `isError` result, joined by newlines (the JSON of
@@ -1012,7 +1525,7 @@ mod tests {
 
     #[test]
     fn tools_call_carries_the_request_id_as_progress_token() {
-        let bytes = McpProtocol.encode_request(
+        let bytes = McpProtocol::default().encode_request(
             7,
             "tools/call",
             Some(json!({"name": "echo", "arguments": {}})),
@@ -1020,14 +1533,62 @@ mod tests {
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["params"]["_meta"]["progressToken"], 7);
         assert_eq!(v["params"]["name"], "echo");
-        let bytes = McpProtocol.encode_request(8, "tools/list", None);
+        let bytes = McpProtocol::default().encode_request(8, "tools/list", None);
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert!(v.get("params").is_none(), "{v}");
     }
 
     #[test]
+    fn a_stateless_connection_stamps_every_request() {
+        let envelope = Envelope::default();
+        let protocol = McpProtocol::new(envelope.clone());
+        let v: Value =
+            serde_json::from_slice(&protocol.encode_request(1, "tools/list", None)).unwrap();
+        assert!(v.get("params").is_none(), "not stateless yet: {v}");
+        let _ = envelope.set(stateless_meta(
+            plugd_mcp::STATELESS,
+            &client_capabilities(false),
+            &client_info(),
+        ));
+        for (method, params) in [
+            ("tools/list", None),
+            ("resources/read", Some(json!({"uri": "a://b"}))),
+            ("tools/call", Some(json!({"name": "echo", "arguments": {}}))),
+        ] {
+            let v: Value =
+                serde_json::from_slice(&protocol.encode_request(2, method, params)).unwrap();
+            let meta = &v["params"]["_meta"];
+            assert_eq!(meta[plugd_mcp::META_PROTOCOL_VERSION], "2026-07-28", "{v}");
+            assert!(meta[plugd_mcp::META_CLIENT_CAPABILITIES]["elicitation"].is_object());
+            assert_eq!(meta[plugd_mcp::META_CLIENT_INFO]["name"], "plugd");
+        }
+        let v: Value = serde_json::from_slice(&protocol.encode_request(
+            3,
+            "tools/call",
+            Some(json!({"name": "echo"})),
+        ))
+        .unwrap();
+        assert_eq!(v["params"]["_meta"]["progressToken"], 3);
+    }
+
+    #[test]
+    fn results_that_are_not_final_are_named() {
+        assert!(not_complete(&json!({"content": []})).is_none());
+        assert!(not_complete(&json!({"resultType": "complete"})).is_none());
+        let why = not_complete(&json!({"resultType": "input_required",
+            "inputRequests": {"a": {"method": "sampling/createMessage"}}}))
+        .unwrap();
+        assert!(why.contains("sampling/createMessage"), "{why}");
+        assert!(
+            not_complete(&json!({"resultType": 7}))
+                .unwrap()
+                .contains("does not know")
+        );
+    }
+
+    #[test]
     fn progress_is_an_event_of_its_call() {
-        let got = McpProtocol
+        let got = McpProtocol::default()
             .decode(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":7,"progress":1,"total":2}}"#)
             .unwrap();
         assert_eq!(
@@ -1037,16 +1598,18 @@ mod tests {
                 event: json!({"progressToken":7,"progress":1,"total":2})
             }
         );
-        let got = McpProtocol
+        let got = McpProtocol::default()
             .decode(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x"}}"#)
             .unwrap();
         assert!(matches!(got, Incoming::Notification { .. }), "{got:?}");
-        assert!(McpProtocol.decode(b"not json").is_err());
+        assert!(McpProtocol::default().decode(b"not json").is_err());
     }
 
     #[test]
     fn cancel_is_notifications_cancelled() {
-        let bytes = McpProtocol.encode_cancel(9, "deadline_exceeded").unwrap();
+        let bytes = McpProtocol::default()
+            .encode_cancel(9, "deadline_exceeded")
+            .unwrap();
         let v: Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["method"], "notifications/cancelled");
         assert_eq!(
@@ -1118,12 +1681,12 @@ mod props {
 
         #[test]
         fn decode_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = McpProtocol.decode(&bytes);
+            let _ = McpProtocol::default().decode(&bytes);
         }
 
         #[test]
         fn decode_never_panics_on_notifications(v in frame()) {
-            let _ = McpProtocol.decode(v.to_string().as_bytes());
+            let _ = McpProtocol::default().decode(v.to_string().as_bytes());
         }
     }
 }

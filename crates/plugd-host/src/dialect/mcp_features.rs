@@ -227,12 +227,20 @@ pub enum FeatureError {
     Call(#[from] CallError),
 }
 
+/// The `_meta` entries every request of a stateless (2026-07-28)
+/// connection carries: unset on a connection that made the `initialize`
+/// handshake. Shared between a connection's [`FeatureState`] (set by the
+/// handshake) and its envelope, which stamps them on each request.
+pub type Envelope = Arc<OnceLock<serde_json::Map<String, Value>>>;
+
 /// What a connection knows about the server's features: its declared
 /// capabilities and the cached listings. Lives in the MCP [`McpState`].
 #[derive(Debug, Default)]
 pub struct FeatureState {
-    /// The `capabilities` of the `initialize` reply.
+    /// The `capabilities` of the `initialize` reply (or `server/discover`).
     capabilities: OnceLock<Value>,
+    /// The per-request `_meta` of a stateless connection.
+    envelope: Envelope,
     cache: Mutex<HashMap<ListKind, Arc<Vec<Value>>>>,
     /// Bumped by every list_changed, so a listing read across one is not cached.
     generation: AtomicU64,
@@ -242,6 +250,26 @@ impl FeatureState {
     /// Records the server's capabilities (once, from the handshake).
     pub fn set_capabilities(&self, caps: Value) {
         let _ = self.capabilities.set(caps);
+    }
+
+    /// The `_meta` cell of this connection, for its envelope to read.
+    pub fn envelope(&self) -> Envelope {
+        self.envelope.clone()
+    }
+
+    /// Makes this connection stateless: every later request carries `meta`
+    /// (set once, by the handshake).
+    pub fn set_stateless(&self, meta: serde_json::Map<String, Value>) {
+        let _ = self.envelope.set(meta);
+    }
+
+    /// The stateless revision this connection speaks, when it speaks one
+    /// (`None` after an `initialize` handshake).
+    pub fn stateless_revision(&self) -> Option<&str> {
+        self.envelope
+            .get()?
+            .get(plugd_mcp::META_PROTOCOL_VERSION)?
+            .as_str()
     }
 
     /// The server's declared capabilities (`{}` before the handshake).
@@ -566,6 +594,9 @@ impl<'a> Features<'a> {
             .peer
             .call(METHOD, Some(json!({"uri": uri})), timeout)
             .await?;
+        if let Some(why) = super::mcp::not_complete(&reply) {
+            return Err(self.malformed(METHOD, why));
+        }
         check_read(&reply).map_err(|r| self.malformed(METHOD, r))?;
         Ok(reply)
     }
@@ -634,6 +665,9 @@ impl<'a> Features<'a> {
             params["arguments"] = json!(arguments);
         }
         let reply = self.peer.call(METHOD, Some(params), timeout).await?;
+        if let Some(why) = super::mcp::not_complete(&reply) {
+            return Err(self.malformed(METHOD, why));
+        }
         check_prompt(&reply).map_err(|r| self.malformed(METHOD, r))?;
         Ok(reply)
     }

@@ -110,6 +110,9 @@ pub struct HostServices {
     /// starts is not offered the `roots` capability. Serve updates it when
     /// plugd.yaml changes ([`McpRoots::replace`]).
     pub mcp_roots: McpRoots,
+    /// plugd.yaml's `stateless` per MCP server: `true` tries the stateless
+    /// revision first, `false` never speaks it (see `dialect::mcp::open`).
+    pub mcp_stateless: McpServerFlags,
     /// Where MCP servers' resource and prompt changes are forwarded (one
     /// broadcast for the host, so receivers outlive restarts).
     pub mcp_events: McpEvents,
@@ -157,6 +160,27 @@ impl McpRoots {
     }
 }
 
+/// A flag per MCP server name shared by every start, replaced when
+/// plugd.yaml changes.
+#[derive(Debug, Clone, Default)]
+pub struct McpServerFlags(Arc<std::sync::RwLock<std::collections::BTreeMap<String, bool>>>);
+
+impl McpServerFlags {
+    /// The flag of `server` now, if set.
+    pub fn get(&self, server: &str) -> Option<bool> {
+        self.0
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(server)
+            .copied()
+    }
+
+    /// Replaces every flag.
+    pub fn replace(&self, flags: std::collections::BTreeMap<String, bool>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = flags;
+    }
+}
+
 impl std::fmt::Debug for HostServices {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostServices")
@@ -173,6 +197,7 @@ impl HostServices {
             state_root: dir.join(".plugd").join("state"),
             api: None,
             mcp_roots: McpRoots::default(),
+            mcp_stateless: McpServerFlags::default(),
             mcp_events: McpEvents::default(),
             mcp_subscriptions: McpSubscriptions::default(),
             mcp_requests: mcp::McpRequests::default(),

@@ -23,6 +23,7 @@ mod mcp;
 mod mcp_remote;
 mod mcp_requests;
 mod mcp_resources;
+mod mcp_stateless;
 mod mcp_tasks;
 mod memory;
 mod microapp;

@@ -622,9 +622,9 @@ async fn a_server_without_the_capability_is_refused_without_a_round_trip() {
     }
     let methods = seen(&rt).await;
     assert!(
-        methods
-            .iter()
-            .all(|m| ["initialize", "tools/list", "tools/call"].contains(&m.as_str())),
+        methods.iter().all(
+            |m| ["server/discover", "initialize", "tools/list", "tools/call"].contains(&m.as_str())
+        ),
         "plugd sent what the server never declared: {methods:?}"
     );
     // Listing every server leaves it out, silently.
