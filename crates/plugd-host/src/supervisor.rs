@@ -627,6 +627,12 @@ impl Supervised {
                 )))
             }
             Ok(Err(e)) => Err(e),
+            // The peer's timeout names what was left of the deadline; the
+            // caller configured the whole of it.
+            Ok(Ok((_, Err(ToolError::Call(CallError::Timeout { .. }))))) => Err(killed(format!(
+                "the retry of this call of tool {:?} (read-only or idempotent) did not finish within its {timeout:?} deadline",
+                tool.name
+            ))),
             Ok(Ok((conn, Err(ToolError::Call(CallError::Closed(_))))))
                 if conn.killed_as_runaway() =>
             {
