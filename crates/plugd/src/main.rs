@@ -766,7 +766,26 @@ fn print_plugin_detail(p: &PluginInfo) {
     if let Some(start) = &p.start {
         println!("start:     {start}");
     }
-    if !p.command.is_empty() {
+    let remote_url = (p.details.get("transport").and_then(Value::as_str) == Some("http"))
+        .then(|| p.details.get("url").and_then(Value::as_str))
+        .flatten();
+    if let Some(url) = remote_url {
+        // What approving sends where: the URL and, per header, the operator
+        // secrets its value names (`${NAME}`; never the values).
+        println!("remote:    {url} (Streamable HTTP, runs inside plugd)");
+        if let Some(headers) = p.details.get("headers").and_then(Value::as_object) {
+            for (k, v) in headers {
+                let v = v.as_str().unwrap_or_default();
+                let names = plugd_manifest::mcp::placeholders(v);
+                let secrets = if names.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (sends secret {})", names.join(", "))
+                };
+                println!("header:    {k}: {v}{secrets}");
+            }
+        }
+    } else if !p.command.is_empty() {
         println!(
             "command:   {}",
             p.command

@@ -219,6 +219,16 @@ fn header_values_come_from_the_secret_store_and_are_never_printed() {
         "url": server.url,
         "headers": {"X-Api-Key": "${acme/api-key}"}
     }));
+    // What approving would send where is shown before anything is sent.
+    let show = ok(&plugd(&ws, &["plugin", "show", "remote"]));
+    assert!(
+        show.contains(&format!("remote:    {}", server.url)),
+        "{show}"
+    );
+    assert!(
+        show.contains("header:    X-Api-Key: ${acme/api-key} (sends secret acme/api-key)"),
+        "{show}"
+    );
     // Not set yet: the start is refused, naming the secret and the command.
     let refused = plugd(&ws, &["plugin", "approve", "remote"]);
     assert!(!refused.status.success());
@@ -257,7 +267,11 @@ fn header_values_come_from_the_secret_store_and_are_never_printed() {
     assert!(ok(&out).contains("remote echo: k"));
     assert_eq!(server.stats()["header_misses"], 0);
     // The value is in no file of the workspace in clear and in no output.
-    for o in [&out, &plugd(&ws, &["plugin", "list"])] {
+    for o in [
+        &out,
+        &plugd(&ws, &["plugin", "list"]),
+        &plugd(&ws, &["plugin", "show", "remote"]),
+    ] {
         assert!(!stdout(o).contains(secret) && !stderr(o).contains(secret));
     }
     assert_no_clear_text(ws.dir(), secret);
