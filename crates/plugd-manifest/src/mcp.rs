@@ -340,27 +340,19 @@ fn parse_entry(
             });
         }
     }
-    for key in ["type", "transport"] {
-        match entry.get(key) {
-            None => {}
-            Some(Value::String(s)) if s == "stdio" => {}
-            Some(Value::String(s)) => {
-                return Err(invalid(
-                    field(key),
-                    format!(
-                        "transport {} is not supported; use \"stdio\" (with \"command\") or \"http\" (with \"url\", Streamable HTTP)",
-                        quote(s)
-                    ),
-                ));
-            }
-            Some(other) => {
-                return Err(invalid(
-                    field(key),
-                    format!("expected the string \"stdio\", got {}", kind(other)),
-                ));
-            }
-        }
-    }
+    check_transport(
+        entry,
+        &field,
+        path,
+        "stdio",
+        |s| s == "stdio",
+        |s| {
+            format!(
+                "transport {} is not supported; use \"stdio\" (with \"command\") or \"http\" (with \"url\", Streamable HTTP)",
+                quote(s)
+            )
+        },
+    )?;
 
     let command = match entry.get("command") {
         None => {
@@ -515,6 +507,32 @@ fn parse_env(
     Ok(env)
 }
 
+/// Checks an entry's `type` and `transport` (either may be absent): each
+/// must be a string `accepts`; `refusal` words the error for another one.
+fn check_transport(
+    entry: &Map<String, Value>,
+    field: &dyn Fn(&str) -> String,
+    path: &Path,
+    expected: &str,
+    accepts: impl Fn(&str) -> bool,
+    refusal: impl Fn(&str) -> String,
+) -> Result<(), ManifestError> {
+    for key in ["type", "transport"] {
+        let message = match entry.get(key) {
+            None => continue,
+            Some(Value::String(s)) if accepts(s) => continue,
+            Some(Value::String(s)) => refusal(s),
+            Some(other) => format!("expected the string \"{expected}\", got {}", kind(other)),
+        };
+        return Err(ManifestError::Invalid {
+            path: path.to_path_buf(),
+            field: field(key),
+            message,
+        });
+    }
+    Ok(())
+}
+
 /// Whether the entry's `type`/`transport` names Streamable HTTP.
 fn remote_type(entry: &Map<String, Value>) -> bool {
     ["type", "transport"]
@@ -561,33 +579,16 @@ fn parse_remote(
             });
         }
     }
-    for key in ["type", "transport"] {
-        match entry.get(key) {
-            None => {}
-            Some(Value::String(s)) if is_http_type(s) => {}
-            Some(Value::String(s)) if s == "sse" => {
-                return Err(invalid(
-                    field(key),
-                    "the legacy HTTP+SSE transport (\"sse\", protocol 2024-11-05) is not supported; plugd speaks Streamable HTTP: set it to \"http\" if the server offers it".into(),
-                ));
-            }
-            Some(Value::String(s)) => {
-                return Err(invalid(
-                    field(key),
-                    format!(
-                        "transport {} does not go with \"url\"; use \"http\" (Streamable HTTP)",
-                        quote(s)
-                    ),
-                ));
-            }
-            Some(other) => {
-                return Err(invalid(
-                    field(key),
-                    format!("expected the string \"http\", got {}", kind(other)),
-                ));
-            }
+    check_transport(entry, &field, path, "http", is_http_type, |s| {
+        if s == "sse" {
+            "the legacy HTTP+SSE transport (\"sse\", protocol 2024-11-05) is not supported; plugd speaks Streamable HTTP: set it to \"http\" if the server offers it".into()
+        } else {
+            format!(
+                "transport {} does not go with \"url\"; use \"http\" (Streamable HTTP)",
+                quote(s)
+            )
         }
-    }
+    })?;
     let url = match entry.get("url") {
         Some(Value::String(u)) => u.trim().to_owned(),
         Some(other) => {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ws, path_with_venv, plugd_cmd, repo, stderr, stdout};
+use crate::support::{Ws, ok, path_with_venv, plugd_cmd, repo, stderr, stdout};
 
 /// A fixture server process, killed on drop.
 struct Server {
@@ -131,16 +131,6 @@ fn remote_ws(entry: Value) -> Ws {
     )
     .unwrap();
     ws
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
-    stdout(o)
 }
 
 /// `plugd mcp login remote`, with this test as the browser: fetch the

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ws, path_with_venv, repo, stderr, stdout};
+use crate::support::{Ws, ok, path_with_venv, repo, stderr, stdout};
 
 fn fixture(script: &str) -> String {
     repo()
@@ -48,16 +48,6 @@ fn ws_default(server: Value) -> Ws {
     )
     .unwrap();
     ws
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "stdout: {}\nstderr: {}",
-        stdout(o),
-        stderr(o)
-    );
-    stdout(o)
 }
 
 /// `plugd tool call s/TOOL --json` (the whole MCP result).

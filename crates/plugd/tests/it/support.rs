@@ -160,6 +160,17 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The stdout of a command that must have succeeded (else both streams).
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stdout: {}\nstderr: {}",
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
