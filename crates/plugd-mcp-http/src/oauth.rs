@@ -16,10 +16,21 @@
 //! challenge's `scope`, else the resource's `scopes_supported`, else none.
 //! Every authorization and token request carries `resource` (RFC 8707).
 //! Authorization endpoints must be HTTPS or loopback, as the spec requires.
+//!
+//! The redirect comes back to a listener on `127.0.0.1` (the exact port is
+//! the `redirect_uri`'s). Another local user can reach it too, so only a
+//! `GET /callback` carrying this login's `state` ends the wait, with its
+//! `code` or its `error`; any other request is answered (`404`, `405`,
+//! `400`) and ignored, and the wait goes on until the login's timeout.
+//! Connections are served concurrently, at most [`CALLBACK_CONNECTIONS`],
+//! one request each with a head of at most [`CALLBACK_HEAD`] bytes and no
+//! body read, so neither a flood nor an idle connection holds the login up
+//! or grows memory.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::BoxFuture;
@@ -245,7 +256,9 @@ async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, St
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| format!("the reply broke off: {e}"))?;
         if buf.len() + chunk.len() > max {
-            return Err(format!("the reply is over {max} bytes"));
+            return Err(format!(
+                "the reply is over {max} bytes, the limit for OAuth documents; plugd read no further"
+            ));
         }
         buf.extend_from_slice(&chunk);
     }
@@ -790,35 +803,36 @@ pub async fn begin(server: &Url, settings: &ClientSettings) -> Result<Login, OAu
 }
 
 impl Login {
-    /// Waits (up to `timeout`) for the browser's redirect, checks its state,
-    /// and exchanges the code for tokens.
+    /// The address the redirect listener is bound to (loopback only; the
+    /// authorization URL's `redirect_uri` names its port).
+    pub fn local_addr(&self) -> Result<SocketAddr, OAuthError> {
+        self.listener
+            .local_addr()
+            .map_err(|e| err(format!("the redirect listener has no address: {e}")))
+    }
+
+    /// Waits (up to `timeout`) for the browser's redirect carrying this
+    /// login's state, and exchanges its code for tokens. Redirects with
+    /// another state, and requests for other paths, are answered with an
+    /// error page and ignored (see [`CALLBACK_CONNECTIONS`]).
     pub async fn finish(self, timeout: Duration) -> Result<Stored, OAuthError> {
-        let query = tokio::time::timeout(timeout, callback(&self.listener))
-            .await
-            .map_err(|_| {
-                err(format!(
-                    "nobody completed the authorization within {} s",
-                    timeout.as_secs()
-                ))
-            })??;
-        let got_state = query.get("state").map(String::as_str).unwrap_or("");
-        if got_state != self.state.secret() {
-            return Err(err(
-                "the redirect's state does not match this login (a forged or stale redirect); try again",
-            ));
-        }
-        if let Some(e) = query.get("error") {
-            return Err(err(format!(
-                "the authorization server refused: {e}{}",
-                query
-                    .get("error_description")
-                    .map(|d| format!(" ({d})"))
-                    .unwrap_or_default()
-            )));
-        }
-        let code = query
-            .get("code")
-            .ok_or_else(|| err("the redirect carries no code"))?;
+        let ignored = Arc::new(AtomicUsize::new(0));
+        let code = tokio::time::timeout(
+            timeout,
+            callback(&self.listener, self.state.secret(), ignored.clone()),
+        )
+        .await
+        .map_err(|_| {
+            let ignored = match ignored.load(Ordering::Relaxed) {
+                0 => String::new(),
+                1 => " (1 redirect with a wrong state was ignored)".to_owned(),
+                n => format!(" ({n} redirects with a wrong state were ignored)"),
+            };
+            err(format!(
+                "nobody completed the authorization within {} s{ignored}; run the login again",
+                timeout.as_secs()
+            ))
+        })??;
         let client = token_client(
             &self.reg.client_id,
             self.reg.client_secret.as_deref(),
@@ -829,7 +843,7 @@ impl Login {
         let http = self.http.clone();
         let fetch = move |req| send(http.clone(), req);
         let tokens = client
-            .exchange_code(AuthorizationCode::new(code.clone()))
+            .exchange_code(AuthorizationCode::new(code))
             .set_pkce_verifier(self.verifier)
             .add_extra_param("resource", self.discovery.resource.clone())
             .request_async(&fetch)
@@ -846,62 +860,173 @@ impl Login {
     }
 }
 
-/// Serves the loopback redirect until a request for `/callback` arrives;
-/// its query parameters.
-async fn callback(
-    listener: &tokio::net::TcpListener,
-) -> Result<BTreeMap<String, String>, OAuthError> {
-    use http_body_util::Full;
-    use hyper::service::service_fn;
-    loop {
-        let (stream, _) = listener
-            .accept()
-            .await
-            .map_err(|e| err(format!("the redirect listener failed: {e}")))?;
-        let (tx, rx) = tokio::sync::oneshot::channel::<BTreeMap<String, String>>();
-        let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
-        let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-            let tx = tx.clone();
-            async move {
-                let is_callback = req.uri().path() == "/callback";
-                let (status, text) = if is_callback {
-                    let query: BTreeMap<String, String> =
-                        url::form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
-                            .into_owned()
-                            .collect();
-                    let ok = !query.contains_key("error");
-                    if let Some(tx) = tx.lock().unwrap_or_else(|p| p.into_inner()).take() {
-                        let _ = tx.send(query);
-                    }
-                    if ok {
-                        (
-                            200,
-                            "plugd received the authorization; you can close this tab.",
-                        )
-                    } else {
-                        (400, "The authorization was refused; see plugd's output.")
-                    }
-                } else {
-                    (404, "Not found")
-                };
-                let resp = hyper::Response::builder()
-                    .status(status)
-                    .header("content-type", "text/plain; charset=utf-8")
-                    .body(Full::new(bytes::Bytes::from_static(text.as_bytes())))
-                    .unwrap_or_default();
-                Ok::<_, std::convert::Infallible>(resp)
-            }
-        });
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(Duration::from_secs(10))
-            .serve_connection(io, service);
-        let _ = tokio::time::timeout(Duration::from_secs(15), conn).await;
-        if let Ok(query) = rx.await {
-            return Ok(query);
+/// Connections the redirect listener serves at once; one more is closed
+/// unanswered. Each serves one request (no keep-alive).
+pub const CALLBACK_CONNECTIONS: usize = 64;
+/// Largest request head the redirect listener reads (a larger one is
+/// answered `431`); no request body is ever read.
+pub const CALLBACK_HEAD: usize = 16 * 1024;
+/// How long a connection to the redirect listener may take to send its
+/// request head, and to be served in all.
+const CALLBACK_HEAD_TIME: Duration = Duration::from_secs(5);
+const CALLBACK_CONNECTION_TIME: Duration = Duration::from_secs(10);
+
+/// What the redirect listener does with one request.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    page: &'static str,
+    /// `None`: not this login's redirect, ignored. `Some`: the wait ends
+    /// with the code, or with why there is none.
+    outcome: Option<Result<String, OAuthError>>,
+}
+
+impl Answer {
+    fn ignore(status: u16, page: &'static str) -> Answer {
+        Answer {
+            status,
+            page,
+            outcome: None,
         }
     }
+}
+
+/// Judges one request to the redirect listener: only a `GET /callback`
+/// whose `state` is `state` ends the login, with its `code` or its `error`.
+fn judge(method: &hyper::Method, path: &str, query: Option<&str>, state: &str) -> Answer {
+    if path != "/callback" {
+        return Answer::ignore(404, "Not found.");
+    }
+    if method != hyper::Method::GET {
+        return Answer::ignore(405, "Method not allowed.");
+    }
+    let query: BTreeMap<String, String> =
+        url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let got = query.get("state").map_or("", String::as_str);
+    if state.is_empty() || !same_secret(got.as_bytes(), state.as_bytes()) {
+        return Answer::ignore(
+            400,
+            "This redirect does not carry the state of the login plugd is waiting for; it was ignored.",
+        );
+    }
+    let clip = |s: &str| s.chars().take(200).collect::<String>();
+    let outcome = match (query.get("error"), query.get("code")) {
+        (Some(e), _) => Err(err(format!(
+            "the authorization server refused: {:?}{}",
+            clip(e),
+            query
+                .get("error_description")
+                .map(|d| format!(" ({:?})", clip(d)))
+                .unwrap_or_default()
+        ))),
+        (None, Some(code)) if !code.is_empty() => Ok(code.clone()),
+        (None, _) => Err(err(
+            "the redirect carries neither a code nor an error; run the login again",
+        )),
+    };
+    let (status, page) = match outcome {
+        Ok(_) => (
+            200,
+            "plugd received the authorization; you can close this tab.",
+        ),
+        Err(_) => (400, "The authorization failed; see plugd's output."),
+    };
+    Answer {
+        status,
+        page,
+        outcome: Some(outcome),
+    }
+}
+
+/// Whether two secrets are equal, in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serves the loopback redirect until a `/callback` request carrying
+/// `state` arrives: its code, or why there is none. Anything else is
+/// answered and ignored (wrong states counted in `ignored`), so another
+/// local user cannot end the login; connections are served concurrently,
+/// at most [`CALLBACK_CONNECTIONS`] at a time, one bounded request each.
+async fn callback(
+    listener: &tokio::net::TcpListener,
+    state: &str,
+    ignored: Arc<AtomicUsize>,
+) -> Result<String, OAuthError> {
+    let state: Arc<str> = Arc::from(state);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(CALLBACK_CONNECTIONS));
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            Some(outcome) = rx.recv() => return outcome,
+            Some(_) = conns.join_next() => {}
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of descriptors under a flood, say: not the login's end.
+                        tracing::debug!("the redirect listener could not accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                // Full: the connection is closed unanswered.
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    continue;
+                };
+                let (state, tx, ignored) = (state.clone(), tx.clone(), ignored.clone());
+                conns.spawn(async move {
+                    if let Some(outcome) = serve_redirect(stream, &state, &ignored).await {
+                        let _ = tx.send(outcome).await;
+                    }
+                    drop(slot);
+                });
+            }
+        }
+    }
+}
+
+/// Serves one connection to the redirect listener (one request, its head
+/// bounded, no body read): this login's outcome, once the page is sent.
+async fn serve_redirect(
+    stream: tokio::net::TcpStream,
+    state: &str,
+    ignored: &AtomicUsize,
+) -> Option<Result<String, OAuthError>> {
+    use http_body_util::Full;
+    use hyper::service::service_fn;
+    let outcome = std::sync::Mutex::new(None);
+    let service = service_fn(|req: hyper::Request<hyper::body::Incoming>| {
+        let answer = judge(req.method(), req.uri().path(), req.uri().query(), state);
+        // Only a `/callback` with a wrong state is answered 400 and ignored.
+        let wrong_state = answer.outcome.is_none() && answer.status == 400;
+        if wrong_state && ignored.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                "ignored a redirect whose state is not this login's (another program on this machine, or a stale browser tab)"
+            );
+        }
+        if let Some(o) = answer.outcome {
+            *outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(o);
+        }
+        let resp = hyper::Response::builder()
+            .status(answer.status)
+            .header("content-type", "text/plain; charset=utf-8")
+            .header("cache-control", "no-store")
+            .body(Full::new(bytes::Bytes::from_static(answer.page.as_bytes())))
+            .unwrap_or_default();
+        async move { Ok::<_, std::convert::Infallible>(resp) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(CALLBACK_HEAD_TIME)
+        .keep_alive(false)
+        .max_buf_size(CALLBACK_HEAD)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+    let _ = tokio::time::timeout(CALLBACK_CONNECTION_TIME, conn).await;
+    outcome.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Refreshes `stored` with its refresh token.
@@ -1048,6 +1173,59 @@ mod tests {
         assert_eq!(p["scope"], "a \"b\"");
         assert!(challenge_params(&["Bearer"]).is_empty());
         assert!(challenge_params(&["Bearer =,,=\"\\"]).len() <= 1);
+    }
+
+    #[test]
+    fn only_a_get_of_the_callback_with_the_logins_state_ends_the_wait() {
+        let get = hyper::Method::GET;
+        let judged = |method: &hyper::Method, path: &str, query: &str| {
+            let a = judge(method, path, Some(query), "s3cr3t");
+            (a.status, a.outcome.map(|o| o.map_err(|e| e.0)))
+        };
+        for (path, query, status) in [
+            ("/", "state=s3cr3t&code=c", 404),
+            ("/callback/", "state=s3cr3t&code=c", 404),
+            ("/callback", "state=wrong&code=c", 400),
+            ("/callback", "state=s3cr3&code=c", 400),
+            ("/callback", "state=s3cr3tt&code=c", 400),
+            ("/callback", "code=c", 400),
+            ("/callback", "error=access_denied", 400),
+            ("/callback", "", 400),
+        ] {
+            assert_eq!(judged(&get, path, query), (status, None), "{path}?{query}");
+        }
+        assert_eq!(
+            judged(&hyper::Method::POST, "/callback", "state=s3cr3t&code=c"),
+            (405, None)
+        );
+        assert_eq!(
+            judged(&get, "/callback", "code=c%2B1&state=s3cr3t"),
+            (200, Some(Ok("c+1".to_owned())))
+        );
+        assert_eq!(
+            judged(
+                &get,
+                "/callback",
+                "state=s3cr3t&error=access_denied&error_description=no%1b%5B2J"
+            ),
+            (
+                400,
+                Some(Err(
+                    r#"the authorization server refused: "access_denied" ("no\u{1b}[2J")"#
+                        .to_owned()
+                ))
+            )
+        );
+        assert!(matches!(
+            judged(&get, "/callback", "state=s3cr3t&code="),
+            (400, Some(Err(e))) if e.contains("neither a code nor an error")
+        ));
+        // No state expected matches nothing, not even a missing one.
+        assert!(
+            judge(&get, "/callback", Some("code=c"), "")
+                .outcome
+                .is_none()
+        );
     }
 
     #[test]

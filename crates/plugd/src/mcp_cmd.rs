@@ -13,7 +13,9 @@
 //! 2.1, authorization code with PKCE; see `plugd_mcp_http::oauth`): it
 //! prints the authorization URL, waits for the browser's redirect to a
 //! loopback port, and stores the tokens sealed; `plugd mcp logout SERVER`
-//! forgets them.
+//! forgets them. It may run before the server is approved (it fetches
+//! metadata and tokens, runs nothing), and says first where it goes and
+//! whether the entry is approved.
 
 use std::sync::Arc;
 
@@ -92,6 +94,20 @@ async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) ->
     if let Some(s) = scope {
         target.settings.scope = Some(s.to_owned());
     }
+    // A login may contact the server of an entry not approved (yet): say so first.
+    let info = rt.plugin(server)?;
+    let caveat = if info.approved {
+        String::new()
+    } else {
+        let why = match info.state.as_str() {
+            "changed" => "changed since it was approved",
+            _ => "not approved yet",
+        };
+        format!(
+            " ({why}: login only fetches OAuth metadata and tokens; run `plugd plugin approve {server}` before it runs)"
+        )
+    };
+    eprintln!("plugd: logging in to {server} at {}{caveat}", target.url);
     let pending = plugd_mcp_http::oauth::begin(&target.url, &target.settings)
         .await
         .with_context(|| {

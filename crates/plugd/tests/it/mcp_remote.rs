@@ -136,6 +136,17 @@ fn remote_ws(entry: Value) -> Ws {
 /// `plugd mcp login remote`, with this test as the browser: fetch the
 /// authorization URL plugd prints, then follow its redirect to plugd.
 fn login(ws: &Ws) -> Output {
+    login_then(ws, |callback| {
+        let (status, body, _) = http_get(callback);
+        assert_eq!(status, 200, "{body}");
+    })
+}
+
+/// `plugd mcp login remote`: fetch the authorization URL plugd prints;
+/// as another local user, send plugd's redirect listener forged redirects
+/// first (each answered with an error and ignored); then hand the real
+/// redirect to `redirect`.
+fn login_then(ws: &Ws, redirect: impl FnOnce(&str)) -> Output {
     let mut child = plugd_cmd(ws.dir())
         .env("PLUGD_MASTER_KEY", KEY)
         .env("PLUGD_KEY_FILE", ws.dir().join("no-key-file"))
@@ -161,13 +172,28 @@ fn login(ws: &Ws) -> Output {
     assert_eq!(status, 302, "the authorization endpoint approves at once");
     let callback = location.expect("a redirect back to plugd");
     assert!(callback.starts_with("http://127.0.0.1:"), "{callback}");
-    let (status, body, _) = http_get(&callback);
-    assert_eq!(status, 200, "{body}");
+    let listener = callback.split('?').next().unwrap();
+    for (forged, want) in [
+        (format!("{listener}?code=forged&state=forged"), 400),
+        (format!("{listener}?error=access_denied"), 400),
+        (listener.replace("/callback", "/favicon.ico"), 404),
+    ] {
+        assert_eq!(http_get(&forged).0, want, "{forged}");
+    }
+    redirect(&callback);
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     let mut out = child.wait_with_output().unwrap();
     out.stderr = format!("{seen}{rest}").into_bytes();
     out
+}
+
+/// What `plugd mcp login remote` says before it contacts `url`, for an
+/// entry not approved yet.
+fn unapproved_line(url: &str) -> String {
+    format!(
+        "plugd: logging in to remote at {url} (not approved yet: login only fetches OAuth metadata and tokens; run `plugd plugin approve remote` before it runs)\n"
+    )
 }
 
 #[test]
@@ -312,6 +338,11 @@ fn oauth_login_authorizes_plugd_and_expired_tokens_are_refreshed_and_kept_sealed
         "{said}\n{}",
         stderr(&out)
     );
+    assert!(
+        stderr(&out).starts_with(&unapproved_line(&server.url)),
+        "{}",
+        stderr(&out)
+    );
     let stats = server.stats();
     assert_eq!(
         stats["registrations"], 1,
@@ -347,6 +378,14 @@ fn oauth_login_authorizes_plugd_and_expired_tokens_are_refreshed_and_kept_sealed
     );
     assert_no_clear_text(ws.dir(), "at-");
     assert_no_clear_text(ws.dir(), "rt-");
+    // Once approved, a login says where it goes, without the caveat.
+    let again = login(&ws);
+    ok(&again);
+    assert!(
+        stderr(&again).starts_with(&format!("plugd: logging in to remote at {}\n", server.url)),
+        "{}",
+        stderr(&again)
+    );
     // Logout forgets them; the next start is refused again.
     ok(&plugd(&ws, &["mcp", "logout", "remote"]));
     let refused = plugd(
@@ -359,6 +398,33 @@ fn oauth_login_authorizes_plugd_and_expired_tokens_are_refreshed_and_kept_sealed
         "{}",
         stderr(&refused)
     );
+}
+
+#[test]
+fn a_refusal_carrying_the_logins_state_fails_the_login_naming_the_error() {
+    let server = Server::start("remote_server.py", &[]);
+    let ws = remote_ws(json!({"type": "http", "url": server.url}));
+    let out = login_then(&ws, |callback| {
+        let (listener, query) = callback.split_once('?').unwrap();
+        let state = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("state="))
+            .expect("the redirect carries the state");
+        let refused = format!(
+            "{listener}?error=access_denied&error_description=the+user+said+no&state={state}"
+        );
+        assert_eq!(http_get(&refused).0, 400);
+    });
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(text.starts_with(&unapproved_line(&server.url)), "{text}");
+    assert!(
+        text.contains("the authorization server refused: \"access_denied\" (\"the user said no\")"),
+        "{text}"
+    );
+    assert_eq!(server.stats()["codes"], 0, "no code was exchanged");
+    let show = ok(&plugd(&ws, &["plugin", "config", "remote", "show"]));
+    assert!(!show.contains("••••"), "nothing was stored: {show}");
 }
 
 #[test]
