@@ -29,7 +29,9 @@ impl Digest {
     /// Parses `sha256:<64 lower-case hex>`.
     pub fn parse(s: &str) -> Result<Digest, BadDigest> {
         let ok = s.strip_prefix("sha256:").is_some_and(|h| {
-            h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            h.len() == 64
+                && h.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         });
         if ok {
             Ok(Digest(s.to_owned()))
@@ -345,7 +347,9 @@ mod tests {
         for (v, n) in [("0.9.0", 1), ("0.10.0", 2), ("0.2.0", 3)] {
             store.insert_package(&pkg("acme/devkit", v, n)).unwrap();
         }
-        store.insert_package(&pkg("acme/other", "9.0.0", 4)).unwrap();
+        store
+            .insert_package(&pkg("acme/other", "9.0.0", 4))
+            .unwrap();
         let sel = PackageSelector::Latest("acme/devkit".into());
         assert_eq!(store.find_package(&sel).unwrap().unwrap().version, "0.10.0");
         let sel = PackageSelector::parse("acme/devkit@0.2.0").unwrap();

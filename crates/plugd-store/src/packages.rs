@@ -47,9 +47,19 @@ struct Record {
     size: u64,
 }
 
-const COLUMNS: &str = "digest, package_id, version, source, installed_at, installed_by, path, record";
+const COLUMNS: &str =
+    "digest, package_id, version, source, installed_at, installed_by, path, record";
 
-type Raw = (String, String, String, String, String, String, String, String);
+type Raw = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+);
 
 fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
     Ok((
@@ -102,7 +112,10 @@ impl Store {
             .prepare(&format!(
                 "SELECT {COLUMNS} FROM packages {filter} ORDER BY package_id, installed_at, digest"
             ))
-            .and_then(|mut s| s.query_map(args, raw)?.collect::<rusqlite::Result<Vec<_>>>())
+            .and_then(|mut s| {
+                s.query_map(args, raw)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
             .map_err(|e| self.query_error(action.to_owned(), e))?;
         drop(conn);
         rows.into_iter().map(|r| self.decode_package(r)).collect()
@@ -129,7 +142,12 @@ impl PackageStore for Store {
             what: format!("package path {}", p.path.display()),
             problem: "is not UTF-8; install packages under a UTF-8 workspace path",
         })?;
-        let action = || format!("install package {}@{} ({})", p.package_id, p.version, p.digest);
+        let action = || {
+            format!(
+                "install package {}@{} ({})",
+                p.package_id, p.version, p.digest
+            )
+        };
         let mut conn = self.lock();
         let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<Result<(), Raw>> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -148,7 +166,9 @@ impl PackageStore for Store {
                 return Ok(Err(row));
             }
             tx.execute(
-                &format!("INSERT INTO packages ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+                &format!(
+                    "INSERT INTO packages ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ),
                 params![
                     p.digest.as_str(),
                     p.package_id,
