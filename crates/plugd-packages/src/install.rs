@@ -43,21 +43,31 @@ struct Config {
     version: String,
 }
 
-/// Pulls `source` and installs it under `state_dir` (the workspace's
-/// `.plugd`), recorded in `store` as installed by `by` at `at` (RFC 3339).
+/// What to pull, how, and who asks.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The reference to pull.
+    pub source: &'a OciRef,
+    /// How to reach its registry.
+    pub opts: &'a RegistryOptions,
+    /// Who installs it (`token:NAME`, a Unix user name).
+    pub by: &'a str,
+    /// When (RFC 3339 UTC).
+    pub at: &'a str,
+}
+
+/// Pulls `req.source` and installs it under `state_dir` (the workspace's
+/// `.plugd`), recorded in `store`, within [`PULL_DEADLINE`].
 pub async fn install<S: PackageStore>(
     store: &S,
     state_dir: &Path,
-    source: &OciRef,
-    opts: &RegistryOptions,
-    by: &str,
-    at: &str,
+    req: &Request<'_>,
 ) -> Result<Installed, PackageError> {
-    tokio::time::timeout(PULL_DEADLINE, pull(store, state_dir, source, opts, by, at))
+    tokio::time::timeout(PULL_DEADLINE, pull(store, state_dir, req))
         .await
         .unwrap_or_else(|_| {
             Err(PackageError::Timeout {
-                reference: source.to_string(),
+                reference: req.source.to_string(),
                 secs: PULL_DEADLINE.as_secs(),
             })
         })
@@ -70,11 +80,14 @@ fn store_error(e: impl std::error::Error + Send + Sync + 'static) -> PackageErro
 async fn pull<S: PackageStore>(
     store: &S,
     state_dir: &Path,
-    source: &OciRef,
-    opts: &RegistryOptions,
-    by: &str,
-    at: &str,
+    req: &Request<'_>,
 ) -> Result<Installed, PackageError> {
+    let Request {
+        source,
+        opts,
+        by,
+        at,
+    } = *req;
     let remote = Remote::new(source, opts);
     let artifact = remote.artifact().await?;
     if let Some(p) = store.package(&artifact.digest).map_err(store_error)? {

@@ -28,7 +28,7 @@ pub mod scan;
 
 use std::path::PathBuf;
 
-pub use install::{Installed, install};
+pub use install::{Installed, Request, install};
 pub use oci::{OciRef, RegistryOptions, push};
 pub use scan::{PackageDir, read_package_dir};
 

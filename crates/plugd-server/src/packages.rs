@@ -87,16 +87,16 @@ async fn pull(
         ..RegistryOptions::default()
     };
     let state_dir = state.runtime.dir().join(".plugd");
-    let done = plugd_packages::install(
-        state.runtime.store().as_ref(),
-        &state_dir,
-        &source,
-        &opts,
-        who.by(),
-        &plugd_store::now_rfc3339(),
-    )
-    .await
-    .map_err(package_error)?;
+    let at = plugd_store::now_rfc3339();
+    let req = plugd_packages::Request {
+        source: &source,
+        opts: &opts,
+        by: who.by(),
+        at: &at,
+    };
+    let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
+        .await
+        .map_err(package_error)?;
     let status = if done.new {
         StatusCode::CREATED
     } else {

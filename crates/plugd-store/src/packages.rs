@@ -50,33 +50,29 @@ struct Record {
 const COLUMNS: &str =
     "digest, package_id, version, source, installed_at, installed_by, path, record";
 
-type Raw = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-);
+/// A row's columns in [`COLUMNS`] order.
+type Raw = [String; 8];
 
 fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-        r.get(6)?,
-        r.get(7)?,
-    ))
+    let mut out = Raw::default();
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = r.get(i)?;
+    }
+    Ok(out)
 }
 
 impl Store {
     fn decode_package(&self, r: Raw) -> Result<Package, StoreError> {
-        let (digest, package_id, version, source, installed_at, installed_by, path, record) = r;
+        let [
+            digest,
+            package_id,
+            version,
+            source,
+            installed_at,
+            installed_by,
+            path,
+            record,
+        ] = r;
         let damaged = |detail: String| StoreError::Damaged {
             db: self.label().to_owned(),
             what: format!("package {digest}"),

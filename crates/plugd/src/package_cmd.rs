@@ -101,15 +101,14 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             };
             let store = Store::open(&state)?;
             let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
-            let done = plugd_packages::install(
-                &store,
-                &state,
-                &source,
-                &opts,
-                &by,
-                &plugd_store::now_rfc3339(),
-            )
-            .await?;
+            let at = plugd_store::now_rfc3339();
+            let req = plugd_packages::Request {
+                source: &source,
+                opts: &opts,
+                by: &by,
+                at: &at,
+            };
+            let done = plugd_packages::install(&store, &state, &req).await?;
             let p = &done.package;
             if flags.json {
                 let mut v = serde_json::to_value(p)?;
