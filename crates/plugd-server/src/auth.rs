@@ -155,6 +155,7 @@ pub fn required(method: &Method, path: &str) -> Right {
     match path {
         p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
         p if p.starts_with("/v1/approvals/") => Right::Govern,
+        "/v1/plugin-packages" => Right::Govern,
         p if p.starts_with("/v1/tools/")
             || p.starts_with("/v1/hooks/")
             || p.starts_with("/v1/sessions/")
@@ -474,6 +475,11 @@ mod tests {
         assert_eq!(required(&post, "/v1/plugins/x:start"), Right::Govern);
         assert_eq!(required(&post, "/v1/plugins/x:stop"), Right::Govern);
         assert_eq!(required(&post, "/v1/approvals/apr_1:deny"), Right::Govern);
+        assert_eq!(required(&post, "/v1/plugin-packages"), Right::Govern);
+        assert_eq!(
+            required(&Method::GET, "/v1/plugin-packages/a/b"),
+            Right::Read
+        );
         assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
         assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
         assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);

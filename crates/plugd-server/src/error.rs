@@ -143,6 +143,21 @@ pub mod code {
     /// 502: the MCP server answered with another JSON-RPC error
     /// (`details.rpc_code`).
     pub const SERVER_ERROR: &str = "server_error";
+    /// 400: `source` is not an `oci://` reference (`POST /v1/plugin-packages`).
+    pub const INVALID_SOURCE: &str = "invalid_source";
+    /// 400: not `sha256:DIGEST`, `ID@VERSION` or `ID`.
+    pub const INVALID_PACKAGE_ID: &str = "invalid_package_id";
+    /// 404: no installed package of that id, version or digest.
+    pub const UNKNOWN_PACKAGE: &str = "unknown_package";
+    /// 422: the package was refused for its content (secrets, links, paths,
+    /// bounds, manifest, not a plugd artifact).
+    pub const PACKAGE_REFUSED: &str = "package_refused";
+    /// 502: a blob or manifest from the registry does not match its digest.
+    pub const PACKAGE_TAMPERED: &str = "package_tampered";
+    /// 502: the registry failed or refused.
+    pub const REGISTRY_ERROR: &str = "registry_error";
+    /// 409: another digest is installed as the same `package_id@version`.
+    pub const PACKAGE_VERSION_TAKEN: &str = "package_version_taken";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.

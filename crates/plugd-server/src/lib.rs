@@ -36,6 +36,9 @@
 //! | `POST /v1/resources:read`          | `{"server", "uri"}` → the MCP `resources/read` result |
 //! | `POST /v1/prompts:get`             | `{"server", "name", "arguments"?}` → the MCP `prompts/get` result |
 //! | `POST /v1/completions`             | `{"server", "ref", "argument", "context"?}` → `{"completion"}` |
+//! | `GET /v1/plugin-packages`          | installed packages (`plugd package list --json`) |
+//! | `GET /v1/plugin-packages/{id}`     | one: `sha256:DIGEST`, `ID@VERSION` or `ID` (its highest version); see [`packages`] |
+//! | `POST /v1/plugin-packages`         | `{"source": "oci://…", "insecure"?}` → pull and install (operator); 201 new, 200 installed already |
 //!
 //! A `by` member in a body is ignored: who did something is always the
 //! authenticated identity (a socket peer's user name, or `token:NAME`).
@@ -64,6 +67,7 @@ pub mod listen;
 pub mod mcp;
 pub mod mcp_features;
 pub mod mcp_stream;
+pub mod packages;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -282,6 +286,7 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(approvals::routes())
         .merge(mcp_features::routes())
+        .merge(packages::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

@@ -15,6 +15,7 @@ pub mod identity;
 pub mod kv;
 pub mod memory;
 pub mod outbox;
+pub mod packages;
 pub mod secrets;
 pub mod sessions;
 mod store;

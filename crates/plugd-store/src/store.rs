@@ -57,6 +57,8 @@ const MIGRATIONS: &[&str] = &[
     crate::kv::MIGRATION,
     // 11: API tokens limited to MCP gateway profiles (see `crate::tokens`).
     crate::tokens::PROFILES_MIGRATION,
+    // 12: installed plugin packages (see `crate::packages`).
+    crate::packages::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

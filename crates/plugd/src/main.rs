@@ -20,6 +20,7 @@ mod log_writer;
 mod mcp_cmd;
 mod memory_cmd;
 mod outbox_cmd;
+mod package_cmd;
 mod plugin_ctl_cmd;
 mod remote;
 mod resource_cmd;
@@ -117,6 +118,9 @@ enum Command {
     /// The workspace's state database: start it over on purpose.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
+    /// Plugin packages in OCI registries: push, pull (installed read-only by digest), list, show.
+    #[command(subcommand)]
+    Package(package_cmd::PackageCmd),
     /// Serve the approved plugins' tools to an MCP client on stdio (what Claude Desktop, Cursor and Codex spawn).
     Mcp(mcp_cmd::McpArgs),
 }
@@ -344,6 +348,10 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return bus_cmd::run(&dir, cmd).await.map(|()| 0);
         }
+        Command::Package(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return package_cmd::run(&dir, cmd).await.map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -495,6 +503,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Manifest(_)
         | Command::Bus(_)
         | Command::Token(_)
+        | Command::Package(_)
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")

@@ -29,6 +29,7 @@ mod memory;
 mod microapp;
 mod nexo;
 mod outbox;
+mod packages;
 mod pinning;
 mod resilience;
 mod risk;

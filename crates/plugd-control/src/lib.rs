@@ -1,0 +1,18 @@
+//! plugd-control: the control plane's domain types and the store traits
+//! their backends implement, with no I/O.
+//!
+//! Today this is the installed-package inventory ([`packages`]): immutable,
+//! content-addressed [`Package`](packages::Package) records and the
+//! [`PackageStore`](packages::PackageStore) trait. Bindings, marketplace
+//! entries and invocation records belong here too as they arrive (issue 13).
+//!
+//! **Architecture invariant**: this crate reads no file, opens no socket and
+//! links no database driver. Backends depend on it, never the reverse:
+//! `plugd-store` implements [`PackageStore`](packages::PackageStore) for its
+//! SQLite `Store`, and a PostgreSQL backend will implement the same trait.
+
+pub mod packages;
+
+pub use packages::{
+    Digest, Inserted, Package, PackageExport, PackageSelector, PackageStore, SignatureStatus,
+};

@@ -1,0 +1,245 @@
+//! Installing a pulled package: fetch and verify its blobs, unpack them in
+//! a staging directory, validate the manifest there, make everything
+//! read-only, move it to `STATE/packages/sha256/<hex>` and record it.
+//!
+//! An install is keyed by the digest of the OCI manifest: pulling a digest
+//! already installed changes nothing, and pulling a tag that moved installs
+//! the new digest beside the old one (a new version) or, when it claims an
+//! installed version, is refused. Nothing is recorded before the files are
+//! in place, and nothing is moved in place before every check passed.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use plugd_control::{Inserted, Package, PackageStore};
+use serde::Deserialize;
+
+use crate::archive::{extract, make_read_only};
+use crate::oci::{OciRef, RegistryOptions, Remote};
+use crate::scan::{check_secret, load_manifest, signature_status};
+use crate::{Limits, PackageError};
+
+/// The longest a whole pull may take: 5 minutes.
+pub const PULL_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The result of [`install`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The installed record.
+    pub package: Package,
+    /// `false` when this digest was installed already.
+    pub new: bool,
+}
+
+/// Where installed packages live below a workspace's state directory.
+pub fn packages_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("packages")
+}
+
+/// The config blob's fields plugd reads.
+#[derive(Deserialize)]
+struct Config {
+    package_id: String,
+    version: String,
+}
+
+/// What to pull, how, and who asks.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The reference to pull.
+    pub source: &'a OciRef,
+    /// How to reach its registry.
+    pub opts: &'a RegistryOptions,
+    /// Who installs it (`token:NAME`, a Unix user name).
+    pub by: &'a str,
+    /// When (RFC 3339 UTC).
+    pub at: &'a str,
+}
+
+/// Pulls `req.source` and installs it under `state_dir` (the workspace's
+/// `.plugd`), recorded in `store`, within [`PULL_DEADLINE`].
+pub async fn install<S: PackageStore>(
+    store: &S,
+    state_dir: &Path,
+    req: &Request<'_>,
+) -> Result<Installed, PackageError> {
+    tokio::time::timeout(PULL_DEADLINE, pull(store, state_dir, req))
+        .await
+        .unwrap_or_else(|_| {
+            Err(PackageError::Timeout {
+                reference: req.source.to_string(),
+                secs: PULL_DEADLINE.as_secs(),
+            })
+        })
+}
+
+fn store_error(e: impl std::error::Error + Send + Sync + 'static) -> PackageError {
+    PackageError::Store(Box::new(e))
+}
+
+async fn pull<S: PackageStore>(
+    store: &S,
+    state_dir: &Path,
+    req: &Request<'_>,
+) -> Result<Installed, PackageError> {
+    let Request {
+        source,
+        opts,
+        by,
+        at,
+    } = *req;
+    let remote = Remote::new(source, opts);
+    let artifact = remote.artifact().await?;
+    if let Some(p) = store.package(&artifact.digest).map_err(store_error)? {
+        return Ok(Installed {
+            package: p,
+            new: false,
+        });
+    }
+    let limits = opts.limits;
+    let config = remote
+        .blob(&artifact.config, limits.max_document_bytes)
+        .await?;
+    let config: Config =
+        serde_json::from_slice(&config).map_err(|e| PackageError::NotAPackage {
+            reference: source.to_string(),
+            detail: format!("its config blob is not plugd's ({e})"),
+        })?;
+    let manifest = remote
+        .blob(&artifact.manifest_layer, plugd_manifest::MAX_MANIFEST_BYTES)
+        .await?;
+    let files = remote
+        .blob(&artifact.files_layer, limits.max_layer_bytes())
+        .await?;
+    let root = packages_dir(state_dir);
+    let manifest_file = artifact.manifest_file;
+    let staged = tokio::task::spawn_blocking(move || {
+        stage(&root, manifest_file, &manifest, &files, &limits)
+    })
+    .await
+    .map_err(|e| PackageError::io("staging", std::io::Error::other(e)))??;
+    let (staging, info, extracted) = staged;
+    if info.package_id != config.package_id || info.version != config.version {
+        return Err(PackageError::NotAPackage {
+            reference: source.to_string(),
+            detail: format!(
+                "its config names {}@{} but its manifest declares {}@{}",
+                config.package_id, config.version, info.package_id, info.version
+            ),
+        });
+    }
+    let taken = store
+        .package_versions(&info.package_id)
+        .map_err(store_error)?
+        .into_iter()
+        .find(|p| p.version == info.version);
+    if let Some(p) = taken {
+        return Err(version_taken(p, &artifact.digest));
+    }
+    let dest = packages_dir(state_dir)
+        .join("sha256")
+        .join(artifact.digest.hex());
+    let staged_path = staging.path().to_path_buf();
+    let dest2 = dest.clone();
+    tokio::task::spawn_blocking(move || -> Result<(), PackageError> {
+        make_read_only(&staged_path)?;
+        if let Some(parent) = dest2.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
+        }
+        if std::fs::symlink_metadata(&dest2).is_ok() {
+            // Left by an install that died before recording it.
+            remove_tree(&dest2)?;
+        }
+        std::fs::rename(&staged_path, &dest2).map_err(|e| PackageError::io(&dest2, e))
+    })
+    .await
+    .map_err(|e| PackageError::io("install", std::io::Error::other(e)))??;
+    // The directory moved away; dropping the guard finds nothing to remove.
+    drop(staging);
+    let package = Package {
+        package_id: info.package_id,
+        version: info.version,
+        digest: artifact.digest.clone(),
+        source: source.pinned(&artifact.digest),
+        installed_at: at.to_owned(),
+        installed_by: by.to_owned(),
+        path: dest.clone(),
+        manifest: manifest_file.to_owned(),
+        exports: info.exports,
+        signature: signature_status(extracted.signature),
+        files: extracted.files + 1,
+        size: extracted.bytes,
+    };
+    match store.insert_package(&package).map_err(store_error)? {
+        Inserted::New => Ok(Installed { package, new: true }),
+        Inserted::Existing(p) => Ok(Installed {
+            package: p,
+            new: false,
+        }),
+        Inserted::VersionTaken(p) => {
+            let _ = remove_tree(&dest);
+            Err(version_taken(p, &artifact.digest))
+        }
+    }
+}
+
+fn version_taken(installed: Package, new: &plugd_control::Digest) -> PackageError {
+    PackageError::VersionTaken {
+        package_id: installed.package_id,
+        version: installed.version,
+        installed: installed.digest.to_string(),
+        source_ref: installed.source,
+        new: new.to_string(),
+    }
+}
+
+type Staged = (
+    tempfile::TempDir,
+    crate::scan::ManifestInfo,
+    crate::archive::Extracted,
+);
+
+/// Unpacks the verified blobs into a new directory below `root/tmp` and
+/// validates the manifest there.
+fn stage(
+    root: &Path,
+    manifest_file: &'static str,
+    manifest: &[u8],
+    files: &[u8],
+    limits: &Limits,
+) -> Result<Staged, PackageError> {
+    let tmp = root.join("tmp");
+    std::fs::create_dir_all(&tmp).map_err(|e| PackageError::io(&tmp, e))?;
+    let staging = tempfile::Builder::new()
+        .prefix("pull-")
+        .tempdir_in(&tmp)
+        .map_err(|e| PackageError::io(&tmp, e))?;
+    check_secret(manifest_file, manifest)?;
+    let path = staging.path().join(manifest_file);
+    std::fs::write(&path, manifest).map_err(|e| PackageError::io(&path, e))?;
+    let extracted = extract(files, staging.path(), limits, 1, manifest.len() as u64)?;
+    let (found, info) = load_manifest(staging.path())?;
+    debug_assert_eq!(found, manifest_file);
+    let extracted = crate::archive::Extracted {
+        bytes: extracted.bytes + manifest.len() as u64,
+        ..extracted
+    };
+    Ok((staging, info, extracted))
+}
+
+/// Removes a tree made read-only by [`make_read_only`].
+pub fn remove_tree(path: &Path) -> Result<(), PackageError> {
+    use std::os::unix::fs::PermissionsExt;
+    fn writable(p: &Path) {
+        if std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir()) {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+            if let Ok(entries) = std::fs::read_dir(p) {
+                for e in entries.flatten() {
+                    writable(&e.path());
+                }
+            }
+        }
+    }
+    writable(path);
+    std::fs::remove_dir_all(path).map_err(|e| PackageError::io(path, e))
+}

@@ -1,0 +1,186 @@
+//! Installed plugin packages over HTTP, as seed 003 names the routes:
+//! `POST /v1/plugin-packages` (`{"source": "oci://…", "insecure"?}` pulls
+//! and installs; operator or admin), `GET /v1/plugin-packages` and
+//! `GET /v1/plugin-packages/{id}` (viewer and up).
+//!
+//! `{id}` is `sha256:DIGEST`, `PUBLISHER/NAME@VERSION`, or `PUBLISHER/NAME`
+//! for its highest installed version. The `/` of a package id may be sent
+//! as is (the route is a wildcard) or percent-encoded (`acme%2Fdevkit`).
+//!
+//! Errors: a bad `source` → 400 `invalid_source`, a bad `{id}` → 400
+//! `invalid_package_id`, none installed → 404 `unknown_package`, a package
+//! refused for its content (secrets, links, paths, bounds, manifest, not a
+//! plugd artifact) → 422 `package_refused`, a blob or manifest that does
+//! not match its digest → 502 `package_tampered`, a registry that fails →
+//! 502 `registry_error`, another digest installed as the same version → 409
+//! `package_version_taken`.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use plugd_control::{Package, PackageSelector, PackageStore};
+use plugd_packages::{OciRef, PackageError, RegistryOptions};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::code;
+use crate::{ApiError, AppState, JsonBody};
+
+/// The routes of this module.
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/plugin-packages", get(list).post(pull))
+        .route("/v1/plugin-packages/{*id}", get(show))
+}
+
+/// The body of `POST /v1/plugin-packages`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PullRequest {
+    /// `oci://HOST[:PORT]/REPO:TAG` or `oci://HOST[:PORT]/REPO@sha256:…`.
+    pub source: String,
+    /// Plain HTTP to a registry that is not on loopback.
+    #[serde(default)]
+    pub insecure: bool,
+}
+
+async fn list(State(state): State<AppState>) -> Result<Json<Vec<Package>>, ApiError> {
+    let store = state.runtime.store();
+    Ok(Json(store.packages().map_err(store_error)?))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Package>, ApiError> {
+    let sel = PackageSelector::parse(&id).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            code::INVALID_PACKAGE_ID,
+            e.to_string(),
+        )
+    })?;
+    let found = state
+        .runtime
+        .store()
+        .find_package(&sel)
+        .map_err(store_error)?;
+    found.map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            code::UNKNOWN_PACKAGE,
+            format!("no installed package {id:?}; GET /v1/plugin-packages lists them"),
+        )
+    })
+}
+
+async fn pull(
+    State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
+    JsonBody(body): JsonBody<PullRequest>,
+) -> Result<Response, ApiError> {
+    let source = OciRef::parse(&body.source).map_err(package_error)?;
+    let opts = RegistryOptions {
+        insecure: body.insecure,
+        ..RegistryOptions::default()
+    };
+    let state_dir = state.runtime.dir().join(".plugd");
+    let at = plugd_store::now_rfc3339();
+    let req = plugd_packages::Request {
+        source: &source,
+        opts: &opts,
+        by: who.by(),
+        at: &at,
+    };
+    let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
+        .await
+        .map_err(package_error)?;
+    let status = if done.new {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let mut v = serde_json::to_value(&done.package).unwrap_or_else(|_| json!({}));
+    v["new"] = done.new.into();
+    Ok((status, Json(v)).into_response())
+}
+
+fn store_error(e: plugd_store::StoreError) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        code::INTERNAL,
+        e.to_string(),
+    )
+}
+
+/// The status and code of a package error.
+pub fn package_error(e: PackageError) -> ApiError {
+    let (status, c) = match &e {
+        PackageError::Reference { .. } => (StatusCode::BAD_REQUEST, code::INVALID_SOURCE),
+        PackageError::Tampered { .. } => (StatusCode::BAD_GATEWAY, code::PACKAGE_TAMPERED),
+        PackageError::Registry { .. } | PackageError::Timeout { .. } => {
+            (StatusCode::BAD_GATEWAY, code::REGISTRY_ERROR)
+        }
+        PackageError::VersionTaken { .. } => (StatusCode::CONFLICT, code::PACKAGE_VERSION_TAKEN),
+        PackageError::Io { .. } | PackageError::Store(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL)
+        }
+        _ => (StatusCode::UNPROCESSABLE_ENTITY, code::PACKAGE_REFUSED),
+    };
+    ApiError::new(status, c, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn package_errors_have_fixed_statuses() {
+        let cases = [
+            (
+                PackageError::Reference {
+                    input: "x".into(),
+                    problem: "p".into(),
+                },
+                400,
+                code::INVALID_SOURCE,
+            ),
+            (
+                PackageError::Tampered {
+                    what: "blob",
+                    expected: "sha256:a".into(),
+                    actual: "sha256:b".into(),
+                    reference: "r".into(),
+                },
+                502,
+                code::PACKAGE_TAMPERED,
+            ),
+            (
+                PackageError::Secret {
+                    path: ".env".into(),
+                    why: "w",
+                },
+                422,
+                code::PACKAGE_REFUSED,
+            ),
+            (
+                PackageError::VersionTaken {
+                    package_id: "a/b".into(),
+                    version: "1.0.0".into(),
+                    installed: "i".into(),
+                    source_ref: "s".into(),
+                    new: "n".into(),
+                },
+                409,
+                code::PACKAGE_VERSION_TAKEN,
+            ),
+        ];
+        for (e, status, c) in cases {
+            let err = package_error(e);
+            assert_eq!(err.body()["error"]["code"], c);
+            assert_eq!(err.into_response().status().as_u16(), status);
+        }
+    }
+}

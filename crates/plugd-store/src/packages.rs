@@ -1,0 +1,288 @@
+//! The installed-package inventory on SQLite: `plugd-control`'s
+//! [`PackageStore`] for [`Store`].
+//!
+//! One row per OCI manifest digest (the primary key), with
+//! `(package_id, version)` unique as well, so a second artifact claiming an
+//! installed version is refused rather than replacing it. The columns a
+//! query filters on are columns; the rest of the record (exports, signature,
+//! counts) is one JSON document.
+//!
+//! The trait lives in `plugd-control` and this crate implements it (not the
+//! other way round): the domain stays free of SQLite, and a PostgreSQL
+//! backend is another implementation of the same trait.
+
+use std::path::PathBuf;
+
+use plugd_control::packages::{
+    Digest, Inserted, Package, PackageExport, PackageStore, SignatureStatus,
+};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Schema step: installed packages.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE packages (
+        digest       TEXT PRIMARY KEY NOT NULL,
+        package_id   TEXT NOT NULL,
+        version      TEXT NOT NULL,
+        source       TEXT NOT NULL,
+        installed_at TEXT NOT NULL,
+        installed_by TEXT NOT NULL,
+        path         TEXT NOT NULL,
+        record       TEXT NOT NULL
+    ) STRICT;
+    CREATE UNIQUE INDEX packages_version ON packages (package_id, version);
+";
+
+/// The JSON part of a row.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    manifest: String,
+    exports: Vec<PackageExport>,
+    signature: SignatureStatus,
+    files: u64,
+    size: u64,
+}
+
+const COLUMNS: &str =
+    "digest, package_id, version, source, installed_at, installed_by, path, record";
+
+/// A row's columns in [`COLUMNS`] order.
+type Raw = [String; 8];
+
+fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+    let mut out = Raw::default();
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = r.get(i)?;
+    }
+    Ok(out)
+}
+
+impl Store {
+    fn decode_package(&self, r: Raw) -> Result<Package, StoreError> {
+        let [
+            digest,
+            package_id,
+            version,
+            source,
+            installed_at,
+            installed_by,
+            path,
+            record,
+        ] = r;
+        let damaged = |detail: String| StoreError::Damaged {
+            db: self.label().to_owned(),
+            what: format!("package {digest}"),
+            detail,
+        };
+        let d = Digest::parse(&digest).map_err(|e| damaged(e.to_string()))?;
+        let rec: Record = serde_json::from_str(&record)
+            .map_err(|e| damaged(format!("record is not the expected JSON: {e}")))?;
+        Ok(Package {
+            package_id,
+            version,
+            digest: d,
+            source,
+            installed_at,
+            installed_by,
+            path: PathBuf::from(path),
+            manifest: rec.manifest,
+            exports: rec.exports,
+            signature: rec.signature,
+            files: rec.files,
+            size: rec.size,
+        })
+    }
+
+    fn select_packages(
+        &self,
+        filter: &str,
+        args: &[&dyn rusqlite::ToSql],
+        action: &str,
+    ) -> Result<Vec<Package>, StoreError> {
+        let conn = self.lock();
+        let rows = conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM packages {filter} ORDER BY package_id, installed_at, digest"
+            ))
+            .and_then(|mut s| {
+                s.query_map(args, raw)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.query_error(action.to_owned(), e))?;
+        drop(conn);
+        rows.into_iter().map(|r| self.decode_package(r)).collect()
+    }
+}
+
+impl PackageStore for Store {
+    type Error = StoreError;
+
+    fn insert_package(&self, p: &Package) -> Result<Inserted, StoreError> {
+        let record = serde_json::to_string(&Record {
+            manifest: p.manifest.clone(),
+            exports: p.exports.clone(),
+            signature: p.signature.clone(),
+            files: p.files,
+            size: p.size,
+        })
+        .map_err(|e| StoreError::Damaged {
+            db: self.label().to_owned(),
+            what: format!("package {}", p.digest),
+            detail: format!("cannot encode its record: {e}"),
+        })?;
+        let path = p.path.to_str().ok_or(StoreError::Invalid {
+            what: format!("package path {}", p.path.display()),
+            problem: "is not UTF-8; install packages under a UTF-8 workspace path",
+        })?;
+        let action = || {
+            format!(
+                "install package {}@{} ({})",
+                p.package_id, p.version, p.digest
+            )
+        };
+        let mut conn = self.lock();
+        let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<Result<(), Raw>> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let existing = tx
+                .query_row(
+                    &format!(
+                        "SELECT {COLUMNS} FROM packages WHERE digest = ?1
+                         OR (package_id = ?2 AND version = ?3)
+                         ORDER BY digest = ?1 DESC LIMIT 1"
+                    ),
+                    params![p.digest.as_str(), p.package_id, p.version],
+                    raw,
+                )
+                .optional()?;
+            if let Some(row) = existing {
+                return Ok(Err(row));
+            }
+            tx.execute(
+                &format!(
+                    "INSERT INTO packages ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ),
+                params![
+                    p.digest.as_str(),
+                    p.package_id,
+                    p.version,
+                    p.source,
+                    p.installed_at,
+                    p.installed_by,
+                    path,
+                    record
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Ok(()))
+        };
+        let outcome = write(&mut conn).map_err(|e| self.query_error(action(), e))?;
+        drop(conn);
+        match outcome {
+            Ok(()) => Ok(Inserted::New),
+            Err(row) => {
+                let found = self.decode_package(row)?;
+                Ok(if found.digest == p.digest {
+                    Inserted::Existing(found)
+                } else {
+                    Inserted::VersionTaken(found)
+                })
+            }
+        }
+    }
+
+    fn package(&self, digest: &Digest) -> Result<Option<Package>, StoreError> {
+        let mut rows = self.select_packages(
+            "WHERE digest = ?1",
+            &[&digest.as_str()],
+            &format!("read package {digest}"),
+        )?;
+        Ok(rows.pop())
+    }
+
+    fn package_versions(&self, package_id: &str) -> Result<Vec<Package>, StoreError> {
+        self.select_packages(
+            "WHERE package_id = ?1",
+            &[&package_id],
+            &format!("read package {package_id:?}"),
+        )
+    }
+
+    fn packages(&self) -> Result<Vec<Package>, StoreError> {
+        self.select_packages("", &[], "list packages")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use plugd_control::packages::PackageSelector;
+
+    use super::*;
+
+    fn pkg(version: &str, n: u8) -> Package {
+        Package {
+            package_id: "acme/devkit".to_owned(),
+            version: version.to_owned(),
+            digest: Digest::from_sha256_hex(&format!("{n:02x}").repeat(32)).unwrap(),
+            source: "oci://127.0.0.1:5000/acme/devkit:latest".to_owned(),
+            installed_at: crate::now_rfc3339(),
+            installed_by: "cli".to_owned(),
+            path: PathBuf::from("/w/.plugd/packages/sha256/x"),
+            manifest: "vai-plugin.toml".to_owned(),
+            exports: vec![PackageExport {
+                id: "jira_search".to_owned(),
+                kind: "tool".to_owned(),
+                display_name: Some("Jira Search".to_owned()),
+                execution_class: Some("isolated".to_owned()),
+            }],
+            signature: SignatureStatus::Unverified {
+                file: "marketplace.signature.json".to_owned(),
+            },
+            files: 3,
+            size: 1234,
+        }
+    }
+
+    #[test]
+    fn packages_round_trip_and_both_keys_stay_unique() {
+        let store = Store::open_in_memory().unwrap();
+        let a = pkg("0.1.0", 1);
+        assert_eq!(store.insert_package(&a).unwrap(), Inserted::New);
+        assert_eq!(store.package(&a.digest).unwrap().as_ref(), Some(&a));
+        // The same digest again: nothing new.
+        assert_eq!(
+            store.insert_package(&a).unwrap(),
+            Inserted::Existing(a.clone())
+        );
+        // Another digest claiming the same version: refused, the first kept.
+        let clash = pkg("0.1.0", 2);
+        assert_eq!(
+            store.insert_package(&clash).unwrap(),
+            Inserted::VersionTaken(a.clone())
+        );
+        assert_eq!(store.package(&clash.digest).unwrap(), None);
+        // A new version under a new digest is a second install.
+        let b = pkg("0.2.0", 3);
+        assert_eq!(store.insert_package(&b).unwrap(), Inserted::New);
+        assert_eq!(store.packages().unwrap().len(), 2);
+        assert_eq!(store.package_versions("acme/devkit").unwrap().len(), 2);
+        let latest = PackageSelector::Latest("acme/devkit".to_owned());
+        assert_eq!(store.find_package(&latest).unwrap(), Some(b));
+    }
+
+    #[test]
+    fn a_damaged_record_names_the_package() {
+        let store = Store::open_in_memory().unwrap();
+        let a = pkg("0.1.0", 1);
+        store.insert_package(&a).unwrap();
+        store
+            .lock()
+            .execute("UPDATE packages SET record = 'nope'", [])
+            .unwrap();
+        let err = store.packages().unwrap_err().to_string();
+        assert!(err.contains(a.digest.as_str()), "{err}");
+    }
+}

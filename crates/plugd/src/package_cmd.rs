@@ -1,0 +1,197 @@
+//! `plugd package push|pull|list|show`: plugin packages as OCI artifacts,
+//! installed read-only under `.plugd/packages/` and recorded in the state
+//! database (so a running serve lists them at once).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use plugd_control::{Package, PackageSelector, PackageStore, SignatureStatus};
+use plugd_packages::{OciRef, RegistryOptions};
+use plugd_store::Store;
+
+/// How to reach the registry.
+#[derive(Args, Debug)]
+pub struct RegistryFlags {
+    /// Use plain HTTP with a registry that is not on loopback. Registries on
+    /// 127.0.0.0/8 or localhost always get plain HTTP; every other one gets
+    /// HTTPS unless this is given (packages then cross the network in clear).
+    #[arg(long)]
+    insecure: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `plugd package …`.
+#[derive(Subcommand, Debug)]
+pub enum PackageCmd {
+    /// Push a package directory (a plugin manifest at its root) to a registry.
+    ///
+    /// Refuses .env files and private keys in it, symlinks and special
+    /// files, and more than 10,000 files or 256 MiB.
+    Push {
+        /// The package directory (vai-plugin.toml or nexo-plugin.toml at its root).
+        dir: PathBuf,
+        /// Where: oci://HOST[:PORT]/REPO:TAG.
+        reference: String,
+        #[command(flatten)]
+        flags: RegistryFlags,
+    },
+    /// Pull a package and install it read-only, pinned by its digest.
+    ///
+    /// A digest installed already changes nothing; a tag that moved installs
+    /// the new digest beside the old version.
+    Pull {
+        /// oci://HOST[:PORT]/REPO:TAG or oci://HOST[:PORT]/REPO@sha256:DIGEST.
+        reference: String,
+        #[command(flatten)]
+        flags: RegistryFlags,
+    },
+    /// List installed packages.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one installed package.
+    Show {
+        /// sha256:DIGEST, PUBLISHER/NAME@VERSION, or PUBLISHER/NAME (its highest version).
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs `plugd package …` for the workspace `dir`.
+pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
+    let state = dir.join(".plugd");
+    match cmd {
+        PackageCmd::Push {
+            dir: pkg,
+            reference,
+            flags,
+        } => {
+            let target = OciRef::parse(reference)?;
+            let opts = RegistryOptions {
+                insecure: flags.insecure,
+                ..RegistryOptions::default()
+            };
+            let pushed = plugd_packages::push(pkg, &target, &opts).await?;
+            if flags.json {
+                println!("{}", serde_json::to_string_pretty(&pushed)?);
+            } else {
+                println!(
+                    "pushed {} {} to {} ({}, {} files, {} bytes)",
+                    pushed.package_id,
+                    pushed.version,
+                    pushed.reference,
+                    pushed.digest,
+                    pushed.files,
+                    pushed.size
+                );
+            }
+        }
+        PackageCmd::Pull { reference, flags } => {
+            let source = OciRef::parse(reference)?;
+            let opts = RegistryOptions {
+                insecure: flags.insecure,
+                ..RegistryOptions::default()
+            };
+            let store = Store::open(&state)?;
+            let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
+            let at = plugd_store::now_rfc3339();
+            let req = plugd_packages::Request {
+                source: &source,
+                opts: &opts,
+                by: &by,
+                at: &at,
+            };
+            let done = plugd_packages::install(&store, &state, &req).await?;
+            let p = &done.package;
+            if flags.json {
+                let mut v = serde_json::to_value(p)?;
+                v["new"] = done.new.into();
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if done.new {
+                println!(
+                    "installed {} {} ({}) in {}",
+                    p.package_id,
+                    p.version,
+                    p.digest,
+                    p.path.display()
+                );
+            } else {
+                println!(
+                    "{} {} ({}) is installed already; nothing changed",
+                    p.package_id, p.version, p.digest
+                );
+            }
+        }
+        PackageCmd::List { json } => {
+            let store = Store::open(&state)?;
+            let all = store.packages()?;
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else if all.is_empty() {
+                println!("no packages installed; install one with `plugd package pull oci://…`");
+            } else {
+                println!(
+                    "{:<32} {:<12} {:<19} {:<8} {:<11} INSTALLED",
+                    "PACKAGE", "VERSION", "DIGEST", "EXPORTS", "SIGNATURE"
+                );
+                for p in &all {
+                    println!(
+                        "{:<32} {:<12} {:<19} {:<8} {:<11} {}",
+                        p.package_id,
+                        p.version,
+                        &p.digest.as_str()[..19],
+                        p.exports.len(),
+                        signature_word(&p.signature),
+                        p.installed_at
+                    );
+                }
+            }
+        }
+        PackageCmd::Show { id, json } => {
+            let store = Store::open(&state)?;
+            let sel = PackageSelector::parse(id)?;
+            let Some(p) = store.find_package(&sel)? else {
+                bail!("no installed package {id:?}; `plugd package list` shows what is installed");
+            };
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&p)?);
+            } else {
+                show(&p);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn signature_word(s: &SignatureStatus) -> &'static str {
+    match s {
+        SignatureStatus::Unsigned => "unsigned",
+        SignatureStatus::Unverified { .. } => "unverified",
+        SignatureStatus::Verified { .. } => "verified",
+        SignatureStatus::Invalid { .. } => "invalid",
+    }
+}
+
+fn show(p: &Package) {
+    println!("package:      {}", p.package_id);
+    println!("version:      {}", p.version);
+    println!("digest:       {}", p.digest);
+    println!("source:       {}", p.source);
+    println!("installed:    {} by {}", p.installed_at, p.installed_by);
+    println!("path:         {}", p.path.display());
+    println!("manifest:     {}", p.manifest);
+    println!("files:        {} ({} bytes)", p.files, p.size);
+    println!("signature:    {}", signature_word(&p.signature));
+    println!("exports:");
+    for e in &p.exports {
+        let class = e.execution_class.as_deref().unwrap_or("-");
+        println!("  {:<24} {:<10} {class}", e.id, e.kind);
+    }
+}
