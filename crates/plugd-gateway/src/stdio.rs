@@ -4,6 +4,12 @@
 //! task, a line each. Lines over the frame limit are skipped without being
 //! buffered and answered with an error. When stdin ends, calls in flight
 //! get [`EOF_GRACE`] to finish before they are cancelled.
+//!
+//! [`process_stdio`] gives the process's own stdin and stdout as
+//! non-blocking streams when they are pipes or sockets (what an MCP client
+//! spawning `plugd mcp` passes): read and written on the runtime's own
+//! event loop, not through tokio's blocking-thread `Stdin`/`Stdout`, which
+//! cost a thread hand-off for every read and flush.
 
 use futures_util::StreamExt;
 use plugd_wire::framing::{DEFAULT_MAX_FRAME, Frame, FrameDecoder, Framing};
@@ -13,6 +19,84 @@ use tokio_util::codec::FramedRead;
 
 use crate::session::{code, error, respond};
 use crate::{Session, Sink};
+
+/// A readable end of the process's stdin.
+pub type Input = Box<dyn AsyncRead + Unpin + Send>;
+/// A writable end of the process's stdout.
+pub type Output = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// The process's stdin and stdout as async streams: a pipe or a socket is
+/// put in non-blocking mode and polled by the runtime's reactor; anything
+/// else (a terminal, a file) goes through tokio's blocking `Stdin`/`Stdout`.
+/// The original descriptors stay open (duplicates are registered), so
+/// nothing else can take descriptor 0 or 1.
+pub fn process_stdio() -> (Input, Output) {
+    use std::os::fd::AsFd;
+    let input: Input = match reactor_stream(std::io::stdin().as_fd(), true) {
+        Some(Ok(Reactor::Pipe(PipeEnd::Read(r)))) => Box::new(r),
+        Some(Ok(Reactor::Socket(s))) => Box::new(s),
+        Some(Err(e)) => {
+            tracing::debug!("stdin stays blocking: {e}");
+            Box::new(tokio::io::stdin())
+        }
+        _ => Box::new(tokio::io::stdin()),
+    };
+    let output: Output = match reactor_stream(std::io::stdout().as_fd(), false) {
+        Some(Ok(Reactor::Pipe(PipeEnd::Write(w)))) => Box::new(w),
+        Some(Ok(Reactor::Socket(s))) => Box::new(s),
+        Some(Err(e)) => {
+            tracing::debug!("stdout stays blocking: {e}");
+            Box::new(tokio::io::stdout())
+        }
+        _ => Box::new(tokio::io::stdout()),
+    };
+    (input, output)
+}
+
+enum PipeEnd {
+    Read(tokio::net::unix::pipe::Receiver),
+    Write(tokio::net::unix::pipe::Sender),
+}
+
+enum Reactor {
+    Pipe(PipeEnd),
+    Socket(tokio::net::UnixStream),
+}
+
+/// `fd` registered with the reactor when it is a FIFO or a Unix socket;
+/// `None` for anything else.
+fn reactor_stream(fd: std::os::fd::BorrowedFd<'_>, read: bool) -> Option<std::io::Result<Reactor>> {
+    use std::os::unix::fs::FileTypeExt;
+    let dup = match fd.try_clone_to_owned() {
+        Ok(d) => d,
+        Err(e) => return Some(Err(e)),
+    };
+    let file = std::fs::File::from(dup);
+    let kind = match file.metadata() {
+        Ok(m) => m.file_type(),
+        Err(e) => return Some(Err(e)),
+    };
+    if kind.is_fifo() {
+        Some(if read {
+            tokio::net::unix::pipe::Receiver::from_file(file)
+                .map(|r| Reactor::Pipe(PipeEnd::Read(r)))
+        } else {
+            tokio::net::unix::pipe::Sender::from_file(file)
+                .map(|w| Reactor::Pipe(PipeEnd::Write(w)))
+        })
+    } else if kind.is_socket() {
+        let s = std::os::unix::net::UnixStream::from(std::os::fd::OwnedFd::from(file));
+        // A TCP socket (inetd style) is not a Unix one: left blocking.
+        s.local_addr().ok()?;
+        Some(
+            s.set_nonblocking(true)
+                .and_then(|()| tokio::net::UnixStream::from_std(s))
+                .map(Reactor::Socket),
+        )
+    } else {
+        None
+    }
+}
 
 /// How long calls in flight may finish once stdin closed.
 pub const EOF_GRACE: std::time::Duration = std::time::Duration::from_secs(10);

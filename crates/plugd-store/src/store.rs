@@ -165,6 +165,18 @@ impl Store {
         })
     }
 
+    /// Another connection to the same file, for a writer that should not
+    /// hold this store's connection while it commits (the audit trail);
+    /// `None` for an in-memory store or when it cannot be opened.
+    pub(crate) fn second_connection(&self) -> Option<Connection> {
+        let path = self.path.as_deref()?;
+        let conn = Connection::open(path)
+            .and_then(|c| configure(&c, true).map(|()| c))
+            .map_err(|e| tracing::warn!(db = %self.label, "cannot open a second connection: {e}"))
+            .ok()?;
+        Some(conn)
+    }
+
     /// The database file, or `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

@@ -371,42 +371,67 @@ impl Store {
         let Some((id, secret)) = split_token(token) else {
             return Ok(Err(TokenRejection::Invalid));
         };
-        let conn = self.lock();
         // Every authenticated request runs this. The row is cached while no
-        // other connection committed anything (SQLite's `data_version`), so
-        // a token created, revoked or expired by another process (`plugd
-        // token revoke`) counts from the next request, and this process's
-        // own token writes clear the cache themselves.
-        let version: i64 = conn
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut st| st.query_row([], |r| r.get(0)))
-            .map_err(|e| self.query_error("verify a token".into(), e))?;
-        let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.version != Some(version) {
-            cache.rows.clear();
-            cache.version = Some(version);
-        }
-        let row = match cache.rows.get(id) {
-            Some(hit) => Some(hit.clone()),
+        // other connection committed anything (SQLite's `data_version`,
+        // read at most once per [`TOKEN_RECHECK`]: reading it starts a read
+        // transaction, file locks included, which cost more than the rest of
+        // the check), so a token created, revoked or expired by another
+        // process (`plugd token revoke`) counts from the next request after
+        // that millisecond, and this process's own token writes clear the
+        // cache themselves. A hit inside that window does not touch the
+        // connection (nor wait for an audit batch holding it).
+        let now_checked = std::time::Instant::now();
+        let hit = {
+            let cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = cache.version.is_some()
+                && cache
+                    .checked_at
+                    .is_some_and(|t| now_checked.duration_since(t) < TOKEN_RECHECK);
+            if fresh {
+                cache.rows.get(id).cloned()
+            } else {
+                None
+            }
+        };
+        let (row, conn) = match hit {
+            Some(hit) => (Some(hit), None),
             None => {
-                let row = conn
-                    .prepare_cached(&format!(
-                        "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"
-                    ))
-                    .and_then(|mut st| {
-                        st.query_row(params![id], |r| {
-                            Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
-                        })
-                        .optional()
-                    })
+                let conn = self.lock();
+                let version: i64 = conn
+                    .prepare_cached("PRAGMA data_version")
+                    .and_then(|mut st| st.query_row([], |r| r.get(0)))
                     .map_err(|e| self.query_error("verify a token".into(), e))?;
-                if let Some(row) = &row {
-                    if cache.rows.len() >= TOKEN_CACHE_MAX {
-                        cache.rows.clear();
-                    }
-                    cache.rows.insert(id.to_owned(), row.clone());
+                let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
+                if cache.version != Some(version) {
+                    cache.rows.clear();
+                    cache.version = Some(version);
                 }
-                row
+                cache.checked_at = Some(now_checked);
+                let row = match cache.rows.get(id) {
+                    Some(hit) => Some(hit.clone()),
+                    None => {
+                        let row = conn
+                            .prepare_cached(&format!(
+                                "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = ?1"
+                            ))
+                            .and_then(|mut st| {
+                                st.query_row(params![id], |r| {
+                                    Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
+                                })
+                                .optional()
+                            })
+                            .map_err(|e| self.query_error("verify a token".into(), e))?;
+                        if let Some(row) = &row {
+                            if cache.rows.len() >= TOKEN_CACHE_MAX {
+                                cache.rows.clear();
+                            }
+                            cache.rows.insert(id.to_owned(), row.clone());
+                        }
+                        row
+                    }
+                };
+                drop(cache);
+                (row, Some(conn))
             }
         };
         let Some((raw, stored)) = row else {
@@ -427,11 +452,13 @@ impl Store {
             return Ok(Err(TokenRejection::Expired(at.clone())));
         }
         if last_used.is_none_or(|t| now - t >= LAST_USED_GRANULARITY_MS) {
+            let conn = conn.unwrap_or_else(|| self.lock());
             conn.execute(
                 "UPDATE api_tokens SET last_used_ms = ?2 WHERE id = ?1",
                 params![info.id, now],
             )
             .map_err(|e| self.query_error("record a token's use".into(), e))?;
+            let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(hit) = cache.rows.get_mut(id) {
                 hit.0.7 = Some(now);
             }
@@ -467,9 +494,13 @@ impl Store {
         Ok(())
     }
 
-    /// Appends `entries` in one transaction (what [`AuditWriter`] batches).
-    fn audit_record_batch(&self, entries: &[PendingAudit]) -> Result<(), StoreError> {
-        let mut conn = self.lock();
+    /// Appends `entries` in one transaction (what [`AuditWriter`] batches),
+    /// on `own` (the writer's connection) or else on the store's.
+    fn audit_record_batch(
+        &self,
+        own: Option<&mut rusqlite::Connection>,
+        entries: &[PendingAudit],
+    ) -> Result<(), StoreError> {
         let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<()> {
             let tx = conn.transaction()?;
             {
@@ -490,8 +521,11 @@ impl Store {
             }
             tx.commit()
         };
-        write(&mut conn)
-            .map_err(|e| self.query_error(format!("record {} audit entries", entries.len()), e))
+        match own {
+            Some(conn) => write(conn),
+            None => write(&mut self.lock()),
+        }
+        .map_err(|e| self.query_error(format!("record {} audit entries", entries.len()), e))
     }
 
     /// The last `limit` audit entries, newest last.
@@ -638,12 +672,14 @@ mod tests {
         // `plugd token revoke` is another process: another connection.
         let cli = Store::open(&dir.path().join(".plugd")).unwrap();
         assert!(cli.token_revoke("ci").unwrap().is_some());
+        std::thread::sleep(TOKEN_RECHECK);
         assert!(matches!(
             serve.token_verify(&t.token).unwrap(),
             Err(TokenRejection::Revoked(_))
         ));
         // A new token made elsewhere works at once; a wrong secret never does.
         let u = cli.token_create("ci2", Role::Viewer, None, "root").unwrap();
+        std::thread::sleep(TOKEN_RECHECK);
         assert_eq!(
             serve.token_verify(&u.token).unwrap().unwrap().role,
             Role::Viewer
@@ -668,8 +704,13 @@ mod tests {
 #[derive(Debug, Default)]
 pub(crate) struct TokenCache {
     version: Option<i64>,
+    checked_at: Option<std::time::Instant>,
     rows: std::collections::HashMap<String, (RawToken, Vec<u8>)>,
 }
+
+/// How long a read of `data_version` stands for the database's: another
+/// process's token change counts at most this much later.
+pub const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Most token rows cached (a flood of distinct unknown ids is not cached:
 /// only rows that exist are).
@@ -682,6 +723,7 @@ impl Store {
         let mut cache = self.token_cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.rows.clear();
         cache.version = None;
+        cache.checked_at = None;
     }
 }
 
@@ -701,7 +743,10 @@ struct PendingAudit {
 pub const AUDIT_QUEUE: usize = 4096;
 
 /// Most entries written in one transaction.
-const AUDIT_BATCH: usize = 256;
+const AUDIT_BATCH: usize = 1024;
+
+/// How long the writer waits after the first entry of a batch for more.
+const AUDIT_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Appends audit entries on its own thread, many per transaction, so a
 /// request does not wait for SQLite. Bounded: when the queue is full the
@@ -720,10 +765,17 @@ impl AuditWriter {
     pub fn start(store: std::sync::Arc<Store>) -> AuditWriter {
         let (tx, rx) = std::sync::mpsc::sync_channel::<PendingAudit>(AUDIT_QUEUE);
         let writer_store = store.clone();
+        // Its own connection: a commit (and the checkpoints SQLite runs in
+        // the committing connection) never holds the store's connection,
+        // which every request's token check may need.
+        let mut own = store.second_connection();
         let thread = std::thread::Builder::new()
             .name("plugd-audit".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
+                    // Let a burst gather: one transaction (and one wake-up
+                    // of this thread) for many requests, not one each.
+                    std::thread::sleep(AUDIT_LINGER);
                     let mut batch = vec![first];
                     while batch.len() < AUDIT_BATCH {
                         match rx.try_recv() {
@@ -731,7 +783,7 @@ impl AuditWriter {
                             Err(_) => break,
                         }
                     }
-                    if let Err(e) = writer_store.audit_record_batch(&batch) {
+                    if let Err(e) = writer_store.audit_record_batch(own.as_mut(), &batch) {
                         tracing::error!(
                             "cannot append {} entries to the audit trail: {e}",
                             batch.len()
@@ -776,7 +828,10 @@ impl AuditWriter {
             },
             None => entry,
         };
-        if let Err(e) = self.store.audit_record_batch(std::slice::from_ref(&entry)) {
+        if let Err(e) = self
+            .store
+            .audit_record_batch(None, std::slice::from_ref(&entry))
+        {
             tracing::error!("cannot record {method} {path} by {identity} in the audit trail: {e}");
         }
     }

@@ -79,6 +79,12 @@ pub struct BenchArgs {
     /// `--mcp-stdio`: the server's command line.
     #[arg(last = true)]
     command: Vec<String>,
+    /// Instead: serve a bare axum server on ADDR that answers every request
+    /// with a fixed JSON body (no auth, no store, no plugin), until killed:
+    /// the machine's HTTP floor that `scripts/bench-http` measures beside
+    /// serve.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["scale", "flood", "mcp_stdio"])]
+    http_floor: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Serialize)]
@@ -157,6 +163,9 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     }
     if args.flood {
         return crate::bench_scale::flood(args.flood_samples, args.json).await;
+    }
+    if let Some(addr) = args.http_floor {
+        return http_floor(addr).await;
     }
     if args.mcp_stdio {
         let call_args: serde_json::Value =
@@ -526,4 +535,30 @@ fn print_table(r: &Report) {
         "host memory per idle supervised plugin: {:.0} KiB (over {} plugins)",
         r.host_kib_per_idle_plugin, r.idle_plugins
     );
+}
+
+/// `--http-floor`: serve's own listener (hyper, its timeouts and
+/// connection cap) around an axum router with a fixed answer, minus
+/// everything plugd does per request (auth, audit, routing, the runtime).
+async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
+    use plugd_server::listen;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    let app = axum::Router::new().fallback(|| async {
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            r#"{"ok":true}"#,
+        )
+    });
+    let limits = listen::Limits::from_config(&plugd_runtime::config::HttpConfig::default());
+    #[allow(clippy::print_stdout)]
+    {
+        println!("plugd bench http floor on http://{local}");
+    }
+    let (_stop, shutdown) = tokio::sync::watch::channel(false);
+    listen::run(listen::Listener::Tcp(listener), app, limits, shutdown)
+        .await
+        .context("the HTTP floor server stopped")
 }

@@ -232,10 +232,15 @@ fn main() {
     // Not dumpable (its environment and memory are root-only), subreaper
     // for orphaned plugin processes, and their tracker.
     plugd_host::procs::init_daemon();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `plugd mcp` bridges one client to plugins: one thread runs it with no
+    // hand-offs between threads (measured in BENCHMARKS.md); everything
+    // else, `serve` first, gets a worker per core.
+    let mut builder = if matches!(cli.command, Command::Mcp(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => fail(&anyhow::anyhow!("cannot start the async runtime: {e}")),
     };

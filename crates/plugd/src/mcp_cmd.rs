@@ -85,7 +85,8 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     // A changed plugin is stopped and its tools withheld (and clients told).
     let _watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     tracing::info!(workspace = %rt.dir().display(), profile = ?args.profile, "plugd MCP gateway on stdio");
-    stdio::serve(session, tokio::io::stdin(), tokio::io::stdout()).await?;
+    let (input, output) = stdio::process_stdio();
+    stdio::serve(session, input, output).await?;
     Ok(())
 }
 
