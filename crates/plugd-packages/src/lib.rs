@@ -14,7 +14,8 @@
 //!
 //! Modules: [`scan`] reads a directory and refuses secrets, [`archive`]
 //! writes and reads the files layer within [`Limits`], [`oci`] talks to the
-//! registry, [`install`] puts a pulled package in place and records it.
+//! registry, [`install`] puts a pulled package in place and records it,
+//! [`contract`] reads what an installed export asks of its bindings.
 //!
 //! **Architecture invariant**: nothing pulled reaches the install directory
 //! before its blob matched the digest the (digest-checked) OCI manifest
@@ -22,12 +23,14 @@
 //! entries are regular files and directories with plain relative paths.
 
 pub mod archive;
+pub mod contract;
 pub mod install;
 pub mod oci;
 pub mod scan;
 
 use std::path::PathBuf;
 
+pub use contract::export_contract;
 pub use install::{Installed, Request, install};
 pub use oci::{OciRef, RegistryOptions, push};
 pub use scan::{PackageDir, read_package_dir};

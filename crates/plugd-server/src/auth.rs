@@ -68,6 +68,9 @@ pub struct Identity {
     pub role: Role,
     /// The MCP profiles a limited token may use (`None`: not limited).
     pub mcp_profiles: Option<Vec<String>>,
+    /// The org (and projects) a bound token belongs to (`None`: a workspace
+    /// identity); see `crate::bindings`.
+    pub tenant: Option<plugd_store::tokens::Tenancy>,
 }
 
 impl Identity {
@@ -136,6 +139,9 @@ pub fn required(method: &Method, path: &str) -> Right {
     }
     if *method == Method::GET || *method == Method::HEAD {
         return Right::Read;
+    }
+    if let Some(right) = crate::bindings::required(method, path) {
+        return right;
     }
     if *method != Method::POST {
         return Right::Admin;
@@ -349,6 +355,7 @@ async fn identify(
                     name: user_name(*uid),
                     role: Role::Admin,
                     mcp_profiles: None,
+                    tenant: None,
                 })
             } else {
                 tracing::warn!(uid, pid, "refused a socket peer of another user");
@@ -384,6 +391,10 @@ async fn identify(
                     name: format!("token:{}", info.name),
                     role: info.role,
                     mcp_profiles: info.mcp_profiles,
+                    tenant: info.org_id.map(|org_id| plugd_store::tokens::Tenancy {
+                        org_id,
+                        project_ids: info.project_ids,
+                    }),
                 }),
                 Err(why) => {
                     tracing::warn!(%remote, "refused a request with an unusable token");
@@ -422,6 +433,11 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         Ok(i) => i,
         Err(resp) => return resp,
     };
+    // A token bound to an org reaches only the tenant routes; the rest does
+    // not exist for it.
+    if identity.tenant.is_some() && !crate::bindings::tenant_may_reach(&path) {
+        return ApiError::no_route(method.as_str(), &path).into_response();
+    }
     let right = required(&method, &path);
     if !allows(identity.role, right) {
         return forbidden(

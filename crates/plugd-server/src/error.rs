@@ -158,6 +158,12 @@ pub mod code {
     pub const REGISTRY_ERROR: &str = "registry_error";
     /// 409: another digest is installed as the same `package_id@version`.
     pub const PACKAGE_VERSION_TAKEN: &str = "package_version_taken";
+    /// 404: no binding of that id the caller may see.
+    pub const UNKNOWN_BINDING: &str = "unknown_binding";
+    /// 422: a binding fails its checks (`details.problems`).
+    pub const INVALID_BINDING: &str = "invalid_binding";
+    /// 422: the package has no such export.
+    pub const UNKNOWN_EXPORT: &str = "unknown_export";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.

@@ -62,6 +62,7 @@
 
 pub mod approvals;
 pub mod auth;
+pub mod bindings;
 pub mod error;
 pub mod listen;
 pub mod mcp;
@@ -287,6 +288,7 @@ pub fn router(state: AppState) -> Router {
         .merge(approvals::routes())
         .merge(mcp_features::routes())
         .merge(packages::routes())
+        .merge(bindings::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

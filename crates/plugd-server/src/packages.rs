@@ -1,7 +1,9 @@
 //! Installed plugin packages over HTTP, as seed 003 names the routes:
 //! `POST /v1/plugin-packages` (`{"source": "oci://…", "insecure"?}` pulls
 //! and installs; operator or admin), `GET /v1/plugin-packages` and
-//! `GET /v1/plugin-packages/{id}` (viewer and up).
+//! `GET /v1/plugin-packages/{id}` (viewer and up). A token bound to an org
+//! sees only the package versions its org's bindings use (others are 404)
+//! and may not pull (packages are installed for the whole workspace).
 //!
 //! `{id}` is `sha256:DIGEST`, `PUBLISHER/NAME@VERSION`, or `PUBLISHER/NAME`
 //! for its highest installed version. The `/` of a package id may be sent
@@ -46,13 +48,22 @@ pub struct PullRequest {
     pub insecure: bool,
 }
 
-async fn list(State(state): State<AppState>) -> Result<Json<Vec<Package>>, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
+) -> Result<Json<Vec<Package>>, ApiError> {
     let store = state.runtime.store();
-    Ok(Json(store.packages().map_err(store_error)?))
+    let mut all = store.packages().map_err(store_error)?;
+    if let Some(t) = &who.tenant {
+        let used = crate::bindings::packages_in_use(store, t)?;
+        all.retain(|p| used.contains(&(p.package_id.clone(), p.version.clone())));
+    }
+    Ok(Json(all))
 }
 
 async fn show(
     State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<Package>, ApiError> {
     let sel = PackageSelector::parse(&id).map_err(|e| {
@@ -67,6 +78,15 @@ async fn show(
         .store()
         .find_package(&sel)
         .map_err(store_error)?;
+    // A token bound to an org sees only the packages its bindings use.
+    let found = match (&who.tenant, found) {
+        (Some(t), Some(p)) => {
+            let used = crate::bindings::packages_in_use(state.runtime.store(), t)?;
+            used.contains(&(p.package_id.clone(), p.version.clone()))
+                .then_some(p)
+        }
+        (_, found) => found,
+    };
     found.map(Json).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -81,6 +101,13 @@ async fn pull(
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
     JsonBody(body): JsonBody<PullRequest>,
 ) -> Result<Response, ApiError> {
+    if who.tenant.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            code::FORBIDDEN,
+            "packages are installed for the whole workspace; ask a workspace operator (a token without --org)",
+        ));
+    }
     let source = OciRef::parse(&body.source).map_err(package_error)?;
     let opts = RegistryOptions {
         insecure: body.insecure,
@@ -107,7 +134,7 @@ async fn pull(
     Ok((status, Json(v)).into_response())
 }
 
-fn store_error(e: plugd_store::StoreError) -> ApiError {
+pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         code::INTERNAL,

@@ -9,6 +9,7 @@
 //! [`Store`] is a plain struct whose methods return [`StoreError`], so a later
 //! PostgreSQL backend can offer the same operations.
 
+pub mod bindings;
 pub mod digest;
 mod error;
 pub mod identity;

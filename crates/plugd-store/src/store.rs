@@ -59,6 +59,8 @@ const MIGRATIONS: &[&str] = &[
     crate::tokens::PROFILES_MIGRATION,
     // 12: installed plugin packages (see `crate::packages`).
     crate::packages::MIGRATION,
+    // 13: plugin bindings, and API tokens bound to an org (see `crate::bindings`).
+    crate::bindings::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

@@ -120,6 +120,24 @@ pub struct TokenInfo {
     /// reads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_profiles: Option<Vec<String>>,
+    /// The org it is bound to (`None`: a workspace token that sees every
+    /// org). A bound token sees only its org's bindings, packages in use
+    /// and secrets, and everything else answers it 404.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org_id: Option<String>,
+    /// The projects of [`TokenInfo::org_id`] it is limited to (empty: all of
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub project_ids: Vec<String>,
+}
+
+/// The org and projects a token is bound to (see [`TokenInfo::org_id`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenancy {
+    /// The org.
+    pub org_id: String,
+    /// Its projects the token is limited to (empty: all).
+    pub project_ids: Vec<String>,
 }
 
 /// A token just made: the record and the one time its secret is shown.
@@ -205,19 +223,37 @@ type RawToken = (
     Option<String>,
     Option<i64>,
     Option<String>,
+    Option<String>,
+    Option<String>,
 );
 
 fn token_info(label: &str, r: RawToken) -> Result<TokenInfo, StoreError> {
-    let (id, name, role, created_at, created_by, expires, revoked_at, last_used, profiles) = r;
-    let mcp_profiles = profiles
-        .map(|p| {
+    let (
+        id,
+        name,
+        role,
+        created_at,
+        created_by,
+        expires,
+        revoked_at,
+        last_used,
+        profiles,
+        org,
+        projects,
+    ) = r;
+    // A JSON list of names in column `field`, if set.
+    let names = |field: &str, text: Option<String>| {
+        text.map(|p| {
             serde_json::from_str::<Vec<String>>(&p).map_err(|e| StoreError::Damaged {
                 db: label.to_owned(),
                 what: format!("token {id}"),
-                detail: format!("mcp_profiles is not a JSON list of names: {e}"),
+                detail: format!("{field} is not a JSON list of names: {e}"),
             })
         })
-        .transpose()?;
+        .transpose()
+    };
+    let project_ids = names("project_ids", projects)?.unwrap_or_default();
+    let mcp_profiles = names("mcp_profiles", profiles)?;
     let role = role.parse().map_err(|detail| StoreError::Damaged {
         db: label.to_owned(),
         what: format!("token {id}"),
@@ -233,11 +269,12 @@ fn token_info(label: &str, r: RawToken) -> Result<TokenInfo, StoreError> {
         revoked_at,
         last_used_at: last_used.map(ms_rfc3339),
         mcp_profiles,
+        org_id: org,
+        project_ids,
     })
 }
 
-const TOKEN_COLUMNS: &str =
-    "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms, mcp_profiles";
+const TOKEN_COLUMNS: &str = "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms, mcp_profiles, org_id, project_ids";
 
 fn raw_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
     Ok((
@@ -250,6 +287,8 @@ fn raw_token(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
         r.get(6)?,
         r.get(7)?,
         r.get(8)?,
+        r.get(9)?,
+        r.get(10)?,
     ))
 }
 
@@ -277,15 +316,33 @@ impl Store {
         created_by: &str,
         mcp_profiles: Option<&[String]>,
     ) -> Result<NewToken, StoreError> {
+        self.token_create_scoped(name, role, expires_at_ms, created_by, mcp_profiles, None)
+    }
+
+    /// [`Store::token_create_limited`], bound to an org (and projects) when
+    /// `tenancy` is given.
+    pub fn token_create_scoped(
+        &self,
+        name: &str,
+        role: Role,
+        expires_at_ms: Option<i64>,
+        created_by: &str,
+        mcp_profiles: Option<&[String]>,
+        tenancy: Option<&Tenancy>,
+    ) -> Result<NewToken, StoreError> {
+        let org_id = tenancy.map(|t| t.org_id.clone());
+        let project_ids = tenancy.map(|t| t.project_ids.clone()).unwrap_or_default();
+        let projects_json =
+            (!project_ids.is_empty()).then(|| serde_json::json!(project_ids).to_string());
         let profiles_json = mcp_profiles.map(|p| serde_json::json!(p).to_string());
         let id = random_hex(ID_HEX / 2)?;
         let secret = random_hex(SECRET_HEX / 2)?;
         let created_at = crate::now_rfc3339();
         let hash = secret_hash(&secret);
         let result = self.lock().execute(
-            "INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, created_by, expires_at_ms, mcp_profiles)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![id, name, role.as_str(), &hash[..], created_at, created_by, expires_at_ms, profiles_json],
+            "INSERT INTO api_tokens (id, name, role, secret_sha256, created_at, created_by, expires_at_ms, mcp_profiles, org_id, project_ids)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![id, name, role.as_str(), &hash[..], created_at, created_by, expires_at_ms, profiles_json, org_id, projects_json],
         );
         match result {
             Ok(_) => {}
@@ -311,6 +368,8 @@ impl Store {
                 revoked_at: None,
                 last_used_at: None,
                 mcp_profiles: mcp_profiles.map(<[String]>::to_vec),
+                org_id,
+                project_ids,
             },
             token,
         })
@@ -416,7 +475,7 @@ impl Store {
                             ))
                             .and_then(|mut st| {
                                 st.query_row(params![id], |r| {
-                                    Ok((raw_token(r)?, r.get::<_, Vec<u8>>(9)?))
+                                    Ok((raw_token(r)?, r.get::<_, Vec<u8>>(11)?))
                                 })
                                 .optional()
                             })

@@ -57,7 +57,7 @@ pub enum ConfigCmd {
     },
 }
 
-/// `plugd secrets …` (also `plugd secret …`).
+/// `plugd secrets …` (plugd's own secrets; `plugd secret` is per org).
 #[derive(Subcommand, Debug)]
 pub enum SecretsCmd {
     /// Store secret NAME, read from standard input (never the command line),
@@ -203,7 +203,7 @@ pub(crate) async fn report(rt: &Runtime, id: &str, what: &str, applied: Applied)
     Ok(())
 }
 
-fn read_stdin_value() -> Result<String> {
+pub(crate) fn read_stdin_value() -> Result<String> {
     let mut buf = String::new();
     std::io::stdin()
         .take(64 * 1024 + 1)

@@ -11,6 +11,7 @@ mod approve_cmd;
 mod bench;
 mod bench_mcp;
 mod bench_scale;
+mod binding_cmd;
 mod bus_cmd;
 mod channel_cmd;
 mod config_cmd;
@@ -95,8 +96,14 @@ enum Command {
     #[command(subcommand)]
     Approvals(risk_cmd::ApprovalsCmd),
     /// The operator's named secrets (LLM keys) and the master key.
-    #[command(subcommand, alias = "secret")]
+    #[command(subcommand)]
     Secrets(config_cmd::SecretsCmd),
+    /// Secrets of one org, for bindings' `secret://ORG/NAME` references.
+    #[command(subcommand)]
+    Secret(binding_cmd::SecretCmd),
+    /// Bindings of package exports to orgs and projects: create, list, show, update, validate.
+    #[command(subcommand)]
+    Binding(binding_cmd::BindingCmd),
     /// The agent's key-value storage (Dexto `context.agent.storage`).
     #[command(subcommand)]
     Storage(storage_cmd::StorageCmd),
@@ -357,6 +364,14 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return package_cmd::run(&dir, cmd).await.map(|()| 0);
         }
+        Command::Binding(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return binding_cmd::run(&dir, cmd).map(|()| 0);
+        }
+        Command::Secret(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return binding_cmd::secret(&dir, cmd).map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -509,6 +524,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Bus(_)
         | Command::Token(_)
         | Command::Package(_)
+        | Command::Binding(_)
+        | Command::Secret(_)
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use plugd_store::Store;
-use plugd_store::tokens::{Role, TokenInfo};
+use plugd_store::tokens::{Role, Tenancy, TokenInfo};
 
 /// `plugd token …`.
 #[derive(Subcommand, Debug)]
@@ -30,6 +30,13 @@ pub enum TokenCmd {
         /// then reaches only `/mcp/PROFILE` of them, and reads.
         #[arg(long = "mcp-profile", value_name = "NAME")]
         mcp_profiles: Vec<String>,
+        /// Bind it to an org: it then sees only that org's bindings,
+        /// packages in use and secrets (default: the whole workspace).
+        #[arg(long, value_name = "ORG")]
+        org: Option<String>,
+        /// Limit an org token to these projects (repeat for several).
+        #[arg(long = "project", value_name = "PROJECT", requires = "org")]
+        projects: Vec<String>,
         /// Print `{"id","name","role","token","expires_at","mcp_profiles"}`.
         #[arg(long)]
         json: bool,
@@ -93,8 +100,22 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
             role,
             expires,
             mcp_profiles,
+            org,
+            projects,
             json,
         } => {
+            for n in org.iter().chain(projects) {
+                if !plugd_control::bindings::is_valid_name(n) {
+                    bail!(
+                        "{n:?} is not an org or project id; {}",
+                        plugd_control::bindings::NAME_RULE
+                    );
+                }
+            }
+            let tenancy = org.as_ref().map(|o| Tenancy {
+                org_id: o.clone(),
+                project_ids: projects.clone(),
+            });
             for p in mcp_profiles {
                 if !plugd_manifest::mcp::is_valid_server_name(p) {
                     bail!("--mcp-profile {p:?} is not a profile name (1-64 of A-Z a-z 0-9 _ -)");
@@ -111,7 +132,14 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
                 .transpose()
                 .context("--expires is too long")?;
             let limited = (!mcp_profiles.is_empty()).then_some(mcp_profiles.as_slice());
-            let t = store.token_create_limited(name, *role, expires_at_ms, &who(), limited)?;
+            let t = store.token_create_scoped(
+                name,
+                *role,
+                expires_at_ms,
+                &who(),
+                limited,
+                tenancy.as_ref(),
+            )?;
             if *json {
                 let v = serde_json::json!({
                     "id": t.info.id,
@@ -120,6 +148,8 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
                     "token": t.token,
                     "expires_at": t.info.expires_at,
                     "mcp_profiles": t.info.mcp_profiles,
+                    "org_id": t.info.org_id,
+                    "project_ids": t.info.project_ids,
                 });
                 println!("{v}");
             } else {
@@ -160,8 +190,8 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
 
 fn print_table(tokens: &[TokenInfo]) {
     println!(
-        "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  STATE",
-        "ID", "NAME", "ROLE", "CREATED", "EXPIRES"
+        "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  {:<7}  SCOPE",
+        "ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"
     );
     let now = plugd_store::now_rfc3339();
     for t in tokens {
@@ -170,8 +200,13 @@ fn print_table(tokens: &[TokenInfo]) {
             (None, Some(e)) if *e <= now => "expired",
             _ => "live",
         };
+        let scope = match (&t.org_id, t.project_ids.is_empty()) {
+            (None, _) => "workspace".to_owned(),
+            (Some(o), true) => o.clone(),
+            (Some(o), false) => format!("{o} ({})", t.project_ids.join(", ")),
+        };
         println!(
-            "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  {state}",
+            "{:<16}  {:<20}  {:<8}  {:<20}  {:<20}  {state:<7}  {scope}",
             t.id,
             t.name,
             t.role.as_str(),

@@ -5,6 +5,7 @@
 mod access;
 mod agent;
 mod baseline;
+mod bindings;
 mod broker;
 mod cgroup;
 mod channels;

@@ -20,7 +20,7 @@ use crate::support::{Ws, ok, stderr};
 type RawResp = (u16, Vec<(String, String)>, Vec<u8>);
 
 /// A `docker-registry` on `127.0.0.1:PORT`, killed on drop.
-struct Registry {
+pub(crate) struct Registry {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
@@ -40,7 +40,7 @@ fn registry_binary() -> PathBuf {
 }
 
 impl Registry {
-    fn start() -> Registry {
+    pub(crate) fn start() -> Registry {
         let bin = registry_binary();
         let dir = tempfile::tempdir().unwrap();
         let port = TcpListener::bind("127.0.0.1:0")
@@ -82,7 +82,7 @@ impl Registry {
         reg
     }
 
-    fn reference(&self, repo_and_tag: &str) -> String {
+    pub(crate) fn reference(&self, repo_and_tag: &str) -> String {
         format!("oci://127.0.0.1:{}/{repo_and_tag}", self.port)
     }
 
@@ -256,12 +256,12 @@ fn package(parent: &Path, name: &str, version: &str) -> PathBuf {
     dir
 }
 
-fn json_out(out: &std::process::Output) -> Value {
+pub(crate) fn json_out(out: &std::process::Output) -> Value {
     serde_json::from_str(&ok(out)).unwrap()
 }
 
 /// `plugd package push --json`: the digest pushed.
-fn push(ws: &Ws, dir: &Path, reference: &str) -> String {
+pub(crate) fn push(ws: &Ws, dir: &Path, reference: &str) -> String {
     let out = ws.plugd(&[
         "package",
         "push",

@@ -1030,7 +1030,7 @@ async fn an_llm_key_is_an_operator_secret_sealed_at_rest() {
     ok(&run(
         &ws,
         &keys,
-        &["secret", "set", "acme/minimax"],
+        &["secrets", "set", "acme/minimax"],
         None,
         Some(&format!("{KEY}\n")),
     ));
