@@ -305,6 +305,30 @@ pub async fn call_tool(
     ctx: &CallContext,
     timeout: Duration,
 ) -> Result<Value, ToolError> {
+    // The plugin round trip span; what the dialect sends carries its trace.
+    let dialect = spec.dialect.to_string();
+    let subject = || plugd_telemetry::Subject {
+        plugin: Some(&spec.id),
+        dialect: Some(&dialect),
+        export: Some(&tool.name),
+        binding: None,
+    };
+    plugd_telemetry::in_span(
+        "plugin round trip",
+        subject,
+        round_trip(conn, spec, tool, args, ctx, timeout),
+    )
+    .await
+}
+
+async fn round_trip(
+    conn: &Conn,
+    spec: &PluginSpec,
+    tool: &ToolDef,
+    args: Value,
+    ctx: &CallContext,
+    timeout: Duration,
+) -> Result<Value, ToolError> {
     match spec.dialect {
         Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
         Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
