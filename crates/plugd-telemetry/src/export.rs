@@ -54,6 +54,8 @@ impl Telemetry {
         if !configured(|k| std::env::var(k).ok()) {
             return Ok(Telemetry::default());
         }
+        // reqwest is built without a crypto provider; plugd's is ring.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(EXPORT_TIMEOUT)
             .build()
@@ -161,7 +163,10 @@ mod tests {
         assert!(!with(&[]));
         assert!(!with(&[("OTEL_SERVICE_NAME", "x")]));
         assert!(!with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", " ")]));
-        assert!(with(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")]));
+        assert!(with(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:4318"
+        )]));
         assert!(with(&[(
             "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
             "http://127.0.0.1:4318/v1/traces"

@@ -106,8 +106,8 @@ pub async fn http_request<B>(
     if !enabled() {
         return fut.await;
     }
-    let parent = TraceContextPropagator::new()
-        .extract(&opentelemetry_http::HeaderExtractor(headers));
+    let parent =
+        TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
     let tracer = global::tracer(SCOPE);
     let span = tracer
         .span_builder(format!("{method} {route}"))

@@ -1270,7 +1270,8 @@ pub async fn refresh_tools(
 /// `params` with the current trace in `_meta.traceparent` (and
 /// `_meta.tracestate`), as the MCP SDKs read it, when traces are on.
 pub(crate) fn with_trace(mut params: Value) -> Value {
-    if let (Some((parent, state)), Some(obj)) = (plugd_telemetry::traceparent(), params.as_object_mut())
+    if let (Some((parent, state)), Some(obj)) =
+        (plugd_telemetry::traceparent(), params.as_object_mut())
     {
         let meta = obj.entry("_meta").or_insert_with(|| json!({}));
         if let Some(meta) = meta.as_object_mut() {

@@ -11,7 +11,6 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -151,11 +150,8 @@ fn one<'a>(spans: &'a [&'a Value], name: &str) -> &'a Value {
 
 #[test]
 fn an_http_tool_call_continues_the_callers_trace_down_to_the_plugin() {
-    let receiver = Receiver::start(&std::env::temp_dir().join(format!(
-        "plugd-traces-{}",
-        std::process::id()
-    )));
     let ws = workspace();
+    let receiver = Receiver::start(ws.dir());
     // The default batch delay (5 s) is kept: the spans leave at shutdown.
     let serve = Serve::start_with_env(
         &ws,
@@ -202,7 +198,7 @@ fn an_http_tool_call_continues_the_callers_trace_down_to_the_plugin() {
     assert_eq!(trip["parent_span_id"], call["span_id"], "{trip}");
     assert_eq!(trip["attributes"]["plugd.plugin.id"], "test/traced");
     assert_eq!(trip["attributes"]["plugd.dialect"], "vai");
-    assert_eq!(trip["attributes"]["plugd.export"], "echo");
+    assert_eq!(trip["attributes"]["plugd.export"], "test/traced/echo");
     assert_eq!(trip["status"]["code"], 0, "unset: no error");
 
     // The MCP server's traceparent names plugd's round trip as its parent.
