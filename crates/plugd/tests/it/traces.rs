@@ -3,7 +3,8 @@
 //! (`tests/plugins/traces/otlp_receiver.py`, decoding the protobuf with the
 //! `opentelemetry-proto` package), called over HTTP with a `traceparent`
 //! header. The spans must continue the caller's trace and link HTTP request →
-//! tool call → plugin round trip; a VAI plugin (`vai_plugin.py`) must see
+//! tool call → plugin round trip (and HTTP request → hook handler for a hook
+//! run of the built-in content policy); a VAI plugin (`vai_plugin.py`) must see
 //! the trace in `context.trace_id` and an MCP server of the official Python
 //! SDK (`meta_mcp.py`) in `_meta.traceparent`. With no `OTEL_*` variable
 //! nothing is exported and the same calls work.
@@ -22,6 +23,8 @@ const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 /// The trace of the MCP call.
 const TRACE_MCP: &str = "0af7651916cd43dd8448eb211c80319c";
+/// The trace of the hook run.
+const TRACE_HOOK: &str = "5b8efff798038103d269b633813fc60c";
 
 /// `otlp_receiver.py` writing the spans it receives to `out`; killed on drop.
 struct Receiver {
@@ -112,6 +115,12 @@ input_schema = "schemas/any.json"
         .to_string(),
     )
     .unwrap();
+    // A hook chain of one built-in handler, for the hook handler span.
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "plugins:\n  contentPolicy: {priority: 10, maxInputChars: 5}\n",
+    )
+    .unwrap();
     for id in ["test/traced", "m"] {
         ok(&ws.plugd(&["plugin", "approve", id]));
     }
@@ -120,17 +129,20 @@ input_schema = "schemas/any.json"
 
 /// `POST /v1/tools/{tool}:invoke` with `traceparent` (when given).
 fn invoke(serve: &Serve, tool: &str, traceparent: Option<&str>) -> Resp {
+    post(
+        serve,
+        &format!("/v1/tools/{tool}:invoke"),
+        traceparent,
+        br#"{"args": {"q": "x"}}"#,
+    )
+}
+
+/// `POST path` with `body` and `traceparent` (when given); a 200.
+fn post(serve: &Serve, path: &str, traceparent: Option<&str>, body: &[u8]) -> Resp {
     let mut headers = vec![("Content-Type", "application/json")];
     headers.extend(traceparent.map(|t| ("traceparent", t)));
-    let r = request_as(
-        serve,
-        &serve.token,
-        "POST",
-        &format!("/v1/tools/{tool}:invoke"),
-        &headers,
-        Some(br#"{"args": {"q": "x"}}"#),
-    );
-    assert_eq!(r.status, 200, "{tool}: {}", r.text());
+    let r = request_as(serve, &serve.token, "POST", path, &headers, Some(body));
+    assert_eq!(r.status, 200, "{path}: {}", r.text());
     r
 }
 
@@ -179,10 +191,30 @@ fn an_http_tool_call_continues_the_callers_trace_down_to_the_plugin() {
     let seen = traceparent_seen(&mcp).unwrap_or_else(|| panic!("no traceparent: {mcp}"));
     assert!(seen.starts_with(&format!("00-{TRACE_MCP}-")), "{seen}");
     assert!(seen.ends_with("-01"), "sampled: {seen}");
+    let hook = post(
+        &serve,
+        "/v1/hooks/before_llm_request:run",
+        Some(&format!("00-{TRACE_HOOK}-{CALLER_SPAN}-01")),
+        br#"{"payload": {"text": "longer than five"}}"#,
+    )
+    .json();
+    assert_eq!(hook["outcome"], "blocked", "{hook}");
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
 
     let spans = receiver.spans();
+    let ours: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["trace_id"] == TRACE_HOOK)
+        .collect();
+    let http = one(&ours, "POST /v1/hooks/{point}");
+    let handler = one(&ours, "hook handler");
+    assert_eq!(handler["parent_span_id"], http["span_id"], "{handler}");
+    assert!(
+        handler["attributes"]["plugd.export"].is_string(),
+        "the handler's name: {handler}"
+    );
+
     let ours: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == TRACE).collect();
     let http = one(&ours, "POST /v1/tools/{*name}");
     assert_eq!(http["parent_span_id"], CALLER_SPAN, "{http}");
