@@ -313,38 +313,25 @@ pub async fn call_tool(
         export: Some(&tool.name),
         binding: None,
     };
-    plugd_telemetry::in_span(
-        "plugin round trip",
-        subject,
-        round_trip(conn, spec, tool, args, ctx, timeout),
-    )
-    .await
-}
-
-async fn round_trip(
-    conn: &Conn,
-    spec: &PluginSpec,
-    tool: &ToolDef,
-    args: Value,
-    ctx: &CallContext,
-    timeout: Duration,
-) -> Result<Value, ToolError> {
-    match spec.dialect {
-        Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        _ => {
-            native::invoke_tool(
-                &conn.peer,
-                tool.wire(),
-                args,
-                ctx.agent_id.as_deref(),
-                timeout,
-            )
-            .await
+    let round_trip = async move {
+        match spec.dialect {
+            Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            _ => {
+                native::invoke_tool(
+                    &conn.peer,
+                    tool.wire(),
+                    args,
+                    ctx.agent_id.as_deref(),
+                    timeout,
+                )
+                .await
+            }
         }
-    }
+    };
+    plugd_telemetry::in_span("plugin round trip", subject, round_trip).await
 }
 
 /// Asks the plugin to stop, the dialect's way; returns once the request was

@@ -36,23 +36,20 @@ struct Receiver {
 impl Receiver {
     fn start(dir: &Path) -> Receiver {
         let out = dir.join("spans.jsonl");
+        let script = repo().join("tests/plugins/traces/otlp_receiver.py");
         #[allow(clippy::disallowed_methods)] // the test's own receiver, not a plugin
         let mut child = std::process::Command::new(repo().join(".venv/bin/python3"))
-            .arg(repo().join("tests/plugins/traces/otlp_receiver.py"))
-            .arg(&out)
+            .args([script.as_path(), &out])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("url: ")
-            .unwrap_or_else(|| panic!("no url line from the receiver: {line:?}"))
-            .to_owned();
+        // Its first line says where it listens.
+        let first = BufReader::new(child.stdout.take().unwrap()).lines().next();
+        let line = first.and_then(Result::ok).unwrap_or_default();
+        let Some(url) = line.strip_prefix("url: ").map(str::to_owned) else {
+            panic!("no url line from the receiver: {line:?}");
+        };
         Receiver { child, url, out }
     }
 
@@ -77,34 +74,7 @@ impl Drop for Receiver {
 /// with the `_meta` it got), both approved.
 fn workspace() -> Ws {
     let ws = Ws::new();
-    let dir = ws.plugin_dir("traced");
-    std::fs::create_dir_all(dir.join("schemas")).unwrap();
-    std::fs::copy(
-        repo().join("tests/plugins/vai/vai_plugin.py"),
-        dir.join("plugin.py"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("schemas/any.json"), r#"{"type":"object"}"#).unwrap();
-    std::fs::write(
-        dir.join("vai-plugin.toml"),
-        r#"api_version = "vai.plugin.v1"
-package_id = "test/traced"
-version = "0.1.0"
-
-[runtime]
-protocol = "vai.rpc.v1"
-transport = "stdio"
-entrypoint = ["python3", "plugin.py", "good", "test/traced", "0.1.0"]
-
-[[exports]]
-id = "echo"
-kind = "tool"
-description = "echoes its input and context"
-[exports.tool]
-input_schema = "schemas/any.json"
-"#,
-    )
-    .unwrap();
+    crate::vai::package(&ws, "traced", "good", &[]);
     let mcp = repo().join("tests/plugins/traces/meta_mcp.py");
     std::fs::write(
         ws.dir().join(".mcp.json"),
