@@ -8,6 +8,8 @@ cd "$repo"
 NEXOAI_VERSION=0.4.0
 # The official MCP Python SDK: the real client the gateway tests drive.
 MCP_SDK_VERSION=2.3.0
+# Decodes OTLP trace exports in the trace tests' receiver (tests/plugins/traces).
+OTEL_PROTO_VERSION=1.45.2
 
 section() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -34,7 +36,8 @@ need_apt() {
   command -v "$cmd" >/dev/null 2>&1 || apt_install "$pkg"
 }
 
-# ensure_venv: .venv with nexoai==$NEXOAI_VERSION and mcp==$MCP_SDK_VERSION, and .venv/bin first on PATH.
+# ensure_venv: .venv with nexoai==$NEXOAI_VERSION, mcp==$MCP_SDK_VERSION and
+# opentelemetry-proto==$OTEL_PROTO_VERSION, and .venv/bin first on PATH.
 ensure_venv() {
   command -v python3 >/dev/null || die "python3 not found; install Python 3.11 or newer"
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
@@ -44,8 +47,8 @@ ensure_venv() {
     python3 -c 'import ensurepip' 2>/dev/null || apt_install python3-venv
     python3 -m venv .venv
   fi
-  if ! .venv/bin/python3 -c "import nexo_plugin_sdk as m, importlib.metadata as md; assert m.__version__ == '$NEXOAI_VERSION' and md.version('mcp') == '$MCP_SDK_VERSION'" 2>/dev/null; then
-    .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "nexoai==$NEXOAI_VERSION" "mcp==$MCP_SDK_VERSION" </dev/null
+  if ! .venv/bin/python3 -c "import nexo_plugin_sdk as m, importlib.metadata as md; assert m.__version__ == '$NEXOAI_VERSION' and md.version('mcp') == '$MCP_SDK_VERSION' and md.version('opentelemetry-proto') == '$OTEL_PROTO_VERSION'" 2>/dev/null; then
+    .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "nexoai==$NEXOAI_VERSION" "mcp==$MCP_SDK_VERSION" "opentelemetry-proto==$OTEL_PROTO_VERSION" </dev/null
   fi
   export PATH="$repo/.venv/bin:$PATH"
 }

@@ -936,6 +936,27 @@ impl Runtime {
         ctx: &CallContext,
         approver: Option<&dyn risk::Approver>,
     ) -> Result<Value, RuntimeError> {
+        // The tool call span (the round trip to the plugin is its child).
+        let plugin = plugd_telemetry::enabled()
+            .then(|| Some(read(&self.inner.registry).get(name)?.plugin.to_string()))
+            .flatten();
+        let subject = || plugd_telemetry::Subject {
+            plugin: plugin.as_deref(),
+            export: Some(name),
+            ..plugd_telemetry::Subject::default()
+        };
+        let call = self.call_tool_checked(name, args, ctx, approver);
+        plugd_telemetry::in_span("tool call", subject, call).await
+    }
+
+    /// [`Runtime::call_tool_approved_by`] without its span.
+    async fn call_tool_checked(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: &CallContext,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| self.unknown_tool(name))?;

@@ -98,6 +98,7 @@ pub use error::ApiError;
 
 mod bus;
 mod channels;
+mod traces;
 
 /// The request body limit without configuration: 1 MiB.
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
@@ -293,6 +294,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
         .layer(authorize)
+        .layer(axum::middleware::from_fn(traces::trace_request))
         .with_state(state)
 }
 

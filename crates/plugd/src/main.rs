@@ -251,7 +251,15 @@ fn main() {
         Ok(rt) => rt,
         Err(e) => fail(&anyhow::anyhow!("cannot start the async runtime: {e}")),
     };
-    let code = rt.block_on(run(cli)).unwrap_or_else(|e| fail(&e));
+    // OpenTelemetry traces when an OTLP endpoint is set (plugd-telemetry).
+    let traces = plugd_telemetry::Telemetry::from_env(rt.handle()).unwrap_or_else(|e| {
+        tracing::warn!("traces are off: {e}");
+        plugd_telemetry::Telemetry::default()
+    });
+    let outcome = rt.block_on(run(cli));
+    // The last spans leave while the runtime that sends them still runs.
+    traces.shutdown(std::time::Duration::from_secs(5));
+    let code = outcome.unwrap_or_else(|e| fail(&e));
     drop(rt);
     // Orphans the subreaper brought back and no plugin handle owns.
     plugd_host::procs::kill_orphans();

@@ -1267,6 +1267,23 @@ pub async fn refresh_tools(
 }
 
 /// `tools/call`; progress goes to `ctx.progress`.
+/// `params` with the current trace in `_meta.traceparent` (and
+/// `_meta.tracestate`), as the MCP SDKs read it, when traces are on.
+pub(crate) fn with_trace(mut params: Value) -> Value {
+    if let (Some((parent, state)), Some(obj)) =
+        (plugd_telemetry::traceparent(), params.as_object_mut())
+    {
+        let meta = obj.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("traceparent".into(), json!(parent));
+            if let Some(state) = state {
+                meta.insert("tracestate".into(), json!(state));
+            }
+        }
+    }
+    params
+}
+
 pub async fn call_tool(
     conn: &Conn,
     _spec: &PluginSpec,
@@ -1304,7 +1321,7 @@ pub async fn call_tool(
         .await?
     } else {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut params = json!({"name": tool.wire(), "arguments": args});
+        let mut params = with_trace(json!({"name": tool.wire(), "arguments": args}));
         let mut rounds = 0;
         loop {
             // The first request has the call's own timeout (errors report

@@ -339,7 +339,9 @@ pub async fn call_as_task(
     let (created, route) = peer
         .call_routed(
             "tools/call",
-            Some(json!({"name": tool.wire(), "arguments": args, "task": {"ttl": ttl}})),
+            Some(super::mcp::with_trace(
+                json!({"name": tool.wire(), "arguments": args, "task": {"ttl": ttl}}),
+            )),
             timeout,
             sink,
         )

@@ -305,22 +305,33 @@ pub async fn call_tool(
     ctx: &CallContext,
     timeout: Duration,
 ) -> Result<Value, ToolError> {
-    match spec.dialect {
-        Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-        _ => {
-            native::invoke_tool(
-                &conn.peer,
-                tool.wire(),
-                args,
-                ctx.agent_id.as_deref(),
-                timeout,
-            )
-            .await
+    // The plugin round trip span; what the dialect sends carries its trace.
+    let dialect = spec.dialect.to_string();
+    let subject = || plugd_telemetry::Subject {
+        plugin: Some(&spec.id),
+        dialect: Some(&dialect),
+        export: Some(&tool.name),
+        binding: None,
+    };
+    let round_trip = async move {
+        match spec.dialect {
+            Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
+            _ => {
+                native::invoke_tool(
+                    &conn.peer,
+                    tool.wire(),
+                    args,
+                    ctx.agent_id.as_deref(),
+                    timeout,
+                )
+                .await
+            }
         }
-    }
+    };
+    plugd_telemetry::in_span("plugin round trip", subject, round_trip).await
 }
 
 /// Asks the plugin to stop, the dialect's way; returns once the request was

@@ -548,7 +548,9 @@ async fn invoke(
     let deadline_at = SystemTime::now() + left;
     let context = json!({
         "invocation_id": invocation_id,
-        "trace_id": ctx.trace_id.clone().unwrap_or_else(|| fresh_id("tr")),
+        // The OpenTelemetry trace this call is part of, when traces are on
+        // (32 hex digits, W3C), so the plugin's own telemetry joins it.
+        "trace_id": plugd_telemetry::trace_id().or_else(|| ctx.trace_id.clone()).unwrap_or_else(|| fresh_id("tr")),
         "org_id": ctx.org_id,
         "project_id": ctx.project_id,
         "session_id": ctx.session_id,

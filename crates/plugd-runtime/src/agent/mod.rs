@@ -272,7 +272,8 @@ impl Agent {
         ctx: &HookContext,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        self.run_turn(session_id, input, ctx, None, events).await
+        let turn = self.run_turn(session_id, input, ctx, None, events);
+        plugd_telemetry::in_span("agent turn", Default::default, turn).await
     }
 
     /// [`Agent::turn`] for a message that came in on a channel: `inbound`
@@ -286,8 +287,8 @@ impl Agent {
         inbound: Value,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        self.run_turn(session_id, input, ctx, Some(inbound), events)
-            .await
+        let turn = self.run_turn(session_id, input, ctx, Some(inbound), events);
+        plugd_telemetry::in_span("agent turn", Default::default, turn).await
     }
 
     /// The stored session `id`, if any.

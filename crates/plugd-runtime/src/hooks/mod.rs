@@ -449,12 +449,18 @@ impl Pipeline {
             if let Some(d) = run_deadline {
                 limit = limit.min(d.saturating_duration_since(started));
             }
-            let result =
+            let handled = async {
                 match tokio::time::timeout(limit, entry.handler.handle(point, &payload, ctx)).await
                 {
                     Ok(r) => r,
                     Err(_) => Err(HookError::Timeout(limit)),
-                };
+                }
+            };
+            let subject = || plugd_telemetry::Subject {
+                export: Some(&spec.name),
+                ..Default::default()
+            };
+            let result = plugd_telemetry::in_span("hook handler", subject, handled).await;
             let took_ms = started.elapsed().as_millis() as u64;
             // ok=false is a handler failure under its error policy.
             let result = match result {

@@ -42,6 +42,7 @@ mod semantic;
 mod signatures;
 mod skills;
 mod support;
+mod traces;
 mod typed_errors;
 mod vai;
 mod vector;

@@ -1,0 +1,187 @@
+//! plugd's OpenTelemetry traces: an OTLP/HTTP (protobuf) exporter configured
+//! by the standard `OTEL_*` variables, the spans plugd opens (HTTP request,
+//! agent turn, hook handler, tool call, plugin round trip) and W3C Trace
+//! Context in and out (`traceparent`, `tracestate`).
+//!
+//! **Off unless asked**: with neither `OTEL_EXPORTER_OTLP_ENDPOINT` nor
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` set, [`Telemetry::from_env`] installs
+//! nothing (no exporter, no batch thread) and every helper here is one
+//! relaxed atomic load and then the plain future.
+//!
+//! Spans are made with the OpenTelemetry API directly, not through the
+//! `tracing` bridge: plugd's log lines stay as they are, and the span of a
+//! call is carried by its future ([`in_span`]), so a dialect reads the
+//! current trace with [`trace_id`] and [`traceparent`] while it runs.
+
+mod export;
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue, global};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+
+pub use export::{Telemetry, TelemetryError};
+
+/// The instrumentation scope of every plugd span.
+const SCOPE: &str = "plugd";
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether traces are exported (an OTLP endpoint was configured).
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// What a span is about: its `plugd.*` attributes, each set when known.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Subject<'a> {
+    /// `plugd.plugin.id`.
+    pub plugin: Option<&'a str>,
+    /// `plugd.dialect` (`native`, `mcp`, `vai`, …).
+    pub dialect: Option<&'a str>,
+    /// `plugd.export`: the tool (or hook, export) name.
+    pub export: Option<&'a str>,
+    /// `plugd.binding.id`: the binding a call resolved to, once calls
+    /// resolve bindings.
+    pub binding: Option<&'a str>,
+}
+
+impl Subject<'_> {
+    fn attributes(&self) -> Vec<KeyValue> {
+        [
+            ("plugd.plugin.id", self.plugin),
+            ("plugd.dialect", self.dialect),
+            ("plugd.export", self.export),
+            ("plugd.binding.id", self.binding),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some(KeyValue::new(k, v?.to_owned())))
+        .collect()
+    }
+}
+
+/// Runs `fut` inside a new internal span `name`, a child of the current one,
+/// with `subject`'s attributes (computed only when traces are on); an `Err`
+/// sets the span's status to error with the error's message.
+pub async fn in_span<'s, T, E: Display>(
+    name: &'static str,
+    subject: impl FnOnce() -> Subject<'s>,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    if !enabled() {
+        return fut.await;
+    }
+    let tracer = global::tracer(SCOPE);
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Internal)
+        .with_attributes(subject().attributes())
+        .start(&tracer);
+    let cx = Context::current_with_span(span);
+    let out = fut.with_context(cx.clone()).await;
+    let span = cx.span();
+    if let Err(e) = &out {
+        span.set_status(Status::error(e.to_string()));
+    }
+    span.end();
+    out
+}
+
+/// Runs `fut`, the handling of one HTTP request `method` on `route` (the
+/// matched route pattern, not the path), inside a server span that continues
+/// the trace of the request's `traceparent` header when it has a valid one;
+/// `fut` answers with the status recorded on the span (5xx is an error).
+pub async fn http_request<B>(
+    method: &str,
+    route: &str,
+    headers: &http::HeaderMap,
+    fut: impl Future<Output = http::Response<B>>,
+) -> http::Response<B> {
+    if !enabled() {
+        return fut.await;
+    }
+    let parent =
+        TraceContextPropagator::new().extract(&opentelemetry_http::HeaderExtractor(headers));
+    let tracer = global::tracer(SCOPE);
+    let span = tracer
+        .span_builder(format!("{method} {route}"))
+        .with_kind(SpanKind::Server)
+        .with_attributes([
+            KeyValue::new("http.request.method", method.to_owned()),
+            KeyValue::new("http.route", route.to_owned()),
+        ])
+        .start_with_context(&tracer, &parent);
+    let cx = parent.with_span(span);
+    let response = fut.with_context(cx.clone()).await;
+    let span = cx.span();
+    let status = response.status();
+    span.set_attribute(KeyValue::new(
+        "http.response.status_code",
+        i64::from(status.as_u16()),
+    ));
+    if status.is_server_error() {
+        span.set_status(Status::error(status.to_string()));
+    }
+    span.end();
+    response
+}
+
+/// The trace id of the current span as 32 lower-case hex digits (W3C),
+/// when traces are on and a span is current.
+pub fn trace_id() -> Option<String> {
+    if !enabled() {
+        return None;
+    }
+    let cx = Context::current();
+    let span = cx.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| sc.trace_id().to_string())
+}
+
+/// The W3C `traceparent` (and `tracestate`, when not empty) of the current
+/// span, for a request leaving plugd; `None` when traces are off or no span
+/// is current.
+pub fn traceparent() -> Option<(String, Option<String>)> {
+    if !enabled() {
+        return None;
+    }
+    let mut carrier = HashMap::new();
+    TraceContextPropagator::new().inject_context(&Context::current(), &mut carrier);
+    let parent = carrier.remove("traceparent")?;
+    let state = carrier.remove("tracestate").filter(|s| !s.is_empty());
+    Some((parent, state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn off_means_no_span_and_no_context() {
+        assert!(!enabled());
+        let out: Result<u8, String> = in_span("x", Subject::default, async {
+            assert_eq!(trace_id(), None);
+            assert_eq!(traceparent(), None);
+            Ok(7)
+        })
+        .await;
+        assert_eq!(out, Ok(7));
+    }
+
+    #[test]
+    fn subject_sets_only_what_is_known() {
+        let s = Subject {
+            plugin: Some("p"),
+            export: Some("p/echo"),
+            ..Subject::default()
+        };
+        let keys: Vec<String> = s.attributes().iter().map(|kv| kv.key.to_string()).collect();
+        assert_eq!(keys, ["plugd.plugin.id", "plugd.export"]);
+    }
+}
