@@ -3,16 +3,22 @@
 //!
 //! Today this is the installed-package inventory ([`packages`]): immutable,
 //! content-addressed [`Package`](packages::Package) records and the
-//! [`PackageStore`](packages::PackageStore) trait. Bindings, marketplace
-//! entries and invocation records belong here too as they arrive (issue 13).
+//! [`PackageStore`](packages::PackageStore) trait, and the invocation
+//! records of every tool call ([`invocations`]) with their
+//! [`InvocationStore`](invocations::InvocationStore) trait. Bindings and
+//! marketplace entries belong here too as they arrive (issue 13).
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
 //! `plugd-store` implements [`PackageStore`](packages::PackageStore) for its
 //! SQLite `Store`, and a PostgreSQL backend will implement the same trait.
 
+pub mod invocations;
 pub mod packages;
 
+pub use invocations::{
+    Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
+};
 pub use packages::{
     Digest, Inserted, Package, PackageExport, PackageSelector, PackageStore, SignatureStatus,
 };

@@ -12,6 +12,7 @@
 pub mod digest;
 mod error;
 pub mod identity;
+pub mod invocations;
 pub mod kv;
 pub mod memory;
 pub mod outbox;

@@ -59,6 +59,8 @@ const MIGRATIONS: &[&str] = &[
     crate::tokens::PROFILES_MIGRATION,
     // 12: installed plugin packages (see `crate::packages`).
     crate::packages::MIGRATION,
+    // 13: invocation records of every tool call (see `crate::invocations`).
+    crate::invocations::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.
