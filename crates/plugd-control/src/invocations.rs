@@ -225,16 +225,13 @@ impl InvocationPage {
     pub fn from_rows(mut rows: Vec<InvocationRecord>, page: usize) -> InvocationPage {
         let more = rows.len() > page;
         rows.truncate(page);
-        let next_cursor = more
-            .then(|| rows.last())
-            .flatten()
-            .map(|r| {
-                Cursor {
-                    started_ms: r.started_ms,
-                    invocation_id: r.invocation_id.clone(),
-                }
-                .encode()
-            });
+        let next_cursor = more.then(|| rows.last()).flatten().map(|r| {
+            Cursor {
+                started_ms: r.started_ms,
+                invocation_id: r.invocation_id.clone(),
+            }
+            .encode()
+        });
         InvocationPage {
             invocations: rows,
             next_cursor,
@@ -290,7 +287,10 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
             .then(|| t.parse().ok())?
     };
     let (y, mo, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    if s.get(4..5)? != "-" || s.get(7..8)? != "-" || !(1..=12).contains(&mo) || !(1..=31).contains(&d)
+    if s.get(4..5)? != "-"
+        || s.get(7..8)? != "-"
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&d)
     {
         return None;
     }
@@ -323,8 +323,10 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<i64> {
     Some(((days * 24 + h) * 60 + mi) * 60_000 + sec * 1000 + frac_ms)
 }
 
-/// Howard Hinnant's `civil_from_days` for non-negative day counts.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+/// Days since 1970-01-01 (non-negative) to a proleptic Gregorian (year,
+/// month, day): Howard Hinnant's `civil_from_days` (the store's RFC 3339
+/// stamps use it too).
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z / 146_097;
     let doe = z % 146_097;
@@ -361,7 +363,10 @@ mod tests {
             );
         }
         assert!("ok".parse::<TerminalStatus>().is_err());
-        assert_eq!(TerminalStatus::RetryableFailure.as_str(), "retryable_failure");
+        assert_eq!(
+            TerminalStatus::RetryableFailure.as_str(),
+            "retryable_failure"
+        );
     }
 
     #[test]

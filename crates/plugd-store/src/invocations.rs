@@ -124,11 +124,7 @@ impl InvocationStore for Store {
         text(&mut sql, "org_id", &f.org_id);
         text(&mut sql, "project_id", &f.project_id);
         text(&mut sql, "plugin_id", &f.plugin_id);
-        text(
-            &mut sql,
-            "status",
-            &f.status.map(|s| s.as_str().to_owned()),
-        );
+        text(&mut sql, "status", &f.status.map(|s| s.as_str().to_owned()));
         if let Some(tool) = &f.tool {
             args.push(tool.clone().into());
             let n = args.len();
@@ -178,10 +174,7 @@ impl InvocationStore for Store {
     fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {
         let n = self
             .lock()
-            .execute(
-                "DELETE FROM invocations WHERE started_ms < ?1",
-                [before_ms],
-            )
+            .execute("DELETE FROM invocations WHERE started_ms < ?1", [before_ms])
             .map_err(|e| self.query_error("delete old invocations".to_owned(), e))?;
         Ok(n as u64)
     }
@@ -328,8 +321,9 @@ mod tests {
             ..Default::default()
         });
         assert!(!window.is_empty());
-        assert!(window.iter().all(|r| (1_005..1_010).contains(&r.started_ms)
-            && r.org_id.as_deref() == Some("org_a")));
+        assert!(window.iter().all(
+            |r| (1_005..1_010).contains(&r.started_ms) && r.org_id.as_deref() == Some("org_a")
+        ));
         assert!(
             list(InvocationFilter {
                 project_id: Some("none".into()),
