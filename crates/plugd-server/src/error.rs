@@ -158,6 +158,8 @@ pub mod code {
     pub const REGISTRY_ERROR: &str = "registry_error";
     /// 409: another digest is installed as the same `package_id@version`.
     pub const PACKAGE_VERSION_TAKEN: &str = "package_version_taken";
+    /// 404: no invocation record with that id.
+    pub const UNKNOWN_INVOCATION: &str = "unknown_invocation";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.

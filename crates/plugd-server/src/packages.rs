@@ -107,7 +107,7 @@ async fn pull(
     Ok((status, Json(v)).into_response())
 }
 
-fn store_error(e: plugd_store::StoreError) -> ApiError {
+pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         code::INTERNAL,
