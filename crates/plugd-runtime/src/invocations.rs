@@ -324,7 +324,7 @@ impl<'a> Pending<'a> {
         let mut record = Box::new(InvocationRecord {
             invocation_id: self.invocation_id.clone(),
             export_kind: "tool".to_owned(),
-            export_id: self.entry.def.name.clone(),
+            export_id: self.entry.def.wire().to_owned(),
             tool: self.entry.name.clone(),
             plugin_id: self.entry.plugin.clone(),
             dialect: self.spec.map_or("unknown", dialect_name).to_owned(),
@@ -358,7 +358,7 @@ impl<'a> Pending<'a> {
 
     fn execution_class(&self) -> Option<&'static str> {
         let vai = self.spec?.vai.as_ref()?;
-        let export = vai.exports.iter().find(|e| e.id == self.entry.def.name)?;
+        let export = vai.exports.iter().find(|e| e.id == self.entry.def.wire())?;
         Some(match export.execution_class {
             plugd_manifest::vai::ExecutionClass::Inline => "inline",
             plugd_manifest::vai::ExecutionClass::Worker => "worker",
@@ -577,5 +577,29 @@ mod tests {
         let c: InvocationsConfig = serde_json::from_str(r#"{"retention_days": 7}"#).unwrap();
         assert_eq!(c.retention_days, 7);
         assert!(serde_json::from_str::<InvocationsConfig>(r#"{"days": 7}"#).is_err());
+        let parse = |text: &str| {
+            crate::config::PlugdConfig::parse(
+                text,
+                std::path::Path::new("/w/plugd.yaml"),
+                std::path::Path::new("/w"),
+            )
+        };
+        let text = "invocations:\n  retention_days: 7\n";
+        assert_eq!(parse(text).unwrap().invocations.retention_days, 7);
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(parse("").unwrap().invocations.retention_days, 30);
+        let zero = parse("invocations:\n  retention_days: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(zero.contains("invocations.retention_days"), "{zero}");
+        assert!(parse("invocations:\n  keep: 7\n").is_err());
+        assert!(
+            !crate::config::schema_violations("invocations: {keep: 7}\n")
+                .unwrap()
+                .is_empty()
+        );
     }
 }

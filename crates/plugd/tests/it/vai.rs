@@ -37,7 +37,7 @@ const TOOLS: &[(&str, &str)] = &[
 
 /// Writes package `test/<name>` running the test plugin in `mode` (with
 /// `extra_args` after the identity) into `ws`.
-fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> PathBuf {
+pub(crate) fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> PathBuf {
     let dir = ws.plugin_dir(name);
     std::fs::create_dir_all(dir.join("schemas")).unwrap();
     std::fs::copy(
@@ -71,7 +71,7 @@ fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> PathBuf {
 }
 
 /// A runtime over `ws` with `tool_ms` as the tool deadline, and `id` approved.
-async fn approved(ws: &Ws, id: &str, config: HostConfig) -> Runtime {
+pub(crate) async fn approved(ws: &Ws, id: &str, config: HostConfig) -> Runtime {
     let rt = ws.runtime(config);
     rt.approve(id, "test").await.unwrap();
     rt
