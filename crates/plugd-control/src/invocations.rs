@@ -161,7 +161,7 @@ impl Cursor {
     /// Reads what [`Cursor::encode`] wrote.
     pub fn decode(s: &str) -> Result<Cursor, BadCursor> {
         let bad = || BadCursor(s.to_owned());
-        if s.len() % 2 != 0 || s.len() > 1024 {
+        if !s.len().is_multiple_of(2) || s.len() > 1024 {
             return Err(bad());
         }
         let bytes = (0..s.len())

@@ -98,7 +98,7 @@ impl InvocationStats {
         self.unwritten.load(Ordering::Relaxed)
     }
 
-    fn count(&self, batch: &[Box<InvocationRecord>]) {
+    fn count(&self, batch: &[InvocationRecord]) {
         let mut by = self.by.lock().unwrap_or_else(|p| p.into_inner());
         for r in batch {
             let c = match by.get_mut(&(r.plugin_id.clone(), r.status)) {
@@ -204,8 +204,7 @@ impl Recorder {
             },
             None => record,
         };
-        let batch = [record];
-        write_batch(&self.store, &self.stats, &batch);
+        write_batch(&self.store, &self.stats, std::slice::from_ref(&*record));
     }
 
     /// Waits until every record queued so far is written (a CLI command
@@ -237,14 +236,14 @@ impl Drop for Recorder {
 }
 
 fn write_loop(rx: &Receiver<Msg>, store: &Store, stats: &InvocationStats) {
-    let mut batch: Vec<Box<InvocationRecord>> = Vec::with_capacity(BATCH);
+    let mut batch: Vec<InvocationRecord> = Vec::with_capacity(BATCH);
     let mut flushes = Vec::new();
     while let Ok(first) = rx.recv() {
         let deadline = Instant::now() + GATHER;
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Record(r) => batch.push(r),
+                Msg::Record(r) => batch.push(*r),
                 Msg::Flush(done) => {
                     flushes.push(done);
                     break;
@@ -268,10 +267,9 @@ fn write_loop(rx: &Receiver<Msg>, store: &Store, stats: &InvocationStats) {
     }
 }
 
-fn write_batch(store: &Store, stats: &InvocationStats, batch: &[Box<InvocationRecord>]) {
+fn write_batch(store: &Store, stats: &InvocationStats, batch: &[InvocationRecord]) {
     stats.count(batch);
-    let rows: Vec<InvocationRecord> = batch.iter().map(|r| (**r).clone()).collect();
-    if let Err(e) = store.append_invocations(&rows) {
+    if let Err(e) = store.append_invocations(batch) {
         stats
             .unwritten
             .fetch_add(batch.len() as u64, Ordering::Relaxed);

@@ -192,48 +192,55 @@ async fn show(
 pub(crate) fn metrics(out: &mut String, stats: &plugd_runtime::invocations::InvocationStats) {
     use std::fmt::Write;
     let rows = stats.by_plugin();
-    let families: [(
-        &str,
-        &str,
-        &str,
-        fn(&plugd_runtime::invocations::Counts) -> u64,
-    ); 3] = [
-        (
-            "plugd_invocations_total",
-            "counter",
-            "Tool invocations recorded, by plugin and terminal status.",
-            |c| c.calls,
-        ),
-        (
-            "plugd_invocation_duration_ms_sum",
-            "counter",
-            "Summed duration of recorded tool invocations in milliseconds.",
-            |c| c.duration_ms,
-        ),
-        (
-            "plugd_invocation_duration_ms_count",
-            "counter",
-            "Tool invocations counted in plugd_invocation_duration_ms_sum.",
-            |c| c.calls,
-        ),
-    ];
-    for (name, kind, help, value) in families {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for ((plugin, status), counts) in &rows {
-            let _ = writeln!(
-                out,
-                "{name}{{plugin=\"{}\",status=\"{status}\"}} {}",
-                crate::bus::label(plugin),
-                value(counts)
-            );
-        }
-    }
+    family(
+        out,
+        &rows,
+        "plugd_invocations_total",
+        "Tool invocations recorded, by plugin and terminal status.",
+        |c| c.calls,
+    );
+    family(
+        out,
+        &rows,
+        "plugd_invocation_duration_ms_sum",
+        "Summed duration of recorded tool invocations in milliseconds.",
+        |c| c.duration_ms,
+    );
+    family(
+        out,
+        &rows,
+        "plugd_invocation_duration_ms_count",
+        "Tool invocations counted in plugd_invocation_duration_ms_sum.",
+        |c| c.calls,
+    );
     let name = "plugd_invocation_records_unwritten_total";
     let _ = writeln!(
         out,
         "# HELP {name} Invocation records that could not be written to the state database.\n# TYPE {name} counter\n{name} {}",
         stats.unwritten()
     );
+}
+
+/// Rows per plugin and status of one counter family.
+type Rows = [((String, TerminalStatus), plugd_runtime::invocations::Counts)];
+
+fn family(
+    out: &mut String,
+    rows: &Rows,
+    name: &str,
+    help: &str,
+    value: fn(&plugd_runtime::invocations::Counts) -> u64,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    for ((plugin, status), counts) in rows {
+        let _ = writeln!(
+            out,
+            "{name}{{plugin=\"{}\",status=\"{status}\"}} {}",
+            crate::bus::label(plugin),
+            value(counts)
+        );
+    }
 }
 
 #[cfg(test)]

@@ -208,7 +208,14 @@ mod tests {
             retry_count: 0,
             error_code: (status != TerminalStatus::Succeeded).then(|| "tool_failed".into()),
             caller: Some("cli:root".into()),
-            org_id: Some(if n % 2 == 0 { "org_a" } else { "org_b" }.into()),
+            org_id: Some(
+                if n.is_multiple_of(2) {
+                    "org_a"
+                } else {
+                    "org_b"
+                }
+                .into(),
+            ),
             project_id: None,
             session_id: None,
             chain_id: None,
@@ -222,9 +229,9 @@ mod tests {
     /// 50 records over 20 distinct start times (ties broken by id).
     fn filled() -> Store {
         let store = Store::open_in_memory().unwrap();
-        let batch: Vec<_> = (0..50)
+        let batch: Vec<_> = (0..50usize)
             .map(|n| {
-                let status = if n % 5 == 0 {
+                let status = if n.is_multiple_of(5) {
                     TerminalStatus::Failed
                 } else {
                     TerminalStatus::Succeeded
