@@ -3,11 +3,13 @@
 //!
 //! Today this is the installed-package inventory ([`packages`]): immutable,
 //! content-addressed [`Package`](packages::Package) records and the
-//! [`PackageStore`](packages::PackageStore) trait; and [`bindings`]: the
+//! [`PackageStore`](packages::PackageStore) trait; [`bindings`]: the
 //! Binding Record of one export to an org or project, its checks against
 //! the export's contract, deterministic rollout selection and the
-//! [`BindingStore`](bindings::BindingStore) trait. Marketplace entries and
-//! invocation records belong here too as they arrive (issue 13).
+//! [`BindingStore`](bindings::BindingStore) trait; and the invocation
+//! records of every tool call ([`invocations`]) with their
+//! [`InvocationStore`](invocations::InvocationStore) trait. Marketplace
+//! entries belong here too as they arrive (issue 13).
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
@@ -15,11 +17,15 @@
 //! SQLite `Store`, and a PostgreSQL backend will implement the same trait.
 
 pub mod bindings;
+pub mod invocations;
 pub mod packages;
 
 pub use bindings::{
     Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, ExportContract, Problem,
     Rollout, Scope, SecretRef,
+};
+pub use invocations::{
+    Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
 };
 pub use packages::{
     Digest, Inserted, Package, PackageExport, PackageSelector, PackageStore, SignatureStatus,

@@ -336,6 +336,7 @@ pub(crate) async fn call(
         trace_id: hook_cx.trace_id.clone(),
         progress,
         client,
+        caller: Some(session.caller().name.clone()),
         ..CallContext::default()
     };
 

@@ -129,6 +129,9 @@ pub struct PlugdConfig {
     pub http: HttpConfig,
     /// What hosted MCP servers are offered (`mcp:`, in `mcp_config.rs`).
     pub mcp: crate::mcp_config::McpConfig,
+    /// `invocations:`: how long invocation records are kept
+    /// ([`crate::invocations`]).
+    pub invocations: crate::invocations::InvocationsConfig,
 }
 
 /// `http:`: how `plugd serve` treats connections, on its Unix socket and
@@ -435,6 +438,8 @@ struct RawDoc {
     http: Option<Spanned<HttpConfig>>,
     #[serde(default)]
     mcp: Option<Spanned<crate::mcp_config::RawMcp>>,
+    #[serde(default)]
+    invocations: Option<Spanned<crate::invocations::InvocationsConfig>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -781,6 +786,13 @@ impl PlugdConfig {
                 }
             }
             config.http = h;
+        }
+        if let Some(inv) = raw.invocations {
+            if inv.value.retention_days == 0 {
+                let line = inv.referenced.line();
+                return Err(cx.invalid("invocations.retention_days", line, "must be at least 1"));
+            }
+            config.invocations = inv.value;
         }
         Ok(config)
     }

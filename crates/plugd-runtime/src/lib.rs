@@ -24,6 +24,7 @@ pub mod embed;
 pub mod hooks;
 mod host_api;
 pub mod host_secrets;
+pub mod invocations;
 pub mod llm;
 pub mod mcp_config;
 pub mod mcp_features;
@@ -383,6 +384,8 @@ struct RtInner {
     /// Who answers MCP servers' elicitation outside gateway calls, and the
     /// requests waiting per server.
     mcp_requests: mcp_requests::RequestsState,
+    /// Invocation records of every tool call ([`invocations`]).
+    invocations: invocations::Recorder,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -478,7 +481,7 @@ impl Runtime {
                 risk: risk::RiskState::default(),
                 channels: channels::CounterMap::default(),
                 dir,
-                store,
+                store: store.clone(),
                 plugins,
                 broken: discovery.broken,
                 registry,
@@ -493,6 +496,7 @@ impl Runtime {
                 mcp_stateless: services.mcp_stateless.clone(),
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
+                invocations: invocations::Recorder::start(&store),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -960,9 +964,32 @@ impl Runtime {
         let entry = read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| self.unknown_tool(name))?;
-        risk::check_enabled(self, &entry)?;
+        let spec = self.inner.plugins.get(&entry.plugin).map(|s| &**s.spec());
+        let record = self.inner.invocations.begin(&entry, spec, ctx);
+        let outcome = self
+            .call_entry(&entry, args, &record.context(), approver)
+            .await;
+        record.finish(&outcome);
+        outcome
+    }
+
+    /// The invocation records' writer and counters.
+    pub fn invocations(&self) -> &invocations::Recorder {
+        &self.inner.invocations
+    }
+
+    /// [`Runtime::call_tool_approved_by`] once `name` is resolved, without
+    /// its record.
+    async fn call_entry(
+        &self,
+        entry: &ToolEntry,
+        args: Value,
+        ctx: &CallContext,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
+        risk::check_enabled(self, entry)?;
         entry.validate(&args)?;
-        risk::gate(self, &entry, &args, ctx, approver).await?;
+        risk::gate(self, entry, &args, ctx, approver).await?;
         let sup = self.supervised(&entry.plugin)?;
         if let Some(reason) = operator_stop(sup) {
             return Err(RuntimeError::Stopped {
@@ -1081,6 +1108,8 @@ impl Runtime {
     pub async fn shutdown(&self) {
         let stops = self.inner.plugins.values().map(|s| s.stop());
         futures_util::future::join_all(stops).await;
+        let rt = self.clone();
+        let _ = tokio::task::spawn_blocking(move || rt.invocations().flush()).await;
     }
 }
 

@@ -188,6 +188,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         ));
     }
     crate::channels::metrics(&mut out, &state.runtime.channel_stats());
+    crate::invocations::metrics(&mut out, state.runtime.invocations().stats());
     (
         [(
             axum::http::header::CONTENT_TYPE,

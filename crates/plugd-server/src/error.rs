@@ -164,6 +164,8 @@ pub mod code {
     pub const INVALID_BINDING: &str = "invalid_binding";
     /// 422: the package has no such export.
     pub const UNKNOWN_EXPORT: &str = "unknown_export";
+    /// 404: no invocation record with that id.
+    pub const UNKNOWN_INVOCATION: &str = "unknown_invocation";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.

@@ -64,6 +64,7 @@ pub mod approvals;
 pub mod auth;
 pub mod bindings;
 pub mod error;
+pub mod invocations;
 pub mod listen;
 pub mod mcp;
 pub mod mcp_features;
@@ -290,6 +291,7 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp_features::routes())
         .merge(packages::routes())
         .merge(bindings::routes())
+        .merge(invocations::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -610,6 +612,7 @@ async fn invoke_tool(
     Path(path): Path<String>,
     method: Method,
     uri: Uri,
+    axum::Extension(who): axum::Extension<auth::Identity>,
     JsonBody(body): JsonBody<InvokeRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
@@ -626,6 +629,7 @@ async fn invoke_tool(
     }
     let ctx = CallContext {
         agent_id: body.agent_id,
+        caller: Some(who.name),
         ..CallContext::default()
     };
     let result = state.runtime.call_tool_with(name, args, &ctx).await?;

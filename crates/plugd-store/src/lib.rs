@@ -13,6 +13,7 @@ pub mod bindings;
 pub mod digest;
 mod error;
 pub mod identity;
+pub mod invocations;
 pub mod kv;
 pub mod memory;
 pub mod outbox;

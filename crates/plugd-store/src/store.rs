@@ -61,6 +61,8 @@ const MIGRATIONS: &[&str] = &[
     crate::packages::MIGRATION,
     // 13: plugin bindings, and API tokens bound to an org (see `crate::bindings`).
     crate::bindings::MIGRATION,
+    // 14: invocation records of every tool call (see `crate::invocations`).
+    crate::invocations::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.
@@ -170,7 +172,7 @@ impl Store {
     /// Another connection to the same file, for a writer that should not
     /// hold this store's connection while it commits (the audit trail);
     /// `None` for an in-memory store or when it cannot be opened.
-    pub(crate) fn second_connection(&self) -> Option<Connection> {
+    pub(crate) fn writer_connection(&self) -> Option<Connection> {
         let path = self.path.as_deref()?;
         let conn = Connection::open(path)
             .and_then(|c| configure(&c, true).map(|()| c))

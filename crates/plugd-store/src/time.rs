@@ -17,29 +17,13 @@ pub fn now_rfc3339() -> String {
 pub(crate) fn format_unix_secs(secs: u64) -> String {
     let days = secs / 86_400;
     let rem = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
+    let (year, month, day) = plugd_control::invocations::civil_from_days(days as i64);
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
         rem / 3600,
         (rem % 3600) / 60,
         rem % 60
     )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
-///
-/// Howard Hinnant's `civil_from_days`, restricted to non-negative day counts.
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097; // [0, 146096]
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
-    let mp = (5 * doy + 2) / 153; // [0, 11]
-    let day = doy - (153 * mp + 2) / 5 + 1; // [1, 31]
-    let month = if mp < 10 { mp + 3 } else { mp - 9 }; // [1, 12]
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

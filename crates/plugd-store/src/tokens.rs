@@ -827,7 +827,7 @@ impl AuditWriter {
         // Its own connection: a commit (and the checkpoints SQLite runs in
         // the committing connection) never holds the store's connection,
         // which every request's token check may need.
-        let mut own = store.second_connection();
+        let mut own = store.writer_connection();
         let thread = std::thread::Builder::new()
             .name("plugd-audit".into())
             .spawn(move || {

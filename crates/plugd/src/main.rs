@@ -17,6 +17,7 @@ mod channel_cmd;
 mod config_cmd;
 mod eager;
 mod hook_cmd;
+mod invocations_cmd;
 mod log_writer;
 mod mcp_cmd;
 mod memory_cmd;
@@ -128,6 +129,9 @@ enum Command {
     /// Plugin packages in OCI registries: push, pull (installed read-only by digest), list, show.
     #[command(subcommand)]
     Package(package_cmd::PackageCmd),
+    /// Invocation records of tool calls: list, show.
+    #[command(subcommand)]
+    Invocations(invocations_cmd::InvocationsCmd),
     /// Serve the approved plugins' tools to an MCP client on stdio (what Claude Desktop, Cursor and Codex spawn).
     Mcp(mcp_cmd::McpArgs),
 }
@@ -380,6 +384,10 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return binding_cmd::secret(&dir, cmd).map(|()| 0);
         }
+        Command::Invocations(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return invocations_cmd::run(&dir, cmd).map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -534,6 +542,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Package(_)
         | Command::Binding(_)
         | Command::Secret(_)
+        | Command::Invocations(_)
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
@@ -602,6 +611,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let pipeline =
         std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
     let _outbox = outbox_cmd::start_worker(rt)?;
+    let _retention =
+        plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
     let channel_agent = agent.clone();

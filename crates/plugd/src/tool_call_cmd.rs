@@ -227,6 +227,7 @@ pub async fn run(
     let ctx = CallContext {
         agent_id: agent.map(str::to_owned),
         progress: Some(progress),
+        caller: Some(format!("cli:{}", crate::approver(None))),
         ..CallContext::default()
     };
     let result = rt.call_tool_with(name, args, &ctx).await;

@@ -67,6 +67,12 @@ pub struct CallContext {
     /// log messages it sends (MCP `notifications/message`); the MCP
     /// gateway sets it.
     pub client: Option<ClientHandle>,
+    /// Who asked (`token:NAME`, a Unix user, `cli:USER`), for the
+    /// invocation record; no dialect sends it.
+    pub caller: Option<String>,
+    /// The invocation record's id (VAI `context.invocation_id`); generated
+    /// when absent.
+    pub invocation_id: Option<String>,
 }
 
 /// The client behind a call, as a dialect sees it.

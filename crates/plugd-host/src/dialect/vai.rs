@@ -535,7 +535,7 @@ async fn invoke(
         }
     };
 
-    let invocation_id = fresh_id("inv");
+    let invocation_id = ctx.invocation_id.clone().unwrap_or_else(|| fresh_id("inv"));
     let state_dir = conn.services.state_dir(&spec.id);
     let scratch = create_scratch(&state_dir, &invocation_id).map_err(|e| InvokeError::Scratch {
         plugin: spec.id.clone(),

@@ -19,6 +19,7 @@ mod gateway_vai;
 mod hooks;
 mod hostile;
 mod http;
+mod invocations;
 mod llm;
 mod mcp;
 mod mcp_remote;

@@ -29,7 +29,7 @@ fn everything_js() -> PathBuf {
     p
 }
 
-fn everything() -> Value {
+pub(crate) fn everything() -> Value {
     json!({"command": "node", "args": [everything_js(), "stdio"]})
 }
 
@@ -43,7 +43,7 @@ fn hostile(mode: &str, arg: Option<&str>) -> Value {
 }
 
 /// A workspace whose `.mcp.json` declares `servers`.
-fn mcp_ws(servers: Value) -> Ws {
+pub(crate) fn mcp_ws(servers: Value) -> Ws {
     let ws = Ws::new();
     std::fs::write(
         ws.dir().join(".mcp.json"),

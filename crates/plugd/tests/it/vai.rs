@@ -71,7 +71,7 @@ pub(crate) fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> P
 }
 
 /// A runtime over `ws` with `tool_ms` as the tool deadline, and `id` approved.
-async fn approved(ws: &Ws, id: &str, config: HostConfig) -> Runtime {
+pub(crate) async fn approved(ws: &Ws, id: &str, config: HostConfig) -> Runtime {
     let rt = ws.runtime(config);
     rt.approve(id, "test").await.unwrap();
     rt

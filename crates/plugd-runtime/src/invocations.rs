@@ -1,0 +1,604 @@
+//! Invocation records of every tool call, whatever its dialect: the
+//! [`Recorder`] that [`Runtime::call_tool_approved_by`](crate::Runtime::call_tool_approved_by)
+//! (the one path the CLI, the HTTP API, the MCP gateway and the agent turn
+//! all take) feeds, the status an outcome maps to, the counters `/metrics`
+//! shows, and the `invocations:` setting of plugd.yaml (retention).
+//!
+//! **Off the call's path**: a call only builds its record and puts it on a
+//! bounded queue. One writer thread with its own SQLite connection gathers
+//! records for up to [`GATHER`] and writes them in one transaction, then
+//! updates the counters. When the queue is full (the writer is
+//! [`QUEUE`] records behind) the caller writes its own record, so nothing
+//! is dropped; a record that cannot be written is logged and counted
+//! ([`InvocationStats::unwritten`]), and the call's own outcome never
+//! depends on it.
+//!
+//! What a record does not know yet: binding, package and version (filled
+//! from the binding that resolves a call, when bindings exist), chain and
+//! run (agent chains). [`fill_from_binding`] is where they go. Arguments
+//! and results are never recorded (`payload` stays `None`).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use plugd_control::invocations::{InvocationRecord, InvocationStore, TerminalStatus, rfc3339_ms};
+use plugd_host::CallToolError;
+use plugd_host::dialect::CallContext;
+use plugd_host::native::ToolError;
+use plugd_host::peer::CallError;
+use plugd_manifest::{Dialect, PluginSpec};
+use plugd_store::Store;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{RuntimeError, ToolEntry};
+
+/// Records queued for the writer; beyond, the caller writes its own.
+pub const QUEUE: usize = 8192;
+
+/// Most records written in one transaction.
+const BATCH: usize = 512;
+
+/// How long the writer gathers records after the first before writing.
+pub const GATHER: Duration = Duration::from_millis(2);
+
+/// How often `plugd serve` applies the retention (and once at start).
+pub const RETENTION_EVERY: Duration = Duration::from_secs(3600);
+
+/// `invocations:` in plugd.yaml.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InvocationsConfig {
+    /// Days a record is kept, counted from its start (default 30, at least 1).
+    #[serde(default = "default_retention_days")]
+    pub retention_days: u32,
+}
+
+fn default_retention_days() -> u32 {
+    30
+}
+
+impl Default for InvocationsConfig {
+    fn default() -> Self {
+        InvocationsConfig {
+            retention_days: default_retention_days(),
+        }
+    }
+}
+
+/// Calls and summed durations of one plugin and status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Invocations that ended so.
+    pub calls: u64,
+    /// Their durations, summed, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// What `/metrics` shows of the records.
+#[derive(Debug, Default)]
+pub struct InvocationStats {
+    by: Mutex<BTreeMap<(String, TerminalStatus), Counts>>,
+    unwritten: AtomicU64,
+}
+
+impl InvocationStats {
+    /// Counts per plugin and status, sorted.
+    pub fn by_plugin(&self) -> Vec<((String, TerminalStatus), Counts)> {
+        let by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+        by.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Records that could not be written.
+    pub fn unwritten(&self) -> u64 {
+        self.unwritten.load(Ordering::Relaxed)
+    }
+
+    fn count(&self, batch: &[InvocationRecord]) {
+        let mut by = self.by.lock().unwrap_or_else(|p| p.into_inner());
+        for r in batch {
+            let c = match by.get_mut(&(r.plugin_id.clone(), r.status)) {
+                Some(c) => c,
+                None => by.entry((r.plugin_id.clone(), r.status)).or_default(),
+            };
+            c.calls += 1;
+            c.duration_ms += r.duration_ms;
+        }
+    }
+}
+
+enum Msg {
+    Record(Box<InvocationRecord>),
+    Flush(SyncSender<()>),
+}
+
+/// Writes invocation records on its own thread; see the module docs.
+pub struct Recorder {
+    store: Arc<Store>,
+    tx: Mutex<Option<SyncSender<Msg>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    stats: Arc<InvocationStats>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").finish_non_exhaustive()
+    }
+}
+
+impl Recorder {
+    /// A recorder into the database of `store`, on a connection of its own
+    /// (the same one for an in-memory store), its thread started.
+    pub fn start(store: &Arc<Store>) -> Recorder {
+        let store = match store.second_connection() {
+            Ok(Some(s)) => Arc::new(s),
+            Ok(None) => store.clone(),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot open a second connection for invocation records ({e}); sharing the runtime's"
+                );
+                store.clone()
+            }
+        };
+        let stats = Arc::new(InvocationStats::default());
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let (w_store, w_stats) = (store.clone(), stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("plugd-invocations".into())
+            .spawn(move || write_loop(&rx, &w_store, &w_stats));
+        let (tx, thread) = match thread {
+            Ok(t) => (Some(tx), Some(t)),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot start the invocation writer thread ({e}); calls write their records themselves"
+                );
+                (None, None)
+            }
+        };
+        Recorder {
+            store,
+            tx: Mutex::new(tx),
+            thread: Mutex::new(thread),
+            stats,
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<InvocationStats> {
+        &self.stats
+    }
+
+    /// Starts the record of a call of `entry` (served by `spec`); finish it
+    /// with [`Pending::finish`], or drop it for `cancelled`.
+    pub(crate) fn begin<'a>(
+        &'a self,
+        entry: &'a ToolEntry,
+        spec: Option<&'a PluginSpec>,
+        ctx: &'a CallContext,
+    ) -> Pending<'a> {
+        let invocation_id = ctx.invocation_id.clone().unwrap_or_else(fresh_id);
+        Pending {
+            recorder: self,
+            entry,
+            spec,
+            ctx,
+            invocation_id,
+            started: Instant::now(),
+            started_ms: now_ms(),
+            done: false,
+        }
+    }
+
+    fn submit(&self, record: Box<InvocationRecord>) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let record = match tx {
+            Some(tx) => match tx.try_send(Msg::Record(record)) {
+                Ok(()) => return,
+                Err(TrySendError::Full(Msg::Record(r)))
+                | Err(TrySendError::Disconnected(Msg::Record(r))) => r,
+                Err(_) => return,
+            },
+            None => record,
+        };
+        write_batch(&self.store, &self.stats, std::slice::from_ref(&*record));
+    }
+
+    /// Waits until every record queued so far is written (a CLI command
+    /// before it exits).
+    pub fn flush(&self) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(tx) = tx {
+            let (done, wait) = std::sync::mpsc::sync_channel(1);
+            if tx.send(Msg::Flush(done)).is_ok() {
+                let _ = wait.recv();
+            }
+        }
+    }
+
+    /// Deletes the records older than `days`; how many.
+    pub fn prune(&self, days: u32) -> Result<u64, plugd_store::StoreError> {
+        let before = now_ms() - i64::from(days) * 86_400_000;
+        self.store.delete_invocations_before(before)
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn write_loop(rx: &Receiver<Msg>, store: &Store, stats: &InvocationStats) {
+    let mut batch: Vec<InvocationRecord> = Vec::with_capacity(BATCH);
+    let mut flushes = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let deadline = Instant::now() + GATHER;
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Record(r) => batch.push(*r),
+                Msg::Flush(done) => {
+                    flushes.push(done);
+                    break;
+                }
+            }
+            if batch.len() >= BATCH {
+                break;
+            }
+            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(m) => next = Some(m),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        if !batch.is_empty() {
+            write_batch(store, stats, &batch);
+            batch.clear();
+        }
+        for done in flushes.drain(..) {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn write_batch(store: &Store, stats: &InvocationStats, batch: &[InvocationRecord]) {
+    stats.count(batch);
+    if let Err(e) = store.append_invocations(batch) {
+        stats
+            .unwritten
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        tracing::error!("cannot write {} invocation records: {e}", batch.len());
+    }
+}
+
+/// A call under way; its record is written when it is finished or dropped.
+pub(crate) struct Pending<'a> {
+    recorder: &'a Recorder,
+    entry: &'a ToolEntry,
+    spec: Option<&'a PluginSpec>,
+    ctx: &'a CallContext,
+    invocation_id: String,
+    started: Instant,
+    started_ms: i64,
+    done: bool,
+}
+
+impl<'a> Pending<'a> {
+    /// The context the plugin gets: for a VAI export, one whose
+    /// `invocation_id` is this record's (the only contract that sends it).
+    pub(crate) fn context(&self) -> Cow<'a, CallContext> {
+        let vai = self.spec.is_some_and(|s| s.dialect == Dialect::Vai);
+        if vai && self.ctx.invocation_id.is_none() {
+            let mut ctx = self.ctx.clone();
+            ctx.invocation_id = Some(self.invocation_id.clone());
+            Cow::Owned(ctx)
+        } else {
+            Cow::Borrowed(self.ctx)
+        }
+    }
+
+    /// Records how the call ended.
+    pub(crate) fn finish(mut self, outcome: &Result<Value, RuntimeError>) {
+        let (status, code) = match outcome {
+            Ok(_) => (TerminalStatus::Succeeded, None),
+            Err(e) => {
+                let (s, c) = classify(e);
+                (s, Some(c))
+            }
+        };
+        self.done = true;
+        self.record(status, code);
+    }
+
+    fn record(&self, status: TerminalStatus, error_code: Option<&'static str>) {
+        let duration_ms = self.started.elapsed().as_millis() as u64;
+        let ctx = self.ctx;
+        let mut record = Box::new(InvocationRecord {
+            invocation_id: self.invocation_id.clone(),
+            export_kind: "tool".to_owned(),
+            export_id: self.entry.def.wire().to_owned(),
+            tool: self.entry.name.clone(),
+            plugin_id: self.entry.plugin.clone(),
+            dialect: self.spec.map_or("unknown", dialect_name).to_owned(),
+            binding_id: None,
+            package_id: None,
+            package_version: None,
+            execution_class: self.execution_class().map(str::to_owned),
+            started_at: rfc3339_ms(self.started_ms),
+            ended_at: rfc3339_ms(self.started_ms + duration_ms as i64),
+            started_ms: self.started_ms,
+            duration_ms,
+            status,
+            retry_count: 0,
+            error_code: error_code.map(str::to_owned),
+            caller: ctx
+                .caller
+                .clone()
+                .or_else(|| ctx.agent_id.as_ref().map(|a| format!("agent:{a}"))),
+            org_id: ctx.org_id.clone(),
+            project_id: ctx.project_id.clone(),
+            session_id: ctx.session_id.clone(),
+            chain_id: None,
+            run_id: None,
+            // The trace the call runs in (its "tool call" span), else the caller's.
+            trace_id: plugd_telemetry::trace_id().or_else(|| ctx.trace_id.clone()),
+            execution_id: None,
+            payload: None,
+        });
+        fill_from_binding(&mut record, ctx);
+        self.recorder.submit(record);
+    }
+
+    fn execution_class(&self) -> Option<&'static str> {
+        let vai = self.spec?.vai.as_ref()?;
+        let export = vai.exports.iter().find(|e| e.id == self.entry.def.wire())?;
+        Some(match export.execution_class {
+            plugd_manifest::vai::ExecutionClass::Inline => "inline",
+            plugd_manifest::vai::ExecutionClass::Worker => "worker",
+            plugd_manifest::vai::ExecutionClass::Isolated => "isolated",
+        })
+    }
+}
+
+impl Drop for Pending<'_> {
+    /// Dropped unfinished: the caller went away (an MCP cancel, a closed
+    /// HTTP connection, a deadline of the caller's own).
+    fn drop(&mut self) {
+        if !self.done {
+            self.record(TerminalStatus::Cancelled, Some("cancelled"));
+        }
+    }
+}
+
+/// Where the binding of a call (its id, package and version) and the
+/// agent's chain and run go into the record, once the call context carries
+/// them. Nothing to fill today.
+fn fill_from_binding(_record: &mut InvocationRecord, _ctx: &CallContext) {}
+
+/// The terminal status and error code of a failed call: what may succeed
+/// when retried (timeouts, crashes, an unreachable or overloaded plugin) is
+/// `retryable_failure`; refusals and tool errors are `failed`.
+pub fn classify(e: &RuntimeError) -> (TerminalStatus, &'static str) {
+    use TerminalStatus::{Failed, RetryableFailure};
+    match e {
+        RuntimeError::Call(CallToolError::Plugin(_)) => (RetryableFailure, "plugin_unavailable"),
+        RuntimeError::Call(CallToolError::Tool(t)) => match t {
+            ToolError::Unavailable { .. } => (RetryableFailure, "tool_unavailable"),
+            ToolError::Call(CallError::Timeout { .. }) => (RetryableFailure, "timeout"),
+            ToolError::Call(CallError::Closed(_)) => (RetryableFailure, "plugin_crashed"),
+            ToolError::Call(CallError::FrameTooLarge { .. }) => (Failed, "frame_too_large"),
+            ToolError::Call(_) => (Failed, "plugin_error"),
+            ToolError::NotFound { .. } => (Failed, "tool_not_found"),
+            ToolError::ArgumentInvalid { .. } => (Failed, "invalid_arguments"),
+            ToolError::ExecutionFailed { .. } => (Failed, "tool_failed"),
+            ToolError::Denied { .. } => (Failed, "tool_denied"),
+            ToolError::NotImplemented { .. } => (Failed, "not_implemented"),
+            #[allow(unreachable_patterns)]
+            _ => (Failed, "tool_error"),
+        },
+        RuntimeError::Args(_) => (Failed, "invalid_arguments"),
+        RuntimeError::Gate(_) => (Failed, "refused"),
+        RuntimeError::Stopped { .. } => (Failed, "plugin_stopped"),
+        RuntimeError::Broken { .. } => (Failed, "plugin_broken"),
+        RuntimeError::NotApproved { .. } | RuntimeError::PluginChanged { .. } => {
+            (Failed, "plugin_not_approved")
+        }
+        _ => (Failed, "internal"),
+    }
+}
+
+fn dialect_name(spec: &PluginSpec) -> &'static str {
+    match spec.dialect {
+        Dialect::Native => "native",
+        Dialect::Microapp => "microapp",
+        Dialect::Salmex => "salmex",
+        Dialect::Vai => "vai",
+        Dialect::Mcp => "mcp",
+        #[allow(unreachable_patterns)]
+        _ => "other",
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// `inv_` and 32 hex digits: 64 random bits and the time.
+fn fresh_id() -> String {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_err() {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        bytes = COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+    }
+    format!("inv_{:016x}{}", now_ms(), hex::encode(bytes))
+}
+
+/// The retention task of `plugd serve`; stopped when dropped.
+#[derive(Debug)]
+pub struct Retention(tokio::task::JoinHandle<()>);
+
+impl Drop for Retention {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Applies the retention of `days` now and every [`RETENTION_EVERY`] (what
+/// `plugd serve` runs), until the returned handle is dropped.
+pub fn spawn_retention(rt: &crate::Runtime, days: u32) -> Retention {
+    Retention(tokio::spawn(retention_task(rt.clone(), days)))
+}
+
+async fn retention_task(rt: crate::Runtime, days: u32) {
+    let mut every = tokio::time::interval(RETENTION_EVERY);
+    loop {
+        every.tick().await;
+        let rt2 = rt.clone();
+        match tokio::task::spawn_blocking(move || rt2.invocations().prune(days)).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::info!("deleted {n} invocation records older than {days} days"),
+            Ok(Err(e)) => tracing::warn!("cannot apply the invocation retention: {e}"),
+            Err(e) => tracing::warn!("the invocation retention task failed: {e}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_unique_and_sort_by_time() {
+        let a = fresh_id();
+        let b = fresh_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), "inv_".len() + 32);
+    }
+
+    #[test]
+    fn the_writer_loses_nothing_past_its_queue_and_counts_what_it_wrote() {
+        let store = Arc::new(Store::open_in_memory().unwrap());
+        let rec = Recorder::start(&store);
+        let n = QUEUE + 500;
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let rec = &rec;
+                s.spawn(move || {
+                    for i in (t..n).step_by(4) {
+                        rec.submit(Box::new(record(i)));
+                    }
+                });
+            }
+        });
+        rec.flush();
+        let page = store
+            .list_invocations(&plugd_control::InvocationFilter {
+                limit: 500,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(page.invocations.len(), 500);
+        let counts = rec.stats().by_plugin();
+        assert_eq!(counts.len(), 1);
+        assert_eq!(counts[0].1.calls, n as u64);
+        assert_eq!(counts[0].1.duration_ms, n as u64 * 3);
+        assert_eq!(rec.stats().unwritten(), 0);
+        assert_eq!(store.delete_invocations_before(i64::MAX).unwrap(), n as u64);
+    }
+
+    fn record(i: usize) -> InvocationRecord {
+        InvocationRecord {
+            invocation_id: format!("inv_{i}"),
+            export_kind: "tool".into(),
+            export_id: "echo".into(),
+            tool: "p/echo".into(),
+            plugin_id: "p".into(),
+            dialect: "native".into(),
+            binding_id: None,
+            package_id: None,
+            package_version: None,
+            execution_class: None,
+            started_at: rfc3339_ms(i as i64),
+            ended_at: rfc3339_ms(i as i64 + 3),
+            started_ms: i as i64,
+            duration_ms: 3,
+            status: TerminalStatus::Succeeded,
+            retry_count: 0,
+            error_code: None,
+            caller: None,
+            org_id: None,
+            project_id: None,
+            session_id: None,
+            chain_id: None,
+            run_id: None,
+            trace_id: None,
+            execution_id: None,
+            payload: None,
+        }
+    }
+
+    #[test]
+    fn timeouts_and_crashes_may_be_retried_tool_errors_not() {
+        let tool = |t: ToolError| RuntimeError::Call(CallToolError::Tool(t));
+        let failed = tool(ToolError::ExecutionFailed {
+            plugin: "p".into(),
+            tool: "t".into(),
+            message: "boom".into(),
+        });
+        assert_eq!(classify(&failed), (TerminalStatus::Failed, "tool_failed"));
+        let busy = tool(ToolError::Unavailable {
+            plugin: "p".into(),
+            tool: "t".into(),
+            message: "busy".into(),
+            retry_after_ms: Some(10),
+        });
+        assert_eq!(
+            classify(&busy),
+            (TerminalStatus::RetryableFailure, "tool_unavailable")
+        );
+        assert_eq!(
+            classify(&RuntimeError::UnknownTool("x".into())),
+            (TerminalStatus::Failed, "internal")
+        );
+    }
+
+    #[test]
+    fn retention_defaults_to_30_days_and_refuses_unknown_keys() {
+        assert_eq!(InvocationsConfig::default().retention_days, 30);
+        let c: InvocationsConfig = serde_json::from_str(r#"{"retention_days": 7}"#).unwrap();
+        assert_eq!(c.retention_days, 7);
+        assert!(serde_json::from_str::<InvocationsConfig>(r#"{"days": 7}"#).is_err());
+        let parse = |text: &str| {
+            crate::config::PlugdConfig::parse(
+                text,
+                std::path::Path::new("/w/plugd.yaml"),
+                std::path::Path::new("/w"),
+            )
+        };
+        let text = "invocations:\n  retention_days: 7\n";
+        assert_eq!(parse(text).unwrap().invocations.retention_days, 7);
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(parse("").unwrap().invocations.retention_days, 30);
+        let zero = parse("invocations:\n  retention_days: 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(zero.contains("invocations.retention_days"), "{zero}");
+        assert!(parse("invocations:\n  keep: 7\n").is_err());
+        assert!(
+            !crate::config::schema_violations("invocations: {keep: 7}\n")
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

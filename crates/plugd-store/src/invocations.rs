@@ -1,0 +1,379 @@
+//! Invocation records on SQLite: `plugd-control`'s [`InvocationStore`] for
+//! [`Store`].
+//!
+//! One row per invocation id. The columns a list filters or orders on are
+//! columns (each filter has an index that ends in the list order, so a
+//! page is an index range scan); the whole record is one JSON document.
+//! Appending is `INSERT OR IGNORE`, so writing a batch twice changes nothing.
+
+use plugd_control::invocations::{
+    InvocationFilter, InvocationPage, InvocationRecord, InvocationStore,
+};
+use rusqlite::{OptionalExtension, params_from_iter};
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Schema step: invocation records.
+pub(crate) const MIGRATION: &str = "
+    CREATE TABLE invocations (
+        invocation_id TEXT PRIMARY KEY NOT NULL,
+        started_ms    INTEGER NOT NULL,
+        plugin_id     TEXT NOT NULL,
+        tool          TEXT NOT NULL,
+        export_id     TEXT NOT NULL,
+        status        TEXT NOT NULL,
+        org_id        TEXT,
+        project_id    TEXT,
+        record        TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX invocations_order ON invocations (started_ms, invocation_id);
+    CREATE INDEX invocations_plugin ON invocations (plugin_id, started_ms, invocation_id);
+    CREATE INDEX invocations_tool ON invocations (tool, started_ms, invocation_id);
+    CREATE INDEX invocations_export ON invocations (export_id, started_ms, invocation_id);
+    CREATE INDEX invocations_status ON invocations (status, started_ms, invocation_id);
+    CREATE INDEX invocations_scope ON invocations (org_id, project_id, started_ms, invocation_id);
+";
+
+impl Store {
+    /// Another connection to the same database file (an in-memory store
+    /// has none: `None`), for a writer thread that must not queue behind
+    /// the requests on this one.
+    pub fn second_connection(&self) -> Result<Option<Store>, StoreError> {
+        match self.path().and_then(|p| p.parent()) {
+            Some(dir) => Store::open(dir).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn decode_invocation(&self, id: &str, record: &str) -> Result<InvocationRecord, StoreError> {
+        serde_json::from_str(record).map_err(|e| StoreError::Damaged {
+            db: self.label().to_owned(),
+            what: format!("invocation {id}"),
+            detail: format!("record is not the expected JSON: {e}"),
+        })
+    }
+}
+
+impl InvocationStore for Store {
+    type Error = StoreError;
+
+    fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), StoreError> {
+        let docs = batch
+            .iter()
+            .map(|r| {
+                serde_json::to_string(r).map_err(|e| StoreError::Damaged {
+                    db: self.label().to_owned(),
+                    what: format!("invocation {}", r.invocation_id),
+                    detail: format!("cannot encode its record: {e}"),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut conn = self.lock();
+        let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<()> {
+            let tx = conn.transaction()?;
+            {
+                let mut st = tx.prepare_cached(
+                    "INSERT OR IGNORE INTO invocations (invocation_id, started_ms, plugin_id,
+                        tool, export_id, status, org_id, project_id, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?;
+                for (r, doc) in batch.iter().zip(&docs) {
+                    st.execute(rusqlite::params![
+                        r.invocation_id,
+                        r.started_ms,
+                        r.plugin_id,
+                        r.tool,
+                        r.export_id,
+                        r.status.as_str(),
+                        r.org_id,
+                        r.project_id,
+                        doc
+                    ])?;
+                }
+            }
+            tx.commit()
+        };
+        write(&mut conn)
+            .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))
+    }
+
+    fn invocation(&self, invocation_id: &str) -> Result<Option<InvocationRecord>, StoreError> {
+        let doc: Option<String> = self
+            .lock()
+            .query_row(
+                "SELECT record FROM invocations WHERE invocation_id = ?1",
+                [invocation_id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read invocation {invocation_id:?}"), e))?;
+        doc.map(|d| self.decode_invocation(invocation_id, &d))
+            .transpose()
+    }
+
+    fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, StoreError> {
+        let mut sql = String::from("SELECT invocation_id, record FROM invocations WHERE 1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let mut text = |sql: &mut String, column: &str, v: &Option<String>| {
+            if let Some(v) = v {
+                args.push(v.clone().into());
+                sql.push_str(&format!(" AND {column} = ?{}", args.len()));
+            }
+        };
+        text(&mut sql, "org_id", &f.org_id);
+        text(&mut sql, "project_id", &f.project_id);
+        text(&mut sql, "plugin_id", &f.plugin_id);
+        text(&mut sql, "status", &f.status.map(|s| s.as_str().to_owned()));
+        if let Some(tool) = &f.tool {
+            args.push(tool.clone().into());
+            let n = args.len();
+            sql.push_str(&format!(" AND (tool = ?{n} OR export_id = ?{n})"));
+        }
+        if let Some(since) = f.since_ms {
+            args.push(since.into());
+            sql.push_str(&format!(" AND started_ms >= ?{}", args.len()));
+        }
+        if let Some(until) = f.until_ms {
+            args.push(until.into());
+            sql.push_str(&format!(" AND started_ms < ?{}", args.len()));
+        }
+        if let Some(c) = &f.cursor {
+            args.push(c.started_ms.into());
+            args.push(c.invocation_id.clone().into());
+            sql.push_str(&format!(
+                " AND (started_ms, invocation_id) < (?{}, ?{})",
+                args.len() - 1,
+                args.len()
+            ));
+        }
+        let page = f.page_size();
+        args.push((page as i64 + 1).into());
+        sql.push_str(&format!(
+            " ORDER BY started_ms DESC, invocation_id DESC LIMIT ?{}",
+            args.len()
+        ));
+        let rows = {
+            let conn = self.lock();
+            conn.prepare_cached(&sql)
+                .and_then(|mut st| {
+                    st.query_map(params_from_iter(args.iter()), |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| self.query_error("list invocations".to_owned(), e))?
+        };
+        let records = rows
+            .iter()
+            .map(|(id, doc)| self.decode_invocation(id, doc))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(InvocationPage::from_rows(records, page))
+    }
+
+    fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let n = self
+            .lock()
+            .execute("DELETE FROM invocations WHERE started_ms < ?1", [before_ms])
+            .map_err(|e| self.query_error("delete old invocations".to_owned(), e))?;
+        Ok(n as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use plugd_control::invocations::{Cursor, TerminalStatus, rfc3339_ms};
+
+    use super::*;
+
+    fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
+        InvocationRecord {
+            invocation_id: format!("inv_{n:04}"),
+            export_kind: "tool".into(),
+            export_id: format!("t{}", n % 3),
+            tool: format!("{plugin}/t{}", n % 3),
+            plugin_id: plugin.into(),
+            dialect: "native".into(),
+            binding_id: None,
+            package_id: None,
+            package_version: None,
+            execution_class: None,
+            started_at: rfc3339_ms(ms),
+            ended_at: rfc3339_ms(ms + 5),
+            started_ms: ms,
+            duration_ms: 5,
+            status,
+            retry_count: 0,
+            error_code: (status != TerminalStatus::Succeeded).then(|| "tool_failed".into()),
+            caller: Some("cli:root".into()),
+            org_id: Some(
+                if n.is_multiple_of(2) {
+                    "org_a"
+                } else {
+                    "org_b"
+                }
+                .into(),
+            ),
+            project_id: None,
+            session_id: None,
+            chain_id: None,
+            run_id: None,
+            trace_id: Some("tr_1".into()),
+            execution_id: None,
+            payload: None,
+        }
+    }
+
+    /// 50 records over 20 distinct start times (ties broken by id).
+    fn filled() -> Store {
+        let store = Store::open_in_memory().unwrap();
+        let batch: Vec<_> = (0..50usize)
+            .map(|n| {
+                let status = if n.is_multiple_of(5) {
+                    TerminalStatus::Failed
+                } else {
+                    TerminalStatus::Succeeded
+                };
+                rec(n, 1_000 + (n as i64 % 20), ["p", "q"][n % 2], status)
+            })
+            .collect();
+        store.append_invocations(&batch).unwrap();
+        // Appending again is idempotent.
+        store.append_invocations(&batch[..10]).unwrap();
+        store
+    }
+
+    #[test]
+    fn a_record_round_trips_by_id() {
+        let store = filled();
+        let got = store.invocation("inv_0007").unwrap().unwrap();
+        assert_eq!(got, rec(7, 1_007, "q", TerminalStatus::Succeeded));
+        assert_eq!(store.invocation("inv_nope").unwrap(), None);
+    }
+
+    #[test]
+    fn pages_cover_every_record_once_in_order() {
+        let store = filled();
+        let mut filter = InvocationFilter {
+            limit: 7,
+            ..InvocationFilter::default()
+        };
+        let mut seen = Vec::new();
+        loop {
+            let page = store.list_invocations(&filter).unwrap();
+            assert!(page.invocations.len() <= 7);
+            seen.extend(page.invocations);
+            match page.next_cursor {
+                Some(c) => filter.cursor = Some(Cursor::decode(&c).unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!(seen.len(), 50);
+        let ids: BTreeSet<_> = seen.iter().map(|r| r.invocation_id.clone()).collect();
+        assert_eq!(ids.len(), 50, "no duplicates");
+        let keys: Vec<_> = seen
+            .iter()
+            .map(|r| (r.started_ms, r.invocation_id.clone()))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_by(|a, b| b.cmp(a));
+        assert_eq!(keys, sorted, "newest first, ties by id");
+        // A record started meanwhile does not disturb the next page.
+        let page = store
+            .list_invocations(&InvocationFilter {
+                limit: 500,
+                ..InvocationFilter::default()
+            })
+            .unwrap();
+        assert_eq!(page.next_cursor, None);
+    }
+
+    #[test]
+    fn filters_combine() {
+        let store = filled();
+        let list = |f: InvocationFilter| {
+            store
+                .list_invocations(&InvocationFilter { limit: 500, ..f })
+                .unwrap()
+                .invocations
+        };
+        let failed = list(InvocationFilter {
+            status: Some(TerminalStatus::Failed),
+            ..Default::default()
+        });
+        assert_eq!(failed.len(), 10);
+        assert!(failed.iter().all(|r| r.status == TerminalStatus::Failed));
+        let q = list(InvocationFilter {
+            plugin_id: Some("q".into()),
+            ..Default::default()
+        });
+        assert_eq!(q.len(), 25);
+        assert!(q.iter().all(|r| r.org_id.as_deref() == Some("org_b")));
+        let by_export = list(InvocationFilter {
+            tool: Some("t1".into()),
+            ..Default::default()
+        });
+        let by_name = list(InvocationFilter {
+            tool: Some("p/t1".into()),
+            ..Default::default()
+        });
+        assert_eq!(by_export.len(), 17);
+        assert!(!by_name.is_empty() && by_name.iter().all(|r| r.plugin_id == "p"));
+        let window = list(InvocationFilter {
+            since_ms: Some(1_005),
+            until_ms: Some(1_010),
+            org_id: Some("org_a".into()),
+            ..Default::default()
+        });
+        assert!(!window.is_empty());
+        assert!(window.iter().all(
+            |r| (1_005..1_010).contains(&r.started_ms) && r.org_id.as_deref() == Some("org_a")
+        ));
+        assert!(
+            list(InvocationFilter {
+                project_id: Some("none".into()),
+                ..Default::default()
+            })
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn retention_deletes_only_older_records() {
+        let store = filled();
+        assert_eq!(store.delete_invocations_before(1_010).unwrap(), 30);
+        let left = store
+            .list_invocations(&InvocationFilter {
+                limit: 500,
+                ..Default::default()
+            })
+            .unwrap()
+            .invocations;
+        assert_eq!(left.len(), 20);
+        assert!(left.iter().all(|r| r.started_ms >= 1_010));
+        assert_eq!(store.delete_invocations_before(1_010).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_second_connection_sees_the_same_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join(".plugd")).unwrap();
+        let writer = store.second_connection().unwrap().unwrap();
+        writer
+            .append_invocations(&[rec(1, 5, "p", TerminalStatus::Cancelled)])
+            .unwrap();
+        assert_eq!(
+            store.invocation("inv_0001").unwrap().unwrap().status,
+            TerminalStatus::Cancelled
+        );
+        assert!(
+            Store::open_in_memory()
+                .unwrap()
+                .second_connection()
+                .unwrap()
+                .is_none()
+        );
+    }
+}
