@@ -118,12 +118,22 @@ fn plain(log: &str) -> String {
     out
 }
 
+/// A port the webhook channel can bind a moment later. Taken below Linux's
+/// ephemeral range (32768-60999), where every `127.0.0.1:0` bind of the
+/// tests running beside this one (serve, registries, receivers) draws its
+/// port: a port from that range could be taken by one of them in between
+/// (seen once: the channel's port answered serve's 401).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 4_000) as u16 * 2;
+    for _ in 0..8_000 {
+        let port = 20_000 + (start - 20_000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 12_000;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port between 20000 and 31999 on 127.0.0.1");
 }
 
 fn ok(o: &std::process::Output) {
