@@ -467,7 +467,10 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                         info.broker =
                             serde_json::from_value(live["broker"].clone()).unwrap_or(None);
                         if let Some(state) = live["state"].as_str() {
+                            // State and its reason from one source: serve
+                            // knows a failure before the store records it.
                             info.state = state.to_owned();
+                            info.error = live["error"].as_str().map(str::to_owned);
                             via = Some(serve.pid());
                         }
                         live_json = Some(live);
