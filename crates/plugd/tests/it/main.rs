@@ -45,6 +45,7 @@ mod skills;
 mod support;
 mod traces;
 mod typed_errors;
+mod upgrade;
 mod vai;
 mod vector;
 mod watching;
