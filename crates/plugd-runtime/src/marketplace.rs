@@ -540,6 +540,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn plugd_yaml_takes_the_marketplace_and_names_the_line_of_a_bad_index() {
+        use crate::config::{PlugdConfig, schema_violations};
+        let path = Path::new("/ws/plugd.yaml");
+        let text = "marketplace: {index: idx.json, mode: development}\n";
+        let c = PlugdConfig::parse(text, path, Path::new("/ws")).unwrap();
+        assert_eq!(
+            c.marketplace,
+            Some(MarketplaceConfig {
+                index: IndexSource::File("/ws/idx.json".into()),
+                mode: Mode::Development,
+            })
+        );
+        assert_eq!(schema_violations(text).unwrap(), Vec::<String>::new());
+        let c = PlugdConfig::parse("marketplace: {index: x.json}\n", path, Path::new("/ws"));
+        assert_eq!(c.unwrap().marketplace.unwrap().mode, Mode::Production);
+        let bad = "eager: []\nmarketplace:\n  index: http://example.com/i.json\n";
+        let err = PlugdConfig::parse(bad, path, Path::new("/ws"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("marketplace.index")
+                && err.contains("(line 3)")
+                && err.contains("https://"),
+            "{err}"
+        );
+        let typo = "marketplace: {index: x, mod: development}\n";
+        assert!(PlugdConfig::parse(typo, path, Path::new("/ws")).is_err());
+        assert_eq!(schema_violations(typo).unwrap().len(), 1);
+    }
+
     #[tokio::test]
     async fn an_oversized_file_is_refused_before_it_is_parsed() {
         let tmp = tempfile::tempdir().unwrap();

@@ -146,7 +146,10 @@ fn write_index(ws: &Ws, entries: &[Value], key: &Key) -> PathBuf {
 fn plugd_yaml(ws: &Ws, trusted: &[(&str, &Key)], marketplace: &str) {
     let mut y = String::from("trusted_publishers:\n");
     for (name, k) in trusted {
-        y.push_str(&format!("  - {{name: {name}, public_key: \"{}\"}}\n", k.public));
+        y.push_str(&format!(
+            "  - {{name: {name}, public_key: \"{}\"}}\n",
+            k.public
+        ));
     }
     y.push_str(marketplace);
     std::fs::write(ws.dir().join("plugd.yaml"), y).unwrap();
@@ -268,7 +271,10 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
         "{text}"
     );
     let text = ok(&ws.plugd(&["marketplace", "list"]));
-    assert!(text.contains("weave") && text.contains("installable"), "{text}");
+    assert!(
+        text.contains("weave") && text.contains("installable"),
+        "{text}"
+    );
 
     // Install by CLI: the package (verified) and one binding.
     let done = json_out(&ws.plugd(&[
@@ -283,11 +289,22 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
     ]));
     assert_eq!(done["package_new"], true, "{done}");
     assert_eq!(done["package"]["signature"]["status"], "verified");
-    assert_eq!(done["package"]["signature"]["key_id"], publisher.id.as_str());
+    assert_eq!(
+        done["package"]["signature"]["key_id"],
+        publisher.id.as_str()
+    );
     let a_binding = done["bindings"][0].clone();
     assert_eq!(
-        (&a_binding["action"], &a_binding["export_id"], &a_binding["scope"]),
-        (&json!("created"), &json!("search"), &json!({"org_id": "org_a"}))
+        (
+            &a_binding["action"],
+            &a_binding["export_id"],
+            &a_binding["scope"]
+        ),
+        (
+            &json!("created"),
+            &json!("search"),
+            &json!({"org_id": "org_a"})
+        )
     );
     let shown = ok(&ws.plugd(&["package", "show", "acme/weave"]));
     assert!(
@@ -297,7 +314,10 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
 
     // Refusals by CLI, each naming why; nothing of them is installed.
     let err = fails(&ws.plugd(&["marketplace", "install", "loose", "--org", "org_a"]));
-    assert!(err.contains("not installable") && err.contains("declares none"), "{err}");
+    assert!(
+        err.contains("not installable") && err.contains("declares none"),
+        "{err}"
+    );
     let err = fails(&ws.plugd(&["marketplace", "install", "codex", "--org", "org_a"]));
     assert!(err.contains("contract-ready, not installable"), "{err}");
     let err = fails(&ws.plugd(&["marketplace", "install", "forged", "--org", "org_a"]));
@@ -306,7 +326,10 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
         "{err}"
     );
     let err = fails(&ws.plugd(&["marketplace", "install", "bent", "--org", "org_a"]));
-    assert!(err.contains("does not match its digest") && err.contains(bent_digest), "{err}");
+    assert!(
+        err.contains("does not match its digest") && err.contains(bent_digest),
+        "{err}"
+    );
     assert_eq!(installed_ids(&ws), ["acme/weave"]);
 
     // The API, for viewers (org tokens too) and operators.
@@ -333,9 +356,17 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
         )
     };
     let cfg = |u: &str| json!({"base_url": u});
-    install(&viewer, "weave", json!({"org_id": "org_b", "config": cfg("b")}))
-        .error(403, "forbidden");
-    let r = install(&operator, "weave", json!({"org_id": "org_b", "config": cfg("b1")}));
+    install(
+        &viewer,
+        "weave",
+        json!({"org_id": "org_b", "config": cfg("b")}),
+    )
+    .error(403, "forbidden");
+    let r = install(
+        &operator,
+        "weave",
+        json!({"org_id": "org_b", "config": cfg("b1")}),
+    );
     assert_eq!(r.status, 201, "{}", r.text());
     let first = r.json();
     assert_eq!(
@@ -343,7 +374,11 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
         (&json!(false), &json!("created"))
     );
     // Again: the same binding, updated, never a second one.
-    let r = install(&operator, "weave", json!({"org_id": "org_b", "config": cfg("b2")}));
+    let r = install(
+        &operator,
+        "weave",
+        json!({"org_id": "org_b", "config": cfg("b2")}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let again = r.json();
     assert_eq!(again["bindings"][0]["action"], "updated");
@@ -362,16 +397,31 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
     assert_eq!(b_bindings.as_array().unwrap().len(), 1, "{b_bindings}");
     assert_eq!(b_bindings[0]["config"], cfg("b2"));
     // Binding checks are the ordinary ones: the config schema applies.
-    install(&operator, "weave", json!({"org_id": "org_c", "config": {"x": 1}}))
-        .error(422, "invalid_binding");
+    install(
+        &operator,
+        "weave",
+        json!({"org_id": "org_c", "config": {"x": 1}}),
+    )
+    .error(422, "invalid_binding");
 
     // Org A installs into its own org (updating the CLI's binding), never
     // into org B's, which does not exist for it.
-    install(&a_operator, "weave", json!({"org_id": "org_b", "config": cfg("x")}))
-        .error(404, "not_found");
-    let r = install(&a_operator, "weave", json!({"org_id": "org_a", "config": cfg("a2")}));
+    install(
+        &a_operator,
+        "weave",
+        json!({"org_id": "org_b", "config": cfg("x")}),
+    )
+    .error(404, "not_found");
+    let r = install(
+        &a_operator,
+        "weave",
+        json!({"org_id": "org_a", "config": cfg("a2")}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["bindings"][0]["binding_id"], a_binding["binding_id"]);
+    assert_eq!(
+        r.json()["bindings"][0]["binding_id"],
+        a_binding["binding_id"]
+    );
     install(&operator, "codex", json!({"org_id": "org_b"})).error(409, "entry_not_installable");
     install(&operator, "loose", json!({"org_id": "org_b"})).error(409, "entry_not_installable");
     install(&operator, "forged", json!({"org_id": "org_b"})).error(422, "signature_refused");
@@ -382,30 +432,49 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
     let v = call(&serve, &viewer, "GET", "/v1/marketplace", None)
         .error(502, "marketplace_index_refused");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("does not verify"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not verify"),
         "{v}"
     );
-    install(&operator, "weave", json!({"org_id": "org_b", "config": cfg("t")}))
-        .error(502, "marketplace_index_refused");
+    install(
+        &operator,
+        "weave",
+        json!({"org_id": "org_b", "config": cfg("t")}),
+    )
+    .error(502, "marketplace_index_refused");
     // Signed by a key plugd.yaml does not trust.
     write_index(&ws, &entries, &stranger);
     let v = call(&serve, &viewer, "GET", "/v1/marketplace", None)
         .error(502, "marketplace_index_refused");
     let m = v["error"]["message"].as_str().unwrap();
-    assert!(m.contains(&stranger.id) && m.contains("trusted_publishers"), "{m}");
+    assert!(
+        m.contains(&stranger.id) && m.contains("trusted_publishers"),
+        "{m}"
+    );
     let err = fails(&ws.plugd(&["marketplace", "list"]));
-    assert!(err.contains("not in plugd.yaml trusted_publishers"), "{err}");
+    assert!(
+        err.contains("not in plugd.yaml trusted_publishers"),
+        "{err}"
+    );
     // Over the size limit.
     std::fs::write(&index, vec![b' '; (1 << 20) + 1]).unwrap();
     let v = call(&serve, &viewer, "GET", "/v1/marketplace", None)
         .error(502, "marketplace_index_refused");
     assert!(
-        v["error"]["message"].as_str().unwrap().contains("1048576-byte limit"),
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1048576-byte limit"),
         "{v}"
     );
     // Restored, it answers again.
     std::fs::write(&index, signed).unwrap();
-    assert_eq!(call(&serve, &viewer, "GET", "/v1/marketplace", None).status, 200);
+    assert_eq!(
+        call(&serve, &viewer, "GET", "/v1/marketplace", None).status,
+        200
+    );
 }
 
 /// `python3 -m http.server` on a loopback port, serving `dir`; killed on drop.
@@ -420,7 +489,13 @@ impl Files {
             .port();
         #[allow(clippy::disallowed_methods)] // the index server under test
         let child = std::process::Command::new("python3")
-            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -522,14 +597,23 @@ fn development_installs_unsigned_entries_but_never_a_bad_signature() {
     let other_ref = publish(&ws, &reg, &package(ws.dir(), "other"), "other");
     std::fs::write(ws.dir().join("plugd.yaml"), "require_signatures: true\n").unwrap();
     let err = fails(&ws.plugd(&["package", "pull", &other_ref]));
-    assert!(err.contains("unsigned") && err.contains("require_signatures"), "{err}");
+    assert!(
+        err.contains("unsigned") && err.contains("require_signatures"),
+        "{err}"
+    );
     let err = fails(&ws.plugd(&["package", "pull", &signed_ref]));
-    assert!(err.contains(&publisher.id) && err.contains("trusted_publishers"), "{err}");
+    assert!(
+        err.contains(&publisher.id) && err.contains("trusted_publishers"),
+        "{err}"
+    );
     std::fs::remove_file(ws.dir().join("plugd.yaml")).unwrap();
     let p = json_out(&ws.plugd(&["package", "pull", &signed_ref, "--json"]));
     assert_eq!(p["signature"]["status"], "untrusted_key");
     let text = ok(&ws.plugd(&["package", "show", "acme/signed"]));
-    assert!(text.contains(&format!("untrusted key {}", publisher.id)), "{text}");
+    assert!(
+        text.contains(&format!("untrusted key {}", publisher.id)),
+        "{text}"
+    );
     // The installed digest under a stricter policy is refused again.
     std::fs::write(ws.dir().join("plugd.yaml"), "require_signatures: true\n").unwrap();
     let err = fails(&ws.plugd(&["package", "pull", &signed_ref]));
