@@ -235,8 +235,13 @@ pub async fn install(
             format!("marketplace entry {id:?} is not installable: {reason}"),
         ));
     }
+    // parse_catalog already refuses an available entry without a pin.
     let (Some(oci), Some(pinned)) = (entry.oci.as_deref(), entry.pinned_digest()) else {
-        unreachable!("an installable entry is pinned by digest (parse_catalog)");
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            code::ENTRY_NOT_INSTALLABLE,
+            format!("marketplace entry {id:?} has no oci reference pinned by digest"),
+        ));
     };
     let source = OciRef::parse(oci).map_err(crate::packages::package_error)?;
     let require = index.mode == Mode::Production || who.config.signing.require_signatures;

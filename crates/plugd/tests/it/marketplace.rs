@@ -228,6 +228,8 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
         entry("loose", &loose_ref, None, "reviewed"),
         entry("forged", &forged_ref, Some(&publisher.id), "reviewed"),
         entry("bent", &bent_ref, Some(&publisher.id), "reviewed"),
+        // The right bytes, but the entry names another (trusted) signer.
+        entry("misattributed", &weave_ref, Some(&curator.id), "reviewed"),
         contract_ready(),
     ];
     let index = write_index(&ws, &entries, &curator);
@@ -313,6 +315,12 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
     );
 
     // Refusals by CLI, each naming why; nothing of them is installed.
+    // Installed already, checked again: the entry's signer must match.
+    let err = fails(&ws.plugd(&["marketplace", "install", "misattributed", "--org", "org_a"]));
+    assert!(
+        err.contains(&format!("says key {} signed it", curator.id)),
+        "{err}"
+    );
     let err = fails(&ws.plugd(&["marketplace", "install", "loose", "--org", "org_a"]));
     assert!(
         err.contains("not installable") && err.contains("declares none"),
@@ -567,6 +575,19 @@ fn development_installs_unsigned_entries_but_never_a_bad_signature() {
         done["bindings"][0]["scope"],
         json!({"org_id": "org_a", "project_id": "p1"})
     );
+    // Secret slots are checked as for any binding: this export has none.
+    let err = fails(&ws.plugd(&[
+        "marketplace",
+        "install",
+        "loose",
+        "--org",
+        "org_a",
+        "--config",
+        r#"{"base_url": "u"}"#,
+        "--secret",
+        "nope=secret://org_a/nope",
+    ]));
+    assert!(err.contains("nope"), "{err}");
     let err = fails(&ws.plugd(&["marketplace", "install", "forged", "--org", "org_a"]));
     assert!(
         err.contains("does not verify") && err.contains("schemas/extra.json added"),
