@@ -433,6 +433,23 @@ fn production_installs_only_trusted_signed_entries_and_a_second_install_updates(
     install(&operator, "codex", json!({"org_id": "org_b"})).error(409, "entry_not_installable");
     install(&operator, "loose", json!({"org_id": "org_b"})).error(409, "entry_not_installable");
     install(&operator, "forged", json!({"org_id": "org_b"})).error(422, "signature_refused");
+    // A plain pull through the API runs the same check.
+    let v = call(
+        &serve,
+        &operator,
+        "POST",
+        "/v1/plugin-packages",
+        Some(&json!({"source": forged_ref})),
+    )
+    .error(422, "signature_refused");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bin/plugin changed"),
+        "{v}"
+    );
+    assert_eq!(installed_ids(&ws), ["acme/weave"]);
 
     // One byte of the index changed: the whole index is refused, by name.
     let signed = std::fs::read_to_string(&index).unwrap();
