@@ -571,6 +571,46 @@ mod tests {
         assert_eq!(schema_violations(typo).unwrap().len(), 1);
     }
 
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn verify_never_panics_on_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+                let _ = verify(&bytes, "x", &SigningPolicy::default(), Mode::Production);
+            }
+
+            /// Any one field of a signed entry, or of the signature,
+            /// replaced by any JSON value: refused unless the value is the
+            /// same; never a panic.
+            #[test]
+            fn a_mutated_field_is_refused(
+                at in proptest::sample::select(vec![
+                    "/index/name", "/index/entries/0/id", "/index/entries/0/oci",
+                    "/index/entries/0/review", "/index/entries/0/exports",
+                    "/signature/key_id", "/signature/signed_at", "/signature/public_key",
+                    "/signature/signature", "/format",
+                ]),
+                value in prop_oneof![
+                    any::<i64>().prop_map(serde_json::Value::from),
+                    ".{0,40}".prop_map(serde_json::Value::from),
+                    Just(serde_json::json!(null)),
+                    Just(serde_json::json!([])),
+                    Just(serde_json::json!({"a": 1.5})),
+                ],
+            ) {
+                let k = key(3);
+                let mut v: serde_json::Value = serde_json::from_slice(&signed(&k)).unwrap();
+                let slot = v.pointer_mut(at).unwrap();
+                let same = *slot == value;
+                *slot = value;
+                let r = verify(v.to_string().as_bytes(), "x", &trusting(&k), Mode::Production);
+                prop_assert_eq!(r.is_ok(), same, "{:?}", r.err());
+            }
+        }
+    }
+
     #[tokio::test]
     async fn an_oversized_file_is_refused_before_it_is_parsed() {
         let tmp = tempfile::tempdir().unwrap();
