@@ -8,8 +8,9 @@
 //! the export's contract, deterministic rollout selection and the
 //! [`BindingStore`](bindings::BindingStore) trait; and the invocation
 //! records of every tool call ([`invocations`]) with their
-//! [`InvocationStore`](invocations::InvocationStore) trait. Marketplace
-//! entries belong here too as they arrive (issue 13).
+//! [`InvocationStore`](invocations::InvocationStore) trait; and the
+//! marketplace catalog ([`marketplace`]): curated entries, the signed index
+//! document's canonical bytes and which entries a mode lets install.
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
@@ -18,6 +19,7 @@
 
 pub mod bindings;
 pub mod invocations;
+pub mod marketplace;
 pub mod packages;
 
 pub use bindings::{

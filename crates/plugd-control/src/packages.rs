@@ -92,27 +92,74 @@ pub struct PackageExport {
     pub execution_class: Option<String>,
 }
 
-/// What is known of a package's signature.
+/// What is known of a package's signature (`marketplace.signature.json`,
+/// checked on install with the trust policy of `plugd.yaml`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum SignatureStatus {
     /// The package carries no `marketplace.signature.json`.
     Unsigned,
-    /// It carries one, not checked yet (checking needs a trust policy).
+    /// It carries one, not checked (records installed before plugd checked
+    /// package signatures).
     Unverified {
         /// The signature file, relative to the package root.
         file: String,
     },
-    /// A trusted key signed exactly these contents.
+    /// A key in `trusted_publishers` signed exactly these contents.
     Verified {
         /// The signing key's id.
         key_id: String,
+        /// The trusted publisher holding the key.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        publisher: Option<String>,
+        /// When it was signed, as the signer said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signed_at: Option<String>,
     },
-    /// It carries a signature that does not verify.
+    /// A good signature over exactly these contents, by a key that is not
+    /// in `trusted_publishers`.
+    UntrustedKey {
+        /// The signing key's id.
+        key_id: String,
+        /// The key (`ed25519:<base64>`), to trust it.
+        public_key: String,
+    },
+    /// It carries a signature that does not verify (never installed: an
+    /// install refuses it).
     Invalid {
         /// Why, for people.
         reason: String,
     },
+}
+
+impl SignatureStatus {
+    /// One short line: `verified (key …, publisher …)`, `unsigned`,
+    /// `untrusted key …`, `invalid: …`, `unverified`.
+    pub fn summary(&self) -> String {
+        match self {
+            SignatureStatus::Unsigned => "unsigned".into(),
+            SignatureStatus::Unverified { .. } => "unverified".into(),
+            SignatureStatus::Verified {
+                key_id,
+                publisher: Some(p),
+                ..
+            } => format!("verified (key {key_id}, publisher {p})"),
+            SignatureStatus::Verified { key_id, .. } => format!("verified (key {key_id})"),
+            SignatureStatus::UntrustedKey { key_id, .. } => format!("untrusted key {key_id}"),
+            SignatureStatus::Invalid { reason } => format!("invalid: {reason}"),
+        }
+    }
+
+    /// The one-word form of list tables.
+    pub fn word(&self) -> &'static str {
+        match self {
+            SignatureStatus::Unsigned => "unsigned",
+            SignatureStatus::Unverified { .. } => "unverified",
+            SignatureStatus::Verified { .. } => "verified",
+            SignatureStatus::UntrustedKey { .. } => "untrusted",
+            SignatureStatus::Invalid { .. } => "invalid",
+        }
+    }
 }
 
 /// An installed package: what was pulled, from where, and where it lives.

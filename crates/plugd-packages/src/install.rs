@@ -11,12 +11,12 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use plugd_control::{Inserted, Package, PackageStore};
+use plugd_control::{Inserted, Package, PackageStore, SignatureStatus};
 use serde::Deserialize;
 
 use crate::archive::{extract, make_read_only};
 use crate::oci::{OciRef, RegistryOptions, Remote};
-use crate::scan::{check_secret, load_manifest, signature_status};
+use crate::scan::{check_secret, load_manifest};
 use crate::{Limits, PackageError};
 
 /// The longest a whole pull may take: 5 minutes.
@@ -43,8 +43,14 @@ struct Config {
     version: String,
 }
 
+/// Checks the signature of a package directory (staged, or installed
+/// already) under the caller's trust policy: the status to record, or why
+/// the install is refused. `plugd-runtime::signing::package_verifier` makes
+/// the one plugd uses, so packages and `.plugins/` share one verifier.
+pub type SignatureCheck = dyn Fn(&Path) -> Result<SignatureStatus, String> + Send + Sync;
+
 /// What to pull, how, and who asks.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Request<'a> {
     /// The reference to pull.
     pub source: &'a OciRef,
@@ -54,6 +60,19 @@ pub struct Request<'a> {
     pub by: &'a str,
     /// When (RFC 3339 UTC).
     pub at: &'a str,
+    /// The signature check: run on the staged files before anything is
+    /// moved in place, and on an installed digest before it is reused.
+    pub verify: &'a SignatureCheck,
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("source", &self.source)
+            .field("by", &self.by)
+            .field("at", &self.at)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Pulls `req.source` and installs it under `state_dir` (the workspace's
@@ -87,10 +106,18 @@ async fn pull<S: PackageStore>(
         opts,
         by,
         at,
+        verify,
     } = *req;
+    let refused = |message: String| PackageError::Signature {
+        reference: source.to_string(),
+        message,
+    };
     let remote = Remote::new(source, opts);
     let artifact = remote.artifact().await?;
     if let Some(p) = store.package(&artifact.digest).map_err(store_error)? {
+        // Installed already: the policy of this request still applies (it
+        // may be stricter than the one it was installed under).
+        verify(&p.path).map_err(refused)?;
         return Ok(Installed {
             package: p,
             new: false,
@@ -119,6 +146,9 @@ async fn pull<S: PackageStore>(
     .await
     .map_err(|e| PackageError::io("staging", std::io::Error::other(e)))??;
     let (staging, info, extracted) = staged;
+    // Before anything is moved in place: a bad signature, or one the policy
+    // refuses, leaves nothing installed.
+    let signature = verify(staging.path()).map_err(refused)?;
     if info.package_id != config.package_id || info.version != config.version {
         return Err(PackageError::NotAPackage {
             reference: source.to_string(),
@@ -166,7 +196,7 @@ async fn pull<S: PackageStore>(
         path: dest.clone(),
         manifest: manifest_file.to_owned(),
         exports: info.exports,
-        signature: signature_status(extracted.signature),
+        signature,
         files: extracted.files + 1,
         size: extracted.bytes,
     };

@@ -31,7 +31,7 @@ pub mod scan;
 use std::path::PathBuf;
 
 pub use contract::export_contract;
-pub use install::{Installed, Request, install};
+pub use install::{Installed, Request, SignatureCheck, install};
 pub use oci::{OciRef, RegistryOptions, push};
 pub use scan::{PackageDir, read_package_dir};
 
@@ -50,7 +50,8 @@ pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1
 pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
 /// The manifest files a package may have at its root, in order of preference.
 pub const MANIFEST_FILES: [&str; 2] = ["vai-plugin.toml", "nexo-plugin.toml"];
-/// The marketplace signature file (seed 003), recorded as present, not checked.
+/// The marketplace signature file (seed 003), verified on install by the
+/// caller's [`SignatureCheck`].
 pub const SIGNATURE_FILE: &str = "marketplace.signature.json";
 
 /// Every bound on a package; the defaults are what plugd enforces.
@@ -200,6 +201,14 @@ pub enum PackageError {
     /// The package store failed.
     #[error("package store: {0}")]
     Store(Box<dyn std::error::Error + Send + Sync>),
+    /// The package's signature is invalid, or the trust policy refuses it.
+    #[error("{reference}: the package's signature is refused: {message}; nothing was installed")]
+    Signature {
+        /// The reference pulled.
+        reference: String,
+        /// Why (from the trust policy's check).
+        message: String,
+    },
     /// The pull took longer than its deadline.
     #[error("pulling {reference} took longer than {secs} s; check the registry, or retry")]
     Timeout {

@@ -11,10 +11,10 @@
 
 use std::path::{Path, PathBuf};
 
-use plugd_control::{PackageExport, SignatureStatus};
+use plugd_control::PackageExport;
 use plugd_manifest::{LoadOptions, PluginSpec};
 
-use crate::{Limits, MANIFEST_FILES, PackageError, SIGNATURE_FILE};
+use crate::{Limits, MANIFEST_FILES, PackageError};
 
 /// One file of a package.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -325,17 +325,6 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
         i += 1;
     }
     None
-}
-
-/// The signature status a package's files give before any check.
-pub fn signature_status(has_signature_file: bool) -> SignatureStatus {
-    if has_signature_file {
-        SignatureStatus::Unverified {
-            file: SIGNATURE_FILE.to_owned(),
-        }
-    } else {
-        SignatureStatus::Unsigned
-    }
 }
 
 pub(crate) fn too_many_files(limits: &Limits) -> PackageError {

@@ -132,6 +132,9 @@ pub struct PlugdConfig {
     /// `invocations:`: how long invocation records are kept
     /// ([`crate::invocations`]).
     pub invocations: crate::invocations::InvocationsConfig,
+    /// `marketplace:`: the signed index and its mode
+    /// ([`crate::marketplace`]); `None` when not set.
+    pub marketplace: Option<crate::marketplace::MarketplaceConfig>,
 }
 
 /// `http:`: how `plugd serve` treats connections, on its Unix socket and
@@ -440,6 +443,8 @@ struct RawDoc {
     mcp: Option<Spanned<crate::mcp_config::RawMcp>>,
     #[serde(default)]
     invocations: Option<Spanned<crate::invocations::InvocationsConfig>>,
+    #[serde(default)]
+    marketplace: Option<Spanned<crate::marketplace::RawMarketplace>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -793,6 +798,9 @@ impl PlugdConfig {
                 return Err(cx.invalid("invocations.retention_days", line, "must be at least 1"));
             }
             config.invocations = inv.value;
+        }
+        if let Some(m) = raw.marketplace {
+            config.marketplace = Some(crate::marketplace::parse_config(m, path, workspace)?);
         }
         Ok(config)
     }

@@ -26,6 +26,7 @@ mod host_api;
 pub mod host_secrets;
 pub mod invocations;
 pub mod llm;
+pub mod marketplace;
 pub mod mcp_config;
 pub mod mcp_features;
 pub mod mcp_remote;

@@ -289,6 +289,62 @@ pub fn check(policy: &SigningPolicy, spec: &PluginSpec) -> Result<SignatureStatu
     }
 }
 
+/// The signature status of the package directory `dir` (staged or
+/// installed) under `policy`, as the package record keeps it: the same
+/// [`format::verify`] `.plugins/` use.
+pub fn package_status(policy: &SigningPolicy, dir: &Path) -> plugd_control::SignatureStatus {
+    use plugd_control::SignatureStatus as S;
+    match format::verify(dir, &DigestLimits::default()) {
+        Ok(v) => match policy.publisher(&v.key_id) {
+            Some(p) => S::Verified {
+                key_id: v.key_id,
+                publisher: Some(p.name.clone()),
+                signed_at: Some(v.signed_at),
+            },
+            None => S::UntrustedKey {
+                key_id: v.key_id,
+                public_key: v.public_key,
+            },
+        },
+        Err(SignatureError::Unsigned { .. }) => S::Unsigned,
+        Err(e) => S::Invalid {
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// Whether a package may be installed: a signature that is present must
+/// verify (always); with `require` (plugd.yaml `require_signatures: true`,
+/// or a production marketplace install) it must also be by a trusted key.
+/// Returns the status to record, or why the install is refused.
+pub fn check_package(
+    policy: &SigningPolicy,
+    dir: &Path,
+    require: bool,
+) -> Result<plugd_control::SignatureStatus, String> {
+    use plugd_control::SignatureStatus as S;
+    let status = package_status(policy, dir);
+    match &status {
+        S::Invalid { reason } => Err(format!("its {SIGNATURE_FILE} does not verify: {reason}")),
+        S::Unsigned if require => Err(format!(
+            "it is unsigned (no {SIGNATURE_FILE}) and a trusted Ed25519 signature is required (plugd.yaml require_signatures: true, or a production marketplace); ask its publisher for a signed release"
+        )),
+        S::UntrustedKey { key_id, public_key } if require => Err(format!(
+            "it is signed by key {key_id}, which is not in plugd.yaml trusted_publishers, and a trusted signature is required; if you trust its publisher, add {{name: NAME, public_key: \"{public_key}\"}} there"
+        )),
+        _ => Ok(status),
+    }
+}
+
+/// The package signature check of `plugd package pull` and
+/// `POST /v1/plugin-packages`: [`check_package`] with the policy's own
+/// `require_signatures`.
+pub fn package_verifier(
+    policy: SigningPolicy,
+) -> impl Fn(&Path) -> Result<plugd_control::SignatureStatus, String> + Send + Sync {
+    move |dir| check_package(&policy, dir, policy.require_signatures)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

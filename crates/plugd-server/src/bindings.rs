@@ -93,6 +93,7 @@ pub fn tenant_may_reach(path: &str) -> bool {
         "/v1/plugin-compactors",
         "/v1/plugin-packages",
         "/v1/secrets/",
+        "/v1/marketplace",
     ]
     .iter()
     .any(|p| path == *p || path.starts_with(&format!("{}/", p.trim_end_matches('/'))))
@@ -171,7 +172,8 @@ fn unknown_binding(id: &str) -> ApiError {
     )
 }
 
-fn invalid(problems: &[Problem]) -> ApiError {
+/// 422 `invalid_binding` listing `problems`.
+pub(crate) fn invalid(problems: &[Problem]) -> ApiError {
     let list: Vec<String> = problems.iter().map(Problem::to_string).collect();
     ApiError::new(
         StatusCode::UNPROCESSABLE_ENTITY,

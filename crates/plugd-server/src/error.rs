@@ -166,6 +166,19 @@ pub mod code {
     pub const UNKNOWN_EXPORT: &str = "unknown_export";
     /// 404: no invocation record with that id.
     pub const UNKNOWN_INVOCATION: &str = "unknown_invocation";
+    /// 422: a package's signature is invalid, or the trust policy (or the
+    /// marketplace mode) refuses it.
+    pub const SIGNATURE_REFUSED: &str = "signature_refused";
+    /// 503: plugd.yaml sets no `marketplace:`.
+    pub const MARKETPLACE_NOT_CONFIGURED: &str = "marketplace_not_configured";
+    /// 502: the marketplace index cannot be read or fails a check.
+    pub const MARKETPLACE_INDEX_REFUSED: &str = "marketplace_index_refused";
+    /// 404: no marketplace entry of that id.
+    pub const UNKNOWN_ENTRY: &str = "unknown_entry";
+    /// 409: a contract-ready entry, or one the marketplace mode refuses.
+    pub const ENTRY_NOT_INSTALLABLE: &str = "entry_not_installable";
+    /// 422: a package lacks an export its marketplace entry names.
+    pub const ENTRY_MISMATCH: &str = "entry_mismatch";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
     /// 422: a plugin's settings are invalid or cannot be decrypted.

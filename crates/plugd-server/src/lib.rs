@@ -66,6 +66,7 @@ pub mod bindings;
 pub mod error;
 pub mod invocations;
 pub mod listen;
+pub mod marketplace;
 pub mod mcp;
 pub mod mcp_features;
 pub mod mcp_stream;
@@ -291,6 +292,7 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp_features::routes())
         .merge(packages::routes())
         .merge(bindings::routes())
+        .merge(marketplace::routes())
         .merge(invocations::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

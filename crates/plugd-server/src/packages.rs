@@ -15,7 +15,9 @@
 //! plugd artifact) → 422 `package_refused`, a blob or manifest that does
 //! not match its digest → 502 `package_tampered`, a registry that fails →
 //! 502 `registry_error`, another digest installed as the same version → 409
-//! `package_version_taken`.
+//! `package_version_taken`, a signature that does not verify or that the
+//! trust policy refuses (`require_signatures: true` and unsigned or an
+//! untrusted key) → 422 `signature_refused`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -115,11 +117,13 @@ async fn pull(
     };
     let state_dir = state.runtime.dir().join(".plugd");
     let at = plugd_store::now_rfc3339();
+    let verify = plugd_runtime::signing::package_verifier(state.config.signing.clone());
     let req = plugd_packages::Request {
         source: &source,
         opts: &opts,
         by: who.by(),
         at: &at,
+        verify: &verify,
     };
     let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
         .await
@@ -151,6 +155,9 @@ pub fn package_error(e: PackageError) -> ApiError {
             (StatusCode::BAD_GATEWAY, code::REGISTRY_ERROR)
         }
         PackageError::VersionTaken { .. } => (StatusCode::CONFLICT, code::PACKAGE_VERSION_TAKEN),
+        PackageError::Signature { .. } => {
+            (StatusCode::UNPROCESSABLE_ENTITY, code::SIGNATURE_REFUSED)
+        }
         PackageError::Io { .. } | PackageError::Store(_) => {
             (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL)
         }

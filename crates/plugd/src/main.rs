@@ -19,6 +19,7 @@ mod eager;
 mod hook_cmd;
 mod invocations_cmd;
 mod log_writer;
+mod marketplace_cmd;
 mod mcp_cmd;
 mod memory_cmd;
 mod outbox_cmd;
@@ -132,6 +133,9 @@ enum Command {
     /// Invocation records of tool calls: list, show.
     #[command(subcommand)]
     Invocations(invocations_cmd::InvocationsCmd),
+    /// The curated marketplace catalog of plugd.yaml: list, show, install (package + bindings), sign an index.
+    #[command(subcommand)]
+    Marketplace(marketplace_cmd::MarketplaceCmd),
     /// Serve the approved plugins' tools to an MCP client on stdio (what Claude Desktop, Cursor and Codex spawn).
     Mcp(mcp_cmd::McpArgs),
 }
@@ -380,6 +384,10 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return binding_cmd::run(&dir, cmd).map(|()| 0);
         }
+        Command::Marketplace(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return marketplace_cmd::run(&dir, cmd).await.map(|()| 0);
+        }
         Command::Secret(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return binding_cmd::secret(&dir, cmd).map(|()| 0);
@@ -544,6 +552,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Token(_)
         | Command::Package(_)
         | Command::Binding(_)
+        | Command::Marketplace(_)
         | Command::Secret(_)
         | Command::Invocations(_)
         | Command::State(_)

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use plugd_control::{Package, PackageSelector, PackageStore, SignatureStatus};
+use plugd_control::{Package, PackageSelector, PackageStore};
 use plugd_packages::{OciRef, RegistryOptions};
 use plugd_store::Store;
 
@@ -102,11 +102,15 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             let store = Store::open(&state)?;
             let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
             let at = plugd_store::now_rfc3339();
+            // The trust policy of plugd.yaml, as for `.plugins/`.
+            let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
+            let verify = plugd_runtime::signing::package_verifier(policy);
             let req = plugd_packages::Request {
                 source: &source,
                 opts: &opts,
                 by: &by,
                 at: &at,
+                verify: &verify,
             };
             let done = plugd_packages::install(&store, &state, &req).await?;
             let p = &done.package;
@@ -116,11 +120,12 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if done.new {
                 println!(
-                    "installed {} {} ({}) in {}",
+                    "installed {} {} ({}) in {}; signature: {}",
                     p.package_id,
                     p.version,
                     p.digest,
-                    p.path.display()
+                    p.path.display(),
+                    p.signature.summary()
                 );
             } else {
                 println!(
@@ -148,7 +153,7 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                         p.version,
                         &p.digest.as_str()[..19],
                         p.exports.len(),
-                        signature_word(&p.signature),
+                        p.signature.word(),
                         p.installed_at
                     );
                 }
@@ -170,15 +175,6 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
     Ok(())
 }
 
-fn signature_word(s: &SignatureStatus) -> &'static str {
-    match s {
-        SignatureStatus::Unsigned => "unsigned",
-        SignatureStatus::Unverified { .. } => "unverified",
-        SignatureStatus::Verified { .. } => "verified",
-        SignatureStatus::Invalid { .. } => "invalid",
-    }
-}
-
 fn show(p: &Package) {
     println!("package:      {}", p.package_id);
     println!("version:      {}", p.version);
@@ -188,7 +184,7 @@ fn show(p: &Package) {
     println!("path:         {}", p.path.display());
     println!("manifest:     {}", p.manifest);
     println!("files:        {} ({} bytes)", p.files, p.size);
-    println!("signature:    {}", signature_word(&p.signature));
+    println!("signature:    {}", p.signature.summary());
     println!("exports:");
     for e in &p.exports {
         let class = e.execution_class.as_deref().unwrap_or("-");

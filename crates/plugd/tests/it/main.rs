@@ -21,6 +21,7 @@ mod hostile;
 mod http;
 mod invocations;
 mod llm;
+mod marketplace;
 mod mcp;
 mod mcp_remote;
 mod mcp_requests;

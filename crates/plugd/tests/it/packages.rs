@@ -87,7 +87,7 @@ impl Registry {
     }
 
     /// The file holding blob `digest` in the registry's storage.
-    fn blob_file(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_file(&self, digest: &str) -> PathBuf {
         let hex = digest.strip_prefix("sha256:").unwrap();
         self.dir
             .path()
@@ -281,7 +281,16 @@ fn push_then_pull_by_tag_and_by_digest_installs_read_only() {
     let reg = Registry::start();
     let ws = Ws::new();
     let dir = package(ws.dir(), "src", "0.1.0");
-    std::fs::write(dir.join("marketplace.signature.json"), "{}").unwrap();
+    // Signed with a real key plugd.yaml does not trust: installed (the
+    // policy does not require signatures) and recorded as such.
+    let key = crate::marketplace::keygen(&ws, "publisher");
+    ok(&ws.plugd(&[
+        "plugin",
+        "sign",
+        dir.to_str().unwrap(),
+        "--key",
+        key.path.to_str().unwrap(),
+    ]));
     let reference = reg.reference("acme/devkit:0.1.0");
     let digest = push(&ws, &dir, &reference);
     let stored = reg.manifest(&digest);
@@ -300,7 +309,10 @@ fn push_then_pull_by_tag_and_by_digest_installs_read_only() {
     assert_eq!(p["source"], format!("{reference}@{digest}"));
     assert_eq!(p["manifest"], "vai-plugin.toml");
     assert_eq!(p["files"], 5);
-    assert_eq!(p["signature"]["status"], "unverified");
+    assert_eq!(
+        p["signature"],
+        json!({"status": "untrusted_key", "key_id": key.id, "public_key": key.public})
+    );
     assert_eq!(
         p["exports"],
         json!([
