@@ -4,18 +4,25 @@
 //! `{"invocations": [...], "next_cursor": ...}`, newest first, and
 //! `GET /v1/invocations/{id}` one record. Viewer and up.
 //!
+//! **Tenancy**: a token bound to an org sees only its org's records (and,
+//! limited to projects, those of no project or of its projects): the
+//! listing is filtered so, and another org's record answers 404 like an
+//! unknown one.
+//!
 //! Errors: a bad query (unknown parameter, status, time or cursor) → 400
 //! `bad_request`; no such record → 404 `unknown_invocation`.
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use plugd_control::invocations::{
     Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
     parse_rfc3339_ms,
 };
+use plugd_store::tokens::Tenancy;
 
+use crate::auth::Identity;
 use crate::error::code;
 use crate::{ApiError, AppState};
 
@@ -115,6 +122,7 @@ impl ListQuery {
         Ok(InvocationFilter {
             org_id: self.org,
             project_id: self.project,
+            project_in: None,
             plugin_id: self.plugin,
             tool: self.tool,
             status: self
@@ -157,11 +165,46 @@ fn decode(s: &str) -> Result<String, ApiError> {
     String::from_utf8(out).map_err(|_| bad(format!("{s:?} is not UTF-8 once decoded")))
 }
 
+/// `f` narrowed to what a caller bound to `t` sees; `None` when it can see
+/// nothing of what `f` asks (another org, another project).
+pub fn within_tenancy(mut f: InvocationFilter, t: Option<&Tenancy>) -> Option<InvocationFilter> {
+    let Some(t) = t else { return Some(f) };
+    if f.org_id.as_ref().is_some_and(|o| *o != t.org_id) {
+        return None;
+    }
+    f.org_id = Some(t.org_id.clone());
+    if !t.project_ids.is_empty() {
+        if f.project_id
+            .as_ref()
+            .is_some_and(|p| !t.project_ids.contains(p))
+        {
+            return None;
+        }
+        f.project_in = Some(t.project_ids.clone());
+    }
+    Some(f)
+}
+
+/// Whether a caller bound to `t` sees record `r`.
+pub fn sees(t: Option<&Tenancy>, r: &InvocationRecord) -> bool {
+    t.is_none_or(|t| {
+        r.org_id.as_deref() == Some(t.org_id.as_str())
+            && (t.project_ids.is_empty()
+                || r.project_id
+                    .as_ref()
+                    .is_none_or(|p| t.project_ids.contains(p)))
+    })
+}
+
 async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<InvocationPage>, ApiError> {
     let filter = ListQuery::parse(query.as_deref().unwrap_or(""))?.filter()?;
+    let Some(filter) = within_tenancy(filter, who.tenant.as_ref()) else {
+        return Ok(Json(InvocationPage::from_rows(Vec::new(), 1)));
+    };
     let store = state.runtime.store();
     Ok(Json(
         store
@@ -172,13 +215,15 @@ async fn list(
 
 async fn show(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<InvocationRecord>, ApiError> {
     let found = state
         .runtime
         .store()
         .invocation(&id)
-        .map_err(crate::packages::store_error)?;
+        .map_err(crate::packages::store_error)?
+        .filter(|r| sees(who.tenant.as_ref(), r));
     found.map(Json).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
