@@ -361,10 +361,8 @@ fn resolve_secrets(
 /// `v` with every string holding one of `secrets` masked.
 fn scrub_value(v: &mut Value, secrets: &[String]) {
     match v {
-        Value::String(s) => {
-            if secrets.iter().any(|x| s.contains(x.as_str())) {
-                *s = plugd_host::launch::scrub(s, secrets);
-            }
+        Value::String(s) if secrets.iter().any(|x| s.contains(x.as_str())) => {
+            *s = plugd_host::launch::scrub(s, secrets);
         }
         Value::Array(a) => a.iter_mut().for_each(|x| scrub_value(x, secrets)),
         Value::Object(o) => o.values_mut().for_each(|x| scrub_value(x, secrets)),
@@ -654,10 +652,7 @@ mod tests {
         );
         let entry = ToolEntry::new(
             "acme/kit",
-            &ToolDef {
-                name: "acme/kit/t".into(),
-                ..ToolDef::default()
-            },
+            &ToolDef::new("acme/kit/t", "", serde_json::json!({})),
         );
         let e = RuntimeError::Call(CallToolError::Tool(ToolError::ExecutionFailed {
             plugin: "acme/kit".into(),

@@ -293,6 +293,51 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_org_token_lists_and_reads_only_its_org() {
+        let a = Tenancy {
+            org_id: "a".into(),
+            project_ids: vec![],
+        };
+        let a_p1 = Tenancy {
+            org_id: "a".into(),
+            project_ids: vec!["p1".into()],
+        };
+        let f = within_tenancy(InvocationFilter::default(), Some(&a)).unwrap();
+        assert_eq!((f.org_id.as_deref(), f.project_in), (Some("a"), None));
+        let other = InvocationFilter {
+            org_id: Some("b".into()),
+            ..InvocationFilter::default()
+        };
+        assert!(within_tenancy(other.clone(), Some(&a)).is_none());
+        assert_eq!(within_tenancy(other.clone(), None), Some(other));
+        let f = within_tenancy(InvocationFilter::default(), Some(&a_p1)).unwrap();
+        assert_eq!(f.project_in, Some(vec!["p1".to_owned()]));
+        let p2 = InvocationFilter {
+            project_id: Some("p2".into()),
+            ..InvocationFilter::default()
+        };
+        assert!(within_tenancy(p2, Some(&a_p1)).is_none());
+        let rec = |org: Option<&str>, project: Option<&str>| {
+            let mut r: InvocationRecord = serde_json::from_value(serde_json::json!({
+                "invocation_id": "inv_1", "export_kind": "tool", "export_id": "e",
+                "tool": "p/e", "plugin_id": "p", "dialect": "vai",
+                "started_at": "2026-01-01T00:00:00.000Z", "ended_at": "2026-01-01T00:00:00.000Z",
+                "started_ms": 0, "duration_ms": 0, "status": "succeeded", "retry_count": 0
+            }))
+            .unwrap();
+            r.org_id = org.map(str::to_owned);
+            r.project_id = project.map(str::to_owned);
+            r
+        };
+        assert!(sees(Some(&a), &rec(Some("a"), Some("p9"))));
+        assert!(!sees(Some(&a), &rec(Some("b"), None)));
+        assert!(!sees(Some(&a), &rec(None, None)));
+        assert!(sees(Some(&a_p1), &rec(Some("a"), None)));
+        assert!(!sees(Some(&a_p1), &rec(Some("a"), Some("p2"))));
+        assert!(sees(None, &rec(None, None)));
+    }
+
+    #[test]
     fn a_query_becomes_a_filter_or_a_400() {
         let q = ListQuery {
             status: Some("failed".into()),

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::http::{Resp, Serve, request_as};
 use crate::packages::{Registry, json_out, push};
-use crate::support::{Ws, eventually_blocking, ok};
+use crate::support::{Ws, eventually_blocking, ok, plugd_cmd, stderr};
 
 const MASTER_KEY: &str = "0202020202020202020202020202020202020202020202020202020202020202";
 
@@ -539,6 +539,40 @@ fn the_plugin_sees_config_and_secret_and_nothing_else_does() {
     let (_, log) = w.serve.stop();
     assert!(!log.contains(SECRET), "the secret is in serve's log");
     assert!(log.contains("the token is ••••"), "{log}");
+
+    // Without serve, the CLI calls in its own process, the same way.
+    let cli = |args: &[&str]| {
+        plugd_cmd(w.ws.dir())
+            .env("PLUGD_MASTER_KEY", MASTER_KEY)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = ok(&cli(&[
+        "tool",
+        "call",
+        "whoami",
+        "--org",
+        "org_a",
+        "--project",
+        "web",
+        "--session",
+        "cli-2",
+        "--args",
+        r#"{"x": 1}"#,
+    ]));
+    assert!(!out.contains(SECRET), "{out}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["structured_output"]["reversed"], reversed);
+    assert_eq!(
+        v["structured_output"]["config"],
+        json!({"greeting": "hello again"})
+    );
+    let nope = cli(&["tool", "call", "whoami", "--org", "org_z", "--json"]);
+    assert_eq!(nope.status.code(), Some(4), "{}", stderr(&nope));
+    let e: Value = serde_json::from_str(stderr(&nope).trim()).unwrap();
+    assert_eq!(e["code"], "not_found");
+    assert_eq!(e["http_status"], 404);
 }
 
 #[test]
@@ -703,8 +737,20 @@ fn hostile_packages_and_bodies_get_clear_refusals() {
     raw(b"{\"input\": {").error(400, "malformed_json");
     raw(br#"{"input": {}, "by": "root"}"#).error(422, "invalid_body");
     raw(br#"{"input": [1]}"#).error(422, "invalid_arguments");
-    let big = format!(r#"{{"input": {{"pad": "{}"}}}}"#, "x".repeat(2 << 20));
-    raw(big.as_bytes()).error(413, "payload_too_large");
+    // Over the 1 MiB default: refused from the declared length, before the
+    // body is read (no bytes sent, so the close is clean).
+    request_as(
+        &w.serve,
+        &a,
+        "POST",
+        "/v1/plugin-tools/whoami:invoke",
+        &[
+            ("Content-Type", "application/json"),
+            ("Content-Length", "2097152"),
+        ],
+        None,
+    )
+    .error(413, "payload_too_large");
     let long = json!({"input": {}, "session_id": "s".repeat(1000)}).to_string();
     raw(long.as_bytes()).error(400, "bad_request");
     raw(br#"{"input": {}, "session_id": "two words"}"#).error(400, "bad_request");
@@ -729,4 +775,73 @@ fn hostile_packages_and_bodies_get_clear_refusals() {
         Some(b"{}"),
     )
     .error(404, "not_found");
+}
+
+#[test]
+fn a_native_package_runs_through_its_binding_too() {
+    let reg = Registry::start();
+    let ws = Ws::new();
+    let src = crate::support::repo().join("examples/workspace/.plugins/hello-python");
+    push(&ws, &src, &reg.reference("hello/python:0.1.0"));
+    let serve = Serve::start_with_env(&ws, &[("PLUGD_MASTER_KEY", MASTER_KEY)]);
+    let body = json!({"source": reg.reference("hello/python:0.1.0")}).to_string();
+    let r = call(
+        &serve,
+        &serve.token,
+        "POST",
+        "/v1/plugin-packages",
+        Some(&body),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let bind = json!({
+        "package_id": "hello_python", "export_id": "hello_python_greet",
+        "scope": {"org_id": "org_n"},
+    })
+    .to_string();
+    let r = call(
+        &serve,
+        &serve.token,
+        "POST",
+        "/v1/plugin-bindings",
+        Some(&bind),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let binding_id = r.json()["binding_id"].as_str().unwrap().to_owned();
+    let w = World {
+        _reg: reg,
+        ws,
+        serve,
+    };
+    let agent = w.token("agent", "org_n", &[]);
+    let r = w.invoke(
+        &agent,
+        "hello_python_greet",
+        &json!({"input": {"name": "Ada"}, "session_id": "n1"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("Hello, Ada!"), "{}", r.text());
+    // The export's schema holds as for any tool call.
+    w.invoke(&agent, "hello_python_greet", &json!({"input": {"name": 7}}))
+        .error(422, "invalid_arguments");
+    let view = w.token("viewer", "org_n", &[]);
+    assert!(eventually_blocking(Duration::from_secs(5), || {
+        let r = call(
+            &w.serve,
+            &view,
+            "GET",
+            "/v1/invocations?status=succeeded",
+            None,
+        );
+        r.json()["invocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rec| {
+                rec["binding_id"] == json!(binding_id)
+                    && rec["dialect"] == "native"
+                    && rec["package_id"] == "hello_python"
+                    && rec["package_version"] == "0.1.0"
+                    && rec["session_id"] == "n1"
+            })
+    }));
 }
