@@ -43,7 +43,9 @@ use plugd_control::{
     Binding, BindingFilter, BindingStatus, BindingStore, Package, PackageSelector, PackageStore,
 };
 use plugd_host::dialect::{BoundCall, CallContext, HostServices};
-use plugd_host::{CallToolError, HostConfig, Launch, Observer, Supervised, ToolDef, ToolError};
+use plugd_host::{
+    CallToolError, HostConfig, Launch, Observer, PluginError, Supervised, ToolDef, ToolError,
+};
 use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
 use plugd_store::Store;
 use plugd_store::digest::{DigestLimits, plugin_digest};
@@ -156,18 +158,6 @@ impl PackageProcs {
     pub(crate) async fn stop_all(&self) {
         let all: Vec<Arc<PackageProc>> = self.lock().values().cloned().collect();
         futures_util::future::join_all(all.iter().map(|p| p.sup.stop())).await;
-    }
-
-    /// The running (or started once) package processes: digest and
-    /// supervisor status name.
-    pub fn statuses(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
-            .lock()
-            .iter()
-            .map(|(d, p)| (d.clone(), p.sup.status().name().to_owned()))
-            .collect();
-        out.sort();
-        out
     }
 }
 
@@ -442,6 +432,24 @@ fn scrub_error(e: RuntimeError, entry: &ToolEntry, secrets: &[String]) -> Runtim
     RuntimeError::Call(CallToolError::Tool(tool))
 }
 
+/// A package process that cannot serve, named by its package and digest
+/// (`plugd plugin restart`, which a workspace plugin's failure suggests,
+/// does not apply to it).
+fn package_error(e: RuntimeError, pkg: &Package) -> RuntimeError {
+    match e {
+        RuntimeError::Call(CallToolError::Plugin(p)) => RuntimeError::Broken {
+            name: describe(pkg),
+            error: match p {
+                PluginError::Failed { reason, .. } => {
+                    format!("{reason}; its process stays failed until plugd serve restarts")
+                }
+                other => other.to_string(),
+            },
+        },
+        other => other,
+    }
+}
+
 fn masked(entry: &ToolEntry, message: &str) -> ToolError {
     ToolError::ExecutionFailed {
         plugin: entry.plugin.as_str().into(),
@@ -512,7 +520,10 @@ impl Runtime {
             return Err(not_found());
         }
         let proc = self.inner.packages.get(&pkg)?;
-        let entry = self.package_entry(&proc, export_id).await?;
+        let entry = self
+            .package_entry(&proc, export_id)
+            .await
+            .map_err(|e| package_error(e, &pkg))?;
         let subject = || plugd_telemetry::Subject {
             plugin: Some(entry.plugin.as_str()),
             export: Some(export_id),
@@ -520,7 +531,9 @@ impl Runtime {
             ..plugd_telemetry::Subject::default()
         };
         let run = self.call_bound(&proc, &entry, &binding, args, call, approver);
-        plugd_telemetry::in_span("tool call", subject, run).await
+        plugd_telemetry::in_span("tool call", subject, run)
+            .await
+            .map_err(|e| package_error(e, &pkg))
     }
 
     /// The tool entry of `export_id` in `proc`: from the manifest for a VAI

@@ -719,6 +719,13 @@ fn hostile_packages_and_bodies_get_clear_refusals() {
         msg.contains("acme/liar") && msg.contains("evil/kit"),
         "{msg}"
     );
+    assert!(
+        msg.contains("sha256:") && !msg.contains("plugd plugin restart"),
+        "{msg}"
+    );
+    // Asked again, it is refused again (never served, never a hang).
+    let again = w.invoke(&liar, "whoami", &json!({"input": {}}));
+    assert_eq!(again.status, 503, "{}", again.text());
     assert_eq!(w.serve.get("/healthz").status, 200);
     assert_eq!(w.whoami(&a, "s")["version"], "0.1.0");
 
