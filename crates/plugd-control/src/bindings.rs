@@ -366,8 +366,13 @@ pub fn session_hash(export_id: &str, session_key: &str) -> u64 {
 /// zero count; see the module documentation for the hash. `None` when none
 /// takes traffic.
 pub fn select<'a>(candidates: &'a [Binding], session_key: &str) -> Option<&'a Binding> {
+    select_among(candidates.iter().collect(), session_key)
+}
+
+/// [`select`] over references.
+fn select_among<'a>(candidates: Vec<&'a Binding>, session_key: &str) -> Option<&'a Binding> {
     let mut live: Vec<&Binding> = candidates
-        .iter()
+        .into_iter()
         .filter(|b| b.status == BindingStatus::Active && b.rollout.traffic_percent > 0)
         .collect();
     live.sort_by(|a, b| a.binding_id.cmp(&b.binding_id));
@@ -382,6 +387,39 @@ pub fn select<'a>(candidates: &'a [Binding], session_key: &str) -> Option<&'a Bi
         sum += u64::from(b.rollout.traffic_percent);
         bucket < sum
     })
+}
+
+/// The binding a call of `export_id` by a caller in `org_id` (and
+/// `project_id`) goes to, for `session_key`, among `bindings` (any list; the
+/// rule filters it): the active bindings with a share above zero of that
+/// export scoped to the caller's project when there are any, else the
+/// org-wide ones (scope without a project), then [`select`]. A binding of
+/// another project of the org is never a candidate. `None`: the export
+/// does not exist for this caller.
+pub fn resolve<'a>(
+    bindings: &'a [Binding],
+    export_id: &str,
+    org_id: &str,
+    project_id: Option<&str>,
+    session_key: &str,
+) -> Option<&'a Binding> {
+    let live = |b: &&Binding| {
+        b.export_id == export_id
+            && b.scope.org_id == org_id
+            && b.status == BindingStatus::Active
+            && b.rollout.traffic_percent > 0
+    };
+    let of_project =
+        |b: &&Binding| project_id.is_some() && b.scope.project_id.as_deref() == project_id;
+    let mut pool: Vec<&Binding> = bindings.iter().filter(live).filter(of_project).collect();
+    if pool.is_empty() {
+        pool = bindings
+            .iter()
+            .filter(live)
+            .filter(|b| b.scope.project_id.is_none())
+            .collect();
+    }
+    select_among(pool, session_key)
 }
 
 /// Which bindings a listing returns; `None` fields do not filter.
@@ -655,6 +693,41 @@ mod tests {
         a.status = BindingStatus::Active;
         a.rollout.traffic_percent = 30;
         assert_eq!(select(&[a], "s").unwrap().binding_id, "bind_a");
+    }
+
+    #[test]
+    fn a_project_sees_its_own_bindings_before_the_org_wide_ones() {
+        let mut org_wide = binding("bind_o", "o", 100);
+        org_wide.scope.project_id = None;
+        let mut p1 = binding("bind_p1", "o", 100);
+        p1.scope.project_id = Some("p1".into());
+        let mut p2 = binding("bind_p2", "o", 100);
+        p2.scope.project_id = Some("p2".into());
+        let mut other_org = binding("bind_x", "x", 100);
+        other_org.scope.project_id = None;
+        let all = [org_wide.clone(), p1.clone(), p2, other_org];
+        let pick = |project: Option<&str>| {
+            resolve(&all, "jira_search", "o", project, "s").map(|b| b.binding_id.as_str())
+        };
+        assert_eq!(pick(Some("p1")), Some("bind_p1"));
+        assert_eq!(pick(Some("p3")), Some("bind_o"));
+        assert_eq!(pick(None), Some("bind_o"));
+        assert_eq!(resolve(&all, "other", "o", None, "s"), None);
+        assert_eq!(resolve(&all, "jira_search", "nobody", None, "s"), None);
+        // A disabled project binding leaves the org-wide one in charge; a
+        // disabled org-wide one, nothing.
+        p1.status = BindingStatus::Disabled;
+        let mut off = org_wide;
+        let some = [off.clone(), p1.clone()];
+        assert_eq!(
+            resolve(&some, "jira_search", "o", Some("p1"), "s").map(|b| b.binding_id.as_str()),
+            Some("bind_o")
+        );
+        off.status = BindingStatus::Disabled;
+        assert_eq!(
+            resolve(&[off, p1], "jira_search", "o", Some("p1"), "s"),
+            None
+        );
     }
 
     #[test]

@@ -187,6 +187,9 @@ pub struct InvocationFilter {
     pub org_id: Option<String>,
     /// Project scope.
     pub project_id: Option<String>,
+    /// Only records of no project or of one of these (what a token limited
+    /// to projects sees); `None` does not filter.
+    pub project_in: Option<Vec<String>>,
     /// The plugin.
     pub plugin_id: Option<String>,
     /// The tool's registry name or its export id.

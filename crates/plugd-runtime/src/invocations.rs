@@ -13,9 +13,9 @@
 //! ([`InvocationStats::unwritten`]), and the call's own outcome never
 //! depends on it.
 //!
-//! What a record does not know yet: binding, package and version (filled
-//! from the binding that resolves a call, when bindings exist), chain and
-//! run (agent chains). [`fill_from_binding`] is where they go. Arguments
+//! A call through a binding ([`crate::bindings_rt`]) fills binding,
+//! package and version from its context ([`fill_from_binding`]); chain and
+//! run (agent chains) stay empty until agent chains exist. Arguments
 //! and results are never recorded (`payload` stays `None`).
 
 use std::borrow::Cow;
@@ -376,10 +376,16 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// Where the binding of a call (its id, package and version) and the
-/// agent's chain and run go into the record, once the call context carries
-/// them. Nothing to fill today.
-fn fill_from_binding(_record: &mut InvocationRecord, _ctx: &CallContext) {}
+/// Where the binding of a call (its id, package and version) goes into the
+/// record; the agent's chain and run will join them once the call context
+/// carries them.
+fn fill_from_binding(record: &mut InvocationRecord, ctx: &CallContext) {
+    if let Some(b) = &ctx.bound {
+        record.binding_id = Some(b.binding_id.clone());
+        record.package_id = Some(b.package_id.clone());
+        record.package_version = Some(b.package_version.clone());
+    }
+}
 
 /// The terminal status and error code of a failed call: what may succeed
 /// when retried (timeouts, crashes, an unreachable or overloaded plugin) is
@@ -409,6 +415,8 @@ pub fn classify(e: &RuntimeError) -> (TerminalStatus, &'static str) {
         RuntimeError::NotApproved { .. } | RuntimeError::PluginChanged { .. } => {
             (Failed, "plugin_not_approved")
         }
+        RuntimeError::InvalidBinding { .. } => (Failed, "invalid_binding"),
+        RuntimeError::UnknownExport { .. } => (Failed, "unknown_export"),
         _ => (Failed, "internal"),
     }
 }

@@ -13,6 +13,7 @@
 //! source directory that was just digested.
 
 pub mod agent;
+pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
 pub mod channels;
@@ -183,6 +184,30 @@ pub enum RuntimeError {
         plugin: String,
         /// What is wrong and what to do.
         message: String,
+    },
+    /// No active binding of this export in the caller's scope: the export
+    /// does not exist for it (the same whether it is unknown, disabled or
+    /// another org's).
+    #[error(
+        "no export {export:?} for org {org:?}; GET /v1/plugin-tools lists the exports you can call"
+    )]
+    UnknownExport {
+        /// The export asked for.
+        export: String,
+        /// The caller's org.
+        org: String,
+    },
+    /// The binding a call resolved to cannot serve it: a secret it
+    /// references is gone, or the package version it names is not installed.
+    #[error(
+        "binding {binding_id} cannot serve the call: {}; fix it with `plugd binding update {binding_id}` (PATCH /v1/plugin-bindings/{binding_id})",
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    InvalidBinding {
+        /// The binding.
+        binding_id: String,
+        /// Each problem, with its JSON Pointer in the binding.
+        problems: Vec<plugd_control::Problem>,
     },
 }
 
@@ -387,6 +412,9 @@ struct RtInner {
     mcp_requests: mcp_requests::RequestsState,
     /// Invocation records of every tool call ([`invocations`]).
     invocations: invocations::Recorder,
+    /// The processes of installed packages, started by calls through
+    /// bindings ([`bindings_rt`]).
+    packages: bindings_rt::PackageProcs,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -477,6 +505,7 @@ impl Runtime {
             digests.insert(id.clone(), digest);
             plugins.insert(id, supervised);
         }
+        let dir_for_packages = dir.clone();
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
@@ -498,6 +527,12 @@ impl Runtime {
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
                 invocations: invocations::Recorder::start(&store),
+                packages: bindings_rt::PackageProcs::new(
+                    &dir_for_packages,
+                    store.clone(),
+                    config.clone(),
+                    services.clone(),
+                ),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -988,10 +1023,23 @@ impl Runtime {
         ctx: &CallContext,
         approver: Option<&dyn risk::Approver>,
     ) -> Result<Value, RuntimeError> {
+        let sup = self.supervised(&entry.plugin)?;
+        self.call_entry_on(sup, entry, args, ctx, approver).await
+    }
+
+    /// [`Runtime::call_entry`] on the supervisor `sup` (a workspace
+    /// plugin's, or an installed package's for a call through a binding).
+    async fn call_entry_on(
+        &self,
+        sup: &Supervised,
+        entry: &ToolEntry,
+        args: Value,
+        ctx: &CallContext,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
         risk::check_enabled(self, entry)?;
         entry.validate(&args)?;
         risk::gate(self, entry, &args, ctx, approver).await?;
-        let sup = self.supervised(&entry.plugin)?;
         if let Some(reason) = operator_stop(sup) {
             return Err(RuntimeError::Stopped {
                 plugin: entry.plugin.to_string(),
@@ -1109,6 +1157,7 @@ impl Runtime {
     pub async fn shutdown(&self) {
         let stops = self.inner.plugins.values().map(|s| s.stop());
         futures_util::future::join_all(stops).await;
+        self.inner.packages.stop_all().await;
         let rt = self.clone();
         let _ = tokio::task::spawn_blocking(move || rt.invocations().flush()).await;
     }

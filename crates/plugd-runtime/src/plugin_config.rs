@@ -606,7 +606,7 @@ fn effective(
 
 /// The staged key of an interrupted rotation, when it is the one `key_id`
 /// names (the database committed, the key file was not yet replaced).
-fn staged_key(key_id: &str) -> Option<MasterKey> {
+pub(crate) fn staged_key(key_id: &str) -> Option<MasterKey> {
     match KeySource::from_env().ok()? {
         KeySource::File(p) => plugd_store::secrets::load_staged(&p)
             .ok()

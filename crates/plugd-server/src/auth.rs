@@ -164,6 +164,7 @@ pub fn required(method: &Method, path: &str) -> Right {
         "/v1/plugin-packages" => Right::Govern,
         p if p.starts_with("/v1/marketplace/") && p.ends_with(":install") => Right::Govern,
         p if p.starts_with("/v1/tools/")
+            || p.starts_with("/v1/plugin-tools/")
             || p.starts_with("/v1/hooks/")
             || p.starts_with("/v1/sessions/")
             || p == "/v1/bus/publish"
@@ -503,6 +504,7 @@ mod tests {
             Right::Read
         );
         assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/plugin-tools/x:invoke"), Right::Invoke);
         assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
         assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);
         assert_eq!(required(&post, "/v1/resources:read"), Right::Invoke);

@@ -94,6 +94,7 @@ pub fn tenant_may_reach(path: &str) -> bool {
         "/v1/plugin-packages",
         "/v1/secrets/",
         "/v1/marketplace",
+        "/v1/invocations",
     ]
     .iter()
     .any(|p| path == *p || path.starts_with(&format!("{}/", p.trim_end_matches('/'))))
@@ -599,6 +600,9 @@ mod tests {
         assert!(tenant_may_reach("/v1/plugin-bindings/bind_1:validate"));
         assert!(tenant_may_reach("/v1/plugin-tools"));
         assert!(tenant_may_reach("/v1/secrets/org_a"));
+        assert!(tenant_may_reach("/v1/plugin-tools/x:invoke"));
+        assert!(tenant_may_reach("/v1/invocations/inv_1"));
+        assert!(!tenant_may_reach("/v1/invocationsx"));
         assert!(!tenant_may_reach("/v1/plugin-toolsx"));
         assert!(!tenant_may_reach("/v1/plugins"));
         assert!(!tenant_may_reach("/v1/tools/x"));

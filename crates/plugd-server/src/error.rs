@@ -416,6 +416,18 @@ impl From<RuntimeError> for ApiError {
                 return ApiError::new(StatusCode::FORBIDDEN, code::RESOURCES_DENIED, message)
                     .with_details(json!({ "server": server }));
             }
+            RuntimeError::UnknownExport { .. } => (StatusCode::NOT_FOUND, code::NOT_FOUND),
+            RuntimeError::InvalidBinding {
+                binding_id,
+                problems,
+            } => {
+                return ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    code::INVALID_BINDING,
+                    message,
+                )
+                .with_details(json!({ "binding_id": binding_id, "problems": problems }));
+            }
             RuntimeError::Stopped { plugin, .. } => {
                 return ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,

@@ -4,18 +4,25 @@
 //! `{"invocations": [...], "next_cursor": ...}`, newest first, and
 //! `GET /v1/invocations/{id}` one record. Viewer and up.
 //!
+//! **Tenancy**: a token bound to an org sees only its org's records (and,
+//! limited to projects, those of no project or of its projects): the
+//! listing is filtered so, and another org's record answers 404 like an
+//! unknown one.
+//!
 //! Errors: a bad query (unknown parameter, status, time or cursor) → 400
 //! `bad_request`; no such record → 404 `unknown_invocation`.
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use plugd_control::invocations::{
     Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
     parse_rfc3339_ms,
 };
+use plugd_store::tokens::Tenancy;
 
+use crate::auth::Identity;
 use crate::error::code;
 use crate::{ApiError, AppState};
 
@@ -115,6 +122,7 @@ impl ListQuery {
         Ok(InvocationFilter {
             org_id: self.org,
             project_id: self.project,
+            project_in: None,
             plugin_id: self.plugin,
             tool: self.tool,
             status: self
@@ -157,11 +165,46 @@ fn decode(s: &str) -> Result<String, ApiError> {
     String::from_utf8(out).map_err(|_| bad(format!("{s:?} is not UTF-8 once decoded")))
 }
 
+/// `f` narrowed to what a caller bound to `t` sees; `None` when it can see
+/// nothing of what `f` asks (another org, another project).
+pub fn within_tenancy(mut f: InvocationFilter, t: Option<&Tenancy>) -> Option<InvocationFilter> {
+    let Some(t) = t else { return Some(f) };
+    if f.org_id.as_ref().is_some_and(|o| *o != t.org_id) {
+        return None;
+    }
+    f.org_id = Some(t.org_id.clone());
+    if !t.project_ids.is_empty() {
+        if f.project_id
+            .as_ref()
+            .is_some_and(|p| !t.project_ids.contains(p))
+        {
+            return None;
+        }
+        f.project_in = Some(t.project_ids.clone());
+    }
+    Some(f)
+}
+
+/// Whether a caller bound to `t` sees record `r`.
+pub fn sees(t: Option<&Tenancy>, r: &InvocationRecord) -> bool {
+    t.is_none_or(|t| {
+        r.org_id.as_deref() == Some(t.org_id.as_str())
+            && (t.project_ids.is_empty()
+                || r.project_id
+                    .as_ref()
+                    .is_none_or(|p| t.project_ids.contains(p)))
+    })
+}
+
 async fn list(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     RawQuery(query): RawQuery,
 ) -> Result<Json<InvocationPage>, ApiError> {
     let filter = ListQuery::parse(query.as_deref().unwrap_or(""))?.filter()?;
+    let Some(filter) = within_tenancy(filter, who.tenant.as_ref()) else {
+        return Ok(Json(InvocationPage::from_rows(Vec::new(), 1)));
+    };
     let store = state.runtime.store();
     Ok(Json(
         store
@@ -172,13 +215,15 @@ async fn list(
 
 async fn show(
     State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<InvocationRecord>, ApiError> {
     let found = state
         .runtime
         .store()
         .invocation(&id)
-        .map_err(crate::packages::store_error)?;
+        .map_err(crate::packages::store_error)?
+        .filter(|r| sees(who.tenant.as_ref(), r));
     found.map(Json).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -246,6 +291,51 @@ fn family(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_org_token_lists_and_reads_only_its_org() {
+        let a = Tenancy {
+            org_id: "a".into(),
+            project_ids: vec![],
+        };
+        let a_p1 = Tenancy {
+            org_id: "a".into(),
+            project_ids: vec!["p1".into()],
+        };
+        let f = within_tenancy(InvocationFilter::default(), Some(&a)).unwrap();
+        assert_eq!((f.org_id.as_deref(), f.project_in), (Some("a"), None));
+        let other = InvocationFilter {
+            org_id: Some("b".into()),
+            ..InvocationFilter::default()
+        };
+        assert!(within_tenancy(other.clone(), Some(&a)).is_none());
+        assert_eq!(within_tenancy(other.clone(), None), Some(other));
+        let f = within_tenancy(InvocationFilter::default(), Some(&a_p1)).unwrap();
+        assert_eq!(f.project_in, Some(vec!["p1".to_owned()]));
+        let p2 = InvocationFilter {
+            project_id: Some("p2".into()),
+            ..InvocationFilter::default()
+        };
+        assert!(within_tenancy(p2, Some(&a_p1)).is_none());
+        let rec = |org: Option<&str>, project: Option<&str>| {
+            let mut r: InvocationRecord = serde_json::from_value(serde_json::json!({
+                "invocation_id": "inv_1", "export_kind": "tool", "export_id": "e",
+                "tool": "p/e", "plugin_id": "p", "dialect": "vai",
+                "started_at": "2026-01-01T00:00:00.000Z", "ended_at": "2026-01-01T00:00:00.000Z",
+                "started_ms": 0, "duration_ms": 0, "status": "succeeded", "retry_count": 0
+            }))
+            .unwrap();
+            r.org_id = org.map(str::to_owned);
+            r.project_id = project.map(str::to_owned);
+            r
+        };
+        assert!(sees(Some(&a), &rec(Some("a"), Some("p9"))));
+        assert!(!sees(Some(&a), &rec(Some("b"), None)));
+        assert!(!sees(Some(&a), &rec(None, None)));
+        assert!(sees(Some(&a_p1), &rec(Some("a"), None)));
+        assert!(!sees(Some(&a_p1), &rec(Some("a"), Some("p2"))));
+        assert!(sees(None, &rec(None, None)));
+    }
 
     #[test]
     fn a_query_becomes_a_filter_or_a_400() {

@@ -39,6 +39,7 @@
 //! | `GET /v1/plugin-packages`          | installed packages (`plugd package list --json`) |
 //! | `GET /v1/plugin-packages/{id}`     | one: `sha256:DIGEST`, `ID@VERSION` or `ID` (its highest version); see [`packages`] |
 //! | `POST /v1/plugin-packages`         | `{"source": "oci://…", "insecure"?}` → pull and install (operator); 201 new, 200 installed already |
+//! | `POST /v1/plugin-tools/{export_id}:invoke` | `{"input", "session_id"?, "project_id"?, "org_id"?}` → the tool's result, through the binding of the caller's scope (agent); see [`binding_calls`] |
 //!
 //! A `by` member in a body is ignored: who did something is always the
 //! authenticated identity (a socket peer's user name, or `token:NAME`).
@@ -62,6 +63,7 @@
 
 pub mod approvals;
 pub mod auth;
+pub mod binding_calls;
 pub mod bindings;
 pub mod error;
 pub mod invocations;
@@ -270,6 +272,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/skills", get(list_skills))
         .route("/v1/skills/{*path}", get(show_skill))
         .route("/v1/tools/{*name}", post(invoke_tool))
+        .route("/v1/plugin-tools/{export}", post(binding_calls::invoke))
         .route("/v1/hooks/{point}", post(run_hook))
         .route("/v1/sessions/{id}/messages", post(post_message))
         .route("/v1/sessions/{id}", get(get_session))

@@ -104,6 +104,13 @@ impl Store {
         self.config_set_secret(&org_secret_owner(org_id), name, value, &master)
     }
 
+    /// Removes org `org_id`'s secret `name`; `false` when it had none. A
+    /// binding that still references it fails its next call with the slot
+    /// named (and its `:validate` says so).
+    pub fn org_secret_delete(&self, org_id: &str, name: &str) -> Result<bool, StoreError> {
+        self.config_unset(&org_secret_owner(org_id), name)
+    }
+
     /// Whether org `org_id` has a secret `name`.
     pub fn org_secret_exists(&self, org_id: &str, name: &str) -> Result<bool, StoreError> {
         Ok(self

@@ -126,6 +126,21 @@ impl InvocationStore for Store {
         text(&mut sql, "project_id", &f.project_id);
         text(&mut sql, "plugin_id", &f.plugin_id);
         text(&mut sql, "status", &f.status.map(|s| s.as_str().to_owned()));
+        if let Some(projects) = &f.project_in {
+            let mut marks = Vec::new();
+            for p in projects {
+                args.push(p.clone().into());
+                marks.push(format!("?{}", args.len()));
+            }
+            sql.push_str(&format!(
+                " AND (project_id IS NULL OR project_id IN ({}))",
+                if marks.is_empty() {
+                    "NULL".to_owned()
+                } else {
+                    marks.join(", ")
+                }
+            ));
+        }
         if let Some(tool) = &f.tool {
             args.push(tool.clone().into());
             let n = args.len();
@@ -244,6 +259,41 @@ mod tests {
         // Appending again is idempotent.
         store.append_invocations(&batch[..10]).unwrap();
         store
+    }
+
+    #[test]
+    fn a_project_limited_listing_shows_no_project_and_its_projects() {
+        let store = Store::open_in_memory().unwrap();
+        let batch: Vec<_> = [None, Some("p1"), Some("p2"), Some("p3")]
+            .iter()
+            .enumerate()
+            .map(|(n, p)| {
+                let mut r = rec(n, 1_000 + n as i64, "p", TerminalStatus::Succeeded);
+                r.project_id = p.map(str::to_owned);
+                r
+            })
+            .collect();
+        store.append_invocations(&batch).unwrap();
+        let ids = |projects: Vec<&str>| -> Vec<Option<String>> {
+            let mut got: Vec<Option<String>> = store
+                .list_invocations(&InvocationFilter {
+                    project_in: Some(projects.into_iter().map(str::to_owned).collect()),
+                    limit: 50,
+                    ..InvocationFilter::default()
+                })
+                .unwrap()
+                .invocations
+                .into_iter()
+                .map(|r| r.project_id)
+                .collect();
+            got.sort();
+            got
+        };
+        assert_eq!(
+            ids(vec!["p1", "p3"]),
+            [None, Some("p1".to_owned()), Some("p3".to_owned())]
+        );
+        assert_eq!(ids(vec![]), [None]);
     }
 
     #[test]

@@ -103,6 +103,12 @@ pub enum SecretCmd {
         /// ORG/NAME.
         name: String,
     },
+    /// Remove ORG/NAME; bindings that still reference it fail their next
+    /// call naming the slot.
+    Delete {
+        /// ORG/NAME.
+        name: String,
+    },
     /// The names of an org's secrets (never their values).
     List {
         /// The org.
@@ -284,6 +290,18 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
             println!(
                 "stored secret {org}/{secret} (sealed with the master key); bind it as secret://{org}/{secret}"
             );
+        }
+        SecretCmd::Delete { name } => {
+            let Some((org, secret)) = name.split_once('/') else {
+                bail!("{name:?} names no org; write ORG/NAME");
+            };
+            if store.org_secret_delete(org, secret)? {
+                println!("deleted secret {org}/{secret}");
+            } else {
+                bail!(
+                    "org {org} has no secret {secret:?}; `plugd secret list {org}` shows its secrets"
+                );
+            }
         }
         SecretCmd::List { org, json } => {
             let names = store.org_secret_names(org)?;

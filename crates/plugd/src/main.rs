@@ -183,16 +183,28 @@ enum PluginCmd {
 enum ToolCmd {
     /// List the tools of approved plugins.
     List(JsonFlag),
-    /// Call a tool and print its result as JSON.
+    /// Call a tool and print its result as JSON. With `--org`, NAME is an
+    /// export id of an installed package, called through the binding of
+    /// that org (and project) as `POST /v1/plugin-tools/NAME:invoke` does
+    /// (through a running serve when there is one).
     Call {
-        /// Tool name, as `plugd tool list` shows it.
+        /// Tool name, as `plugd tool list` shows it (with `--org`: the export id).
         name: String,
         /// Arguments as a JSON object.
         #[arg(long, default_value = "{}", value_name = "JSON")]
         args: String,
         /// Agent id passed to the plugin.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "org")]
         agent: Option<String>,
+        /// Call through the bindings of this org.
+        #[arg(long)]
+        org: Option<String>,
+        /// The project the call is made for (its bindings before the org's).
+        #[arg(long, requires = "org")]
+        project: Option<String>,
+        /// The session: the rollout key (a fresh one per call without it).
+        #[arg(long, requires = "org")]
+        session: Option<String>,
         #[command(flatten)]
         json: JsonFlag,
         /// Approve a high-risk call without asking (never covers critical ones).
@@ -524,6 +536,22 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             risk_cmd::set_enabled(rt, name, false, by.as_deref())?
         }
         Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
+        Command::Tool(ToolCmd::Call {
+            name,
+            args,
+            org: Some(org),
+            project,
+            session,
+            json,
+            ..
+        }) => {
+            let scope = tool_call_cmd::BoundScope {
+                org,
+                project: project.as_deref(),
+                session: session.as_deref(),
+            };
+            tool_call_cmd::run_bound(rt, name, args, &scope, json.json).await?
+        }
         Command::Tool(ToolCmd::Call {
             name,
             args,

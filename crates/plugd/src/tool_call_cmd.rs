@@ -7,8 +7,9 @@
 //!
 //! Exit codes with `--json` (docs/contracts/errors.md):
 //! 0 success; 1 any other failure; 4 not found (`unknown_tool`,
-//! `unknown_plugin`, `tool_not_found`); 5 invalid arguments
-//! (`invalid_arguments`, `invalid_config`); 6 the tool failed (`tool_failed`,
+//! `unknown_plugin`, `tool_not_found`, `not_found`: no binding of the
+//! export in the `--org` scope); 5 invalid arguments
+//! (`invalid_arguments`, `invalid_config`, `invalid_binding`); 6 the tool failed (`tool_failed`,
 //! `plugin_error`); 7 unavailable, retry later (`tool_unavailable`,
 //! `plugin_unavailable`, `plugin_timeout`, `plugin_stopped`,
 //! `plugin_changed`); 8 refused (`tool_denied`, `tool_disabled`,
@@ -241,12 +242,69 @@ pub async fn run(
     }
 }
 
+/// Where `plugd tool call EXPORT --org ORG` calls.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundScope<'a> {
+    /// `--org`.
+    pub org: &'a str,
+    /// `--project`.
+    pub project: Option<&'a str>,
+    /// `--session`.
+    pub session: Option<&'a str>,
+}
+
+/// `plugd tool call EXPORT --org ORG [--project P] [--session S] --args JSON`:
+/// through a running serve (its `POST /v1/plugin-tools/EXPORT:invoke`, as
+/// this user over the socket) when one runs, else in this process through
+/// [`Runtime::call_export`].
+pub async fn run_bound(
+    rt: &Runtime,
+    export: &str,
+    args: &str,
+    scope: &BoundScope<'_>,
+    json_out: bool,
+) -> Result<()> {
+    let args: Value = serde_json::from_str(args)
+        .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
+    if !args.is_object() {
+        bail!("--args must be a JSON object, got {args}");
+    }
+    if let Some(serve) = crate::remote::Remote::find(rt.dir()).await {
+        let body = json!({
+            "input": args,
+            "org_id": scope.org,
+            "project_id": scope.project,
+            "session_id": scope.session,
+        });
+        let result = serve
+            .post(
+                &format!("/v1/plugin-tools/{export}:invoke"),
+                &body,
+                format!("tool call {export} --org {}", scope.org),
+            )
+            .await?;
+        return crate::print_json(&result, !json_out);
+    }
+    let call = plugd_runtime::bindings_rt::ExportCall {
+        org_id: scope.org.to_owned(),
+        project_id: scope.project.map(str::to_owned),
+        session_id: scope.session.map(str::to_owned),
+        caller: Some(format!("cli:{}", crate::approver(None))),
+        trace_id: None,
+    };
+    match rt.call_export(export, args, &call, None).await {
+        Ok(v) => crate::print_json(&v, !json_out),
+        Err(e) if json_out => Err(ApiError::from(e).into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The exit code of one error class (see the module docs).
 pub fn exit_code(code: &str) -> i32 {
     use plugd_server::error::code as c;
     match code {
-        c::UNKNOWN_TOOL | c::UNKNOWN_PLUGIN | c::TOOL_NOT_FOUND => 4,
-        c::INVALID_ARGUMENTS | c::INVALID_CONFIG => 5,
+        c::UNKNOWN_TOOL | c::UNKNOWN_PLUGIN | c::TOOL_NOT_FOUND | c::NOT_FOUND => 4,
+        c::INVALID_ARGUMENTS | c::INVALID_CONFIG | c::INVALID_BINDING => 5,
         c::TOOL_FAILED | c::PLUGIN_ERROR => 6,
         c::TOOL_UNAVAILABLE
         | c::PLUGIN_UNAVAILABLE

@@ -73,6 +73,53 @@ pub struct CallContext {
     /// The invocation record's id (VAI `context.invocation_id`); generated
     /// when absent.
     pub invocation_id: Option<String>,
+    /// The binding the call resolved through (seed 003), when it came
+    /// through one: its config and resolved secrets replace the launch
+    /// configuration's in the VAI `context`.
+    pub bound: Option<Arc<BoundCall>>,
+}
+
+/// What a call made through a binding carries to the plugin and to its
+/// invocation record: the binding, its package version, and the binding's
+/// config and secrets as they are at call time.
+///
+/// `Debug` shows the secret slots' names only, never their values.
+#[derive(Clone, Default)]
+pub struct BoundCall {
+    /// `bind_…`.
+    pub binding_id: String,
+    /// The package (`acme/devkit`).
+    pub package_id: String,
+    /// The version the binding names.
+    pub package_version: String,
+    /// The binding's `config` (VAI `context.config`).
+    pub config: Value,
+    /// Slot → value, decrypted, only the slots the export declares (VAI
+    /// `context.secrets`).
+    pub secrets: serde_json::Map<String, Value>,
+}
+
+impl BoundCall {
+    /// The secret values, to scrub from whatever leaves the call.
+    pub fn secret_values(&self) -> Vec<String> {
+        self.secrets
+            .values()
+            .filter_map(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for BoundCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundCall")
+            .field("binding_id", &self.binding_id)
+            .field("package_id", &self.package_id)
+            .field("package_version", &self.package_version)
+            .field("secret_slots", &self.secrets.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The client behind a call, as a dialect sees it.

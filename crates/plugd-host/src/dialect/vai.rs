@@ -352,7 +352,7 @@ pub fn check_hello(spec: &PluginSpec, frame: &Value) -> Result<Handshake, Handsh
 
 /// A tool export as a catalog entry: its `display_name` as the title and
 /// its output schema (what `structured_output` must match), when declared.
-fn declared_tool(spec: &PluginSpec, t: &plugd_manifest::DeclaredTool) -> ToolDef {
+pub fn declared_tool(spec: &PluginSpec, t: &plugd_manifest::DeclaredTool) -> ToolDef {
     let mut def = ToolDef::declared(t);
     let export = spec
         .vai
@@ -546,6 +546,24 @@ async fn invoke(
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
     let deadline_at = SystemTime::now() + left;
+    // A call through a binding carries the binding's config and secrets as
+    // they are now; the secrets are scrubbed from the plugin's stderr from
+    // this call on (it may print what it was given).
+    let (secrets, config) = match &ctx.bound {
+        Some(b) => {
+            conn.stderr.redact_more(&b.secret_values());
+            (Value::Object(b.secrets.clone()), b.config.clone())
+        }
+        None => (
+            slot_secrets(spec, export_id, &conn.launch.config),
+            conn.launch
+                .config
+                .get("exports")
+                .and_then(|e| e.get(export_id))
+                .cloned()
+                .unwrap_or_else(|| json!({})),
+        ),
+    };
     let context = json!({
         "invocation_id": invocation_id,
         // The OpenTelemetry trace this call is part of, when traces are on
@@ -559,8 +577,8 @@ async fn invoke(
         "deadline_at": rfc3339(deadline_at),
         "scratch_dir": scratch.0.display().to_string(),
         "gateway": {"base_url": null, "delegation_token": null, "scopes": []},
-        "secrets": slot_secrets(spec, export_id, &conn.launch.config),
-        "config": conn.launch.config.get("exports").and_then(|e| e.get(export_id)).cloned().unwrap_or_else(|| json!({})),
+        "secrets": secrets,
+        "config": config,
     });
     fields.insert("export_id".into(), json!(export_id));
     fields.insert("context".into(), context);

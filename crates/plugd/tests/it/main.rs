@@ -5,6 +5,7 @@
 mod access;
 mod agent;
 mod baseline;
+mod binding_calls;
 mod bindings;
 mod broker;
 mod cgroup;

@@ -1,0 +1,687 @@
+//! Calls through bindings (seed 003): the export a caller names is resolved
+//! to one active binding of the caller's scope, the package version that
+//! binding names runs from its read-only install directory, and the call
+//! carries the binding's config and secrets as they are at that moment.
+//!
+//! **Scope rule** ([`plugd_control::bindings::resolve`]): the active
+//! bindings (share above zero) of the export scoped to the caller's project
+//! when there are any, else the org-wide ones; among several, the rollout
+//! selection by session. A call without a session id draws a fresh random
+//! key per call (so such calls spread over versions by their shares); its
+//! `context.session_id` and record's `session_id` stay empty. No binding,
+//! a disabled one, or one of another org: [`RuntimeError::UnknownExport`],
+//! the same error whichever it is.
+//!
+//! **Package processes** ([`PackageProcs`]): one [`Supervised`] per
+//! installed digest, made on the first call and shared by every binding on
+//! that version, under the same supervisor, dialect, containment and
+//! deadlines as a `.plugins/` plugin. Packages installed while `plugd
+//! serve` runs become callable at their first call; [`crate::Runtime::shutdown`]
+//! stops them all.
+//!
+//! **Approval**: installing a package is an operator's act (`plugd package
+//! pull`, `POST /v1/plugin-packages`, operator role), and it is its
+//! approval: the install directory is read-only and named by the OCI
+//! manifest digest. The tree digest of that directory is taken when plugd
+//! first loads the package and checked before every start, so files
+//! changed under it afterwards stop it from starting, as a `.plugins/`
+//! plugin changed since its approval does.
+//!
+//! **Secrets** are decrypted at call time, only for the slots the export
+//! declares, and reach the plugin's `context.secrets` only: they are
+//! scrubbed (`••••`) from the plugin's stderr (and so its logs and crash
+//! reports), from the result and from errors; invocation records never hold
+//! arguments, results or secrets.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use plugd_control::bindings::{Problem, SecretRef};
+use plugd_control::{
+    Binding, BindingFilter, BindingStatus, BindingStore, Package, PackageSelector, PackageStore,
+};
+use plugd_host::dialect::{BoundCall, CallContext, HostServices};
+use plugd_host::{
+    CallToolError, HostConfig, Launch, Observer, PluginError, Supervised, ToolDef, ToolError,
+};
+use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
+use plugd_store::Store;
+use plugd_store::digest::{DigestLimits, plugin_digest};
+use plugd_store::secrets::{KeySource, StoredValue};
+use serde_json::{Map, Value};
+
+use crate::{Runtime, RuntimeError, ToolEntry, containment, risk};
+
+/// How long a call waits for a package's process to come up (native
+/// packages, whose catalog comes from the handshake).
+const START_WAIT: Duration = Duration::from_secs(30);
+
+/// Who calls an export, and in which scope (from the caller's identity).
+#[derive(Debug, Clone, Default)]
+pub struct ExportCall {
+    /// The caller's org.
+    pub org_id: String,
+    /// The caller's project, if the call is made for one.
+    pub project_id: Option<String>,
+    /// The session (rollout key, `context.session_id`).
+    pub session_id: Option<String>,
+    /// Who asked (`token:NAME`, `cli:USER`), for the record.
+    pub caller: Option<String>,
+    /// The caller's trace, if any.
+    pub trace_id: Option<String>,
+}
+
+/// One installed package version, supervised.
+struct PackageProc {
+    package: Package,
+    sup: Supervised,
+    /// Tool entries by export id (their compiled schemas kept).
+    entries: Mutex<HashMap<String, Arc<ToolEntry>>>,
+}
+
+/// The processes of installed packages, by digest, filled as calls come.
+pub struct PackageProcs {
+    dir: PathBuf,
+    store: Arc<Store>,
+    config: Arc<HostConfig>,
+    services: HostServices,
+    procs: Mutex<HashMap<String, Arc<PackageProc>>>,
+}
+
+impl std::fmt::Debug for PackageProcs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PackageProcs").finish_non_exhaustive()
+    }
+}
+
+impl PackageProcs {
+    /// Empty, for the workspace at `dir`.
+    pub(crate) fn new(
+        dir: &Path,
+        store: Arc<Store>,
+        config: Arc<HostConfig>,
+        services: HostServices,
+    ) -> PackageProcs {
+        PackageProcs {
+            dir: dir.to_owned(),
+            store,
+            config,
+            services,
+            procs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<PackageProc>>> {
+        self.procs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The process of `pkg`, made (not started) on first use.
+    fn get(&self, pkg: &Package) -> Result<Arc<PackageProc>, RuntimeError> {
+        let key = pkg.digest.to_string();
+        if let Some(p) = self.lock().get(&key) {
+            return Ok(p.clone());
+        }
+        // Loaded and digested outside the lock: one package's walk never
+        // holds up calls of the others.
+        let spec = load_spec(pkg).map_err(|error| RuntimeError::Broken {
+            name: describe(pkg),
+            error,
+        })?;
+        let tree = plugin_digest(&pkg.path, &DigestLimits::default()).map_err(|e| {
+            RuntimeError::Broken {
+                name: describe(pkg),
+                error: e.to_string(),
+            }
+        })?;
+        let observer = Arc::new(PackageObserver {
+            workspace: self.dir.clone(),
+            store: self.store.clone(),
+            package: pkg.clone(),
+            tree,
+        });
+        let proc = Arc::new(PackageProc {
+            package: pkg.clone(),
+            sup: Supervised::new(
+                Arc::new(spec),
+                self.config.clone(),
+                observer,
+                self.services.clone(),
+            ),
+            entries: Mutex::new(HashMap::new()),
+        });
+        Ok(self.lock().entry(key).or_insert(proc).clone())
+    }
+
+    /// Stops every package process and waits until they are reaped.
+    pub(crate) async fn stop_all(&self) {
+        let all: Vec<Arc<PackageProc>> = self.lock().values().cloned().collect();
+        futures_util::future::join_all(all.iter().map(|p| p.sup.stop())).await;
+    }
+}
+
+/// `package acme/devkit@0.1.0 (sha256:…)`, for messages.
+fn describe(pkg: &Package) -> String {
+    format!(
+        "package {}@{} ({})",
+        pkg.package_id, pkg.version, pkg.digest
+    )
+}
+
+/// The plugin spec of an installed package, from its own manifest.
+fn load_spec(pkg: &Package) -> Result<PluginSpec, String> {
+    let path = pkg.path.join(&pkg.manifest);
+    let opts = LoadOptions::from_env();
+    let spec = match pkg.manifest.as_str() {
+        plugd_manifest::vai::VAI_MANIFEST_FILE => plugd_manifest::vai::load_vai(&path, &opts),
+        plugd_manifest::NATIVE_MANIFEST_FILE => plugd_manifest::load_native(&path, &opts),
+        other => {
+            return Err(format!(
+                "its manifest {other:?} is not one plugd runs from a package (vai-plugin.toml, nexo-plugin.toml)"
+            ));
+        }
+    }
+    .map_err(|e| e.to_string())?;
+    if spec.id != pkg.package_id || spec.version != pkg.version {
+        return Err(format!(
+            "its manifest now declares {}@{}, not the {}@{} it was installed as",
+            spec.id, spec.version, pkg.package_id, pkg.version
+        ));
+    }
+    Ok(spec)
+}
+
+/// Decides each start of a package process: still installed, its files as
+/// plugd first loaded them, and the containment of its permissions.
+struct PackageObserver {
+    workspace: PathBuf,
+    store: Arc<Store>,
+    package: Package,
+    tree: String,
+}
+
+impl Observer for PackageObserver {
+    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+        match self.store.package(&self.package.digest) {
+            Ok(Some(p)) if p.path == self.package.path => {}
+            Ok(_) => {
+                return Err(format!(
+                    "{} is no longer installed; pull it again",
+                    describe(&self.package)
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+        let now = plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?;
+        if now != self.tree {
+            return Err(format!(
+                "the installed files of {} changed since plugd loaded them ({} then, {now} now); installed packages are read-only: remove {} and pull the package again",
+                describe(&self.package),
+                self.tree,
+                self.package.path.display()
+            ));
+        }
+        let (containment, _) = containment::effective(spec, &self.workspace)?;
+        Ok(Launch {
+            containment,
+            ..Launch::default()
+        })
+    }
+
+    fn failed(&self, spec: &PluginSpec, reason: &str) {
+        tracing::warn!(plugin = %spec.id, package = %describe(&self.package), "package process failed: {reason}");
+    }
+}
+
+/// A random session key for a call without a session.
+fn fresh_session_key() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        b[..8].copy_from_slice(&N.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+        b[8..].copy_from_slice(
+            &(std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64))
+            .to_be_bytes(),
+        );
+    }
+    hex::encode(b)
+}
+
+/// The secret slots export `export_id` of `spec` declares (`None`: the
+/// manifest form has none; nothing is sent).
+fn declared_slots<'a>(spec: &'a PluginSpec, export_id: &str) -> Option<&'a [String]> {
+    let export = spec
+        .vai
+        .as_ref()?
+        .exports
+        .iter()
+        .find(|e| e.id == export_id)?;
+    Some(export.permissions.secret_slots.as_slice())
+}
+
+/// The binding's secrets for the slots `declared`, decrypted; every slot
+/// that cannot be resolved is a problem at `/secrets/SLOT` (never with its
+/// value).
+fn resolve_secrets(
+    store: &Store,
+    b: &Binding,
+    declared: &[String],
+) -> Result<Map<String, Value>, Vec<Problem>> {
+    let mut out = Map::new();
+    let mut problems = Vec::new();
+    let mut master = None;
+    for (slot, reference) in &b.secrets {
+        if !declared.contains(slot) {
+            continue;
+        }
+        let path = format!("/secrets/{}", slot.replace('~', "~0").replace('/', "~1"));
+        let mut problem = |message: String| {
+            problems.push(Problem {
+                path: path.clone(),
+                message,
+            })
+        };
+        let r = match SecretRef::parse(reference) {
+            Ok(r) if r.org_id == b.scope.org_id => r,
+            Ok(_) => {
+                problem(format!(
+                    "slot {slot:?} names a secret of another org; use secret://{}/NAME",
+                    b.scope.org_id
+                ));
+                continue;
+            }
+            Err(e) => {
+                problem(e);
+                continue;
+            }
+        };
+        let owner = plugd_store::bindings::org_secret_owner(&r.org_id);
+        let sealed = match store.config_value(&owner, &r.name) {
+            Ok(Some(StoredValue::Secret(s))) => s,
+            Ok(Some(StoredValue::Plain(_))) | Ok(None) => {
+                problem(format!(
+                    "slot {slot:?}: secret {}/{} is not set; store it with `plugd secret set {}/{}` (value on standard input) or point the slot at another secret",
+                    r.org_id, r.name, r.org_id, r.name
+                ));
+                continue;
+            }
+            Err(e) => {
+                problem(format!("slot {slot:?}: secret {r} cannot be read: {e}"));
+                continue;
+            }
+        };
+        if master.is_none() {
+            match KeySource::from_env().and_then(|s| s.require()) {
+                Ok(k) => master = Some(k),
+                Err(e) => {
+                    problem(format!(
+                        "slot {slot:?}: secret {r} cannot be decrypted: {e}"
+                    ));
+                    continue;
+                }
+            }
+        }
+        let Some(key) = &master else { continue };
+        let plain =
+            key.open(&owner, &r.name, &sealed)
+                .or_else(|e| match crate::plugin_config::staged_key(&sealed.key_id) {
+                    Some(staged) => staged.open(&owner, &r.name, &sealed),
+                    None => Err(e),
+                });
+        match plain {
+            Ok(v) => {
+                out.insert(slot.clone(), Value::String(v.as_str().to_owned()));
+            }
+            Err(e) => problem(format!(
+                "slot {slot:?}: secret {r} cannot be decrypted: {e}"
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems)
+    }
+}
+
+/// `v` with every string holding one of `secrets` masked.
+fn scrub_value(v: &mut Value, secrets: &[String]) {
+    match v {
+        Value::String(s) if secrets.iter().any(|x| s.contains(x.as_str())) => {
+            *s = plugd_host::launch::scrub(s, secrets);
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| scrub_value(x, secrets)),
+        Value::Object(o) => o.values_mut().for_each(|x| scrub_value(x, secrets)),
+        _ => {}
+    }
+}
+
+/// `e` with every secret masked: a plugin's message keeps its class; any
+/// other error that would show a secret becomes a tool failure with its
+/// text masked.
+fn scrub_error(e: RuntimeError, entry: &ToolEntry, secrets: &[String]) -> RuntimeError {
+    let text = e.to_string();
+    if !secrets.iter().any(|s| text.contains(s.as_str())) {
+        return e;
+    }
+    let scrub = |s: &str| plugd_host::launch::scrub(s, secrets);
+    let tool = match e {
+        RuntimeError::Call(CallToolError::Tool(t)) => match t {
+            ToolError::NotFound {
+                plugin,
+                tool,
+                message,
+            } => ToolError::NotFound {
+                plugin,
+                tool,
+                message: scrub(&message),
+            },
+            ToolError::ArgumentInvalid {
+                plugin,
+                tool,
+                message,
+                mut details,
+            } => {
+                if let Some(d) = &mut details {
+                    scrub_value(d, secrets);
+                }
+                ToolError::ArgumentInvalid {
+                    plugin,
+                    tool,
+                    message: scrub(&message),
+                    details,
+                }
+            }
+            ToolError::ExecutionFailed {
+                plugin,
+                tool,
+                message,
+            } => ToolError::ExecutionFailed {
+                plugin,
+                tool,
+                message: scrub(&message),
+            },
+            ToolError::Unavailable {
+                plugin,
+                tool,
+                message,
+                retry_after_ms,
+            } => ToolError::Unavailable {
+                plugin,
+                tool,
+                message: scrub(&message),
+                retry_after_ms,
+            },
+            ToolError::Denied {
+                plugin,
+                tool,
+                message,
+            } => ToolError::Denied {
+                plugin,
+                tool,
+                message: scrub(&message),
+            },
+            other => masked(entry, &scrub(&other.to_string())),
+        },
+        _ => masked(entry, &scrub(&text)),
+    };
+    RuntimeError::Call(CallToolError::Tool(tool))
+}
+
+/// A package process that cannot serve, named by its package and digest
+/// (`plugd plugin restart`, which a workspace plugin's failure suggests,
+/// does not apply to it).
+fn package_error(e: RuntimeError, pkg: &Package) -> RuntimeError {
+    match e {
+        RuntimeError::Call(CallToolError::Plugin(p)) => RuntimeError::Broken {
+            name: describe(pkg),
+            error: match p {
+                PluginError::Failed { reason, .. } => {
+                    format!("{reason}; its process stays failed until plugd serve restarts")
+                }
+                other => other.to_string(),
+            },
+        },
+        other => other,
+    }
+}
+
+fn masked(entry: &ToolEntry, message: &str) -> ToolError {
+    ToolError::ExecutionFailed {
+        plugin: entry.plugin.as_str().into(),
+        tool: entry.name.clone(),
+        message: message.to_owned(),
+    }
+}
+
+impl Runtime {
+    /// The processes of installed packages.
+    pub fn package_procs(&self) -> &PackageProcs {
+        &self.inner.packages
+    }
+
+    /// Calls tool export `export_id` for `call`'s scope through the binding
+    /// the scope rule and the rollout choose (see the module docs): the same
+    /// checks as every tool call (enabled, arguments, risk gate), one
+    /// invocation record with the binding, package, version and execution
+    /// class, the result with the binding's secrets masked.
+    pub async fn call_export(
+        &self,
+        export_id: &str,
+        args: Value,
+        call: &ExportCall,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
+        let not_found = || RuntimeError::UnknownExport {
+            export: export_id.to_owned(),
+            org: call.org_id.clone(),
+        };
+        let store = &self.inner.store;
+        let bindings = store.bindings(&BindingFilter {
+            org_id: Some(call.org_id.clone()),
+            export_id: Some(export_id.to_owned()),
+            package_id: None,
+            status: Some(BindingStatus::Active),
+        })?;
+        let key = call.session_id.clone().unwrap_or_else(fresh_session_key);
+        let binding = plugd_control::bindings::resolve(
+            &bindings,
+            export_id,
+            &call.org_id,
+            call.project_id.as_deref(),
+            &key,
+        )
+        .ok_or_else(not_found)?
+        .clone();
+        let sel = PackageSelector::Version {
+            package_id: binding.package_id.clone(),
+            version: binding.package_version.clone(),
+        };
+        let Some(pkg) = store.find_package(&sel)? else {
+            return Err(RuntimeError::InvalidBinding {
+                binding_id: binding.binding_id.clone(),
+                problems: vec![Problem {
+                    path: "/package_version".into(),
+                    message: format!(
+                        "package {sel} is not installed; pull it again or point the binding at an installed version"
+                    ),
+                }],
+            });
+        };
+        if !pkg
+            .exports
+            .iter()
+            .any(|e| e.id == export_id && e.kind == "tool")
+        {
+            return Err(not_found());
+        }
+        let proc = self.inner.packages.get(&pkg)?;
+        let entry = self
+            .package_entry(&proc, export_id)
+            .await
+            .map_err(|e| package_error(e, &pkg))?;
+        let subject = || plugd_telemetry::Subject {
+            plugin: Some(entry.plugin.as_str()),
+            export: Some(export_id),
+            binding: Some(binding.binding_id.as_str()),
+            ..plugd_telemetry::Subject::default()
+        };
+        let run = self.call_bound(&proc, &entry, &binding, args, call, approver);
+        plugd_telemetry::in_span("tool call", subject, run)
+            .await
+            .map_err(|e| package_error(e, &pkg))
+    }
+
+    /// The tool entry of `export_id` in `proc`: from the manifest for a VAI
+    /// package, from the handshake for a native one (which starts it).
+    async fn package_entry(
+        &self,
+        proc: &PackageProc,
+        export_id: &str,
+    ) -> Result<Arc<ToolEntry>, RuntimeError> {
+        let cached = proc
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(export_id)
+            .cloned();
+        if let Some(e) = cached {
+            return Ok(e);
+        }
+        let spec = proc.sup.spec();
+        let def: Option<ToolDef> = if spec.dialect == Dialect::Vai {
+            spec.tools
+                .iter()
+                .find(|t| t.wire_name == export_id)
+                .map(|t| plugd_host::dialect::vai::declared_tool(spec, t))
+        } else {
+            let conn = proc
+                .sup
+                .connection(Instant::now() + START_WAIT)
+                .await
+                .map_err(|e| RuntimeError::Call(CallToolError::Plugin(e)))?;
+            conn.handshake
+                .tools
+                .iter()
+                .find(|t| t.wire() == export_id)
+                .cloned()
+        };
+        let def = def.ok_or_else(|| {
+            RuntimeError::Call(CallToolError::Tool(ToolError::NotFound {
+                plugin: spec.id.as_str().into(),
+                tool: export_id.to_owned(),
+                message: format!(
+                    "{} lists export {export_id:?} but its plugin does not offer it as a tool",
+                    describe(&proc.package)
+                ),
+            }))
+        })?;
+        let entry = Arc::new(ToolEntry::new(&spec.id, &def));
+        let mut entries = proc.entries.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(entries.entry(export_id.to_owned()).or_insert(entry).clone())
+    }
+
+    /// The call once its binding and entry are known: its record opens
+    /// first, so a binding whose secret is gone fails with a record too.
+    async fn call_bound(
+        &self,
+        proc: &PackageProc,
+        entry: &ToolEntry,
+        binding: &Binding,
+        args: Value,
+        call: &ExportCall,
+        approver: Option<&dyn risk::Approver>,
+    ) -> Result<Value, RuntimeError> {
+        let spec = proc.sup.spec();
+        let mut bound = BoundCall {
+            binding_id: binding.binding_id.clone(),
+            package_id: binding.package_id.clone(),
+            package_version: binding.package_version.clone(),
+            config: binding.config.clone(),
+            secrets: Map::new(),
+        };
+        let ctx = CallContext {
+            session_id: call.session_id.clone(),
+            org_id: Some(call.org_id.clone()),
+            project_id: call.project_id.clone(),
+            caller: call.caller.clone(),
+            trace_id: call.trace_id.clone(),
+            bound: Some(Arc::new(bound.clone())),
+            ..CallContext::default()
+        };
+        let record = self.inner.invocations.begin(entry, Some(spec), &ctx);
+        // A native package has no per-call context: its binding's secrets
+        // are not decrypted for it.
+        let declared = declared_slots(spec, entry.def.wire()).unwrap_or_default();
+        let secrets = match resolve_secrets(&self.inner.store, binding, declared) {
+            Ok(s) => s,
+            Err(problems) => {
+                let e = RuntimeError::InvalidBinding {
+                    binding_id: binding.binding_id.clone(),
+                    problems,
+                };
+                let outcome = Err(e);
+                record.finish(&outcome);
+                return outcome;
+            }
+        };
+        bound.secrets = secrets;
+        let values = bound.secret_values();
+        let mut call_ctx = record.context().into_owned();
+        call_ctx.bound = Some(Arc::new(bound));
+        let outcome = self
+            .call_entry_on(&proc.sup, entry, args, &call_ctx, approver)
+            .await;
+        record.finish(&outcome);
+        match outcome {
+            Ok(mut v) => {
+                scrub_value(&mut v, &values);
+                Ok(v)
+            }
+            Err(e) => Err(scrub_error(e, entry, &values)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MASK: &str = "••••";
+
+    #[test]
+    fn results_and_errors_lose_their_secrets() {
+        let secrets = vec!["hunter2".to_owned()];
+        let mut v =
+            serde_json::json!({"a": ["x hunter2 y", 1], "b": {"c": "hunter2"}, "d": "fine"});
+        scrub_value(&mut v, &secrets);
+        assert_eq!(
+            v,
+            serde_json::json!({"a": ["x •••• y", 1], "b": {"c": "••••"}, "d": "fine"})
+        );
+        let entry = ToolEntry::new(
+            "acme/kit",
+            &ToolDef::new("acme/kit/t", "", serde_json::json!({})),
+        );
+        let e = RuntimeError::Call(CallToolError::Tool(ToolError::ExecutionFailed {
+            plugin: "acme/kit".into(),
+            tool: "t".into(),
+            message: "token hunter2 refused".into(),
+        }));
+        let text = scrub_error(e, &entry, &secrets).to_string();
+        assert!(!text.contains("hunter2") && text.contains(MASK), "{text}");
+        let other = RuntimeError::Workspace("hunter2".into());
+        let text = scrub_error(other, &entry, &secrets).to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+    }
+
+    #[test]
+    fn fresh_session_keys_differ() {
+        assert_ne!(fresh_session_key(), fresh_session_key());
+        assert_eq!(fresh_session_key().len(), 32);
+    }
+}
