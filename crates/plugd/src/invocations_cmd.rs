@@ -23,6 +23,15 @@ pub enum InvocationsCmd {
         /// Only those that ended so: succeeded, failed, cancelled or retryable_failure.
         #[arg(long)]
         status: Option<plugd_control::TerminalStatus>,
+        /// Only calls made in this org (through its bindings).
+        #[arg(long)]
+        org: Option<String>,
+        /// Only calls made for this project.
+        #[arg(long)]
+        project: Option<String>,
+        /// The page after this one (`next_cursor` of `--json`).
+        #[arg(long)]
+        cursor: Option<String>,
         /// At most this many (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -48,6 +57,9 @@ pub fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
             plugin,
             tool,
             status,
+            org,
+            project,
+            cursor,
             limit,
             json,
         } => {
@@ -58,6 +70,15 @@ pub fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
                 plugin_id: plugin.clone(),
                 tool: tool.clone(),
                 status: *status,
+                org_id: org.clone(),
+                project_id: project.clone(),
+                cursor: cursor
+                    .as_deref()
+                    .map(plugd_control::invocations::Cursor::decode)
+                    .transpose()
+                    .map_err(|e| {
+                        anyhow::anyhow!("--cursor {:?} is not a cursor plugd gave", e.0)
+                    })?,
                 limit: *limit,
                 ..InvocationFilter::default()
             })?;

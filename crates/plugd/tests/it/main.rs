@@ -45,6 +45,7 @@ mod semantic;
 mod signatures;
 mod skills;
 mod support;
+mod teams;
 mod traces;
 mod typed_errors;
 mod upgrade;

@@ -78,7 +78,7 @@ effect_class = "read_only"
     dir
 }
 
-fn sign_dir(ws: &Ws, dir: &Path, key: &Key) {
+pub(crate) fn sign_dir(ws: &Ws, dir: &Path, key: &Key) {
     ok(&ws.plugd(&[
         "plugin",
         "sign",
@@ -125,7 +125,7 @@ fn contract_ready() -> Value {
 }
 
 /// Writes the index `entries` to `ws/index.json` and signs it with `key`.
-fn write_index(ws: &Ws, entries: &[Value], key: &Key) -> PathBuf {
+pub(crate) fn write_index(ws: &Ws, entries: &[Value], key: &Key) -> PathBuf {
     let path = ws.dir().join("index.json");
     let doc = json!({
         "format": "plugd-marketplace/1",
@@ -143,7 +143,7 @@ fn write_index(ws: &Ws, entries: &[Value], key: &Key) -> PathBuf {
     path
 }
 
-fn plugd_yaml(ws: &Ws, trusted: &[(&str, &Key)], marketplace: &str) {
+pub(crate) fn plugd_yaml(ws: &Ws, trusted: &[(&str, &Key)], marketplace: &str) {
     let mut y = String::from("trusted_publishers:\n");
     for (name, k) in trusted {
         y.push_str(&format!(
