@@ -42,6 +42,16 @@ pub struct Scope {
     pub project_id: Option<String>,
 }
 
+/// `org_123`, or `org_123/proj_1` for one project of it.
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.project_id {
+            Some(p) => write!(f, "{}/{p}", self.org_id),
+            None => f.write_str(&self.org_id),
+        }
+    }
+}
+
 /// Whether a binding takes traffic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

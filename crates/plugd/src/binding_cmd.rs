@@ -146,15 +146,7 @@ fn print(b: &Binding, json: bool) -> Result<()> {
         println!("binding:   {}", b.binding_id);
         println!("package:   {}@{}", b.package_id, b.package_version);
         println!("export:    {}", b.export_id);
-        println!(
-            "scope:     {}{}",
-            b.scope.org_id,
-            b.scope
-                .project_id
-                .as_deref()
-                .map(|p| format!("/{p}"))
-                .unwrap_or_default()
-        );
+        println!("scope:     {}", b.scope);
         println!("status:    {}", b.status.as_str());
         println!("traffic:   {}%", b.rollout.traffic_percent);
         println!("config:    {}", b.config);
@@ -214,14 +206,10 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                     "BINDING", "SCOPE", "EXPORT", "PACKAGE", "STATUS"
                 );
                 for b in &all {
-                    let scope = match &b.scope.project_id {
-                        Some(p) => format!("{}/{p}", b.scope.org_id),
-                        None => b.scope.org_id.clone(),
-                    };
                     println!(
                         "{:<21} {:<16} {:<24} {:<28} {:<8} {}%",
                         b.binding_id,
-                        scope,
+                        b.scope.to_string(),
                         b.export_id,
                         format!("{}@{}", b.package_id, b.package_version),
                         b.status.as_str(),

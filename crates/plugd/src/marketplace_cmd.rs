@@ -180,16 +180,11 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
             );
             for (b, created) in &done.bindings {
                 println!(
-                    "{} binding {} of {} in {}{}",
+                    "{} binding {} of {} in {}",
                     if *created { "created" } else { "updated" },
                     b.binding_id,
                     b.export_id,
-                    b.scope.org_id,
                     b.scope
-                        .project_id
-                        .as_deref()
-                        .map(|p| format!("/{p}"))
-                        .unwrap_or_default()
                 );
             }
         }

@@ -177,7 +177,7 @@ fn call(serve: &Serve, token: &str, method: &str, path: &str, body: Option<&Valu
     )
 }
 
-fn org_token(ws: &Ws, name: &str, role: &str, org: &str) -> String {
+pub(crate) fn org_token(ws: &Ws, name: &str, role: &str, org: &str) -> String {
     let v = json_out(&ws.plugd(&[
         "token", "create", "--name", name, "--role", role, "--org", org, "--json",
     ]));

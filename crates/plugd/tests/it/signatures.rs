@@ -4,41 +4,16 @@
 //! hostile signature files and trees. Each refusal asserts the reason.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
 use serde_json::{Value, json};
 
 use crate::http::Serve;
+use crate::marketplace::{Key, keygen};
 use crate::support::{Ws, repo, stderr, stdout};
 
 const SIG: &str = "marketplace.signature.json";
-
-/// A key made by `plugd plugin keygen`.
-struct Key {
-    path: PathBuf,
-    public: String,
-    id: String,
-}
-
-fn keygen(ws: &Ws, name: &str) -> Key {
-    let path = ws.dir().join(format!("{name}.pem"));
-    let out = ws.plugd(&["plugin", "keygen", "--out", path.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let field = |label: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(label))
-            .unwrap_or_else(|| panic!("no {label:?} in {text}"))
-            .trim()
-            .to_owned()
-    };
-    Key {
-        public: field("public key:"),
-        id: field("key id:"),
-        path,
-    }
-}
 
 fn sign(ws: &Ws, dir: &Path, key: &Key) -> Output {
     ws.plugd(&[

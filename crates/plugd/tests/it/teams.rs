@@ -11,7 +11,7 @@ use std::process::{Output, Stdio};
 use serde_json::{Value, json};
 
 use crate::http::{Resp, Serve, request_as};
-use crate::marketplace::{keygen, plugd_yaml, sign_dir, write_index};
+use crate::marketplace::{keygen, org_token, plugd_yaml, sign_dir, write_index};
 use crate::packages::{Registry, json_out, push};
 use crate::support::{Ws, plugd_cmd, repo, stderr, stdout};
 
@@ -97,19 +97,6 @@ fn invoke(serve: &Serve, token: &str, text: &str, session: &str) -> Resp {
     )
 }
 
-fn token(ws: &Ws, name: &str, role: &str, org: &str) -> String {
-    json_out(&plugd(
-        ws,
-        &[
-            "token", "create", "--name", name, "--role", role, "--org", org, "--json",
-        ],
-        None,
-    ))["token"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 #[test]
 fn the_several_teams_walkthrough_works_as_written() {
     let reg = Registry::start();
@@ -180,8 +167,8 @@ fn the_several_teams_walkthrough_works_as_written() {
         .clone();
 
     // 4. Each team calls with its own token and gets its own key's answer.
-    let acme = token(&ws, "acme-agent", "agent", "acme");
-    let globex = token(&ws, "globex-agent", "agent", "globex");
+    let acme = org_token(&ws, "acme-agent", "agent", "acme");
+    let globex = org_token(&ws, "globex-agent", "agent", "globex");
     let serve = Serve::start_with_env(&ws, &[("PLUGD_MASTER_KEY", MASTER_KEY)]);
     for (tok, org, key) in [(&acme, "acme", ACME_KEY), (&globex, "globex", GLOBEX_KEY)] {
         let r = invoke(&serve, tok, "ship it", &format!("{org}-chat-1"));
