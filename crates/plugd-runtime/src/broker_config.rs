@@ -22,7 +22,7 @@ use plugd_host::bus::{Allowlist, check_pattern};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::ConfigError;
+use plugd_governance::plugd_yaml::ConfigError;
 
 /// Extra subjects for one plugin.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -12,14 +12,17 @@
 //! What starts is the approval's read-only pin (see [`pin`]), never the
 //! source directory that was just digested.
 
+pub use plugd_governance::{containment, marketplace, signing};
+
 pub mod agent;
 pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
 pub mod channels;
 pub mod config;
+#[cfg(test)]
+mod config_sections_tests;
 pub mod config_watch;
-pub mod containment;
 pub mod deno;
 pub mod embed;
 pub mod hooks;
@@ -27,7 +30,6 @@ mod host_api;
 pub mod host_secrets;
 pub mod invocations;
 pub mod llm;
-pub mod marketplace;
 pub mod mcp_config;
 pub mod mcp_features;
 pub mod mcp_remote;
@@ -39,7 +41,6 @@ pub mod plugin_config;
 pub mod recall;
 pub mod registry;
 pub mod risk;
-pub mod signing;
 pub mod skills;
 #[cfg(test)]
 mod test_json;

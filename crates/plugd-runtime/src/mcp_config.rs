@@ -53,7 +53,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::ConfigError;
+use plugd_governance::plugd_yaml::ConfigError;
 
 /// Most roots configured for one server.
 pub const MAX_ROOTS: usize = 64;

@@ -22,7 +22,7 @@ use plugd_control::marketplace::{
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::ConfigError;
+use crate::plugd_yaml::ConfigError;
 use crate::signing::{SigningPolicy, keys};
 
 /// The longest fetching an index over HTTP(S) may take: 10 s.
@@ -237,7 +237,7 @@ pub async fn fetch(source: &IndexSource) -> Result<Vec<u8>, IndexError> {
                     .get(url)
                     .send()
                     .await
-                    .map_err(|e| read(crate::llm::openai::error_chain(&e)))?;
+                    .map_err(|e| read(error_chain(&e)))?;
                 if !resp.status().is_success() {
                     return Err(read(format!("the server answered {}", resp.status())));
                 }
@@ -245,11 +245,7 @@ pub async fn fetch(source: &IndexSource) -> Result<Vec<u8>, IndexError> {
                     return Err(too_large());
                 }
                 let mut bytes = Vec::new();
-                while let Some(chunk) = resp
-                    .chunk()
-                    .await
-                    .map_err(|e| read(crate::llm::openai::error_chain(&e)))?
-                {
+                while let Some(chunk) = resp.chunk().await.map_err(|e| read(error_chain(&e)))? {
                     bytes.extend_from_slice(&chunk);
                     if bytes.len() as u64 > MAX_INDEX_BYTES {
                         return Err(too_large());
@@ -397,6 +393,15 @@ pub fn sign(bytes: &[u8], key: &SigningKey, signed_at: &str) -> Result<IndexDocu
     Ok(doc)
 }
 
+/// `e` and its sources, joined by `: ` (reqwest's own message names
+/// neither the refused connection nor the TLS failure).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    std::iter::successors(Some(e), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,37 +543,6 @@ mod tests {
         ] {
             assert!(source(bad, ws).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn plugd_yaml_takes_the_marketplace_and_names_the_line_of_a_bad_index() {
-        use crate::config::{PlugdConfig, schema_violations};
-        let path = Path::new("/ws/plugd.yaml");
-        let text = "marketplace: {index: idx.json, mode: development}\n";
-        let c = PlugdConfig::parse(text, path, Path::new("/ws")).unwrap();
-        assert_eq!(
-            c.marketplace,
-            Some(MarketplaceConfig {
-                index: IndexSource::File("/ws/idx.json".into()),
-                mode: Mode::Development,
-            })
-        );
-        assert_eq!(schema_violations(text).unwrap(), Vec::<String>::new());
-        let c = PlugdConfig::parse("marketplace: {index: x.json}\n", path, Path::new("/ws"));
-        assert_eq!(c.unwrap().marketplace.unwrap().mode, Mode::Production);
-        let bad = "eager: []\nmarketplace:\n  index: http://example.com/i.json\n";
-        let err = PlugdConfig::parse(bad, path, Path::new("/ws"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("marketplace.index")
-                && err.contains("(line 3)")
-                && err.contains("https://"),
-            "{err}"
-        );
-        let typo = "marketplace: {index: x, mod: development}\n";
-        assert!(PlugdConfig::parse(typo, path, Path::new("/ws")).is_err());
-        assert_eq!(schema_violations(typo).unwrap().len(), 1);
     }
 
     mod props {

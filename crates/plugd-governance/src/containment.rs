@@ -43,7 +43,7 @@ use plugd_manifest::{LoadOptions, PluginSpec, STATE_DIR_TOKEN, SandboxNetwork};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::{CONFIG_FILE, ConfigError};
+use crate::plugd_yaml::{CONFIG_FILE, ConfigError};
 
 /// Operator knob: refuse every plugin that would run without a sandbox.
 pub const REQUIRE_ENV: &str = "NEXO_PLUGIN_SANDBOX_REQUIRE";
@@ -95,9 +95,10 @@ pub struct Grant {
     pub filesystem: FilesystemPermission,
 }
 
+/// `plugd.yaml` `sandbox:` as written, before [`sandbox_config`] checks it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawSandbox {
+pub struct RawSandbox {
     #[serde(default)]
     fallback: Option<RawFallback>,
     #[serde(default)]
@@ -186,7 +187,7 @@ enum RawVaiFs {
 }
 
 /// Only the `sandbox:` key of `plugd.yaml` (the rest is ignored here and
-/// validated by [`crate::config::PlugdConfig`]).
+/// validated by `plugd_runtime::config::PlugdConfig`).
 #[derive(Deserialize)]
 struct OnlySandbox {
     #[serde(default)]
@@ -211,8 +212,8 @@ impl SandboxConfig {
             Ok(t) => t,
         };
         let raw: Option<OnlySandbox> =
-            serde_saphyr::from_str_with_options(&text, crate::config::yaml_options())
-                .map_err(|e| crate::config::yaml_error(&path, &e))?;
+            serde_saphyr::from_str_with_options(&text, crate::plugd_yaml::yaml_options())
+                .map_err(|e| crate::plugd_yaml::yaml_error(&path, &e))?;
         match raw.and_then(|r| r.sandbox) {
             Some(s) => sandbox_config(&path, s),
             None => Ok(SandboxConfig::default()),
@@ -221,7 +222,7 @@ impl SandboxConfig {
 }
 
 /// Validates a parsed `sandbox:` (called by the `plugd.yaml` parser too).
-pub(crate) fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, ConfigError> {
+pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, ConfigError> {
     let invalid = |field: String, line: u64, message: String| ConfigError::Invalid {
         path: path.to_path_buf(),
         field,
@@ -937,80 +938,6 @@ impl EffectivePermissions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PlugdConfig;
-
-    fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
-        PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
-    }
-
-    #[test]
-    fn sandbox_key_parses_and_matches_the_schema() {
-        let text = "sandbox:\n  fallback: landlock\n  plugins:\n    hello_salmex:\n      network: deny\n      fs_read_paths: [/usr/share]\n      fs_write_paths: [\"${state_dir}/cache\"]\n      limits: {cpu_seconds: 5, open_files: 128}\n      grants:\n        summarize: {network: none, filesystem: scratch}\n";
-        let c = parse(text).unwrap();
-        assert_eq!(c.sandbox.fallback, Fallback::Landlock);
-        let p = &c.sandbox.plugins["hello_salmex"];
-        assert!(p.enabled);
-        assert_eq!(p.network, Some(Network::Deny));
-        assert_eq!(p.limits.cpu_seconds, Some(5));
-        assert_eq!(
-            p.grants["summarize"].filesystem,
-            FilesystemPermission::Scratch
-        );
-        assert_eq!(
-            crate::config::schema_violations(text).unwrap(),
-            Vec::<String>::new()
-        );
-    }
-
-    #[test]
-    fn a_denylisted_operator_path_is_refused_with_field_and_line() {
-        let err =
-            parse("sandbox:\n  plugins:\n    p:\n      fs_read_paths: [/usr/../etc/shadow]\n")
-                .unwrap_err()
-                .to_string();
-        assert!(
-            err.starts_with("/ws/plugd.yaml: sandbox.plugins.p.fs_read_paths[0]: \"/usr/../etc/shadow\" (resolves to \"/etc/shadow\") touches the denylisted path \"/etc/shadow\""),
-            "{err}"
-        );
-        let err = parse("sandbox:\n  plugins:\n    p:\n      network: wide\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("wide"), "{err}");
-        let err = parse("sandbox:\n  plugins:\n    p:\n      limits: {cpu_seconds: 0}\n")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("sandbox.plugins.p.limits.cpu_seconds: must be at least 1"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn baseline_opt_out_parses_matches_the_schema_and_does_not_sandbox() {
-        let text = "sandbox:\n  baseline: require\n  plugins:\n    p: {baseline: false}\n    q: {enabled: false}\n    r: {}\n";
-        let c = parse(text).unwrap();
-        assert!(c.sandbox.require_baseline);
-        let p = &c.sandbox.plugins["p"];
-        assert!(!p.baseline && !p.sandboxes, "{p:?}");
-        let q = &c.sandbox.plugins["q"];
-        assert!(q.baseline && !q.enabled, "{q:?}");
-        assert!(c.sandbox.plugins["r"].sandboxes);
-        assert_eq!(
-            crate::config::schema_violations(text).unwrap(),
-            Vec::<String>::new()
-        );
-        let err = parse("sandbox:\n  baseline: maybe\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("maybe"), "{err}");
-        assert!(
-            !parse("sandbox:\n  baseline: best_effort\n")
-                .unwrap()
-                .sandbox
-                .require_baseline
-        );
-    }
-
     #[test]
     fn vai_grants_only_narrow_the_request() {
         let req = Grant {

@@ -26,7 +26,7 @@ use plugd_store::digest::DigestLimits;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::{CONFIG_FILE, ConfigError, MAX_CONFIG_BYTES};
+use crate::plugd_yaml::{CONFIG_FILE, ConfigError, MAX_CONFIG_BYTES};
 pub use format::{FileChange, SIGNATURE_FILE, SignatureError, Verified};
 
 /// The signing part of `plugd.yaml`.
@@ -143,8 +143,8 @@ impl SigningPolicy {
                 .map_err(|e| read(format!("{e}; it must be UTF-8 text")))?,
         };
         let doc: Option<Doc> =
-            serde_saphyr::from_str_with_options(&text, crate::config::yaml_options())
-                .map_err(|e| crate::config::yaml_error(&path, &e))?;
+            serde_saphyr::from_str_with_options(&text, crate::plugd_yaml::yaml_options())
+                .map_err(|e| crate::plugd_yaml::yaml_error(&path, &e))?;
         match doc {
             None => Ok(SigningPolicy::default()),
             Some(d) => SigningPolicy::from_raw(&path, d.require_signatures, d.trusted_publishers),
@@ -348,57 +348,6 @@ pub fn package_verifier(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PlugdConfig;
-    use ed25519_dalek::SigningKey;
-
-    fn public(seed: u8) -> String {
-        keys::public_key_string(&SigningKey::from_bytes(&[seed; 32]).verifying_key())
-    }
-
-    #[test]
-    fn plugd_yaml_takes_the_policy_and_names_the_line_of_a_bad_key() {
-        let path = Path::new("/ws/plugd.yaml");
-        let text = format!(
-            "require_signatures: true\ntrusted_publishers:\n  - {{name: acme, public_key: \"{}\"}}\n",
-            public(1)
-        );
-        let config = PlugdConfig::parse(&text, path, Path::new("/ws")).unwrap();
-        assert_eq!(
-            crate::config::schema_violations(&text).unwrap(),
-            Vec::<String>::new()
-        );
-        assert!(config.signing.require_signatures);
-        let short = "trusted_publishers: [{name: a, public_key: \"ed25519:AAAA\"}]\n";
-        assert_eq!(crate::config::schema_violations(short).unwrap().len(), 1);
-        assert_eq!(config.signing.trusted_publishers[0].name, "acme");
-
-        let bad = "trusted_publishers:\n  - {name: acme, public_key: \"ed25519:AAAA\"}\n  - {name: bob, public_key: \"AAAA\"}\n";
-        let err = PlugdConfig::parse(bad, path, Path::new("/ws"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("trusted_publishers[0].public_key")
-                && err.contains("(line 2)")
-                && err.contains("decodes to 3 bytes"),
-            "{err}"
-        );
-        let twice = format!(
-            "trusted_publishers:\n  - {{name: a, public_key: \"{k}\"}}\n  - {{name: b, public_key: \"{k}\"}}\n",
-            k = public(2)
-        );
-        let err = PlugdConfig::parse(&twice, path, Path::new("/ws"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("trusted_publishers[1].name") && err.contains("(line 3)"),
-            "{err}"
-        );
-        let typo = "trusted_publishers:\n  - {name: a, pubkey: x}\n";
-        let err = PlugdConfig::parse(typo, path, Path::new("/ws"))
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown field `pubkey`"), "{err}");
-    }
 
     #[test]
     fn the_runtime_reads_only_the_signing_keys_and_fails_closed_on_bad_yaml() {
