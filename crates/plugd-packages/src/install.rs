@@ -188,11 +188,22 @@ async fn pull<S: PackageStore>(
         .join(artifact.digest.hex());
     let staged_path = staging.path().to_path_buf();
     let dest2 = dest.clone();
+    let expected = restore.as_ref().and_then(|p| p.tree_digest.clone());
+    let reference = source.to_string();
     let tree = tokio::task::spawn_blocking(move || -> Result<String, PackageError> {
         make_read_only(&staged_path)?;
         // Taken on the read-only tree, as every start will take it.
         let tree = plugin_digest(&staged_path, &DigestLimits::default())
             .map_err(|e| PackageError::io(&staged_path, std::io::Error::other(e.to_string())))?;
+        // A restore puts back exactly the tree recorded, or nothing.
+        if let Some(expected) = expected.filter(|e| *e != tree) {
+            return Err(PackageError::NotAPackage {
+                reference,
+                detail: format!(
+                    "its files unpack to tree digest {tree}, not the {expected} recorded at its install"
+                ),
+            });
+        }
         if let Some(parent) = dest2.parent() {
             std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
         }
@@ -206,15 +217,6 @@ async fn pull<S: PackageStore>(
     .await
     .map_err(|e| PackageError::io("install", std::io::Error::other(e)))??;
     if let Some(p) = restore {
-        if p.tree_digest.as_ref().is_some_and(|t| *t != tree) {
-            return Err(PackageError::NotAPackage {
-                reference: source.to_string(),
-                detail: format!(
-                    "its files unpack to tree digest {tree}, not the {} recorded at its install",
-                    p.tree_digest.as_deref().unwrap_or_default()
-                ),
-            });
-        }
         return Ok(Installed {
             package: p,
             new: false,
