@@ -193,6 +193,12 @@ pub struct Package {
     pub files: u64,
     /// Their total size in bytes.
     pub size: u64,
+    /// The tree digest (`plugd_store::digest::plugin_digest`) of its
+    /// directory as installed, checked before every start of its process.
+    /// `None` only for records of development builds that did not take it
+    /// (their tree is digested when plugd first loads them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree_digest: Option<String>,
 }
 
 /// How a caller names a package.
@@ -321,6 +327,7 @@ mod tests {
             signature: SignatureStatus::Unsigned,
             files: 1,
             size: 1,
+            tree_digest: None,
         }
     }
 

@@ -7,11 +7,16 @@
 //! the new digest beside the old one (a new version) or, when it claims an
 //! installed version, is refused. Nothing is recorded before the files are
 //! in place, and nothing is moved in place before every check passed.
+//!
+//! The record keeps the tree digest of the read-only directory as
+//! installed; plugd checks it before every start of the package's process.
+//! Pulling an installed digest whose files changed since restores them.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use plugd_control::{Inserted, Package, PackageStore, SignatureStatus};
+use plugd_store::digest::{DigestLimits, plugin_digest};
 use serde::Deserialize;
 
 use crate::archive::{extract, make_read_only};
@@ -29,6 +34,9 @@ pub struct Installed {
     pub package: Package,
     /// `false` when this digest was installed already.
     pub new: bool,
+    /// `true` when this digest was installed already but its files had
+    /// changed since, and the pull put them back.
+    pub restored: bool,
 }
 
 /// Where installed packages live below a workspace's state directory.
@@ -114,14 +122,23 @@ async fn pull<S: PackageStore>(
     };
     let remote = Remote::new(source, opts);
     let artifact = remote.artifact().await?;
+    // Installed already with its files as installed: nothing to do. With
+    // its files changed, the pull restores them (the record stays).
+    let mut restore = None;
     if let Some(p) = store.package(&artifact.digest).map_err(store_error)? {
-        // Installed already: the policy of this request still applies (it
-        // may be stricter than the one it was installed under).
-        verify(&p.path).map_err(refused)?;
-        return Ok(Installed {
-            package: p,
-            new: false,
-        });
+        if intact(&p).await {
+            // The policy of this request still applies (it may be stricter
+            // than the one it was installed under).
+            verify(&p.path).map_err(refused)?;
+            return Ok(Installed {
+                package: p,
+                new: false,
+                restored: false,
+            });
+        }
+        tracing::warn!(package = %p.package_id, version = %p.version, digest = %p.digest,
+            "the installed files changed since the install; restoring them from {source}");
+        restore = Some(p);
     }
     let limits = opts.limits;
     let config = remote
@@ -162,7 +179,7 @@ async fn pull<S: PackageStore>(
         .package_versions(&info.package_id)
         .map_err(store_error)?
         .into_iter()
-        .find(|p| p.version == info.version);
+        .find(|p| p.version == info.version && p.digest != artifact.digest);
     if let Some(p) = taken {
         return Err(version_taken(p, &artifact.digest));
     }
@@ -171,8 +188,22 @@ async fn pull<S: PackageStore>(
         .join(artifact.digest.hex());
     let staged_path = staging.path().to_path_buf();
     let dest2 = dest.clone();
-    tokio::task::spawn_blocking(move || -> Result<(), PackageError> {
+    let expected = restore.as_ref().and_then(|p| p.tree_digest.clone());
+    let reference = source.to_string();
+    let tree = tokio::task::spawn_blocking(move || -> Result<String, PackageError> {
         make_read_only(&staged_path)?;
+        // Taken on the read-only tree, as every start will take it.
+        let tree = plugin_digest(&staged_path, &DigestLimits::default())
+            .map_err(|e| PackageError::io(&staged_path, std::io::Error::other(e.to_string())))?;
+        // A restore puts back exactly the tree recorded, or nothing.
+        if let Some(expected) = expected.filter(|e| *e != tree) {
+            return Err(PackageError::NotAPackage {
+                reference,
+                detail: format!(
+                    "its files unpack to tree digest {tree}, not the {expected} recorded at its install"
+                ),
+            });
+        }
         if let Some(parent) = dest2.parent() {
             std::fs::create_dir_all(parent).map_err(|e| PackageError::io(parent, e))?;
         }
@@ -180,10 +211,18 @@ async fn pull<S: PackageStore>(
             // Left by an install that died before recording it.
             remove_tree(&dest2)?;
         }
-        std::fs::rename(&staged_path, &dest2).map_err(|e| PackageError::io(&dest2, e))
+        std::fs::rename(&staged_path, &dest2).map_err(|e| PackageError::io(&dest2, e))?;
+        Ok(tree)
     })
     .await
     .map_err(|e| PackageError::io("install", std::io::Error::other(e)))??;
+    if let Some(p) = restore {
+        return Ok(Installed {
+            package: p,
+            new: false,
+            restored: true,
+        });
+    }
     // The directory moved away; dropping the guard finds nothing to remove.
     drop(staging);
     let package = Package {
@@ -199,18 +238,38 @@ async fn pull<S: PackageStore>(
         signature,
         files: extracted.files + 1,
         size: extracted.bytes,
+        tree_digest: Some(tree),
     };
     match store.insert_package(&package).map_err(store_error)? {
-        Inserted::New => Ok(Installed { package, new: true }),
+        Inserted::New => Ok(Installed {
+            package,
+            new: true,
+            restored: false,
+        }),
         Inserted::Existing(p) => Ok(Installed {
             package: p,
             new: false,
+            restored: false,
         }),
         Inserted::VersionTaken(p) => {
             let _ = remove_tree(&dest);
             Err(version_taken(p, &artifact.digest))
         }
     }
+}
+
+/// Whether the files of installed `p` are as installed (records without a
+/// tree digest, from development builds, count as intact).
+async fn intact(p: &Package) -> bool {
+    let Some(expected) = p.tree_digest.clone() else {
+        return true;
+    };
+    let path = p.path.clone();
+    tokio::task::spawn_blocking(move || {
+        plugin_digest(&path, &DigestLimits::default()).is_ok_and(|now| now == expected)
+    })
+    .await
+    .unwrap_or(false)
 }
 
 fn version_taken(installed: Package, new: &plugd_control::Digest) -> PackageError {

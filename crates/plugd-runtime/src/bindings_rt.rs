@@ -22,10 +22,20 @@
 //! **Approval**: installing a package is an operator's act (`plugd package
 //! pull`, `POST /v1/plugin-packages`, operator role), and it is its
 //! approval: the install directory is read-only and named by the OCI
-//! manifest digest. The tree digest of that directory is taken when plugd
-//! first loads the package and checked before every start, so files
-//! changed under it afterwards stop it from starting, as a `.plugins/`
-//! plugin changed since its approval does.
+//! manifest digest, and the record keeps the tree digest of that directory
+//! as installed. plugd checks it when it first loads the package and before
+//! every start, so files changed under it at any time after the install
+//! (edited, added, replaced by a symlink) stop it from starting, as a
+//! `.plugins/` plugin changed since its approval does; the manifest inside
+//! must still declare the package and version of the record. Records
+//! without a tree digest (development builds only) are digested at first
+//! load, with a warning.
+//!
+//! **Recovery**: a package process that failed for good (a lying
+//! handshake, its restart budget spent, a start refused) stays failed until
+//! [`Runtime::restart_package`] (`plugd package restart`, `POST
+//! /v1/plugin-packages/{id}:restart`) clears the failure and the budget;
+//! its next call starts it again, after the same checks.
 //!
 //! **Secrets** are decrypted at call time, only for the slots the export
 //! declares, and reach the plugin's `context.secrets` only: they are
@@ -123,18 +133,27 @@ impl PackageProcs {
         if let Some(p) = self.lock().get(&key) {
             return Ok(p.clone());
         }
-        // Loaded and digested outside the lock: one package's walk never
-        // holds up calls of the others.
-        let spec = load_spec(pkg).map_err(|error| RuntimeError::Broken {
+        // Digested and loaded outside the lock: one package's walk never
+        // holds up calls of the others. The tree is checked before its
+        // manifest is even read.
+        let broken = |error: String| RuntimeError::Broken {
             name: describe(pkg),
             error,
-        })?;
-        let tree = plugin_digest(&pkg.path, &DigestLimits::default()).map_err(|e| {
-            RuntimeError::Broken {
-                name: describe(pkg),
-                error: e.to_string(),
+        };
+        let now = plugin_digest(&pkg.path, &DigestLimits::default())
+            .map_err(|e| broken(e.to_string()))?;
+        let tree = match &pkg.tree_digest {
+            Some(expected) => {
+                check_tree(pkg, expected, &now).map_err(broken)?;
+                expected.clone()
             }
-        })?;
+            None => {
+                tracing::warn!(package = %describe(pkg),
+                    "its record has no tree digest from its install (a development build installed it); its files are pinned as this serve first loads them ({now}), so a change made before now goes unnoticed");
+                now
+            }
+        };
+        let spec = load_spec(pkg).map_err(broken)?;
         let observer = Arc::new(PackageObserver {
             workspace: self.dir.clone(),
             store: self.store.clone(),
@@ -152,6 +171,20 @@ impl PackageProcs {
             entries: Mutex::new(HashMap::new()),
         });
         Ok(self.lock().entry(key).or_insert(proc).clone())
+    }
+
+    /// Clears a failed state and the restart budget of the process of
+    /// `pkg`, stopping it if it runs; `false` when it has none yet (its
+    /// next call makes one).
+    pub(crate) async fn reset(&self, pkg: &Package) -> bool {
+        let proc = self.lock().get(pkg.digest.as_str()).cloned();
+        match proc {
+            Some(p) => {
+                p.sup.reset().await;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Stops every package process and waits until they are reaped.
@@ -192,8 +225,39 @@ fn load_spec(pkg: &Package) -> Result<PluginSpec, String> {
     Ok(spec)
 }
 
+/// `Err` naming the package, its digest, both tree digests and the way
+/// back when the files of `pkg` (tree digest `now`) are not the `expected`
+/// ones.
+fn check_tree(pkg: &Package, expected: &str, now: &str) -> Result<(), String> {
+    if now == expected {
+        return Ok(());
+    }
+    let (since, restore) = if pkg.tree_digest.is_some() {
+        (
+            "its install",
+            format!(
+                "pull it again (`plugd package pull {}` restores the files of an installed digest)",
+                pkg.source
+            ),
+        )
+    } else {
+        (
+            "plugd first loaded them",
+            "restore them (its record, from a development build, has no tree digest from its install to restore them by)".to_owned(),
+        )
+    };
+    Err(format!(
+        "the installed files of {} changed since {since} (tree digest {expected} expected, {now} found in {}); nothing of it runs until they are restored: {restore}, then `plugd package restart {}` or POST /v1/plugin-packages/{}:restart",
+        describe(pkg),
+        pkg.path.display(),
+        pkg.digest,
+        pkg.digest
+    ))
+}
+
 /// Decides each start of a package process: still installed, its files as
-/// plugd first loaded them, and the containment of its permissions.
+/// installed (as plugd first loaded them, for a record without a tree
+/// digest), and the containment of its permissions.
 struct PackageObserver {
     workspace: PathBuf,
     store: Arc<Store>,
@@ -214,14 +278,7 @@ impl Observer for PackageObserver {
             Err(e) => return Err(e.to_string()),
         }
         let now = plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?;
-        if now != self.tree {
-            return Err(format!(
-                "the installed files of {} changed since plugd loaded them ({} then, {now} now); installed packages are read-only: remove {} and pull the package again",
-                describe(&self.package),
-                self.tree,
-                self.package.path.display()
-            ));
-        }
+        check_tree(&self.package, &self.tree, &now)?;
         let (containment, _) = containment::effective(spec, &self.workspace)?;
         Ok(Launch {
             containment,
@@ -440,9 +497,10 @@ fn package_error(e: RuntimeError, pkg: &Package) -> RuntimeError {
         RuntimeError::Call(CallToolError::Plugin(p)) => RuntimeError::Broken {
             name: describe(pkg),
             error: match p {
-                PluginError::Failed { reason, .. } => {
-                    format!("{reason}; its process stays failed until plugd serve restarts")
-                }
+                PluginError::Failed { reason, .. } => format!(
+                    "{reason}; its process stays failed until `plugd package restart {}` (POST /v1/plugin-packages/{}:restart)",
+                    pkg.digest, pkg.digest
+                ),
                 other => other.to_string(),
             },
         },
@@ -462,6 +520,13 @@ impl Runtime {
     /// The processes of installed packages.
     pub fn package_procs(&self) -> &PackageProcs {
         &self.inner.packages
+    }
+
+    /// Clears a failed state and the restart budget of the process of
+    /// installed `pkg` (see the module docs): its next call starts it again,
+    /// after the tamper check. `false` when it has no process yet.
+    pub async fn restart_package(&self, pkg: &Package) -> bool {
+        self.inner.packages.reset(pkg).await
     }
 
     /// Calls tool export `export_id` for `call`'s scope through the binding

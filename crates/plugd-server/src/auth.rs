@@ -162,6 +162,7 @@ pub fn required(method: &Method, path: &str) -> Right {
         p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
         p if p.starts_with("/v1/approvals/") => Right::Govern,
         "/v1/plugin-packages" => Right::Govern,
+        p if p.starts_with("/v1/plugin-packages/") && p.ends_with(":restart") => Right::Govern,
         p if p.starts_with("/v1/marketplace/") && p.ends_with(":install") => Right::Govern,
         p if p.starts_with("/v1/tools/")
             || p.starts_with("/v1/plugin-tools/")
@@ -494,6 +495,10 @@ mod tests {
         assert_eq!(required(&post, "/v1/plugins/x:stop"), Right::Govern);
         assert_eq!(required(&post, "/v1/approvals/apr_1:deny"), Right::Govern);
         assert_eq!(required(&post, "/v1/plugin-packages"), Right::Govern);
+        assert_eq!(
+            required(&post, "/v1/plugin-packages/acme/kit@1.0.0:restart"),
+            Right::Govern
+        );
         assert_eq!(
             required(&post, "/v1/marketplace/weave:install"),
             Right::Govern

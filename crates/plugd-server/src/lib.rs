@@ -39,6 +39,7 @@
 //! | `GET /v1/plugin-packages`          | installed packages (`plugd package list --json`) |
 //! | `GET /v1/plugin-packages/{id}`     | one: `sha256:DIGEST`, `ID@VERSION` or `ID` (its highest version); see [`packages`] |
 //! | `POST /v1/plugin-packages`         | `{"source": "oci://…", "insecure"?}` → pull and install (operator); 201 new, 200 installed already |
+//! | `POST /v1/plugin-packages/{id}:restart` | `{}` → `plugd package restart`: clears the failure and restart budget of its process (operator; org tokens refused); the record plus `had_process` |
 //! | `POST /v1/plugin-tools/{export_id}:invoke` | `{"input", "session_id"?, "project_id"?, "org_id"?}` → the tool's result, through the binding of the caller's scope (agent); see [`binding_calls`] |
 //!
 //! A `by` member in a body is ignored: who did something is always the

@@ -9,6 +9,15 @@
 //! for its highest installed version. The `/` of a package id may be sent
 //! as is (the route is a wildcard) or percent-encoded (`acme%2Fdevkit`).
 //!
+//! `POST /v1/plugin-packages/{id}:restart` (`{}`; operator or admin)
+//! clears a failed state and the restart budget of the package's process,
+//! as `POST /v1/plugins/{id}:restart` does for a `.plugins/` plugin: its
+//! next call starts it again, after the tamper check. The answer is the
+//! package record plus `had_process` (whether this serve had made its
+//! process yet). A token bound to an org may not restart (a package process
+//! serves every org whose bindings use that version): 404 for a package its
+//! org does not use, 403 `forbidden` for one it does.
+//!
 //! Errors: a bad `source` → 400 `invalid_source`, a bad `{id}` → 400
 //! `invalid_package_id`, none installed → 404 `unknown_package`, a package
 //! refused for its content (secrets, links, paths, bounds, manifest, not a
@@ -17,7 +26,9 @@
 //! 502 `registry_error`, another digest installed as the same version → 409
 //! `package_version_taken`, a signature that does not verify or that the
 //! trust policy refuses (`require_signatures: true` and unsigned or an
-//! untrusted key) → 422 `signature_refused`.
+//! untrusted key) → 422 `signature_refused`. Pulling an installed digest
+//! whose files changed since its install puts them back: 200 with
+//! `"restored": true`.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -36,7 +47,72 @@ use crate::{ApiError, AppState, JsonBody};
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/plugin-packages", get(list).post(pull))
-        .route("/v1/plugin-packages/{*id}", get(show))
+        .route("/v1/plugin-packages/{*id}", get(show).post(action))
+}
+
+/// The body of `POST /v1/plugin-packages/{id}:restart`: `{}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartRequest {}
+
+/// The package `id` names, as `who` may see it (404 otherwise).
+fn visible(state: &AppState, who: &crate::auth::Identity, id: &str) -> Result<Package, ApiError> {
+    let sel = PackageSelector::parse(id).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            code::INVALID_PACKAGE_ID,
+            e.to_string(),
+        )
+    })?;
+    let found = state
+        .runtime
+        .store()
+        .find_package(&sel)
+        .map_err(store_error)?;
+    // A token bound to an org sees only the packages its bindings use.
+    let found = match (&who.tenant, found) {
+        (Some(t), Some(p)) => {
+            let used = crate::bindings::packages_in_use(state.runtime.store(), t)?;
+            used.contains(&(p.package_id.clone(), p.version.clone()))
+                .then_some(p)
+        }
+        (_, found) => found,
+    };
+    found.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            code::UNKNOWN_PACKAGE,
+            format!("no installed package {id:?}; GET /v1/plugin-packages lists them"),
+        )
+    })
+}
+
+async fn action(
+    State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
+    method: axum::http::Method,
+    uri: axum::http::Uri,
+    Path(path): Path<String>,
+    JsonBody(_body): JsonBody<RestartRequest>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Some(id) = path.strip_suffix(":restart").filter(|id| !id.is_empty()) else {
+        return Err(ApiError::no_route(method.as_str(), uri.path()));
+    };
+    let p = visible(&state, &who, id)?;
+    if who.tenant.is_some() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            code::FORBIDDEN,
+            format!(
+                "the process of package {}@{} serves the whole workspace; ask a workspace operator (a token without --org) to restart it",
+                p.package_id, p.version
+            ),
+        ));
+    }
+    let had = state.runtime.restart_package(&p).await;
+    let mut v = serde_json::to_value(&p).unwrap_or_else(|_| json!({}));
+    v["had_process"] = had.into();
+    Ok(Json(v))
 }
 
 /// The body of `POST /v1/plugin-packages`.
@@ -68,34 +144,7 @@ async fn show(
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<Package>, ApiError> {
-    let sel = PackageSelector::parse(&id).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            code::INVALID_PACKAGE_ID,
-            e.to_string(),
-        )
-    })?;
-    let found = state
-        .runtime
-        .store()
-        .find_package(&sel)
-        .map_err(store_error)?;
-    // A token bound to an org sees only the packages its bindings use.
-    let found = match (&who.tenant, found) {
-        (Some(t), Some(p)) => {
-            let used = crate::bindings::packages_in_use(state.runtime.store(), t)?;
-            used.contains(&(p.package_id.clone(), p.version.clone()))
-                .then_some(p)
-        }
-        (_, found) => found,
-    };
-    found.map(Json).ok_or_else(|| {
-        ApiError::new(
-            StatusCode::NOT_FOUND,
-            code::UNKNOWN_PACKAGE,
-            format!("no installed package {id:?}; GET /v1/plugin-packages lists them"),
-        )
-    })
+    visible(&state, &who, &id).map(Json)
 }
 
 async fn pull(
@@ -135,6 +184,7 @@ async fn pull(
     };
     let mut v = serde_json::to_value(&done.package).unwrap_or_else(|_| json!({}));
     v["new"] = done.new.into();
+    v["restored"] = done.restored.into();
     Ok((status, Json(v)).into_response())
 }
 

@@ -37,6 +37,11 @@ pub(crate) const MIGRATION: &str = "
     CREATE UNIQUE INDEX packages_version ON packages (package_id, version);
 ";
 
+/// Schema step: the tree digest of a package's directory as installed,
+/// checked before every start of its process. NULL for rows written before
+/// this step (development builds only): those are digested at first load.
+pub(crate) const TREE_DIGEST_MIGRATION: &str = "ALTER TABLE packages ADD COLUMN tree_digest TEXT;";
+
 /// The JSON part of a row.
 #[derive(Serialize, Deserialize)]
 struct Record {
@@ -48,21 +53,21 @@ struct Record {
 }
 
 const COLUMNS: &str =
-    "digest, package_id, version, source, installed_at, installed_by, path, record";
+    "digest, package_id, version, source, installed_at, installed_by, path, record, tree_digest";
 
-/// A row's columns in [`COLUMNS`] order.
-type Raw = [String; 8];
+/// A row's columns in [`COLUMNS`] order (the nullable `tree_digest` last).
+type Raw = ([String; 8], Option<String>);
 
 fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
-    let mut out = Raw::default();
+    let mut out = <[String; 8]>::default();
     for (i, slot) in out.iter_mut().enumerate() {
         *slot = r.get(i)?;
     }
-    Ok(out)
+    Ok((out, r.get(8)?))
 }
 
 impl Store {
-    fn decode_package(&self, r: Raw) -> Result<Package, StoreError> {
+    fn decode_package(&self, (r, tree_digest): Raw) -> Result<Package, StoreError> {
         let [
             digest,
             package_id,
@@ -94,6 +99,7 @@ impl Store {
             signature: rec.signature,
             files: rec.files,
             size: rec.size,
+            tree_digest,
         })
     }
 
@@ -163,7 +169,7 @@ impl PackageStore for Store {
             }
             tx.execute(
                 &format!(
-                    "INSERT INTO packages ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                    "INSERT INTO packages ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
                 ),
                 params![
                     p.digest.as_str(),
@@ -173,7 +179,8 @@ impl PackageStore for Store {
                     p.installed_at,
                     p.installed_by,
                     path,
-                    record
+                    record,
+                    p.tree_digest
                 ],
             )?;
             tx.commit()?;
@@ -243,6 +250,7 @@ mod tests {
             },
             files: 3,
             size: 1234,
+            tree_digest: Some(format!("sha256:{}", "ab".repeat(32))),
         }
     }
 
@@ -252,6 +260,13 @@ mod tests {
         let a = pkg("0.1.0", 1);
         assert_eq!(store.insert_package(&a).unwrap(), Inserted::New);
         assert_eq!(store.package(&a.digest).unwrap().as_ref(), Some(&a));
+        // A record without a tree digest (development builds) reads back so.
+        let untreed = Package {
+            tree_digest: None,
+            ..pkg("0.0.1", 9)
+        };
+        store.insert_package(&untreed).unwrap();
+        assert_eq!(store.package(&untreed.digest).unwrap(), Some(untreed));
         // The same digest again: nothing new.
         assert_eq!(
             store.insert_package(&a).unwrap(),
@@ -267,8 +282,8 @@ mod tests {
         // A new version under a new digest is a second install.
         let b = pkg("0.2.0", 3);
         assert_eq!(store.insert_package(&b).unwrap(), Inserted::New);
-        assert_eq!(store.packages().unwrap().len(), 2);
-        assert_eq!(store.package_versions("acme/devkit").unwrap().len(), 2);
+        assert_eq!(store.packages().unwrap().len(), 3);
+        assert_eq!(store.package_versions("acme/devkit").unwrap().len(), 3);
         let latest = PackageSelector::Latest("acme/devkit".to_owned());
         assert_eq!(store.find_package(&latest).unwrap(), Some(b));
     }

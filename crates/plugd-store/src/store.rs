@@ -63,6 +63,8 @@ const MIGRATIONS: &[&str] = &[
     crate::bindings::MIGRATION,
     // 14: invocation records of every tool call (see `crate::invocations`).
     crate::invocations::MIGRATION,
+    // 15: the tree digest of each installed package as installed (see `crate::packages`).
+    crate::packages::TREE_DIGEST_MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

@@ -1,6 +1,7 @@
-//! `plugd package push|pull|list|show`: plugin packages as OCI artifacts,
-//! installed read-only under `.plugd/packages/` and recorded in the state
-//! database (so a running serve lists them at once).
+//! `plugd package push|pull|list|show|restart`: plugin packages as OCI
+//! artifacts, installed read-only under `.plugd/packages/` and recorded in
+//! the state database (so a running serve lists them at once); `restart`
+//! clears a failed package process in the running serve.
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +54,16 @@ pub enum PackageCmd {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Clear the failed state and restart budget of an installed package's
+    /// process in the running plugd serve; its next call starts it again,
+    /// after the check that its files are as installed.
+    ///
+    /// Without a running serve there is no process to clear: every process
+    /// starts afresh with the next serve.
+    Restart {
+        /// sha256:DIGEST, PUBLISHER/NAME@VERSION, or PUBLISHER/NAME (its highest version).
+        id: String,
     },
     /// Show one installed package.
     Show {
@@ -117,7 +128,16 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             if flags.json {
                 let mut v = serde_json::to_value(p)?;
                 v["new"] = done.new.into();
+                v["restored"] = done.restored.into();
                 println!("{}", serde_json::to_string_pretty(&v)?);
+            } else if done.restored {
+                println!(
+                    "{} {} ({}) is installed already; its files had changed and are restored in {}",
+                    p.package_id,
+                    p.version,
+                    p.digest,
+                    p.path.display()
+                );
             } else if done.new {
                 println!(
                     "installed {} {} ({}) in {}; signature: {}",
@@ -157,6 +177,40 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                         p.installed_at
                     );
                 }
+            }
+        }
+        PackageCmd::Restart { id } => {
+            let store = Store::open(&state)?;
+            let sel = PackageSelector::parse(id)?;
+            let Some(p) = store.find_package(&sel)? else {
+                bail!("no installed package {id:?}; `plugd package list` shows what is installed");
+            };
+            drop(store);
+            let Some(serve) = crate::remote::Remote::find(dir).await else {
+                println!(
+                    "plugd serve is not running here: {} {} ({}) has no process to clear; it starts at its first call under the next serve",
+                    p.package_id, p.version, p.digest
+                );
+                return Ok(());
+            };
+            let v = serve
+                .post(
+                    &format!("/v1/plugin-packages/{}:restart", p.digest),
+                    &serde_json::json!({}),
+                    format!("package restart {id}"),
+                )
+                .await?;
+            let via = format!("(via plugd serve pid {})", serve.pid());
+            if v["had_process"].as_bool().unwrap_or(false) {
+                println!(
+                    "restarted {} {} ({}): failure cleared, restart budget reset; its next call starts it {via}",
+                    p.package_id, p.version, p.digest
+                );
+            } else {
+                println!(
+                    "{} {} ({}) has no process yet; it starts at its next call {via}",
+                    p.package_id, p.version, p.digest
+                );
             }
         }
         PackageCmd::Show { id, json } => {

@@ -5,7 +5,11 @@
 //! call by call against the SHA-256 rule; the binding's config and secret
 //! reach the plugin's context and nothing else (answers, errors, records,
 //! serve's log); org isolation both ways; invocation records' fields; a
-//! lying package, a deleted secret and malformed bodies.
+//! lying package, a deleted secret and malformed bodies. Installed files
+//! changed (edited, added, replaced by a symlink) before the first call or
+//! after it never run, a pull restores them, and `plugd package restart` /
+//! `POST /v1/plugin-packages/{id}:restart` recover a failed package process
+//! without restarting serve.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -146,8 +150,12 @@ struct World {
 }
 
 fn world(extra: &[(&str, &str, &str)]) -> World {
+    world_in(Ws::new(), extra)
+}
+
+/// [`world`] in `ws` (which may hold a plugd.yaml already).
+fn world_in(ws: Ws, extra: &[(&str, &str, &str)]) -> World {
     let reg = Registry::start();
-    let ws = Ws::new();
     let mut all = vec![
         ("acme/kit", "0.1.0", "acme/kit"),
         ("acme/kit", "0.2.0", "acme/kit"),
@@ -851,4 +859,404 @@ fn a_native_package_runs_through_its_binding_too() {
                     && rec["session_id"] == "n1"
             })
     }));
+}
+
+/// `plugd package show ID --json`.
+fn package_record(ws: &Ws, id: &str) -> Value {
+    json_out(&ws.plugd(&["package", "show", id, "--json"]))
+}
+
+/// Makes `path` (a file or directory of an installed package) writable by
+/// its owner, as someone tampering with it would.
+fn writable(path: &Path) {
+    let mode = std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o200)).unwrap();
+}
+
+/// `ws/markers/NAME`: the directory is made before serve starts, so a
+/// package process outside a sandbox may write there (plugd's baseline
+/// keeps plugins from creating entries directly in the workspace, an
+/// ancestor of `.plugd/`).
+fn marker_in(ws: &Ws, name: &str) -> PathBuf {
+    let dir = ws.dir().join("markers");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The plugin with a first line that writes `marker` when it runs.
+fn marking_plugin(marker: &Path) -> String {
+    format!(
+        "open({:?}, 'w').write('ran')\n{PLUGIN}",
+        marker.to_str().unwrap()
+    )
+}
+
+/// Asserts `r` is the refusal of a package whose files changed: 503,
+/// naming the package, its digest, the expected tree digest and the way
+/// back.
+fn assert_tampered(r: &Resp, record: &Value) {
+    let e = r.error(503, "plugin_unavailable");
+    let msg = e["error"]["message"].as_str().unwrap();
+    let tree = record["tree_digest"].as_str().unwrap();
+    for part in [
+        "acme/kit@0.1.0",
+        record["digest"].as_str().unwrap(),
+        "changed since its install",
+        tree,
+        "expected",
+        "found",
+        "plugd package pull",
+        "plugd package restart",
+    ] {
+        assert!(msg.contains(part), "{part:?} missing from {msg}");
+    }
+}
+
+/// `POST /v1/plugin-packages/{id}:restart` as `token`.
+fn restart(w: &World, token: &str, id: &str) -> Resp {
+    call(
+        &w.serve,
+        token,
+        "POST",
+        &format!("/v1/plugin-packages/{id}:restart"),
+        Some("{}"),
+    )
+}
+
+/// Pulls `acme/kit:0.1.0` again through serve: installed already (200).
+fn pull_again(w: &World) -> Value {
+    let body = json!({"source": w._reg.reference("acme/kit:0.1.0")}).to_string();
+    let r = call(
+        &w.serve,
+        &w.serve.token,
+        "POST",
+        "/v1/plugin-packages",
+        Some(&body),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["new"], false);
+    assert_eq!(r.json()["restored"], true, "{}", r.text());
+    r.json()
+}
+
+#[test]
+fn a_package_changed_before_its_first_call_never_runs_and_a_pull_restores_it() {
+    let ws = Ws::new();
+    ws.unsandbox(
+        &["acme/kit"],
+        "a tampered plugin.py would write its marker in the workspace",
+    );
+    let marker = marker_in(&ws, "tampered-ran");
+    let w = world_in(ws, &[]);
+    w.secret("org_a", SECRET);
+    w.bind("org_a", None, "0.1.0", 100);
+    let agent = w.token("agent", "org_a", &[]);
+    let record = package_record(&w.ws, "acme/kit@0.1.0");
+    let tree = record["tree_digest"].as_str().unwrap().to_owned();
+    assert!(tree.starts_with("sha256:") && tree.len() == 71, "{record}");
+    // The install recorded the tree of the read-only directory it made.
+    let dir = PathBuf::from(record["path"].as_str().unwrap());
+    assert_eq!(
+        std::fs::metadata(dir.join("plugin.py"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o222,
+        0
+    );
+
+    // Changed while no serve runs, then a fresh serve: its first call is
+    // refused before anything of the package starts.
+    let World { _reg, ws, serve } = w;
+    serve.stop();
+    writable(&dir.join("plugin.py"));
+    std::fs::write(dir.join("plugin.py"), marking_plugin(&marker)).unwrap();
+    let serve = Serve::start_with_env(&ws, &[("PLUGD_MASTER_KEY", MASTER_KEY)]);
+    let w = World { _reg, ws, serve };
+    for _ in 0..2 {
+        let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+        assert_tampered(&r, &record);
+    }
+    assert!(!marker.exists(), "the changed plugin.py ran");
+    // The marker would be there had it run: the changed file does write it.
+    #[allow(clippy::disallowed_methods)] // the control run of the changed file, outside plugd
+    let out = std::process::Command::new("python3")
+        .arg(dir.join("plugin.py"))
+        .args(["acme/kit", "0.1.0"])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(marker.exists(), "control run: {}", stderr(&out));
+    std::fs::remove_file(&marker).unwrap();
+
+    // Pulling the installed digest again, by the source the refusal names,
+    // restores its files (the record is the same); the next call runs the
+    // package as installed. Pulled once more, nothing changes.
+    let source = record["source"].as_str().unwrap();
+    let out = ok(&w.ws.plugd(&["package", "pull", source]));
+    assert!(out.contains("are restored"), "{out}");
+    let pulled = json_out(&w.ws.plugd(&["package", "pull", source, "--json"]));
+    assert_eq!(pulled["restored"], false);
+    assert_eq!(pulled["tree_digest"], json!(tree));
+    assert_eq!(pulled["installed_at"], record["installed_at"]);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("plugin.py")).unwrap(),
+        PLUGIN
+    );
+    assert_eq!(w.whoami(&agent, "s1")["version"], "0.1.0");
+    assert!(!marker.exists());
+}
+
+#[test]
+fn a_package_changed_after_a_call_stops_at_its_next_start_whatever_the_change() {
+    let ws = Ws::new();
+    ws.unsandbox(
+        &["acme/kit"],
+        "a tampered plugin.py would write its marker in the workspace",
+    );
+    let marker = marker_in(&ws, "tampered-ran");
+    let w = world_in(ws, &[]);
+    w.secret("org_a", SECRET);
+    w.bind("org_a", None, "0.1.0", 100);
+    let agent = w.token("agent", "org_a", &[]);
+    let record = package_record(&w.ws, "acme/kit@0.1.0");
+    let dir = PathBuf::from(record["path"].as_str().unwrap());
+    let first = w.whoami(&agent, "s1")["instance"].clone();
+
+    type Tamper<'a> = Box<dyn Fn(&Path) + 'a>;
+    let changes: Vec<(&str, Tamper)> = vec![
+        (
+            "an edited file",
+            Box::new(|dir: &Path| {
+                writable(&dir.join("plugin.py"));
+                std::fs::write(dir.join("plugin.py"), marking_plugin(&marker)).unwrap();
+            }),
+        ),
+        (
+            "an added file",
+            Box::new(|dir: &Path| {
+                writable(dir);
+                std::fs::write(dir.join("sitecustomize.py"), "import os\n").unwrap();
+            }),
+        ),
+        (
+            "a file replaced by a symlink to the same bytes",
+            Box::new(|dir: &Path| {
+                let schemas = dir.join("schemas");
+                writable(&schemas);
+                let copy = dir
+                    .parent()
+                    .unwrap()
+                    .parent()
+                    .unwrap()
+                    .join("any-copy.json");
+                std::fs::copy(schemas.join("any.json"), &copy).unwrap();
+                std::fs::remove_file(schemas.join("any.json")).unwrap();
+                std::os::unix::fs::symlink(&copy, schemas.join("any.json")).unwrap();
+            }),
+        ),
+    ];
+    let mut last = first;
+    for (what, tamper) in &changes {
+        tamper(&dir);
+        // The running process keeps serving the files it started with;
+        // the next start (here, an operator's restart) checks the tree.
+        let r = restart(&w, &w.serve.token, "acme/kit@0.1.0");
+        assert_eq!(r.status, 200, "{what}: {}", r.text());
+        assert_eq!(r.json()["had_process"], true, "{what}");
+        assert_eq!(r.json()["digest"], record["digest"], "{what}");
+        let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+        assert_tampered(&r, &record);
+        assert!(!marker.exists(), "{what}: the changed plugin.py ran");
+        // Restored by a pull, it stays failed until an operator restarts it.
+        pull_again(&w);
+        let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+        let e = r.error(503, "plugin_unavailable");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("stays failed until `plugd package restart"),
+            "{what}: {msg}"
+        );
+        let r = restart(&w, &w.serve.token, record["digest"].as_str().unwrap());
+        assert_eq!(r.status, 200, "{what}: {}", r.text());
+        let out = w.whoami(&agent, "s1");
+        assert_eq!(out["version"], "0.1.0", "{what}");
+        assert_ne!(out["instance"], last, "{what}: a new process serves");
+        last = out["instance"].clone();
+    }
+    assert!(!marker.exists());
+}
+
+#[test]
+fn package_restart_recovers_a_failed_package_without_restarting_serve() {
+    let ws = Ws::new();
+    ws.unsandbox(
+        &["acme/flaky"],
+        "the flaky plugin reads its flag file in the workspace",
+    );
+    let flag = marker_in(&ws, "flaky-ready");
+    // Written at every start: shows that a package process here can write
+    // where the tamper tests look for their markers.
+    let started = marker_in(&ws, "flaky-started");
+    // Says hello as another package (a lie plugd gives up on at once)
+    // until the flag file exists.
+    let src = kit(ws.dir(), "acme/flaky", "0.1.0", "acme/flaky");
+    let entry = r#"entrypoint = ["python3", "plugin.py", "acme/flaky", "0.1.0"]"#;
+    let text = manifest("acme/flaky", "0.1.0", "acme/flaky");
+    assert!(text.contains(entry));
+    let text = text.replace(
+        entry,
+        &format!(
+            r#"entrypoint = ["python3", "plugin.py", "acme/flaky", "0.1.0", {:?}]"#,
+            flag.to_str().unwrap()
+        ),
+    );
+    std::fs::write(src.join("vai-plugin.toml"), text).unwrap();
+    let plugin = PLUGIN.replace(
+        "PKG, VER = sys.argv[1], sys.argv[2]",
+        "PKG, VER = (sys.argv[1] if os.path.exists(sys.argv[3]) else \"evil/kit\"), sys.argv[2]",
+    );
+    assert_ne!(plugin, PLUGIN);
+    std::fs::write(
+        src.join("plugin.py"),
+        marking_plugin(&started).replace(PLUGIN, &plugin),
+    )
+    .unwrap();
+    let w = world_in(ws, &[]);
+    push(&w.ws, &src, &w._reg.reference("acme/flaky:0.1.0"));
+    let body = json!({"source": w._reg.reference("acme/flaky:0.1.0")}).to_string();
+    let r = call(
+        &w.serve,
+        &w.serve.token,
+        "POST",
+        "/v1/plugin-packages",
+        Some(&body),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    w.secret("org_a", SECRET);
+    w.bind_package("acme/flaky", "whoami", "org_a", None, "0.1.0", 100);
+    let agent = w.token("agent", "org_a", &[]);
+
+    let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+    let msg = r.error(503, "plugin_unavailable")["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        msg.contains("acme/flaky") && msg.contains("evil/kit"),
+        "{msg}"
+    );
+    // Fixed now, but failed for good: it stays failed until restarted.
+    std::fs::write(&flag, "").unwrap();
+    let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+    let msg = r.error(503, "plugin_unavailable")["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(msg.contains("plugd package restart sha256:"), "{msg}");
+
+    // Org tokens may not restart a package process (it serves every org):
+    // 403 for one its org uses, 404 for one it does not.
+    let org_op = w.token("operator", "org_a", &[]);
+    restart(&w, &org_op, "acme/flaky@0.1.0").error(403, "forbidden");
+    let other_op = w.token("operator", "org_b", &[]);
+    restart(&w, &other_op, "acme/flaky@0.1.0").error(404, "unknown_package");
+    // Only operators restart; bad and unknown ids are told apart.
+    let unbound_agent = crate::http::make_token(&w.ws, "agent");
+    assert_eq!(restart(&w, &unbound_agent, "acme/flaky").status, 403);
+    restart(&w, &w.serve.token, "sha256:abc").error(400, "invalid_package_id");
+    restart(&w, &w.serve.token, "acme/none").error(404, "unknown_package");
+    assert_eq!(
+        call(
+            &w.serve,
+            &w.serve.token,
+            "POST",
+            "/v1/plugin-packages/acme/flaky:frobnicate",
+            Some("{}"),
+        )
+        .status,
+        404
+    );
+    // A package without a process yet: nothing to clear, said so.
+    let r = restart(&w, &w.serve.token, "acme/kit@0.2.0");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["had_process"], false);
+    let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+    assert_eq!(r.status, 503, "{}", r.text());
+
+    // The CLI goes through the running serve; the next call starts it.
+    let out = ok(&w.ws.plugd(&["package", "restart", "acme/flaky@0.1.0"]));
+    assert!(
+        out.contains("restarted acme/flaky 0.1.0") && out.contains("via plugd serve pid"),
+        "{out}"
+    );
+    let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["structured_output"]["version"], "0.1.0");
+    assert!(
+        started.exists(),
+        "the flaky plugin could not write its marker"
+    );
+
+    // Without a serve there is no process to clear.
+    let World { _reg, ws, serve } = w;
+    serve.stop();
+    let out = ok(&ws.plugd(&["package", "restart", "acme/flaky"]));
+    assert!(out.contains("not running"), "{out}");
+    let out = ws.plugd(&["package", "restart", "acme/none"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no installed package"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_record_without_a_tree_digest_is_pinned_at_first_load_with_a_warning() {
+    let w = world(&[]);
+    w.secret("org_a", SECRET);
+    w.bind("org_a", None, "0.1.0", 100);
+    let agent = w.token("agent", "org_a", &[]);
+    let record = package_record(&w.ws, "acme/kit@0.1.0");
+    let dir = PathBuf::from(record["path"].as_str().unwrap());
+    // A record as a development build wrote it: no tree digest.
+    let World { _reg, ws, serve } = w;
+    serve.stop();
+    let db = ws.dir().join(".plugd/state.db");
+    #[allow(clippy::disallowed_methods)] // python's sqlite3 edits the test's database
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('UPDATE packages SET tree_digest = NULL'); c.commit()")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(package_record(&ws, "acme/kit@0.1.0")["tree_digest"].is_null());
+    let serve = Serve::start_with_env(&ws, &[("PLUGD_MASTER_KEY", MASTER_KEY)]);
+    let w = World { _reg, ws, serve };
+    assert_eq!(w.whoami(&agent, "s1")["version"], "0.1.0");
+    let log = w.serve.log_text();
+    assert!(
+        log.contains("has no tree digest") && log.contains("acme/kit@0.1.0"),
+        "{log}"
+    );
+    // Pinned as first loaded: a change after that stops its next start.
+    writable(&dir);
+    std::fs::write(dir.join("extra.txt"), "x").unwrap();
+    let r = restart(&w, &w.serve.token, "acme/kit@0.1.0");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = w.invoke(&agent, "whoami", &json!({"input": {}}));
+    let msg = r.error(503, "plugin_unavailable")["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        msg.contains("acme/kit@0.1.0") && msg.contains("changed since plugd first loaded them"),
+        "{msg}"
+    );
 }
