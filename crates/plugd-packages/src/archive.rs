@@ -52,6 +52,29 @@ pub fn extract(
     already: u64,
     already_bytes: u64,
 ) -> Result<Extracted, PackageError> {
+    extract_entries(data, dest, limits, already, already_bytes, false)
+}
+
+/// Extracts a whole package archive (an uploaded tar of a package
+/// directory: the manifest among its files) into `dest` within `limits`,
+/// under the rules of [`extract`]; entry names may start with `./`, as
+/// `tar -C DIR -cf OUT .` writes them.
+pub fn extract_package(
+    data: &[u8],
+    dest: &Path,
+    limits: &Limits,
+) -> Result<Extracted, PackageError> {
+    extract_entries(data, dest, limits, 0, 0, true)
+}
+
+fn extract_entries(
+    data: &[u8],
+    dest: &Path,
+    limits: &Limits,
+    already: u64,
+    already_bytes: u64,
+    whole: bool,
+) -> Result<Extracted, PackageError> {
     let mut archive = tar::Archive::new(Cursor::new(data));
     let entries = archive
         .entries()
@@ -79,6 +102,14 @@ pub fn extract(
         } else {
             path
         };
+        let path = match path.strip_prefix("./") {
+            Some(rest) if whole => rest.to_owned(),
+            _ => path,
+        };
+        if whole && kind.is_dir() && (path.is_empty() || path == ".") {
+            // The root itself (`./`).
+            continue;
+        }
         check_path(&path, limits)?;
         let target = dest.join(&path);
         if kind.is_dir() {
@@ -94,7 +125,7 @@ pub fn extract(
                 ),
             });
         }
-        if MANIFEST_FILES.contains(&path.as_str()) {
+        if !whole && MANIFEST_FILES.contains(&path.as_str()) {
             return Err(PackageError::BadEntry {
                 path,
                 why: "is in the files layer, but the manifest travels in its own layer".to_owned(),

@@ -46,9 +46,9 @@ pub fn packages_dir(state_dir: &Path) -> PathBuf {
 
 /// The config blob's fields plugd reads.
 #[derive(Deserialize)]
-struct Config {
-    package_id: String,
-    version: String,
+pub(crate) struct Config {
+    pub(crate) package_id: String,
+    pub(crate) version: String,
 }
 
 /// Checks the signature of a package directory (staged, or installed
@@ -116,30 +116,12 @@ async fn pull<S: PackageStore>(
         at,
         verify,
     } = *req;
-    let refused = |message: String| PackageError::Signature {
-        reference: source.to_string(),
-        message,
-    };
     let remote = Remote::new(source, opts);
     let artifact = remote.artifact().await?;
-    // Installed already with its files as installed: nothing to do. With
-    // its files changed, the pull restores them (the record stays).
-    let mut restore = None;
-    if let Some(p) = store.package(&artifact.digest).map_err(store_error)? {
-        if intact(&p).await {
-            // The policy of this request still applies (it may be stricter
-            // than the one it was installed under).
-            verify(&p.path).map_err(refused)?;
-            return Ok(Installed {
-                package: p,
-                new: false,
-                restored: false,
-            });
-        }
-        tracing::warn!(package = %p.package_id, version = %p.version, digest = %p.digest,
-            "the installed files changed since the install; restoring them from {source}");
-        restore = Some(p);
-    }
+    let restore = match existing(store, &artifact.digest, verify, &source.to_string()).await? {
+        Existing::Done(done) => return Ok(done),
+        Existing::Restore(p) => p,
+    };
     let limits = opts.limits;
     let config = remote
         .blob(&artifact.config, limits.max_document_bytes)
@@ -155,8 +137,113 @@ async fn pull<S: PackageStore>(
     let files = remote
         .blob(&artifact.files_layer, limits.max_layer_bytes())
         .await?;
+    place(
+        store,
+        state_dir,
+        Placement {
+            reference: source.to_string(),
+            source: source.pinned(&artifact.digest),
+            digest: artifact.digest,
+            config,
+            manifest_file: artifact.manifest_file,
+            manifest,
+            files,
+            limits,
+            restore,
+            by,
+            at,
+            verify,
+        },
+    )
+    .await
+}
+
+/// What an install finds of a digest already recorded.
+pub(crate) enum Existing {
+    /// Installed, its files as installed, and the request's policy accepts
+    /// it: nothing to do.
+    Done(Installed),
+    /// Not installed (`None`), or installed with files changed since, which
+    /// this install puts back (the record stays).
+    Restore(Option<Package>),
+}
+
+pub(crate) async fn existing<S: PackageStore>(
+    store: &S,
+    digest: &plugd_control::Digest,
+    verify: &SignatureCheck,
+    reference: &str,
+) -> Result<Existing, PackageError> {
+    let Some(p) = store.package(digest).map_err(store_error)? else {
+        return Ok(Existing::Restore(None));
+    };
+    if intact(&p).await {
+        // The policy of this request still applies (it may be stricter
+        // than the one it was installed under).
+        verify(&p.path).map_err(|message| PackageError::Signature {
+            reference: reference.to_owned(),
+            message,
+        })?;
+        return Ok(Existing::Done(Installed {
+            package: p,
+            new: false,
+            restored: false,
+        }));
+    }
+    tracing::warn!(package = %p.package_id, version = %p.version, digest = %p.digest,
+        "the installed files changed since the install; restoring them from {reference}");
+    Ok(Existing::Restore(Some(p)))
+}
+
+/// Verified blobs of one package, ready to be staged and put in place.
+pub(crate) struct Placement<'a> {
+    /// What the caller named, for errors (`oci://…`, `an uploaded archive`).
+    pub(crate) reference: String,
+    /// What the record keeps as its source.
+    pub(crate) source: String,
+    /// The OCI manifest digest the package is installed under.
+    pub(crate) digest: plugd_control::Digest,
+    /// The config blob's ids, checked against the manifest.
+    pub(crate) config: Config,
+    pub(crate) manifest_file: &'static str,
+    pub(crate) manifest: Vec<u8>,
+    pub(crate) files: Vec<u8>,
+    pub(crate) limits: Limits,
+    /// The installed record whose changed files this placement restores.
+    pub(crate) restore: Option<Package>,
+    pub(crate) by: &'a str,
+    pub(crate) at: &'a str,
+    pub(crate) verify: &'a SignatureCheck,
+}
+
+/// Stages `p`'s blobs, checks them (manifest, signature, ids, version),
+/// makes them read-only, takes their tree digest, moves them in place and
+/// records the package; nothing is in place or recorded before every check
+/// passed.
+pub(crate) async fn place<S: PackageStore>(
+    store: &S,
+    state_dir: &Path,
+    p: Placement<'_>,
+) -> Result<Installed, PackageError> {
+    let Placement {
+        reference,
+        source,
+        digest,
+        config,
+        manifest_file,
+        manifest,
+        files,
+        limits,
+        restore,
+        by,
+        at,
+        verify,
+    } = p;
+    let refused = |message: String| PackageError::Signature {
+        reference: reference.clone(),
+        message,
+    };
     let root = packages_dir(state_dir);
-    let manifest_file = artifact.manifest_file;
     let staged = tokio::task::spawn_blocking(move || {
         stage(&root, manifest_file, &manifest, &files, &limits)
     })
@@ -168,7 +255,7 @@ async fn pull<S: PackageStore>(
     let signature = verify(staging.path()).map_err(refused)?;
     if info.package_id != config.package_id || info.version != config.version {
         return Err(PackageError::NotAPackage {
-            reference: source.to_string(),
+            reference: reference.clone(),
             detail: format!(
                 "its config names {}@{} but its manifest declares {}@{}",
                 config.package_id, config.version, info.package_id, info.version
@@ -179,17 +266,15 @@ async fn pull<S: PackageStore>(
         .package_versions(&info.package_id)
         .map_err(store_error)?
         .into_iter()
-        .find(|p| p.version == info.version && p.digest != artifact.digest);
+        .find(|p| p.version == info.version && p.digest != digest);
     if let Some(p) = taken {
-        return Err(version_taken(p, &artifact.digest));
+        return Err(version_taken(p, &digest));
     }
-    let dest = packages_dir(state_dir)
-        .join("sha256")
-        .join(artifact.digest.hex());
+    let dest = packages_dir(state_dir).join("sha256").join(digest.hex());
     let staged_path = staging.path().to_path_buf();
     let dest2 = dest.clone();
     let expected = restore.as_ref().and_then(|p| p.tree_digest.clone());
-    let reference = source.to_string();
+    let tree_reference = reference.clone();
     let tree = tokio::task::spawn_blocking(move || -> Result<String, PackageError> {
         make_read_only(&staged_path)?;
         // Taken on the read-only tree, as every start will take it.
@@ -198,7 +283,7 @@ async fn pull<S: PackageStore>(
         // A restore puts back exactly the tree recorded, or nothing.
         if let Some(expected) = expected.filter(|e| *e != tree) {
             return Err(PackageError::NotAPackage {
-                reference,
+                reference: tree_reference,
                 detail: format!(
                     "its files unpack to tree digest {tree}, not the {expected} recorded at its install"
                 ),
@@ -228,8 +313,8 @@ async fn pull<S: PackageStore>(
     let package = Package {
         package_id: info.package_id,
         version: info.version,
-        digest: artifact.digest.clone(),
-        source: source.pinned(&artifact.digest),
+        digest: digest.clone(),
+        source,
         installed_at: at.to_owned(),
         installed_by: by.to_owned(),
         path: dest.clone(),
@@ -253,7 +338,7 @@ async fn pull<S: PackageStore>(
         }),
         Inserted::VersionTaken(p) => {
             let _ = remove_tree(&dest);
-            Err(version_taken(p, &artifact.digest))
+            Err(version_taken(p, &digest))
         }
     }
 }

@@ -15,6 +15,7 @@
 //! Modules: [`scan`] reads a directory and refuses secrets, [`archive`]
 //! writes and reads the files layer within [`Limits`], [`oci`] talks to the
 //! registry, [`install`] puts a pulled package in place and records it,
+//! [`upload`] installs an uploaded archive or a local directory the same way,
 //! [`contract`] reads what an installed export asks of its bindings.
 //!
 //! **Architecture invariant**: nothing pulled reaches the install directory
@@ -27,6 +28,7 @@ pub mod contract;
 pub mod install;
 pub mod oci;
 pub mod scan;
+pub mod upload;
 
 use std::path::PathBuf;
 
@@ -34,6 +36,7 @@ pub use contract::export_contract;
 pub use install::{Installed, Request, SignatureCheck, install};
 pub use oci::{OciRef, RegistryOptions, push};
 pub use scan::{PackageDir, read_package_dir};
+pub use upload::{ARCHIVE_MEDIA_TYPE, Local, install_archive, install_dir};
 
 /// The OCI manifest's `artifactType`.
 pub const ARTIFACT_TYPE: &str = "application/vnd.plugd.package.v1+json";

@@ -173,6 +173,74 @@ fn descriptor(media_type: &str, data: &[u8], title: Option<&str>) -> serde_json:
     d
 }
 
+/// A package as the blobs of its OCI artifact: what [`push`] uploads, and
+/// what an uploaded archive is installed as, so both give one digest.
+#[derive(Debug, Clone)]
+pub struct Blobs {
+    /// The package id.
+    pub package_id: String,
+    /// Its version.
+    pub version: String,
+    /// The config blob.
+    pub config: Vec<u8>,
+    /// The manifest file's name (one of [`MANIFEST_FILES`]).
+    pub manifest_file: &'static str,
+    /// The manifest layer: the manifest's bytes.
+    pub manifest: Vec<u8>,
+    /// The files layer: every other file, as [`write_tar`] writes them.
+    pub files_tar: Vec<u8>,
+    /// The OCI image manifest naming the three.
+    pub oci_manifest: Vec<u8>,
+    /// The digest of `oci_manifest`: the package's digest.
+    pub digest: Digest,
+    /// Files, the manifest included.
+    pub files: u64,
+    /// Their total size.
+    pub size: u64,
+}
+
+/// The artifact of a package read by [`read_package_dir`].
+pub fn artifact(pkg: crate::scan::PackageDir) -> Result<Blobs, PackageError> {
+    let files_tar = write_tar(&pkg.files)?;
+    let (files, size) = (pkg.file_count(), pkg.total_size());
+    let config = serde_json::to_vec(&json!({
+        "package_id": pkg.info.package_id,
+        "version": pkg.info.version,
+        "manifest": pkg.manifest_file,
+        "files": files,
+        "size": size,
+    }))
+    .map_err(|e| PackageError::io("config", e.into()))?;
+    let oci_manifest = json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST_MEDIA_TYPE,
+        "artifactType": ARTIFACT_TYPE,
+        "config": descriptor(CONFIG_MEDIA_TYPE, &config, None),
+        "layers": [
+            descriptor(MANIFEST_LAYER_MEDIA_TYPE, &pkg.manifest, Some(pkg.manifest_file)),
+            descriptor(FILES_LAYER_MEDIA_TYPE, &files_tar, None),
+        ],
+        "annotations": {
+            "org.opencontainers.image.title": pkg.info.package_id,
+            "org.opencontainers.image.version": pkg.info.version,
+        },
+    });
+    let oci_manifest =
+        serde_json::to_vec(&oci_manifest).map_err(|e| PackageError::io("manifest", e.into()))?;
+    Ok(Blobs {
+        digest: sha256_digest(&oci_manifest),
+        package_id: pkg.info.package_id,
+        version: pkg.info.version,
+        config,
+        manifest_file: pkg.manifest_file,
+        manifest: pkg.manifest,
+        files_tar,
+        oci_manifest,
+        files,
+        size,
+    })
+}
+
 /// Reads the package in `dir` ([`read_package_dir`]: manifest validated,
 /// secrets refused, bounds checked) and pushes it to `target`, a tag.
 pub async fn push(
@@ -187,39 +255,24 @@ pub async fn push(
                 .to_owned(),
         });
     }
-    let pkg = read_package_dir(dir, &opts.limits)?;
-    let tar = write_tar(&pkg.files)?;
-    let (files, size) = (pkg.file_count(), pkg.total_size());
-    let config = serde_json::to_vec(&json!({
-        "package_id": pkg.info.package_id,
-        "version": pkg.info.version,
-        "manifest": pkg.manifest_file,
-        "files": files,
-        "size": size,
-    }))
-    .map_err(|e| PackageError::io("config", e.into()))?;
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST_MEDIA_TYPE,
-        "artifactType": ARTIFACT_TYPE,
-        "config": descriptor(CONFIG_MEDIA_TYPE, &config, None),
-        "layers": [
-            descriptor(MANIFEST_LAYER_MEDIA_TYPE, &pkg.manifest, Some(pkg.manifest_file)),
-            descriptor(FILES_LAYER_MEDIA_TYPE, &tar, None),
-        ],
-        "annotations": {
-            "org.opencontainers.image.title": pkg.info.package_id,
-            "org.opencontainers.image.version": pkg.info.version,
-        },
-    });
-    let manifest =
-        serde_json::to_vec(&manifest).map_err(|e| PackageError::io("manifest", e.into()))?;
-    let digest = sha256_digest(&manifest);
+    let blobs = artifact(read_package_dir(dir, &opts.limits)?)?;
+    let digest = blobs.digest.clone();
     let c = client(target, opts.insecure);
     let r = &target.reference;
     c.store_auth_if_needed(r.resolve_registry(), &RegistryAuth::Anonymous)
         .await;
-    for blob in [config, pkg.manifest, tar] {
+    let Blobs {
+        package_id,
+        version,
+        config,
+        manifest,
+        files_tar,
+        oci_manifest,
+        files,
+        size,
+        ..
+    } = blobs;
+    for blob in [config, manifest, files_tar] {
         let d = sha256_digest(&blob).to_string();
         c.push_blob(r, blob, &d)
             .await
@@ -227,14 +280,14 @@ pub async fn push(
     }
     c.push_manifest_raw(
         r,
-        manifest,
+        oci_manifest,
         http::HeaderValue::from_static(OCI_MANIFEST_MEDIA_TYPE),
     )
     .await
     .map_err(|e| registry_error(target, e))?;
     Ok(Pushed {
-        package_id: pkg.info.package_id,
-        version: pkg.info.version,
+        package_id,
+        version,
         reference: target.to_string(),
         digest,
         files,

@@ -18,6 +18,10 @@
 //! serves every org whose bindings use that version): 404 for a package its
 //! org does not use, 403 `forbidden` for one it does.
 //!
+//! An `application/x-tar` body is a package archive instead (a tar of the
+//! package directory): uploaded and installed by `plugd_packages::install_archive`
+//! under the digest a push would give it.
+//!
 //! Errors: a bad `source` → 400 `invalid_source`, a bad `{id}` → 400
 //! `invalid_package_id`, none installed → 404 `unknown_package`, a package
 //! refused for its content (secrets, links, paths, bounds, manifest, not a
@@ -41,6 +45,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::code;
+use axum::extract::FromRequest;
+
 use crate::{ApiError, AppState, JsonBody};
 
 /// The routes of this module.
@@ -150,7 +156,7 @@ async fn show(
 async fn pull(
     State(state): State<AppState>,
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
-    JsonBody(body): JsonBody<PullRequest>,
+    req: axum::extract::Request,
 ) -> Result<Response, ApiError> {
     if who.tenant.is_some() {
         return Err(ApiError::new(
@@ -159,6 +165,24 @@ async fn pull(
             "packages are installed for the whole workspace; ask a workspace operator (a token without --org)",
         ));
     }
+    if is_archive(req.headers()) {
+        let data = archive_body(req).await?;
+        let at = plugd_store::now_rfc3339();
+        let verify = plugd_runtime::signing::package_verifier(state.config.signing.clone());
+        let how = plugd_packages::Local {
+            limits: plugd_packages::Limits::default(),
+            by: who.by(),
+            at: &at,
+            verify: &verify,
+        };
+        let state_dir = state.runtime.dir().join(".plugd");
+        let done =
+            plugd_packages::install_archive(state.runtime.store().as_ref(), &state_dir, data, &how)
+                .await
+                .map_err(package_error)?;
+        return Ok(installed(&done));
+    }
+    let JsonBody(body) = JsonBody::<PullRequest>::from_request(req, &state).await?;
     let source = OciRef::parse(&body.source).map_err(package_error)?;
     let opts = RegistryOptions {
         insecure: body.insecure,
@@ -177,6 +201,12 @@ async fn pull(
     let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
         .await
         .map_err(package_error)?;
+    Ok(installed(&done))
+}
+
+/// 201 with the package for a new install, else 200, with `new` and
+/// `restored`.
+fn installed(done: &plugd_packages::Installed) -> Response {
     let status = if done.new {
         StatusCode::CREATED
     } else {
@@ -185,7 +215,46 @@ async fn pull(
     let mut v = serde_json::to_value(&done.package).unwrap_or_else(|_| json!({}));
     v["new"] = done.new.into();
     v["restored"] = done.restored.into();
-    Ok((status, Json(v)).into_response())
+    (status, Json(v)).into_response()
+}
+
+/// Whether the body is a package archive (`application/x-tar`), not JSON.
+fn is_archive(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|m| {
+            m.trim()
+                .eq_ignore_ascii_case(plugd_packages::ARCHIVE_MEDIA_TYPE)
+        })
+}
+
+/// The archive body, within the package bound (413 beyond it, declared or
+/// sent) and the pull deadline (408).
+async fn archive_body(req: axum::extract::Request) -> Result<Vec<u8>, ApiError> {
+    let limit = plugd_packages::Limits::default().max_layer_bytes() as usize;
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::too_large(limit));
+    }
+    let body = axum::body::to_bytes(req.into_body(), limit);
+    match tokio::time::timeout(plugd_packages::install::PULL_DEADLINE, body).await {
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            code::REQUEST_TIMEOUT,
+            format!(
+                "the package archive did not arrive within {} s",
+                plugd_packages::install::PULL_DEADLINE.as_secs()
+            ),
+        )),
+        Ok(Err(_)) => Err(ApiError::too_large(limit)),
+        Ok(Ok(bytes)) => Ok(bytes.to_vec()),
+    }
 }
 
 pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {

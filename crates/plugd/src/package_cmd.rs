@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use plugd_control::{Package, PackageSelector, PackageStore};
 use plugd_packages::{OciRef, RegistryOptions};
@@ -48,6 +48,20 @@ pub enum PackageCmd {
         reference: String,
         #[command(flatten)]
         flags: RegistryFlags,
+    },
+    /// Install a package from a directory or a tar of one, without a
+    /// registry (as `POST /v1/plugin-packages` with an application/x-tar
+    /// body does).
+    ///
+    /// It gets the digest `plugd package push` would give the same
+    /// directory, and passes the checks a pull passes (bounds, secrets,
+    /// signature per the trust policy); its source reads `upload:sha256:…`.
+    Install {
+        /// The package directory, or a .tar of it (the manifest at its root).
+        path: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List installed packages.
     List {
@@ -124,35 +138,28 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 verify: &verify,
             };
             let done = plugd_packages::install(&store, &state, &req).await?;
-            let p = &done.package;
-            if flags.json {
-                let mut v = serde_json::to_value(p)?;
-                v["new"] = done.new.into();
-                v["restored"] = done.restored.into();
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else if done.restored {
-                println!(
-                    "{} {} ({}) is installed already; its files had changed and are restored in {}",
-                    p.package_id,
-                    p.version,
-                    p.digest,
-                    p.path.display()
-                );
-            } else if done.new {
-                println!(
-                    "installed {} {} ({}) in {}; signature: {}",
-                    p.package_id,
-                    p.version,
-                    p.digest,
-                    p.path.display(),
-                    p.signature.summary()
-                );
+            report(&done, flags.json)?;
+        }
+        PackageCmd::Install { path, json } => {
+            let store = Store::open(&state)?;
+            let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
+            let at = plugd_store::now_rfc3339();
+            let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
+            let verify = plugd_runtime::signing::package_verifier(policy);
+            let how = plugd_packages::Local {
+                limits: plugd_packages::Limits::default(),
+                by: &by,
+                at: &at,
+                verify: &verify,
+            };
+            let done = if path.is_dir() {
+                plugd_packages::install_dir(&store, &state, path, &how).await?
             } else {
-                println!(
-                    "{} {} ({}) is installed already; nothing changed",
-                    p.package_id, p.version, p.digest
-                );
-            }
+                let data = std::fs::read(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                plugd_packages::install_archive(&store, &state, data, &how).await?
+            };
+            report(&done, *json)?;
         }
         PackageCmd::List { json } => {
             let store = Store::open(&state)?;
@@ -244,4 +251,38 @@ fn show(p: &Package) {
         let class = e.execution_class.as_deref().unwrap_or("-");
         println!("  {:<24} {:<10} {class}", e.id, e.kind);
     }
+}
+
+/// Prints what a pull or an install did.
+fn report(done: &plugd_packages::Installed, json: bool) -> Result<()> {
+    let p = &done.package;
+    if json {
+        let mut v = serde_json::to_value(p)?;
+        v["new"] = done.new.into();
+        v["restored"] = done.restored.into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else if done.restored {
+        println!(
+            "{} {} ({}) is installed already; its files had changed and are restored in {}",
+            p.package_id,
+            p.version,
+            p.digest,
+            p.path.display()
+        );
+    } else if done.new {
+        println!(
+            "installed {} {} ({}) in {}; signature: {}",
+            p.package_id,
+            p.version,
+            p.digest,
+            p.path.display(),
+            p.signature.summary()
+        );
+    } else {
+        println!(
+            "{} {} ({}) is installed already; nothing changed",
+            p.package_id, p.version, p.digest
+        );
+    }
+    Ok(())
 }

@@ -633,3 +633,141 @@ fn the_http_api_pulls_for_operators_and_lists_for_viewers() {
     let cli = json_out(&ws.plugd(&["package", "list", "--json"]));
     assert_eq!(cli, list);
 }
+
+/// `tar -C dir -cf out .` with GNU tar: entries named `./…`, as people make them.
+fn gnu_tar(dir: &Path, out: &Path) {
+    #[allow(clippy::disallowed_methods)] // the test runs Debian's tar
+    let status = std::process::Command::new("tar")
+        .arg("-C")
+        .arg(dir)
+        .arg("-cf")
+        .arg(out)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Seed 003's "Upload a plugin package": a tar of the package directory
+/// POSTed as `application/x-tar` installs the very package a push and pull
+/// of that directory would (same digest), for operators only; the CLI
+/// installs a directory or a tar the same way; hostile archives are refused
+/// naming the entry, and nothing of them is installed.
+#[test]
+fn an_uploaded_archive_installs_the_package_a_push_and_pull_would() {
+    let reg = Registry::start();
+    let ws = Ws::new();
+    let src = package(ws.dir(), "src", "0.1.0");
+    let reference = reg.reference("acme/devkit:0.1.0");
+    let pushed = push(&ws, &src, &reference);
+    let archive = ws.dir().join("devkit.tar");
+    gnu_tar(&src, &archive);
+    let data = std::fs::read(&archive).unwrap();
+
+    let serve = Serve::start_with_env(&ws, &[]);
+    let operator = make_token(&ws, "operator");
+    let viewer = make_token(&ws, "viewer");
+    let upload = |token: &str, body: &[u8], content_type: &str| {
+        request_as(
+            &serve,
+            token,
+            "POST",
+            "/v1/plugin-packages",
+            &[("Content-Type", content_type)],
+            Some(body),
+        )
+    };
+    upload(&viewer, &data, "application/x-tar").error(403, "forbidden");
+    let r = upload(&operator, &data, "application/x-tar");
+    assert_eq!(r.status, 201, "{}", r.text());
+    let p = r.json();
+    assert_eq!(p["digest"], json!(pushed), "{p}");
+    assert_eq!(p["source"], json!(format!("upload:{pushed}")), "{p}");
+    assert_eq!(p["new"], json!(true));
+    let path = PathBuf::from(p["path"].as_str().unwrap());
+    assert_eq!(mode(&path.join("bin/plugin")), 0o555);
+    assert_eq!(mode(&path.join("vai-plugin.toml")), 0o444);
+    // Again: installed already. The registry's copy is the same package.
+    let r = upload(&operator, &data, "application/x-tar");
+    assert_eq!((r.status, &r.json()["new"]), (200, &json!(false)));
+    let pulled = json_out(&ws.plugd(&["package", "pull", &reference, "--json"]));
+    assert_eq!(
+        (&pulled["digest"], &pulled["new"]),
+        (&json!(pushed), &json!(false))
+    );
+
+    // Hostile archives: refused naming what, nothing installed.
+    let env = ws.dir().join("with-env");
+    copy_dir(&src, &env);
+    std::fs::write(env.join(".env"), "API_KEY=sk-live-1\n").unwrap();
+    gnu_tar(&env, &ws.dir().join("env.tar"));
+    let v = upload(
+        &operator,
+        &std::fs::read(ws.dir().join("env.tar")).unwrap(),
+        "application/x-tar",
+    )
+    .error(422, "package_refused");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains(".env"),
+        "{v}"
+    );
+    let escape = hostile_tar("../../evil.sh", b'0', b"#!/bin/sh\n");
+    let v = upload(&operator, &escape, "application/x-tar").error(422, "package_refused");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("evil.sh"),
+        "{v}"
+    );
+    assert!(!ws.dir().join(".plugd/evil.sh").exists());
+    let link = hostile_tar("bin/run", b'2', b"");
+    let v = upload(&operator, &link, "application/x-tar").error(422, "package_refused");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("bin/run"),
+        "{v}"
+    );
+    upload(
+        &operator,
+        b"not a tar at all, just bytes",
+        "application/x-tar",
+    )
+    .error(422, "package_refused");
+    upload(&operator, &data, "application/octet-stream").error(415, "unsupported_media_type");
+    // A declared length over the bound is refused before a byte is read.
+    let mut s = TcpStream::connect(serve.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /v1/plugin-packages HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {operator}\r\nContent-Type: application/x-tar\r\nContent-Length: 999999999999\r\nConnection: close\r\n\r\n",
+        serve.addr
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let list = json_out(&ws.plugd(&["package", "list", "--json"]));
+    assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
+    drop(serve);
+
+    // The CLI: a directory and a tar give the pushed digest in a new workspace.
+    for from in [&src, &archive] {
+        let other = Ws::new();
+        let out = json_out(&other.plugd(&["package", "install", from.to_str().unwrap(), "--json"]));
+        assert_eq!(
+            (&out["digest"], &out["new"]),
+            (&json!(pushed), &json!(true)),
+            "{out}"
+        );
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
