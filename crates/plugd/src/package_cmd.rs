@@ -124,33 +124,24 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 insecure: flags.insecure,
                 ..RegistryOptions::default()
             };
-            let store = Store::open(&state)?;
-            let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
-            let at = plugd_store::now_rfc3339();
-            // The trust policy of plugd.yaml, as for `.plugins/`.
-            let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
-            let verify = plugd_runtime::signing::package_verifier(policy);
+            let (store, by, at, verify) = installer(dir, &state)?;
             let req = plugd_packages::Request {
                 source: &source,
                 opts: &opts,
                 by: &by,
                 at: &at,
-                verify: &verify,
+                verify: &*verify,
             };
             let done = plugd_packages::install(&store, &state, &req).await?;
             report(&done, flags.json)?;
         }
         PackageCmd::Install { path, json } => {
-            let store = Store::open(&state)?;
-            let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
-            let at = plugd_store::now_rfc3339();
-            let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
-            let verify = plugd_runtime::signing::package_verifier(policy);
+            let (store, by, at, verify) = installer(dir, &state)?;
             let how = plugd_packages::Local {
                 limits: plugd_packages::Limits::default(),
                 by: &by,
                 at: &at,
-                verify: &verify,
+                verify: &*verify,
             };
             let done = if path.is_dir() {
                 plugd_packages::install_dir(&store, &state, path, &how).await?
@@ -285,4 +276,18 @@ fn report(done: &plugd_packages::Installed, json: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// What a pull and an install share: the store, who installs (this Unix
+/// user), when, and plugd.yaml's trust policy as the package verifier (as
+/// for `.plugins/`).
+fn installer(
+    dir: &Path,
+    state: &Path,
+) -> Result<(Store, String, String, Box<plugd_packages::SignatureCheck>)> {
+    let store = Store::open(state)?;
+    let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
+    let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
+    let verify = plugd_runtime::signing::package_verifier(policy);
+    Ok((store, by, plugd_store::now_rfc3339(), Box::new(verify)))
 }
