@@ -182,7 +182,20 @@ async fn pull(
                 .map_err(package_error)?;
         return Ok(installed(&done));
     }
-    let JsonBody(body) = JsonBody::<PullRequest>::from_request(req, &state).await?;
+    let JsonBody(body) = JsonBody::<PullRequest>::from_request(req, &state)
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                // Two bodies are welcome here; say both.
+                ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    code::UNSUPPORTED_MEDIA_TYPE,
+                    "send application/json ({\"source\": \"oci://…\"}) to pull, or application/x-tar (a tar of the package directory) to upload",
+                )
+            } else {
+                e
+            }
+        })?;
     let source = OciRef::parse(&body.source).map_err(package_error)?;
     let opts = RegistryOptions {
         insecure: body.insecure,

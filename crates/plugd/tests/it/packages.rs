@@ -730,7 +730,15 @@ fn an_uploaded_archive_installs_the_package_a_push_and_pull_would() {
         "application/x-tar",
     )
     .error(422, "package_refused");
-    upload(&operator, &data, "application/octet-stream").error(415, "unsupported_media_type");
+    let v =
+        upload(&operator, &data, "application/octet-stream").error(415, "unsupported_media_type");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/x-tar"),
+        "{v}"
+    );
     // A declared length over the bound is refused before a byte is read.
     let mut s = TcpStream::connect(serve.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
