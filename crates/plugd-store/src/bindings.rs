@@ -188,7 +188,7 @@ impl Store {
     ) -> Result<Vec<Binding>, StoreError> {
         let conn = self.lock();
         let rows = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT binding_id, record FROM bindings {filter} ORDER BY org_id, export_id, binding_id"
             ))
             .and_then(|mut s| {

@@ -111,7 +111,7 @@ impl Store {
     ) -> Result<Vec<Package>, StoreError> {
         let conn = self.lock();
         let rows = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM packages {filter} ORDER BY package_id, installed_at, digest"
             ))
             .and_then(|mut s| {

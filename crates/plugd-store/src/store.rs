@@ -476,6 +476,9 @@ fn configure(conn: &Connection, wal: bool) -> rusqlite::Result<()> {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
     }
     conn.pragma_update(None, "foreign_keys", true)?;
+    // Every hot query is a cached statement (tokens, audit, bindings,
+    // packages, records, secrets…): more than rusqlite's default 16.
+    conn.set_prepared_statement_cache_capacity(64);
     Ok(())
 }
 
