@@ -307,6 +307,11 @@ pub fn package_status(policy: &SigningPolicy, dir: &Path) -> plugd_control::Sign
             },
         },
         Err(SignatureError::Unsigned { .. }) => S::Unsigned,
+        // Another tool's signature (seed 003 names vai-plugin-sign but not
+        // its layout): recorded as present and unverified, not refused.
+        Err(SignatureError::Foreign { .. }) => S::Unverified {
+            file: SIGNATURE_FILE.to_owned(),
+        },
         Err(e) => S::Invalid {
             reason: e.to_string(),
         },
@@ -326,6 +331,9 @@ pub fn check_package(
     let status = package_status(policy, dir);
     match &status {
         S::Invalid { reason } => Err(format!("its {SIGNATURE_FILE} does not verify: {reason}")),
+        S::Unverified { .. } if require => Err(format!(
+            "its {SIGNATURE_FILE} is in a format plugd cannot verify (not plugd-signature/1), and a trusted Ed25519 signature is required (plugd.yaml require_signatures: true, or a production marketplace); sign it with `plugd plugin sign DIR --key KEY`"
+        )),
         S::Unsigned if require => Err(format!(
             "it is unsigned (no {SIGNATURE_FILE}) and a trusted Ed25519 signature is required (plugd.yaml require_signatures: true, or a production marketplace); ask its publisher for a signed release"
         )),
@@ -348,6 +356,41 @@ pub fn package_verifier(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seed 003's packages may carry another tool's signature file: by
+    /// default it is recorded unverified, never refused; a policy that
+    /// requires signatures refuses it; a broken plugd signature is refused
+    /// always.
+    #[test]
+    fn a_foreign_signature_file_is_unverified_not_refused_by_default() {
+        use plugd_control::SignatureStatus as S;
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("vai-plugin.toml"), "package_id = \"a/b\"\n").unwrap();
+        let sig = tmp.path().join(SIGNATURE_FILE);
+        let policy = SigningPolicy::default();
+        for foreign in [
+            r#"{"format": "vai-plugin-sign/1", "signature": "AAAA"}"#,
+            r#"{"signature": "AAAA", "key": "ed25519:AAAA"}"#,
+        ] {
+            std::fs::write(&sig, foreign).unwrap();
+            assert_eq!(
+                check_package(&policy, tmp.path(), false).unwrap(),
+                S::Unverified {
+                    file: SIGNATURE_FILE.into()
+                }
+            );
+            let err = check_package(&policy, tmp.path(), true).unwrap_err();
+            assert!(err.contains("cannot verify"), "{err}");
+        }
+        for broken in [
+            r#"{"format": "plugd-signature/1", "signature": "AAAA"}"#,
+            "not json at all",
+        ] {
+            std::fs::write(&sig, broken).unwrap();
+            let err = check_package(&policy, tmp.path(), false).unwrap_err();
+            assert!(err.contains("does not verify"), "{err}");
+        }
+    }
 
     #[test]
     fn the_runtime_reads_only_the_signing_keys_and_fails_closed_on_bad_yaml() {

@@ -110,6 +110,16 @@ pub enum SignatureError {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// The signature file is JSON in another tool's format (its `format` is
+    /// not `plugd-signature/…`, e.g. a `vai-plugin-sign` file, whose layout
+    /// is not published): plugd can neither verify nor refute it.
+    #[error("{}: {} is not a format plugd can verify (it reads {FORMAT:?})", path.display(), format.as_deref().map(|f| format!("format {f:?}")).unwrap_or_else(|| "a file without a format".into()))]
+    Foreign {
+        /// The signature file.
+        path: PathBuf,
+        /// Its `format`, when it names one.
+        format: Option<String>,
+    },
     /// The signature does not verify with the public key the file names.
     #[error(
         "{}: the signature does not verify with its public_key (key id {key_id}): the file was altered or signed by another key; do not run this plugin, ask its publisher for a correctly signed copy",
@@ -467,6 +477,15 @@ pub fn parse(
         path: path.to_owned(),
         message,
     };
+    if let Ok(serde_json::Value::Object(doc)) = serde_json::from_slice::<serde_json::Value>(text) {
+        let format = doc.get("format").and_then(serde_json::Value::as_str);
+        if !format.is_some_and(|f| f.starts_with("plugd-signature/")) {
+            return Err(SignatureError::Foreign {
+                path: path.to_owned(),
+                format: format.map(str::to_owned),
+            });
+        }
+    }
     let sig: SignatureFile = serde_json::from_slice(text)
         .map_err(|e| malformed(format!("not a {FORMAT} signature file: {e}")))?;
     let (public, signature) = check_fields(&sig, limits).map_err(malformed)?;
