@@ -233,13 +233,17 @@ fn check_tree(pkg: &Package, expected: &str, now: &str) -> Result<(), String> {
         return Ok(());
     }
     let (since, restore) = if pkg.tree_digest.is_some() {
-        (
-            "its install",
+        let again = if pkg.source.starts_with("upload:") {
+            // Uploaded: no registry to pull from; the same archive or
+            // directory, installed again, restores it.
+            "install it again (`plugd package install DIR|TAR` or POST /v1/plugin-packages with its archive restores the files of an installed digest)".to_owned()
+        } else {
             format!(
                 "pull it again (`plugd package pull {}` restores the files of an installed digest)",
                 pkg.source
-            ),
-        )
+            )
+        };
+        ("its install", again)
     } else {
         (
             "plugd first loaded them",

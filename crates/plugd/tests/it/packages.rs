@@ -687,6 +687,20 @@ fn an_uploaded_archive_installs_the_package_a_push_and_pull_would() {
     let path = PathBuf::from(p["path"].as_str().unwrap());
     assert_eq!(mode(&path.join("bin/plugin")), 0o555);
     assert_eq!(mode(&path.join("vai-plugin.toml")), 0o444);
+    // Files changed under the install: uploading the same archive again
+    // puts them back (the record, and so the digest, stay).
+    let readme = path.join("README.md");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&readme, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&readme, "changed under the install\n").unwrap();
+    let r = upload(&operator, &data, "application/x-tar");
+    assert_eq!(
+        (r.status, &r.json()["restored"]),
+        (200, &json!(true)),
+        "{}",
+        r.text()
+    );
+    assert_eq!(std::fs::read_to_string(&readme).unwrap(), "Acme Dev Kit\n");
     // Again: installed already. The registry's copy is the same package.
     let r = upload(&operator, &data, "application/x-tar");
     assert_eq!((r.status, &r.json()["new"]), (200, &json!(false)));
