@@ -99,8 +99,9 @@ pub struct PackageExport {
 pub enum SignatureStatus {
     /// The package carries no `marketplace.signature.json`.
     Unsigned,
-    /// It carries one, not checked (records installed before plugd checked
-    /// package signatures).
+    /// It carries one plugd cannot check: another tool's format (e.g.
+    /// `vai-plugin-sign`), or a record installed before plugd checked
+    /// package signatures.
     Unverified {
         /// The signature file, relative to the package root.
         file: String,
