@@ -66,8 +66,10 @@ pub mod approvals;
 pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
+mod console;
 pub mod error;
 pub mod invocations;
+mod invoke_stream;
 pub mod listen;
 pub mod marketplace;
 pub mod mcp;
@@ -193,6 +195,7 @@ pub struct AppState {
     auth: Arc<auth::AuthConfig>,
     mcp: Option<Arc<mcp::McpHttp>>,
     audit: Arc<plugd_store::tokens::AuditWriter>,
+    console: Arc<plugd_console::Sessions>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -236,6 +239,7 @@ impl AppState {
             auth,
             mcp,
             audit,
+            console: Arc::default(),
         }
     }
 
@@ -298,6 +302,7 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(marketplace::routes())
         .merge(invocations::routes())
+        .merge(console::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -618,9 +623,10 @@ async fn invoke_tool(
     Path(path): Path<String>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     axum::Extension(who): axum::Extension<auth::Identity>,
     JsonBody(body): JsonBody<InvokeRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
@@ -638,8 +644,11 @@ async fn invoke_tool(
         caller: Some(who.name),
         ..CallContext::default()
     };
+    if wants_sse(&headers) {
+        return Ok(invoke_stream::invoke(state, name.to_owned(), args, ctx));
+    }
     let result = state.runtime.call_tool_with(name, args, &ctx).await?;
-    Ok(Json(result))
+    Ok(Json(result).into_response())
 }
 
 /// The body of `POST /v1/hooks/{point}:run`.
