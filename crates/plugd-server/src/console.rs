@@ -48,7 +48,14 @@ async fn login(
         )
         .into_response();
     };
-    let body: LoginBody = match serde_json::from_slice(&body) {
+    // An object, not serde's other spellings of a struct (an array).
+    let body: LoginBody = match serde_json::from_slice::<serde_json::Value>(&body).and_then(|v| {
+        if v.is_object() {
+            serde_json::from_value(v)
+        } else {
+            Err(serde::de::Error::custom("the body is not a JSON object"))
+        }
+    }) {
         Ok(b) => b,
         Err(e) => {
             return ApiError::new(

@@ -31,19 +31,26 @@ pub(crate) fn invoke(state: AppState, name: String, args: Value, mut ctx: CallCo
         let call = state.runtime.call_tool_with(&name, args, &ctx);
         tokio::pin!(call);
         let mut dropped = 0u64;
-        let last = loop {
-            tokio::select! {
-                r = &mut call => break r,
-                Some(p) = progress.recv() => {
-                    let ev = Event::default().event("progress").data(p.to_string());
-                    if tx.try_send(ev).is_err() {
-                        dropped += 1;
-                    }
-                }
-                // The client left: dropping the call cancels it.
-                () = tx.closed() => return,
+        let forward = |p: Value, dropped: &mut u64| {
+            let ev = Event::default().event("progress").data(p.to_string());
+            if tx.try_send(ev).is_err() {
+                *dropped += 1;
             }
         };
+        let last = loop {
+            tokio::select! {
+                // Progress first: what the plugin sent before its result
+                // arrives before the result.
+                biased;
+                Some(p) = progress.recv() => forward(p, &mut dropped),
+                // The client left: dropping the call cancels it.
+                () = tx.closed() => return,
+                r = &mut call => break r,
+            }
+        };
+        while let Ok(p) = progress.try_recv() {
+            forward(p, &mut dropped);
+        }
         let ev = match last {
             Ok(mut result) => {
                 if dropped > 0

@@ -731,12 +731,15 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Tests and scripts read the socket and the bound port from these lines.
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {
-        println!("plugd serving on http://{bound}");
         // A one-time link for whoever started serve (the code is good once,
-        // for 10 minutes; `plugd console` prints another).
+        // for 10 minutes; `plugd console` prints another). Before the
+        // serving line, which is the last one readers wait for: a reader
+        // that stops there has read it.
         if let Some(path) = console.console_link_path() {
-            println!("plugd console: http://{bound}{path}");
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout(), "plugd console: http://{bound}{path}");
         }
+        println!("plugd serving on http://{bound}");
     }
     let listening = bound.map_or_else(
         || format!("unix:{}", socket.path().display()),
