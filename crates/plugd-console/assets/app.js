@@ -248,17 +248,21 @@ function setPending(n) {
 // ---------- plugin state ----------
 
 function pluginState(p) {
-  // The words an operator acts on, from the row's state and reason.
+  // The words an operator acts on, from the row's state (plugd-runtime's
+  // PluginInfo.state) and the supervisor's status.
   const s = String(p.state || '');
-  const reason = p.error || p.status?.reason || '';
-  if (!p.approved || s === 'unapproved') return 'unapproved';
-  if (s === 'changed' || /changed on disk/i.test(reason)) return 'changed';
-  if (s === 'needs_config' || s === 'needs configuration' || /required setting|needs config/i.test(reason)) return 'needs configuration';
-  if (s.startsWith('fail') || s === 'crashed') return 'failed';
-  if (s === 'stopped') return 'stopped';
-  if (s === 'running' || s === 'starting' || s === 'idle') return s;
-  if (s === 'approved') return 'idle';
-  return s || 'idle';
+  switch (s) {
+    case 'changed': return 'changed';
+    case 'invalid': return 'invalid';
+    case 'unapproved': return 'unapproved';
+    case 'unconfigured': return 'needs configuration';
+    case 'backoff': return 'restarting';
+    case 'stopped': return 'stopped';
+    case 'running': case 'starting': case 'idle': case 'failed': case 'stopping': return s;
+    default:
+      if (!p.approved) return 'unapproved';
+      return s || 'idle';
+  }
 }
 
 function stateCell(p) {
@@ -270,11 +274,12 @@ function stateCell(p) {
 }
 
 function counters(p) {
+  // `restarts` and `stats` come with every plugin row (GET /v1/plugins).
   const s = p.stats || {};
   return {
-    restarts: s.restarts ?? p.restarts ?? 0,
-    shed: (s.shed_notifications ?? s.shed ?? 0),
-    dropped: (s.junk_frames ?? 0) + (s.oversized_frames ?? 0) + (s.dropped ?? 0),
+    restarts: p.restarts ?? 0,
+    shed: s.shed_notifications ?? 0,
+    dropped: (s.junk_frames ?? 0) + (s.oversized_frames ?? 0),
   };
 }
 
@@ -318,39 +323,25 @@ async function pluginsView(_arg, view) {
     const table = h('table', {id: 'plugins'},
       h('caption', {}, `${rows.length} plugin${rows.length === 1 ? '' : 's'} discovered`),
       h('thead', {}, h('tr', {},
-        h('th', {scope: 'col'}, 'Plugin'), h('th', {scope: 'col'}, 'Dialect'), h('th', {scope: 'col'}, 'Version'),
+        h('th', {scope: 'col'}, 'Plugin'), h('th', {scope: 'col'}, 'Dialect'), h('th', {scope: 'col', class: 'opt'}, 'Version'),
         h('th', {scope: 'col'}, 'State'), h('th', {scope: 'col', class: 'num'}, 'Tools'),
-        h('th', {scope: 'col', class: 'num'}, 'Restarts'), h('th', {scope: 'col', class: 'num'}, 'Shed / dropped'))),
+        h('th', {scope: 'col', class: 'num opt'}, 'Restarts'), h('th', {scope: 'col', class: 'num opt'}, 'Shed / dropped'))),
       h('tbody', {}, rows.map((p) => {
         const c = counters(p);
         return h('tr', {dataset: {plugin: p.id}},
           h('th', {scope: 'row'}, h('a', {href: `#/plugins/${p.id}`}, p.id)),
           h('td', {}, p.dialect || ''),
-          h('td', {}, p.version || ''),
+          h('td', {class: 'opt'}, p.version || ''),
           stateCell(p),
           h('td', {class: 'num'}, String((p.tools || []).length)),
-          h('td', {class: 'num restarts'}, String(c.restarts)),
-          h('td', {class: 'num'}, `${c.shed} / ${c.dropped}`));
+          h('td', {class: 'num restarts opt'}, String(c.restarts)),
+          h('td', {class: 'num opt'}, `${c.shed} / ${c.dropped}`));
       })));
     if (state.view === view) render(h('h1', {}, 'Plugins'), h('div', {class: 'scroll'}, table));
   };
-  view.refresh = () => loadPlugins().then(loadCounters).then(draw);
+  view.refresh = () => loadPlugins().then(draw);
   await loadPlugins();
   draw();
-  await loadCounters();
-  draw();
-}
-
-async function loadCounters() {
-  // The list rows carry no counters; running plugins' details do.
-  const running = [...state.plugins.values()].filter((p) => p.approved);
-  await Promise.all(running.slice(0, 64).map(async (p) => {
-    try {
-      const d = await api('GET', `/v1/plugins/${enc(p.id)}`);
-      const cur = state.plugins.get(p.id);
-      if (cur) state.plugins.set(p.id, {...cur, stats: d.stats, status: d.status});
-    } catch { /* gone meanwhile */ }
-  }));
 }
 
 function kv(rows) {

@@ -421,6 +421,11 @@ pub struct PluginRow<'a> {
     pub dir: &'a std::path::Path,
     /// Why it is invalid, changed or failed.
     pub error: Option<&'a str>,
+    /// Restarts after a crash or a failed start since serve loaded it.
+    pub restarts: u64,
+    /// The live connection's counters (shed notifications, junk and
+    /// oversized frames), when it runs.
+    pub stats: Option<&'a plugd_host::PeerStats>,
 }
 
 impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
@@ -434,6 +439,8 @@ impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
             tools: &p.tools,
             dir: &p.dir,
             error: p.error.as_deref(),
+            restarts: p.restarts,
+            stats: p.stats.as_ref(),
         }
     }
 }
