@@ -431,7 +431,7 @@ function signatureText(sig) {
   if (!sig) return 'unknown';
   const parts = [sig.status];
   if (sig.key_id) parts.push(`key ${sig.key_id}`);
-  if (sig.signer) parts.push(`by ${sig.signer}`);
+  if (sig.publisher || sig.signer) parts.push(`by ${sig.publisher || sig.signer}`);
   if (sig.reason) parts.push(sig.reason);
   return parts.join(', ');
 }
@@ -885,40 +885,72 @@ async function invocationView(id, _view) {
 // ----- packages -----
 
 async function packagesView(_arg, view) {
-  const [market, packages, bindings] = await Promise.all([
-    api('GET', '/v1/marketplace').catch((e) => ({error: e})),
-    api('GET', '/v1/plugin-packages').catch((e) => ({error: e})),
-    api('GET', '/v1/plugin-bindings').catch((e) => ({error: e})),
-  ]);
-  if (state.view !== view) return;
-  const marketSec = h('section', {id: 'marketplace', 'aria-labelledby': 'mk-h'}, h('h2', {id: 'mk-h'}, 'Marketplace'));
-  if (market.error) marketSec.append(h('p', {class: 'muted'}, errorText(market.error)));
-  else {
-    marketSec.append(h('p', {class: 'muted'}, `${market.name || 'catalog'} (${market.mode || ''}), signed by ${market.signed_by || 'nobody'}${market.signed_at ? ` at ${market.signed_at}` : ''}`));
-    marketSec.append(h('div', {class: 'cards'}, (market.entries || []).map((e) => h('article', {class: 'card', dataset: {entry: e.entry_id || e.id}},
-      h('h3', {}, e.display_name || e.name || e.entry_id || e.id),
-      h('p', {class: 'muted'}, `${e.publisher || ''} ${e.version || ''}`),
-      e.description ? h('p', {}, e.description) : null,
-      kv([['Review', e.review?.status || e.review_status || e.review || 'n/a'], ['Signature', e.signature?.status || e.signature || 'n/a'],
-        ['Install', e.installable ? 'installable' : `not installable${e.installability?.reason ? `: ${e.installability.reason}` : ''}`]])))));
+  const draw = async () => {
+    const [market, packages, bindings] = await Promise.all([
+      api('GET', '/v1/marketplace').catch((e) => ({error: e})),
+      api('GET', '/v1/plugin-packages').catch((e) => ({error: e})),
+      api('GET', '/v1/plugin-bindings').catch((e) => ({error: e})),
+    ]);
+    if (state.view !== view) return;
+    const marketSec = h('section', {id: 'marketplace', 'aria-labelledby': 'mk-h'}, h('h2', {id: 'mk-h'}, 'Marketplace'));
+    if (market.error) marketSec.append(h('p', {class: 'muted'}, errorText(market.error)));
+    else {
+      marketSec.append(h('p', {class: 'muted'}, `${market.name} (${market.mode}), from ${market.source}; index signed by ${market.signed_by || 'nobody'}${market.signed_at ? ` at ${market.signed_at}` : ''}`));
+      marketSec.append(h('div', {class: 'cards'}, (market.entries || []).map((e) => marketCard(e, draw))));
+    }
+    const pkgRows = packages.error ? [] : (packages.packages || packages);
+    const pkgSec = h('section', {'aria-labelledby': 'pk-h'}, h('h2', {id: 'pk-h'}, 'Installed packages'),
+      packages.error ? h('p', {class: 'muted'}, errorText(packages.error)) : h('div', {class: 'scroll'}, h('table', {id: 'packages'},
+        h('thead', {}, h('tr', {}, ['Package', 'Version', 'Exports', 'Signature', 'Digest', 'Installed'].map((c) => h('th', {scope: 'col'}, c)))),
+        h('tbody', {}, pkgRows.map((p) => h('tr', {dataset: {package: p.package_id}},
+          h('th', {scope: 'row'}, p.package_id), h('td', {}, p.version),
+          h('td', {}, (p.exports || []).map((x) => `${x.kind || 'tool'} ${x.id || x.export_id || ''}`).join(', ')),
+          h('td', {}, signatureText(p.signature)),
+          h('td', {}, h('code', {title: p.digest}, String(p.digest || '').slice(0, 19))),
+          h('td', {}, `${(p.installed_at || '').replace('T', ' ')} by ${p.installed_by || '?'}`)))))));
+    const bRows = bindings.error ? [] : (bindings.bindings || bindings);
+    const bSec = h('section', {'aria-labelledby': 'bd-h'}, h('h2', {id: 'bd-h'}, 'Bindings'),
+      bindings.error ? h('p', {class: 'muted'}, errorText(bindings.error)) : h('div', {class: 'scroll'}, h('table', {id: 'bindings'},
+        h('thead', {}, h('tr', {}, ['Org', 'Project', 'Export', 'Package', 'Status', 'Rollout', 'Config', 'Secrets'].map((c) => h('th', {scope: 'col'}, c)))),
+        h('tbody', {}, bRows.map((b) => h('tr', {dataset: {binding: b.binding_id}},
+          h('td', {}, b.org_id), h('td', {}, b.project_id || '(org-wide)'), h('td', {}, b.export_id),
+          h('td', {}, `${b.package_id}@${b.package_version}`), h('td', {}, b.status), h('td', {class: 'num'}, `${b.rollout ?? 100}%`),
+          h('td', {}, h('code', {}, JSON.stringify(b.config || {}))),
+          h('td', {}, Object.keys(b.secrets || {}).join(', ') || '—')))))));
+    render(h('h1', {}, 'Packages and bindings'), marketSec, pkgSec, bSec);
+  };
+  view.refresh = draw;
+  await draw();
+}
+
+function marketCard(e, redraw) {
+  const card = h('article', {class: 'card', dataset: {entry: e.id}},
+    h('h3', {}, e.name),
+    h('p', {class: 'muted'}, `${e.publisher} · ${e.id}`),
+    e.description ? h('p', {}, e.description) : null,
+    kv([
+      ['Review', e.review],
+      ['Signature', e.signature],
+      ['Exports', (e.exports || []).map((x) => `${x.kind} ${x.id}`).join(', ')],
+      ['Install', e.installable ? 'installable' : `${e.installability?.state || 'refused'}: ${e.installability?.reason || ''}`],
+    ]));
+  if (e.installable && can.govern()) {
+    const org = h('input', {id: `org-${e.id}`, name: 'org_id', required: true, placeholder: 'acme'});
+    const msg = h('p', {role: 'status', class: 'muted'});
+    const form = h('form', {class: 'install'},
+      h('label', {for: `org-${e.id}`}, 'Install for org'), org,
+      h('button', {type: 'submit'}, 'Install'), msg);
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      try {
+        const r = await api('POST', `/v1/marketplace/${encodeURIComponent(e.id)}:install`, {org_id: org.value});
+        msg.textContent = `Installed: ${(r.bindings || []).map((b) => `${b.export_id} ${b.action}`).join(', ')}`;
+        setTimeout(redraw, 1500);
+      } catch (x) { msg.textContent = errorText(x); }
+    });
+    card.append(form);
   }
-  const pkgRows = packages.error ? [] : (packages.packages || packages);
-  const pkgSec = h('section', {'aria-labelledby': 'pk-h'}, h('h2', {id: 'pk-h'}, 'Installed packages'),
-    packages.error ? h('p', {class: 'muted'}, errorText(packages.error)) : h('div', {class: 'scroll'}, h('table', {id: 'packages'},
-      h('thead', {}, h('tr', {}, ['Package', 'Version', 'Digest', 'Signature', 'Installed'].map((c) => h('th', {scope: 'col'}, c)))),
-      h('tbody', {}, pkgRows.map((p) => h('tr', {dataset: {package: p.package_id || p.id}},
-        h('td', {}, `${p.publisher ? `${p.publisher}/` : ''}${p.name || p.package_id || ''}`), h('td', {}, p.version || ''),
-        h('td', {}, h('code', {}, String(p.digest || '').slice(0, 19))), h('td', {}, p.signature?.status || p.signature_status || ''),
-        h('td', {}, p.installed_at || '')))))));
-  const bRows = bindings.error ? [] : (bindings.bindings || bindings);
-  const bSec = h('section', {'aria-labelledby': 'bd-h'}, h('h2', {id: 'bd-h'}, 'Bindings'),
-    bindings.error ? h('p', {class: 'muted'}, errorText(bindings.error)) : h('div', {class: 'scroll'}, h('table', {id: 'bindings'},
-      h('thead', {}, h('tr', {}, ['Org', 'Project', 'Export', 'Package', 'Status', 'Rollout', 'Config'].map((c) => h('th', {scope: 'col'}, c)))),
-      h('tbody', {}, bRows.map((b) => h('tr', {dataset: {binding: b.binding_id}},
-        h('td', {}, b.org_id), h('td', {}, b.project_id || '(org-wide)'), h('td', {}, b.export_id),
-        h('td', {}, `${b.package_id}@${b.package_version}`), h('td', {}, b.status), h('td', {class: 'num'}, `${b.rollout ?? 100}%`),
-        h('td', {}, h('code', {}, JSON.stringify(b.config || {})))))))));
-  render(h('h1', {}, 'Packages and bindings'), marketSec, pkgSec, bSec);
+  return card;
 }
 
 // ---------- boot ----------
