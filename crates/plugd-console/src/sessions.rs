@@ -110,14 +110,8 @@ impl Sessions {
         let now = Instant::now();
         let mut s = self.lock();
         prune(&mut s, now);
-        if s.sessions.len() >= MAX_SESSIONS
-            && let Some(oldest) = s
-                .sessions
-                .iter()
-                .min_by_key(|(_, e)| e.used)
-                .map(|(k, _)| k.clone())
-        {
-            s.sessions.remove(&oldest);
+        if s.sessions.len() >= MAX_SESSIONS {
+            drop_oldest(&mut s.sessions, |e| e.used);
         }
         s.sessions.insert(
             id.clone(),
@@ -168,14 +162,8 @@ impl Sessions {
         let mut s = self.lock();
         s.codes
             .retain(|_, c| now.duration_since(c.minted) < CODE_LIFETIME);
-        if s.codes.len() >= MAX_CODES
-            && let Some(oldest) = s
-                .codes
-                .iter()
-                .min_by_key(|(_, c)| c.minted)
-                .map(|(k, _)| k.clone())
-        {
-            s.codes.remove(&oldest);
+        if s.codes.len() >= MAX_CODES {
+            drop_oldest(&mut s.codes, |c| c.minted);
         }
         s.codes.insert(
             code.clone(),
@@ -191,6 +179,17 @@ impl Sessions {
     pub fn redeem_code(&self, code: &str) -> Option<String> {
         let c = self.lock().codes.remove(code)?;
         (c.minted.elapsed() < CODE_LIFETIME).then_some(c.name)
+    }
+}
+
+/// Removes the entry of `map` whose `at` is earliest.
+fn drop_oldest<V>(map: &mut HashMap<String, V>, at: impl Fn(&V) -> Instant) {
+    if let Some(oldest) = map
+        .iter()
+        .min_by_key(|(_, v)| at(v))
+        .map(|(k, _)| k.clone())
+    {
+        map.remove(&oldest);
     }
 }
 
