@@ -388,6 +388,8 @@ struct SupInner {
     catalog_dirty: std::sync::atomic::AtomicBool,
     /// A caller waits for the start queued at the gate: let it skip the queue.
     urgent: tokio::sync::Notify,
+    /// The operator's log of its stderr, kept across runs.
+    log: crate::log_ring::LogRing,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -422,6 +424,7 @@ impl Supervised {
                 status: watch::channel(Status::Idle).0,
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
                 urgent: tokio::sync::Notify::new(),
+                log: crate::log_ring::LogRing::default(),
             }),
         }
     }
@@ -429,6 +432,11 @@ impl Supervised {
     /// The plugin's spec.
     pub fn spec(&self) -> &Arc<PluginSpec> {
         &self.inner.spec
+    }
+
+    /// The plugin's recent stderr, across its runs (for operators).
+    pub fn log(&self) -> &crate::log_ring::LogRing {
+        &self.inner.log
     }
 
     /// The current status.
@@ -905,11 +913,12 @@ impl SupInner {
             runaway.0.kill_group();
         }));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
-        let tail = stderr::collect_shared(
+        let tail = stderr::collect_logged(
             peer.plugin().clone(),
             stderr,
             self.config.stderr_tail,
             redact,
+            self.log.clone(),
         );
 
         // The reaper notices the exit at once and fails every pending call.

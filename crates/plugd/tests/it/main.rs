@@ -11,6 +11,7 @@ mod broker;
 mod cgroup;
 mod channels;
 mod cli;
+mod console_api;
 mod ctl;
 mod deno;
 mod dexto;
