@@ -391,6 +391,8 @@ struct SupInner {
     /// Restarts after a crash or a failed start since this plugin was loaded
     /// (never reset, unlike the budget).
     restarts_total: std::sync::atomic::AtomicU64,
+    /// The operator's log of its stderr, kept across runs.
+    log: crate::log_ring::LogRing,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -426,6 +428,7 @@ impl Supervised {
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
                 urgent: tokio::sync::Notify::new(),
                 restarts_total: std::sync::atomic::AtomicU64::new(0),
+                log: crate::log_ring::LogRing::default(),
             }),
         }
     }
@@ -433,6 +436,11 @@ impl Supervised {
     /// The plugin's spec.
     pub fn spec(&self) -> &Arc<PluginSpec> {
         &self.inner.spec
+    }
+
+    /// The plugin's recent stderr, across its runs (for operators).
+    pub fn log(&self) -> &crate::log_ring::LogRing {
+        &self.inner.log
     }
 
     /// The current status.
@@ -917,11 +925,12 @@ impl SupInner {
             runaway.0.kill_group();
         }));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
-        let tail = stderr::collect_shared(
+        let tail = stderr::collect_logged(
             peer.plugin().clone(),
             stderr,
             self.config.stderr_tail,
             redact,
+            self.log.clone(),
         );
 
         // The reaper notices the exit at once and fails every pending call.

@@ -25,6 +25,7 @@ mod config_sections_tests;
 pub mod config_watch;
 pub mod deno;
 pub mod embed;
+pub mod events;
 pub mod hooks;
 mod host_api;
 pub mod host_secrets;
@@ -41,6 +42,7 @@ pub mod plugin_config;
 pub mod recall;
 pub mod registry;
 pub mod risk;
+pub mod settings_form;
 pub mod skills;
 #[cfg(test)]
 mod test_json;
@@ -416,6 +418,8 @@ struct RtInner {
     mcp_requests: mcp_requests::RequestsState,
     /// Invocation records of every tool call ([`invocations`]).
     invocations: invocations::Recorder,
+    /// The change feed of live surfaces ([`events`]).
+    events: events::Events,
     /// The processes of installed packages, started by calls through
     /// bindings ([`bindings_rt`]).
     packages: bindings_rt::PackageProcs,
@@ -510,6 +514,7 @@ impl Runtime {
             plugins.insert(id, supervised);
         }
         let dir_for_packages = dir.clone();
+        let events = events::Events::default();
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
@@ -530,7 +535,8 @@ impl Runtime {
                 mcp_stateless: services.mcp_stateless.clone(),
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
-                invocations: invocations::Recorder::start(&store),
+                invocations: invocations::Recorder::start(&store).with_events(events.sender()),
+                events,
                 packages: bindings_rt::PackageProcs::new(
                     &dir_for_packages,
                     store.clone(),
@@ -656,6 +662,13 @@ impl Runtime {
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
+    }
+
+    /// One plugin with only what [`Runtime::plugin_list`] fills in (its row
+    /// of `GET /v1/plugins`).
+    pub fn plugin_brief(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.store.approval(id)?;
+        self.brief(id, approval)
     }
 
     /// One plugin's report.

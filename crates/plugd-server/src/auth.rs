@@ -146,6 +146,10 @@ pub fn required(method: &Method, path: &str) -> Right {
     if let Some(right) = crate::bindings::required(method, path) {
         return right;
     }
+    // The console's settings form: the operator's, like `:reconfigure`.
+    if *method == Method::PUT && path.starts_with("/v1/plugins/") && path.ends_with("/config") {
+        return Right::Govern;
+    }
     if *method != Method::POST {
         return Right::Admin;
     }
@@ -166,6 +170,9 @@ pub fn required(method: &Method, path: &str) -> Right {
         "/console/logout" => Right::Read,
         p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
         p if p.starts_with("/v1/approvals/") => Right::Govern,
+        p if p.starts_with("/v1/tools/") && (p.ends_with(":enable") || p.ends_with(":disable")) => {
+            Right::Govern
+        }
         "/v1/plugin-packages" => Right::Govern,
         p if p.starts_with("/v1/plugin-packages/") && p.ends_with(":restart") => Right::Govern,
         p if p.starts_with("/v1/marketplace/") && p.ends_with(":install") => Right::Govern,
@@ -624,6 +631,15 @@ mod tests {
             Right::Read
         );
         assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
+        assert_eq!(required(&post, "/v1/tools/x/y:disable"), Right::Govern);
+        assert_eq!(required(&post, "/v1/tools/x/y:enable"), Right::Govern);
+        assert_eq!(
+            required(&Method::PUT, "/v1/plugins/a/b/config"),
+            Right::Govern
+        );
+        assert_eq!(required(&Method::PUT, "/v1/plugins/a"), Right::Admin);
+        assert_eq!(required(&Method::GET, "/v1/plugins/a/logs"), Right::Read);
+        assert_eq!(required(&Method::GET, "/v1/events"), Right::Read);
         assert_eq!(required(&post, "/v1/plugin-tools/x:invoke"), Right::Invoke);
         assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
         assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);

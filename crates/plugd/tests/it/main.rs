@@ -11,6 +11,7 @@ mod broker;
 mod cgroup;
 mod channels;
 mod cli;
+mod console_api;
 mod console_login;
 mod ctl;
 mod deno;
