@@ -11,6 +11,7 @@ const state = {
   events: null, // EventSource
   poll: null,
   view: null, // {name, arg, refresh()}
+  settingsNote: null, // {id, text, at}: the last settings save's outcome
   logStream: null,
 };
 
@@ -57,7 +58,7 @@ function toast(text, kind = 'info') {
 }
 
 function button(label, onclick, opts = {}) {
-  return h('button', {type: 'button', class: opts.class, onclick: async (e) => {
+  return h('button', {type: 'button', class: opts.class, 'aria-label': opts.label, onclick: async (e) => {
     const b = e.currentTarget;
     b.disabled = true;
     try { await onclick(e); } catch (err) { toast(errorText(err), 'error'); } finally { b.disabled = false; }
@@ -468,7 +469,11 @@ function settingsSection(id, cfg, redraw) {
     return sec;
   }
   const editable = can.govern();
-  const status = h('p', {id: 'settings-status', role: 'status'});
+  // What the last save said survives the redraw that live updates cause.
+  const note = state.settingsNote;
+  const status = h('p', {id: 'settings-status', role: 'status'},
+    note && note.id === id && Date.now() - note.at < 15000 ? note.text : '');
+  const say = (text) => { status.textContent = text; state.settingsNote = {id, text, at: Date.now()}; };
   const form = h('form', {id: 'settings', novalidate: true});
   const containers = new Map();
   const groups = new Map();
@@ -488,6 +493,15 @@ function settingsSection(id, cfg, redraw) {
     const values = formValues(form, fields, true);
     for (const f of fields) containers.get(f.key).hidden = !shown(f, values);
   };
+  form.addEventListener('click', async (e) => {
+    const key = e.target?.dataset?.unset;
+    if (!key) return;
+    try {
+      await api('PUT', `/v1/plugins/${enc(id)}/config`, {values: {[key]: null}});
+      say(`Removed the stored ${key}.`);
+      await redraw();
+    } catch (x) { say(`Not removed: ${x.message}`); }
+  });
   form.addEventListener('input', applyShowWhen);
   form.addEventListener('change', applyShowWhen);
   applyShowWhen();
@@ -498,19 +512,18 @@ function settingsSection(id, cfg, redraw) {
       for (const el of form.querySelectorAll('.field-error')) el.textContent = '';
       status.textContent = '';
       const local = localProblems(form, fields);
-      if (local.length) { showProblems(form, local); status.textContent = 'Not saved: fix the fields marked.'; return; }
+      if (local.length) { showProblems(form, local); say('Not saved: fix the fields marked.'); return; }
       const sub = form.querySelector('button[type=submit]');
       sub.disabled = true;
       try {
         const r = await api('PUT', `/v1/plugins/${enc(id)}/config`, {values: formValues(form, fields, false)});
-        status.textContent = `Saved${r.applied ? ` (${String(r.applied).replace(/_/g, ' ')})` : ''}.`;
+        say(`Saved${r.applied ? ` (${String(r.applied).replace(/_/g, ' ')})` : ''}.`);
+        document.activeElement?.blur();
         await redraw();
-        const again = document.getElementById('settings-status');
-        if (again) again.textContent = status.textContent;
       } catch (x) {
         const problems = x.details?.problems || [];
         if (problems.length) showProblems(form, problems);
-        status.textContent = `Not saved: ${x.message}`;
+        say(`Not saved: ${x.message}`);
       } finally { sub.disabled = false; }
     });
   } else form.append(h('p', {class: 'muted'}, 'Your role may read the settings but not change them.'));
@@ -563,7 +576,9 @@ function fieldControl(f, editable) {
   return h('div', {class: `field type-${f.type}`, dataset: {field: f.key}},
     h('label', {for: id}, f.label || f.key, f.required ? h('span', {class: 'req', 'aria-label': 'required'}, ' *') : null),
     control,
-    f.type === 'secret' ? h('span', {class: 'secret-state', dataset: {for: f.key}}, f.set ? 'set' : 'unset') : null,
+    f.type === 'secret' ? h('span', {class: 'secret-row'},
+      h('span', {class: 'secret-state', dataset: {for: f.key}}, f.set ? 'set' : 'unset'),
+      editable && f.set ? h('button', {type: 'button', class: 'link-button', dataset: {unset: f.key}}, `Remove stored ${f.label || f.key}`) : null) : null,
     h('span', {id: `${id}-desc`, class: 'desc'}, [f.description, f.source === 'default' && f.type !== 'secret' ? '(default)' : null].filter(Boolean).join(' ')),
     h('span', {id: errId, class: 'field-error', dataset: {for: f.key}, role: 'alert'}));
 }
@@ -644,7 +659,7 @@ function toolsTable(tools) {
         toast(`${enabled ? 'Disabled' : 'Enabled'} ${t.name}`);
         await loadTools();
         state.view?.refresh?.();
-      }) : null;
+      }, {label: `${enabled ? 'Disable' : 'Enable'} ${t.name}`}) : null;
       return h('tr', {dataset: {tool: t.name}, class: enabled ? null : 'disabled'},
         h('th', {scope: 'row'}, h('a', {href: `#/tools/${t.name}`}, t.name)),
         h('td', {}, t.plugin),
@@ -810,8 +825,8 @@ async function approvalsView(_arg, view) {
         h('td', {}, h('pre', {class: 'args'}, typeof a.args_preview === 'string' ? a.args_preview : pretty(a.args_preview))),
         h('td', {class: 'waiting', dataset: {since: a.requested_at}}, fmtAge(a.requested_at)),
         h('td', {}, can.govern() ? h('div', {class: 'actions'},
-          button('Approve', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:approve`, {}); toast(`Approved ${a.tool}`); await draw(); }),
-          button('Deny', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:deny`, {reason: 'denied in the console'}); toast(`Denied ${a.tool}`); await draw(); }, {class: 'danger'})) : null)))))) :
+          button('Approve', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:approve`, {}); toast(`Approved ${a.tool}`); await draw(); }, {label: `Approve the call of ${a.tool}`}),
+          button('Deny', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:deny`, {reason: 'denied in the console'}); toast(`Denied ${a.tool}`); await draw(); }, {class: 'danger', label: `Deny the call of ${a.tool}`})) : null)))))) :
       h('p', {id: 'approvals-empty', class: 'muted'}, 'Nothing waits for approval.');
     render(h('h1', {}, 'Approvals'), h('p', {}, 'Calls of high and critical tools wait here until an operator decides.'), table);
   };
