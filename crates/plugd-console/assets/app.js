@@ -380,19 +380,24 @@ async function pluginView(id, view) {
     }
     const perms = p.permissions || {};
     const sandbox = [perms.mechanism, perms.mechanism_detail].filter(Boolean).join(': ') || 'none';
-    const baseline = perms.baseline ? `${perms.baseline.state}${perms.baseline.mechanism ? ` (${perms.baseline.mechanism})` : ''}` : 'n/a';
+    const baseline = perms.baseline ? `${perms.baseline.state}${perms.baseline.mechanism && perms.baseline.mechanism !== '-' ? ` (${perms.baseline.mechanism})` : ''}` : 'n/a';
     const consent = h('section', {id: 'consent', 'aria-labelledby': 'consent-h'},
       h('h2', {id: 'consent-h'}, p.approved ? 'What was approved' : 'What approving runs'),
       kv([
         ['Command line', h('pre', {id: 'command-line'}, (p.command || []).join(' ') || '(none)')],
         ['Working directory', h('code', {}, p.cwd || p.dir || '')],
         ['Environment', h('pre', {id: 'environment'}, Object.entries(p.env || {}).map(([k, v]) => `${k}=${v}`).join('\n') || '(empty)')],
-        ['Sandbox', h('span', {id: 'sandbox'}, `${sandbox}; network ${perms.network ?? 'n/a'}; baseline containment ${baseline}`)],
+        ['Sandbox', h('span', {id: 'sandbox'}, `${sandbox}; network ${perms.network ?? 'n/a'}; runs as ${perms.user || "plugd's user"}`)],
         ['Reads', (perms.read_only || []).join(', ') || '(none)'],
         ['Writes', (perms.writable || []).join(', ') || '(none)'],
+        ['Limits', limitsText(perms.limits)],
+        ['Baseline containment', h('pre', {id: 'baseline'}, baselineText(perms.baseline, baseline))],
+        perms.process_tracking ? ['Process tracking', perms.process_tracking] : null,
         ['Permissions per export', h('pre', {id: 'permissions'}, permissionsText(p))],
         ['Signature', h('span', {id: 'signature'}, signatureText(p.signature))],
         ['Digest', h('code', {id: 'digest'}, p.digest || '')],
+        ['Approved', p.approval ? `by ${p.approval.approved_by} at ${p.approval.approved_at}${p.approval.digest !== p.digest ? ` (digest ${String(p.approval.digest).slice(0, 19)}…, files changed since)` : ''}` : 'no'],
+        ['Start', p.start || 'lazy'],
         p.warnings?.length ? ['Warnings', h('ul', {}, p.warnings.map((w) => h('li', {}, w)))] : null,
       ]));
     const c = counters(p);
@@ -419,13 +424,32 @@ async function pluginView(id, view) {
 
 function permissionsText(p) {
   const lines = [];
-  for (const [tool, risk] of Object.entries(p.tool_risks || {})) lines.push(`${tool}: risk ${typeof risk === 'object' ? pretty(risk) : risk}`);
-  for (const v of p.permissions?.vai || []) lines.push(typeof v === 'string' ? v : JSON.stringify(v));
-  if (p.permissions?.limits) {
-    const l = Object.entries(p.permissions.limits).filter(([, v]) => v !== null).map(([k, v]) => `${k}=${v}`);
-    if (l.length) lines.push(`limits: ${l.join(', ')}`);
+  for (const [tool, r] of Object.entries(p.tool_risks || {})) {
+    const risk = typeof r === 'object' && r ? `${r.risk} (${r.source})${r.enabled === false ? ', disabled' : ''}` : String(r);
+    lines.push(`${tool}: risk ${risk}`);
   }
+  for (const v of p.permissions?.vai || []) {
+    if (v && typeof v === 'object' && v.export) {
+      const fmt = (o) => Object.entries(o || {}).map(([k, x]) => `${k} ${x}`).join(', ');
+      lines.push(`${v.export}: requested ${fmt(v.requested)}; granted ${fmt(v.granted)}`);
+    } else lines.push(typeof v === 'string' ? v : JSON.stringify(v));
+  }
+  for (const n of p.permissions?.notes || []) lines.push(`note: ${n}`);
   return lines.join('\n') || '(no per-export permissions declared)';
+}
+
+function limitsText(limits) {
+  const l = Object.entries(limits || {}).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => `${k.replace(/_/g, ' ')} ${v}`);
+  return l.join(', ') || 'none';
+}
+
+function baselineText(b, summary) {
+  if (!b) return 'n/a';
+  const lines = [summary];
+  if (b.hidden?.length) lines.push(`hidden: ${b.hidden.join(', ')}`);
+  if (b.allowed?.length) lines.push(`except: ${b.allowed.join(', ')}`);
+  if (b.detail) lines.push(`note: ${b.detail}`);
+  return lines.join('\n');
 }
 
 function signatureText(sig) {
