@@ -18,6 +18,7 @@ pub mod cgroup;
 pub mod dialect;
 pub mod extensions;
 pub mod launch;
+pub mod log_ring;
 pub mod log_stats;
 pub mod native;
 pub mod native_host;

@@ -125,6 +125,8 @@ pub struct StderrTail {
     cap: usize,
     redact: SharedRedact,
     suppressed: Arc<std::sync::atomic::AtomicU64>,
+    /// The operator's log of the plugin, fed every kept line.
+    ring: Option<crate::log_ring::LogRing>,
 }
 
 impl StderrTail {
@@ -171,6 +173,9 @@ impl StderrTail {
         for line in l.iter_mut() {
             *line = crate::launch::scrub(line, &all);
         }
+        if let Some(ring) = &self.ring {
+            ring.redact(&all);
+        }
     }
 }
 
@@ -214,6 +219,25 @@ pub fn collect_shared<R: AsyncRead + Unpin + Send + 'static>(
     collect_budgeted(plugin, stderr, cap, redact, LogBudget::from_env())
 }
 
+/// Like [`collect_shared`], also feeding every line (cut and scrubbed) to
+/// `ring`, the plugin's log that outlives this run.
+pub fn collect_logged<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: SharedRedact,
+    ring: crate::log_ring::LogRing,
+) -> StderrTail {
+    collect_inner(
+        plugin,
+        stderr,
+        cap,
+        redact,
+        LogBudget::from_env(),
+        Some(ring),
+    )
+}
+
 /// Like [`collect_shared`] with an explicit [`LogBudget`].
 pub fn collect_budgeted<R: AsyncRead + Unpin + Send + 'static>(
     plugin: Arc<str>,
@@ -221,6 +245,17 @@ pub fn collect_budgeted<R: AsyncRead + Unpin + Send + 'static>(
     cap: usize,
     redact: SharedRedact,
     budget: LogBudget,
+) -> StderrTail {
+    collect_inner(plugin, stderr, cap, redact, budget, None)
+}
+
+fn collect_inner<R: AsyncRead + Unpin + Send + 'static>(
+    plugin: Arc<str>,
+    stderr: R,
+    cap: usize,
+    redact: SharedRedact,
+    budget: LogBudget,
+    ring: Option<crate::log_ring::LogRing>,
 ) -> StderrTail {
     let lines = Arc::new(Mutex::new(VecDeque::with_capacity(cap)));
     let (done_tx, done) = watch::channel(false);
@@ -231,6 +266,7 @@ pub fn collect_budgeted<R: AsyncRead + Unpin + Send + 'static>(
         cap,
         redact: redact.clone(),
         suppressed: suppressed.clone(),
+        ring: ring.clone(),
     };
     tokio::spawn(async move {
         let mut frames = FramedRead::new(stderr, FrameDecoder::new(Framing::Lines, MAX_LINE));
@@ -276,6 +312,9 @@ pub fn collect_budgeted<R: AsyncRead + Unpin + Send + 'static>(
             };
             if meter.admit(&plugin) {
                 emit(&plugin, &line);
+            }
+            if let Some(ring) = &ring {
+                ring.push(&line);
             }
             if cap > 0 {
                 let mut l = lines.lock().unwrap_or_else(|p| p.into_inner());

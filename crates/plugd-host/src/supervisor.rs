@@ -388,6 +388,11 @@ struct SupInner {
     catalog_dirty: std::sync::atomic::AtomicBool,
     /// A caller waits for the start queued at the gate: let it skip the queue.
     urgent: tokio::sync::Notify,
+    /// Restarts after a crash or a failed start since this plugin was loaded
+    /// (never reset, unlike the budget).
+    restarts_total: std::sync::atomic::AtomicU64,
+    /// The operator's log of its stderr, kept across runs.
+    log: crate::log_ring::LogRing,
 }
 
 impl std::fmt::Debug for Supervised {
@@ -422,6 +427,8 @@ impl Supervised {
                 status: watch::channel(Status::Idle).0,
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
                 urgent: tokio::sync::Notify::new(),
+                restarts_total: std::sync::atomic::AtomicU64::new(0),
+                log: crate::log_ring::LogRing::default(),
             }),
         }
     }
@@ -429,6 +436,11 @@ impl Supervised {
     /// The plugin's spec.
     pub fn spec(&self) -> &Arc<PluginSpec> {
         &self.inner.spec
+    }
+
+    /// The plugin's recent stderr, across its runs (for operators).
+    pub fn log(&self) -> &crate::log_ring::LogRing {
+        &self.inner.log
     }
 
     /// The current status.
@@ -439,6 +451,14 @@ impl Supervised {
     /// A receiver of status changes.
     pub fn watch(&self) -> watch::Receiver<Status> {
         self.inner.status.subscribe()
+    }
+
+    /// How many times plugd restarted this plugin after a crash or a failed
+    /// start since it was loaded (operator restarts not counted).
+    pub fn restarts(&self) -> u64 {
+        self.inner
+            .restarts_total
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counters of the current connection, if running.
@@ -905,11 +925,12 @@ impl SupInner {
             runaway.0.kill_group();
         }));
         let peer = Peer::start(peer_config, stdout, stdin, setup.handler);
-        let tail = stderr::collect_shared(
+        let tail = stderr::collect_logged(
             peer.plugin().clone(),
             stderr,
             self.config.stderr_tail,
             redact,
+            self.log.clone(),
         );
 
         // The reaper notices the exit at once and fails every pending call.
@@ -1127,6 +1148,8 @@ impl SupInner {
             .saturating_mul(2u32.saturating_pow(ctl.restarts))
             .min(sup.backoff_max);
         ctl.restarts += 1;
+        self.restarts_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         ctl.slot = Slot::Backoff;
         let epoch = ctl.epoch;
         tracing::warn!(plugin = %self.spec.id, attempt = ctl.restarts, delay_ms = delay.as_millis() as u64,

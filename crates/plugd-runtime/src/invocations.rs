@@ -119,6 +119,8 @@ enum Msg {
 /// Writes invocation records on its own thread; see the module docs.
 pub struct Recorder {
     store: Arc<Store>,
+    /// Live surfaces: each record as it is taken ([`crate::events`]).
+    events: Option<tokio::sync::broadcast::Sender<crate::events::RtEvent>>,
     tx: Mutex<Option<SyncSender<Msg>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     stats: Arc<InvocationStats>,
@@ -161,10 +163,20 @@ impl Recorder {
         };
         Recorder {
             store,
+            events: None,
             tx: Mutex::new(tx),
             thread: Mutex::new(thread),
             stats,
         }
+    }
+
+    /// Sends every record taken from now on to `events` too.
+    pub(crate) fn with_events(
+        mut self,
+        events: tokio::sync::broadcast::Sender<crate::events::RtEvent>,
+    ) -> Recorder {
+        self.events = Some(events);
+        self
     }
 
     /// The counters.
@@ -194,6 +206,13 @@ impl Recorder {
     }
 
     fn submit(&self, record: Box<InvocationRecord>) {
+        if let Some(events) = &self.events
+            && events.receiver_count() > 0
+        {
+            let _ = events.send(crate::events::RtEvent::Invocation(Arc::new(
+                (*record).clone(),
+            )));
+        }
         let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let record = match tx {
             Some(tx) => match tx.try_send(Msg::Record(record)) {

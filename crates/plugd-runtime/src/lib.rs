@@ -25,6 +25,7 @@ mod config_sections_tests;
 pub mod config_watch;
 pub mod deno;
 pub mod embed;
+pub mod events;
 pub mod hooks;
 mod host_api;
 pub mod host_secrets;
@@ -41,6 +42,7 @@ pub mod plugin_config;
 pub mod recall;
 pub mod registry;
 pub mod risk;
+pub mod settings_form;
 pub mod skills;
 #[cfg(test)]
 mod test_json;
@@ -232,6 +234,9 @@ pub struct PluginInfo {
     pub error: Option<String>,
     /// Tools it contributes (from the live or cached catalog).
     pub tools: Vec<String>,
+    /// Restarts after a crash or a failed start since serve loaded it.
+    #[serde(default)]
+    pub restarts: u64,
     /// Detailed supervisor status.
     pub status: Option<Status>,
     /// Digest of the plugin directory now.
@@ -413,6 +418,8 @@ struct RtInner {
     mcp_requests: mcp_requests::RequestsState,
     /// Invocation records of every tool call ([`invocations`]).
     invocations: invocations::Recorder,
+    /// The change feed of live surfaces ([`events`]).
+    events: events::Events,
     /// The processes of installed packages, started by calls through
     /// bindings ([`bindings_rt`]).
     packages: bindings_rt::PackageProcs,
@@ -507,6 +514,7 @@ impl Runtime {
             plugins.insert(id, supervised);
         }
         let dir_for_packages = dir.clone();
+        let events = events::Events::default();
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
@@ -527,7 +535,8 @@ impl Runtime {
                 mcp_stateless: services.mcp_stateless.clone(),
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
-                invocations: invocations::Recorder::start(&store),
+                invocations: invocations::Recorder::start(&store).with_events(events.sender()),
+                events,
                 packages: bindings_rt::PackageProcs::new(
                     &dir_for_packages,
                     store.clone(),
@@ -655,6 +664,13 @@ impl Runtime {
         Ok(out)
     }
 
+    /// One plugin with only what [`Runtime::plugin_list`] fills in (its row
+    /// of `GET /v1/plugins`).
+    pub fn plugin_brief(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.store.approval(id)?;
+        self.brief(id, approval)
+    }
+
     /// One plugin's report.
     pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
         let approval = self.inner.store.approval(id)?;
@@ -773,6 +789,9 @@ impl Runtime {
             dir: spec.dir.clone(),
             error,
             tools,
+            restarts: sup.restarts(),
+            // Counters are atomics of the live connection: cheap to read.
+            stats: sup.stats(),
             status: Some(status),
             digest: digest.ok(),
             approval: approval.map(|a| ApprovalInfo {
@@ -1187,6 +1206,7 @@ fn unread_info(why: &str) -> PluginInfo {
         dir: PathBuf::new(),
         error: None,
         tools: Vec::new(),
+        restarts: 0,
         status: None,
         digest: None,
         approval: None,

@@ -29,9 +29,9 @@ pub(crate) fn fields(spec: &PluginSpec) -> Vec<Field> {
         key,
         kind: Kind::Secret,
         required,
-        default: None,
-        show_when: None,
-        schema: None,
+        label: Some("OAuth credentials".to_owned()),
+        description: Some("the tokens of `plugd mcp login`, sealed".to_owned()),
+        ..Field::default()
     };
     let _ = mcp;
     vec![secret(OAUTH_KEY.to_owned(), false)]

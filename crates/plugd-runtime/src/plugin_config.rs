@@ -45,9 +45,10 @@ use crate::{Runtime, RuntimeError};
 pub const MASK: &str = "••••";
 
 /// The type of one setting.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub enum Kind {
     /// Free text.
+    #[default]
     String,
     /// Free text, stored encrypted and never shown.
     Secret,
@@ -64,7 +65,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn name(&self) -> &'static str {
+    /// The type's name (`string`, `secret`, `boolean`, `integer`, `number`,
+    /// `select`, `json`).
+    pub fn name(&self) -> &'static str {
         match self {
             Kind::String => "string",
             Kind::Secret => "secret",
@@ -78,7 +81,7 @@ impl Kind {
 }
 
 /// One setting a plugin declares.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Field {
     /// The key the plugin receives the value under.
     pub key: String,
@@ -92,6 +95,15 @@ pub struct Field {
     pub show_when: Option<Value>,
     /// The native property schema, checked on every set.
     pub schema: Option<Value>,
+    /// What the settings form calls it (Salmex `label`, JSON Schema `title`).
+    pub label: Option<String>,
+    /// What it is for (Salmex and JSON Schema `description`).
+    pub description: Option<String>,
+    /// The section of the settings form it belongs to (Salmex `group`).
+    pub group: Option<String>,
+    /// A select's options with their labels (the value when none), in
+    /// manifest order.
+    pub options: Vec<(String, String)>,
 }
 
 /// Every setting of a plugin, and the whole-object JSON Schema (native).
@@ -109,7 +121,7 @@ pub struct ConfigSchema {
 }
 
 impl ConfigSchema {
-    fn field(&self, key: &str) -> Option<&Field> {
+    pub(crate) fn field(&self, key: &str) -> Option<&Field> {
         self.fields.iter().find(|f| f.key == key)
     }
 }
@@ -140,6 +152,19 @@ pub fn schema_of(spec: &PluginSpec) -> ConfigSchema {
                     default: f.default.clone(),
                     show_when: f.show_when.clone(),
                     schema: None,
+                    label: f.label.clone(),
+                    description: f.description.clone(),
+                    group: f.group.clone(),
+                    options: f
+                        .options
+                        .iter()
+                        .map(|o| {
+                            (
+                                o.value.clone(),
+                                o.label.clone().unwrap_or_else(|| o.value.clone()),
+                            )
+                        })
+                        .collect(),
                 })
                 .collect();
             ConfigSchema {
@@ -156,12 +181,14 @@ pub fn schema_of(spec: &PluginSpec) -> ConfigSchema {
                     let key = format!("secret_slots.{slot}");
                     if !fields.iter().any(|f| f.key == key) {
                         fields.push(Field {
+                            label: Some(format!("Secret slot {slot}")),
+                            description: Some(format!(
+                                "the value of secret slot {slot:?}, which export {:?} declares",
+                                e.id
+                            )),
                             key,
                             kind: Kind::Secret,
-                            required: false,
-                            default: None,
-                            show_when: None,
-                            schema: None,
+                            ..Field::default()
                         });
                     }
                 }
@@ -230,17 +257,19 @@ fn properties(schema: &Value) -> Vec<Field> {
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, p) in props {
             let ty = p.get("type").and_then(Value::as_str);
+            let mut options = Vec::new();
             let kind = if is_secret_property(p) {
                 Kind::Secret
             } else if let Some(opts) = p.get("enum").and_then(Value::as_array)
                 && opts.iter().all(Value::is_string)
             {
-                Kind::Select(
-                    opts.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect(),
-                )
+                let values: Vec<String> = opts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect();
+                options = values.iter().map(|v| (v.clone(), v.clone())).collect();
+                Kind::Select(values)
             } else {
                 match ty {
                     Some("string") => Kind::String,
@@ -257,6 +286,13 @@ fn properties(schema: &Value) -> Vec<Field> {
                 default: p.get("default").cloned(),
                 show_when: None,
                 schema: Some(p.clone()),
+                label: p.get("title").and_then(Value::as_str).map(str::to_owned),
+                description: p
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                group: None,
+                options,
             });
         }
     }
@@ -831,10 +867,7 @@ mod tests {
         Field {
             key: "k".into(),
             kind,
-            required: false,
-            default: None,
-            show_when: None,
-            schema: None,
+            ..Field::default()
         }
     }
 

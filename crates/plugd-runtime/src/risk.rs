@@ -907,6 +907,8 @@ impl Approver for ApprovalQueue {
                 }
             };
             let id = record.id.clone();
+            // Live surfaces (`GET /v1/events`) re-count the pending calls.
+            self.decided.notify_waiters();
             tracing::warn!(
                 approval = %id, tool = %request.tool, plugin = %request.plugin, risk = %request.risk,
                 "call waits for approval: POST /v1/approvals/{id}:approve or :deny (or `plugd approvals approve {id}`)"

@@ -40,6 +40,7 @@
 //! | `GET /v1/plugin-packages/{id}`     | one: `sha256:DIGEST`, `ID@VERSION` or `ID` (its highest version); see [`packages`] |
 //! | `POST /v1/plugin-packages`         | `{"source": "oci://…", "insecure"?}` → pull and install (operator); 201 new, 200 installed already |
 //! | `POST /v1/plugin-packages/{id}:restart` | `{}` → `plugd package restart`: clears the failure and restart budget of its process (operator; org tokens refused); the record plus `had_process` |
+//! | `GET`/`PUT /v1/plugins/{id}/config`, `GET /v1/plugins/{id}/logs`, `POST /v1/tools/{name}:enable\|disable`, `GET /v1/tools?all=true`, `GET /v1/events` | the operator console's; see [`console_api`] |
 //! | `POST /v1/plugin-tools/{export_id}:invoke` | `{"input", "session_id"?, "project_id"?, "org_id"?}` → the tool's result, through the binding of the caller's scope (agent); see [`binding_calls`] |
 //!
 //! A `by` member in a body is ignored: who did something is always the
@@ -66,8 +67,11 @@ pub mod approvals;
 pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
+mod console;
+pub mod console_api;
 pub mod error;
 pub mod invocations;
+mod invoke_stream;
 pub mod listen;
 pub mod marketplace;
 pub mod mcp;
@@ -81,7 +85,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -193,6 +197,7 @@ pub struct AppState {
     auth: Arc<auth::AuthConfig>,
     mcp: Option<Arc<mcp::McpHttp>>,
     audit: Arc<plugd_store::tokens::AuditWriter>,
+    console: Arc<plugd_console::Sessions>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -236,6 +241,7 @@ impl AppState {
             auth,
             mcp,
             audit,
+            console: Arc::default(),
         }
     }
 
@@ -267,8 +273,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/plugins", get(list_plugins))
         .route(
             "/v1/plugins/{*action}",
-            post(plugin_action).get(plugin_show),
+            post(plugin_action)
+                .get(plugin_get)
+                .put(console_api::plugin_put),
         )
+        .route("/v1/events", get(console_api::events))
         .route("/v1/tools", get(list_tools))
         .route("/v1/skills", get(list_skills))
         .route("/v1/skills/{*path}", get(show_skill))
@@ -298,6 +307,7 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(marketplace::routes())
         .merge(invocations::routes())
+        .merge(console::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -416,6 +426,11 @@ pub struct PluginRow<'a> {
     pub dir: &'a std::path::Path,
     /// Why it is invalid, changed or failed.
     pub error: Option<&'a str>,
+    /// Restarts after a crash or a failed start since serve loaded it.
+    pub restarts: u64,
+    /// The live connection's counters (shed notifications, junk and
+    /// oversized frames), when it runs.
+    pub stats: Option<&'a plugd_host::PeerStats>,
 }
 
 impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
@@ -429,6 +444,8 @@ impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
             tools: &p.tools,
             dir: &p.dir,
             error: p.error.as_deref(),
+            restarts: p.restarts,
+            stats: p.stats.as_ref(),
         }
     }
 }
@@ -459,8 +476,10 @@ pub enum PluginAction {
     /// `:restart`.
     Restart,
     /// `:reconfigure`: apply the settings stored by `plugd plugin config`
-    /// (Salmex `config/changed`, others restarted). Values never travel
-    /// over HTTP: both processes read the same state database.
+    /// (Salmex `config/changed`, others restarted). The CLI sends no value
+    /// over HTTP: both processes read the same state database (the
+    /// console's `PUT /v1/plugins/{id}/config` is the route that carries
+    /// values, see [`console_api`]).
     Reconfigure,
     /// `:stop`: an operator stop that holds until `:start`.
     Stop,
@@ -537,6 +556,8 @@ async fn plugin_action(
             rt.plugin(id)?
         }
     };
+    // Approvals and settings change a row without a status change.
+    rt.plugin_changed(id);
     let mut row = serde_json::to_value(PluginRow::from(&info)).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -569,18 +590,38 @@ async fn plugin_action(
 }
 
 /// `GET /v1/plugins/{id}`: everything `plugd plugin show --json` prints, from
-/// serve's runtime (live counters included).
-async fn plugin_show(
+/// serve's runtime (live counters included); `{id}/config` and `{id}/logs`
+/// are the console's ([`console_api`]).
+async fn plugin_get(
     State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<PluginInfo>, ApiError> {
-    Ok(Json(state.runtime.plugin(&id)?))
+    Path(rest): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match console_api::split_get(&state, &rest) {
+        console_api::PluginGet::Show(id) => Ok(Json(state.runtime.plugin(id)?).into_response()),
+        console_api::PluginGet::Config(id) => console_api::config_get(&state, id),
+        console_api::PluginGet::Logs(id) => {
+            console_api::logs(&state, id, query.as_deref(), &headers)
+        }
+    }
 }
 
-async fn list_tools(State(state): State<AppState>) -> Result<Response, ApiError> {
-    // What an agent may call: disabled tools are left out.
+async fn list_tools(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let mut rows = state.runtime.tool_views()?;
-    rows.retain(|t| t.enabled);
+    // What an agent may call: disabled tools are left out, unless
+    // `?all=true` (the console's tools page) asks for every one.
+    let all = query
+        .as_deref()
+        .unwrap_or("")
+        .split('&')
+        .any(|p| p == "all=true" || p == "all=1" || p == "all");
+    if !all {
+        rows.retain(|t| t.enabled);
+    }
     Ok(Json(rows).into_response())
 }
 
@@ -618,9 +659,23 @@ async fn invoke_tool(
     Path(path): Path<String>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     axum::Extension(who): axum::Extension<auth::Identity>,
     JsonBody(body): JsonBody<InvokeRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
+    for (suffix, enabled) in [(":enable", true), (":disable", false)] {
+        if let Some(name) = path.strip_suffix(suffix).filter(|n| !n.is_empty()) {
+            if body.args.is_some() || body.agent_id.is_some() {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    error::code::INVALID_BODY,
+                    format!("{suffix} takes no members; send {{}}"),
+                ));
+            }
+            return console_api::set_enabled(&state, name, enabled, &who)
+                .map(IntoResponse::into_response);
+        }
+    }
     let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
@@ -638,8 +693,11 @@ async fn invoke_tool(
         caller: Some(who.name),
         ..CallContext::default()
     };
+    if wants_sse(&headers) {
+        return Ok(invoke_stream::invoke(state, name.to_owned(), args, ctx));
+    }
     let result = state.runtime.call_tool_with(name, args, &ctx).await?;
-    Ok(Json(result))
+    Ok(Json(result).into_response())
 }
 
 /// The body of `POST /v1/hooks/{point}:run`.
@@ -710,7 +768,7 @@ pub struct MessageRequest {
     pub context: Option<HookContext>,
 }
 
-fn wants_sse(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()

@@ -293,6 +293,17 @@ pub struct Sealed {
     pub ciphertext: Vec<u8>,
 }
 
+/// One change of [`Store::config_write_all`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigWrite {
+    /// Store this plain value.
+    Plain(Value),
+    /// Store this sealed secret ([`MasterKey::seal`]).
+    Sealed(Sealed),
+    /// Remove the value (the default applies again).
+    Unset,
+}
+
 /// One stored configuration value.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StoredValue {
@@ -518,6 +529,54 @@ impl Store {
             )
             .map(drop)
             .map_err(|e| self.query_error(format!("set secret {key:?} of plugin {plugin:?}"), e))
+    }
+
+    /// Applies every write of `writes` to the settings of `plugin` in one
+    /// transaction: all of them are stored, or none (`PUT
+    /// /v1/plugins/{id}/config`).
+    pub fn config_write_all(
+        &self,
+        plugin: &str,
+        writes: &[(String, ConfigWrite)],
+    ) -> Result<(), StoreError> {
+        for (key, _) in writes {
+            check_names(plugin, key)?;
+        }
+        let action = || format!("set the config of plugin {plugin:?}");
+        let mut conn = self.lock();
+        let tx = conn
+            .transaction()
+            .map_err(|e| self.query_error(action(), e))?;
+        let now = crate::now_rfc3339();
+        for (key, write) in writes {
+            let r = match write {
+                ConfigWrite::Plain(v) => tx.execute(
+                    "INSERT OR REPLACE INTO plugin_config
+                     (plugin_id, key, value, key_id, nonce, ciphertext, updated_at)
+                     VALUES (?1, ?2, ?3, NULL, NULL, NULL, ?4)",
+                    params![plugin, key, v.to_string(), now],
+                ),
+                ConfigWrite::Sealed(sealed) => tx.execute(
+                    "INSERT OR REPLACE INTO plugin_config
+                     (plugin_id, key, value, key_id, nonce, ciphertext, updated_at)
+                     VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6)",
+                    params![
+                        plugin,
+                        key,
+                        sealed.key_id,
+                        sealed.nonce,
+                        sealed.ciphertext,
+                        now
+                    ],
+                ),
+                ConfigWrite::Unset => tx.execute(
+                    "DELETE FROM plugin_config WHERE plugin_id = ?1 AND key = ?2",
+                    params![plugin, key],
+                ),
+            };
+            r.map_err(|e| self.query_error(action(), e))?;
+        }
+        tx.commit().map_err(|e| self.query_error(action(), e))
     }
 
     /// Removes the value of `key`; `false` if none was set.

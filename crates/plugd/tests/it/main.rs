@@ -13,6 +13,8 @@ mod cgroup;
 mod channels;
 mod cli;
 mod console;
+mod console_api;
+mod console_login;
 mod ctl;
 mod deno;
 mod dexto;
