@@ -108,7 +108,6 @@ impl WebDriverCompatibleCommand for Extension {
 pub(crate) struct Browser {
     pub(crate) c: Client,
     driver: Child,
-    driver_log: PathBuf,
     /// The profile (`--user-data-dir`) and chromedriver's log.
     dir: tempfile::TempDir,
     /// Every request seen so far, by request id, in the order first seen.
@@ -223,7 +222,6 @@ impl Browser {
         let b = Browser {
             c,
             driver,
-            driver_log,
             dir,
             requests: Mutex::new((Vec::new(), BTreeMap::new())),
             _slot: slot,
@@ -241,11 +239,6 @@ impl Browser {
         let c = self.c.clone();
         let _ = tokio::time::timeout(Duration::from_secs(20), c.close()).await;
         kill_group(&mut self.driver);
-    }
-
-    /// chromedriver's log so far (for a failure message).
-    pub(crate) fn driver_log(&self) -> String {
-        std::fs::read_to_string(&self.driver_log).unwrap_or_default()
     }
 
     /// A scratch directory that lives as long as the browser.
@@ -542,7 +535,11 @@ impl Browser {
 
     /// The visible buttons whose text is `label` inside `scope` (a CSS
     /// selector; "body" for all).
-    pub(crate) async fn buttons(&self, scope: &str, label: &str) -> Vec<fantoccini::elements::Element> {
+    pub(crate) async fn buttons(
+        &self,
+        scope: &str,
+        label: &str,
+    ) -> Vec<fantoccini::elements::Element> {
         let v = self
             .c
             .find_all(Locator::Css(&format!("{scope} button")))
@@ -561,9 +558,10 @@ impl Browser {
     /// Clicks the one visible button `label` inside `scope`, waiting for it.
     pub(crate) async fn click_button(&self, scope: &str, label: &str) {
         let b = self
-            .wait_for(&format!("a button {label:?} in {scope}"), move || async move {
-                self.buttons(scope, label).await.into_iter().next()
-            })
+            .wait_for(
+                &format!("a button {label:?} in {scope}"),
+                move || async move { self.buttons(scope, label).await.into_iter().next() },
+            )
             .await;
         b.click()
             .await
