@@ -178,6 +178,16 @@ impl<'a> Console<'a> {
                 )
                 .await;
             let png = self.b.screenshot(&format!("{name}-{w}")).await;
+            if w == 390 && !WIDE_AT_390.contains(&name) {
+                let sw = self
+                    .b
+                    .js("return document.documentElement.scrollWidth;", vec![])
+                    .await;
+                assert!(
+                    sw.as_u64().unwrap() <= 390,
+                    "{name} is {sw} px wide on a 390 px screen"
+                );
+            }
             assert_eq!(png_size(&png), (w, h), "{name} at {w}");
         }
     }
@@ -187,6 +197,12 @@ impl<'a> Console<'a> {
         self.b.close().await;
     }
 }
+
+/// Screens that still scroll sideways at 390 px: every one with
+/// `table#tools`, whose "Actions" header is a `.sr-only` span
+/// (`position: absolute`) that escapes the table's `.scroll` box and widens
+/// the document (to 450-570 px). Remove a name once its screen fits.
+const WIDE_AT_390: &[&str] = &["plugin", "tools", "failed", "settings"];
 
 /// Presses Tab once (a real key event through WebDriver's actions).
 async fn tab(b: &Browser) {
