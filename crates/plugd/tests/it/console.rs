@@ -397,6 +397,34 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
         ["Plugins", "Tools", "Approvals", "Activity", "Packages"],
         "nav links by Tab"
     );
+
+    // "Log out" ends the session; `plugd console`'s one-time link logs in
+    // again (as serve's user), and works only once.
+    b.click_button("header", "Log out").await;
+    b.find("form#login input#token").await;
+    let r = b
+        .js("return fetch('/v1/plugins').then(r => r.status);", vec![])
+        .await;
+    assert_eq!(r, 401, "the session outlived Log out");
+    let o = ws.plugd(&["console"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let link = String::from_utf8_lossy(&o.stdout).trim().to_owned();
+    let link = link
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no link in {link:?}"))
+        .to_owned();
+    assert!(link.starts_with(&con.url("/console/login#code=")), "{link}");
+    // From another page: opened in a tab already on /console/login, the
+    // link only changes the fragment, and the page does not notice.
+    b.goto("about:blank").await;
+    b.goto(&link).await;
+    b.wait_text("#whoami", |t| t.contains("(admin)")).await;
+    b.find("table#plugins").await;
+    b.goto("about:blank").await;
+    b.goto(&link).await;
+    let msg = b.wait_text("#login-error", |t| !t.trim().is_empty()).await;
+    assert!(msg.contains("did not work"), "{msg}");
     con.close().await;
 }
 
