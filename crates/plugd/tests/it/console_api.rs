@@ -360,6 +360,23 @@ fn the_settings_form_shows_every_type_and_an_update_is_all_or_nothing() {
         good.as_bytes(),
     )
     .error(404, "unknown_plugin");
+    // A browser on another site cannot change settings, token or not.
+    for (h, v) in [
+        ("Origin", "http://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ] {
+        request_as(
+            &serve,
+            &operator,
+            "PUT",
+            &path,
+            &[("Content-Type", "application/json"), (h, v)],
+            Some(good.as_bytes()),
+        )
+        .error(403, "cross_origin");
+    }
+    request_as(&serve, "plugd_0000000000000000_00", "GET", &path, &[], None)
+        .error(401, "unauthenticated");
     // Only `/config` takes a PUT.
     let whole = format!("/v1/plugins/{PLUGIN}");
     put(&serve, &operator, &whole, good.as_bytes()).error(403, "forbidden");
