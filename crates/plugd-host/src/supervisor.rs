@@ -388,6 +388,9 @@ struct SupInner {
     catalog_dirty: std::sync::atomic::AtomicBool,
     /// A caller waits for the start queued at the gate: let it skip the queue.
     urgent: tokio::sync::Notify,
+    /// Restarts after a crash or a failed start since this plugin was loaded
+    /// (never reset, unlike the budget).
+    restarts_total: std::sync::atomic::AtomicU64,
     /// The operator's log of its stderr, kept across runs.
     log: crate::log_ring::LogRing,
 }
@@ -424,6 +427,7 @@ impl Supervised {
                 status: watch::channel(Status::Idle).0,
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
                 urgent: tokio::sync::Notify::new(),
+                restarts_total: std::sync::atomic::AtomicU64::new(0),
                 log: crate::log_ring::LogRing::default(),
             }),
         }
@@ -447,6 +451,14 @@ impl Supervised {
     /// A receiver of status changes.
     pub fn watch(&self) -> watch::Receiver<Status> {
         self.inner.status.subscribe()
+    }
+
+    /// How many times plugd restarted this plugin after a crash or a failed
+    /// start since it was loaded (operator restarts not counted).
+    pub fn restarts(&self) -> u64 {
+        self.inner
+            .restarts_total
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Counters of the current connection, if running.
@@ -1136,6 +1148,8 @@ impl SupInner {
             .saturating_mul(2u32.saturating_pow(ctl.restarts))
             .min(sup.backoff_max);
         ctl.restarts += 1;
+        self.restarts_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         ctl.slot = Slot::Backoff;
         let epoch = ctl.epoch;
         tracing::warn!(plugin = %self.spec.id, attempt = ctl.restarts, delay_ms = delay.as_millis() as u64,

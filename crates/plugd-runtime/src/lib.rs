@@ -234,6 +234,9 @@ pub struct PluginInfo {
     pub error: Option<String>,
     /// Tools it contributes (from the live or cached catalog).
     pub tools: Vec<String>,
+    /// Restarts after a crash or a failed start since serve loaded it.
+    #[serde(default)]
+    pub restarts: u64,
     /// Detailed supervisor status.
     pub status: Option<Status>,
     /// Digest of the plugin directory now.
@@ -786,6 +789,9 @@ impl Runtime {
             dir: spec.dir.clone(),
             error,
             tools,
+            restarts: sup.restarts(),
+            // Counters are atomics of the live connection: cheap to read.
+            stats: sup.stats(),
             status: Some(status),
             digest: digest.ok(),
             approval: approval.map(|a| ApprovalInfo {
@@ -1200,6 +1206,7 @@ fn unread_info(why: &str) -> PluginInfo {
         dir: PathBuf::new(),
         error: None,
         tools: Vec::new(),
+        restarts: 0,
         status: None,
         digest: None,
         approval: None,

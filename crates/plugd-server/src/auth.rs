@@ -11,7 +11,10 @@
 //!    not this listener's own gets `403 cross_origin` (no CORS, ever);
 //! 4. the identity: a Unix peer with serve's uid or root is the local admin;
 //!    any other uid gets `403`; on TCP `Authorization: Bearer plugd_…`
-//!    (`401 unauthenticated` without one, after a fixed delay when wrong);
+//!    (`401 unauthenticated` without one, after a fixed delay when wrong),
+//!    else the console's session cookie (`plugd_console`), whose
+//!    state-changing requests must echo the session's CSRF token
+//!    (`403 csrf`);
 //! 5. the route's [`Right`] against the identity's [`Role`]: `403 forbidden`
 //!    naming the role needed;
 //! 6. after the handler, a state-changing request is appended to the audit
@@ -163,6 +166,8 @@ pub fn required(method: &Method, path: &str) -> Right {
         .any(|a| p.rsplit_once(':').is_some_and(|(_, b)| b == *a))
     };
     match path {
+        // Anyone logged in may log out.
+        "/console/logout" => Right::Read,
         p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
         p if p.starts_with("/v1/approvals/") => Right::Govern,
         p if p.starts_with("/v1/tools/") && (p.ends_with(":enable") || p.ends_with(":disable")) => {
@@ -186,9 +191,11 @@ pub fn required(method: &Method, path: &str) -> Right {
     }
 }
 
-/// Paths anyone may `GET` without credentials.
+/// Paths anyone may reach without credentials: `GET /healthz`, and the
+/// console's page, assets and login (`plugd_console::is_public`).
 pub fn is_public(method: &Method, path: &str) -> bool {
-    (*method == Method::GET || *method == Method::HEAD) && path == "/healthz"
+    ((*method == Method::GET || *method == Method::HEAD) && path == "/healthz")
+        || plugd_console::is_public(method.as_str(), path)
 }
 
 /// How long a request with a wrong token waits before its `401`.
@@ -356,17 +363,20 @@ async fn identify(
     state: &AppState,
     peer: &Peer,
     headers: &HeaderMap,
-) -> Result<Identity, Response> {
+) -> Result<(Identity, Option<ConsoleSession>), Response> {
     let cfg = &state.auth;
     match peer {
         Peer::Unix { uid, pid } => {
             if *uid == cfg.owner_uid || *uid == 0 {
-                Ok(Identity {
-                    name: user_name(*uid),
-                    role: Role::Admin,
-                    mcp_profiles: None,
-                    tenant: None,
-                })
+                Ok((
+                    Identity {
+                        name: user_name(*uid),
+                        role: Role::Admin,
+                        mcp_profiles: None,
+                        tenant: None,
+                    },
+                    None,
+                ))
             } else {
                 tracing::warn!(uid, pid, "refused a socket peer of another user");
                 Err(forbidden(
@@ -379,11 +389,9 @@ async fn identify(
                 ))
             }
         }
-        Peer::Tcp { remote, .. } => {
+        Peer::Tcp { remote, local } => {
             let Some(value) = headers.get(header::AUTHORIZATION) else {
-                return Err(unauthenticated(format!(
-                    "this request needs a bearer token: {HOW_TO_GET_A_TOKEN}"
-                )));
+                return console_identity(state, *remote, *local, headers).await;
             };
             let token = value
                 .to_str()
@@ -393,33 +401,134 @@ async fn identify(
                     scheme.eq_ignore_ascii_case("bearer").then(|| t.trim())
                 })
                 .unwrap_or("");
-            let verdict = state.runtime.store().token_verify(token).map_err(|e| {
-                ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response()
-            })?;
-            match verdict {
-                Ok(info) => Ok(Identity {
-                    name: format!("token:{}", info.name),
-                    role: info.role,
-                    mcp_profiles: info.mcp_profiles,
-                    tenant: info.org_id.map(|org_id| plugd_store::tokens::Tenancy {
-                        org_id,
-                        project_ids: info.project_ids,
-                    }),
-                }),
-                Err(why) => {
-                    tracing::warn!(%remote, "refused a request with an unusable token");
-                    tokio::time::sleep(FAILURE_DELAY).await;
-                    let what = match why {
-                        TokenRejection::Invalid => "the bearer token is not valid".to_owned(),
-                        TokenRejection::Revoked(at) => {
-                            format!("the bearer token was revoked at {at}")
-                        }
-                        TokenRejection::Expired(at) => format!("the bearer token expired at {at}"),
-                    };
-                    Err(unauthenticated(format!("{what}; {HOW_TO_GET_A_TOKEN}")))
-                }
-            }
+            Ok((token_identity(state, *remote, token).await?, None))
         }
+    }
+}
+
+/// The identity of bearer token `token` (a wrong one waits
+/// [`FAILURE_DELAY`] before its `401`).
+pub(crate) async fn token_identity(
+    state: &AppState,
+    remote: SocketAddr,
+    token: &str,
+) -> Result<Identity, Response> {
+    let verdict = state
+        .runtime
+        .store()
+        .token_verify(token)
+        .map_err(|e| ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response())?;
+    match verdict {
+        Ok(info) => Ok(Identity {
+            name: format!("token:{}", info.name),
+            role: info.role,
+            mcp_profiles: info.mcp_profiles,
+            tenant: info.org_id.map(|org_id| plugd_store::tokens::Tenancy {
+                org_id,
+                project_ids: info.project_ids,
+            }),
+        }),
+        Err(why) => {
+            tracing::warn!(%remote, "refused a request with an unusable token");
+            tokio::time::sleep(FAILURE_DELAY).await;
+            let what = match why {
+                TokenRejection::Invalid => "the bearer token is not valid".to_owned(),
+                TokenRejection::Revoked(at) => {
+                    format!("the bearer token was revoked at {at}")
+                }
+                TokenRejection::Expired(at) => format!("the bearer token expired at {at}"),
+            };
+            Err(unauthenticated(format!("{what}; {HOW_TO_GET_A_TOKEN}")))
+        }
+    }
+}
+
+/// A console session a request authenticated with (its cookie).
+#[derive(Debug, Clone)]
+pub struct ConsoleSession {
+    /// The session id (the cookie's value).
+    pub id: String,
+    /// The token state-changing requests must echo.
+    pub csrf: String,
+    /// The cookie's name on this listener.
+    pub cookie: String,
+}
+
+/// The identity of a request without `Authorization`: its console cookie's
+/// session, else `401`.
+async fn console_identity(
+    state: &AppState,
+    remote: SocketAddr,
+    local: SocketAddr,
+    headers: &HeaderMap,
+) -> Result<(Identity, Option<ConsoleSession>), Response> {
+    let cookie = plugd_console::cookie_name(local.port());
+    let id = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| plugd_console::session_cookie(v, &cookie).map(str::to_owned));
+    let Some(id) = id else {
+        return Err(unauthenticated(format!(
+            "this request needs a bearer token: {HOW_TO_GET_A_TOKEN}"
+        )));
+    };
+    let Some(session) = state.console.get(&id) else {
+        tokio::time::sleep(FAILURE_DELAY).await;
+        return Err(unauthenticated(
+            "the console session ended (logged out, expired, or serve restarted); log in again at /console/login".into(),
+        ));
+    };
+    let identity = match &session.login {
+        plugd_console::Login::Token(token) => {
+            let identity = token_identity(state, remote, token).await;
+            if identity.is_err() {
+                // The token is gone: so is every session it opened.
+                state.console.remove(&id);
+            }
+            identity?
+        }
+        plugd_console::Login::Owner { name } => Identity {
+            name: name.clone(),
+            role: Role::Admin,
+            mcp_profiles: None,
+            tenant: None,
+        },
+    };
+    Ok((
+        identity,
+        Some(ConsoleSession {
+            id,
+            csrf: session.csrf,
+            cookie,
+        }),
+    ))
+}
+
+/// `403 csrf` unless a cookie-authenticated, state-changing request echoes
+/// its session's CSRF token.
+fn check_csrf(
+    method: &Method,
+    headers: &HeaderMap,
+    session: &ConsoleSession,
+) -> Result<(), Box<Response>> {
+    if *method == Method::GET || *method == Method::HEAD {
+        return Ok(());
+    }
+    let sent = headers
+        .get(plugd_console::CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if plugd_console::same_secret(sent, &session.csrf) {
+        Ok(())
+    } else {
+        Err(Box::new(forbidden(
+            error::code::CSRF,
+            format!(
+                "a request authenticated by the console's cookie must carry the session's CSRF token in {} (from GET /console/session)",
+                plugd_console::CSRF_HEADER
+            ),
+        )))
     }
 }
 
@@ -439,10 +548,16 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
     if is_public(&method, &path) {
         return next.run(req).await;
     }
-    let identity = match identify(&state, &peer, req.headers()).await {
+    let (identity, console) = match identify(&state, &peer, req.headers()).await {
         Ok(i) => i,
         Err(resp) => return resp,
     };
+    if let Some(session) = &console {
+        if let Err(resp) = check_csrf(&method, req.headers(), session) {
+            return *resp;
+        }
+        req.extensions_mut().insert(session.clone());
+    }
     // A token bound to an org reaches only the tenant routes; the rest does
     // not exist for it.
     if identity.tenant.is_some() && !crate::bindings::tenant_may_reach(&path) {

@@ -36,6 +36,8 @@ use serde_json::{Value, json};
 
 /// Stable error codes of the HTTP API (the `error.code` field).
 pub mod code {
+    /// A console request that changes state without its session's CSRF token.
+    pub const CSRF: &str = "csrf";
     /// No such route.
     pub const NOT_FOUND: &str = "not_found";
     /// The MCP gateway has too many sessions open.

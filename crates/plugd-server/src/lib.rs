@@ -67,9 +67,11 @@ pub mod approvals;
 pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
+mod console;
 pub mod console_api;
 pub mod error;
 pub mod invocations;
+mod invoke_stream;
 pub mod listen;
 pub mod marketplace;
 pub mod mcp;
@@ -195,6 +197,7 @@ pub struct AppState {
     auth: Arc<auth::AuthConfig>,
     mcp: Option<Arc<mcp::McpHttp>>,
     audit: Arc<plugd_store::tokens::AuditWriter>,
+    console: Arc<plugd_console::Sessions>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -238,6 +241,7 @@ impl AppState {
             auth,
             mcp,
             audit,
+            console: Arc::default(),
         }
     }
 
@@ -303,6 +307,7 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(marketplace::routes())
         .merge(invocations::routes())
+        .merge(console::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
@@ -421,6 +426,11 @@ pub struct PluginRow<'a> {
     pub dir: &'a std::path::Path,
     /// Why it is invalid, changed or failed.
     pub error: Option<&'a str>,
+    /// Restarts after a crash or a failed start since serve loaded it.
+    pub restarts: u64,
+    /// The live connection's counters (shed notifications, junk and
+    /// oversized frames), when it runs.
+    pub stats: Option<&'a plugd_host::PeerStats>,
 }
 
 impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
@@ -434,6 +444,8 @@ impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
             tools: &p.tools,
             dir: &p.dir,
             error: p.error.as_deref(),
+            restarts: p.restarts,
+            stats: p.stats.as_ref(),
         }
     }
 }
@@ -647,9 +659,10 @@ async fn invoke_tool(
     Path(path): Path<String>,
     method: Method,
     uri: Uri,
+    headers: HeaderMap,
     axum::Extension(who): axum::Extension<auth::Identity>,
     JsonBody(body): JsonBody<InvokeRequest>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     for (suffix, enabled) in [(":enable", true), (":disable", false)] {
         if let Some(name) = path.strip_suffix(suffix).filter(|n| !n.is_empty()) {
             if body.args.is_some() || body.agent_id.is_some() {
@@ -659,7 +672,8 @@ async fn invoke_tool(
                     format!("{suffix} takes no members; send {{}}"),
                 ));
             }
-            return console_api::set_enabled(&state, name, enabled, &who);
+            return console_api::set_enabled(&state, name, enabled, &who)
+                .map(IntoResponse::into_response);
         }
     }
     let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
@@ -679,8 +693,11 @@ async fn invoke_tool(
         caller: Some(who.name),
         ..CallContext::default()
     };
+    if wants_sse(&headers) {
+        return Ok(invoke_stream::invoke(state, name.to_owned(), args, ctx));
+    }
     let result = state.runtime.call_tool_with(name, args, &ctx).await?;
-    Ok(Json(result))
+    Ok(Json(result).into_response())
 }
 
 /// The body of `POST /v1/hooks/{point}:run`.

@@ -15,6 +15,7 @@ mod binding_cmd;
 mod bus_cmd;
 mod channel_cmd;
 mod config_cmd;
+mod console_cmd;
 mod eager;
 mod hook_cmd;
 mod invocations_cmd;
@@ -138,6 +139,8 @@ enum Command {
     Marketplace(marketplace_cmd::MarketplaceCmd),
     /// Serve the approved plugins' tools to an MCP client on stdio (what Claude Desktop, Cursor and Codex spawn).
     Mcp(mcp_cmd::McpArgs),
+    /// Print a one-time login link to the operator console of the running `plugd serve --listen`.
+    Console,
 }
 
 #[derive(Subcommand, Debug)]
@@ -408,6 +411,10 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return invocations_cmd::run(&dir, cmd).map(|()| 0);
         }
+        Command::Console => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return console_cmd::run(&dir).await.map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -583,6 +590,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Marketplace(_)
         | Command::Secret(_)
         | Command::Invocations(_)
+        | Command::Console
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
@@ -663,6 +671,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         std::sync::Arc::new(config),
         agent,
     );
+    let console = state.clone();
     let app = plugd_server::router(state);
     // The socket first: the CLI reaches serve there, checked by peer uid.
     let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
@@ -722,6 +731,14 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     // Tests and scripts read the socket and the bound port from these lines.
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {
+        // A one-time link for whoever started serve (the code is good once,
+        // for 10 minutes; `plugd console` prints another). Before the
+        // serving line, which is the last one readers wait for: a reader
+        // that stops there has read it.
+        if let Some(path) = console.console_link_path() {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stdout(), "plugd console: http://{bound}{path}");
+        }
         println!("plugd serving on http://{bound}");
     }
     let listening = bound.map_or_else(

@@ -227,6 +227,11 @@ impl Remote {
         self.record.pid
     }
 
+    /// The TCP address serve listens on (`--listen`), if any.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.record.addr
+    }
+
     /// `POST /v1/plugins/{id}:{action}`; the plugin row serve answers
     /// (serve records this user as who did it).
     pub async fn plugin_action(&self, id: &str, action: &str) -> Result<Value, RemoteError> {

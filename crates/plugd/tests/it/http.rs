@@ -21,6 +21,8 @@ pub(crate) struct Serve {
     pub(crate) addr: SocketAddr,
     /// An admin token for `addr`.
     pub(crate) token: String,
+    /// The one-time console login link serve printed.
+    pub(crate) console_link: Option<String>,
     log: PathBuf,
 }
 
@@ -65,14 +67,18 @@ impl Serve {
             // The socket's line comes first, then the TCP one.
             let mut r = BufReader::new(stdout);
             let mut line = String::new();
+            let mut link = None;
             while r.read_line(&mut line).is_ok_and(|n| n > 0)
                 && !line.starts_with("plugd serving on http://")
             {
+                if let Some(l) = line.trim().strip_prefix("plugd console: ") {
+                    link = Some(l.to_owned());
+                }
                 line.clear();
             }
-            let _ = tx.send(line);
+            let _ = tx.send((line, link));
         });
-        let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
+        let (line, console_link) = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_default();
         let Some(url) = line.trim().strip_prefix("plugd serving on http://") else {
             let _ = child.kill();
             let _ = child.wait();
@@ -86,6 +92,7 @@ impl Serve {
             child,
             addr,
             token,
+            console_link,
             log,
         }
     }
@@ -205,9 +212,13 @@ fn write_head_as(
     headers: &[(&str, &str)],
 ) {
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         serve.addr
     );
+    // An empty token: no Authorization header at all (a browser's request).
+    if !token.is_empty() {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }

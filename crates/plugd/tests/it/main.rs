@@ -12,6 +12,7 @@ mod cgroup;
 mod channels;
 mod cli;
 mod console_api;
+mod console_login;
 mod ctl;
 mod deno;
 mod dexto;
