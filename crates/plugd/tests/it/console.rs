@@ -1,0 +1,978 @@
+//! The operator console in a real browser (issue 15): a real `plugd serve
+//! --listen 127.0.0.1:0` with real plugins (the Salmex fixture
+//! `tests/plugins/console-settings`, a crash-prone native one), and headless
+//! Chromium driven through chromedriver (crate::browser) by the contract's
+//! URLs and DOM (`#/plugins`, `pre#command-line`, `form#settings`, …). Each
+//! test also checks in the browser's network log that no request left
+//! loopback; the main screens are written to `docs/console/` at 1280x800 and
+//! 390x844 for the README.
+
+use std::time::Duration;
+
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use serde_json::{Value, json};
+use sha2::Digest;
+
+use crate::browser::Browser;
+use crate::http::{Serve, make_token, request_as};
+use crate::support::{Ws, eventually_blocking, repo, stderr};
+
+/// The Salmex fixture's id (its tools are `console-settings/NAME`).
+const FIXTURE: &str = "console-settings";
+/// A secret typed into the settings form: it must reach the plugin and
+/// never come back to the browser.
+const SECRET: &str = "s3cr3t-Console-Value-71f0";
+
+/// A workspace with the Salmex fixture (unapproved unless `approve`).
+fn workspace(approve: bool) -> Ws {
+    let ws = Ws::new();
+    let to = ws.plugin_dir(FIXTURE);
+    std::fs::create_dir_all(&to).unwrap();
+    for f in ["plugin.json", "main.py"] {
+        std::fs::copy(
+            repo().join("tests/plugins").join(FIXTURE).join(f),
+            to.join(f),
+        )
+        .unwrap();
+    }
+    if approve {
+        let o = ws.plugd(&["plugin", "approve", FIXTURE]);
+        assert!(o.status.success(), "approve: {}", stderr(&o));
+    }
+    ws
+}
+
+/// `POST /v1/tools/{name}:invoke` with `token`: status and body.
+fn invoke(serve: &Serve, token: &str, name: &str, args: Value) -> (u16, Value) {
+    let body = json!({"args": args}).to_string();
+    let r = request_as(
+        serve,
+        token,
+        "POST",
+        &format!("/v1/tools/{name}:invoke"),
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    );
+    (r.status, r.json())
+}
+
+/// The names `GET /v1/tools` lists to `token`.
+fn tool_names(serve: &Serve, token: &str) -> Vec<String> {
+    let r = request_as(serve, token, "GET", "/v1/tools", &[], None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The text of a tool result's first content item.
+fn result_text(v: &Value) -> &str {
+    v["content"][0]["text"].as_str().unwrap_or_default()
+}
+
+/// The plugin's state as `GET /v1/plugins/{id}` gives it.
+fn api_state(serve: &Serve, id: &str) -> Value {
+    serve.get(&format!("/v1/plugins/{id}")).json()["state"].clone()
+}
+
+/// A browser on `serve`'s console.
+struct Console<'a> {
+    serve: &'a Serve,
+    b: Browser,
+}
+
+impl<'a> Console<'a> {
+    async fn open(serve: &'a Serve) -> Console<'a> {
+        Console {
+            serve,
+            b: Browser::start().await,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.serve.addr)
+    }
+
+    /// Logs in on `/console/login` with `token` by typing it and pressing
+    /// "Log in"; waits for `#whoami` to name `role`.
+    async fn login(&self, token: &str, role: &str) {
+        self.b.goto(&self.url("/console/login")).await;
+        self.type_token(token).await;
+        self.b
+            .wait_text("#whoami", |t| t.contains(&format!("({role})")))
+            .await;
+    }
+
+    async fn type_token(&self, token: &str) {
+        let input = self.b.find("form#login input#token").await;
+        assert_eq!(
+            input.attr("type").await.unwrap().as_deref(),
+            Some("password")
+        );
+        let label = self.b.find("form#login label[for=token]").await;
+        assert_eq!(label.text().await.unwrap().trim(), "Token");
+        input.clear().await.unwrap();
+        input.send_keys(token).await.unwrap();
+        self.b.click_button("form#login", "Log in").await;
+    }
+
+    /// Goes to a hash route of the app (without reloading once loaded).
+    async fn route(&self, hash: &str) {
+        let here = self.b.c.current_url().await.unwrap();
+        if here.path() == "/console/" {
+            self.b
+                .js("location.hash = arguments[0];", vec![json!(hash)])
+                .await;
+        } else {
+            self.b.goto(&self.url(&format!("/console/{hash}"))).await;
+        }
+    }
+
+    /// Marks the document; [`Console::not_reloaded`] checks the mark is
+    /// still there (the page updated itself, nobody reloaded it).
+    async fn mark(&self) {
+        self.b.js("window.__plugdMark = 42;", vec![]).await;
+    }
+
+    async fn not_reloaded(&self) {
+        let v = self.b.js("return window.__plugdMark || 0;", vec![]).await;
+        assert_eq!(v, 42, "the page was reloaded");
+    }
+
+    /// Every request so far stayed on serve's loopback address.
+    async fn only_loopback(&self) {
+        self.b.assert_only_loopback(self.serve.addr).await;
+    }
+
+    /// Whether the element matching `css` has the `hidden` attribute.
+    async fn hidden(&self, css: &str) -> bool {
+        self.b
+            .js(
+                "const e = document.querySelector(arguments[0]); return e ? e.hidden : null;",
+                vec![json!(css)],
+            )
+            .await
+            .as_bool()
+            .unwrap_or_else(|| panic!("no element {css}"))
+    }
+
+    /// Screenshots of the current screen at 1280x800 and 390x844 as
+    /// `docs/console/NAME-1280.png` and `NAME-390.png`; back to 1280 after.
+    async fn screenshots(&self, name: &str) {
+        self.screenshots_at(name, None).await
+    }
+
+    /// [`Console::screenshots`] scrolled to the element `at` (else the top).
+    async fn screenshots_at(&self, name: &str, at: Option<&str>) {
+        for (w, h) in [(390u32, 844u32), (1280, 800)] {
+            self.b.viewport(w, h, w < 500).await;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            self.b
+                .js(
+                    "const e = arguments[0] && document.querySelector(arguments[0]);\
+                     if (e) e.scrollIntoView({block: 'start'}); else window.scrollTo(0, 0);",
+                    vec![json!(at)],
+                )
+                .await;
+            let png = self.b.screenshot(&format!("{name}-{w}")).await;
+            assert_eq!(png_size(&png), (w, h), "{name} at {w}");
+        }
+    }
+
+    async fn close(self) {
+        self.only_loopback().await;
+        self.b.close().await;
+    }
+}
+
+/// Presses Tab once (a real key event through WebDriver's actions).
+async fn tab(b: &Browser) {
+    let keys = KeyActions::new("keyboard".into())
+        .then(KeyAction::Down { value: '\u{e004}' })
+        .then(KeyAction::Up { value: '\u{e004}' });
+    b.c.perform_actions(keys).await.unwrap();
+}
+
+/// The focused element: tag, id, text, and whether its focus is visible (an
+/// outline of a non-zero width, or a box shadow).
+async fn focused(b: &Browser) -> Value {
+    b.js(
+        "const e = document.activeElement; const s = getComputedStyle(e);\
+         return {tag: e.tagName.toLowerCase(), id: e.id, text: (e.textContent || '').trim(),\
+           nav: !!e.closest('nav'),\
+           visible: (s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0) || s.boxShadow !== 'none'};",
+        vec![],
+    )
+    .await
+}
+
+/// The harness itself, on a page serve has without the console: the browser
+/// shows `/healthz`'s JSON, the performance log lists that one request (to
+/// loopback) with its body, and screenshots are PNGs of the viewport's size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_harness_reads_healthz_and_its_network_log() {
+    let ws = Ws::new();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let b = Browser::start().await;
+    let url = format!("http://{}/healthz", serve.addr);
+    b.goto(&url).await;
+    let text = b.wait_text("body", |t| t.contains("status")).await;
+    let v: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["status"], "ok", "{text}");
+
+    let requests = b.assert_only_loopback(serve.addr).await;
+    let health: Vec<_> = requests.iter().filter(|r| r.url == url).collect();
+    assert_eq!(health.len(), 1, "{requests:#?}");
+    assert_eq!(health[0].method, "GET");
+    assert_eq!(health[0].status, Some(200), "{requests:#?}");
+    let bodies = b.response_bodies().await;
+    let body = bodies
+        .iter()
+        .find(|(u, _)| *u == url)
+        .unwrap_or_else(|| panic!("no body for {url}: {bodies:?}"));
+    let v: Value = serde_json::from_str(&body.1).unwrap();
+    assert_eq!(v["status"], "ok");
+
+    // A request to another host would be caught: the check is not vacuous.
+    let other = b
+        .js(
+            "return fetch('http://127.0.0.2:9/x').then(() => 'sent', () => 'failed');",
+            vec![],
+        )
+        .await;
+    assert!(other == "failed" || other == "sent", "{other}");
+    let all = b.requests().await;
+    assert!(
+        all.iter().any(|r| r.url == "http://127.0.0.2:9/x"),
+        "the log missed a fetch: {all:#?}"
+    );
+
+    for (w, h) in [(1280u32, 800u32), (390, 844)] {
+        b.viewport(w, h, w < 500).await;
+        let png = b
+            .screenshot_to(&b.scratch().join(format!("healthz-{w}.png")))
+            .await;
+        let (pw, ph) = png_size(&png);
+        assert_eq!((pw, ph), (w, h), "screenshot of a {w}x{h} viewport");
+    }
+    b.close().await;
+}
+
+/// Width and height of a PNG (its IHDR chunk).
+pub(crate) fn png_size(png: &[u8]) -> (u32, u32) {
+    let be = |i: usize| u32::from_be_bytes(png[i..i + 4].try_into().unwrap());
+    assert_eq!(&png[12..16], b"IHDR");
+    (be(16), be(20))
+}
+
+/// A wrong token is refused with a visible message and no cookie; the right
+/// one logs in. The keyboard alone reaches the token field, then (logged in)
+/// every nav link, each with a visible focus ring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+
+    // Keyboard: from nothing focused, Tab reaches the token field.
+    b.goto(&con.url("/console/login")).await;
+    b.find("input#token").await;
+    b.js(
+        "document.activeElement && document.activeElement.blur();",
+        vec![],
+    )
+    .await;
+    let mut reached = None;
+    let mut path = Vec::new();
+    // The skip link, and (while the page shows its header there) the nav
+    // and "Log out", come first.
+    for _ in 0..12 {
+        tab(b).await;
+        let f = focused(b).await;
+        path.push(f.clone());
+        if f["id"] == "token" {
+            reached = Some(f);
+            break;
+        }
+    }
+    let f = reached.unwrap_or_else(|| panic!("Tab never reached input#token: {path:?}"));
+    assert_eq!(
+        f["visible"], true,
+        "no visible focus on the token field: {f}"
+    );
+    con.screenshots("login").await;
+
+    // A wrong token: a visible message, still on the login page, no cookie.
+    let wrong = format!("{}x", &serve.token[..serve.token.len() - 1]);
+    con.type_token(&wrong).await;
+    let msg = b.wait_text("#login-error", |t| !t.trim().is_empty()).await;
+    assert!(msg.contains("Not logged in"), "{msg}");
+    assert!(
+        b.find("#login-error").await.is_displayed().await.unwrap(),
+        "the error is not visible"
+    );
+    assert!(
+        b.c.current_url()
+            .await
+            .unwrap()
+            .path()
+            .ends_with("/console/login")
+    );
+    let cookies = b.c.get_all_cookies().await.unwrap();
+    assert!(
+        !cookies
+            .iter()
+            .any(|c| c.name().starts_with("plugd_console")),
+        "{cookies:?}"
+    );
+
+    // The right one: the app, with who is logged in, and an HttpOnly cookie
+    // the page's script cannot read.
+    con.type_token(&serve.token).await;
+    let who = b.wait_text("#whoami", |t| t.contains("(admin)")).await;
+    assert!(who.contains("token:"), "{who}");
+    b.find("table#plugins").await;
+    // Named per port (`plugd_console_PORT`), so two serves on one host
+    // keep their own sessions.
+    let name = format!("plugd_console_{}", serve.addr.port());
+    let cookie = b.c.get_named_cookie(&name).await.unwrap();
+    assert_eq!(
+        format!("{:?}", cookie.same_site()),
+        "Some(Strict)",
+        "{cookie:?}"
+    );
+    assert_eq!(cookie.http_only(), Some(true), "{cookie:?}");
+    assert_eq!(
+        b.js("return document.cookie;", vec![]).await,
+        "",
+        "the session cookie is readable by script"
+    );
+
+    // Keyboard: Tab reaches each nav link in order, each with visible focus.
+    b.js(
+        "document.activeElement && document.activeElement.blur();",
+        vec![],
+    )
+    .await;
+    let mut seen = Vec::new();
+    for _ in 0..12 {
+        tab(b).await;
+        let f = focused(b).await;
+        if f["nav"] == true && f["tag"] == "a" {
+            assert_eq!(f["visible"], true, "no visible focus on {f}");
+            let text = f["text"].as_str().unwrap().to_owned();
+            let word = text
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            seen.push(word);
+            if seen.len() == 5 {
+                break;
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        ["Plugins", "Tools", "Approvals", "Activity", "Packages"],
+        "nav links by Tab"
+    );
+    con.close().await;
+}
+
+/// The consent screen shows the plugin's real command line before Approve;
+/// after the click the page shows it running without a reload, and serve's
+/// API agrees. The plugins list at 390 px has no horizontal overflow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_approves_a_plugin_after_showing_its_command_line() {
+    let ws = workspace(false);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+
+    con.route("#/plugins").await;
+    let row = format!("table#plugins tr[data-plugin=\"{FIXTURE}\"]");
+    let st = b
+        .wait_text(&format!("{row} td.state"), |t| !t.is_empty())
+        .await;
+    assert!(st.starts_with("unapproved"), "{st}");
+    b.find(&format!("{row} a[href=\"#/plugins/{FIXTURE}\"]"))
+        .await;
+    con.screenshots("plugins").await;
+
+    // The consent screen: the real command, before any Approve.
+    b.find(&format!("{row} a[href=\"#/plugins/{FIXTURE}\"]"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    let show = ws.plugd(&["plugin", "show", FIXTURE, "--json"]);
+    assert!(show.status.success(), "{}", stderr(&show));
+    let show: Value = serde_json::from_slice(&show.stdout).unwrap();
+    let argv: Vec<&str> = show["command"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no command in plugin show: {show}"))
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(argv.iter().any(|a| a.ends_with("main.py")), "{argv:?}");
+    let cmd = b
+        .wait_text("section#consent pre#command-line", |t| !t.is_empty())
+        .await;
+    assert_eq!(cmd.trim(), argv.join(" "), "the page's command line");
+    for id in [
+        "environment",
+        "sandbox",
+        "permissions",
+        "signature",
+        "digest",
+    ] {
+        b.find(&format!("section#consent #{id}")).await;
+    }
+    let digest = b.text_of("section#consent #digest").await.unwrap();
+    assert_eq!(digest.trim(), show["digest"].as_str().unwrap());
+    assert!(
+        b.text_of("#plugin-state")
+            .await
+            .unwrap()
+            .contains("unapproved"),
+        "{:?}",
+        b.text_of("#plugin-state").await
+    );
+    assert!(b.buttons("body", "Revoke").await.is_empty());
+    con.screenshots("consent").await;
+
+    con.mark().await;
+    b.click_button(".plugin-head", "Approve").await;
+    b.wait_text("#plugin-state", |t| t.trim() == "running")
+        .await;
+    con.not_reloaded().await;
+    assert_eq!(
+        serve.get(&format!("/v1/plugins/{FIXTURE}")).json()["approved"],
+        true
+    );
+    assert_eq!(api_state(&serve, FIXTURE), "running");
+    assert!(
+        b.buttons(".plugin-head", "Approve").await.is_empty()
+            && !b.buttons(".plugin-head", "Revoke").await.is_empty(),
+        "after approval: Revoke, not Approve"
+    );
+    con.screenshots("plugin").await;
+
+    // The list follows; on a phone it fits the screen's width.
+    con.route("#/plugins").await;
+    b.wait_text(&format!("{row} td.state"), |t| t.starts_with("running"))
+        .await;
+    con.not_reloaded().await;
+    b.viewport(390, 844, true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let width = b
+        .js("return document.documentElement.scrollWidth;", vec![])
+        .await;
+    assert!(
+        width.as_u64().unwrap() <= 390,
+        "the plugins page is {width} px wide at 390"
+    );
+    b.viewport(1280, 800, false).await;
+    con.close().await;
+}
+
+/// The settings form: a select, a field shown only for one of its values, a
+/// group, an integer, a boolean and a secret. Saved from the page, the
+/// plugin receives them all (its show_config tool echoes its config, the
+/// secret as a SHA-256); afterwards the secret shows `set` and its value is
+/// in neither the DOM nor any response the page received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_settings_form_reaches_the_plugin_and_keeps_the_secret() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = make_token(&ws, "agent");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route(&format!("#/plugins/{FIXTURE}")).await;
+
+    let form = "form#settings";
+    b.find(&format!("{form} select[name=units]")).await;
+    // Read in one script: live updates may redraw the form until it has
+    // the focus (the page leaves a form being edited alone).
+    let controls = b
+        .js(
+            "const f = document.querySelector('form#settings');\
+             const out = {};\
+             for (const k of arguments[0]) {\
+               const c = f.querySelector(`[name='${k}']`);\
+               out[k] = c && {tag: c.tagName.toLowerCase(), type: c.type,\
+                 label: !!(c.id && f.querySelector(`label[for='${c.id}']`)),\
+                 group: c.closest('details[data-group]')?.dataset.group || null};\
+             }\
+             return out;",
+            vec![json!([
+                "units",
+                "imperial_note",
+                "retries",
+                "verbose",
+                "api_key"
+            ])],
+        )
+        .await;
+    let want = json!({
+        "units": {"tag": "select", "type": "select-one", "label": true, "group": "Display"},
+        "imperial_note": {"tag": "input", "type": "text", "label": true, "group": "Display"},
+        "retries": {"tag": "input", "type": "number", "label": true, "group": "Connection"},
+        "verbose": {"tag": "input", "type": "checkbox", "label": true, "group": "Connection"},
+        "api_key": {"tag": "input", "type": "password", "label": true, "group": "Connection"},
+    });
+    assert_eq!(controls, want);
+    assert_eq!(
+        b.text_of(".secret-state[data-for=api_key]")
+            .await
+            .as_deref(),
+        Some("unset")
+    );
+    b.js(
+        "document.querySelector('form#settings select[name=units]').focus();",
+        vec![],
+    )
+    .await;
+    // show_when: hidden while units is metric, shown for imperial.
+    assert!(
+        con.hidden("[data-field=imperial_note]").await,
+        "imperial_note shown for metric"
+    );
+    b.find(&format!("{form} select[name=units]"))
+        .await
+        .select_by_value("imperial")
+        .await
+        .unwrap();
+    let shown = b
+        .wait_for_opt(Duration::from_secs(5), || async {
+            (!con.hidden("[data-field=imperial_note]").await).then_some(())
+        })
+        .await;
+    assert!(shown.is_some(), "imperial_note stayed hidden for imperial");
+
+    let note = b.find(&format!("{form} input[name=imperial_note]")).await;
+    note.send_keys("miles, please").await.unwrap();
+    let retries = b.find(&format!("{form} input[name=retries]")).await;
+    retries.clear().await.unwrap();
+    retries.send_keys("5").await.unwrap();
+    let verbose = b.find(&format!("{form} input[name=verbose]")).await;
+    if !verbose.is_selected().await.unwrap() {
+        verbose.click().await.unwrap();
+    }
+    b.find(&format!("{form} input[name=api_key]"))
+        .await
+        .send_keys(SECRET)
+        .await
+        .unwrap();
+    con.screenshots_at("settings", Some("#settings-section"))
+        .await;
+    b.click_button(form, "Save").await;
+    b.wait_text("#settings-status", |t| t.starts_with("Saved"))
+        .await;
+
+    // The plugin has them (config/changed), the secret included.
+    let want_hash = format!("sha256:{}", hex::encode(sha2::Sha256::digest(SECRET)));
+    let mut last = Value::Null;
+    let got = eventually_blocking(Duration::from_secs(15), || {
+        let (status, v) = invoke(&serve, &agent, &format!("{FIXTURE}/show_config"), json!({}));
+        assert_eq!(status, 200, "{v}");
+        last = serde_json::from_str(result_text(&v)).unwrap_or(Value::Null);
+        last["units"] == "imperial"
+            && last["imperial_note"] == "miles, please"
+            && last["retries"] == 5
+            && last["verbose"] == true
+            && last["api_key"] == want_hash.as_str()
+    });
+    assert!(got, "the plugin's config: {last}");
+
+    // The secret shows `set`, its input is empty, and its value is nowhere.
+    b.wait_text(".secret-state[data-for=api_key]", |t| t == "set")
+        .await;
+    // Read in one script: live updates redraw the form at any time.
+    let value = b
+        .js(
+            "const e = document.querySelector(arguments[0]); return e && [e.type, e.value];",
+            vec![json!(format!("{form} input[name=api_key]"))],
+        )
+        .await;
+    assert_eq!(value, json!(["password", ""]));
+    let dom = b.dom_and_values().await;
+    assert!(!dom.contains(SECRET), "the secret is in the DOM");
+    let bodies = b.response_bodies().await;
+    assert!(
+        bodies
+            .iter()
+            .any(|(u, _)| u.contains(&format!("/v1/plugins/{FIXTURE}/config"))),
+        "no settings response was read: {:?}",
+        bodies.iter().map(|(u, _)| u).collect::<Vec<_>>()
+    );
+    for (url, body) in &bodies {
+        assert!(!body.contains(SECRET), "the secret came back in {url}");
+    }
+    // A reload reads the form afresh: still `set`, still not there.
+    b.c.refresh().await.unwrap();
+    b.wait_text(".secret-state[data-for=api_key]", |t| t == "set")
+        .await;
+    assert_eq!(
+        b.js(
+            "return document.querySelector('form#settings select[name=units]').value;",
+            vec![]
+        )
+        .await,
+        "imperial"
+    );
+    assert!(!b.dom_and_values().await.contains(SECRET));
+    for (url, body) in b.response_bodies().await {
+        assert!(!body.contains(SECRET), "the secret came back in {url}");
+    }
+    con.close().await;
+}
+
+/// Disabling a tool on the page takes it from the agent at once (GET
+/// /v1/tools with an agent token, and its calls fail); the try-it form of
+/// another tool calls it with typed arguments and shows the result, and an
+/// argument the schema requires, left out, shows the tool's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_disables_a_tool_for_the_agent_and_tries_another() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = make_token(&ws, "agent");
+    let shout = format!("{FIXTURE}/shout");
+    let show = format!("{FIXTURE}/show_config");
+    // The first call starts the plugin, so its tools are known.
+    let (status, v) = invoke(&serve, &agent, &show, json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert!(tool_names(&serve, &agent).contains(&show));
+
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/tools").await;
+    let row = format!("table#tools tr[data-tool=\"{show}\"]");
+    let risk = b
+        .wait_text(&format!("{row} td.risk"), |t| !t.is_empty())
+        .await;
+    assert!(risk.contains("low"), "{risk}");
+    con.screenshots("tools").await;
+    b.click_button(&row, "Disable").await;
+    b.find(&format!("{row} td.enabled")).await;
+    b.wait_text(&format!("{row} td.enabled"), |t| t == "disabled")
+        .await;
+    assert!(!b.buttons(&row, "Enable").await.is_empty());
+    assert!(
+        !tool_names(&serve, &agent).contains(&show),
+        "the agent still lists {show}"
+    );
+    let (status, v) = invoke(&serve, &agent, &show, json!({}));
+    assert_eq!(
+        (status, v["error"]["code"].as_str()),
+        (403, Some("tool_disabled")),
+        "{v}"
+    );
+    assert!(
+        tool_names(&serve, &agent).contains(&shout),
+        "the other tools stay"
+    );
+
+    // Try it: the generated form, typed arguments, the result.
+    con.route(&format!("#/tools/{shout}")).await;
+    let word = b.find("form#try input[name=word]").await;
+    word.send_keys("hey").await.unwrap();
+    let times = b.find("form#try input[name=times]").await;
+    assert_eq!(times.attr("type").await.unwrap().as_deref(), Some("number"));
+    times.send_keys("3").await.unwrap();
+    b.click_button("form#try", "Call").await;
+    let out = b.wait_text("pre#try-result", |t| t.contains("HEY")).await;
+    assert!(out.contains("HEY HEY HEY"), "{out}");
+    assert_eq!(b.text_of("#try-error").await.unwrap_or_default(), "");
+    con.screenshots("tool").await;
+    // Without the required word: the call's error is shown, no result.
+    let word = b.find("form#try input[name=word]").await;
+    word.clear().await.unwrap();
+    b.click_button("form#try", "Call").await;
+    let err = b.wait_text("#try-error", |t| !t.trim().is_empty()).await;
+    assert!(
+        err.contains("invalid_arguments") || err.contains("word"),
+        "{err}"
+    );
+    assert!(
+        !b.text_of("pre#try-result")
+            .await
+            .unwrap_or_default()
+            .contains("HEY")
+    );
+    con.close().await;
+}
+
+/// Two calls of a critical tool wait as pending approvals: the badge shows
+/// 2 live, the approvals page lists both; Approve runs one (the caller gets
+/// the tool's result), Deny refuses the other (403 call_denied), and the
+/// badge goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_approves_one_pending_critical_call_and_denies_another() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = make_token(&ws, "agent");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/plugins").await;
+    b.find("table#plugins").await;
+    assert!(
+        con.hidden("#approvals-badge").await,
+        "a badge with nothing pending"
+    );
+
+    let launch = format!("{FIXTURE}/launch");
+    let calls: Vec<_> = ["alpha", "beta"]
+        .into_iter()
+        .map(|target| {
+            let (addr, token, launch) = (serve.addr, agent.clone(), launch.clone());
+            let serve_ref = SendServe(addr);
+            std::thread::spawn(move || serve_ref.invoke(&token, &launch, json!({"target": target})))
+        })
+        .collect();
+
+    let badge = b.wait_text("#approvals-badge", |t| t.trim() == "2").await;
+    assert_eq!(badge.trim(), "2");
+    assert!(!con.hidden("#approvals-badge").await);
+    con.route("#/approvals").await;
+    let rows = b
+        .wait_for("two rows in table#approvals", || async {
+            let rows = b
+                .js(
+                    "return Array.from(document.querySelectorAll('table#approvals tr[data-approval]'))\
+                     .map(r => ({id: r.dataset.approval, tool: r.querySelector('td.tool')?.textContent,\
+                       text: r.textContent}));",
+                    vec![],
+                )
+                .await;
+            (rows.as_array()?.len() == 2).then_some(rows)
+        })
+        .await;
+    let mut ids = std::collections::BTreeMap::new();
+    for r in rows.as_array().unwrap() {
+        assert_eq!(r["tool"], launch.as_str(), "{r}");
+        let text = r["text"].as_str().unwrap();
+        let target = if text.contains("alpha") {
+            "alpha"
+        } else {
+            "beta"
+        };
+        ids.insert(target, r["id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    con.screenshots("approvals").await;
+    b.click_button(
+        &format!("tr[data-approval=\"{}\"]", ids["alpha"]),
+        "Approve",
+    )
+    .await;
+    b.click_button(&format!("tr[data-approval=\"{}\"]", ids["beta"]), "Deny")
+        .await;
+    let results: Vec<(u16, Value)> = calls.into_iter().map(|c| c.join().unwrap()).collect();
+    assert_eq!(results[0].0, 200, "{:?}", results[0]);
+    assert_eq!(result_text(&results[0].1), "launched alpha");
+    assert_eq!(results[1].0, 403, "{:?}", results[1]);
+    assert_eq!(
+        results[1].1["error"]["code"], "call_denied",
+        "{:?}",
+        results[1]
+    );
+    b.wait_for_opt(Duration::from_secs(10), || async {
+        con.hidden("#approvals-badge").await.then_some(())
+    })
+    .await
+    .expect("the badge stayed after both calls were decided");
+    b.find("#approvals-empty").await;
+    con.close().await;
+}
+
+/// serve's address, for a call from another thread.
+struct SendServe(std::net::SocketAddr);
+
+impl SendServe {
+    fn invoke(&self, token: &str, name: &str, args: Value) -> (u16, Value) {
+        use std::io::{Read, Write};
+        let body = json!({"args": args}).to_string();
+        let mut s = std::net::TcpStream::connect(self.0).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+        write!(
+            s,
+            "POST /v1/tools/{name}:invoke HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            self.0,
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        s.read_to_string(&mut raw).unwrap();
+        let (head, rest) = raw.split_once("\r\n\r\n").unwrap();
+        let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(rest)
+        } else {
+            rest.to_owned()
+        };
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or(Value::String(body)),
+        )
+    }
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+/// A plugin that crashes shows up as failed, with its reason, live; Restart
+/// on the page brings it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_shows_a_crash_as_failed_and_restarts_it() {
+    let ws = Ws::new();
+    // No restart budget: the first crash is final until an operator acts.
+    ws.misbehave(
+        "crashy",
+        "good",
+        None,
+        "[plugin.supervisor]\nstart = \"eager\"\nrestart_attempts = 0\n",
+    );
+    let o = ws.plugd(&["plugin", "approve", "crashy"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = make_token(&ws, "agent");
+    assert!(
+        eventually_blocking(Duration::from_secs(20), || api_state(&serve, "crashy")
+            == "running"),
+        "{}",
+        api_state(&serve, "crashy")
+    );
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/plugins/crashy").await;
+    b.wait_text("#plugin-state", |t| t.trim() == "running")
+        .await;
+    con.mark().await;
+
+    let (status, v) = invoke(&serve, &agent, "crashy_crash", json!({}));
+    assert!(status >= 500, "{status} {v}");
+    b.wait_text("#plugin-state", |t| t.trim() == "failed").await;
+    let reason = b
+        .wait_text("#plugin-reason", |t| !t.trim().is_empty())
+        .await;
+    assert!(!reason.is_empty());
+    con.not_reloaded().await;
+    assert_eq!(api_state(&serve, "crashy"), "failed");
+    con.screenshots("failed").await;
+    con.route("#/plugins").await;
+    let st = b
+        .wait_text("tr[data-plugin=crashy] td.state", |t| {
+            t.starts_with("failed")
+        })
+        .await;
+    assert!(st.len() > "failed".len(), "no reason in the list: {st:?}");
+
+    con.route("#/plugins/crashy").await;
+    b.click_button(".plugin-head", "Restart").await;
+    b.wait_text("#plugin-state", |t| t.trim() == "running")
+        .await;
+    assert_eq!(api_state(&serve, "crashy"), "running");
+    let (status, v) = invoke(&serve, &agent, "crashy_echo", json!({"x": 1}));
+    assert_eq!(status, 200, "{v}");
+    con.close().await;
+}
+
+/// A viewer reads everything but gets no button it could not use: no
+/// Approve on an unapproved plugin, no Revoke/Stop/Restart on a running
+/// one, no Disable on tools, no Save in settings, no Approve/Deny on a
+/// pending call, no Call on a tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_viewer_sees_no_buttons_it_cannot_use() {
+    let ws = workspace(true);
+    ws.example("hello-salmex-python"); // left unapproved
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let viewer = make_token(&ws, "viewer");
+    let agent = make_token(&ws, "agent");
+    let (status, v) = invoke(&serve, &agent, &format!("{FIXTURE}/show_config"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    let pending = {
+        let (addr, token, name) = (serve.addr, agent.clone(), format!("{FIXTURE}/launch"));
+        std::thread::spawn(move || {
+            SendServe(addr).invoke(&token, &name, json!({"target": "gamma"}))
+        })
+    };
+
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&viewer, "viewer").await;
+    let none = [
+        "Approve", "Revoke", "Stop", "Start", "Restart", "Disable", "Enable", "Save", "Deny",
+        "Call",
+    ];
+    let check = |what: &'static str| async move {
+        for label in none {
+            assert!(
+                b.buttons("body", label).await.is_empty(),
+                "a viewer sees {label:?} on {what}"
+            );
+        }
+    };
+    con.route("#/plugins/hello-salmex-python").await;
+    b.wait_text("#plugin-state", |t| t.contains("unapproved"))
+        .await;
+    b.find("pre#command-line").await;
+    check("an unapproved plugin").await;
+    con.route(&format!("#/plugins/{FIXTURE}")).await;
+    b.wait_text("#plugin-state", |t| t.trim() == "running")
+        .await;
+    b.find(&format!("table#tools tr[data-tool=\"{FIXTURE}/shout\"]"))
+        .await;
+    b.find("form#settings select[name=units]").await;
+    check("a running plugin").await;
+    con.route("#/tools").await;
+    b.find(&format!("table#tools tr[data-tool=\"{FIXTURE}/shout\"]"))
+        .await;
+    check("the tools").await;
+    con.route(&format!("#/tools/{FIXTURE}/shout")).await;
+    b.find("form#try").await;
+    check("a tool").await;
+    b.wait_text("#approvals-badge", |t| t.trim() == "1").await;
+    con.route("#/approvals").await;
+    b.find("table#approvals tr[data-approval]").await;
+    check("the approvals").await;
+    con.close().await;
+    // Let the pending call go (denied by the admin).
+    let list = serve.get("/v1/approvals").json();
+    let id = list["approvals"]
+        .as_array()
+        .or(list.as_array())
+        .and_then(|a| a.first())
+        .map(|a| a["id"].as_str().unwrap().to_owned())
+        .unwrap();
+    assert_eq!(
+        serve
+            .post(&format!("/v1/approvals/{id}:deny"), &json!({}))
+            .status,
+        200
+    );
+    assert_eq!(pending.join().unwrap().0, 403);
+}
