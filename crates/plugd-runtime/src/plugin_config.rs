@@ -953,6 +953,55 @@ mod tests {
     }
 
     #[test]
+    fn json_schema_properties_carry_titles_descriptions_options_and_secrets() {
+        let fields = properties(&json!({
+            "type": "object",
+            "required": ["region"],
+            "properties": {
+                "region": {"type": "string", "title": "Region", "description": "Where it runs",
+                           "enum": ["eu", "us"], "default": "eu"},
+                "token": {"type": "string", "writeOnly": true, "title": "Token"},
+                "depth": {"type": "integer"}
+            }
+        }));
+        let f = |k: &str| fields.iter().find(|f| f.key == k).unwrap();
+        let region = f("region");
+        assert_eq!(region.kind, Kind::Select(vec!["eu".into(), "us".into()]));
+        assert_eq!(region.label.as_deref(), Some("Region"));
+        assert_eq!(region.description.as_deref(), Some("Where it runs"));
+        assert_eq!(
+            region.options,
+            [("eu".into(), "eu".into()), ("us".into(), "us".into())]
+        );
+        assert!(region.required && region.default == Some(json!("eu")));
+        assert_eq!(f("token").kind, Kind::Secret);
+        assert_eq!(f("token").label.as_deref(), Some("Token"));
+        assert_eq!(f("depth").kind, Kind::Integer);
+        assert_eq!(f("depth").label, None);
+    }
+
+    #[test]
+    fn salmex_fields_carry_labels_groups_and_option_labels() {
+        let spec = salmex(json!([
+            {"key": "units", "type": "select", "label": "Units", "group": "Display",
+             "description": "How to show numbers",
+             "options": [{"value": "metric", "label": "Metric"}, {"value": "imperial"}]}
+        ]));
+        let schema = schema_of(&spec);
+        let f = &schema.fields[0];
+        assert_eq!(f.label.as_deref(), Some("Units"));
+        assert_eq!(f.group.as_deref(), Some("Display"));
+        assert_eq!(f.description.as_deref(), Some("How to show numbers"));
+        assert_eq!(
+            f.options,
+            [
+                ("metric".into(), "Metric".into()),
+                ("imperial".into(), "imperial".into())
+            ]
+        );
+    }
+
+    #[test]
     fn plugins_without_settings_get_an_empty_launch() {
         let store = Store::open_in_memory().unwrap();
         let spec = salmex(json!([]));

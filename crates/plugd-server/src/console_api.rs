@@ -280,3 +280,66 @@ fn translate(rt: &plugd_runtime::Runtime, ev: &RtEvent) -> Option<Event> {
     };
     Some(Event::default().event(kind).data(data.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use futures_util::StreamExt;
+    use plugd_host::HostConfig;
+    use plugd_runtime::Runtime;
+    use plugd_runtime::config::PlugdConfig;
+    use plugd_runtime::events::EVENT_QUEUE;
+    use plugd_runtime::hooks::build::build_pipeline;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{AppState, auth, router};
+
+    /// The next SSE frame of `body` (skipping keep-alive comments).
+    async fn frame(body: &mut axum::body::BodyDataStream) -> String {
+        loop {
+            let chunk = tokio::time::timeout(Duration::from_secs(10), body.next())
+                .await
+                .expect("a frame in time")
+                .expect("the stream goes on")
+                .unwrap();
+            let text = String::from_utf8_lossy(&chunk).into_owned();
+            if !text.starts_with(':') {
+                return text;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_events_client_that_does_not_read_skips_instead_of_buffering() {
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
+        let config = PlugdConfig::load(tmp.path()).unwrap();
+        let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
+        let app = router(AppState::new(rt.clone(), pipeline, Arc::new(config), None));
+        let mut req = Request::get("/v1/events").body(Body::empty()).unwrap();
+        req.extensions_mut().insert(auth::Peer::local_owner());
+        let resp = app.oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let mut body = resp.into_body().into_data_stream();
+        assert_eq!(
+            frame(&mut body).await,
+            "event: approvals\ndata: {\"pending\":0}\n\n"
+        );
+        // Far more events than the channel holds, while the body is not read.
+        let sent = EVENT_QUEUE * 3;
+        for _ in 0..sent {
+            rt.plugin_changed("gone");
+        }
+        assert_eq!(
+            frame(&mut body).await,
+            format!(
+                "event: lagged\ndata: {{\"skipped\":{}}}\n\n",
+                sent - EVENT_QUEUE
+            )
+        );
+    }
+}
