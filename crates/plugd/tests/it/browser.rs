@@ -533,6 +533,25 @@ impl Browser {
         v.as_str().unwrap_or_default().to_owned()
     }
 
+    /// The labels of the visible buttons inside `scope`, read in one script
+    /// (so a redraw cannot make one look absent).
+    pub(crate) async fn button_labels(&self, scope: &str) -> Vec<String> {
+        let v = self
+            .js(
+                "return Array.from(document.querySelectorAll(arguments[0] + ' button'))\
+                 .filter(b => b.getClientRects().length > 0 && getComputedStyle(b).visibility !== 'hidden')\
+                 .map(b => b.textContent.trim());",
+                vec![json!(scope)],
+            )
+            .await;
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Whether a visible button `label` is inside `scope`.
+    pub(crate) async fn has_button(&self, scope: &str, label: &str) -> bool {
+        self.button_labels(scope).await.iter().any(|l| l == label)
+    }
+
     /// The visible buttons whose text is `label` inside `scope` (a CSS
     /// selector; "body" for all).
     pub(crate) async fn buttons(
@@ -557,15 +576,24 @@ impl Browser {
 
     /// Clicks the one visible button `label` inside `scope`, waiting for it.
     pub(crate) async fn click_button(&self, scope: &str, label: &str) {
-        let b = self
-            .wait_for(
-                &format!("a button {label:?} in {scope}"),
-                move || async move { self.buttons(scope, label).await.into_iter().next() },
-            )
-            .await;
-        b.click()
-            .await
-            .unwrap_or_else(|e| panic!("click {label:?} in {scope}: {e}"));
+        // Live updates redraw the page at any moment: a button found just
+        // before a redraw is stale by the click, so find it again.
+        for _ in 0..20 {
+            let b = self
+                .wait_for(
+                    &format!("a button {label:?} in {scope}"),
+                    move || async move { self.buttons(scope, label).await.into_iter().next() },
+                )
+                .await;
+            match b.click().await {
+                Ok(()) => return,
+                Err(e) if e.to_string().contains("stale element") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("click {label:?} in {scope}: {e}"),
+            }
+        }
+        panic!("the button {label:?} in {scope} went stale 20 times in a row");
     }
 }
 
