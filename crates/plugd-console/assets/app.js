@@ -996,9 +996,15 @@ function marketCard(e, redraw) {
 
 async function boot() {
   if (location.pathname.endsWith('/console/login')) {
-    const code = new URLSearchParams(location.hash.replace(/^#/, '')).get('code');
-    if (code) return loginWithCode(code);
-    return loginView();
+    // A link opened in a tab already on this page changes only the fragment.
+    const fromHash = () => {
+      const code = new URLSearchParams(location.hash.replace(/^#/, '')).get('code');
+      if (code) loginWithCode(code);
+      return Boolean(code);
+    };
+    window.addEventListener('hashchange', fromHash);
+    if (!fromHash()) loginView();
+    return;
   }
   try {
     state.session = await api('GET', '/console/session');
