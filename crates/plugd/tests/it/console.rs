@@ -198,7 +198,6 @@ impl<'a> Console<'a> {
     }
 }
 
-
 /// Presses Tab once (a real key event through WebDriver's actions).
 async fn tab(b: &Browser) {
     let keys = KeyActions::new("keyboard".into())
@@ -314,7 +313,8 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
     }
     let f = reached.unwrap_or_else(|| panic!("Tab never reached input#token: {path:?}"));
     assert!(
-        path.iter().all(|p| p["nav"] != true && p["text"] != "Log out"),
+        path.iter()
+            .all(|p| p["nav"] != true && p["text"] != "Log out"),
         "the logged-out page offers the header's controls: {path:?}"
     );
     assert_eq!(
@@ -1027,4 +1027,119 @@ async fn console_viewer_sees_no_buttons_it_cannot_use() {
         200
     );
     assert_eq!(pending.join().unwrap().0, 403);
+}
+
+/// Activity and logs: calls made by an agent show up on the activity page
+/// live (no reload), the status filter keeps only failures, a record opens
+/// with its trace id; a plugin's stderr line, written when its settings
+/// change, appears in its page's live log; the packages page says why it is
+/// empty instead of failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_shows_activity_records_and_a_live_log() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = make_token(&ws, "agent");
+    let shout = format!("{FIXTURE}/shout");
+    let (status, v) = invoke(&serve, &agent, &shout, json!({"word": "a", "times": 1}));
+    assert_eq!(status, 200, "{v}");
+
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/activity").await;
+    b.wait_for("one record listed", || async {
+        let n = b
+            .js(
+                "return document.querySelectorAll('table#invocations tbody tr').length;",
+                vec![],
+            )
+            .await;
+        (n.as_u64() == Some(1)).then_some(())
+    })
+    .await;
+    con.mark().await;
+    // A failed call (a missing required argument) appears without a reload.
+    let (status, v) = invoke(&serve, &agent, &shout, json!({"times": 2}));
+    assert_eq!(status, 422, "{v}");
+    let failed = b
+        .wait_for("the failed call listed live", || async {
+            let v = b
+                .js(
+                    "return [...document.querySelectorAll('table#invocations tbody tr')].map(r => [r.dataset.invocation, r.querySelector('td.status').textContent]);",
+                    vec![],
+                )
+                .await;
+            let rows = v.as_array().cloned().unwrap_or_default();
+            (rows.len() == 2)
+                .then(|| rows.into_iter().find(|r| r[1].as_str().unwrap_or("").starts_with("failed")))
+                .flatten()
+        })
+        .await;
+    con.not_reloaded().await;
+    let failed_id = failed[0].as_str().unwrap().to_owned();
+    // The status filter keeps only the failure.
+    let status_select = b.find("form#activity-filter select[name=status]").await;
+    status_select.select_by_value("failed").await.unwrap();
+    b.click_button("form#activity-filter", "Filter").await;
+    b.wait_for("only the failure listed", || async {
+        let ids = b
+            .js(
+                "return [...document.querySelectorAll('table#invocations tbody tr')].map(r => r.dataset.invocation);",
+                vec![],
+            )
+            .await;
+        (ids == json!([failed_id])).then_some(())
+    })
+    .await;
+    // Opened: its tool, status and trace id, as the API has them.
+    con.route(&format!("#/activity/{failed_id}")).await;
+    let trace = b.wait_text("#trace-id", |t| !t.is_empty()).await;
+    let record = request_as(
+        &serve,
+        &serve.token,
+        "GET",
+        &format!("/v1/invocations/{failed_id}"),
+        &[],
+        None,
+    )
+    .json();
+    let want = record["trace_id"].as_str().unwrap_or("(no trace)");
+    assert_eq!(trace, want, "{record}");
+    let heading = b.text_of("main h1").await.unwrap_or_default();
+    assert!(
+        heading.contains(&shout) && heading.contains("failed"),
+        "{heading}"
+    );
+
+    // The live log: a settings change makes the plugin write to stderr.
+    con.route(&format!("#/plugins/{FIXTURE}")).await;
+    b.find("pre#log").await;
+    let body = json!({"values": {"retries": 7}}).to_string();
+    let r = request_as(
+        &serve,
+        &serve.token,
+        "PUT",
+        &format!("/v1/plugins/{FIXTURE}/config"),
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = b
+        .wait_text("pre#log", |t| t.contains("config changed"))
+        .await;
+    assert!(log.contains("retries"), "{log}");
+
+    // Packages with no marketplace configured: the reason, and empty tables.
+    con.route("#/packages").await;
+    let market = b
+        .wait_text("section#marketplace", |t| t.contains("marketplace"))
+        .await;
+    assert!(
+        market.to_lowercase().contains("not configured")
+            || market.contains("marketplace_not_configured"),
+        "{market}"
+    );
+    b.find("table#packages").await;
+    b.find("table#bindings").await;
+    con.close().await;
 }
