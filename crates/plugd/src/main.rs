@@ -538,9 +538,17 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         }
         Command::Plugin(PluginCmd::Start { id }) => plugin_ctl_cmd::start_local(rt, id).await?,
         Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
-        Command::Tool(ToolCmd::Enable { name }) => risk_cmd::set_enabled(rt, name, true, None)?,
+        // A running serve toggles the tool itself: its agents, gateway and
+        // event stream see the change at once.
+        Command::Tool(ToolCmd::Enable { name }) => match remote::Remote::find(rt.dir()).await {
+            Some(serve) => risk_cmd::set_enabled_via(&serve, name, true).await?,
+            None => risk_cmd::set_enabled(rt, name, true, None)?,
+        },
         Command::Tool(ToolCmd::Disable { name, by }) => {
-            risk_cmd::set_enabled(rt, name, false, by.as_deref())?
+            match remote::Remote::find(rt.dir()).await {
+                Some(serve) => risk_cmd::set_enabled_via(&serve, name, false).await?,
+                None => risk_cmd::set_enabled(rt, name, false, by.as_deref())?,
+            }
         }
         Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
         Command::Tool(ToolCmd::Call {

@@ -86,6 +86,36 @@ pub fn set_enabled(rt: &Runtime, name: &str, enabled: bool, by: Option<&str>) ->
     Ok(())
 }
 
+/// `plugd tool enable|disable` through a running serve
+/// (`POST /v1/tools/{name}:enable|disable`; serve records the socket user
+/// as who did it): the same lines as [`set_enabled`], plus which serve.
+pub async fn set_enabled_via(
+    serve: &crate::remote::Remote,
+    name: &str,
+    enabled: bool,
+) -> Result<()> {
+    let action = if enabled { "enable" } else { "disable" };
+    let row = serve
+        .post(
+            &format!("/v1/tools/{name}:{action}"),
+            &serde_json::json!({}),
+            format!("tool {action} {name}"),
+        )
+        .await?;
+    let plugin = row["plugin"].as_str().unwrap_or("?");
+    let changed = row["changed"].as_bool().unwrap_or(true);
+    let via = format!("(via plugd serve pid {})", serve.pid());
+    match (enabled, changed) {
+        (true, true) => println!("enabled tool {name} of plugin {plugin} {via}"),
+        (true, false) => println!("tool {name} of plugin {plugin} was not disabled {via}"),
+        (false, true) => println!(
+            "disabled tool {name} of plugin {plugin}: hidden from agents and refused by `plugd tool call`; `plugd tool enable {name}` undoes it {via}"
+        ),
+        (false, false) => println!("tool {name} of plugin {plugin} was already disabled {via}"),
+    }
+    Ok(())
+}
+
 /// Runs `plugd tool list`: every tool with its effective risk and state.
 pub fn list_tools(rt: &Runtime, json: bool) -> Result<()> {
     let tools = rt.tool_views()?;

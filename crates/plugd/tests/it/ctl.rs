@@ -127,6 +127,34 @@ fn plugin_commands_act_inside_a_running_serve() {
     );
     assert!(tool_names(&serve).iter().any(|t| t == "good_echo"));
 
+    // Tool toggles act in serve too: gone from serve's list the moment the
+    // command returns (a local write reached serve only at its next check).
+    let out = ws.plugd(&["tool", "disable", "good_echo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("disabled tool good_echo of plugin good")
+            && stdout(&out).contains(&via),
+        "{}",
+        stdout(&out)
+    );
+    assert!(!tool_names(&serve).iter().any(|t| t == "good_echo"));
+    let out = ws.plugd(&["tool", "disable", "good_echo"]);
+    assert!(stdout(&out).contains("was already disabled") && stdout(&out).contains(&via));
+    let out = ws.plugd(&["tool", "enable", "good_echo"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("enabled tool good_echo of plugin good {via}")
+    );
+    assert!(tool_names(&serve).iter().any(|t| t == "good_echo"));
+    let out = ws.plugd(&["tool", "disable", "nope"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("plugd serve") && stderr(&out).contains("unknown_tool"),
+        "{}",
+        stderr(&out)
+    );
+
     // Serve's errors are the CLI's errors: no silent local fallback.
     let out = ws.plugd(&["plugin", "restart", "nope"]);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
