@@ -457,19 +457,41 @@ pub fn coerce(plugin: &str, field: &Field, raw: &str) -> Result<Value, RuntimeEr
         }
         Kind::Json => serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned())),
     };
-    if let Some(schema) = &field.schema
-        && field.kind != Kind::Secret
-    {
-        let validator = jsonschema::validator_for(schema)
-            .map_err(|e| config_err(plugin, format!("the schema of {key:?} is not usable: {e}")))?;
-        if let Some(e) = validator.iter_errors(&v).next() {
-            return Err(config_err(
-                plugin,
-                format!("{raw:?} is not valid for {key:?}: {e}"),
-            ));
-        }
+    match schema_problem(field, &v) {
+        None => Ok(v),
+        Some(SchemaProblem::Unusable(e)) => Err(config_err(
+            plugin,
+            format!("the schema of {key:?} is not usable: {e}"),
+        )),
+        Some(SchemaProblem::Invalid(e)) => Err(config_err(
+            plugin,
+            format!("{raw:?} is not valid for {key:?}: {e}"),
+        )),
     }
-    Ok(v)
+}
+
+/// Why a typed value fails its field's property schema (native and VAI).
+pub(crate) enum SchemaProblem {
+    /// The manifest's schema does not compile.
+    Unusable(String),
+    /// The value does not match it (the first error).
+    Invalid(String),
+}
+
+/// Checks `v` against `field`'s property schema, if it has one; secrets are
+/// never checked (an error would quote the value).
+pub(crate) fn schema_problem(field: &Field, v: &Value) -> Option<SchemaProblem> {
+    let schema = field
+        .schema
+        .as_ref()
+        .filter(|_| field.kind != Kind::Secret)?;
+    match jsonschema::validator_for(schema) {
+        Err(e) => Some(SchemaProblem::Unusable(e.to_string())),
+        Ok(validator) => validator
+            .iter_errors(v)
+            .next()
+            .map(|e| SchemaProblem::Invalid(e.to_string())),
+    }
 }
 
 /// The first required setting that is not set (and visible under its

@@ -19,7 +19,7 @@ use plugd_store::secrets::{ConfigWrite, KeySource, StoredValue};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::plugin_config::{Applied, ConfigSchema, Field, Kind};
+use crate::plugin_config::{Applied, ConfigSchema, Field, Kind, SchemaProblem};
 use crate::{Runtime, RuntimeError};
 
 /// One choice of a select.
@@ -168,16 +168,11 @@ pub fn check_value(field: &Field, value: &Value) -> Result<Value, String> {
         },
         Kind::Json => value.clone(),
     };
-    if let Some(schema) = &field.schema
-        && field.kind != Kind::Secret
-    {
-        let validator = jsonschema::validator_for(schema)
-            .map_err(|e| format!("its schema is not usable: {e}"))?;
-        if let Some(e) = validator.iter_errors(&v).next() {
-            return Err(format!("{v} is not valid: {e}"));
-        }
+    match crate::plugin_config::schema_problem(field, &v) {
+        None => Ok(v),
+        Some(SchemaProblem::Unusable(e)) => Err(format!("its schema is not usable: {e}")),
+        Some(SchemaProblem::Invalid(e)) => Err(format!("{v} is not valid: {e}")),
     }
-    Ok(v)
 }
 
 fn form_of(rt: &Runtime, id: &str, schema: &ConfigSchema) -> Result<SettingsForm, RuntimeError> {
