@@ -10,7 +10,10 @@
 //! records of every tool call ([`invocations`]) with their
 //! [`InvocationStore`](invocations::InvocationStore) trait; and the
 //! marketplace catalog ([`marketplace`]): curated entries, the signed index
-//! document's canonical bytes and which entries a mode lets install.
+//! document's canonical bytes and which entries a mode lets install;
+//! sessions, chains, runs and compactions ([`chains`]) with their
+//! [`ChainStore`](chains::ChainStore) trait; and delegated credentials'
+//! scopes ([`delegation`]).
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
@@ -18,6 +21,8 @@
 //! SQLite `Store`, and a PostgreSQL backend will implement the same trait.
 
 pub mod bindings;
+pub mod chains;
+pub mod delegation;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;

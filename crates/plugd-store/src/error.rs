@@ -136,6 +136,12 @@ pub enum StoreError {
     /// A write that would break a uniqueness rule; says what to do.
     #[error("{0}")]
     Conflict(String),
+    /// A record a write needs does not exist.
+    #[error("{what} does not exist")]
+    NotFound {
+        /// What, e.g. `chain "ch_1"`.
+        what: String,
+    },
     /// The OS random number generator failed.
     #[error("cannot draw random bytes from the OS: {0}")]
     Random(String),

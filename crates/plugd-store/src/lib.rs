@@ -10,6 +10,7 @@
 //! PostgreSQL backend can offer the same operations.
 
 pub mod bindings;
+pub mod chains;
 pub mod digest;
 mod error;
 pub mod identity;

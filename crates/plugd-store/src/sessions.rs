@@ -1,16 +1,19 @@
 //! Agent sessions and their transcripts: what `plugd run --session` and the HTTP API resume.
 //!
-//! A session is a row with its id and creation time; its transcript is an
-//! ordered list of entries, each stored as one JSON document (the agent turn
-//! decides their shape). Entries of one turn are appended in one transaction,
-//! so a crash mid-turn leaves either all of them or none.
+//! A session is a row with its id and creation time; since schema 16 its
+//! history is a chain of blocks (see `crate::chains`), and its
+//! *transcript* is a view of its head chain as the agent turn's entries
+//! (`role`, `content`, `tool_calls`, `tool_call_id`, `at`):
+//! [`entry_blocks`] and [`block_entries`] convert. Entries of one turn are
+//! appended in one transaction, so a crash mid-turn leaves either all of
+//! them or none.
 //!
 //! **API boundary:** plain data in and out ([`SessionRow`], [`serde_json::Value`]
 //! entries); nothing SQLite-specific leaks.
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use plugd_control::chains::{Block, BlockKind, ChainStore, NewBlock, ScopeFilter};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use crate::error::StoreError;
 use crate::store::Store;
@@ -50,157 +53,199 @@ pub struct SessionRow {
     pub created_at: String,
 }
 
-impl Store {
-    fn check_session_id(id: &str) -> Result<(), StoreError> {
-        if valid_session_id(id) {
-            Ok(())
-        } else {
-            Err(StoreError::Invalid {
-                what: format!("session id {id:?}"),
-                problem: "use 1-128 characters of letters, digits, '-', '_' and '.'",
-            })
+/// Checks a session id ([`valid_session_id`]).
+pub(crate) fn check_session_id(id: &str) -> Result<(), StoreError> {
+    if valid_session_id(id) {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid {
+            what: format!("session id {id:?}"),
+            problem: "use 1-128 characters of letters, digits, '-', '_' and '.'",
+        })
+    }
+}
+
+/// The blocks one transcript entry is stored as: `user` → `input`,
+/// `assistant` → `output` (when it has text or no tool calls) and one
+/// `tool_call` per call, `tool` → `tool_result`, `system` (a note for
+/// people, never sent to a model) → `system` with `note: true`,
+/// `instructions` → `system`.
+pub fn entry_blocks(entry: &Value) -> Vec<NewBlock> {
+    let role = entry
+        .get("role")
+        .and_then(Value::as_str)
+        .unwrap_or("system");
+    let text = entry
+        .get("content")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let calls = entry
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    match role {
+        "user" => vec![NewBlock::text(BlockKind::Input, text)],
+        "assistant" => {
+            let mut out = Vec::new();
+            if !text.is_empty() || calls.is_empty() {
+                out.push(NewBlock::text(BlockKind::Output, text));
+            }
+            for c in calls {
+                out.push(
+                    NewBlock {
+                        kind: BlockKind::ToolCall,
+                        content: Vec::new(),
+                        extra: Map::new(),
+                    }
+                    .with("call_id", c.get("id").cloned().unwrap_or(Value::Null))
+                    .with("tool", c.get("name").cloned().unwrap_or(Value::Null))
+                    .with(
+                        "arguments",
+                        c.get("arguments").cloned().unwrap_or(Value::Null),
+                    ),
+                );
+            }
+            out
+        }
+        "tool" => vec![NewBlock::text(BlockKind::ToolResult, text).with(
+            "call_id",
+            entry.get("tool_call_id").cloned().unwrap_or(Value::Null),
+        )],
+        "instructions" => vec![NewBlock::text(BlockKind::System, text)],
+        _ => vec![NewBlock::text(BlockKind::System, text).with("note", Value::Bool(true))],
+    }
+}
+
+/// The transcript entries `blocks` read as (the inverse of
+/// [`entry_blocks`]): consecutive `tool_call` blocks after an `output`
+/// join that assistant entry; a `system` block without `note` is
+/// `instructions` (it reaches the model).
+pub fn block_entries(blocks: &[Block]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(blocks.len());
+    let mut joinable = false;
+    for b in blocks {
+        let text = b.text();
+        let at = Value::String(b.created_at.clone());
+        match b.kind {
+            BlockKind::ToolCall => {
+                let call = json!({
+                    "id": b.extra.get("call_id").cloned().unwrap_or(Value::Null),
+                    "name": b.extra.get("tool").cloned().unwrap_or(Value::Null),
+                    "arguments": b.extra.get("arguments").cloned().unwrap_or_else(|| json!({})),
+                });
+                match out.last_mut() {
+                    Some(last) if joinable => {
+                        if let Some(list) = last
+                            .as_object_mut()
+                            .map(|o| o.entry("tool_calls").or_insert_with(|| json!([])))
+                            .and_then(Value::as_array_mut)
+                        {
+                            list.push(call);
+                        }
+                    }
+                    _ => out.push(
+                        json!({"role": "assistant", "content": "", "tool_calls": [call], "at": at}),
+                    ),
+                }
+                joinable = true;
+            }
+            BlockKind::Output => {
+                let mut e = json!({"role": "assistant", "content": text, "at": at});
+                // Transcripts from before chains kept the calls on the entry.
+                if let Some(calls) = b.extra.get("tool_calls").filter(|c| c.is_array()) {
+                    e["tool_calls"] = calls.clone();
+                }
+                out.push(e);
+                joinable = true;
+            }
+            BlockKind::Input => {
+                out.push(json!({"role": "user", "content": text, "at": at}));
+                joinable = false;
+            }
+            BlockKind::ToolResult => {
+                let mut e = json!({"role": "tool", "content": text, "at": at});
+                if let Some(id) = b.extra.get("call_id").filter(|v| !v.is_null()) {
+                    e["tool_call_id"] = id.clone();
+                }
+                out.push(e);
+                joinable = false;
+            }
+            BlockKind::System => {
+                let note = b.extra.get("note").and_then(Value::as_bool) == Some(true);
+                let role = if note { "system" } else { "instructions" };
+                out.push(json!({"role": role, "content": text, "at": at}));
+                joinable = false;
+            }
         }
     }
+    out
+}
 
+impl Store {
     /// The session `id`, if stored.
     pub fn session_get(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
-        Self::check_session_id(id)?;
-        self.lock()
-            .query_row(
-                "SELECT id, created_at FROM sessions WHERE id = ?1",
-                params![id],
-                |r| {
-                    Ok(SessionRow {
-                        id: r.get(0)?,
-                        created_at: r.get(1)?,
-                    })
-                },
-            )
-            .optional()
-            .map_err(|e| self.query_error(format!("read session {id:?}"), e))
+        Ok(self.session_info(id)?.map(|s| SessionRow {
+            id: s.id,
+            created_at: s.created_at,
+        }))
     }
 
-    /// Stores session `id` unless it exists. Returns the row and whether it
-    /// was created by this call.
+    /// Stores session `id` (with its first chain) unless it exists.
+    /// Returns the row and whether it was created by this call.
     pub fn session_ensure(&self, id: &str) -> Result<(SessionRow, bool), StoreError> {
-        Self::check_session_id(id)?;
-        let now = crate::now_rfc3339();
-        let created = self
-            .lock()
-            .execute(
-                "INSERT INTO sessions (id, created_at) VALUES (?1, ?2) ON CONFLICT (id) DO NOTHING",
-                params![id, now],
-            )
-            .map_err(|e| self.query_error(format!("create session {id:?}"), e))?;
-        let row = self.session_get(id)?.ok_or_else(|| StoreError::Invalid {
-            what: format!("session id {id:?}"),
-            problem: "the session vanished right after it was stored; retry",
-        })?;
-        Ok((row, created > 0))
+        let (s, created) = self.session_open(id, None, None)?;
+        Ok((
+            SessionRow {
+                id: s.id,
+                created_at: s.created_at,
+            },
+            created,
+        ))
     }
 
-    /// Appends `entries` to the transcript of session `id` (which must
-    /// exist), in one transaction.
+    /// Appends `entries` (transcript entries, see [`entry_blocks`]) to the
+    /// head chain of session `id`, in one transaction.
     pub fn session_append(&self, id: &str, entries: &[Value]) -> Result<(), StoreError> {
-        Self::check_session_id(id)?;
-        let action = || format!("append to the transcript of session {id:?}");
-        let mut conn = self.lock();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| self.query_error(action(), e))?;
-        let write = || -> rusqlite::Result<()> {
-            let mut stmt =
-                tx.prepare("INSERT INTO transcript_entries (session_id, body) VALUES (?1, ?2)")?;
-            for entry in entries {
-                stmt.execute(params![id, entry.to_string()])?;
-            }
-            Ok(())
-        };
-        write().map_err(|e| self.query_error(action(), e))?;
-        tx.commit().map_err(|e| self.query_error(action(), e))
+        let head = self.session_head(id)?;
+        let blocks: Vec<NewBlock> = entries.iter().flat_map(entry_blocks).collect();
+        self.chain_append(&head, &blocks, "agent").map(|_| ())
     }
 
     /// The stored sessions, newest first (by creation time, then id),
     /// at most `limit`.
     pub fn session_list(&self, limit: usize) -> Result<Vec<SessionRow>, StoreError> {
-        let conn = self.lock();
-        let read = || -> rusqlite::Result<Vec<SessionRow>> {
-            let mut stmt = conn.prepare(
-                "SELECT id, created_at FROM sessions ORDER BY created_at DESC, id DESC LIMIT ?1",
-            )?;
-            stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-                Ok(SessionRow {
-                    id: r.get(0)?,
-                    created_at: r.get(1)?,
-                })
-            })?
-            .collect()
-        };
-        read().map_err(|e| self.query_error("list sessions".to_owned(), e))
-    }
-
-    /// How many transcript entries session `id` has, and its last `limit`
-    /// entries, oldest first (`0` and none when unknown).
-    pub fn session_tail(&self, id: &str, limit: usize) -> Result<(usize, Vec<Value>), StoreError> {
-        Self::check_session_id(id)?;
-        let action = || format!("read the transcript of session {id:?}");
-        let (total, rows): (i64, Vec<String>) = {
-            let conn = self.lock();
-            let read = || -> rusqlite::Result<(i64, Vec<String>)> {
-                let total = conn.query_row(
-                    "SELECT COUNT(*) FROM transcript_entries WHERE session_id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )?;
-                let mut stmt = conn.prepare(
-                    "SELECT body FROM (SELECT id, body FROM transcript_entries WHERE session_id = ?1
-                     ORDER BY id DESC LIMIT ?2) ORDER BY id",
-                )?;
-                let rows = stmt
-                    .query_map(params![id, i64::try_from(limit).unwrap_or(i64::MAX)], |r| {
-                        r.get(0)
-                    })?
-                    .collect::<rusqlite::Result<_>>()?;
-                Ok((total, rows))
-            };
-            read().map_err(|e| self.query_error(action(), e))?
-        };
-        let entries = rows
+        Ok(self
+            .sessions(&ScopeFilter::default(), limit, None)?
             .into_iter()
-            .map(|body| {
-                serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-                    db: self.label().to_owned(),
-                    plugin_id: format!("session {id}"),
-                    detail: format!("a transcript entry is not JSON ({e})"),
-                })
+            .map(|s| SessionRow {
+                id: s.id,
+                created_at: s.created_at,
             })
-            .collect::<Result<_, _>>()?;
-        Ok((usize::try_from(total).unwrap_or(0), entries))
+            .collect())
     }
 
-    /// The transcript of session `id`, oldest first (empty when unknown).
+    /// How many transcript entries the head chain of session `id` reads
+    /// as, and its last `limit` entries, oldest first (`0` and none when
+    /// unknown).
+    pub fn session_tail(&self, id: &str, limit: usize) -> Result<(usize, Vec<Value>), StoreError> {
+        let all = self.session_transcript(id)?;
+        let total = all.len();
+        let skip = total.saturating_sub(limit);
+        Ok((total, all.into_iter().skip(skip).collect()))
+    }
+
+    /// The transcript of session `id`: its head chain read as entries
+    /// ([`block_entries`]), oldest first (empty when unknown).
     pub fn session_transcript(&self, id: &str) -> Result<Vec<Value>, StoreError> {
-        Self::check_session_id(id)?;
-        let action = || format!("read the transcript of session {id:?}");
-        let rows: Vec<String> = {
-            let conn = self.lock();
-            let read = || -> rusqlite::Result<Vec<String>> {
-                let mut stmt = conn.prepare(
-                    "SELECT body FROM transcript_entries WHERE session_id = ?1 ORDER BY id",
-                )?;
-                stmt.query_map(params![id], |r| r.get(0))?.collect()
-            };
-            read().map_err(|e| self.query_error(action(), e))?
+        let Some(info) = self.session_info(id)? else {
+            return Ok(Vec::new());
         };
-        rows.into_iter()
-            .map(|body| {
-                serde_json::from_str(&body).map_err(|e| StoreError::Corrupt {
-                    db: self.label().to_owned(),
-                    plugin_id: format!("session {id}"),
-                    detail: format!("a transcript entry is not JSON ({e})"),
-                })
-            })
-            .collect()
+        let Some(head) = info.head_chain_id else {
+            return Ok(Vec::new());
+        };
+        let blocks = self.chain_blocks(&head, 0, usize::MAX)?;
+        Ok(block_entries(&blocks))
     }
 }
 
@@ -258,15 +303,68 @@ mod tests {
             .collect();
         // Same second: the id breaks the tie, newest (largest) first.
         assert_eq!(ids.len(), 2);
-        let entries: Vec<Value> = (0..5).map(|i| serde_json::json!({"n": i})).collect();
+        let entries: Vec<Value> = (0..5)
+            .map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")}))
+            .collect();
         store.session_append("b", &entries).unwrap();
         let (total, tail) = store.session_tail("b", 2).unwrap();
         assert_eq!(total, 5);
-        assert_eq!(
-            tail,
-            [serde_json::json!({"n": 3}), serde_json::json!({"n": 4})]
-        );
+        let texts: Vec<&str> = tail
+            .iter()
+            .map(|e| e["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(texts, ["m3", "m4"]);
         assert_eq!(store.session_tail("zz", 2).unwrap(), (0, Vec::new()));
         assert!(store.session_tail("a/b", 2).is_err());
+    }
+
+    #[test]
+    fn entries_round_trip_through_blocks() {
+        let entries = vec![
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "name": "a/t", "arguments": {"x": 1}},
+                {"id": "c2", "name": "a/u", "arguments": {}}]}),
+            json!({"role": "tool", "content": "r1", "tool_call_id": "c1"}),
+            json!({"role": "tool", "content": "r2", "tool_call_id": "c2"}),
+            json!({"role": "assistant", "content": "thinking", "tool_calls": [
+                {"id": "c3", "name": "a/t", "arguments": {}}]}),
+            json!({"role": "tool", "content": "r3", "tool_call_id": "c3"}),
+            json!({"role": "assistant", "content": "done"}),
+            json!({"role": "system", "content": "turn blocked"}),
+        ];
+        let store = Store::open_in_memory().unwrap();
+        store.session_ensure("rt").unwrap();
+        store.session_append("rt", &entries).unwrap();
+        let back = store.session_transcript("rt").unwrap();
+        assert_eq!(back.len(), entries.len());
+        for (a, b) in entries.iter().zip(&back) {
+            assert_eq!(a["role"], b["role"]);
+            assert_eq!(a["content"], b["content"]);
+            assert_eq!(a.get("tool_calls"), b.get("tool_calls"), "{b}");
+            assert_eq!(a.get("tool_call_id"), b.get("tool_call_id"));
+        }
+        let head = store.session_head("rt").unwrap();
+        let kinds: Vec<&str> = store
+            .chain_blocks(&head, 0, 100)
+            .unwrap()
+            .iter()
+            .map(|b| b.kind.as_str())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "input",
+                "tool_call",
+                "tool_call",
+                "tool_result",
+                "tool_result",
+                "output",
+                "tool_call",
+                "tool_result",
+                "output",
+                "system"
+            ]
+        );
     }
 }

@@ -65,6 +65,9 @@ const MIGRATIONS: &[&str] = &[
     crate::invocations::MIGRATION,
     // 15: the tree digest of each installed package as installed (see `crate::packages`).
     crate::packages::TREE_DIGEST_MIGRATION,
+    // 16: sessions hold chains of blocks; runs and compactions; transcripts
+    // become each session's first chain (see `crate::chains`).
+    crate::chains::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

@@ -1,0 +1,887 @@
+//! Sessions, chains, runs and compactions in SQLite: the
+//! [`ChainStore`](plugd_control::chains::ChainStore) of seed 003's model.
+//!
+//! Migration 16 turns every stored transcript into its session's first
+//! chain (`ch_<session id>`), one block per entry (`user` → `input`,
+//! `assistant` → `output`, `tool` → `tool_result`, `system` notes →
+//! `system` with `note: true`), and drops the transcript table. Blocks are
+//! numbered from 1 per chain and never updated; a compaction inserts a new
+//! chain and moves the session's head in one transaction.
+
+use plugd_control::chains::{
+    Block, BlockKind, Chain, ChainStatus, ChainStore, Compaction, NewBlock, Run, RunKind, RunPatch,
+    RunStatus, ScopeFilter, SessionInfo,
+};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde_json::{Map, Value};
+
+use crate::error::StoreError;
+use crate::store::Store;
+
+/// Schema step 16: chains, blocks, runs, compactions; transcripts become chains.
+pub(crate) const MIGRATION: &str = "
+    ALTER TABLE sessions ADD COLUMN org_id TEXT;
+    ALTER TABLE sessions ADD COLUMN project_id TEXT;
+    ALTER TABLE sessions ADD COLUMN head_chain_id TEXT;
+    CREATE TABLE chains (
+        id              TEXT PRIMARY KEY NOT NULL,
+        session_id      TEXT NOT NULL REFERENCES sessions (id),
+        parent_chain_id TEXT REFERENCES chains (id),
+        compaction_id   TEXT,
+        status          TEXT NOT NULL,
+        created_at      TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX chains_by_session ON chains (session_id, created_at);
+    CREATE TABLE chain_blocks (
+        chain_id   TEXT NOT NULL REFERENCES chains (id),
+        seq        INTEGER NOT NULL,
+        kind       TEXT NOT NULL,
+        body       TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        created_by TEXT,
+        PRIMARY KEY (chain_id, seq)
+    ) STRICT, WITHOUT ROWID;
+    CREATE TABLE runs (
+        id            TEXT PRIMARY KEY NOT NULL,
+        session_id    TEXT NOT NULL,
+        chain_id      TEXT,
+        parent_run_id TEXT,
+        depth         INTEGER NOT NULL,
+        kind          TEXT NOT NULL,
+        harness       TEXT,
+        mode          TEXT,
+        status        TEXT NOT NULL,
+        input         TEXT NOT NULL,
+        checkpoint    TEXT NOT NULL,
+        summary       TEXT NOT NULL,
+        artifacts     TEXT NOT NULL,
+        error         TEXT,
+        created_by    TEXT NOT NULL,
+        created_at    TEXT NOT NULL,
+        ended_at      TEXT
+    ) STRICT;
+    CREATE INDEX runs_by_session ON runs (session_id, created_at);
+    CREATE INDEX runs_by_parent ON runs (parent_run_id);
+    CREATE TABLE compactions (
+        id               TEXT PRIMARY KEY NOT NULL,
+        session_id       TEXT NOT NULL,
+        source_chain_id  TEXT NOT NULL,
+        derived_chain_id TEXT,
+        compactor        TEXT NOT NULL,
+        status           TEXT NOT NULL,
+        token_estimate   INTEGER NOT NULL,
+        summary          TEXT NOT NULL,
+        diagnostics      TEXT NOT NULL,
+        error            TEXT,
+        run_id           TEXT,
+        created_at       TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX compactions_by_session ON compactions (session_id, created_at);
+    INSERT INTO chains (id, session_id, status, created_at)
+        SELECT 'ch_' || id, id, 'active', created_at FROM sessions;
+    UPDATE sessions SET head_chain_id = 'ch_' || id;
+    INSERT INTO chain_blocks (chain_id, seq, kind, body, created_at, created_by)
+        SELECT 'ch_' || t.session_id,
+               ROW_NUMBER() OVER (PARTITION BY t.session_id ORDER BY t.id),
+               CASE json_extract(t.body, '$.role')
+                   WHEN 'user' THEN 'input'
+                   WHEN 'assistant' THEN 'output'
+                   WHEN 'tool' THEN 'tool_result'
+                   ELSE 'system' END,
+               json_patch(
+                   json_object('content', json_array(json_object(
+                       'type', 'text', 'text', COALESCE(json_extract(t.body, '$.content'), '')))),
+                   json_object(
+                       'tool_calls', json_extract(t.body, '$.tool_calls'),
+                       'call_id', json_extract(t.body, '$.tool_call_id'),
+                       'note', CASE WHEN json_extract(t.body, '$.role') = 'system'
+                                    THEN json('true') END)),
+               COALESCE(json_extract(t.body, '$.at'), s.created_at),
+               'agent'
+        FROM transcript_entries t JOIN sessions s ON s.id = t.session_id;
+    DROP TABLE transcript_entries;
+";
+
+fn corrupt(store: &Store, what: &str, detail: String) -> StoreError {
+    StoreError::Corrupt {
+        db: store.label().to_owned(),
+        plugin_id: what.to_owned(),
+        detail,
+    }
+}
+
+fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+fn parse_json(s: &str) -> Value {
+    serde_json::from_str(s).unwrap_or(Value::Null)
+}
+
+fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    Ok(SessionInfo {
+        id: r.get(0)?,
+        created_at: r.get(1)?,
+        org_id: r.get(2)?,
+        project_id: r.get(3)?,
+        head_chain_id: r.get(4)?,
+    })
+}
+
+const SESSION_COLS: &str = "id, created_at, org_id, project_id, head_chain_id";
+
+const CHAIN_COLS: &str =
+    "c.id, c.session_id, c.parent_chain_id, c.compaction_id, c.status, c.created_at,
+     (SELECT COUNT(*) FROM chain_blocks b WHERE b.chain_id = c.id)";
+
+fn chain_row(r: &Row<'_>) -> rusqlite::Result<Chain> {
+    let status: String = r.get(4)?;
+    Ok(Chain {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        parent_chain_id: r.get(2)?,
+        compaction_id: r.get(3)?,
+        status: if status == "superseded" {
+            ChainStatus::Superseded
+        } else {
+            ChainStatus::Active
+        },
+        created_at: r.get(5)?,
+        blocks: r.get::<_, i64>(6)?.max(0) as u64,
+    })
+}
+
+const RUN_COLS: &str =
+    "id, session_id, chain_id, parent_run_id, depth, kind, harness, mode, status,
+     input, checkpoint, summary, artifacts, error, created_by, created_at, ended_at";
+
+fn run_row(r: &Row<'_>) -> rusqlite::Result<Run> {
+    let kind: String = r.get(5)?;
+    let status: String = r.get(8)?;
+    Ok(Run {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        chain_id: r.get(2)?,
+        parent_run_id: r.get(3)?,
+        depth: r.get::<_, i64>(4)?.clamp(0, i64::from(u32::MAX)) as u32,
+        kind: match kind.as_str() {
+            "turn" => RunKind::Turn,
+            "harness" => RunKind::Harness,
+            _ => RunKind::External,
+        },
+        harness: r.get(6)?,
+        mode: r.get(7)?,
+        status: RunStatus::parse(&status).unwrap_or(RunStatus::Failed),
+        input: parse_json(&r.get::<_, String>(9)?),
+        checkpoint: parse_json(&r.get::<_, String>(10)?),
+        summary: parse_json(&r.get::<_, String>(11)?),
+        artifacts: parse_json(&r.get::<_, String>(12)?),
+        error: r.get(13)?,
+        created_by: r.get(14)?,
+        created_at: r.get(15)?,
+        ended_at: r.get(16)?,
+    })
+}
+
+const COMPACTION_COLS: &str =
+    "id, session_id, source_chain_id, derived_chain_id, compactor, status,
+     token_estimate, summary, diagnostics, error, run_id, created_at";
+
+fn compaction_row(r: &Row<'_>) -> rusqlite::Result<Compaction> {
+    Ok(Compaction {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        source_chain_id: r.get(2)?,
+        derived_chain_id: r.get(3)?,
+        compactor: r.get(4)?,
+        status: r.get(5)?,
+        token_estimate: r.get::<_, i64>(6)?.max(0) as u64,
+        summary: parse_json(&r.get::<_, String>(7)?),
+        diagnostics: parse_json(&r.get::<_, String>(8)?),
+        error: r.get(9)?,
+        run_id: r.get(10)?,
+        created_at: r.get(11)?,
+    })
+}
+
+fn insert_compaction(conn: &Connection, c: &Compaction) -> rusqlite::Result<()> {
+    conn.prepare_cached(&format!(
+        "INSERT INTO compactions ({COMPACTION_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    ))?
+    .execute(params![
+        c.id,
+        c.session_id,
+        c.source_chain_id,
+        c.derived_chain_id,
+        c.compactor,
+        c.status,
+        i64::try_from(c.token_estimate).unwrap_or(i64::MAX),
+        json_text(&c.summary),
+        json_text(&c.diagnostics),
+        c.error,
+        c.run_id,
+        c.created_at,
+    ])?;
+    Ok(())
+}
+
+/// Appends `blocks` after the chain's last seq; the new seqs.
+fn append_blocks(
+    tx: &Connection,
+    chain: &str,
+    blocks: &[NewBlock],
+    by: &str,
+    now: &str,
+) -> rusqlite::Result<Vec<u64>> {
+    let last: i64 = tx.query_row(
+        "SELECT COALESCE(MAX(seq), 0) FROM chain_blocks WHERE chain_id = ?1",
+        params![chain],
+        |r| r.get(0),
+    )?;
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO chain_blocks (chain_id, seq, kind, body, created_at, created_by)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut seqs = Vec::with_capacity(blocks.len());
+    for (i, b) in blocks.iter().enumerate() {
+        let seq = last + 1 + i as i64;
+        stmt.execute(params![
+            chain,
+            seq,
+            b.kind.as_str(),
+            json_text(&b.body()),
+            now,
+            by
+        ])?;
+        seqs.push(seq as u64);
+    }
+    Ok(seqs)
+}
+
+/// Why a chain write was refused (mapped to [`StoreError::Invalid`]).
+const SUPERSEDED: &str = "was compacted into a newer chain and is kept read-only; append to the session's head chain (GET /v1/sessions/ID says which)";
+
+impl Store {
+    fn block_from_row(
+        &self,
+        chain: &str,
+        r: (i64, String, String, String, Option<String>),
+    ) -> Result<Block, StoreError> {
+        let (seq, kind, body, created_at, created_by) = r;
+        let kind = BlockKind::parse(&kind).ok_or_else(|| {
+            corrupt(
+                self,
+                &format!("chain {chain}"),
+                format!("block {seq} has kind {kind:?}"),
+            )
+        })?;
+        let mut body: Map<String, Value> = match serde_json::from_str(&body) {
+            Ok(Value::Object(m)) => m,
+            _ => {
+                return Err(corrupt(
+                    self,
+                    &format!("chain {chain}"),
+                    format!("block {seq} is not a JSON object"),
+                ));
+            }
+        };
+        let content = match body.remove("content") {
+            Some(Value::Array(a)) => a,
+            _ => Vec::new(),
+        };
+        // Migrated transcripts carry null for absent fields.
+        body.retain(|_, v| !v.is_null());
+        Ok(Block {
+            seq: seq.max(0) as u64,
+            kind,
+            content,
+            extra: body,
+            created_at,
+            created_by,
+        })
+    }
+
+    /// The head chain of session `id`, creating the session (in the
+    /// workspace scope) and its chain when missing.
+    pub fn session_head(&self, id: &str) -> Result<String, StoreError> {
+        let (info, _) = self.session_open(id, None, None)?;
+        info.head_chain_id.ok_or_else(|| StoreError::Invalid {
+            what: format!("session {id:?}"),
+            problem: "has no head chain; retry",
+        })
+    }
+}
+
+impl ChainStore for Store {
+    type Error = StoreError;
+
+    fn session_open(
+        &self,
+        id: &str,
+        org: Option<&str>,
+        project: Option<&str>,
+    ) -> Result<(SessionInfo, bool), StoreError> {
+        crate::sessions::check_session_id(id)?;
+        let now = crate::now_rfc3339();
+        let chain = format!("ch_{id}");
+        let action = || format!("open session {id:?}");
+        let mut conn = self.lock();
+        let write = |conn: &mut Connection| -> rusqlite::Result<(SessionInfo, bool)> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let created = tx.execute(
+                "INSERT INTO sessions (id, created_at, org_id, project_id) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (id) DO NOTHING",
+                params![id, now, org, project],
+            )? > 0;
+            let head: Option<String> = tx.query_row(
+                "SELECT head_chain_id FROM sessions WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )?;
+            if head.is_none() {
+                // A fresh session, or one from before chains with no
+                // transcript: its first chain.
+                tx.execute(
+                    "INSERT INTO chains (id, session_id, status, created_at) VALUES (?1, ?2, 'active', ?3)
+                     ON CONFLICT (id) DO NOTHING",
+                    params![chain, id, now],
+                )?;
+                tx.execute(
+                    "UPDATE sessions SET head_chain_id = ?1 WHERE id = ?2",
+                    params![chain, id],
+                )?;
+            }
+            let info = tx.query_row(
+                &format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?1"),
+                params![id],
+                session_row,
+            )?;
+            tx.commit()?;
+            Ok((info, created))
+        };
+        write(&mut conn).map_err(|e| self.query_error(action(), e))
+    }
+
+    fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        crate::sessions::check_session_id(id)?;
+        self.lock()
+            .query_row(
+                &format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?1"),
+                params![id],
+                session_row,
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read session {id:?}"), e))
+    }
+
+    fn sessions(
+        &self,
+        scope: &ScopeFilter,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, StoreError> {
+        let conn = self.lock();
+        let read = || -> rusqlite::Result<Vec<SessionInfo>> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {SESSION_COLS} FROM sessions
+                 WHERE (?1 IS NULL OR (created_at, id) < (SELECT created_at, id FROM sessions WHERE id = ?1))
+                 ORDER BY created_at DESC, id DESC"
+            ))?;
+            let mut out = Vec::new();
+            let mut rows = stmt.query(params![before])?;
+            while let Some(r) = rows.next()? {
+                let s = session_row(r)?;
+                if scope.sees(s.org_id.as_deref(), s.project_id.as_deref()) {
+                    out.push(s);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        };
+        read().map_err(|e| self.query_error("list sessions".to_owned(), e))
+    }
+
+    fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError> {
+        let conn = self.lock();
+        let read = || -> rusqlite::Result<Vec<Chain>> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {CHAIN_COLS} FROM chains c WHERE c.session_id = ?1 ORDER BY c.created_at, c.rowid"
+            ))?;
+            stmt.query_map(params![id], chain_row)?.collect()
+        };
+        read().map_err(|e| self.query_error(format!("list the chains of session {id:?}"), e))
+    }
+
+    fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {CHAIN_COLS} FROM chains c WHERE c.id = ?1"),
+                params![id],
+                chain_row,
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read chain {id:?}"), e))
+    }
+
+    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Result<Vec<Block>, StoreError> {
+        let rows = {
+            let conn = self.lock();
+            let read =
+                || -> rusqlite::Result<Vec<(i64, String, String, String, Option<String>)>> {
+                    let mut stmt = conn.prepare_cached(
+                        "SELECT seq, kind, body, created_at, created_by FROM chain_blocks
+                     WHERE chain_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    )?;
+                    stmt.query_map(
+                        params![
+                            id,
+                            i64::try_from(after).unwrap_or(i64::MAX),
+                            i64::try_from(limit).unwrap_or(i64::MAX)
+                        ],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                    )?
+                    .collect()
+                };
+            read().map_err(|e| self.query_error(format!("read the blocks of chain {id:?}"), e))?
+        };
+        rows.into_iter()
+            .map(|r| self.block_from_row(id, r))
+            .collect()
+    }
+
+    fn chain_append(
+        &self,
+        id: &str,
+        blocks: &[NewBlock],
+        by: &str,
+    ) -> Result<Vec<u64>, StoreError> {
+        let now = crate::now_rfc3339();
+        let action = || format!("append to chain {id:?}");
+        let mut conn = self.lock();
+        let write =
+            |conn: &mut Connection| -> rusqlite::Result<Option<Result<Vec<u64>, &'static str>>> {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let status: Option<String> = tx
+                    .query_row(
+                        "SELECT status FROM chains WHERE id = ?1",
+                        params![id],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let Some(status) = status else {
+                    return Ok(None);
+                };
+                if status != "active" {
+                    return Ok(Some(Err(SUPERSEDED)));
+                }
+                let seqs = append_blocks(&tx, id, blocks, by, &now)?;
+                tx.commit()?;
+                Ok(Some(Ok(seqs)))
+            };
+        match write(&mut conn).map_err(|e| self.query_error(action(), e))? {
+            None => Err(StoreError::NotFound {
+                what: format!("chain {id:?}"),
+            }),
+            Some(Err(problem)) => Err(StoreError::Invalid {
+                what: format!("chain {id:?}"),
+                problem,
+            }),
+            Some(Ok(seqs)) => Ok(seqs),
+        }
+    }
+
+    fn chain_derive(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+    ) -> Result<Chain, StoreError> {
+        let now = crate::now_rfc3339();
+        let derived = compaction
+            .derived_chain_id
+            .clone()
+            .unwrap_or_else(|| plugd_control::chains::fresh_id("ch"));
+        let action = || format!("derive a chain from {source:?}");
+        let by = format!("compactor:{}", compaction.compactor);
+        {
+            let mut conn = self.lock();
+            let write = |conn: &mut Connection| -> rusqlite::Result<Result<(), &'static str>> {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let head: Option<Option<String>> = tx
+                    .query_row(
+                        "SELECT head_chain_id FROM sessions WHERE id = ?1",
+                        params![compaction.session_id],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if head.flatten().as_deref() != Some(source) {
+                    return Ok(Err(
+                        "is no longer its session's head chain (another compaction or a new session state won); nothing was changed",
+                    ));
+                }
+                tx.execute(
+                    "INSERT INTO chains (id, session_id, parent_chain_id, compaction_id, status, created_at)
+                     VALUES (?1, ?2, ?3, ?4, 'active', ?5)",
+                    params![derived, compaction.session_id, source, compaction.id, now],
+                )?;
+                append_blocks(&tx, &derived, seed, &by, &now)?;
+                tx.execute(
+                    "UPDATE chains SET status = 'superseded' WHERE id = ?1",
+                    params![source],
+                )?;
+                tx.execute(
+                    "UPDATE sessions SET head_chain_id = ?1 WHERE id = ?2",
+                    params![derived, compaction.session_id],
+                )?;
+                let mut c = compaction.clone();
+                c.derived_chain_id = Some(derived.clone());
+                insert_compaction(&tx, &c)?;
+                tx.commit()?;
+                Ok(Ok(()))
+            };
+            if let Err(problem) = write(&mut conn).map_err(|e| self.query_error(action(), e))? {
+                return Err(StoreError::Invalid {
+                    what: format!("chain {source:?}"),
+                    problem,
+                });
+            }
+        }
+        self.chain(&derived)?.ok_or_else(|| StoreError::NotFound {
+            what: format!("chain {derived:?}"),
+        })
+    }
+
+    fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
+        let conn = self.lock();
+        insert_compaction(&conn, compaction)
+            .map_err(|e| self.query_error(format!("record compaction {}", compaction.id), e))
+    }
+
+    fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError> {
+        let conn = self.lock();
+        let read = || -> rusqlite::Result<Vec<Compaction>> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COMPACTION_COLS} FROM compactions WHERE session_id = ?1 ORDER BY created_at DESC, rowid DESC"
+            ))?;
+            stmt.query_map(params![session], compaction_row)?.collect()
+        };
+        read().map_err(|e| self.query_error(format!("list the compactions of {session:?}"), e))
+    }
+
+    fn run_create(&self, run: &Run) -> Result<(), StoreError> {
+        let conn = self.lock();
+        conn.prepare_cached(&format!(
+            "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        ))
+        .and_then(|mut s| {
+            s.execute(params![
+                run.id,
+                run.session_id,
+                run.chain_id,
+                run.parent_run_id,
+                i64::from(run.depth),
+                match run.kind {
+                    RunKind::Turn => "turn",
+                    RunKind::Harness => "harness",
+                    RunKind::External => "external",
+                },
+                run.harness,
+                run.mode,
+                run.status.as_str(),
+                json_text(&run.input),
+                json_text(&run.checkpoint),
+                json_text(&run.summary),
+                json_text(&run.artifacts),
+                run.error,
+                run.created_by,
+                run.created_at,
+                run.ended_at,
+            ])
+        })
+        .map(|_| ())
+        .map_err(|e| self.query_error(format!("record run {}", run.id), e))
+    }
+
+    fn run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        self.lock()
+            .query_row(
+                &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+                params![id],
+                run_row,
+            )
+            .optional()
+            .map_err(|e| self.query_error(format!("read run {id:?}"), e))
+    }
+
+    fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
+        let now = crate::now_rfc3339();
+        {
+            let mut conn = self.lock();
+            let write = |conn: &mut Connection| -> rusqlite::Result<()> {
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let status: Option<String> = tx
+                    .query_row("SELECT status FROM runs WHERE id = ?1", params![id], |r| {
+                        r.get(0)
+                    })
+                    .optional()?;
+                let Some(status) = status else { return Ok(()) };
+                let ended = RunStatus::parse(&status).is_some_and(RunStatus::is_terminal);
+                if !ended {
+                    if let Some(s) = patch.status {
+                        tx.execute(
+                            "UPDATE runs SET status = ?1, ended_at = CASE WHEN ?2 THEN ?3 ELSE ended_at END WHERE id = ?4",
+                            params![s.as_str(), s.is_terminal(), now, id],
+                        )?;
+                    }
+                    if let Some(e) = &patch.error {
+                        tx.execute("UPDATE runs SET error = ?1 WHERE id = ?2", params![e, id])?;
+                    }
+                    if let Some(c) = &patch.chain_id {
+                        tx.execute(
+                            "UPDATE runs SET chain_id = ?1 WHERE id = ?2",
+                            params![c, id],
+                        )?;
+                    }
+                }
+                // Outputs may still be recorded on an ended run (a harness's
+                // result lands with its terminal status).
+                for (col, v) in [
+                    ("checkpoint", &patch.checkpoint),
+                    ("summary", &patch.summary),
+                    ("artifacts", &patch.artifacts),
+                ] {
+                    if let Some(v) = v {
+                        tx.execute(
+                            &format!("UPDATE runs SET {col} = ?1 WHERE id = ?2"),
+                            params![json_text(v), id],
+                        )?;
+                    }
+                }
+                tx.commit()
+            };
+            write(&mut conn).map_err(|e| self.query_error(format!("update run {id:?}"), e))?;
+        }
+        self.run(id)
+    }
+
+    fn runs(
+        &self,
+        scope: &ScopeFilter,
+        session: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        let conn = self.lock();
+        let read = || -> rusqlite::Result<Vec<Run>> {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {} FROM runs r LEFT JOIN sessions s ON s.id = r.session_id
+                 WHERE (?1 IS NULL OR r.session_id = ?1)
+                 ORDER BY r.created_at DESC, r.rowid DESC",
+                RUN_COLS
+                    .split(',')
+                    .map(|c| format!("r.{}", c.trim()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+                    + ", s.org_id, s.project_id"
+            ))?;
+            let mut rows = stmt.query(params![session])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let org: Option<String> = r.get(17)?;
+                let project: Option<String> = r.get(18)?;
+                if scope.sees(org.as_deref(), project.as_deref()) {
+                    out.push(run_row(r)?);
+                    if out.len() >= limit {
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        };
+        read().map_err(|e| self.query_error("list runs".to_owned(), e))
+    }
+
+    fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
+        self.lock()
+            .query_row(
+                "SELECT COUNT(*) FROM runs WHERE parent_run_id = ?1",
+                params![parent],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n.max(0) as u64)
+            .map_err(|e| self.query_error(format!("count the child runs of {parent:?}"), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn compaction(session: &str, source: &str) -> Compaction {
+        Compaction {
+            id: plugd_control::chains::fresh_id("cmp"),
+            session_id: session.into(),
+            source_chain_id: source.into(),
+            derived_chain_id: None,
+            compactor: "acme/kit/window".into(),
+            status: "succeeded".into(),
+            token_estimate: 99,
+            summary: json!({"text": "s"}),
+            diagnostics: json!({}),
+            error: None,
+            run_id: None,
+            created_at: crate::now_rfc3339(),
+        }
+    }
+
+    #[test]
+    fn chains_append_derive_and_keep_lineage() {
+        let store = Store::open_in_memory().unwrap();
+        let (s, created) = store.session_open("s1", Some("org"), None).unwrap();
+        assert!(created);
+        let head = s.head_chain_id.clone().unwrap();
+        let seqs = store
+            .chain_append(
+                &head,
+                &[
+                    NewBlock::text(BlockKind::Input, "hi"),
+                    NewBlock::text(BlockKind::Output, "yo"),
+                ],
+                "agent",
+            )
+            .unwrap();
+        assert_eq!(seqs, [1, 2]);
+        let more = store
+            .chain_append(&head, &[NewBlock::text(BlockKind::Input, "again")], "t")
+            .unwrap();
+        assert_eq!(more, [3]);
+        let blocks = store.chain_blocks(&head, 1, 10).unwrap();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[0].text(), "yo");
+        assert_eq!(blocks[1].created_by.as_deref(), Some("t"));
+
+        let c = compaction("s1", &head);
+        let derived = store
+            .chain_derive(&head, &[NewBlock::text(BlockKind::System, "seed")], &c)
+            .unwrap();
+        assert_eq!(derived.parent_chain_id.as_deref(), Some(head.as_str()));
+        assert_eq!(derived.blocks, 1);
+        let info = store.session_info("s1").unwrap().unwrap();
+        assert_eq!(info.head_chain_id.as_deref(), Some(derived.id.as_str()));
+        let old = store.chain(&head).unwrap().unwrap();
+        assert_eq!(old.status, ChainStatus::Superseded);
+        assert_eq!(old.blocks, 3, "the source is never rewritten");
+        // The old chain is read-only; a second compaction of it loses.
+        let e = store
+            .chain_append(&head, &[NewBlock::text(BlockKind::Input, "x")], "t")
+            .unwrap_err();
+        assert!(e.to_string().contains("compacted"), "{e}");
+        let e = store
+            .chain_derive(&head, &[], &compaction("s1", &head))
+            .unwrap_err();
+        assert!(e.to_string().contains("no longer"), "{e}");
+        let list = store.compactions("s1").unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(
+            list[0].derived_chain_id.as_deref(),
+            Some(derived.id.as_str())
+        );
+        assert_eq!(store.session_chains("s1").unwrap().len(), 2);
+        assert!(matches!(
+            store.chain_append("ch_nope", &[], "t"),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn runs_end_once_and_filter_by_scope() {
+        let store = Store::open_in_memory().unwrap();
+        store.session_open("a", Some("o1"), Some("p1")).unwrap();
+        store.session_open("b", Some("o2"), None).unwrap();
+        let run = |id: &str, session: &str, parent: Option<&str>| Run {
+            id: id.into(),
+            session_id: session.into(),
+            chain_id: None,
+            parent_run_id: parent.map(str::to_owned),
+            depth: u32::from(parent.is_some()),
+            kind: RunKind::External,
+            harness: None,
+            mode: None,
+            status: RunStatus::Running,
+            input: json!({}),
+            checkpoint: Value::Null,
+            summary: Value::Null,
+            artifacts: json!([]),
+            error: None,
+            created_by: "t".into(),
+            created_at: crate::now_rfc3339(),
+            ended_at: None,
+        };
+        store.run_create(&run("r1", "a", None)).unwrap();
+        store.run_create(&run("r2", "a", Some("r1"))).unwrap();
+        store.run_create(&run("r3", "b", None)).unwrap();
+        assert_eq!(store.child_runs("r1").unwrap(), 1);
+        let done = store
+            .run_update(
+                "r1",
+                &RunPatch {
+                    status: Some(RunStatus::Succeeded),
+                    summary: Some(json!({"text": "ok"})),
+                    ..RunPatch::default()
+                },
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(done.status, RunStatus::Succeeded);
+        assert!(done.ended_at.is_some());
+        let again = store
+            .run_update(
+                "r1",
+                &RunPatch {
+                    status: Some(RunStatus::Failed),
+                    ..RunPatch::default()
+                },
+            )
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            again.status,
+            RunStatus::Succeeded,
+            "an ended run stays ended"
+        );
+        let o1 = ScopeFilter {
+            org_id: Some("o1".into()),
+            project_ids: vec![],
+        };
+        let ids: Vec<String> = store
+            .runs(&o1, None, 10)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert!(!ids.contains(&"r3".to_owned()));
+        assert_eq!(
+            store
+                .runs(&ScopeFilter::default(), Some("b"), 10)
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(
+            store
+                .run_update("nope", &RunPatch::default())
+                .unwrap()
+                .is_none()
+        );
+        let seen: Vec<String> = store
+            .sessions(&o1, 10, None)
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(seen, ["a"]);
+    }
+}
