@@ -255,12 +255,16 @@ pub struct ScopeFilter {
     pub org_id: Option<String>,
     /// Only these projects (empty: any of the org's).
     pub project_ids: Vec<String>,
+    /// With no org: only the workspace's own sessions (a delegation token
+    /// of a workspace invocation), not every org's.
+    pub workspace_only: bool,
 }
 
 impl ScopeFilter {
     /// Whether a session of `org`/`project` is visible.
     pub fn sees(&self, org: Option<&str>, project: Option<&str>) -> bool {
         match &self.org_id {
+            None if self.workspace_only => org.is_none(),
             None => true,
             Some(o) => {
                 org == Some(o.as_str())
@@ -573,13 +577,19 @@ mod tests {
         assert!(all.sees(None, None) && all.sees(Some("o"), Some("p")));
         let org = ScopeFilter {
             org_id: Some("o".into()),
-            project_ids: vec![],
+            ..ScopeFilter::default()
         };
+        let ws = ScopeFilter {
+            workspace_only: true,
+            ..ScopeFilter::default()
+        };
+        assert!(ws.sees(None, None) && !ws.sees(Some("o"), None));
         assert!(org.sees(Some("o"), None) && org.sees(Some("o"), Some("p")));
         assert!(!org.sees(None, None) && !org.sees(Some("x"), None));
         let proj = ScopeFilter {
             org_id: Some("o".into()),
             project_ids: vec!["p".into()],
+            workspace_only: false,
         };
         assert!(proj.sees(Some("o"), Some("p")) && !proj.sees(Some("o"), Some("q")));
         assert!(!proj.sees(Some("o"), None));

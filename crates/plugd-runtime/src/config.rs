@@ -164,6 +164,10 @@ pub struct AgentConfig {
     /// warning.
     #[serde(default)]
     pub skills: Vec<String>,
+    /// `compactor`: the VAI compactor export that compacts a session's
+    /// chain when it outgrows its budget (none by default).
+    #[serde(default)]
+    pub compactor: Option<crate::compaction::CompactorConfig>,
 }
 
 fn default_rounds() -> u32 {
@@ -176,6 +180,7 @@ impl Default for AgentConfig {
             max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
             system_prompt: None,
             skills: Vec::new(),
+            compactor: None,
         }
     }
 }

@@ -19,10 +19,12 @@ pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
 pub mod channels;
+pub mod compaction;
 pub mod config;
 #[cfg(test)]
 mod config_sections_tests;
 pub mod config_watch;
+pub mod delegation;
 pub mod deno;
 pub mod embed;
 pub mod events;
@@ -42,6 +44,7 @@ pub mod plugin_config;
 pub mod recall;
 pub mod registry;
 pub mod risk;
+pub mod runs;
 pub mod settings_form;
 pub mod skills;
 #[cfg(test)]
@@ -423,6 +426,8 @@ struct RtInner {
     /// The processes of installed packages, started by calls through
     /// bindings ([`bindings_rt`]).
     packages: bindings_rt::PackageProcs,
+    /// Live delegation tokens of VAI invocations ([`delegation`]).
+    delegations: Arc<delegation::Delegations>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -543,6 +548,7 @@ impl Runtime {
                     config.clone(),
                     services.clone(),
                 ),
+                delegations: Arc::default(),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -1066,7 +1072,23 @@ impl Runtime {
                 reason,
             });
         }
-        let result = sup.call_tool(&entry.def, args, ctx, None).await?;
+        // A VAI export that asks for gateway scopes gets a token for this
+        // invocation; it is revoked when `_minted` drops, however the call ends.
+        let minted = self.delegate(sup.spec(), entry.def.wire(), ctx, sup.call_timeout());
+        let delegated;
+        let ctx = match &minted {
+            Some(m) => {
+                delegated = CallContext {
+                    gateway: Some(m.grant.clone()),
+                    ..ctx.clone()
+                };
+                &delegated
+            }
+            None => ctx,
+        };
+        let result = sup.call_tool(&entry.def, args, ctx, None).await;
+        drop(minted);
+        let result = result?;
         entry.check_output(&result).map_err(|message| {
             RuntimeError::Call(CallToolError::Tool(
                 plugd_host::native::ToolError::ExecutionFailed {

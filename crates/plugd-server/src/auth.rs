@@ -74,6 +74,9 @@ pub struct Identity {
     /// The org (and projects) a bound token belongs to (`None`: a workspace
     /// identity); see `crate::bindings`.
     pub tenant: Option<plugd_store::tokens::Tenancy>,
+    /// The delegation of a `vai_dlg_` token (seed 003): only the canonical
+    /// session/chain/run routes, each needing its scope.
+    pub delegation: Option<std::sync::Arc<plugd_control::delegation::Delegation>>,
 }
 
 impl Identity {
@@ -150,6 +153,9 @@ pub fn required(method: &Method, path: &str) -> Right {
     if *method == Method::PUT && path.starts_with("/v1/plugins/") && path.ends_with("/config") {
         return Right::Govern;
     }
+    if *method == Method::PATCH && path.starts_with("/v1/runs/") {
+        return Right::Invoke;
+    }
     if *method != Method::POST {
         return Right::Admin;
     }
@@ -180,6 +186,9 @@ pub fn required(method: &Method, path: &str) -> Right {
             || p.starts_with("/v1/plugin-tools/")
             || p.starts_with("/v1/hooks/")
             || p.starts_with("/v1/sessions/")
+            || (p.starts_with("/v1/chains/") && p.ends_with("/blocks"))
+            || p == "/v1/runs"
+            || p == "/v1/compactions"
             || p == "/v1/bus/publish"
             || p == "/v1/resources:read"
             || p == "/v1/prompts:get"
@@ -374,6 +383,7 @@ async fn identify(
                         role: Role::Admin,
                         mcp_profiles: None,
                         tenant: None,
+                        delegation: None,
                     },
                     None,
                 ))
@@ -413,6 +423,24 @@ pub(crate) async fn token_identity(
     remote: SocketAddr,
     token: &str,
 ) -> Result<Identity, Response> {
+    if token.starts_with(plugd_control::delegation::TOKEN_PREFIX) {
+        return match state.runtime.delegations().verify(token) {
+            Some(d) => Ok(Identity {
+                name: format!("delegated:{}:{}", d.export, d.invocation_id),
+                role: Role::Agent,
+                mcp_profiles: None,
+                tenant: None,
+                delegation: Some(d),
+            }),
+            None => {
+                tracing::warn!(%remote, "refused a request with an unusable delegation token");
+                tokio::time::sleep(FAILURE_DELAY).await;
+                Err(unauthenticated(
+                    "the delegation token is not valid: it was never issued, its invocation ended, or its deadline passed; delegation tokens live only as long as the invocation they were minted for".to_owned(),
+                ))
+            }
+        };
+    }
     let verdict = state
         .runtime
         .store()
@@ -427,6 +455,7 @@ pub(crate) async fn token_identity(
                 org_id,
                 project_ids: info.project_ids,
             }),
+            delegation: None,
         }),
         Err(why) => {
             tracing::warn!(%remote, "refused a request with an unusable token");
@@ -493,6 +522,7 @@ async fn console_identity(
             role: Role::Admin,
             mcp_profiles: None,
             tenant: None,
+            delegation: None,
         },
     };
     Ok((
@@ -557,6 +587,41 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
             return *resp;
         }
         req.extensions_mut().insert(session.clone());
+    }
+    // A delegation token reaches the canonical session/chain/run routes,
+    // each with its scope, and nothing else.
+    if let Some(d) = &identity.delegation {
+        let Some(scope) = plugd_control::delegation::scope_for(method.as_str(), &path) else {
+            return forbidden(
+                error::code::MISSING_SCOPE,
+                format!(
+                    "{method} {path} is not open to delegation tokens; they reach the session, chain, run and compaction APIs only (granted: {})",
+                    d.scopes.join(", ")
+                ),
+            );
+        };
+        if !d.allows(scope) {
+            return forbidden(
+                error::code::MISSING_SCOPE,
+                format!(
+                    "{method} {path} needs the scope {scope}; this delegation token of {} grants only [{}] (the export's gateway_api_scopes)",
+                    d.export,
+                    d.scopes.join(", ")
+                ),
+            );
+        }
+        req.extensions_mut().insert(identity.clone());
+        let resp = next.run(req).await;
+        if method != Method::GET && method != Method::HEAD {
+            state.audit.record(
+                &identity.name,
+                identity.role,
+                method.as_str(),
+                &path,
+                resp.status().as_u16(),
+            );
+        }
+        return resp;
     }
     // A token bound to an org reaches only the tenant routes; the rest does
     // not exist for it.

@@ -171,6 +171,7 @@ mod tests {
                 org_id: o.into(),
                 project_ids: ps.iter().map(|p| (*p).to_owned()).collect(),
             }),
+            delegation: None,
         }
     }
 

@@ -85,6 +85,14 @@ pub(crate) fn routes() -> Router<AppState> {
 /// The paths a token bound to an org may reach; every other route answers
 /// it 404.
 pub fn tenant_may_reach(path: &str) -> bool {
+    // Sessions, chains and runs of the org (not the workspace agent's
+    // turns: `/v1/sessions/{id}/messages`).
+    if ["/v1/sessions", "/v1/chains", "/v1/runs", "/v1/compactions"]
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
+    {
+        return !path.ends_with("/messages");
+    }
     [
         "/v1/plugin-bindings",
         "/v1/plugin-harnesses",

@@ -183,6 +183,10 @@ pub mod code {
     pub const ENTRY_MISMATCH: &str = "entry_mismatch";
     /// Anything else that went wrong inside plugd.
     pub const INTERNAL: &str = "internal";
+    /// The request conflicts with the record's state (e.g. an append to a compacted chain).
+    pub const CONFLICT: &str = "conflict";
+    /// A delegation token lacks the scope a route needs.
+    pub const MISSING_SCOPE: &str = "missing_scope";
     /// 422: a plugin's settings are invalid or cannot be decrypted.
     pub const INVALID_CONFIG: &str = "invalid_config";
     /// 401: no bearer token, or one that is invalid, revoked or expired.

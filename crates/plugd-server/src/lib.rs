@@ -67,6 +67,7 @@ pub mod approvals;
 pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
+pub mod chains;
 mod console;
 pub mod console_api;
 pub mod error;
@@ -158,6 +159,43 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
         .map_err(|source| ServeError::Bind { addr, source })
 }
 
+/// The loopback listener through which plugins reach this process's API
+/// with their delegation tokens (VAI `context.gateway.base_url`): binds
+/// `127.0.0.1:0`, serves `app` on it until `stop`, and records its URL in
+/// the runtime's delegations. Returns the bound address and the server task.
+pub async fn serve_delegated(
+    runtime: &Runtime,
+    app: Router,
+    limits: listen::Limits,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<std::io::Result<()>>), ServeError> {
+    let addr: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let tcp = bind(addr).await?;
+    let bound = tcp
+        .local_addr()
+        .map_err(|source| ServeError::Bind { addr, source })?;
+    runtime
+        .delegations()
+        .set_base_url(Some(format!("http://{bound}")));
+    let task = tokio::spawn(listen::run(listen::Listener::Tcp(tcp), app, limits, stop));
+    Ok((bound, task))
+}
+
+/// The API of a CLI command that runs VAI invocations itself (`plugd run`,
+/// `plugd run --harness`): no agent, no hooks, served only to plugins on
+/// loopback through [`serve_delegated`].
+pub async fn delegated_api(
+    runtime: &Runtime,
+    config: Arc<PlugdConfig>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Result<SocketAddr, ServeError> {
+    let pipeline = Arc::new(Pipeline::new(Vec::new()).unwrap_or_else(|_| unreachable!()));
+    let limits = listen::Limits::from_config(&config.http);
+    let state = AppState::new(runtime.clone(), pipeline, config, None);
+    let (addr, _task) = serve_delegated(runtime, router(state), limits, stop).await?;
+    Ok(addr)
+}
+
 /// Builds the agent of the sessions endpoints from plugd.yaml's `llm:`
 /// section over the pipeline `plugd serve` already built (Dexto modules are
 /// not loaded twice). `None` without an `llm:` section.
@@ -181,6 +219,7 @@ pub fn agent_for(
                 &config.agent.skills,
             ),
             defaults: config.tenant.clone(),
+            compactor: config.agent.compactor.clone(),
         },
     )))
 }
@@ -285,7 +324,23 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/plugin-tools/{export}", post(binding_calls::invoke))
         .route("/v1/hooks/{point}", post(run_hook))
         .route("/v1/sessions/{id}/messages", post(post_message))
-        .route("/v1/sessions/{id}", get(get_session))
+        .route("/v1/sessions", get(chains::list_sessions))
+        .route("/v1/sessions/{id}", get(chains::get_session))
+        .route(
+            "/v1/sessions/{id}/compactions",
+            get(chains::list_compactions),
+        )
+        .route("/v1/chains/{id}", get(chains::get_chain))
+        .route(
+            "/v1/chains/{id}/blocks",
+            get(chains::get_chain).post(chains::append_blocks),
+        )
+        .route("/v1/runs", get(chains::list_runs).post(chains::create_run))
+        .route(
+            "/v1/runs/{id}",
+            get(chains::get_run).patch(chains::patch_run),
+        )
+        .route("/v1/compactions", post(chains::compact))
         .route("/v1/bus/publish", post(bus::publish))
         .route("/v1/bus/tail/{pattern}", get(bus::tail))
         .route("/metrics", get(bus::metrics))
@@ -860,17 +915,6 @@ pub fn sse_event(ev: &TurnEvent) -> Event {
 
 fn error_event(e: &ApiError) -> Event {
     Event::default().event("error").data(e.body().to_string())
-}
-
-async fn get_session(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let agent = state.agent()?;
-    match agent.session(&id)? {
-        Some(session) => Ok(Json(session).into_response()),
-        None => Err(ApiError::unknown_session(&id)),
-    }
 }
 
 #[cfg(test)]

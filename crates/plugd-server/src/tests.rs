@@ -91,6 +91,9 @@ fn outcome(codes: &[&str]) -> TurnOutcome {
         tool_calls: vec![],
         rounds: 0,
         usage: Default::default(),
+        run_id: None,
+        chain_id: None,
+        compaction_id: None,
     }
 }
 

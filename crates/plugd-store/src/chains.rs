@@ -853,7 +853,7 @@ mod tests {
         );
         let o1 = ScopeFilter {
             org_id: Some("o1".into()),
-            project_ids: vec![],
+            ..ScopeFilter::default()
         };
         let ids: Vec<String> = store
             .runs(&o1, None, 10)

@@ -34,9 +34,37 @@ pub const EXIT_BLOCKED: i32 = 3;
 
 /// `plugd run`.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct RunArgs {
+    /// `list` or `show` runs (a prompt that is one of these words: `plugd run -- list`).
+    #[command(subcommand)]
+    pub cmd: Option<crate::chains_cmd::RunCmd>,
     /// The user's message.
-    prompt: String,
+    #[arg(required_unless_present = "harness")]
+    prompt: Option<String>,
+    /// Run this harness export (PACKAGE/EXPORT) with `harness.run` instead of an agent turn; needs --session.
+    #[arg(
+        long,
+        value_name = "PACKAGE/EXPORT",
+        requires = "session",
+        conflicts_with = "prompt"
+    )]
+    harness: Option<String>,
+    /// The harness's input text (its trigger).
+    #[arg(long, value_name = "TEXT", requires = "harness")]
+    input: Option<String>,
+    /// The harness mode: start or continue.
+    #[arg(long, default_value = "start", requires = "harness")]
+    mode: String,
+    /// The harness run's policy: deepest child run.
+    #[arg(long, default_value_t = 4, requires = "harness")]
+    max_depth: u32,
+    /// The harness run's policy: most child runs.
+    #[arg(long, default_value_t = 12, requires = "harness")]
+    max_child_runs: u32,
+    /// The harness run's policy: forbid compactions.
+    #[arg(long, requires = "harness")]
+    no_compaction: bool,
     /// Continue this session (1-128 of letters, digits, '-', '_', '.'); default: a new one.
     #[arg(long, value_name = "ID")]
     session: Option<String>,
@@ -106,10 +134,40 @@ fn report_block(outcome: &TurnOutcome) {
 /// Runs `plugd run`; a blocked turn exits the process with [`EXIT_BLOCKED`]
 /// after shutting the plugins down.
 pub async fn run(rt: &Runtime, args: &RunArgs) -> Result<()> {
+    if let Some(cmd) = &args.cmd {
+        return crate::chains_cmd::run_cmd(rt.dir(), cmd);
+    }
+    if let (Some(harness), Some(session)) = (&args.harness, &args.session) {
+        return crate::chains_cmd::harness(
+            rt,
+            crate::chains_cmd::HarnessArgs {
+                harness,
+                session,
+                input: args.input.as_deref(),
+                mode: &args.mode,
+                policy: plugd_runtime::runs::RunPolicy {
+                    max_depth: args.max_depth,
+                    max_child_runs: args.max_child_runs,
+                    allow_compaction: !args.no_compaction,
+                },
+                json: args.json,
+            },
+        )
+        .await;
+    }
+    let Some(prompt) = &args.prompt else {
+        anyhow::bail!("give a prompt, --harness PACKAGE/EXPORT --session ID, or list|show");
+    };
     let ctx = context(args.context.as_deref())?;
     let agent = agent(rt).await?;
     let id = session(args.session.as_ref());
-    let result = agent.turn(&id, &args.prompt, &ctx, None).await;
+    // VAI exports called during the turn (tools, the compactor) reach the
+    // API through their delegation tokens on a loopback port.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let config = std::sync::Arc::new(PlugdConfig::load(rt.dir())?);
+    plugd_server::delegated_api(rt, config, stopped).await?;
+    let result = agent.turn(&id, prompt, &ctx, None).await;
+    let _ = stop.send(true);
     agent.pipeline().cleanup().await;
     let outcome = result?;
     if args.json {

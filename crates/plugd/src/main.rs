@@ -13,6 +13,7 @@ mod bench_mcp;
 mod bench_scale;
 mod binding_cmd;
 mod bus_cmd;
+mod chains_cmd;
 mod channel_cmd;
 mod config_cmd;
 mod console_cmd;
@@ -89,6 +90,12 @@ enum Command {
     Run(agent_cmd::RunArgs),
     /// Chat with the agent: one turn per stdin line, replies streamed.
     Chat(agent_cmd::ChatArgs),
+    /// Sessions (their chains, runs and compactions): list, show.
+    #[command(subcommand)]
+    Session(chains_cmd::SessionCmd),
+    /// Chains of blocks: show one.
+    #[command(subcommand)]
+    Chain(chains_cmd::ChainCmd),
     /// The agents' long-term memory (what plugins recall through memory.recall).
     #[command(subcommand)]
     Memory(memory_cmd::MemoryCmd),
@@ -411,6 +418,18 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return invocations_cmd::run(&dir, cmd).map(|()| 0);
         }
+        Command::Session(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return chains_cmd::session(&dir, cmd).map(|()| 0);
+        }
+        Command::Chain(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return chains_cmd::chain(&dir, cmd).map(|()| 0);
+        }
+        Command::Run(agent_cmd::RunArgs { cmd: Some(cmd), .. }) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return chains_cmd::run_cmd(&dir, cmd).map(|()| 0);
+        }
         Command::Console => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return console_cmd::run(&dir).await.map(|()| 0);
@@ -598,6 +617,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Marketplace(_)
         | Command::Secret(_)
         | Command::Invocations(_)
+        | Command::Session(_)
+        | Command::Chain(_)
         | Command::Console
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
@@ -698,6 +719,10 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         );
         listeners.push(plugd_server::listen::Listener::Tcp(tcp));
     }
+    // Plugins reach the API with their delegation tokens (VAI
+    // `context.gateway.base_url`) on a loopback port of their own.
+    let (_delegated, _delegated_task) =
+        plugd_server::serve_delegated(rt, app.clone(), limits, http_stopped.clone()).await?;
     let servers: Vec<_> = listeners
         .into_iter()
         .map(|l| plugd_server::listen::run(l, app.clone(), limits, http_stopped.clone()))

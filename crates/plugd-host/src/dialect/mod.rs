@@ -77,6 +77,36 @@ pub struct CallContext {
     /// through one: its config and resolved secrets replace the launch
     /// configuration's in the VAI `context`.
     pub bound: Option<Arc<BoundCall>>,
+    /// The chain the call belongs to (VAI `context.chain_id`).
+    pub chain_id: Option<String>,
+    /// The run the call belongs to (VAI `context.run_id`).
+    pub run_id: Option<String>,
+    /// The delegated credentials minted for this invocation (VAI
+    /// `context.gateway`); the runtime mints them, a dialect only sends them.
+    pub gateway: Option<GatewayGrant>,
+}
+
+/// VAI `context.gateway`: where the plugin reaches plugd's API, the
+/// delegation token minted for one invocation, and its scopes.
+///
+/// `Debug` never shows the token.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct GatewayGrant {
+    /// `http://127.0.0.1:PORT` (`None` when nothing serves the API).
+    pub base_url: Option<String>,
+    /// `vai_dlg_…`.
+    pub delegation_token: String,
+    /// The granted scopes.
+    pub scopes: Vec<String>,
+}
+
+impl std::fmt::Debug for GatewayGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayGrant")
+            .field("base_url", &self.base_url)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a call made through a binding carries to the plugin and to its

@@ -572,11 +572,14 @@ async fn invoke(
         "org_id": ctx.org_id,
         "project_id": ctx.project_id,
         "session_id": ctx.session_id,
-        "chain_id": null,
-        "run_id": null,
+        "chain_id": ctx.chain_id,
+        "run_id": ctx.run_id,
         "deadline_at": rfc3339(deadline_at),
         "scratch_dir": scratch.0.display().to_string(),
-        "gateway": {"base_url": null, "delegation_token": null, "scopes": []},
+        "gateway": match &ctx.gateway {
+            Some(g) => json!({"base_url": g.base_url, "delegation_token": g.delegation_token, "scopes": g.scopes}),
+            None => json!({"base_url": null, "delegation_token": null, "scopes": []}),
+        },
         "secrets": secrets,
         "config": config,
     });

@@ -74,6 +74,16 @@ pub struct TurnOutcome {
     pub rounds: u32,
     /// Token counts summed over the rounds.
     pub usage: Usage,
+    /// The run this turn was (`plugd run show ID`).
+    #[serde(default)]
+    pub run_id: Option<String>,
+    /// The chain the turn appended to (the session's head after any
+    /// compaction the turn made).
+    #[serde(default)]
+    pub chain_id: Option<String>,
+    /// The compaction this turn made, if the chain outgrew its budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_id: Option<String>,
 }
 
 /// What happens during a turn, as it happens (`plugd chat`, SSE).
@@ -171,6 +181,9 @@ pub enum AgentError {
     /// The state store failed.
     #[error("{0}")]
     Store(String),
+    /// The compactor failed and `agent.compactor.on_failure` is `fail`.
+    #[error("{0}")]
+    Compaction(String),
 }
 
 /// Turn settings (`agent:` in plugd.yaml).
@@ -182,6 +195,8 @@ pub struct AgentSettings {
     pub system_prompt: Option<String>,
     /// Default hook context (`tenant:`), overlaid by each turn's context.
     pub defaults: HookContext,
+    /// The compactor of the session's chain (`agent.compactor`).
+    pub compactor: Option<crate::compaction::CompactorConfig>,
 }
 
 /// Runs turns. Cheap to clone.
@@ -239,6 +254,7 @@ impl Agent {
                     &config.agent.skills,
                 ),
                 defaults: config.tenant.clone(),
+                compactor: config.agent.compactor.clone(),
             },
         ))
     }

@@ -11,13 +11,17 @@
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use plugd_control::chains::{
+    ChainStore, Run, RunKind, RunPatch, RunStatus, fresh_id, token_estimate,
+};
 use plugd_host::dialect::CallContext;
 
 use super::names::ToolNames;
 use super::{
     Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
 };
-use crate::hooks::{HookContext, HookPoint, Notice, Outcome};
+use crate::compaction::OnFailure;
+use crate::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
 };
@@ -82,6 +86,12 @@ struct Turn<'a> {
     tool_calls: Vec<ToolCallRecord>,
     rounds: u32,
     usage: Usage,
+    /// This turn's run.
+    run_id: String,
+    /// The chain it appends to (the session's head).
+    chain_id: String,
+    /// The compaction this turn made.
+    compaction_id: Option<String>,
 }
 
 /// How a step ended when it did not continue.
@@ -117,6 +127,35 @@ impl Agent {
         }
         let mut ctx = overlay(&self.settings.defaults, ctx);
         ctx.session_id = Some(session_id.to_owned());
+        let store = self.runtime.store();
+        let chain_id = store
+            .session_head(session_id)
+            .map_err(|e| AgentError::Store(e.to_string()))?;
+        let run = Run {
+            id: fresh_id("run"),
+            session_id: session_id.to_owned(),
+            chain_id: Some(chain_id.clone()),
+            parent_run_id: None,
+            depth: 0,
+            kind: RunKind::Turn,
+            harness: None,
+            mode: None,
+            status: RunStatus::Running,
+            input: json!({"text": input}),
+            checkpoint: Value::Null,
+            summary: Value::Null,
+            artifacts: json!([]),
+            error: None,
+            created_by: ctx
+                .user_id
+                .clone()
+                .map_or_else(|| "agent".to_owned(), |u| format!("user:{u}")),
+            created_at: plugd_store::now_rfc3339(),
+            ended_at: None,
+        };
+        store
+            .run_create(&run)
+            .map_err(|e| AgentError::Store(e.to_string()))?;
         let registry = self.runtime.tools();
         let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
         let tools = registry
@@ -142,8 +181,14 @@ impl Agent {
             tool_calls: Vec::new(),
             rounds: 0,
             usage: Usage::default(),
+            run_id: run.id,
+            chain_id,
+            compaction_id: None,
         };
-        let result = turn.steps().await;
+        let result = match turn.compact_if_needed().await {
+            Ok(()) => turn.steps().await,
+            Err(stop) => Err(stop),
+        };
         turn.finish(result)
     }
 
@@ -174,6 +219,70 @@ impl Agent {
 }
 
 impl Turn<'_> {
+    /// Compacts the session's chain first when it outgrew the compactor's
+    /// budget (`agent.compactor`); the turn then works on the derived chain.
+    async fn compact_if_needed(&mut self) -> Result<(), Stop> {
+        let Some(cfg) = self.agent.settings.compactor.clone() else {
+            return Ok(());
+        };
+        let store = self.agent.runtime.store();
+        let blocks = store
+            .chain_blocks(&self.chain_id, 0, usize::MAX)
+            .map_err(|e| Stop::Failed(AgentError::Store(e.to_string())))?;
+        let estimate = token_estimate(&blocks) + (self.input.len() as u64).div_ceil(4);
+        if estimate <= cfg.max_input_tokens {
+            return Ok(());
+        }
+        let notice = |kind, code: &str, message: String, details| Notice {
+            kind,
+            code: Some(code.to_owned()),
+            message,
+            details,
+            handler: None,
+        };
+        match self
+            .agent
+            .runtime
+            .compact_session(&self.session_id, &cfg, Some(&self.run_id))
+            .await
+        {
+            Ok(c) => {
+                let derived = c.derived_chain_id.clone().unwrap_or_default();
+                self.prior = self.agent.load(&self.session_id).map_err(Stop::Failed)?;
+                let n = notice(
+                    NoticeKind::Info,
+                    "CHAIN_COMPACTED",
+                    format!(
+                        "the chain ({estimate} tokens estimated, budget {}) was compacted by {} into {derived}",
+                        cfg.max_input_tokens, cfg.export
+                    ),
+                    Some(
+                        json!({"compaction_id": c.id, "source_chain_id": c.source_chain_id, "derived_chain_id": derived}),
+                    ),
+                );
+                self.chain_id = derived;
+                self.compaction_id = Some(c.id);
+                self.send(TurnEvent::Notice {
+                    point: HookPoint::BeforeLlmRequest,
+                    notice: n.clone(),
+                });
+                self.notices.push(n);
+                Ok(())
+            }
+            Err(e) if cfg.on_failure == OnFailure::Continue => {
+                tracing::warn!(session = %self.session_id, error = %e, "compaction failed; the turn goes on with the chain as it was");
+                let n = notice(NoticeKind::Warn, "COMPACTION_FAILED", e.to_string(), None);
+                self.send(TurnEvent::Notice {
+                    point: HookPoint::BeforeLlmRequest,
+                    notice: n.clone(),
+                });
+                self.notices.push(n);
+                Ok(())
+            }
+            Err(e) => Err(Stop::Failed(AgentError::Compaction(e.to_string()))),
+        }
+    }
+
     fn send(&self, event: TurnEvent) {
         if let Some(tx) = &self.events {
             let _ = tx.send(event);
@@ -214,6 +323,9 @@ impl Turn<'_> {
             .chain(&self.new)
             .filter_map(|e| {
                 let role = match e.role.as_str() {
+                    // A system block of the chain (e.g. a compactor's seed),
+                    // unlike a note, is meant for the model.
+                    "instructions" => Role::System,
                     "user" => Role::User,
                     "assistant" => Role::Assistant,
                     "tool" => Role::Tool,
@@ -352,6 +464,8 @@ impl Turn<'_> {
             inbound: self.inbound.clone(),
             trace_id: self.ctx.trace_id.clone(),
             org_id: self.ctx.tenant_id.clone(),
+            chain_id: Some(self.chain_id.clone()),
+            run_id: Some(self.run_id.clone()),
             ..CallContext::default()
         };
         // The risk gate records medium calls in the outbox; the turn shows them too.
@@ -466,6 +580,30 @@ impl Turn<'_> {
             };
             self.new.push(entry("system", note));
         }
+        let patch = match (&reply, &message, &error) {
+            (Some(r), _, _) => RunPatch {
+                status: Some(RunStatus::Succeeded),
+                summary: Some(json!({"text": r})),
+                ..RunPatch::default()
+            },
+            (_, _, Some(e)) => RunPatch {
+                status: Some(RunStatus::Failed),
+                error: Some(e.to_string()),
+                ..RunPatch::default()
+            },
+            (_, m, _) => RunPatch {
+                status: Some(RunStatus::Failed),
+                error: Some(format!(
+                    "blocked at {}: {}",
+                    blocked_at.map_or("?", |p| p.name()),
+                    m.as_deref().unwrap_or("")
+                )),
+                ..RunPatch::default()
+            },
+        };
+        if let Err(e) = self.agent.runtime.store().run_update(&self.run_id, &patch) {
+            tracing::warn!(run = %self.run_id, error = %e, "could not record the end of the turn's run");
+        }
         let stored = self.agent.runtime.store().session_append(
             &self.session_id,
             &self
@@ -511,8 +649,8 @@ impl Turn<'_> {
         if let Some(reply) = &reply {
             self.agent.emit(
                 "run.completed",
-                json!({"kind": "session", "id": self.session_id}),
-                json!({"task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
+                json!({"kind": "run", "id": self.run_id}),
+                json!({"session_id": self.session_id, "task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
             );
         }
         let outcome = TurnOutcome {
@@ -525,6 +663,9 @@ impl Turn<'_> {
             tool_calls: std::mem::take(&mut self.tool_calls),
             rounds: self.rounds,
             usage: self.usage,
+            run_id: Some(self.run_id.clone()),
+            chain_id: Some(self.chain_id.clone()),
+            compaction_id: self.compaction_id.clone(),
         };
         self.send(TurnEvent::Done {
             outcome: Box::new(outcome.clone()),

@@ -1,0 +1,513 @@
+//! The canonical session, chain, run and compaction API (seed 003): what a
+//! harness acts through with its delegated token, and what operators and
+//! the CLI read.
+//!
+//! | route | delegated scope | role |
+//! |---|---|---|
+//! | `GET /v1/sessions`, `GET /v1/sessions/{id}` | `sessions:read` | viewer |
+//! | `GET /v1/sessions/{id}/compactions` | `sessions:read` | viewer |
+//! | `GET /v1/chains/{id}[/blocks]?after=N&limit=N` | `chains:read` | viewer |
+//! | `POST /v1/chains/{id}/blocks` | `chains:write` | agent |
+//! | `GET /v1/runs?session_id=S`, `GET /v1/runs/{id}` | `runs:read` | viewer |
+//! | `POST /v1/runs` | `runs:write` | agent |
+//! | `PATCH /v1/runs/{id}` | `runs:write` | agent |
+//! | `POST /v1/compactions` | `compactions:write` | agent |
+//!
+//! Scope: a token bound to an org sees its org's (and projects')
+//! sessions only; a delegation token sees its invocation's org and project
+//! (a workspace invocation: the workspace's sessions, no org's). A record
+//! out of scope answers 404, as if it did not exist. A delegation token's
+//! runs hang below its own run (`parent_run_id`), within its run policy's
+//! `max_depth` and `max_child_runs`; it may update its own run and its
+//! children only.
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use plugd_control::chains::{
+    ChainStore, MAX_APPEND_BLOCKS, NewBlock, Run, RunKind, RunPatch, RunStatus, ScopeFilter,
+    SessionInfo, fresh_id,
+};
+use plugd_runtime::runs::{HarnessStart, RunError, RunPolicy};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::Identity;
+use crate::error::code;
+use crate::packages::store_error;
+use crate::{ApiError, AppState, JsonBody};
+
+/// Most records one list returns.
+const MAX_LIMIT: usize = 500;
+
+/// The sessions `who` may see.
+pub(crate) fn scope_of(who: &Identity) -> ScopeFilter {
+    if let Some(d) = &who.delegation {
+        return ScopeFilter {
+            org_id: d.org_id.clone(),
+            project_ids: d.project_id.iter().cloned().collect(),
+            workspace_only: d.org_id.is_none(),
+        };
+    }
+    match &who.tenant {
+        Some(t) => ScopeFilter {
+            org_id: Some(t.org_id.clone()),
+            project_ids: t.project_ids.clone(),
+            workspace_only: false,
+        },
+        None => ScopeFilter::default(),
+    }
+}
+
+fn not_found(what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        code::NOT_FOUND,
+        format!("{what} does not exist (or is not in your scope)"),
+    )
+}
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, code::INVALID_BODY, message)
+}
+
+/// `key=value` pairs of a query string (ids and numbers only: no
+/// percent-decoding needed).
+fn query(q: Option<&str>) -> Vec<(&str, &str)> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.split_once('=').unwrap_or((p, "")))
+        .collect()
+}
+
+fn number(q: &[(&str, &str)], key: &str, default: usize) -> Result<usize, ApiError> {
+    match q.iter().find(|(k, _)| *k == key) {
+        None => Ok(default),
+        Some((_, v)) => v
+            .parse::<usize>()
+            .map_err(|_| bad(format!("query parameter {key}={v:?} is not a number"))),
+    }
+}
+
+fn param<'a>(q: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+}
+
+/// The session `id` when `who` may see it.
+fn visible_session(state: &AppState, who: &Identity, id: &str) -> Result<SessionInfo, ApiError> {
+    if !plugd_store::sessions::valid_session_id(id) {
+        return Err(not_found(&format!("session {id:?}")));
+    }
+    let info = state
+        .runtime
+        .store()
+        .session_info(id)
+        .map_err(store_error)?;
+    info.filter(|s| scope_of(who).sees(s.org_id.as_deref(), s.project_id.as_deref()))
+        .ok_or_else(|| not_found(&format!("session {id:?}")))
+}
+
+/// The chain `id` and its session when `who` may see them.
+fn visible_chain(
+    state: &AppState,
+    who: &Identity,
+    id: &str,
+) -> Result<(plugd_control::chains::Chain, SessionInfo), ApiError> {
+    let chain = state
+        .runtime
+        .store()
+        .chain(id)
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&format!("chain {id:?}")))?;
+    let session = visible_session(state, who, &chain.session_id)
+        .map_err(|_| not_found(&format!("chain {id:?}")))?;
+    Ok((chain, session))
+}
+
+/// The run `id` when `who` may see it.
+fn visible_run(state: &AppState, who: &Identity, id: &str) -> Result<Run, ApiError> {
+    let run = state
+        .runtime
+        .store()
+        .run(id)
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&format!("run {id:?}")))?;
+    visible_session(state, who, &run.session_id).map_err(|_| not_found(&format!("run {id:?}")))?;
+    Ok(run)
+}
+
+/// `GET /v1/sessions?limit=N&before=ID`.
+pub(crate) async fn list_sessions(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let q = query(q.as_deref());
+    let limit = number(&q, "limit", 100)?.clamp(1, MAX_LIMIT);
+    let list = state
+        .runtime
+        .store()
+        .sessions(&scope_of(&who), limit, param(&q, "before"))
+        .map_err(store_error)?;
+    Ok(Json(json!({"sessions": list})).into_response())
+}
+
+/// `GET /v1/sessions/{id}`: the session, its chains (lineage), and its
+/// transcript (the head chain read as the agent's entries).
+pub(crate) async fn get_session(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let info = visible_session(&state, &who, &id).map_err(|_| ApiError::unknown_session(&id))?;
+    let store = state.runtime.store();
+    let chains = store.session_chains(&id).map_err(store_error)?;
+    let transcript = store.session_transcript(&id).map_err(store_error)?;
+    let mut body = serde_json::to_value(&info).unwrap_or_default();
+    body["chains"] = json!(chains);
+    body["transcript"] = json!(transcript);
+    Ok(Json(body).into_response())
+}
+
+/// `GET /v1/sessions/{id}/compactions`.
+pub(crate) async fn list_compactions(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    visible_session(&state, &who, &id)?;
+    let list = state
+        .runtime
+        .store()
+        .compactions(&id)
+        .map_err(store_error)?;
+    Ok(Json(json!({"compactions": list})).into_response())
+}
+
+/// `GET /v1/chains/{id}?after=N&limit=N`: the chain and its blocks.
+pub(crate) async fn get_chain(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let (chain, _) = visible_chain(&state, &who, &id)?;
+    let q = query(q.as_deref());
+    let after = number(&q, "after", 0)? as u64;
+    let limit = number(&q, "limit", 1000)?.clamp(1, 10_000);
+    let blocks = state
+        .runtime
+        .store()
+        .chain_blocks(&id, after, limit)
+        .map_err(store_error)?;
+    let mut body = serde_json::to_value(&chain).unwrap_or_default();
+    body["blocks"] = json!(blocks);
+    Ok(Json(body).into_response())
+}
+
+/// `POST /v1/chains/{id}/blocks` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AppendRequest {
+    blocks: Vec<Value>,
+}
+
+/// `POST /v1/chains/{id}/blocks`: appends blocks; their seqs.
+pub(crate) async fn append_blocks(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<AppendRequest>,
+) -> Result<Response, ApiError> {
+    visible_chain(&state, &who, &id)?;
+    if req.blocks.is_empty() || req.blocks.len() > MAX_APPEND_BLOCKS {
+        return Err(bad(format!(
+            "send 1 to {MAX_APPEND_BLOCKS} blocks; got {}",
+            req.blocks.len()
+        )));
+    }
+    let blocks = req
+        .blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| NewBlock::from_json(i, b))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let seqs = state
+        .runtime
+        .store()
+        .chain_append(&id, &blocks, who.by())
+        .map_err(|e| match e {
+            plugd_store::StoreError::Invalid { .. } => {
+                ApiError::new(StatusCode::CONFLICT, code::CONFLICT, e.to_string())
+            }
+            e => store_error(e),
+        })?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"chain_id": id, "seqs": seqs})),
+    )
+        .into_response())
+}
+
+/// `GET /v1/runs?session_id=S&limit=N`.
+pub(crate) async fn list_runs(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    RawQuery(q): RawQuery,
+) -> Result<Response, ApiError> {
+    let q = query(q.as_deref());
+    let limit = number(&q, "limit", 100)?.clamp(1, MAX_LIMIT);
+    let list = state
+        .runtime
+        .store()
+        .runs(&scope_of(&who), param(&q, "session_id"), limit)
+        .map_err(store_error)?;
+    Ok(Json(json!({"runs": list})).into_response())
+}
+
+/// `GET /v1/runs/{id}`.
+pub(crate) async fn get_run(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(Json(visible_run(&state, &who, &id)?).into_response())
+}
+
+/// `POST /v1/runs` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateRun {
+    session_id: String,
+    /// `PACKAGE/EXPORT` of a harness to run; without it the run is a
+    /// record the caller keeps up to date with `PATCH`.
+    #[serde(default)]
+    harness: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    input: Option<String>,
+    #[serde(default)]
+    policy: Option<RunPolicy>,
+    #[serde(default)]
+    parent_run_id: Option<String>,
+    /// Free-form description of an external run.
+    #[serde(default)]
+    summary: Option<Value>,
+}
+
+fn run_error(e: RunError) -> ApiError {
+    let (status, c) = match &e {
+        RunError::Invalid(_) => (StatusCode::BAD_REQUEST, code::INVALID_BODY),
+        RunError::Policy(_) => (StatusCode::FORBIDDEN, code::FORBIDDEN),
+        RunError::NotFound(_) => (StatusCode::NOT_FOUND, code::NOT_FOUND),
+        RunError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL),
+    };
+    ApiError::new(status, c, e.to_string())
+}
+
+/// `POST /v1/runs`: runs a harness (waits for its end; `201` with the run),
+/// or records an external run (`201`, status `running`).
+pub(crate) async fn create_run(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    JsonBody(req): JsonBody<CreateRun>,
+) -> Result<Response, ApiError> {
+    if !plugd_store::sessions::valid_session_id(&req.session_id) {
+        return Err(bad(format!(
+            "session_id {:?} is not a valid id",
+            req.session_id
+        )));
+    }
+    // A delegation token's runs are children of its own run.
+    let parent = match (&who.delegation, &req.parent_run_id) {
+        (Some(d), Some(p)) if Some(p) != d.run_id.as_ref() => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                code::FORBIDDEN,
+                format!(
+                    "a delegation token starts child runs of its own run ({}) only",
+                    d.run_id.as_deref().unwrap_or("none")
+                ),
+            ));
+        }
+        (Some(d), _) => d.run_id.clone(),
+        (None, p) => p.clone(),
+    };
+    let scope = scope_of(&who);
+    let rt = &state.runtime;
+    let store = rt.store();
+    // The session must be visible when it exists; a new one is created in
+    // the caller's scope.
+    let existing = store.session_info(&req.session_id).map_err(store_error)?;
+    if let Some(s) = &existing
+        && !scope.sees(s.org_id.as_deref(), s.project_id.as_deref())
+    {
+        return Err(not_found(&format!("session {:?}", req.session_id)));
+    }
+    let (org, project) = match &existing {
+        Some(s) => (s.org_id.clone(), s.project_id.clone()),
+        None => (scope.org_id.clone(), scope.project_ids.first().cloned()),
+    };
+    if let Some(harness) = req.harness {
+        let start = HarnessStart {
+            harness,
+            session_id: req.session_id,
+            mode: req.mode.unwrap_or_else(|| "start".into()),
+            input: req.input,
+            trigger_type: None,
+            policy: req.policy.unwrap_or_default(),
+            parent_run_id: parent,
+            org_id: org,
+            project_id: project,
+            created_by: who.by().to_owned(),
+        };
+        let run = rt.run_harness(start, None).await.map_err(run_error)?;
+        return Ok((StatusCode::CREATED, Json(run)).into_response());
+    }
+    let depth = match &parent {
+        None => 0,
+        Some(p) => {
+            let parent = visible_run(&state, &who, p)?;
+            rt.check_child(&parent).map_err(run_error)?
+        }
+    };
+    let (session, _) = store
+        .session_open(&req.session_id, org.as_deref(), project.as_deref())
+        .map_err(store_error)?;
+    let run = Run {
+        id: fresh_id("run"),
+        session_id: session.id,
+        chain_id: session.head_chain_id,
+        parent_run_id: parent,
+        depth,
+        kind: RunKind::External,
+        harness: None,
+        mode: req.mode,
+        status: RunStatus::Running,
+        input: json!({"text": req.input, "policy": req.policy.unwrap_or_default()}),
+        checkpoint: Value::Null,
+        summary: req.summary.unwrap_or(Value::Null),
+        artifacts: json!([]),
+        error: None,
+        created_by: who.by().to_owned(),
+        created_at: plugd_store::now_rfc3339(),
+        ended_at: None,
+    };
+    store.run_create(&run).map_err(store_error)?;
+    Ok((StatusCode::CREATED, Json(run)).into_response())
+}
+
+/// `PATCH /v1/runs/{id}` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PatchRun {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    checkpoint: Option<Value>,
+    #[serde(default)]
+    summary: Option<Value>,
+    #[serde(default)]
+    artifacts: Option<Value>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// `PATCH /v1/runs/{id}`: status and outputs of an external run (or of a
+/// delegation token's own run).
+pub(crate) async fn patch_run(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+    JsonBody(req): JsonBody<PatchRun>,
+) -> Result<Response, ApiError> {
+    let run = visible_run(&state, &who, &id)?;
+    if let Some(d) = &who.delegation {
+        let own = d.run_id.as_deref() == Some(run.id.as_str());
+        let child = d.run_id.is_some() && run.parent_run_id == d.run_id;
+        if !own && !child {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                code::FORBIDDEN,
+                format!(
+                    "a delegation token updates its own run and its children only; {id} is neither"
+                ),
+            ));
+        }
+    }
+    let status = match req.status.as_deref() {
+        None => None,
+        Some(s) => Some(RunStatus::parse(s).ok_or_else(|| {
+            bad(format!(
+                "status {s:?} is not running, succeeded, failed, cancelled or retryable_failure"
+            ))
+        })?),
+    };
+    let patch = RunPatch {
+        status,
+        checkpoint: req.checkpoint,
+        summary: req.summary,
+        artifacts: req.artifacts,
+        error: req.error,
+        chain_id: None,
+    };
+    let run = state
+        .runtime
+        .store()
+        .run_update(&id, &patch)
+        .map_err(store_error)?
+        .ok_or_else(|| not_found(&format!("run {id:?}")))?;
+    Ok(Json(run).into_response())
+}
+
+/// `POST /v1/compactions` body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CompactRequest {
+    session_id: String,
+}
+
+/// `POST /v1/compactions`: compacts a session's head chain now with the
+/// configured compactor (`agent.compactor`).
+pub(crate) async fn compact(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    JsonBody(req): JsonBody<CompactRequest>,
+) -> Result<Response, ApiError> {
+    visible_session(&state, &who, &req.session_id)?;
+    let Some(cfg) = state.config.agent.compactor.clone() else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            code::CONFLICT,
+            "plugd.yaml has no agent.compactor; configure one to compact chains",
+        ));
+    };
+    let run = who.delegation.as_ref().and_then(|d| d.run_id.clone());
+    if let Some(r) = &run {
+        let parent = visible_run(&state, &who, r)?;
+        let allowed = parent
+            .input
+            .get("policy")
+            .and_then(|p| p.get("allow_compaction"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        if !allowed {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                code::FORBIDDEN,
+                format!("run {r}'s policy has allow_compaction: false"),
+            ));
+        }
+    }
+    let c = state
+        .runtime
+        .compact_session(&req.session_id, &cfg, run.as_deref())
+        .await
+        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, e.to_string()))?;
+    Ok((StatusCode::CREATED, Json(c)).into_response())
+}
