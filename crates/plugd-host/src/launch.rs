@@ -82,6 +82,25 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
             out = out.replace(s.as_str(), "••••");
         }
     }
+    // Delegation tokens (seed 003 `context.gateway`) are hidden whatever the
+    // list: `vai_dlg_` and the hex digits after it.
+    const DLG: &str = "vai_dlg_";
+    if out.contains(DLG) {
+        let mut hidden = String::with_capacity(out.len());
+        let mut rest = out.as_str();
+        while let Some(i) = rest.find(DLG) {
+            hidden.push_str(&rest[..i]);
+            hidden.push_str(DLG);
+            let after = &rest[i + DLG.len()..];
+            let n = after.bytes().take_while(u8::is_ascii_hexdigit).count();
+            if n > 0 {
+                hidden.push_str("••••");
+            }
+            rest = &after[n..];
+        }
+        hidden.push_str(rest);
+        out = hidden;
+    }
     out
 }
 
@@ -94,5 +113,10 @@ mod tests {
         let secrets = vec!["abc".to_owned(), "abcdef".to_owned(), String::new()];
         assert_eq!(scrub("x abcdef y abc z", &secrets), "x •••• y •••• z");
         assert_eq!(scrub("nothing here", &secrets), "nothing here");
+        assert_eq!(
+            scrub("token vai_dlg_0a1B2c and vai_dlg_ff.", &[]),
+            "token vai_dlg_•••• and vai_dlg_••••."
+        );
+        assert_eq!(scrub("vai_dlg_ alone", &[]), "vai_dlg_ alone");
     }
 }

@@ -304,7 +304,7 @@ fn collect_inner<R: AsyncRead + Unpin + Send + 'static>(
             };
             let line = {
                 let r = redact.read().unwrap_or_else(|p| p.into_inner());
-                if r.is_empty() {
+                if r.is_empty() && !line.contains("vai_dlg_") {
                     line
                 } else {
                     crate::launch::scrub(&line, &r)

@@ -71,6 +71,18 @@ pub(crate) fn check_session_id(id: &str) -> Result<(), StoreError> {
 /// people, never sent to a model) → `system` with `note: true`,
 /// `instructions` → `system`.
 pub fn entry_blocks(entry: &Value) -> Vec<NewBlock> {
+    let mut blocks = role_blocks(entry);
+    // The entry's own time, when it says one (the block's `created_at` is
+    // when it was stored).
+    if let Some(at) = entry.get("at").filter(|a| a.is_string()) {
+        for b in &mut blocks {
+            b.extra.insert("at".into(), at.clone());
+        }
+    }
+    blocks
+}
+
+fn role_blocks(entry: &Value) -> Vec<NewBlock> {
     let role = entry
         .get("role")
         .and_then(Value::as_str)
@@ -126,7 +138,12 @@ pub fn block_entries(blocks: &[Block]) -> Vec<Value> {
     let mut joinable = false;
     for b in blocks {
         let text = b.text();
-        let at = Value::String(b.created_at.clone());
+        let at = b
+            .extra
+            .get("at")
+            .filter(|a| a.is_string())
+            .cloned()
+            .unwrap_or_else(|| Value::String(b.created_at.clone()));
         match b.kind {
             BlockKind::ToolCall => {
                 let call = json!({

@@ -141,7 +141,9 @@ impl Agent {
             harness: None,
             mode: None,
             status: RunStatus::Running,
-            input: json!({"text": input}),
+            // Nothing of the raw input: before_llm_request may redact it;
+            // the run's summary gets the stored (redacted) task at the end.
+            input: json!({}),
             checkpoint: Value::Null,
             summary: Value::Null,
             artifacts: json!([]),
@@ -583,7 +585,10 @@ impl Turn<'_> {
         let patch = match (&reply, &message, &error) {
             (Some(r), _, _) => RunPatch {
                 status: Some(RunStatus::Succeeded),
-                summary: Some(json!({"text": r})),
+                summary: Some(json!({
+                    "text": r,
+                    "task": self.new.first().map(|e| e.content.as_str()),
+                })),
                 ..RunPatch::default()
             },
             (_, _, Some(e)) => RunPatch {

@@ -10,6 +10,7 @@ mod bindings;
 mod broker;
 mod browser;
 mod cgroup;
+mod chains;
 mod channels;
 mod cli;
 mod console;
