@@ -102,6 +102,9 @@ pub(crate) const MIGRATION: &str = "
     DROP TABLE transcript_entries;
 ";
 
+/// A block row as read: seq, kind, body, created_at, created_by.
+type RawBlock = (i64, String, String, String, Option<String>);
+
 fn corrupt(store: &Store, what: &str, detail: String) -> StoreError {
     StoreError::Corrupt {
         db: store.label().to_owned(),
@@ -262,11 +265,7 @@ fn append_blocks(
 const SUPERSEDED: &str = "was compacted into a newer chain and is kept read-only; append to the session's head chain (GET /v1/sessions/ID says which)";
 
 impl Store {
-    fn block_from_row(
-        &self,
-        chain: &str,
-        r: (i64, String, String, String, Option<String>),
-    ) -> Result<Block, StoreError> {
+    fn block_from_row(&self, chain: &str, r: RawBlock) -> Result<Block, StoreError> {
         let (seq, kind, body, created_at, created_by) = r;
         let kind = BlockKind::parse(&kind).ok_or_else(|| {
             corrupt(
@@ -428,22 +427,21 @@ impl ChainStore for Store {
     fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Result<Vec<Block>, StoreError> {
         let rows = {
             let conn = self.lock();
-            let read =
-                || -> rusqlite::Result<Vec<(i64, String, String, String, Option<String>)>> {
-                    let mut stmt = conn.prepare_cached(
-                        "SELECT seq, kind, body, created_at, created_by FROM chain_blocks
+            let read = || -> rusqlite::Result<Vec<RawBlock>> {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT seq, kind, body, created_at, created_by FROM chain_blocks
                      WHERE chain_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-                    )?;
-                    stmt.query_map(
-                        params![
-                            id,
-                            i64::try_from(after).unwrap_or(i64::MAX),
-                            i64::try_from(limit).unwrap_or(i64::MAX)
-                        ],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-                    )?
-                    .collect()
-                };
+                )?;
+                stmt.query_map(
+                    params![
+                        id,
+                        i64::try_from(after).unwrap_or(i64::MAX),
+                        i64::try_from(limit).unwrap_or(i64::MAX)
+                    ],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                )?
+                .collect()
+            };
             read().map_err(|e| self.query_error(format!("read the blocks of chain {id:?}"), e))?
         };
         rows.into_iter()
