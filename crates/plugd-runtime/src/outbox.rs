@@ -446,9 +446,25 @@ async fn attempt(rt: &Runtime, config: &OutboxConfig, l: &Leased) -> Result<(), 
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
+    // The event's session, when it names one, scopes the hook's delegated
+    // token (a hook export with `gateway_api_scopes`, e.g. `runs:read`).
+    let summary = l.event.get("summary");
+    let text = |k: &str| {
+        summary
+            .and_then(|s| s.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     let ctx = CallContext {
         trace_id: Some(format!("tr_{}", d.delivery_id)),
+        session_id: text("session_id"),
+        invocation_id: Some(format!("inv_{}_{}", d.delivery_id, d.attempt)),
         ..CallContext::default()
+    };
+    let minted = rt.delegate(sup.spec(), &d.export_id, &ctx, left);
+    let ctx = CallContext {
+        gateway: minted.as_ref().map(|m| m.grant.clone()),
+        ..ctx
     };
     match vai::handle_hook(
         &conn,

@@ -310,11 +310,61 @@ fn run_error(e: RunError) -> ApiError {
     ApiError::new(status, c, e.to_string())
 }
 
-/// `POST /v1/runs`: runs a harness (waits for its end; `201` with the run),
-/// or records an external run (`201`, status `running`).
+/// Streams a harness run: `event: progress` per harness event (bounded: a
+/// slow reader loses progress, never the end), then `event: run` with the
+/// stored run, or `event: error`. A client that leaves does not stop the
+/// run: it is recorded all the same.
+fn stream_harness(state: AppState, start: HarnessStart) -> Response {
+    use std::convert::Infallible;
+
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use tokio::sync::mpsc;
+
+    let (progress_tx, mut progress) = mpsc::unbounded_channel::<Value>();
+    let (tx, rx) = mpsc::channel::<Event>(64);
+    tokio::spawn(async move {
+        let run = state.runtime.run_harness(start, Some(progress_tx));
+        tokio::pin!(run);
+        let last = loop {
+            tokio::select! {
+                biased;
+                Some(p) = progress.recv() => {
+                    let _ = tx.try_send(Event::default().event("progress").data(p.to_string()));
+                }
+                r = &mut run => break r,
+            }
+        };
+        while let Ok(p) = progress.try_recv() {
+            let _ = tx.try_send(Event::default().event("progress").data(p.to_string()));
+        }
+        let ev = match last {
+            Ok(run) => Event::default()
+                .event("run")
+                .data(serde_json::to_string(&run).unwrap_or_default()),
+            Err(e) => {
+                let err = run_error(e);
+                let mut body = err.body();
+                body["status"] = json!(err.status.as_u16());
+                Event::default().event("error").data(body.to_string())
+            }
+        };
+        let _ = tx.send(ev).await;
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
+        .into_response()
+}
+
+/// `POST /v1/runs`: runs a harness (waits for its end; `201` with the run;
+/// with `Accept: text/event-stream`, its events then the run as SSE), or
+/// records an external run (`201`, status `running`).
 pub(crate) async fn create_run(
     State(state): State<AppState>,
     Extension(who): Extension<Identity>,
+    headers: axum::http::HeaderMap,
     JsonBody(req): JsonBody<CreateRun>,
 ) -> Result<Response, ApiError> {
     if !plugd_store::sessions::valid_session_id(&req.session_id) {
@@ -366,6 +416,13 @@ pub(crate) async fn create_run(
             project_id: project,
             created_by: who.by().to_owned(),
         };
+        let streams = headers
+            .get(axum::http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/event-stream"));
+        if streams {
+            return Ok(stream_harness(state.clone(), start));
+        }
         let run = rt.run_harness(start, None).await.map_err(run_error)?;
         return Ok((StatusCode::CREATED, Json(run)).into_response());
     }

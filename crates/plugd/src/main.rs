@@ -993,6 +993,28 @@ fn print_plugin_detail(p: &PluginInfo) {
                 perm("network"),
                 perm("filesystem")
             );
+            let words = |v: Option<&Value>| -> Vec<String> {
+                v.and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let scopes = words(perms.get("gateway_api_scopes"));
+            if !scopes.is_empty() {
+                println!("    delegated scopes: {}", scopes.join(", "));
+            }
+            if let Some(h) = e.get("harness").filter(|h| h.is_object()) {
+                let supports = words(h.get("supports"));
+                println!(
+                    "    harness: fidelity={} supports=[{}]",
+                    h.get("fidelity").and_then(Value::as_str).unwrap_or("-"),
+                    supports.join(", ")
+                );
+            }
         }
     } else if !p.details.is_null() {
         println!("{}:  {}", p.dialect, p.details);

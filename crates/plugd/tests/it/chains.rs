@@ -181,6 +181,16 @@ fn a_harness_acts_only_through_its_delegated_token() {
     );
     let shown = ws.plugd(&["session", "show", "bug-42"]);
     assert!(stdout(&shown).contains("(head)"), "{}", stdout(&shown));
+    // plugin show names each harness's fidelity and supports, and the scopes.
+    let show = stdout(&ws.plugd(&["plugin", "show", "acme/threads"]));
+    assert!(
+        show.contains("harness: fidelity=checkpoint supports=[continue]"),
+        "{show}"
+    );
+    assert!(
+        show.contains("delegated scopes: sessions:read, chains:read, chains:write, runs:write"),
+        "{show}"
+    );
 }
 
 #[test]
@@ -375,6 +385,45 @@ fn the_canonical_api_checks_scope_shape_and_lineage() {
     assert_eq!(s["head_chain_id"], chain.as_str());
     assert_eq!(s["chains"][0]["blocks"], 2);
     assert_eq!(s["transcript"][1]["role"], "user");
+    // A harness run streamed: its events as progress, then the run.
+    let body =
+        json!({"session_id": "s-sse", "harness": "acme/threads/triage", "input": "stream it"});
+    let sse = request_as(
+        &serve,
+        &serve.token,
+        "POST",
+        "/v1/runs",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(sse.status, 200, "{}", sse.text());
+    let text = sse.text();
+    let progress = text.find("event: progress").expect("progress events");
+    let end = text.find("event: run").expect("the run at the end");
+    assert!(
+        progress < end && text.contains("\"status\":\"succeeded\""),
+        "{text}"
+    );
+    assert!(text.contains("reading session s-sse"), "{text}");
+    // Unknown harness, wrong kind: refused before anything runs.
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "s-x", "harness": "acme/threads/nope"}),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "s-x", "harness": "acme/threads/sliding_window"}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(
+        r.text().contains("is a compactor, not a harness"),
+        "{}",
+        r.text()
+    );
     // Compaction needs a configured compactor.
     let c = serve.post("/v1/compactions", &json!({"session_id": "s-api"}));
     assert_eq!(c.status, 409, "{}", c.text());
