@@ -13,14 +13,18 @@ use serde::{Deserialize, Serialize};
 /// The prefix of every delegation token.
 pub const TOKEN_PREFIX: &str = "vai_dlg_";
 
-/// The scopes plugd's API knows: seed 003's.
-pub const SCOPES: [&str; 6] = [
+/// The scopes plugd's API knows. The first six are seed 003's; `llm:complete`
+/// is plugd's own (a compactor or harness summarising through the
+/// configured LLM provider, `POST /v1/llm:complete`), granted only to an
+/// export that asks for it.
+pub const SCOPES: [&str; 7] = [
     "sessions:read",
     "chains:read",
     "chains:write",
     "runs:read",
     "runs:write",
     "compactions:write",
+    "llm:complete",
 ];
 
 /// What one delegation token allows and is bound to.
@@ -89,6 +93,7 @@ pub fn scope_for(method: &str, path: &str) -> Option<&'static str> {
         (false, ["v1", "runs"]) if method == "POST" => Some("runs:write"),
         (false, ["v1", "runs", _]) if method == "PATCH" => Some("runs:write"),
         (false, ["v1", "compactions"]) if method == "POST" => Some("compactions:write"),
+        (false, ["v1", "llm:complete"]) if method == "POST" => Some("llm:complete"),
         _ => None,
     }
 }

@@ -189,6 +189,7 @@ pub fn required(method: &Method, path: &str) -> Right {
             || (p.starts_with("/v1/chains/") && p.ends_with("/blocks"))
             || p == "/v1/runs"
             || p == "/v1/compactions"
+            || p == "/v1/llm:complete"
             || p == "/v1/bus/publish"
             || p == "/v1/resources:read"
             || p == "/v1/prompts:get"

@@ -568,3 +568,78 @@ pub(crate) async fn compact(
         .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, e.to_string()))?;
     Ok((StatusCode::CREATED, Json(c)).into_response())
 }
+
+/// `POST /v1/llm:complete` body: a short completion through the configured
+/// LLM provider (plugd's own route, scope `llm:complete`), for a compactor
+/// or harness that summarises.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LlmComplete {
+    /// `[{"role": "user"|"assistant", "content": "…"}]`.
+    messages: Vec<LlmMessage>,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LlmMessage {
+    role: String,
+    content: String,
+}
+
+/// Most messages and characters one `llm:complete` may send.
+const MAX_LLM_MESSAGES: usize = 200;
+const MAX_LLM_CHARS: usize = 512 * 1024;
+
+/// `POST /v1/llm:complete`: `{"text", "usage"}` from plugd.yaml's `llm:`.
+pub(crate) async fn llm_complete(
+    State(state): State<AppState>,
+    JsonBody(req): JsonBody<LlmComplete>,
+) -> Result<Response, ApiError> {
+    use plugd_runtime::llm::{ChatMessage, ChatRequest, Role};
+    let agent = state.agent()?;
+    let chars: usize = req.messages.iter().map(|m| m.content.len()).sum();
+    if req.messages.is_empty() || req.messages.len() > MAX_LLM_MESSAGES || chars > MAX_LLM_CHARS {
+        return Err(bad(format!(
+            "send 1 to {MAX_LLM_MESSAGES} messages of at most {MAX_LLM_CHARS} characters in all"
+        )));
+    }
+    let messages = req
+        .messages
+        .into_iter()
+        .map(|m| {
+            let role = match m.role.as_str() {
+                "user" => Role::User,
+                "assistant" => Role::Assistant,
+                other => return Err(bad(format!("role {other:?} is not user or assistant"))),
+            };
+            Ok(ChatMessage {
+                role,
+                content: m.content,
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let request = ChatRequest {
+        messages,
+        system_prompt: req.system,
+        max_tokens: req.max_tokens.map(|m| m.min(8192)),
+        ..ChatRequest::default()
+    };
+    let response = agent.llm().chat(&request, None).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            code::LLM_UNAVAILABLE,
+            e.to_string(),
+        )
+    })?;
+    Ok(Json(json!({
+        "text": response.content,
+        "usage": {"input": response.usage.prompt_tokens, "output": response.usage.completion_tokens},
+    }))
+    .into_response())
+}

@@ -191,7 +191,9 @@ pub async fn delegated_api(
 ) -> Result<SocketAddr, ServeError> {
     let pipeline = Arc::new(Pipeline::new(Vec::new()).unwrap_or_else(|_| unreachable!()));
     let limits = listen::Limits::from_config(&config.http);
-    let state = AppState::new(runtime.clone(), pipeline, config, None);
+    // `llm:complete` needs the provider; no hooks run on this API.
+    let agent = agent_for(runtime, &pipeline, &config)?;
+    let state = AppState::new(runtime.clone(), pipeline, config, agent);
     let (addr, _task) = serve_delegated(runtime, router(state), limits, stop).await?;
     Ok(addr)
 }
@@ -341,6 +343,7 @@ pub fn router(state: AppState) -> Router {
             get(chains::get_run).patch(chains::patch_run),
         )
         .route("/v1/compactions", post(chains::compact))
+        .route("/v1/llm:complete", post(chains::llm_complete))
         .route("/v1/bus/publish", post(bus::publish))
         .route("/v1/bus/tail/{pattern}", get(bus::tail))
         .route("/metrics", get(bus::metrics))

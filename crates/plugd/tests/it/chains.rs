@@ -511,6 +511,12 @@ fn a_long_session_is_compacted_into_a_derived_chain_and_hooks_hear_of_it() {
             .unwrap()
             .starts_with("compactor:acme/threads/sliding_window")
     );
+    // Written by the configured (scripted) model through llm:complete.
+    let summary_text = seed_summary["content"][0]["text"].as_str().unwrap();
+    assert!(
+        summary_text.contains("summarised by the model): answer"),
+        "{summary_text}"
+    );
     let list = serve.get("/v1/sessions/long-1/compactions").json();
     assert_eq!(list["compactions"][0]["id"], compaction.as_str());
     assert_eq!(list["compactions"][0]["derived_chain_id"], derived["id"]);
