@@ -882,4 +882,71 @@ mod tests {
             .collect();
         assert_eq!(seen, ["a"]);
     }
+
+    #[test]
+    fn raced_appends_and_compactions_keep_order_and_one_winner() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
+        let (s, _) = store.session_open("race", None, None).unwrap();
+        let head = s.head_chain_id.unwrap();
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let store = store.clone();
+                let head = head.clone();
+                std::thread::spawn(move || {
+                    (0..25)
+                        .flat_map(|i| {
+                            store
+                                .chain_append(
+                                    &head,
+                                    &[
+                                        NewBlock::text(BlockKind::Input, format!("{t}/{i}")),
+                                        NewBlock::text(BlockKind::Output, format!("{t}/{i}")),
+                                    ],
+                                    "t",
+                                )
+                                .unwrap()
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        let mut seqs: Vec<u64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        seqs.sort_unstable();
+        assert_eq!(
+            seqs,
+            (1..=400).collect::<Vec<u64>>(),
+            "every seq once, none lost"
+        );
+        // A pair appended together stays together.
+        let blocks = store.chain_blocks(&head, 0, 1000).unwrap();
+        for pair in blocks.chunks(2) {
+            assert_eq!(pair[0].text(), pair[1].text());
+        }
+        // Two compactions of the same head at once: exactly one wins.
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let store = store.clone();
+                let head = head.clone();
+                std::thread::spawn(move || {
+                    store
+                        .chain_derive(
+                            &head,
+                            &[NewBlock::text(BlockKind::System, "s")],
+                            &compaction("race", &head),
+                        )
+                        .is_ok()
+                })
+            })
+            .collect();
+        let won: usize = racers
+            .into_iter()
+            .map(|r| usize::from(r.join().unwrap()))
+            .sum();
+        assert_eq!(won, 1);
+        assert_eq!(store.session_chains("race").unwrap().len(), 2);
+    }
 }

@@ -262,6 +262,41 @@ fn a_delegation_token_dies_with_its_invocation_and_reaches_only_its_scopes() {
             "{forged}"
         );
     }
+    // A harness's child runs stop at its policy's max_child_runs; it cannot
+    // hang runs below another run.
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "leak-2", "harness": "test/leaky/greedy", "policy": {"max_depth": 2, "max_child_runs": 3, "allow_compaction": false}}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let greedy = r.json();
+    assert_eq!(
+        greedy["artifacts"][0]["statuses"],
+        json!([201, 201, 201, 403]),
+        "{greedy}"
+    );
+    assert_eq!(greedy["artifacts"][0]["other_parent"], 403);
+    // A lying harness and a silent one end their runs as failed, never running.
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "leak-3", "harness": "test/leaky/liar"}),
+    );
+    let liar = r.json();
+    assert_eq!(liar["status"], "failed", "{liar}");
+    assert!(
+        liar["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown status \"exploded\""),
+        "{liar}"
+    );
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "leak-3", "harness": "test/leaky/sleepy"}),
+    );
+    let sleepy = r.json();
+    assert_eq!(sleepy["status"], "retryable_failure", "{sleepy}");
+    assert!(sleepy["ended_at"].is_string());
     // The token the plugin printed is hidden in its logs.
     let logs = serve.get("/v1/plugins/test/leaky/logs");
     assert!(
