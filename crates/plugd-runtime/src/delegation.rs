@@ -158,13 +158,27 @@ impl crate::Runtime {
         ctx: &plugd_host::dialect::CallContext,
         ttl: Duration,
     ) -> Option<Minted> {
+        self.delegate_within(spec, export_id, ctx, ttl, None)
+    }
+
+    /// [`Runtime::delegate`] with a ceiling: the scopes of the delegation
+    /// that caused this invocation (a harness starting a child harness), so
+    /// no chain of runs holds more than the run that started it.
+    pub fn delegate_within(
+        &self,
+        spec: &plugd_manifest::PluginSpec,
+        export_id: &str,
+        ctx: &plugd_host::dialect::CallContext,
+        ttl: Duration,
+        ceiling: Option<&[String]>,
+    ) -> Option<Minted> {
         let export = spec.vai.as_ref()?.export(export_id)?;
         if export.permissions.gateway_api_scopes.is_empty() {
             return None;
         }
         let ttl = export.default_timeout.map_or(ttl, |d| d.min(ttl));
         let (scopes, unknown) =
-            plugd_control::delegation::granted(&export.permissions.gateway_api_scopes, None);
+            plugd_control::delegation::granted(&export.permissions.gateway_api_scopes, ceiling);
         if !unknown.is_empty() {
             tracing::warn!(plugin = %spec.id, export = export_id, ?unknown, "gateway_api_scopes plugd does not know are not granted");
         }

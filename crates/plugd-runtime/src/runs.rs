@@ -71,6 +71,9 @@ pub struct HarnessStart {
     pub project_id: Option<String>,
     /// Who asked.
     pub created_by: String,
+    /// The scopes of the delegation token that started this run (a
+    /// harness's child harness): the child's are never more.
+    pub scope_ceiling: Option<Vec<String>>,
 }
 
 /// Why a run did not start, or a child run was refused.
@@ -253,7 +256,13 @@ impl Runtime {
             caller: Some(start.created_by.clone()),
             ..CallContext::default()
         };
-        let minted = self.delegate(&spec, &export_id, &ctx, timeout);
+        let minted = self.delegate_within(
+            &spec,
+            &export_id,
+            &ctx,
+            timeout,
+            start.scope_ceiling.as_deref(),
+        );
         let ctx = CallContext {
             gateway: minted.as_ref().map(|m| m.grant.clone()),
             ..ctx

@@ -415,6 +415,7 @@ pub(crate) async fn create_run(
             org_id: org,
             project_id: project,
             created_by: who.by().to_owned(),
+            scope_ceiling: who.delegation.as_ref().map(|d| d.scopes.clone()),
         };
         let streams = headers
             .get(axum::http::header::ACCEPT)

@@ -382,6 +382,7 @@ pub async fn harness(rt: &Runtime, args: HarnessArgs<'_>) -> Result<()> {
         org_id: None,
         project_id: None,
         created_by: format!("cli:{user}"),
+        scope_ceiling: None,
     };
     let result = rt.run_harness(start, Some(tx)).await;
     let _ = printer.await;

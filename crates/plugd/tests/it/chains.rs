@@ -266,16 +266,26 @@ fn a_delegation_token_dies_with_its_invocation_and_reaches_only_its_scopes() {
     // hang runs below another run.
     let r = serve.post(
         "/v1/runs",
-        &json!({"session_id": "leak-2", "harness": "test/leaky/greedy", "policy": {"max_depth": 2, "max_child_runs": 3, "allow_compaction": false}}),
+        &json!({"session_id": "leak-2", "harness": "test/leaky/greedy",
+                "input": out_dir.path().join("child.json").display().to_string(),
+                "policy": {"max_depth": 2, "max_child_runs": 4, "allow_compaction": false}}),
     );
     assert_eq!(r.status, 201, "{}", r.text());
     let greedy = r.json();
+    // First a child harness (one of the four), then external children.
+    assert_eq!(greedy["artifacts"][0]["child_harness"], 201, "{greedy}");
     assert_eq!(
         greedy["artifacts"][0]["statuses"],
         json!([201, 201, 201, 403]),
         "{greedy}"
     );
     assert_eq!(greedy["artifacts"][0]["other_parent"], 403);
+    // The child harness got no token: its own scope (chains:read) is not
+    // among its parent's (runs:write, runs:read).
+    let child: Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.path().join("child.json")).unwrap())
+            .unwrap();
+    assert_eq!(child, json!({"token": null, "scopes": []}), "{child}");
     // A lying harness and a silent one end their runs as failed, never running.
     let r = serve.post(
         "/v1/runs",
