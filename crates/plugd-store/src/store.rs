@@ -545,6 +545,78 @@ mod tests {
     use super::*;
 
     #[test]
+    fn schema_16_turns_stored_transcripts_into_first_chains() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..15] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 15).unwrap();
+        conn.execute_batch(
+            r#"INSERT INTO sessions (id, created_at) VALUES ('old', '2026-01-01T00:00:00Z'), ('empty', '2026-01-02T00:00:00Z');
+               INSERT INTO transcript_entries (session_id, body) VALUES
+                 ('old', '{"role":"user","content":"hi","at":"2026-01-01T00:00:01Z"}'),
+                 ('old', '{"role":"assistant","content":"","tool_calls":[{"id":"c1","name":"a/t","arguments":{"x":1}}],"at":"2026-01-01T00:00:02Z"}'),
+                 ('old', '{"role":"tool","content":"42","tool_call_id":"c1","at":"2026-01-01T00:00:03Z"}'),
+                 ('old', '{"role":"assistant","content":"it is 42","at":"2026-01-01T00:00:04Z"}'),
+                 ('old', '{"role":"system","content":"turn blocked"}');"#,
+        )
+        .unwrap();
+        migrate(&mut conn, Path::new(":memory:"), ":memory:").unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        let heads: Vec<(String, Option<String>)> = conn
+            .prepare("SELECT id, head_chain_id FROM sessions ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            heads,
+            [
+                ("empty".to_owned(), Some("ch_empty".to_owned())),
+                ("old".to_owned(), Some("ch_old".to_owned()))
+            ]
+        );
+        let rows: Vec<(i64, String, String, String)> = conn
+            .prepare("SELECT seq, kind, body, created_at FROM chain_blocks WHERE chain_id = 'ch_old' ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let kinds: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["input", "output", "tool_result", "output", "system"]
+        );
+        assert_eq!(
+            rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+        let body = |i: usize| serde_json::from_str::<serde_json::Value>(&rows[i].2).unwrap();
+        assert_eq!(body(0)["content"][0]["text"], "hi");
+        assert_eq!(body(1)["tool_calls"][0]["name"], "a/t");
+        assert_eq!(body(2)["call_id"], "c1");
+        assert_eq!(body(4)["note"], true);
+        assert_eq!(rows[0].3, "2026-01-01T00:00:01Z");
+        assert_eq!(
+            rows[4].3, "2026-01-01T00:00:00Z",
+            "no `at`: the session's time"
+        );
+        let gone: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'transcript_entries'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(gone, 0);
+    }
+
+    #[test]
     fn store_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
         check::<Store>();
