@@ -293,6 +293,10 @@ impl Observer for PackageObserver {
     fn failed(&self, spec: &PluginSpec, reason: &str) {
         tracing::warn!(plugin = %spec.id, package = %describe(&self.package), "package process failed: {reason}");
     }
+
+    fn process_groups(&self, spec: &PluginSpec) -> plugd_host::groups::GroupPlan {
+        containment::group_plan(spec, &self.workspace)
+    }
 }
 
 /// A random session key for a call without a session.

@@ -438,25 +438,29 @@ async fn attempt(rt: &Runtime, config: &OutboxConfig, l: &Leased) -> Result<(), 
     let sup = rt
         .supervised(&d.plugin_id)
         .map_err(|e| retry(format!("cannot deliver to plugin {:?}: {e}", d.plugin_id)))?;
+    if let Some(reason) = rt.operator_stopped(&d.plugin_id) {
+        return Err(retry(reason));
+    }
     let deadline = Instant::now() + config.hook_timeout;
+    let ctx = CallContext {
+        trace_id: Some(format!("tr_{}", d.delivery_id)),
+        ..CallContext::default()
+    };
+    // The process of the hook's own process group (its execution class).
     let conn = sup
-        .connection(deadline)
+        .export_connection(&d.export_id, &ctx, deadline)
         .await
         .map_err(|e| retry(e.to_string()))?;
     let left = deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1));
-    let ctx = CallContext {
-        trace_id: Some(format!("tr_{}", d.delivery_id)),
-        ..CallContext::default()
-    };
     match vai::handle_hook(
         &conn,
         &d.export_id,
         &d.delivery_id.0,
         d.attempt,
         l.event.clone(),
-        &ctx,
+        conn.context(),
         left,
     )
     .await
