@@ -14,6 +14,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use plugd_control::PackageStore as _;
 use plugd_host::dialect::CallContext;
 use plugd_host::dialect::vai::{self, CompactRequest, HarnessRequest};
 use plugd_host::groups::ProcessInfo;
@@ -614,4 +615,94 @@ fn plugin_show_lists_classes_processes_and_sandboxes() {
     let procs = json["processes"].as_array().unwrap();
     assert_eq!(procs[0]["group"], "worker");
     assert_eq!(procs.len(), 1 + 6, "{json}");
+}
+
+/// Runs `plugd ARGS` on `ws`, failing the test on an error; its stdout.
+fn plugd_ok(ws: &Ws, args: &[&str]) -> String {
+    let out = ws.plugd(args);
+    assert!(out.status.success(), "plugd {args:?}: {}", stderr(&out));
+    stdout(&out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_package_called_through_bindings_runs_each_export_in_its_class_process() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let ws = Ws::new();
+    let src = ws.dir().join("src");
+    write_package(&src, "acme/classes");
+    plugd_ok(
+        &ws,
+        &["package", "install", src.to_str().unwrap(), "--json"],
+    );
+    for export in ["net", "quiet", "scratch", "work_a", "work_b"] {
+        plugd_ok(
+            &ws,
+            &[
+                "binding",
+                "create",
+                "--package",
+                "acme/classes",
+                "--export",
+                export,
+                "--org",
+                "org_1",
+            ],
+        );
+    }
+    // What `plugd package show` says before anything runs.
+    let show = plugd_ok(&ws, &["package", "show", "acme/classes"]);
+    for line in [
+        "    net: network=egress filesystem=none -> network=egress filesystem=none; isolated -> isolated, isolated:net",
+        "    scratch: network=none filesystem=scratch -> network=none filesystem=scratch; isolated -> isolated, isolated:scratch (a process per invocation)",
+    ] {
+        assert!(show.contains(line), "{line:?} not in:\n{show}");
+    }
+    assert!(
+        show.contains("    isolated:quiet: exports quiet; sandbox bwrap, network deny, writable -"),
+        "{show}"
+    );
+
+    let rt = ws.runtime(quick(20_000));
+    let caller = plugd_runtime::bindings_rt::ExportCall {
+        org_id: "org_1".into(),
+        ..Default::default()
+    };
+    let call = |export: &'static str, input: Value| {
+        let (rt, caller) = (rt.clone(), caller.clone());
+        async move {
+            rt.call_export(export, input, &caller, None)
+                .await
+                .unwrap_or_else(|e| panic!("{export}: {e}"))["structured_output"]
+                .clone()
+        }
+    };
+    let net = call("net", json!({"port": port})).await;
+    let quiet = call("quiet", json!({"port": port})).await;
+    assert_eq!(net["connect"], "ok", "{net}");
+    assert_eq!(quiet["connect"], REFUSED, "{quiet}");
+    assert_ne!(pid(&net), pid(&quiet));
+    let (a, b) = (
+        call("work_a", json!({})).await,
+        call("work_b", json!({})).await,
+    );
+    assert_eq!(pid(&a), pid(&b));
+    assert!(![pid(&net), pid(&quiet)].contains(&pid(&a)));
+    let (s1, s2) = (
+        call("scratch", json!({})).await,
+        call("scratch", json!({})).await,
+    );
+    assert_ne!(pid(&s1), pid(&s2), "a process per invocation");
+    assert_eq!(s1["write_scratch"], "ok", "{s1}");
+    // The package's processes, by group, as the runtime reports them.
+    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
+    let pkg = store
+        .find_package(&plugd_control::PackageSelector::parse("acme/classes").unwrap())
+        .unwrap()
+        .unwrap();
+    let procs = rt.package_procs().processes(&pkg);
+    for g in ["worker", "isolated:net", "isolated:quiet"] {
+        assert_eq!(group(&procs, g).pids.len(), 1, "{procs:?}");
+    }
+    rt.shutdown().await;
 }
