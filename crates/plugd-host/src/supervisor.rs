@@ -11,6 +11,13 @@
 //! `stable_after` of uptime. A caller that finds the plugin idle starts it; a
 //! caller that finds it starting or backing off waits for the next attempt
 //! (bounded by its own deadline) and gets that attempt's error if it fails.
+//!
+//! A VAI package's `Supervised` supervises its `worker` process and holds
+//! its other process groups ([`crate::groups`]): a child `Supervised` per
+//! isolated export, each with its own state and restart budget, and the
+//! per-invocation processes running now; [`Supervised::export_connection`]
+//! and [`Supervised::call_tool`] route each export there, and stop and
+//! reset act on all of them.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
