@@ -212,6 +212,86 @@ pub fn safe_invocation_id(id: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plugd_manifest::vai::{ExportKind, VaiSpec};
+
+    fn export(id: &str, kind: ExportKind, class: ExecutionClass, scratch: bool) -> VaiExport {
+        let mut permissions = plugd_manifest::vai::Permissions::default();
+        if scratch {
+            permissions.filesystem = FilesystemPermission::Scratch;
+        }
+        VaiExport {
+            id: id.into(),
+            kind,
+            display_name: None,
+            description: None,
+            execution_class: class,
+            default_timeout: None,
+            max_concurrency: None,
+            config_schema: None,
+            permissions,
+            tool: None,
+            hook: None,
+            compactor: None,
+            harness: None,
+        }
+    }
+
+    fn spec() -> PluginSpec {
+        PluginSpec {
+            id: "acme/kit".into(),
+            vai: Some(VaiSpec {
+                exports: vec![
+                    export("t", ExportKind::Tool, ExecutionClass::Isolated, false),
+                    export("s", ExportKind::Tool, ExecutionClass::Isolated, true),
+                    export("h", ExportKind::Hook, ExecutionClass::Worker, true),
+                    export("i", ExportKind::Tool, ExecutionClass::Inline, false),
+                ],
+                ..VaiSpec::default()
+            }),
+            ..PluginSpec::base()
+        }
+    }
+
+    #[test]
+    fn classes_become_groups_and_inline_needs_trust() {
+        let plan = GroupPlan::from_manifest(&spec());
+        let group = |e: &str| plan.placement(e).unwrap().group.clone();
+        assert_eq!(
+            [group("t"), group("s"), group("h"), group("i")],
+            ["isolated:t", "isolated:s", "worker", "isolated:i"]
+        );
+        assert!(plan.placement("s").unwrap().per_invocation);
+        assert!(!plan.placement("h").unwrap().per_invocation, "worker");
+        assert_eq!(
+            plan.placement("i").unwrap().effective,
+            ExecutionClass::Isolated
+        );
+        assert_eq!(plan.notes().count(), 1);
+        assert_eq!(
+            plan.groups(),
+            vec![
+                ("worker".to_owned(), vec!["h".to_owned()], false),
+                ("isolated:t".to_owned(), vec!["t".to_owned()], false),
+                ("isolated:s".to_owned(), vec!["s".to_owned()], true),
+                ("isolated:i".to_owned(), vec!["i".to_owned()], false),
+            ]
+        );
+        let trusted = GroupPlan::compute(&spec(), true, &|_| false);
+        let i = trusted.placement("i").unwrap();
+        assert_eq!(
+            (i.effective, i.group.as_str()),
+            (ExecutionClass::Inline, "worker")
+        );
+        assert_eq!(trusted.notes().count(), 0);
+        assert!(
+            !trusted.placement("s").unwrap().per_invocation,
+            "scratch not granted"
+        );
+        assert_eq!(
+            GroupPlan::from_manifest(&PluginSpec::base()),
+            GroupPlan::default()
+        );
+    }
 
     #[test]
     fn invocation_ids_that_are_not_plain_names_are_refused() {

@@ -1373,6 +1373,15 @@ supports_pinned_items = true
             let e = &spec.vai.as_ref().unwrap().exports[0];
             assert_eq!(e.execution_class, class, "{kind}");
         }
+        // A class the seed does not know is refused, not guessed.
+        let e = err(
+            pkg.path(),
+            &minimal("id = \"x\"\nkind = \"tool\"\nexecution_class = \"host\""),
+        );
+        assert!(
+            e.contains("exports[0].execution_class") && e.contains("\"host\""),
+            "{e}"
+        );
         // A tool without [exports.tool] takes any object.
         let spec = load(pkg.path(), &minimal("id = \"x\"\nkind = \"tool\"")).unwrap();
         assert_eq!(

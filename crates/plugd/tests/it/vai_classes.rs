@@ -610,6 +610,20 @@ fn plugin_show_lists_classes_processes_and_sandboxes() {
             && l.ends_with("/scratch/worker")),
         "{show}"
     );
+    // Calling it says in the log that it runs isolated, and why.
+    let out = ws.plugd(&[
+        "tool",
+        "call",
+        &format!("{ID}/claims_inline"),
+        "--args",
+        "{}",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("export \"claims_inline\" asks for execution class inline: inline needs an operator's trust (plugd.yaml sandbox.plugins.test/classes.trusted: true); it runs isolated"),
+        "{}",
+        stderr(&out)
+    );
     let json: Value =
         serde_json::from_str(&stdout(&ws.plugd(&["plugin", "show", ID, "--json"]))).unwrap();
     let procs = json["processes"].as_array().unwrap();
