@@ -19,6 +19,7 @@
 //!       limits: {cpu_seconds: 10, address_space_mb: 1024, open_files: 256, processes: 64}
 //!       grants:                 # VAI packages: per export, at most what it requests
 //!         summarize: {network: none, filesystem: none}
+//!       trusted: true           # VAI packages: honour `execution_class = "inline"`
 //! ```
 //!
 //! Rules: the operator's policy sandboxes a plugin that has no sandbox of its
@@ -27,18 +28,27 @@
 //! value). A VAI package is sandboxed from its exports' granted permissions
 //! (requested, narrowed by `grants`) by default: its permissions are a
 //! request for containment; `sandbox.plugins.<id>: {enabled: false}` turns
-//! that off. One process serves every export, so the process gets the union
-//! of the granted permissions. `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
+//! that off. A package runs as process groups ([`plugd_host::groups`]):
+//! the `worker` process gets the union of the granted permissions of its
+//! exports alone (`worker` exports, and `inline` ones when the package is
+//! `trusted`), each `isolated:<export>` process those of its export only,
+//! and a per-invocation process of an export granted `scratch` can write
+//! that invocation's scratch directory and nothing else. The spec of each
+//! start says which group it is ([`plugd_manifest::vai::ProcessRole`]).
+//! `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
 //! every plugin without a sandbox; `network: host` from the operator's
 //! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use plugd_host::groups::GroupPlan;
 use plugd_host::sandbox::{
     self, BaselinePlan, Containment, Fallback, Limits, Network, SandboxPlan,
 };
-use plugd_manifest::vai::{FilesystemPermission, NetworkPermission};
+use plugd_manifest::vai::{
+    ExecutionClass, FilesystemPermission, NetworkPermission, ProcessRole, WORKER_GROUP,
+};
 use plugd_manifest::{LoadOptions, PluginSpec, STATE_DIR_TOKEN, SandboxNetwork};
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
@@ -84,6 +94,9 @@ pub struct OperatorPolicy {
     /// Whether the entry configures a sandbox at all: an entry that only
     /// says `baseline: false` does not sandbox the plugin.
     pub sandboxes: bool,
+    /// `trusted` (default false): a VAI package's `inline` exports run as
+    /// inline (in its worker process) instead of isolated.
+    pub trusted: bool,
 }
 
 /// VAI permissions, as requested or granted.
@@ -147,6 +160,8 @@ struct RawPolicy {
     grants: Option<BTreeMap<String, RawGrant>>,
     #[serde(default)]
     baseline: Option<bool>,
+    #[serde(default)]
+    trusted: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -338,13 +353,14 @@ pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, Con
                 grants,
                 baseline: p.baseline.unwrap_or(true),
                 sandboxes,
+                trusted: p.trusted.unwrap_or(false),
             },
         );
     }
     Ok(out)
 }
 
-/// One VAI export's permissions, requested and granted.
+/// One VAI export's permissions, requested and granted, and where it runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExportPermissions {
     /// Export id.
@@ -353,6 +369,36 @@ pub struct ExportPermissions {
     pub requested: Grant,
     /// What the host grants (the request narrowed by `sandbox.plugins.<id>.grants`).
     pub granted: Grant,
+    /// `execution_class` as the manifest asks (or its kind's default).
+    pub requested_class: ExecutionClass,
+    /// The class plugd runs it with (`inline` of an untrusted package:
+    /// `isolated`).
+    pub effective_class: ExecutionClass,
+    /// Its process group: `worker` or `isolated:<export>`.
+    pub group: String,
+    /// Whether it gets a process of its own per invocation.
+    pub per_invocation: bool,
+    /// Why the effective class differs from the requested one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The sandbox of one process group of a VAI package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupPermissions {
+    /// `worker` or `isolated:<export>`.
+    pub group: String,
+    /// The exports it serves.
+    pub exports: Vec<String>,
+    /// Started per invocation.
+    pub per_invocation: bool,
+    /// `deny` or `host`.
+    pub network: String,
+    /// Writable paths (for a per-invocation group, the scratch directory
+    /// with `<invocation_id>` standing for each invocation's id).
+    pub writable: Vec<PathBuf>,
+    /// The mechanism (`bwrap`, …) or `refused`.
+    pub mechanism: String,
 }
 
 /// What `plugd plugin show` reports as a plugin's effective permissions.
@@ -379,8 +425,15 @@ pub struct EffectivePermissions {
     pub limits: Limits,
     /// Names of the environment variables the child gets.
     pub env: Vec<String>,
-    /// VAI exports: requested and granted side by side.
+    /// VAI exports: requested and granted side by side, with their class
+    /// and process group.
     pub vai: Vec<ExportPermissions>,
+    /// The VAI process group this report is about (`worker` for a
+    /// package's own report); `None` for other plugins.
+    pub process_group: Option<String>,
+    /// Every process group of a VAI package with its own sandbox (filled
+    /// in the package's own report).
+    pub groups: Vec<GroupPermissions>,
     /// Caveats (fallback differences, root and `processes`, cgroups).
     pub notes: Vec<String>,
     /// The containment baseline (what is hidden from a plugin without a
@@ -466,11 +519,77 @@ pub fn state_dir(workspace: &Path, spec: &PluginSpec) -> PathBuf {
 /// The containment of the next start of `spec` and its report, or why the
 /// plugin must not start (`NEXO_PLUGIN_SANDBOX_REQUIRE=1` and no sandbox,
 /// operator `network: host` without the capability, a bad `plugd.yaml`).
+///
+/// For a VAI package the containment is that of the process group the
+/// spec's role names (`worker` when it names none); the report of the
+/// `worker` role also lists every group's sandbox ([`GroupPermissions`]).
 pub fn effective(
     spec: &PluginSpec,
     workspace: &Path,
 ) -> Result<(Containment, EffectivePermissions), String> {
     let config = SandboxConfig::load(workspace).map_err(|e| e.to_string())?;
+    let (containment, mut report) = effective_with(spec, workspace, &config)?;
+    if let Some(role) = spec.process_role()
+        && role.group == WORKER_GROUP
+    {
+        let plan = plan_with(spec, workspace, &config);
+        let sd = state_dir(workspace, spec);
+        for (group, exports, per_invocation) in plan.groups() {
+            let role = ProcessRole {
+                scratch: per_invocation.then(|| sd.join("scratch").join("<invocation_id>")),
+                group: group.clone(),
+            };
+            let (mechanism, network, writable) =
+                match effective_with(&spec.for_process(role), workspace, &config) {
+                    Ok((_, r)) => (r.mechanism, r.network, r.writable),
+                    Err(why) => (format!("refused: {why}"), "-".to_owned(), Vec::new()),
+                };
+            report.groups.push(GroupPermissions {
+                group,
+                exports,
+                per_invocation,
+                network,
+                writable,
+                mechanism,
+            });
+        }
+    }
+    Ok((containment, report))
+}
+
+/// Which process group serves each export of VAI package `spec`, by the
+/// operator's policy in `workspace/plugd.yaml`: `trusted` honours
+/// `inline`; an isolated export granted `scratch` runs per invocation. A
+/// `plugd.yaml` that does not load trusts nothing.
+pub fn group_plan(spec: &PluginSpec, workspace: &Path) -> GroupPlan {
+    let config = SandboxConfig::load(workspace).unwrap_or_default();
+    plan_with(spec, workspace, &config)
+}
+
+fn plan_with(spec: &PluginSpec, workspace: &Path, config: &SandboxConfig) -> GroupPlan {
+    let _ = workspace;
+    let policy = config.plugins.get(&spec.id);
+    let trusted = policy.is_some_and(|p| p.trusted);
+    let grants = policy.filter(|p| p.enabled && p.sandboxes);
+    GroupPlan::compute(spec, trusted, &|e| {
+        let requested = Grant {
+            network: e.permissions.network,
+            filesystem: e.permissions.filesystem,
+        };
+        let granted = match grants.and_then(|p| p.grants.get(&e.id)) {
+            Some(g) => narrow(requested, *g),
+            None => requested,
+        };
+        granted.filesystem == FilesystemPermission::Scratch
+    })
+}
+
+fn effective_with(
+    spec: &PluginSpec,
+    workspace: &Path,
+    config: &SandboxConfig,
+) -> Result<(Containment, EffectivePermissions), String> {
+    let config = config.clone();
     let state_dir = state_dir(workspace, spec);
     let expand = |e: &str| match e.strip_prefix(STATE_DIR_TOKEN) {
         Some("") => state_dir.clone(),
@@ -499,7 +618,9 @@ pub fn effective(
     }
     let mut vai = Vec::new();
     let mut vai_unenforced = false;
-    if let Some(v) = &spec.vai {
+    let role = spec.process_role();
+    if let (Some(v), Some(role)) = (&spec.vai, &role) {
+        let groups = plan_with(spec, workspace, &config);
         for e in &v.exports {
             let requested = Grant {
                 network: e.permissions.network,
@@ -509,32 +630,53 @@ pub fn effective(
                 Some(g) => narrow(requested, *g),
                 None => requested,
             };
+            let placed = groups.placement(&e.id);
             vai.push(ExportPermissions {
                 export: e.id.clone(),
                 requested,
                 granted,
+                requested_class: e.execution_class,
+                effective_class: placed.map_or(e.execution_class, |p| p.effective),
+                group: placed.map(|p| p.group.clone()).unwrap_or_default(),
+                per_invocation: placed.is_some_and(|p| p.per_invocation),
+                note: placed.and_then(|p| p.note.clone()),
             });
         }
-        let egress = vai
+        // The exports this process serves: its own export for an isolated
+        // group (whatever the plan says now), the plan's worker exports
+        // for the worker. A process whose role the plan no longer gives
+        // an export gets nothing of it.
+        let members: Vec<&ExportPermissions> = match role.isolated_export() {
+            Some(export) => vai.iter().filter(|e| e.export == export).collect(),
+            None => vai.iter().filter(|e| e.group == WORKER_GROUP).collect(),
+        };
+        let egress = members
             .iter()
             .any(|e| e.granted.network == NetworkPermission::Egress);
-        let scratch = vai
+        let scratch = members
             .iter()
             .any(|e| e.granted.filesystem == FilesystemPermission::Scratch);
+        let write_paths = match (&role.scratch, role.isolated_export()) {
+            // One invocation's directory, and nothing else.
+            (Some(dir), Some(_)) if scratch => vec![dir.clone()],
+            (_, None) if scratch => vec![state_dir.join("scratch").join(WORKER_GROUP)],
+            // A long-lived isolated process never writes scratch: an export
+            // granted it runs per invocation.
+            _ => Vec::new(),
+        };
         // A package's permissions are a request for containment: enforced by
         // default, unless the operator turns the sandbox off for it.
         if config.plugins.get(&spec.id).is_some_and(|p| !p.enabled) {
             vai_unenforced = true;
         } else {
-            source.push("VAI permissions (the union of the granted exports)".to_owned());
+            source.push(format!(
+                "VAI permissions of process group {} (the union of its exports' grants)",
+                role.group
+            ));
             plan = Some(SandboxPlan {
                 network: if egress { Network::Host } else { Network::Deny },
                 read_paths: Vec::new(),
-                write_paths: if scratch {
-                    vec![state_dir.join("scratch")]
-                } else {
-                    Vec::new()
-                },
+                write_paths,
                 drop_user: true,
                 fallback: Fallback::None,
                 hide_cwd: false,
@@ -635,6 +777,7 @@ pub fn effective(
         records: Some(workspace.join(".plugd").join("procs")),
     };
     let mut report = report(spec, &containment, source, vai);
+    report.process_group = role.map(|r| r.group);
     if vai_unenforced {
         report.notes.push(format!(
             "VAI permissions are NOT enforced: plugd.yaml sandbox.plugins.{}.enabled is false",
@@ -811,6 +954,8 @@ fn report(
         limits: c.limits,
         env,
         vai,
+        process_group: None,
+        groups: Vec::new(),
         notes,
     }
 }
@@ -830,6 +975,8 @@ impl EffectivePermissions {
             limits: Limits::default(),
             env: Vec::new(),
             vai: Vec::new(),
+            process_group: None,
+            groups: Vec::new(),
             notes: Vec::new(),
             baseline: BaselineReport {
                 state: "-".to_owned(),
@@ -890,7 +1037,10 @@ impl EffectivePermissions {
         ));
         out.push(format!("  env:       {}", self.env.join(" ")));
         if !self.vai.is_empty() {
-            out.push("  vai exports (requested -> granted):".to_owned());
+            if let Some(g) = &self.process_group {
+                out.push(format!("  (the lines above: process group {g})"));
+            }
+            out.push("  vai exports (requested -> granted; class requested -> effective, process group):".to_owned());
             let g = |g: &Grant| {
                 let n = match g.network {
                     NetworkPermission::None => "none",
@@ -903,15 +1053,48 @@ impl EffectivePermissions {
                 };
                 format!("network={n} filesystem={f}")
             };
+            let class = plugd_host::groups::class_str;
             for e in &self.vai {
                 out.push(format!(
-                    "    {}: {} -> {}",
+                    "    {}: {} -> {}; {} -> {}, {}{}",
                     e.export,
                     g(&e.requested),
-                    g(&e.granted)
+                    g(&e.granted),
+                    class(e.requested_class),
+                    class(e.effective_class),
+                    e.group,
+                    if e.per_invocation {
+                        " (a process per invocation)"
+                    } else {
+                        ""
+                    }
                 ));
+                if let Some(n) = &e.note {
+                    out.push(format!("      note: {n}"));
+                }
             }
-            out.push("    (one process serves every export: it gets the union of the granted permissions)".to_owned());
+            if !self.groups.is_empty() {
+                out.push("  process groups (each its own sandbox):".to_owned());
+                for gr in &self.groups {
+                    out.push(format!(
+                        "    {}{}: exports {}; sandbox {}, network {}, writable {}",
+                        gr.group,
+                        if gr.per_invocation {
+                            " (per invocation)"
+                        } else {
+                            ""
+                        },
+                        if gr.exports.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            gr.exports.join(", ")
+                        },
+                        gr.mechanism,
+                        gr.network,
+                        paths(&gr.writable)
+                    ));
+                }
+            }
         }
         let b = &self.baseline;
         match b.state.as_str() {

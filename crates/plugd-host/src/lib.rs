@@ -17,6 +17,7 @@ pub mod bus;
 pub mod cgroup;
 pub mod dialect;
 pub mod extensions;
+pub mod groups;
 pub mod launch;
 pub mod log_ring;
 pub mod log_stats;
@@ -39,6 +40,6 @@ pub use launch::Launch;
 pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{
-    CallToolError, Conn, HostConfig, NoObserver, Observer, PluginError, StartGate, Status,
-    Supervised,
+    CallToolError, Conn, ExportConn, HostConfig, NoObserver, Observer, PluginError, StartGate,
+    Status, Supervised,
 };

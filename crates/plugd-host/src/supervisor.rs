@@ -11,16 +11,25 @@
 //! `stable_after` of uptime. A caller that finds the plugin idle starts it; a
 //! caller that finds it starting or backing off waits for the next attempt
 //! (bounded by its own deadline) and gets that attempt's error if it fails.
+//!
+//! A VAI package's `Supervised` supervises its `worker` process and holds
+//! its other process groups ([`crate::groups`]): a child `Supervised` per
+//! isolated export, each with its own state and restart budget, and the
+//! per-invocation processes running now; [`Supervised::export_connection`]
+//! and [`Supervised::call_tool`] route each export there, and stop and
+//! reset act on all of them.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use plugd_manifest::vai::{ProcessRole, WORKER_GROUP};
 use plugd_manifest::{PluginSpec, StartMode};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::dialect::{self, CallContext, HostServices};
+use crate::groups::{GroupPlan, ProcessInfo};
 use crate::launch::Launch;
 use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CallError, Closed, Peer, PeerConfig, PeerStats};
@@ -153,6 +162,34 @@ pub trait Observer: Send + Sync + 'static {
     /// Called when the supervisor gives up on a plugin.
     fn failed(&self, spec: &PluginSpec, reason: &str) {
         let _ = (spec, reason);
+    }
+    /// Which process group serves each export of a VAI package (see
+    /// [`crate::groups`]); asked when a package first routes a call and
+    /// again after each reset. The default is the manifest's plan with
+    /// nothing trusted.
+    fn process_groups(&self, spec: &PluginSpec) -> GroupPlan {
+        GroupPlan::from_manifest(spec)
+    }
+}
+
+/// The observer of a package's other process groups: starts are decided by
+/// the package's observer; a handshake does not replace the package's
+/// catalog, and a group that gives up is logged, not recorded as the
+/// package's failure (the other groups keep serving).
+struct GroupObserver {
+    parent: Arc<dyn Observer>,
+}
+
+impl Observer for GroupObserver {
+    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+        self.parent.may_start(spec)
+    }
+    fn failed(&self, spec: &PluginSpec, reason: &str) {
+        let group = spec.process_role().map(|r| r.group).unwrap_or_default();
+        tracing::warn!(plugin = %spec.id, group = %group, "process group failed: {reason}");
+    }
+    fn process_groups(&self, spec: &PluginSpec) -> GroupPlan {
+        self.parent.process_groups(spec)
     }
 }
 
@@ -391,8 +428,127 @@ struct SupInner {
     /// Restarts after a crash or a failed start since this plugin was loaded
     /// (never reset, unlike the budget).
     restarts_total: std::sync::atomic::AtomicU64,
-    /// The operator's log of its stderr, kept across runs.
+    /// The operator's log of its stderr, kept across runs (shared by every
+    /// process group of a package).
     log: crate::log_ring::LogRing,
+    /// A VAI package's other process groups (`None`: one process serves
+    /// everything, or this is itself one of those groups).
+    groups: Option<Arc<Groups>>,
+}
+
+/// The process groups of a VAI package beside its `worker` process (the
+/// package's own [`Supervised`]).
+#[derive(Default)]
+struct Groups {
+    /// Which group serves each export, until the next reset.
+    plan: Mutex<Option<Arc<GroupPlan>>>,
+    /// Long-lived `isolated:<export>` groups, made on first use.
+    children: Mutex<std::collections::BTreeMap<String, Supervised>>,
+    /// Per-invocation processes alive now, with their group.
+    live: Mutex<Vec<(String, Supervised)>>,
+    /// Bounds the per-invocation processes of each export.
+    slots: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Groups {
+    fn forget(&self, sup: &Supervised) {
+        locked(&self.live).retain(|(_, s)| !Arc::ptr_eq(&s.inner, &sup.inner));
+    }
+
+    fn all(&self) -> Vec<Supervised> {
+        let mut out: Vec<Supervised> = locked(&self.children).values().cloned().collect();
+        out.extend(locked(&self.live).iter().map(|(_, s)| s.clone()));
+        out
+    }
+}
+
+/// A connection to the process that serves one export, for one invocation
+/// ([`Supervised::export_connection`]). A per-invocation process is
+/// stopped when this is dropped.
+pub struct ExportConn {
+    conn: Arc<Conn>,
+    ctx: CallContext,
+    group: String,
+    _one_shot: Option<OneShot>,
+}
+
+impl std::fmt::Debug for ExportConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportConn")
+            .field("group", &self.group)
+            .field("pid", &self.conn.process.pid())
+            .finish()
+    }
+}
+
+impl ExportConn {
+    /// The connection.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// The call context to send with it (a per-invocation process fixes
+    /// the invocation id its scratch directory is named after).
+    pub fn context(&self) -> &CallContext {
+        &self.ctx
+    }
+
+    /// The process group: `worker`, `isolated:<export>`, or `main` for a
+    /// plugin that is not a VAI package.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+}
+
+impl std::ops::Deref for ExportConn {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        &self.conn
+    }
+}
+
+/// A per-invocation process: stopped (and its slot freed) when dropped.
+struct OneShot {
+    sup: Option<Supervised>,
+    groups: Arc<Groups>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl Drop for OneShot {
+    fn drop(&mut self) {
+        let Some(sup) = self.sup.take() else { return };
+        let groups = self.groups.clone();
+        let permit = self.permit.take();
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(async move {
+                    sup.stop().await;
+                    groups.forget(&sup);
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                if let Some(c) = sup.current() {
+                    c.process.kill_group();
+                }
+                groups.forget(&sup);
+            }
+        }
+    }
+}
+
+/// Where a call of an export goes.
+enum Route {
+    /// This supervisor's own process.
+    Here,
+    /// A long-lived isolated group.
+    Child(Supervised),
+    /// A process of its own for this invocation.
+    PerInvocation(String),
 }
 
 impl std::fmt::Debug for Supervised {
@@ -406,11 +562,40 @@ impl std::fmt::Debug for Supervised {
 impl Supervised {
     /// Supervision for `spec`; nothing starts until [`Supervised::connection`]
     /// or [`Supervised::start`].
+    ///
+    /// A VAI package's supervisor runs its `worker` process group itself
+    /// and routes the exports of its other groups to processes of their own
+    /// ([`Supervised::export_connection`], [`crate::groups`]).
     pub fn new(
         spec: Arc<PluginSpec>,
         config: Arc<HostConfig>,
         observer: Arc<dyn Observer>,
         services: HostServices,
+    ) -> Self {
+        let (spec, groups) = match &spec.vai {
+            Some(v) if v.process.is_none() => (
+                Arc::new(spec.for_process(ProcessRole::worker())),
+                Some(Arc::new(Groups::default())),
+            ),
+            _ => (spec, None),
+        };
+        Self::build(
+            spec,
+            config,
+            observer,
+            services,
+            crate::log_ring::LogRing::default(),
+            groups,
+        )
+    }
+
+    fn build(
+        spec: Arc<PluginSpec>,
+        config: Arc<HostConfig>,
+        observer: Arc<dyn Observer>,
+        services: HostServices,
+        log: crate::log_ring::LogRing,
+        groups: Option<Arc<Groups>>,
     ) -> Self {
         Supervised {
             inner: Arc::new(SupInner {
@@ -428,9 +613,231 @@ impl Supervised {
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
                 urgent: tokio::sync::Notify::new(),
                 restarts_total: std::sync::atomic::AtomicU64::new(0),
-                log: crate::log_ring::LogRing::default(),
+                log,
+                groups,
             }),
         }
+    }
+
+    /// A supervisor for `spec`, one of this package's other process groups.
+    fn derived(&self, spec: PluginSpec) -> Supervised {
+        Supervised::build(
+            Arc::new(spec),
+            self.inner.config.clone(),
+            Arc::new(GroupObserver {
+                parent: self.inner.observer.clone(),
+            }),
+            self.inner.services.clone(),
+            self.inner.log.clone(),
+            None,
+        )
+    }
+
+    /// Which process group serves each export (`None`: not a VAI package,
+    /// one process serves everything). Computed by the observer on first
+    /// use and after each reset; an export whose class is not honoured is
+    /// logged then.
+    pub fn group_plan(&self) -> Option<Arc<GroupPlan>> {
+        let groups = self.inner.groups.as_ref()?;
+        let mut slot = locked(&groups.plan);
+        if let Some(p) = &*slot {
+            return Some(p.clone());
+        }
+        let plan = Arc::new(self.inner.observer.process_groups(&self.inner.spec));
+        for note in plan.notes() {
+            tracing::warn!(plugin = %self.inner.spec.id, "{note}");
+        }
+        *slot = Some(plan.clone());
+        Some(plan)
+    }
+
+    fn route(&self, export: &str) -> Route {
+        let Some(plan) = self.group_plan() else {
+            return Route::Here;
+        };
+        let Some(p) = plan.placement(export) else {
+            // Not an export: the dialect answers "unknown export".
+            return Route::Here;
+        };
+        if p.group == WORKER_GROUP {
+            return Route::Here;
+        }
+        if p.per_invocation {
+            return Route::PerInvocation(p.export.clone());
+        }
+        let groups = self.inner.groups.as_ref().expect("a plan implies groups");
+        let mut children = locked(&groups.children);
+        let child = children.entry(p.group.clone()).or_insert_with(|| {
+            self.derived(self.inner.spec.for_process(ProcessRole {
+                group: p.group.clone(),
+                scratch: None,
+            }))
+        });
+        Route::Child(child.clone())
+    }
+
+    /// The connection of the process that serves `export` (for a plugin
+    /// that is not a VAI package, its only process), started if needed
+    /// and waited for until `deadline`. An export that runs per invocation
+    /// gets a process of its own, stopped when the returned value drops;
+    /// send [`ExportConn::context`] with the call.
+    pub async fn export_connection(
+        &self,
+        export: &str,
+        ctx: &CallContext,
+        deadline: Instant,
+    ) -> Result<ExportConn, PluginError> {
+        let here = |conn, group: &str| ExportConn {
+            conn,
+            ctx: ctx.clone(),
+            group: group.to_owned(),
+            _one_shot: None,
+        };
+        match self.route(export) {
+            Route::Here => {
+                let group = if self.inner.groups.is_some() {
+                    WORKER_GROUP
+                } else {
+                    "main"
+                };
+                Ok(here(self.connection(deadline).await?, group))
+            }
+            Route::Child(c) => {
+                let group = c
+                    .inner
+                    .spec
+                    .process_role()
+                    .map(|r| r.group)
+                    .unwrap_or_default();
+                Ok(here(c.connection(deadline).await?, &group))
+            }
+            Route::PerInvocation(export) => self.one_shot(&export, ctx, deadline).await,
+        }
+    }
+
+    /// Starts a process for one invocation of isolated `export`, whose
+    /// only writable directory is that invocation's scratch directory.
+    async fn one_shot(
+        &self,
+        export: &str,
+        ctx: &CallContext,
+        deadline: Instant,
+    ) -> Result<ExportConn, PluginError> {
+        let spec = &self.inner.spec;
+        let groups = self.inner.groups.clone().expect("routed by a plan");
+        let group = crate::groups::isolated_group(export);
+        let max = spec
+            .vai
+            .as_ref()
+            .and_then(|v| v.export(export))
+            .and_then(|e| e.max_concurrency)
+            .map_or_else(per_invocation_cap, |n| n as usize);
+        let sem = locked(&groups.slots)
+            .entry(export.to_owned())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(max.max(1))))
+            .clone();
+        let permit = match tokio::time::timeout_at(deadline.into(), sem.acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            _ => {
+                return Err(PluginError::NotReady {
+                    plugin: spec.id.clone(),
+                    state: format!(
+                        "all {max} per-invocation processes of export {export:?} stayed busy until the call's deadline"
+                    ),
+                });
+            }
+        };
+        let invocation = ctx
+            .invocation_id
+            .as_deref()
+            .and_then(crate::groups::safe_invocation_id)
+            .map_or_else(|| dialect::vai::fresh_id("inv"), str::to_owned);
+        let dir = self
+            .inner
+            .services
+            .state_dir(&spec.id)
+            .join("scratch")
+            .join(&invocation);
+        let mut run = spec.for_process(ProcessRole {
+            group: group.clone(),
+            scratch: Some(dir),
+        });
+        // One run: a crash fails this invocation and is not restarted.
+        run.supervisor.restart_attempts = 0;
+        run.supervisor.start = StartMode::Lazy;
+        let sup = self.derived(run);
+        locked(&groups.live).push((group.clone(), sup.clone()));
+        let one_shot = OneShot {
+            sup: Some(sup.clone()),
+            groups,
+            permit: Some(permit),
+        };
+        let conn = sup.connection(deadline).await?;
+        let mut ctx = ctx.clone();
+        ctx.invocation_id = Some(invocation);
+        Ok(ExportConn {
+            conn,
+            ctx,
+            group,
+            _one_shot: Some(one_shot),
+        })
+    }
+
+    /// The processes of this plugin: for a VAI package one entry per
+    /// process group (with the pids running now), else none.
+    pub fn processes(&self) -> Vec<ProcessInfo> {
+        let Some(plan) = self.group_plan() else {
+            return Vec::new();
+        };
+        let groups = self.inner.groups.as_ref().expect("a plan implies groups");
+        let info = |group: &str, exports: Vec<String>, sup: Option<&Supervised>| {
+            let status = sup.map_or(Status::Idle, Supervised::status);
+            let error = match &status {
+                Status::Failed { reason } => Some(reason.clone()),
+                Status::Backoff { last_error, .. } => Some(last_error.clone()),
+                _ => None,
+            };
+            ProcessInfo {
+                group: group.to_owned(),
+                exports,
+                per_invocation: false,
+                state: status.name().to_owned(),
+                pids: match status {
+                    Status::Running { pid, .. } => vec![pid],
+                    _ => Vec::new(),
+                },
+                restarts: sup.map_or(0, Supervised::restarts),
+                error,
+            }
+        };
+        let mut out = Vec::new();
+        for (group, exports, per_invocation) in plan.groups() {
+            if group == WORKER_GROUP {
+                out.push(info(&group, exports, Some(self)));
+            } else if per_invocation {
+                let pids: Vec<u32> = locked(&groups.live)
+                    .iter()
+                    .filter(|(g, _)| *g == group)
+                    .filter_map(|(_, s)| match s.status() {
+                        Status::Running { pid, .. } => Some(pid),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(ProcessInfo {
+                    group,
+                    exports,
+                    per_invocation: true,
+                    state: if pids.is_empty() { "idle" } else { "running" }.to_owned(),
+                    pids,
+                    restarts: 0,
+                    error: None,
+                });
+            } else {
+                let child = locked(&groups.children).get(&group).cloned();
+                out.push(info(&group, exports, child.as_ref()));
+            }
+        }
+        out
     }
 
     /// The plugin's spec.
@@ -588,6 +995,19 @@ impl Supervised {
         timeout: Option<Duration>,
     ) -> Result<Value, CallToolError> {
         let timeout = timeout.unwrap_or_else(|| self.call_timeout());
+        match self.route(tool.wire()) {
+            Route::Here => {}
+            Route::Child(child) => {
+                return Box::pin(child.call_tool(tool, args, ctx, Some(timeout))).await;
+            }
+            Route::PerInvocation(export) => {
+                let started = Instant::now() + self.init_timeout().max(timeout);
+                let ec = self.one_shot(&export, ctx, started).await?;
+                let out =
+                    dialect::call_tool(&ec.conn, &ec.conn.spec, tool, args, &ec.ctx, timeout).await;
+                return Ok(out?);
+            }
+        }
         let conn = self.connect_for(timeout).await?;
         // The deadline counts from when the call is sent; a retry keeps it.
         let deadline = Instant::now() + timeout;
@@ -689,14 +1109,16 @@ impl Supervised {
     /// request's: it gets its whole timeout once a connection is there (a
     /// slow start must not eat the time of the call it serves).
     async fn connect_for(&self, timeout: Duration) -> Result<Arc<Conn>, PluginError> {
-        let init_timeout = self
-            .inner
+        self.connection(Instant::now() + self.init_timeout().max(timeout))
+            .await
+    }
+
+    fn init_timeout(&self) -> Duration {
+        self.inner
             .spec
             .supervisor
             .init_timeout
-            .unwrap_or(self.inner.config.init_timeout);
-        self.connection(Instant::now() + init_timeout.max(timeout))
-            .await
+            .unwrap_or(self.inner.config.init_timeout)
     }
 
     /// Re-reads the running plugin's tool catalog and tells the observer.
@@ -745,6 +1167,18 @@ impl Supervised {
     /// under way is waited for (bounded by the init timeout) and then shut
     /// down, so nothing it spawned outlives the stop.
     pub async fn stop(&self) {
+        // A package's other process groups stop with it.
+        let others = self
+            .inner
+            .groups
+            .as_ref()
+            .map(|g| g.all())
+            .unwrap_or_default();
+        let others = futures_util::future::join_all(others.iter().map(|s| Box::pin(s.stop())));
+        let (_, ()) = tokio::join!(others, self.stop_own());
+    }
+
+    async fn stop_own(&self) {
         let (conn, starting) = {
             let mut ctl = self.inner.lock();
             ctl.epoch += 1;
@@ -783,6 +1217,11 @@ impl Supervised {
     /// stopping a running instance first; eager plugins start again at once.
     pub async fn reset(&self) {
         self.stop().await;
+        if let Some(g) = &self.inner.groups {
+            // The next call reads the operator's policy again.
+            *locked(&g.plan) = None;
+            locked(&g.children).clear();
+        }
         {
             let mut ctl = self.inner.lock();
             ctl.epoch += 1;
@@ -794,6 +1233,16 @@ impl Supervised {
             self.start();
         }
     }
+}
+
+/// [`crate::groups::DEFAULT_PER_INVOCATION_PROCS`], or
+/// `PLUGD_ISOLATED_MAX_PROCS` when set to a positive integer.
+fn per_invocation_cap() -> usize {
+    std::env::var("PLUGD_ISOLATED_MAX_PROCS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(crate::groups::DEFAULT_PER_INVOCATION_PROCS)
 }
 
 /// Whether calling `tool` twice is safe: MCP annotations `readOnlyHint` or

@@ -96,12 +96,68 @@ pub struct VaiSpec {
     pub runtime: VaiRuntime,
     /// `[[exports]]`, in manifest order.
     pub exports: Vec<VaiExport>,
+    /// Which of the package's processes this spec starts (set by the host
+    /// for each process group it runs, never read from the manifest); `None`
+    /// is the package's `worker` process.
+    #[serde(skip)]
+    pub process: Option<ProcessRole>,
 }
 
 impl VaiSpec {
     /// The export with id `id`.
     pub fn export(&self, id: &str) -> Option<&VaiExport> {
         self.exports.iter().find(|e| e.id == id)
+    }
+}
+
+/// The process group a process of a VAI package runs as: `worker` (the
+/// package's shared process), or `isolated:<export>` (one export alone),
+/// optionally for one invocation only, whose scratch directory is then the
+/// only writable one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ProcessRole {
+    /// `worker` or `isolated:<export>`.
+    pub group: String,
+    /// The one invocation's scratch directory, for a process started for a
+    /// single invocation; `None` for a long-lived process.
+    pub scratch: Option<PathBuf>,
+}
+
+/// The name of a package's shared process group.
+pub const WORKER_GROUP: &str = "worker";
+
+/// The prefix of an isolated export's process group (`isolated:<export>`).
+pub const ISOLATED_PREFIX: &str = "isolated:";
+
+impl ProcessRole {
+    /// The package's shared `worker` process.
+    pub fn worker() -> ProcessRole {
+        ProcessRole {
+            group: WORKER_GROUP.to_owned(),
+            scratch: None,
+        }
+    }
+
+    /// The isolated export this process serves alone, if it does.
+    pub fn isolated_export(&self) -> Option<&str> {
+        self.group.strip_prefix(ISOLATED_PREFIX)
+    }
+}
+
+impl PluginSpec {
+    /// The process group this spec starts (`None`: not a VAI package).
+    pub fn process_role(&self) -> Option<ProcessRole> {
+        let v = self.vai.as_ref()?;
+        Some(v.process.clone().unwrap_or_else(ProcessRole::worker))
+    }
+
+    /// This spec as started for `role` (a VAI package's process group).
+    pub fn for_process(&self, role: ProcessRole) -> PluginSpec {
+        let mut out = self.clone();
+        if let Some(v) = out.vai.as_mut() {
+            v.process = Some(role);
+        }
+        out
     }
 }
 
@@ -460,6 +516,7 @@ pub fn parse_vai(
             source: source.map(str::to_owned),
             runtime,
             exports,
+            process: None,
         }),
         warnings: std::mem::take(&mut cx.warnings),
         ..PluginSpec::base()
@@ -1316,6 +1373,15 @@ supports_pinned_items = true
             let e = &spec.vai.as_ref().unwrap().exports[0];
             assert_eq!(e.execution_class, class, "{kind}");
         }
+        // A class the seed does not know is refused, not guessed.
+        let e = err(
+            pkg.path(),
+            &minimal("id = \"x\"\nkind = \"tool\"\nexecution_class = \"host\""),
+        );
+        assert!(
+            e.contains("exports[0].execution_class") && e.contains("\"host\""),
+            "{e}"
+        );
         // A tool without [exports.tool] takes any object.
         let spec = load(pkg.path(), &minimal("id = \"x\"\nkind = \"tool\"")).unwrap();
         assert_eq!(

@@ -15,7 +15,12 @@
 //! **Package processes** ([`PackageProcs`]): one [`Supervised`] per
 //! installed digest, made on the first call and shared by every binding on
 //! that version, under the same supervisor, dialect, containment and
-//! deadlines as a `.plugins/` plugin. Packages installed while `plugd
+//! deadlines as a `.plugins/` plugin. Like a `.plugins/` package, a VAI
+//! package runs its exports in the processes of their execution classes
+//! ([`plugd_host::groups`]: a `worker` process, one per isolated export, one
+//! per invocation of an isolated export granted scratch), each with its own
+//! sandbox; `plugd.yaml` `sandbox.plugins.<package_id>` (grants, `trusted`)
+//! applies to the installed package of that id. Packages installed while `plugd
 //! serve` runs become callable at their first call; [`crate::Runtime::shutdown`]
 //! stops them all.
 //!
@@ -187,6 +192,13 @@ impl PackageProcs {
         }
     }
 
+    /// The processes of `pkg` (one per process group, with the pids
+    /// running now); empty when no call made its supervisor yet.
+    pub fn processes(&self, pkg: &Package) -> Vec<plugd_host::groups::ProcessInfo> {
+        let proc = self.lock().get(pkg.digest.as_str()).cloned();
+        proc.map(|p| p.sup.processes()).unwrap_or_default()
+    }
+
     /// Stops every package process and waits until they are reaped.
     pub(crate) async fn stop_all(&self) {
         let all: Vec<Arc<PackageProc>> = self.lock().values().cloned().collect();
@@ -200,6 +212,18 @@ fn describe(pkg: &Package) -> String {
         "package {}@{} ({})",
         pkg.package_id, pkg.version, pkg.digest
     )
+}
+
+/// The effective permissions of installed `pkg` as its processes in
+/// `workspace` get them: every export with its class and process group,
+/// every group's sandbox (what `plugd package show` prints).
+pub fn package_permissions(
+    pkg: &Package,
+    workspace: &Path,
+) -> Result<containment::EffectivePermissions, String> {
+    let spec = load_spec(pkg)?;
+    let worker = spec.for_process(plugd_manifest::vai::ProcessRole::worker());
+    containment::effective(&worker, workspace).map(|(_, r)| r)
 }
 
 /// The plugin spec of an installed package, from its own manifest.
@@ -292,6 +316,10 @@ impl Observer for PackageObserver {
 
     fn failed(&self, spec: &PluginSpec, reason: &str) {
         tracing::warn!(plugin = %spec.id, package = %describe(&self.package), "package process failed: {reason}");
+    }
+
+    fn process_groups(&self, spec: &PluginSpec) -> plugd_host::groups::GroupPlan {
+        containment::group_plan(spec, &self.workspace)
     }
 }
 

@@ -190,15 +190,20 @@ impl Runtime {
         };
         let deadline = Instant::now() + timeout;
         let outcome = async {
-            let conn = sup.connection(deadline).await.map_err(|e| e.to_string())?;
+            // The process of the compactor's execution class.
+            let conn = sup
+                .export_connection(&export_id, &ctx, deadline)
+                .await
+                .map_err(|e| e.to_string())?;
+            let ctx = conn.context();
             if by_file {
                 // The invocation's scratch directory: the dialect finds it
                 // there, and removes it with the file when the call ends.
-                let dir = conn
-                    .services
-                    .state_dir(&conn.spec.id)
-                    .join("scratch")
-                    .join(ctx.invocation_id.as_deref().unwrap_or("inv"));
+                let dir = vai::scratch_dir(
+                    &conn.spec,
+                    &conn.services.state_dir(&conn.spec.id),
+                    ctx.invocation_id.as_deref().unwrap_or("inv"),
+                );
                 let path = dir.join(PROJECTION_FILE);
                 std::fs::create_dir_all(&dir)
                     .and_then(|()| std::fs::write(&path, &inline_json))
@@ -214,7 +219,7 @@ impl Runtime {
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            vai::compact(&conn, &export_id, request, &ctx, left)
+            vai::compact(&conn, &export_id, request, ctx, left)
                 .await
                 .map_err(|e| e.to_string())
         }

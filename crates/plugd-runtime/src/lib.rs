@@ -276,6 +276,9 @@ pub struct PluginInfo {
     pub signature: signing::SignatureStatus,
     /// Its settings (secrets as `••••`), see [`plugin_config`].
     pub config: Vec<plugin_config::ConfigEntry>,
+    /// A VAI package's processes: one per process group, with its exports,
+    /// state and the pids running now (empty for other plugins).
+    pub processes: Vec<plugd_host::groups::ProcessInfo>,
 }
 
 /// Who approved what, and when.
@@ -343,6 +346,10 @@ impl Observer for TrustObserver {
             None => run,
         };
         Ok(launch)
+    }
+
+    fn process_groups(&self, spec: &PluginSpec) -> plugd_host::groups::GroupPlan {
+        containment::group_plan(spec, &self.dir)
     }
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
@@ -727,6 +734,7 @@ impl Runtime {
             .unwrap_or(Value::Null);
         info.signature = signing::status(&self.inner.signing, spec);
         info.config = self.config_show(id).unwrap_or_default();
+        info.processes = sup.processes();
         Ok(info)
     }
 
@@ -1244,6 +1252,7 @@ fn unread_info(why: &str) -> PluginInfo {
         details: Value::Null,
         signature: signing::SignatureStatus::NotApplicable { reason: why.into() },
         config: Vec::new(),
+        processes: Vec::new(),
     }
 }
 

@@ -438,14 +438,10 @@ async fn attempt(rt: &Runtime, config: &OutboxConfig, l: &Leased) -> Result<(), 
     let sup = rt
         .supervised(&d.plugin_id)
         .map_err(|e| retry(format!("cannot deliver to plugin {:?}: {e}", d.plugin_id)))?;
+    if let Some(reason) = rt.operator_stopped(&d.plugin_id) {
+        return Err(retry(reason));
+    }
     let deadline = Instant::now() + config.hook_timeout;
-    let conn = sup
-        .connection(deadline)
-        .await
-        .map_err(|e| retry(e.to_string()))?;
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
     // The event's session, when it names one, scopes the hook's delegated
     // token (a hook export with `gateway_api_scopes`, e.g. `runs:read`).
     let summary = l.event.get("summary");
@@ -461,18 +457,26 @@ async fn attempt(rt: &Runtime, config: &OutboxConfig, l: &Leased) -> Result<(), 
         invocation_id: Some(format!("inv_{}_{}", d.delivery_id, d.attempt)),
         ..CallContext::default()
     };
-    let minted = rt.delegate(sup.spec(), &d.export_id, &ctx, left);
+    let minted = rt.delegate(sup.spec(), &d.export_id, &ctx, config.hook_timeout);
     let ctx = CallContext {
         gateway: minted.as_ref().map(|m| m.grant.clone()),
         ..ctx
     };
+    // The process of the hook's own process group (its execution class).
+    let conn = sup
+        .export_connection(&d.export_id, &ctx, deadline)
+        .await
+        .map_err(|e| retry(e.to_string()))?;
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
     match vai::handle_hook(
         &conn,
         &d.export_id,
         &d.delivery_id.0,
         d.attempt,
         l.event.clone(),
-        &ctx,
+        conn.context(),
         left,
     )
     .await

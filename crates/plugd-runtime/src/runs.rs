@@ -279,14 +279,16 @@ impl Runtime {
         };
         let deadline = Instant::now() + timeout;
         let outcome: Result<Value, (RunStatus, String)> = async {
+            // The process of the harness's execution class (per invocation
+            // for an isolated harness granted scratch).
             let conn = sup
-                .connection(deadline)
+                .export_connection(&export_id, &ctx, deadline)
                 .await
                 .map_err(|e| (RunStatus::RetryableFailure, e.to_string()))?;
             let left = deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1));
-            vai::run_harness(&conn, &export_id, request, &ctx, left)
+            vai::run_harness(&conn, &export_id, request, conn.context(), left)
                 .await
                 .map_err(|e| {
                     let status = match &e {

@@ -945,6 +945,43 @@ fn print_plugin_detail(p: &PluginInfo) {
     for line in p.permissions.iter().flat_map(|e| e.text_lines()) {
         println!("{line}");
     }
+    if !p.processes.is_empty() {
+        println!("processes:");
+        for g in &p.processes {
+            let pids = if g.pids.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " pid {}",
+                    g.pids
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )
+            };
+            println!(
+                "  {}{}: {}{pids}, restarts {}; exports {}{}",
+                g.group,
+                if g.per_invocation {
+                    " (a process per invocation)"
+                } else {
+                    ""
+                },
+                g.state,
+                g.restarts,
+                if g.exports.is_empty() {
+                    "-".to_owned()
+                } else {
+                    g.exports.join(", ")
+                },
+                g.error
+                    .as_deref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            );
+        }
+    }
     println!(
         "tools:     {}",
         if p.tools.is_empty() {
@@ -985,11 +1022,28 @@ fn print_plugin_detail(p: &PluginInfo) {
                     .unwrap_or("-")
                     .to_owned()
             };
+            let id = field("id");
+            // The class plugd runs it with, when it differs from the
+            // manifest's, and its process group.
+            let placed = p
+                .permissions
+                .iter()
+                .flat_map(|r| &r.vai)
+                .find(|x| x.export == id);
+            let class = match placed {
+                Some(x) if x.effective_class != x.requested_class => format!(
+                    "{} -> {}",
+                    field("execution_class"),
+                    plugd_host::groups::class_str(x.effective_class)
+                ),
+                _ => field("execution_class"),
+            };
+            let group = placed
+                .map(|x| format!(" in {}", x.group))
+                .unwrap_or_default();
             println!(
-                "  {} ({}, {}): network={} filesystem={}",
-                field("id"),
+                "  {id} ({}, {class}{group}): network={} filesystem={}",
                 field("kind"),
-                field("execution_class"),
                 perm("network"),
                 perm("filesystem")
             );

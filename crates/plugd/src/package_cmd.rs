@@ -217,10 +217,26 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             let Some(p) = store.find_package(&sel)? else {
                 bail!("no installed package {id:?}; `plugd package list` shows what is installed");
             };
+            // Where each export runs and with which sandbox, as a call
+            // through a binding would start it in this workspace.
+            let perms = plugd_runtime::bindings_rt::package_permissions(&p, dir);
             if *json {
-                println!("{}", serde_json::to_string_pretty(&p)?);
+                let mut v = serde_json::to_value(&p)?;
+                v["permissions"] = match &perms {
+                    Ok(r) => serde_json::to_value(r)?,
+                    Err(e) => serde_json::json!({"error": e}),
+                };
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 show(&p);
+                match perms {
+                    Ok(r) => {
+                        for line in r.text_lines() {
+                            println!("{line}");
+                        }
+                    }
+                    Err(e) => println!("permissions: cannot be computed: {e}"),
+                }
             }
         }
     }

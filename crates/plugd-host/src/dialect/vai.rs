@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugd_manifest::PluginSpec;
-use plugd_manifest::vai::{ExportKind, VaiExport};
+use plugd_manifest::vai::{ExportKind, ProcessRole, VaiExport, WORKER_GROUP};
 use plugd_wire::ErrorObject;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
@@ -393,7 +393,8 @@ pub async fn refresh_tools(
 
 // --- invocations ------------------------------------------------------------
 
-fn fresh_id(prefix: &str) -> String {
+/// A fresh id `<prefix>_<hex>`, unique in this host.
+pub fn fresh_id(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let nanos = SystemTime::now()
@@ -442,8 +443,23 @@ impl Drop for Scratch {
     }
 }
 
-fn create_scratch(root: &Path, invocation_id: &str) -> std::io::Result<Scratch> {
-    let dir = root.join("scratch").join(invocation_id);
+/// The scratch directory of invocation `invocation_id` in a process of
+/// `spec` whose state directory is `state_dir`: the one directory a
+/// per-invocation process was started with; under `scratch/worker/` for the
+/// package's worker process (its only writable root); under `scratch/`
+/// for an isolated process.
+pub fn scratch_dir(spec: &PluginSpec, state_dir: &Path, invocation_id: &str) -> PathBuf {
+    let root = state_dir.join("scratch");
+    match spec.process_role() {
+        Some(ProcessRole {
+            scratch: Some(dir), ..
+        }) => dir,
+        Some(r) if r.isolated_export().is_some() => root.join(invocation_id),
+        _ => root.join(WORKER_GROUP).join(invocation_id),
+    }
+}
+
+fn create_scratch(dir: PathBuf) -> std::io::Result<Scratch> {
     std::fs::create_dir_all(&dir)?;
     Ok(Scratch(dir))
 }
@@ -537,9 +553,10 @@ async fn invoke(
 
     let invocation_id = ctx.invocation_id.clone().unwrap_or_else(|| fresh_id("inv"));
     let state_dir = conn.services.state_dir(&spec.id);
-    let scratch = create_scratch(&state_dir, &invocation_id).map_err(|e| InvokeError::Scratch {
+    let dir = scratch_dir(spec, &state_dir, &invocation_id);
+    let scratch = create_scratch(dir.clone()).map_err(|e| InvokeError::Scratch {
         plugin: spec.id.clone(),
-        path: state_dir.join("scratch").join(&invocation_id),
+        path: dir,
         error: e.to_string(),
     })?;
     let left = deadline

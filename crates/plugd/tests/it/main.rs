@@ -55,5 +55,6 @@ mod traces;
 mod typed_errors;
 mod upgrade;
 mod vai;
+mod vai_classes;
 mod vector;
 mod watching;

@@ -338,7 +338,14 @@ fn push_then_pull_by_tag_and_by_digest_installs_read_only() {
 
     // show by id, by id@version and by digest agree; text names the digest.
     for id in ["acme/devkit", "acme/devkit@0.1.0", digest.as_str()] {
-        let shown = json_out(&ws.plugd(&["package", "show", id, "--json"]));
+        let mut shown = json_out(&ws.plugd(&["package", "show", id, "--json"]));
+        // The record, plus where each export would run and with what.
+        let perms = shown
+            .as_object_mut()
+            .unwrap()
+            .remove("permissions")
+            .unwrap();
+        assert_eq!(perms["vai"][0]["group"], "isolated:jira_search", "{perms}");
         assert_eq!(&shown, p, "{id}");
     }
     let text = ok(&ws.plugd(&["package", "show", "acme/devkit"]));

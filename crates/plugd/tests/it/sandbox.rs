@@ -531,7 +531,7 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
     vai_probe(&ws, "probe");
     let id = "test/probe";
     // Sandboxed by the operator, with the requested permissions granted:
-    // one process serves both exports, so it gets the union (egress).
+    // each export (isolated by default) gets a process with its own.
     std::fs::write(
         ws.dir().join("plugd.yaml"),
         "sandbox:\n  plugins:\n    test/probe: {}\n",
@@ -543,24 +543,31 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
     assert!(show.contains("  sandbox:   bwrap ("), "{show}");
     assert!(
         show.contains(
-            "    offline: network=none filesystem=scratch -> network=none filesystem=scratch"
+            "    offline: network=none filesystem=scratch -> network=none filesystem=scratch; isolated -> isolated, isolated:offline (a process per invocation)"
         ),
         "{show}"
     );
     assert!(
         show.contains(
-            "    online: network=egress filesystem=none -> network=egress filesystem=none"
+            "    online: network=egress filesystem=none -> network=egress filesystem=none; isolated -> isolated, isolated:online"
         ),
         "{show}"
     );
-    assert!(show.contains("  network:   host"), "{show}");
+    assert!(
+        show.contains(
+            "    isolated:online: exports online; sandbox bwrap, network host, writable -"
+        ),
+        "{show}"
+    );
+    // The worker process serves no export here: it gets nothing.
+    assert!(show.contains("  network:   deny"), "{show}");
     let online = vai_call(
         &ws,
         "test/probe/online",
         json!({"op": "connect", "port": port}),
     );
     assert_eq!(online["ok"], json!(true), "{online}");
-    // Writable: the scratch root only.
+    // Writable: the invocation's scratch directory only.
     let scratch = vai_call(
         &ws,
         "test/probe/offline",
@@ -581,8 +588,7 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
         ))
     );
 
-    // The operator grants `online` no network: now no export has egress and
-    // the process gets no network at all.
+    // The operator grants `online` no network: its process gets none.
     std::fs::write(
         ws.dir().join("plugd.yaml"),
         "sandbox:\n  plugins:\n    test/probe:\n      grants:\n        online: {network: none}\n",
@@ -594,7 +600,21 @@ fn vai_permissions_become_the_sandbox_and_grants_narrow_them() {
         show.contains("    online: network=egress filesystem=none -> network=none filesystem=none"),
         "{show}"
     );
-    assert!(show.contains("  network:   deny"), "{show}");
+    assert!(
+        show.contains(
+            "    isolated:online: exports online; sandbox bwrap, network deny, writable -"
+        ),
+        "{show}"
+    );
+    let online = vai_call(
+        &ws,
+        "test/probe/online",
+        json!({"op": "connect", "port": port}),
+    );
+    assert_eq!(
+        online["error"],
+        json!("ConnectionRefusedError: [Errno 111] Connection refused")
+    );
     let offline = vai_call(
         &ws,
         "test/probe/offline",

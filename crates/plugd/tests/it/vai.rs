@@ -58,14 +58,16 @@ pub(crate) fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> P
         "api_version = \"vai.plugin.v1\"\npackage_id = \"test/{name}\"\nversion = \"0.1.0\"\n\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = {}\n",
         serde_json::to_string(&args).unwrap()
     );
+    // Worker class: every export of these dialect tests runs in the
+    // package's one worker process (`vai_classes.rs` tests the classes).
     for (id, extra) in TOOLS {
         m.push_str(&format!(
-            "\n[[exports]]\nid = \"{id}\"\nkind = \"tool\"\ndescription = \"test {id}\"\n{extra}\n[exports.tool]\ninput_schema = \"schemas/any.json\"\n"
+            "\n[[exports]]\nid = \"{id}\"\nkind = \"tool\"\ndescription = \"test {id}\"\nexecution_class = \"worker\"\n{extra}\n[exports.tool]\ninput_schema = \"schemas/any.json\"\n"
         ));
     }
     m.push_str("\n[[exports]]\nid = \"notify\"\nkind = \"hook\"\n[exports.hook]\nsubscribes_to = [\"run.completed\", \"fail\"]\n");
     m.push_str("\n[[exports]]\nid = \"window\"\nkind = \"compactor\"\n");
-    m.push_str("\n[[exports]]\nid = \"triage\"\nkind = \"harness\"\n[exports.harness]\nmode = \"composite\"\nfidelity = \"checkpoint\"\n");
+    m.push_str("\n[[exports]]\nid = \"triage\"\nkind = \"harness\"\nexecution_class = \"worker\"\n[exports.harness]\nmode = \"composite\"\nfidelity = \"checkpoint\"\n");
     std::fs::write(dir.join("vai-plugin.toml"), m).unwrap();
     dir
 }
