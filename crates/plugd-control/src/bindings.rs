@@ -127,6 +127,11 @@ pub struct Binding {
     pub updated_at: String,
     /// Who made it (`token:NAME`, a Unix user name).
     pub created_by: String,
+    /// A policy override (seed 003): the delegated gateway scopes this
+    /// binding allows its export at most; `None`: what the export asks for.
+    /// Narrows, never widens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_api_scopes: Option<Vec<String>>,
 }
 
 /// What a caller may change of a binding (`PATCH`); absent fields stay.
@@ -148,6 +153,9 @@ pub struct BindingPatch {
     /// A new share.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// The delegated scopes the export gets at most (replaces the list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway_api_scopes: Option<Vec<String>>,
 }
 
 impl BindingPatch {
@@ -168,6 +176,9 @@ impl BindingPatch {
         }
         if let Some(r) = self.rollout {
             out.rollout = r;
+        }
+        if let Some(s) = &self.gateway_api_scopes {
+            out.gateway_api_scopes = Some(s.clone());
         }
         out
     }
@@ -291,6 +302,17 @@ pub fn check(
             "/scope/project_id".into(),
             format!("{p:?} is not a project id; {NAME_RULE}"),
         );
+    }
+    for (i, s) in b.gateway_api_scopes.iter().flatten().enumerate() {
+        if !crate::delegation::SCOPES.contains(&s.as_str()) {
+            problem(
+                format!("/gateway_api_scopes/{i}"),
+                format!(
+                    "{s:?} is not a delegated scope plugd knows; use some of {}",
+                    crate::delegation::SCOPES.join(", ")
+                ),
+            );
+        }
     }
     match (&contract.config_schema, &b.config) {
         (_, c) if !c.is_object() => problem(
@@ -503,6 +525,7 @@ mod tests {
             created_at: "2026-01-01T00:00:00Z".into(),
             updated_at: "2026-01-01T00:00:00Z".into(),
             created_by: "test".into(),
+            gateway_api_scopes: None,
         }
     }
 

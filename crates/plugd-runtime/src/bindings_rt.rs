@@ -700,6 +700,7 @@ impl Runtime {
             package_version: binding.package_version.clone(),
             config: binding.config.clone(),
             secrets: Map::new(),
+            gateway_api_scopes: binding.gateway_api_scopes.clone(),
         };
         let ctx = CallContext {
             session_id: call.session_id.clone(),

@@ -1082,7 +1082,18 @@ impl Runtime {
         }
         // A VAI export that asks for gateway scopes gets a token for this
         // invocation; it is revoked when `_minted` drops, however the call ends.
-        let minted = self.delegate(sup.spec(), entry.def.wire(), ctx, sup.call_timeout());
+        // A binding may narrow the export's scopes (seed 003 policy override).
+        let ceiling = ctx
+            .bound
+            .as_ref()
+            .and_then(|b| b.gateway_api_scopes.as_deref());
+        let minted = self.delegate_within(
+            sup.spec(),
+            entry.def.wire(),
+            ctx,
+            sup.call_timeout(),
+            ceiling,
+        );
         let delegated;
         let ctx = match &minted {
             Some(m) => {

@@ -171,6 +171,9 @@ pub struct NewBinding {
     /// Default 100 %.
     #[serde(default)]
     pub rollout: Option<Rollout>,
+    /// The delegated scopes the export gets at most (default: what it asks for).
+    #[serde(default)]
+    pub gateway_api_scopes: Option<Vec<String>>,
 }
 
 fn unknown_binding(id: &str) -> ApiError {
@@ -265,6 +268,7 @@ pub fn create(store: &Store, req: NewBinding, by: &str) -> Result<Binding, ApiEr
         created_at: now.clone(),
         updated_at: now,
         created_by: by.to_owned(),
+        gateway_api_scopes: req.gateway_api_scopes,
     };
     let found = problems(store, &b)?;
     if !found.is_empty() {

@@ -356,6 +356,7 @@ fn bind(
                     secrets: req.secrets.clone(),
                     status: None,
                     rollout: None,
+                    gateway_api_scopes: None,
                 };
                 let mut b = patch.apply(&old);
                 b.updated_at.clone_from(&now);
@@ -375,6 +376,7 @@ fn bind(
                     created_at: now.clone(),
                     updated_at: now.clone(),
                     created_by: who.by.to_owned(),
+                    gateway_api_scopes: None,
                 },
                 true,
             ),

@@ -29,6 +29,10 @@ pub struct Settings {
     /// active or disabled.
     #[arg(long)]
     status: Option<BindingStatus>,
+    /// The delegated gateway scopes the export gets at most, comma-separated
+    /// (a policy override; default: what the export asks for).
+    #[arg(long, value_name = "SCOPE,…", value_delimiter = ',')]
+    scopes: Option<Vec<String>>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -186,6 +190,7 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 rollout: settings
                     .traffic
                     .map(|traffic_percent| Rollout { traffic_percent }),
+                gateway_api_scopes: settings.scopes.clone(),
             };
             let b = create(&store, req, &who())?;
             print(&b, settings.json)?;
@@ -234,10 +239,11 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 rollout: settings
                     .traffic
                     .map(|traffic_percent| Rollout { traffic_percent }),
+                gateway_api_scopes: settings.scopes.clone(),
             };
             if patch == BindingPatch::default() {
                 bail!(
-                    "nothing to change; give --config, --secret, --traffic, --status or --package-version"
+                    "nothing to change; give --config, --secret, --traffic, --status, --scopes or --package-version"
                 );
             }
             print(&update(&store, None, id, &patch)?, settings.json)?;

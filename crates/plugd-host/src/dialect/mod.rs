@@ -127,6 +127,8 @@ pub struct BoundCall {
     /// Slot → value, decrypted, only the slots the export declares (VAI
     /// `context.secrets`).
     pub secrets: serde_json::Map<String, Value>,
+    /// The binding's ceiling on the export's delegated scopes.
+    pub gateway_api_scopes: Option<Vec<String>>,
 }
 
 impl BoundCall {

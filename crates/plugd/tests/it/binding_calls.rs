@@ -68,7 +68,9 @@ while True:
         "version": VER, "instance": INSTANCE, "config": ctx.get("config"), "reversed": tok[::-1], "echo": tok,
         "slots": sorted((ctx.get("secrets") or {}).keys()), "org_id": ctx.get("org_id"),
         "project_id": ctx.get("project_id"), "session_id": ctx.get("session_id"),
-        "invocation_id": ctx.get("invocation_id")}}})
+        "invocation_id": ctx.get("invocation_id"),
+        "scopes": (ctx.get("gateway") or {}).get("scopes"),
+        "has_token": bool((ctx.get("gateway") or {}).get("delegation_token"))}}})
 "#;
 
 fn manifest(package_id: &str, version: &str, hello_as: &str) -> String {
@@ -91,6 +93,7 @@ config_schema = "schemas/config.json"
 
 [exports.permissions]
 secret_slots = ["api_token"]
+gateway_api_scopes = ["sessions:read", "runs:read"]
 
 [exports.tool]
 input_schema = "schemas/any.json"
@@ -1259,4 +1262,47 @@ fn a_record_without_a_tree_digest_is_pinned_at_first_load_with_a_warning() {
         msg.contains("acme/kit@0.1.0") && msg.contains("changed since plugd first loaded them"),
         "{msg}"
     );
+}
+
+#[test]
+fn a_binding_narrows_the_delegated_scopes_of_its_export() {
+    let w = world(&[]);
+    w.secret("acme", "s3cret-acme");
+    let b = w.bind("acme", None, "0.1.0", 100);
+    assert_eq!(b.gateway_api_scopes, None);
+    let acme = w.token("agent", "acme", &[]);
+    // By default: what the export asks for, with a token for this call.
+    let out = w.whoami(&acme, "s1");
+    assert_eq!(
+        out["scopes"],
+        json!(["sessions:read", "runs:read"]),
+        "{out}"
+    );
+    assert_eq!(out["has_token"], true);
+    // The binding narrows; it never widens.
+    let narrowed = w.patch(
+        &b.binding_id,
+        &json!({"gateway_api_scopes": ["runs:read", "chains:write"]}),
+    );
+    assert_eq!(
+        narrowed.gateway_api_scopes,
+        Some(vec!["runs:read".to_owned(), "chains:write".to_owned()])
+    );
+    let out = w.whoami(&acme, "s1");
+    assert_eq!(out["scopes"], json!(["runs:read"]), "{out}");
+    // Nothing in common: no token at all.
+    w.patch(&b.binding_id, &json!({"gateway_api_scopes": []}));
+    let out = w.whoami(&acme, "s1");
+    assert_eq!(out["scopes"], json!([]), "{out}");
+    assert_eq!(out["has_token"], false);
+    // A scope plugd does not know is a problem of the binding.
+    let r = call(
+        &w.serve,
+        &w.serve.token,
+        "PATCH",
+        &format!("/v1/plugin-bindings/{}", b.binding_id),
+        Some(&json!({"gateway_api_scopes": ["admin:everything"]}).to_string()),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("/gateway_api_scopes/0"), "{}", r.text());
 }
