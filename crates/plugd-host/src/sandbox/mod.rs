@@ -523,5 +523,30 @@ mod tests {
             plan.fallback = Fallback::Landlock;
         }
         assert_eq!(choose("p", &c, missing()), Ok(Mechanism::LandlockSeccomp));
+        // An egress allowlist needs a network namespace: no fallback for it.
+        if let Some(plan) = c.sandbox.as_mut() {
+            plan.network = Network::Proxy;
+        }
+        let err = choose("p", &c, missing()).unwrap_err();
+        assert!(
+            err.contains("the Landlock fallback cannot enforce it: install bubblewrap"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_gateway_route_gives_a_closed_sandbox_the_proxy_and_nothing_else() {
+        let addr: std::net::SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let mut closed = SandboxPlan::default();
+        assert_eq!(closed.allow_gateway(addr), "http://plugd.internal");
+        assert_eq!(closed.network, Network::Proxy);
+        assert!(closed.egress.allow.is_empty());
+        assert_eq!(closed.egress.gateway, Some(addr));
+        let mut host = SandboxPlan {
+            network: Network::Host,
+            ..SandboxPlan::default()
+        };
+        assert_eq!(host.allow_gateway(addr), "http://127.0.0.1:7000");
+        assert_eq!(host.network, Network::Host);
     }
 }

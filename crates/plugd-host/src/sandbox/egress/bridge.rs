@@ -25,7 +25,7 @@ pub const MAX_RELAYS: usize = 256;
 /// (`exec` replaces the process on success).
 pub fn main(args: &[OsString]) -> i32 {
     let usage = || {
-        eprintln!("usage: plugd __egress-bridge PORT SOCKET -- PROGRAM [ARGS...]");
+        say("usage: plugd __egress-bridge PORT SOCKET -- PROGRAM [ARGS...]".to_owned());
         2
     };
     let (Some(port), Some(socket), Some(sep)) = (args.first(), args.get(1), args.get(2)) else {
@@ -43,7 +43,9 @@ pub fn main(args: &[OsString]) -> i32 {
     let listener = match TcpListener::bind(("127.0.0.1", port)) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("plugd egress bridge: cannot listen on 127.0.0.1:{port}: {e}");
+            say(format!(
+                "plugd egress bridge: cannot listen on 127.0.0.1:{port}: {e}"
+            ));
             return 126;
         }
     };
@@ -52,10 +54,10 @@ pub fn main(args: &[OsString]) -> i32 {
     // this before it starts anything), so the child may run any code.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
-        eprintln!(
+        say(format!(
             "plugd egress bridge: fork failed: {}",
             std::io::Error::last_os_error()
-        );
+        ));
         return 126;
     }
     if pid == 0 {
@@ -73,11 +75,17 @@ pub fn main(args: &[OsString]) -> i32 {
     drop(listener);
     #[allow(clippy::disallowed_methods)] // replaces this process with the plugin spawn contained
     let err = std::process::Command::new(program).args(rest).exec();
-    eprintln!(
+    say(format!(
         "plugd egress bridge: cannot run {:?}: {err}",
         program.to_string_lossy()
-    );
+    ));
     127
+}
+
+/// One line on stderr (the plugin's, which plugd keeps in its log): the
+/// bridge has no logger, and library crates deny `eprintln!`.
+fn say(line: String) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// Points stdin and stdout at /dev/null, so the relay holds none of the

@@ -633,4 +633,170 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        #[test]
+        fn garbage_never_panics_the_parser(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..2048)) {
+            let _ = parse(&bytes, 16);
+        }
+
+        #[test]
+        fn garbage_targets_never_panic_the_policy(target in "\\PC{0,80}", port in 0u16..) {
+            let plan = EgressPlan { allow: vec!["*.example.org".into(), "10.0.0.1".into()], ..EgressPlan::default() };
+            let _ = plan.route(&target, port);
+            let _ = super::super::EgressRule::parse(&target);
+            let head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+            let _ = parse(head.as_bytes(), 16);
+        }
+    }
+
+    /// A plain HTTP server on loopback that answers with the request line.
+    fn upstream() -> u16 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for conn in l.incoming() {
+                let Ok(mut s) = conn else { continue };
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let body = text.lines().next().unwrap_or_default().to_owned();
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        port
+    }
+
+    fn socket_dir() -> PathBuf {
+        static N: AtomicU64 = AtomicU64::new(0);
+        std::env::temp_dir().join(format!(
+            "plugd-egress-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    fn start(plan: EgressPlan, limits: ProxyLimits) -> EgressProxy {
+        let plan = EgressPlan {
+            socket_dir: Some(socket_dir()),
+            config_key: "sandbox.plugins.p.egress_allow".into(),
+            ..plan
+        };
+        EgressProxy::start("p", &plan, limits).unwrap()
+    }
+
+    async fn exchange(proxy: &EgressProxy, data: &[u8]) -> String {
+        let mut s = UnixStream::connect(proxy.socket()).await.unwrap();
+        s.write_all(data).await.unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.unwrap();
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn the_gateway_route_reaches_plugds_listener_and_nothing_else() {
+        let port = upstream();
+        let plan = EgressPlan {
+            gateway: Some(SocketAddr::from(([127, 0, 0, 1], port))),
+            ..EgressPlan::default()
+        };
+        let proxy = start(plan, ProxyLimits::default());
+        let got = exchange(
+            &proxy,
+            b"GET http://plugd.internal/v1/sessions?x=1 HTTP/1.1\r\nHost: plugd.internal\r\n\r\n",
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.ends_with("GET /v1/sessions?x=1 HTTP/1.1"), "{got}");
+        // The same server under its loopback name or address: refused.
+        for target in [
+            format!("http://allowed.localhost:{port}/"),
+            format!("http://127.0.0.1:{port}/"),
+        ] {
+            let got = exchange(&proxy, format!("GET {target} HTTP/1.1\r\n\r\n").as_bytes()).await;
+            assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{got}");
+            assert!(
+                got.contains("allow it with sandbox.plugins.p.egress_allow in plugd.yaml"),
+                "{got}"
+            );
+        }
+        // The gateway name on another port is not the gateway.
+        let got = exchange(
+            &proxy,
+            format!("CONNECT plugd.internal:{port} HTTP/1.1\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(
+            got.contains("plugd.internal is reachable on port 80 only"),
+            "{got}"
+        );
+        let socket = proxy.socket().to_path_buf();
+        assert!(socket.exists());
+        drop(proxy);
+        assert!(!socket.exists(), "the socket outlives its proxy");
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_limit_are_answered_503() {
+        let limits = ProxyLimits {
+            max_connections: 2,
+            head_timeout: Duration::from_secs(600),
+            ..ProxyLimits::default()
+        };
+        let proxy = start(EgressPlan::default(), limits);
+        // Two silent connections hold both slots.
+        let _a = UnixStream::connect(proxy.socket()).await.unwrap();
+        let _b = UnixStream::connect(proxy.socket()).await.unwrap();
+        let got = exchange(&proxy, b"").await;
+        assert!(
+            got.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+            "{got}"
+        );
+        assert!(got.contains("has 2 connections open already"), "{got}");
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_gets_408_and_an_idle_tunnel_is_closed() {
+        let limits = ProxyLimits {
+            head_timeout: Duration::from_millis(100),
+            idle_timeout: Duration::from_millis(100),
+            ..ProxyLimits::default()
+        };
+        // Half a request head, then nothing.
+        let proxy = start(EgressPlan::default(), limits);
+        let mut s = UnixStream::connect(proxy.socket()).await.unwrap();
+        s.write_all(b"GET http://a.example/ HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{out}");
+        // A tunnel to a server that never speaks: closed once idle.
+        let quiet = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = quiet.local_addr().unwrap().port();
+        let plan = EgressPlan {
+            allow: vec!["quiet.localhost".into()],
+            ..EgressPlan::default()
+        };
+        let proxy = start(plan, limits);
+        let mut s = UnixStream::connect(proxy.socket()).await.unwrap();
+        s.write_all(format!("CONNECT quiet.localhost:{port} HTTP/1.1\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert_eq!(out, "HTTP/1.1 200 Connection Established\r\n\r\n");
+        drop(quiet);
+    }
 }
