@@ -717,6 +717,12 @@ pub fn effective(
     };
     if let Some(p) = plan.as_mut() {
         p.fallback = fallback;
+        // Where the proxy's socket goes if this sandbox gets one (an
+        // allowlist, or a gateway route added by the runtime with
+        // `SandboxPlan::allow_gateway`): under .plugd/, hidden from plugins.
+        if p.egress.socket_dir.is_none() {
+            p.egress = egress_plan(Vec::new(), spec.vai.is_some());
+        }
         // An MCP server's working directory is not its own code (it may be
         // the whole workspace): never show it.
         p.hide_cwd = !spec.pin_dir;

@@ -86,20 +86,21 @@ fn package(ws: &Ws, name: &str) {
 }
 
 fn online(ws: &Ws, name: &str, input: Value) -> Value {
+    online_logged(ws, name, input).0
+}
+
+/// [`online`], and what plugd logged on stderr meanwhile.
+fn online_logged(ws: &Ws, name: &str, input: Value) -> (Value, String) {
     let tool = format!("test/{name}/online");
-    let out = ws.plugd(&[
-        "tool",
-        "call",
-        &tool,
-        "--args",
-        &input.to_string(),
-        "--json",
-    ]);
+    let args = input.to_string();
+    let out = ws.plugd(&["tool", "call", &tool, "--args", &args, "--json"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    v.get("structured_output")
+    let r = v
+        .get("structured_output")
         .cloned()
-        .unwrap_or_else(|| panic!("no structured_output in {v}"))
+        .unwrap_or_else(|| panic!("no structured_output in {v}"));
+    (r, stderr(&out))
 }
 
 /// What the proxy answers to `data` sent as-is from inside the sandbox.
@@ -164,7 +165,7 @@ fn an_egress_allowlist_lets_the_plugin_reach_only_the_listed_domain() {
     assert_eq!(allowed.hits(), 1);
 
     // The other name is refused by the proxy, naming the domain and the key.
-    let refused = online(
+    let (refused, log) = online_logged(
         &ws,
         "probe",
         json!({"op": "fetch", "url": format!("http://other.localhost:{}/", other.port)}),
@@ -176,6 +177,15 @@ fn an_egress_allowlist_lets_the_plugin_reach_only_the_listed_domain() {
             "plugd egress proxy: plugin \"test/probe\" may not reach \"other.localhost\" (port {}): not on the allowlist; allow it with sandbox.plugins.test/probe.egress_allow (or sandbox.plugins.test/probe.grants.<export>.egress_allow) in plugd.yaml\n",
             other.port
         ))
+    );
+    // ... and logs the refusal with the plugin and the domain.
+    let line = log
+        .lines()
+        .find(|l| l.contains("egress refused"))
+        .unwrap_or_else(|| panic!("no refusal logged: {log}"));
+    assert!(
+        line.contains("test/probe") && line.contains("other.localhost"),
+        "{line}"
     );
     // TLS goes through CONNECT: refused the same way.
     let connect = raw(

@@ -235,8 +235,26 @@ struct Request {
     connect: bool,
     host: String,
     port: u16,
-    /// The head to send upstream (plain HTTP only).
-    upstream_head: Vec<u8>,
+    /// The request line in origin form (plain HTTP only).
+    request_line: String,
+    /// The `Host` header's value (the authority when the client sent none).
+    host_header: Vec<u8>,
+    /// The other headers to send upstream, each ending in CRLF.
+    headers: Vec<u8>,
+}
+
+impl Request {
+    /// The head to send upstream, with `host` as its `Host` header and
+    /// `Connection: close`.
+    fn upstream_head(&self, host: &[u8]) -> Vec<u8> {
+        let mut h = self.request_line.clone().into_bytes();
+        h.extend_from_slice(b"Host: ");
+        h.extend_from_slice(host);
+        h.extend_from_slice(b"\r\n");
+        h.extend_from_slice(&self.headers);
+        h.extend_from_slice(b"Connection: close\r\n\r\n");
+        h
+    }
 }
 
 /// `Err((status, reason, message))`.
@@ -330,33 +348,29 @@ fn parse(head: &[u8], max_headers: usize) -> Result<Request, Bad> {
             )));
         }
     }
-    let mut upstream_head = Vec::new();
-    if !connect {
-        upstream_head
-            .extend_from_slice(format!("{method} {origin_path} HTTP/1.{version}\r\n").as_bytes());
-        if hosts.is_empty() {
-            upstream_head.extend_from_slice(format!("Host: {authority}\r\n").as_bytes());
+    let mut headers = Vec::new();
+    for h in req.headers.iter() {
+        let n = h.name.to_ascii_lowercase();
+        if matches!(
+            n.as_str(),
+            "host" | "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
+        ) {
+            continue;
         }
-        for h in req.headers.iter() {
-            let n = h.name.to_ascii_lowercase();
-            if matches!(
-                n.as_str(),
-                "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
-            ) {
-                continue;
-            }
-            upstream_head.extend_from_slice(h.name.as_bytes());
-            upstream_head.extend_from_slice(b": ");
-            upstream_head.extend_from_slice(h.value);
-            upstream_head.extend_from_slice(b"\r\n");
-        }
-        upstream_head.extend_from_slice(b"Connection: close\r\n\r\n");
+        headers.extend_from_slice(h.name.as_bytes());
+        headers.extend_from_slice(b": ");
+        headers.extend_from_slice(h.value);
+        headers.extend_from_slice(b"\r\n");
     }
     Ok(Request {
         connect,
         host: host_n,
         port,
-        upstream_head,
+        request_line: format!("{method} {origin_path} HTTP/1.{version}\r\n"),
+        host_header: hosts
+            .first()
+            .map_or_else(|| authority.as_bytes().to_vec(), |h| h.to_vec()),
+        headers,
     })
 }
 
@@ -400,6 +414,11 @@ async fn handle(mut client: UnixStream, ctx: &Ctx) {
     let route = match ctx.plan.route(&req.host, req.port) {
         Ok(r) => r,
         Err(why) => return refuse(&mut client, ctx, &req, &why).await,
+    };
+    // plugd's listener checks Host: the gateway is asked for by its address.
+    let host_header = match &route {
+        Route::Gateway(a) => a.to_string().into_bytes(),
+        _ => req.host_header.clone(),
     };
     let addrs = match route {
         Route::Gateway(a) => vec![a],
@@ -466,7 +485,7 @@ async fn handle(mut client: UnixStream, ctx: &Ctx) {
         }
         rest
     } else {
-        let mut h = req.upstream_head;
+        let mut h = req.upstream_head(&host_header);
         h.extend_from_slice(&rest);
         h
     };
@@ -562,12 +581,12 @@ mod tests {
         assert!(!r.connect);
         assert_eq!((r.host.as_str(), r.port), ("allowed.localhost", 8080));
         assert_eq!(
-            String::from_utf8(r.upstream_head).unwrap(),
+            String::from_utf8(r.upstream_head(&r.host_header)).unwrap(),
             "GET /a?b=1 HTTP/1.1\r\nHost: allowed.localhost:8080\r\nX-A: 1\r\nConnection: close\r\n\r\n"
         );
         let r = p("GET http://h.example HTTP/1.0\r\n\r\n").unwrap();
         assert_eq!(
-            String::from_utf8(r.upstream_head).unwrap(),
+            String::from_utf8(r.upstream_head(&r.host_header)).unwrap(),
             "GET / HTTP/1.0\r\nHost: h.example\r\nConnection: close\r\n\r\n"
         );
         let r = p("CONNECT [::1]:443 HTTP/1.1\r\n\r\n").unwrap();
@@ -667,7 +686,11 @@ mod tests {
                     }
                 }
                 let text = String::from_utf8_lossy(&head).into_owned();
-                let body = text.lines().next().unwrap_or_default().to_owned();
+                let host = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Host: "))
+                    .unwrap_or("-");
+                let body = format!("{} (Host {host})", text.lines().next().unwrap_or_default());
                 let _ = write!(
                     s,
                     "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
@@ -718,7 +741,13 @@ mod tests {
         )
         .await;
         assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
-        assert!(got.ends_with("GET /v1/sessions?x=1 HTTP/1.1"), "{got}");
+        // Asked for by its own address: plugd's listener checks Host.
+        assert!(
+            got.ends_with(&format!(
+                "GET /v1/sessions?x=1 HTTP/1.1 (Host 127.0.0.1:{port})"
+            )),
+            "{got}"
+        );
         // The same server under its loopback name or address: refused.
         for target in [
             format!("http://allowed.localhost:{port}/"),
