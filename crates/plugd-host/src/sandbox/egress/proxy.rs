@@ -777,6 +777,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_listed_name_that_resolves_to_loopback_is_refused() {
+        // glibc resolves these spellings of 127.0.0.1 as names (inet_aton):
+        // a listed name must not lead to plugd's own loopback listeners.
+        let port = upstream();
+        let plan = EgressPlan {
+            allow: vec!["0x7f.0.0.1".into(), "2130706433".into()],
+            ..EgressPlan::default()
+        };
+        let proxy = start(plan, ProxyLimits::default());
+        for name in ["0x7f.0.0.1", "2130706433"] {
+            let got = exchange(
+                &proxy,
+                format!("GET http://{name}:{port}/ HTTP/1.1\r\n\r\n").as_bytes(),
+            )
+            .await;
+            assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{got}");
+            assert!(
+                got.contains("it resolves only to internal addresses (127.0.0.1)"),
+                "{got}"
+            );
+        }
+        // Listing the address itself is the operator's way to allow it.
+        let plan = EgressPlan {
+            allow: vec!["2130706433".into(), "127.0.0.1".into()],
+            ..EgressPlan::default()
+        };
+        let proxy = start(plan, ProxyLimits::default());
+        let got = exchange(
+            &proxy,
+            format!("GET http://2130706433:{port}/ HTTP/1.1\r\n\r\n").as_bytes(),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    }
+
+    #[tokio::test]
     async fn connections_over_the_limit_are_answered_503() {
         let limits = ProxyLimits {
             max_connections: 2,
