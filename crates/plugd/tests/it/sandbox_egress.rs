@@ -408,3 +408,42 @@ fn a_bad_egress_allowlist_is_refused_naming_the_entry() {
         "{show}"
     );
 }
+
+#[test]
+fn the_landlock_fallback_refuses_an_egress_allowlist() {
+    let ws = Ws::new();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  fallback: landlock\n  plugins:\n    test/probe:\n      egress_allow: [\"allowed.localhost\"]\n",
+    )
+    .unwrap();
+    package(&ws, "probe");
+    let no_bwrap = [("PLUGD_BWRAP", "/nonexistent/bwrap")];
+    let out = plugd_cmd(ws.dir())
+        .args(["plugin", "show", "test/probe"])
+        .envs(no_bwrap)
+        .output()
+        .unwrap();
+    let show = stdout(&out);
+    assert!(
+        show.contains("  sandbox:   refused (plugin \"test/probe\" may reach the network only through plugd's egress proxy (an egress allowlist) but bubblewrap not found at \"/nonexistent/bwrap\""),
+        "{show}"
+    );
+    let out = plugd_cmd(ws.dir())
+        .args([
+            "tool",
+            "call",
+            "test/probe/online",
+            "--args",
+            "{\"op\":\"connect\",\"port\":1}",
+        ])
+        .envs(no_bwrap)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("the Landlock fallback cannot enforce it: install bubblewrap"),
+        "{}",
+        stderr(&out)
+    );
+}
