@@ -17,8 +17,10 @@
 //!       fs_write_paths: ["${state_dir}"]
 //!       drop_user: true
 //!       limits: {cpu_seconds: 10, address_space_mb: 1024, open_files: 256, processes: 64}
+//!       egress_allow: [api.example.com, "*.example.org"]  # network only through plugd's proxy
 //!       grants:                 # VAI packages: per export, at most what it requests
 //!         summarize: {network: none, filesystem: none}
+//!         fetch: {egress_allow: [api.example.com:443]}
 //!       trusted: true           # VAI packages: honour `execution_class = "inline"`
 //! ```
 //!
@@ -35,6 +37,12 @@
 //! and a per-invocation process of an export granted `scratch` can write
 //! that invocation's scratch directory and nothing else. The spec of each
 //! start says which group it is ([`plugd_manifest::vai::ProcessRole`]).
+//! An egress allowlist (`egress_allow`, per plugin or per VAI export grant)
+//! turns a sandbox with the host's network into one whose only way out is
+//! plugd's egress proxy ([`plugd_host::sandbox::egress`]); without one,
+//! `network = "egress"` stays the host's network (the seed's meaning). A VAI
+//! process gets the proxy only when every export of it granted egress has
+//! an allowlist (their union), else the host's network.
 //! `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
 //! every plugin without a sandbox; `network: host` from the operator's
 //! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
@@ -44,7 +52,7 @@ use std::path::{Path, PathBuf};
 
 use plugd_host::groups::GroupPlan;
 use plugd_host::sandbox::{
-    self, BaselinePlan, Containment, Fallback, Limits, Network, SandboxPlan,
+    self, BaselinePlan, Containment, EgressPlan, Fallback, Limits, Network, SandboxPlan,
 };
 use plugd_manifest::vai::{
     ExecutionClass, FilesystemPermission, NetworkPermission, ProcessRole, WORKER_GROUP,
@@ -88,6 +96,11 @@ pub struct OperatorPolicy {
     pub limits: Limits,
     /// `grants`: VAI export id → granted permissions.
     pub grants: BTreeMap<String, Grant>,
+    /// `egress_allow`: the only hosts the plugin may reach (normalized
+    /// [`plugd_host::sandbox::egress::EgressRule`]s); `None`: no allowlist.
+    pub egress_allow: Option<Vec<String>>,
+    /// `grants.<export>.egress_allow`: a VAI export's own allowlist.
+    pub export_egress_allow: BTreeMap<String, Vec<String>>,
     /// `baseline` (default true): run the plugin under the containment
     /// baseline when it has no sandbox; `false` is the explicit opt-out.
     pub baseline: bool,
@@ -162,6 +175,8 @@ struct RawPolicy {
     baseline: Option<bool>,
     #[serde(default)]
     trusted: Option<bool>,
+    #[serde(default)]
+    egress_allow: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -184,6 +199,8 @@ struct RawGrant {
     network: Option<RawVaiNetwork>,
     #[serde(default)]
     filesystem: Option<RawVaiFs>,
+    #[serde(default)]
+    egress_allow: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -262,6 +279,7 @@ pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, Con
             || p.drop_user.is_some()
             || p.limits.is_some()
             || p.grants.is_some()
+            || p.egress_allow.is_some()
             || p.baseline.is_none();
         let at = |k: &str| format!("sandbox.plugins.{id}.{k}");
         let mut read = None;
@@ -317,6 +335,42 @@ pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, Con
                 ));
             }
         }
+        let egress_list = |list: &[String], field: String| -> Result<Vec<String>, ConfigError> {
+            let mut v = Vec::new();
+            for (i, e) in list.iter().enumerate() {
+                let rule = plugd_host::sandbox::egress::EgressRule::parse(e)
+                    .map_err(|m| invalid(format!("{field}[{i}]"), line, m))?;
+                v.push(rule.to_string());
+            }
+            Ok(v)
+        };
+        let egress_allow = match &p.egress_allow {
+            Some(list) => {
+                if matches!(p.network, Some(RawNetwork::Deny)) {
+                    return Err(invalid(
+                        at("egress_allow"),
+                        line,
+                        "network: deny allows no egress at all; remove one of network: deny and egress_allow".into(),
+                    ));
+                }
+                Some(egress_list(list, at("egress_allow"))?)
+            }
+            None => None,
+        };
+        let mut export_egress_allow = BTreeMap::new();
+        for (export, g) in p.grants.iter().flatten() {
+            if let Some(list) = &g.egress_allow {
+                let field = at(&format!("grants.{export}.egress_allow"));
+                if matches!(g.network, Some(RawVaiNetwork::None)) {
+                    return Err(invalid(
+                        field,
+                        line,
+                        "network: none grants no egress; remove one of network: none and egress_allow".into(),
+                    ));
+                }
+                export_egress_allow.insert(export.clone(), egress_list(list, field)?);
+            }
+        }
         let grants = p
             .grants
             .unwrap_or_default()
@@ -325,8 +379,11 @@ pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, Con
                 (
                     export,
                     Grant {
-                        network: match g.network {
-                            Some(RawVaiNetwork::Egress) => NetworkPermission::Egress,
+                        // An allowlist is a grant of egress (to those hosts).
+                        network: match (g.network, &g.egress_allow) {
+                            (Some(RawVaiNetwork::Egress), _) | (None, Some(_)) => {
+                                NetworkPermission::Egress
+                            }
                             _ => NetworkPermission::None,
                         },
                         filesystem: match g.filesystem {
@@ -351,6 +408,8 @@ pub fn sandbox_config(path: &Path, raw: RawSandbox) -> Result<SandboxConfig, Con
                 drop_user: p.drop_user,
                 limits,
                 grants,
+                egress_allow,
+                export_egress_allow,
                 baseline: p.baseline.unwrap_or(true),
                 sandboxes,
                 trusted: p.trusted.unwrap_or(false),
@@ -381,6 +440,8 @@ pub struct ExportPermissions {
     /// Why the effective class differs from the requested one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// With egress granted: the hosts it is limited to (`None`: any host).
+    pub egress_allow: Option<Vec<String>>,
 }
 
 /// The sandbox of one process group of a VAI package.
@@ -392,7 +453,7 @@ pub struct GroupPermissions {
     pub exports: Vec<String>,
     /// Started per invocation.
     pub per_invocation: bool,
-    /// `deny` or `host`.
+    /// `deny`, `host` or `proxy`.
     pub network: String,
     /// Writable paths (for a per-invocation group, the scratch directory
     /// with `<invocation_id>` standing for each invocation's id).
@@ -412,8 +473,10 @@ pub struct EffectivePermissions {
     pub source: Vec<String>,
     /// The exact command line under bwrap (`None` without bwrap).
     pub wrapped_command: Option<Vec<String>>,
-    /// `deny` or `host` (`host` also without a sandbox).
+    /// `deny`, `host` or `proxy` (`host` also without a sandbox).
     pub network: String,
+    /// With `proxy`: the hosts plugd's egress proxy lets the plugin reach.
+    pub egress_allow: Vec<String>,
     /// Paths visible read-only besides the system paths (`/usr /bin /sbin
     /// /lib /lib64 /etc/ssl`): the plugin directory, then `fs_read_paths`.
     pub read_only: Vec<PathBuf>,
@@ -614,8 +677,22 @@ fn effective_with(
             drop_user: sb.drop_user,
             fallback: Fallback::None,
             hide_cwd: false,
+            egress: EgressPlan::default(),
         });
     }
+    let egress_plan = |allow: Vec<String>, vai: bool| EgressPlan {
+        allow,
+        gateway: None,
+        config_key: if vai {
+            format!(
+                "sandbox.plugins.{}.egress_allow (or sandbox.plugins.{}.grants.<export>.egress_allow)",
+                spec.id, spec.id
+            )
+        } else {
+            format!("sandbox.plugins.{}.egress_allow", spec.id)
+        },
+        socket_dir: Some(workspace.join(".plugd").join("egress")),
+    };
     let mut vai = Vec::new();
     let mut vai_unenforced = false;
     let role = spec.process_role();
@@ -631,6 +708,16 @@ fn effective_with(
                 None => requested,
             };
             let placed = groups.placement(&e.id);
+            let egress_allow = (granted.network == NetworkPermission::Egress)
+                .then(|| {
+                    policy.and_then(|p| {
+                        p.export_egress_allow
+                            .get(&e.id)
+                            .or(p.egress_allow.as_ref())
+                            .cloned()
+                    })
+                })
+                .flatten();
             vai.push(ExportPermissions {
                 export: e.id.clone(),
                 requested,
@@ -640,6 +727,7 @@ fn effective_with(
                 group: placed.map(|p| p.group.clone()).unwrap_or_default(),
                 per_invocation: placed.is_some_and(|p| p.per_invocation),
                 note: placed.and_then(|p| p.note.clone()),
+                egress_allow,
             });
         }
         // The exports this process serves: its own export for an isolated
@@ -673,8 +761,31 @@ fn effective_with(
                 "VAI permissions of process group {} (the union of its exports' grants)",
                 role.group
             ));
+            // The proxy only when every export of this process granted
+            // egress is limited to an allowlist (their union).
+            let egress_exports: Vec<&&ExportPermissions> = members
+                .iter()
+                .filter(|e| e.granted.network == NetworkPermission::Egress)
+                .collect();
+            let limited = egress_exports.iter().all(|e| e.egress_allow.is_some());
+            let mut allow: Vec<String> = egress_exports
+                .iter()
+                .flat_map(|e| e.egress_allow.iter().flatten().cloned())
+                .collect();
+            allow.sort();
+            allow.dedup();
+            let network = match (egress, limited) {
+                (false, _) => Network::Deny,
+                (true, true) => Network::Proxy,
+                (true, false) => Network::Host,
+            };
             plan = Some(SandboxPlan {
-                network: if egress { Network::Host } else { Network::Deny },
+                egress: if network == Network::Proxy {
+                    egress_plan(allow, true)
+                } else {
+                    EgressPlan::default()
+                },
+                network,
                 read_paths: Vec::new(),
                 write_paths,
                 drop_user: true,
@@ -692,6 +803,7 @@ fn effective_with(
         plan = Some(match plan {
             None => {
                 if p.network == Some(Network::Host)
+                    && p.egress_allow.is_none()
                     && !LoadOptions::from_env().sandbox_host_net_allow
                 {
                     return Err(format!(
@@ -700,8 +812,13 @@ fn effective_with(
                         LoadOptions::HOST_NET_ALLOW_ENV
                     ));
                 }
+                let (network, egress) = match &p.egress_allow {
+                    Some(allow) => (Network::Proxy, egress_plan(allow.clone(), false)),
+                    None => (p.network.unwrap_or_default(), EgressPlan::default()),
+                };
                 SandboxPlan {
-                    network: p.network.unwrap_or_default(),
+                    network,
+                    egress,
                     read_paths: p.fs_read_paths.clone().unwrap_or_default(),
                     write_paths: write.unwrap_or_default(),
                     drop_user: p.drop_user.unwrap_or(true),
@@ -712,6 +829,11 @@ fn effective_with(
             Some(mut own) => {
                 if p.network == Some(Network::Deny) {
                     own.network = Network::Deny;
+                }
+                // An allowlist narrows the host's network to plugd's proxy.
+                if let (Some(allow), Network::Host) = (&p.egress_allow, own.network) {
+                    own.network = Network::Proxy;
+                    own.egress = egress_plan(allow.clone(), spec.vai.is_some());
                 }
                 if let Some(allowed) = &p.fs_read_paths {
                     own.read_paths.retain(|r| allowed.contains(r));
@@ -737,6 +859,12 @@ fn effective_with(
     };
     if let Some(p) = plan.as_mut() {
         p.fallback = fallback;
+        // Where the proxy's socket goes if this sandbox gets one (an
+        // allowlist, or a gateway route added by the runtime with
+        // `SandboxPlan::allow_gateway`): under .plugd/, hidden from plugins.
+        if p.egress.socket_dir.is_none() {
+            p.egress = egress_plan(Vec::new(), spec.vai.is_some());
+        }
         // An MCP server's working directory is not its own code (it may be
         // the whole workspace): never show it.
         p.hide_cwd = !spec.pin_dir;
@@ -872,10 +1000,18 @@ fn report(
     source: Vec<String>,
     vai: Vec<ExportPermissions>,
 ) -> EffectivePermissions {
-    let env = plugd_host::spawn::child_env(&spec.command.env)
+    let mut env: Vec<String> = plugd_host::spawn::child_env(&spec.command.env)
         .into_iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
+    let proxied = c.sandbox.as_ref().filter(|p| p.network == Network::Proxy);
+    if proxied.is_some() {
+        env.extend(
+            plugd_host::sandbox::egress::proxy_env()
+                .into_iter()
+                .map(|(k, _)| k),
+        );
+    }
     let mut notes = Vec::new();
     let (mechanism, detail) = match sandbox::select_mechanism(&spec.id, c) {
         Ok(m @ sandbox::Mechanism::Bwrap { .. }) => {
@@ -903,11 +1039,7 @@ fn report(
     }
     let (network, read_only, writable, user) = match &c.sandbox {
         Some(p) => (
-            match p.network {
-                Network::Deny => "deny",
-                Network::Host => "host",
-            }
-            .to_owned(),
+            p.network.name().to_owned(),
             (!p.hide_cwd)
                 .then(|| spec.dir.clone())
                 .into_iter()
@@ -948,6 +1080,7 @@ fn report(
         source,
         wrapped_command,
         network,
+        egress_allow: proxied.map(|p| p.egress.allow.clone()).unwrap_or_default(),
         read_only,
         writable,
         user,
@@ -969,6 +1102,7 @@ impl EffectivePermissions {
             source: Vec::new(),
             wrapped_command: None,
             network: "-".to_owned(),
+            egress_allow: Vec::new(),
             read_only: Vec::new(),
             writable: Vec::new(),
             user: "-".to_owned(),
@@ -1013,7 +1147,18 @@ impl EffectivePermissions {
         if let Some(cmd) = &self.wrapped_command {
             out.push(format!("  runs as:   {}", cmd.join(" ")));
         }
-        out.push(format!("  network:   {}", self.network));
+        if self.network == "proxy" {
+            out.push(format!(
+                "  network:   proxy (only through plugd's egress proxy) to: {}",
+                if self.egress_allow.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    self.egress_allow.join(", ")
+                }
+            ));
+        } else {
+            out.push(format!("  network:   {}", self.network));
+        }
         out.push(format!("  read-only: {}", paths(&self.read_only)));
         out.push(format!("  writable:  {}", paths(&self.writable)));
         out.push(format!("  user:      {}", self.user));
@@ -1055,8 +1200,12 @@ impl EffectivePermissions {
             };
             let class = plugd_host::groups::class_str;
             for e in &self.vai {
+                let limited = match &e.egress_allow {
+                    Some(l) => format!(" egress_allow=[{}]", l.join(", ")),
+                    None => String::new(),
+                };
                 out.push(format!(
-                    "    {}: {} -> {}; {} -> {}, {}{}",
+                    "    {}: {} -> {}{limited}; {} -> {}, {}{}",
                     e.export,
                     g(&e.requested),
                     g(&e.granted),

@@ -204,6 +204,9 @@ pub struct Reaper {
     shared: Arc<Shared>,
     child: Option<std::process::Child>,
     pidfd: Option<AsyncFd<OwnedFd>>,
+    /// The egress proxy of a sandbox with [`sandbox::Network::Proxy`]; it
+    /// stops when the Reaper goes.
+    _egress: Option<sandbox::egress::proxy::EgressProxy>,
 }
 
 impl Reaper {
@@ -339,11 +342,32 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
             })?);
         }
     }
+    // Egress through plugd only: the proxy runs as long as the Reaper.
+    let mut egress_proxy = None;
     #[allow(clippy::disallowed_methods)] // this is the audited helper
     let mut cmd = match (&mechanism, &containment.sandbox) {
         (Mechanism::Bwrap { path }, Some(plan)) => {
             let (ro, rw) = sandbox::checked_binds(&spec.plugin_id, plan, &spec.cwd, &program)
                 .map_err(sandbox_err)?;
+            let mut bridge = None;
+            if plan.network == sandbox::Network::Proxy {
+                bridge = Some(
+                    sandbox::egress_bridge_binary()
+                        .map_err(|e| sandbox_err(format!("plugin {:?}: {e}", spec.plugin_id)))?,
+                );
+                let proxy = sandbox::egress::proxy::EgressProxy::start(
+                    &spec.plugin_id,
+                    &plan.egress,
+                    sandbox::egress::proxy::ProxyLimits::default(),
+                )
+                .map_err(|e| {
+                    sandbox_err(format!(
+                        "plugin {:?}: cannot start its egress proxy: {e}",
+                        spec.plugin_id
+                    ))
+                })?;
+                egress_proxy = Some(proxy);
+            }
             let mut cmd = std::process::Command::new(path);
             cmd.args(sandbox::bwrap::argv(&sandbox::bwrap::Wrapped {
                 plan,
@@ -353,6 +377,13 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
                 cwd: &spec.cwd,
                 program: &program,
                 args: &spec.args,
+                egress: bridge
+                    .as_deref()
+                    .zip(egress_proxy.as_ref())
+                    .map(|(bridge, proxy)| sandbox::bwrap::Egress {
+                        bridge,
+                        socket: proxy.socket(),
+                    }),
             }))
             .env_clear();
             cmd
@@ -460,6 +491,7 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
         shared: shared.clone(),
         child: None,
         pidfd: None,
+        _egress: egress_proxy,
     };
     let pipes = (|| -> io::Result<_> {
         let stdin = ChildStdin::from_std(child.stdin.take().expect("piped"))?;

@@ -103,6 +103,7 @@ pub struct PackageProcs {
     config: Arc<HostConfig>,
     services: HostServices,
     procs: Mutex<HashMap<String, Arc<PackageProc>>>,
+    delegations: Arc<crate::delegation::Delegations>,
 }
 
 impl std::fmt::Debug for PackageProcs {
@@ -118,6 +119,7 @@ impl PackageProcs {
         store: Arc<Store>,
         config: Arc<HostConfig>,
         services: HostServices,
+        delegations: Arc<crate::delegation::Delegations>,
     ) -> PackageProcs {
         PackageProcs {
             dir: dir.to_owned(),
@@ -125,6 +127,7 @@ impl PackageProcs {
             config,
             services,
             procs: Mutex::new(HashMap::new()),
+            delegations,
         }
     }
 
@@ -164,6 +167,7 @@ impl PackageProcs {
             store: self.store.clone(),
             package: pkg.clone(),
             tree,
+            delegations: self.delegations.clone(),
         });
         let proc = Arc::new(PackageProc {
             package: pkg.clone(),
@@ -291,6 +295,7 @@ struct PackageObserver {
     store: Arc<Store>,
     package: Package,
     tree: String,
+    delegations: Arc<crate::delegation::Delegations>,
 }
 
 impl Observer for PackageObserver {
@@ -307,7 +312,8 @@ impl Observer for PackageObserver {
         }
         let now = plugin_digest(&spec.dir, &DigestLimits::default()).map_err(|e| e.to_string())?;
         check_tree(&self.package, &self.tree, &now)?;
-        let (containment, _) = containment::effective(spec, &self.workspace)?;
+        let (mut containment, _) = containment::effective(spec, &self.workspace)?;
+        self.delegations.route_gateway(spec, &mut containment);
         Ok(Launch {
             containment,
             ..Launch::default()

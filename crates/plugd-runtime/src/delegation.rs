@@ -79,6 +79,32 @@ impl Delegations {
         *self.base_url.write().unwrap_or_else(|p| p.into_inner()) = url;
     }
 
+    /// The address of the API's loopback listener, when something serves it.
+    pub fn addr(&self) -> Option<std::net::SocketAddr> {
+        self.base_url()?.strip_prefix("http://")?.parse().ok()
+    }
+
+    /// Gives a sandboxed process of `spec` a route to plugd's API when the
+    /// package has exports with `gateway_api_scopes` and the API is served:
+    /// a sandbox without network gets plugd's egress proxy with that one
+    /// route (the plugin uses `base_url` unchanged, through the proxy
+    /// variables); a host-network sandbox reaches it directly. Every request
+    /// on that route still needs the invocation's token.
+    pub fn route_gateway(
+        &self,
+        spec: &plugd_manifest::PluginSpec,
+        containment: &mut plugd_host::sandbox::Containment,
+    ) {
+        let wants = spec.vai.as_ref().is_some_and(|v| {
+            v.exports
+                .iter()
+                .any(|e| !e.permissions.gateway_api_scopes.is_empty())
+        });
+        if let (true, Some(addr), Some(plan)) = (wants, self.addr(), containment.sandbox.as_mut()) {
+            plan.allow_gateway(addr);
+        }
+    }
+
     /// Where plugins reach plugd's API, when something serves it.
     pub fn base_url(&self) -> Option<String> {
         self.base_url

@@ -299,6 +299,8 @@ struct TrustObserver {
     registry: Arc<RwLock<ToolRegistry>>,
     signing: Arc<signing::SigningPolicy>,
     redactions: Arc<plugin_config::Redactions>,
+    /// Where plugins reach the API with their delegation tokens.
+    delegations: Arc<delegation::Delegations>,
 }
 
 impl Observer for TrustObserver {
@@ -332,7 +334,8 @@ impl Observer for TrustObserver {
             None => None,
         };
         let run_spec = run.as_deref().unwrap_or(spec);
-        let (containment, perms) = containment::effective(run_spec, &self.dir)?;
+        let (mut containment, perms) = containment::effective(run_spec, &self.dir)?;
+        self.delegations.route_gateway(run_spec, &mut containment);
         let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
@@ -463,6 +466,7 @@ impl Runtime {
         );
         let redactions = Arc::new(plugin_config::Redactions::default());
         let pins = pin::Pins::new(&dir.join(".plugd"));
+        let delegations: Arc<delegation::Delegations> = Arc::default();
         let observer = Arc::new(TrustObserver {
             dir: dir.clone(),
             pins: pins.clone(),
@@ -470,6 +474,7 @@ impl Runtime {
             registry: registry.clone(),
             signing: signing.clone(),
             redactions: redactions.clone(),
+            delegations: delegations.clone(),
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new());
@@ -554,8 +559,9 @@ impl Runtime {
                     store.clone(),
                     config.clone(),
                     services.clone(),
+                    delegations.clone(),
                 ),
-                delegations: Arc::default(),
+                delegations,
             }),
         };
         runtime.inner.api.bind(&runtime);

@@ -259,6 +259,15 @@ struct JsonFlag {
 }
 
 fn main() {
+    // Inside a sandbox with egress through plugd: the bridge, before any
+    // thread exists (it forks), then the plugin in its place.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .get(1)
+        .is_some_and(|a| a == plugd_host::sandbox::egress::BRIDGE_SUBCOMMAND)
+    {
+        std::process::exit(plugd_host::sandbox::egress::bridge::main(&argv[2..]));
+    }
     quiet_on_closed_stdout();
     let cli = Cli::parse();
     init_logging(

@@ -23,6 +23,18 @@ pub struct Wrapped<'a> {
     pub program: &'a Path,
     /// Arguments.
     pub args: &'a [String],
+    /// With [`Network::Proxy`]: the bridge binary and the proxy's socket,
+    /// both outside the sandbox.
+    pub egress: Option<Egress<'a>>,
+}
+
+/// The two host files a sandbox with egress through plugd's proxy binds.
+#[derive(Debug, Clone, Copy)]
+pub struct Egress<'a> {
+    /// plugd's binary, which runs the bridge ([`super::egress::bridge`]).
+    pub bridge: &'a Path,
+    /// The proxy's Unix socket for this start.
+    pub socket: &'a Path,
 }
 
 /// bwrap's arguments (everything after `bwrap`), in the seed's order:
@@ -45,12 +57,21 @@ pub fn argv(w: &Wrapped<'_>) -> Vec<OsString> {
         a.push(k.clone());
         a.push(v.clone());
     }
+    let egress = w.egress.filter(|_| w.plan.network == Network::Proxy);
+    if egress.is_some() {
+        for (k, v) in super::egress::proxy_env() {
+            a.push("--setenv".into());
+            a.push(k.into());
+            a.push(v.into());
+        }
+    }
     let mut push = |parts: &[&str]| a.extend(parts.iter().map(OsString::from));
     push(&["--cap-drop", "ALL"]);
     if w.plan.drop_user {
         push(&["--unshare-user", "--uid", "65534", "--gid", "65534"]);
     }
-    if w.plan.network == Network::Deny {
+    // Proxy without its two files is a sandbox without network.
+    if w.plan.network != Network::Host {
         push(&["--unshare-net"]);
     }
     push(&["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
@@ -68,6 +89,16 @@ pub fn argv(w: &Wrapped<'_>) -> Vec<OsString> {
     for p in w.rw {
         bind("--bind", p);
     }
+    if let Some(e) = egress {
+        // plugd's own binary and socket, not paths of the plugin or the
+        // operator: outside the denylist's concern, read-only and a socket.
+        a.push("--ro-bind".into());
+        a.push(e.bridge.into());
+        a.push(super::egress::BRIDGE_IN_SANDBOX.into());
+        a.push("--bind".into());
+        a.push(e.socket.into());
+        a.push(super::egress::SOCKET_IN_SANDBOX.into());
+    }
     if w.plan.hide_cwd {
         // An empty directory to start in, not the host's.
         a.push("--dir".into());
@@ -76,6 +107,13 @@ pub fn argv(w: &Wrapped<'_>) -> Vec<OsString> {
     a.push("--chdir".into());
     a.push(w.cwd.into());
     a.push("--".into());
+    if egress.is_some() {
+        a.push(super::egress::BRIDGE_IN_SANDBOX.into());
+        a.push(super::egress::BRIDGE_SUBCOMMAND.into());
+        a.push(super::egress::BRIDGE_PORT.to_string().into());
+        a.push(super::egress::SOCKET_IN_SANDBOX.into());
+        a.push("--".into());
+    }
     a.push(w.program.into());
     a.extend(w.args.iter().map(OsString::from));
     a
@@ -103,6 +141,7 @@ mod tests {
             cwd: Path::new("/ws/.plugins/p"),
             program: Path::new("/usr/bin/python3"),
             args: &args,
+            egress: None,
         });
         let got: Vec<String> = got
             .iter()
@@ -122,6 +161,60 @@ mod tests {
     }
 
     #[test]
+    fn egress_through_the_proxy_runs_the_bridge_first() {
+        let plan = SandboxPlan {
+            network: Network::Proxy,
+            ..SandboxPlan::default()
+        };
+        let args = vec!["main.py".to_owned()];
+        let got = argv(&Wrapped {
+            plan: &plan,
+            env: &[],
+            ro: &[],
+            rw: &[],
+            cwd: Path::new("/p"),
+            program: Path::new("/usr/bin/python3"),
+            args: &args,
+            egress: Some(Egress {
+                bridge: Path::new("/opt/plugd"),
+                socket: Path::new("/ws/.plugd/egress/p.sock"),
+            }),
+        });
+        let got: Vec<String> = got
+            .iter()
+            .map(|s| s.to_string_lossy().into_owned())
+            .collect();
+        let line = got.join(" ");
+        assert!(
+            line.contains("--setenv HTTPS_PROXY http://127.0.0.1:3128"),
+            "{line}"
+        );
+        assert!(line.contains("--setenv NO_PROXY  "), "{line}");
+        assert!(line.contains("--unshare-net"), "{line}");
+        assert!(
+            line.contains("--ro-bind /opt/plugd /run/plugd/egress-bridge --bind /ws/.plugd/egress/p.sock /run/plugd/egress.sock"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("-- /run/plugd/egress-bridge __egress-bridge 3128 /run/plugd/egress.sock -- /usr/bin/python3 main.py"),
+            "{line}"
+        );
+        // Proxy without the bridge is no network at all.
+        let got = argv(&Wrapped {
+            egress: None,
+            plan: &plan,
+            env: &[],
+            ro: &[],
+            rw: &[],
+            cwd: Path::new("/p"),
+            program: Path::new("/usr/bin/python3"),
+            args: &args,
+        });
+        assert!(got.iter().any(|a| a == "--unshare-net"));
+        assert!(!got.iter().any(|a| a == "HTTPS_PROXY"));
+    }
+
+    #[test]
     fn a_hidden_cwd_is_an_empty_directory() {
         let plan = SandboxPlan {
             hide_cwd: true,
@@ -135,6 +228,7 @@ mod tests {
             cwd: Path::new("/ws"),
             program: Path::new("/usr/bin/node"),
             args: &[],
+            egress: None,
         });
         let got: Vec<String> = got
             .iter()

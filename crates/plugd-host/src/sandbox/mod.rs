@@ -19,6 +19,7 @@
 
 pub mod baseline;
 pub mod bwrap;
+pub mod egress;
 pub mod fallback;
 pub mod limits;
 
@@ -29,6 +30,7 @@ use std::process::ExitStatus;
 use serde::Serialize;
 
 pub use baseline::BaselinePlan;
+pub use egress::EgressPlan;
 pub use limits::Limits;
 
 /// Environment variable naming the bubblewrap binary (default: `bwrap` in `PATH`).
@@ -70,6 +72,21 @@ pub enum Network {
     Deny,
     /// The host's network.
     Host,
+    /// No network of its own (bwrap `--unshare-net`) but a way out through
+    /// plugd's egress proxy, which allows only [`SandboxPlan::egress`]
+    /// ([`egress`]). Needs bwrap: the Landlock fallback refuses it.
+    Proxy,
+}
+
+impl Network {
+    /// `deny`, `host` or `proxy`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::Deny => "deny",
+            Network::Host => "host",
+            Network::Proxy => "proxy",
+        }
+    }
 }
 
 /// Which fallback the operator allows when bubblewrap is missing.
@@ -101,6 +118,27 @@ pub struct SandboxPlan {
     /// Do not show the working directory (an MCP server's cwd may be the
     /// whole workspace): bwrap creates it empty, Landlock grants nothing.
     pub hide_cwd: bool,
+    /// What the sandbox may reach through plugd's proxy when
+    /// [`SandboxPlan::network`] is [`Network::Proxy`] (ignored otherwise).
+    pub egress: EgressPlan,
+}
+
+impl SandboxPlan {
+    /// Lets this sandbox reach plugd's own HTTP listener at `addr` (the
+    /// delegated gateway) and returns the base URL the plugin uses for it.
+    /// A sandbox without network gets the proxy with this route and nothing
+    /// else; one with the proxy keeps its allowlist and gains the route; one
+    /// with the host's network reaches `addr` directly.
+    pub fn allow_gateway(&mut self, addr: std::net::SocketAddr) -> String {
+        match self.network {
+            Network::Host => format!("http://{addr}"),
+            Network::Deny | Network::Proxy => {
+                self.network = Network::Proxy;
+                self.egress.gateway = Some(addr);
+                format!("http://{}", egress::GATEWAY_HOST)
+            }
+        }
+    }
 }
 
 /// The mechanism that will isolate a start, as [`select_mechanism`] finds it.
@@ -179,6 +217,9 @@ fn choose(
     };
     match bwrap {
         Ok(path) => Ok(Mechanism::Bwrap { path }),
+        Err(why) if plan.network == Network::Proxy => Err(format!(
+            "plugin {plugin:?} may reach the network only through plugd's egress proxy (an egress allowlist) but {why}; the allowlist needs bubblewrap (a network namespace of its own), the Landlock fallback cannot enforce it: install bubblewrap (apt install bubblewrap)"
+        )),
         Err(why) => match plan.fallback {
             Fallback::Landlock => Ok(Mechanism::LandlockSeccomp),
             Fallback::None => Err(format!(
@@ -315,6 +356,11 @@ pub fn bwrap_command_line(
     let program = resolve_visible_program(plugin, program, cwd)?;
     let (ro, rw) = binds(plugin, plan, cwd, &program, false)?;
     let env = crate::spawn::child_env(env);
+    let bridge = match plan.network {
+        Network::Proxy => Some(egress_bridge_binary()?),
+        _ => None,
+    };
+    let socket = PathBuf::from("<proxy socket>");
     let argv = bwrap::argv(&bwrap::Wrapped {
         plan,
         env: &env,
@@ -323,6 +369,10 @@ pub fn bwrap_command_line(
         cwd,
         program: &program,
         args,
+        egress: bridge.as_deref().map(|bridge| bwrap::Egress {
+            bridge,
+            socket: &socket,
+        }),
     });
     Ok(Some(
         std::iter::once(path.into_os_string())
@@ -330,6 +380,27 @@ pub fn bwrap_command_line(
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
     ))
+}
+
+/// The binary that runs the egress bridge inside a sandbox:
+/// `PLUGD_EGRESS_BRIDGE` when set, else the running executable (plugd).
+pub fn egress_bridge_binary() -> Result<PathBuf, String> {
+    let path = match std::env::var_os(egress::BRIDGE_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => std::env::current_exe().map_err(|e| {
+            format!("cannot find plugd's own executable for the egress bridge: {e}")
+        })?,
+    };
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    if is_executable(&path) {
+        Ok(path)
+    } else {
+        Err(format!(
+            "the egress bridge binary {:?} is not an executable file; set {} to the plugd binary",
+            path.display().to_string(),
+            egress::BRIDGE_ENV
+        ))
+    }
 }
 
 /// SIGXCPU: the soft CPU limit was reached.
@@ -452,5 +523,30 @@ mod tests {
             plan.fallback = Fallback::Landlock;
         }
         assert_eq!(choose("p", &c, missing()), Ok(Mechanism::LandlockSeccomp));
+        // An egress allowlist needs a network namespace: no fallback for it.
+        if let Some(plan) = c.sandbox.as_mut() {
+            plan.network = Network::Proxy;
+        }
+        let err = choose("p", &c, missing()).unwrap_err();
+        assert!(
+            err.contains("the Landlock fallback cannot enforce it: install bubblewrap"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_gateway_route_gives_a_closed_sandbox_the_proxy_and_nothing_else() {
+        let addr: std::net::SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let mut closed = SandboxPlan::default();
+        assert_eq!(closed.allow_gateway(addr), "http://plugd.internal");
+        assert_eq!(closed.network, Network::Proxy);
+        assert!(closed.egress.allow.is_empty());
+        assert_eq!(closed.egress.gateway, Some(addr));
+        let mut host = SandboxPlan {
+            network: Network::Host,
+            ..SandboxPlan::default()
+        };
+        assert_eq!(host.allow_gateway(addr), "http://127.0.0.1:7000");
+        assert_eq!(host.network, Network::Host);
     }
 }

@@ -45,6 +45,7 @@ mod risk;
 mod salmex;
 mod salmex_lifecycle;
 mod sandbox;
+mod sandbox_egress;
 mod secrets;
 mod semantic;
 mod signatures;
