@@ -235,6 +235,7 @@ mod tests {
             created_at: crate::now_rfc3339(),
             updated_at: crate::now_rfc3339(),
             created_by: "cli".into(),
+            gateway_api_scopes: None,
         }
     }
 
