@@ -315,9 +315,7 @@ fn run_error(e: RunError) -> ApiError {
 /// stored run, or `event: error`. A client that leaves does not stop the
 /// run: it is recorded all the same.
 fn stream_harness(state: AppState, start: HarnessStart) -> Response {
-    use std::convert::Infallible;
-
-    use axum::response::sse::{Event, KeepAlive, Sse};
+    use axum::response::sse::Event;
     use tokio::sync::mpsc;
 
     let (progress_tx, mut progress) = mpsc::unbounded_channel::<Value>();
@@ -350,12 +348,7 @@ fn stream_harness(state: AppState, start: HarnessStart) -> Response {
         };
         let _ = tx.send(ev).await;
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx))
-    });
-    Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(std::time::Duration::from_secs(15)))
-        .into_response()
+    crate::invoke_stream::sse(rx)
 }
 
 /// `POST /v1/runs`: runs a harness (waits for its end; `201` with the run;

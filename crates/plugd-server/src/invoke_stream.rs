@@ -69,6 +69,12 @@ pub(crate) fn invoke(state: AppState, name: String, args: Value, mut ctx: CallCo
         };
         let _ = tx.send(ev).await;
     });
+    sse(rx)
+}
+
+/// The events `rx` receives as a server-sent event stream, with a
+/// keep-alive every 15 s; it ends when the sender goes.
+pub(crate) fn sse(rx: mpsc::Receiver<Event>) -> Response {
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|ev| (Ok::<_, Infallible>(ev), rx))
     });

@@ -30,18 +30,7 @@ use crate::outbox::OutboxExt;
 /// A new session id: `s_` and 16 hex digits mixed from the clock, the
 /// process id and a counter.
 pub fn new_session_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    let mix = nanos
-        ^ (u64::from(std::process::id()) << 32)
-        ^ COUNTER
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    format!("s_{mix:016x}")
+    fresh_id("s")
 }
 
 /// `base` overlaid by `over` (fields set in `over` win).

@@ -748,10 +748,22 @@ mod tests {
             )),
             "{got}"
         );
-        // The same server under its loopback name or address: refused.
+        // By its own address and port (the `base_url` plugd gives plugins):
+        // the gateway route too.
+        let got = exchange(
+            &proxy,
+            format!(
+                "GET http://127.0.0.1:{port}/v1/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        // The same server under its loopback name, or that address on
+        // another port: refused.
         for target in [
             format!("http://allowed.localhost:{port}/"),
-            format!("http://127.0.0.1:{port}/"),
+            format!("http://127.0.0.1:{}/", port.wrapping_add(1)),
         ] {
             let got = exchange(&proxy, format!("GET {target} HTTP/1.1\r\n\r\n").as_bytes()).await;
             assert!(got.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{got}");
