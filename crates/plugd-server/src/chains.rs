@@ -397,6 +397,21 @@ pub(crate) async fn create_run(
         None => (scope.org_id.clone(), scope.project_ids.first().cloned()),
     };
     if let Some(harness) = req.harness {
+        // Harnesses are the workspace's plugins: an org's token (or an org
+        // invocation's delegation) does not run them; an org's packages
+        // reach it through bindings.
+        let org_caller =
+            who.tenant.is_some() || who.delegation.as_ref().is_some_and(|d| d.org_id.is_some());
+        if org_caller {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                code::FORBIDDEN,
+                format!(
+                    "{harness} is a workspace plugin; {} acts for an org and may record runs, not start the workspace's harnesses",
+                    who.by()
+                ),
+            ));
+        }
         let start = HarnessStart {
             harness,
             session_id: req.session_id,

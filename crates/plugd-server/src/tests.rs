@@ -341,8 +341,9 @@ async fn sessions_without_an_llm_answer_503() {
         "{}",
         got.1
     );
+    // Reading sessions is the store's, with or without an LLM.
     let got = call(&app, get("/v1/sessions/s1")).await;
-    assert_error(&got, StatusCode::SERVICE_UNAVAILABLE, "llm_not_configured");
+    assert_error(&got, StatusCode::NOT_FOUND, "unknown_session");
 }
 
 #[tokio::test]

@@ -425,6 +425,29 @@ fn the_canonical_api_checks_scope_shape_and_lineage() {
     );
     let list = request_as(&serve, org, "GET", "/v1/sessions", &[], None).json();
     assert_eq!(list["sessions"], json!([]));
+    // It records runs in its own org, and starts no workspace harness.
+    let own = request_as(
+        &serve,
+        org,
+        "POST",
+        "/v1/runs",
+        &[("Content-Type", "application/json")],
+        Some(br#"{"session_id": "acme-1", "input": "by the org"}"#),
+    );
+    assert_eq!(own.status, 201, "{}", own.text());
+    let seen = request_as(&serve, org, "GET", "/v1/sessions/acme-1", &[], None).json();
+    assert_eq!(seen["org_id"], "acme");
+    assert_eq!(serve.get("/v1/sessions/acme-1").json()["org_id"], "acme");
+    let run = request_as(
+        &serve,
+        org,
+        "POST",
+        "/v1/runs",
+        &[("Content-Type", "application/json")],
+        Some(br#"{"session_id": "acme-1", "harness": "acme/threads/triage"}"#),
+    );
+    assert_eq!(run.status, 403, "{}", run.text());
+    assert!(run.text().contains("workspace plugin"), "{}", run.text());
     // A session's view: its chains and the transcript of its head.
     let s = serve.get("/v1/sessions/s-api").json();
     assert_eq!(s["head_chain_id"], chain.as_str());
