@@ -560,6 +560,21 @@ impl Runtime {
         &self.inner.packages
     }
 
+    /// The supervisor of installed package `package_id` (its highest
+    /// version), made on first use; `None` when no version is installed.
+    /// The tamper check runs before its first start, as for calls through
+    /// bindings.
+    pub fn installed_package(&self, package_id: &str) -> Result<Option<Supervised>, RuntimeError> {
+        let Some(pkg) = self
+            .inner
+            .store
+            .find_package(&PackageSelector::Latest(package_id.to_owned()))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(self.inner.packages.get(&pkg)?.sup.clone()))
+    }
+
     /// Clears a failed state and the restart budget of the process of
     /// installed `pkg` (see the module docs): its next call starts it again,
     /// after the tamper check. `false` when it has no process yet.

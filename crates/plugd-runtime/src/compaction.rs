@@ -8,7 +8,7 @@
 //! ```yaml
 //! agent:
 //!   compactor:
-//!     export: acme/devkit/coder_window   # PACKAGE/EXPORT of an approved VAI plugin
+//!     export: acme/devkit/coder_window   # PACKAGE/EXPORT: a workspace VAI plugin, else an installed package
 //!     max_input_tokens: 32000            # compact when the head chain's estimate exceeds it
 //!     target_model: gpt-5.4              # passed on as `target.target_model`
 //!     retain_system: true                # `policy.retain_system` (default true)

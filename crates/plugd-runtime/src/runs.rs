@@ -100,7 +100,9 @@ fn store_err(e: plugd_store::StoreError) -> RunError {
 
 impl Runtime {
     /// The supervisor and export id of `name` (`PACKAGE/EXPORT`), which must
-    /// be a VAI export of `kind` of a workspace plugin.
+    /// be a VAI export of `kind` of an approved workspace plugin or, when the
+    /// workspace has no plugin of that id, of an installed package (its
+    /// highest version).
     pub fn resolve_export(
         &self,
         name: &str,
@@ -111,7 +113,18 @@ impl Runtime {
                 "{name:?} is not PACKAGE/EXPORT (e.g. acme/devkit/triage)"
             ));
         };
-        let sup = self.supervised(plugin).map_err(|e| format!("{e}"))?.clone();
+        let sup = match self.supervised(plugin) {
+            Ok(sup) => sup.clone(),
+            Err(workspace) => match self.installed_package(plugin) {
+                Ok(Some(sup)) => sup,
+                Ok(None) => {
+                    return Err(format!(
+                        "{workspace}; no package {plugin:?} is installed either (`plugd package list`)"
+                    ));
+                }
+                Err(e) => return Err(e.to_string()),
+            },
+        };
         let spec = sup.spec();
         let Some(found) = spec.vai.as_ref().and_then(|v| v.export(export)) else {
             return Err(format!(

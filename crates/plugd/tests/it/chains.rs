@@ -611,3 +611,68 @@ fn a_long_session_is_compacted_into_a_derived_chain_and_hooks_hear_of_it() {
     let logs = serve.get("/v1/plugins/acme/threads/logs").text();
     assert!(logs.contains("notify: chain.compacted"), "{logs}");
 }
+
+#[test]
+fn an_installed_package_serves_as_harness_and_compactor() {
+    let mut steps = String::from("steps:\n");
+    for i in 0..20 {
+        steps.push_str(&format!(
+            "  - text: \"reply {i}: a fairly long answer so that the chain grows past its small budget\"\n"
+        ));
+    }
+    let ws = Ws::new();
+    std::fs::write(ws.dir().join("steps.yaml"), steps).unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "llm:\n  provider: scripted\n  script: \"${{workspace_dir}}/steps.yaml\"\nagent:\n  compactor:\n    export: acme/threads/sliding_window\n    max_input_tokens: 150\n    on_failure: fail\n",
+    )
+    .unwrap();
+    // Installed from its directory (no registry), not a workspace plugin.
+    let src = repo().join("examples/workspace/.plugins/acme-threads");
+    let out = ws.plugd(&["package", "install", src.to_str().unwrap()]);
+    assert!(out.status.success(), "install: {}", stderr(&out));
+    assert!(!ws.plugin_dir("acme-threads").exists());
+    let out = ws.plugd(&[
+        "run",
+        "--harness",
+        "acme/threads/triage",
+        "--session",
+        "pkg-1",
+        "--input",
+        "from the package",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), stdout(&out));
+    let run: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(
+        run["artifacts"][0]["status"], 403,
+        "its token still has only its scopes"
+    );
+    // Turns until the installed compactor derives a chain.
+    let mut compacted = false;
+    for i in 0..10 {
+        let out = ws.plugd(&[
+            "run",
+            &format!("question {i} about the package, in some detail please"),
+            "--session",
+            "pkg-1",
+            "--json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let outcome: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        if outcome["compaction_id"].is_string() {
+            compacted = true;
+            break;
+        }
+    }
+    assert!(compacted, "the installed compactor never ran");
+    let shown: Value =
+        serde_json::from_str(&stdout(&ws.plugd(&["session", "show", "pkg-1", "--json"]))).unwrap();
+    assert_eq!(
+        shown["compactions"][0]["compactor"],
+        "acme/threads/sliding_window"
+    );
+    assert_eq!(shown["compactions"][0]["status"], "succeeded");
+    assert_eq!(shown["chains"].as_array().unwrap().len(), 2, "{shown}");
+}
