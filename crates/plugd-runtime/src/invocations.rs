@@ -4,14 +4,16 @@
 //! all take) feeds, the status an outcome maps to, the counters `/metrics`
 //! shows, and the `invocations:` setting of plugd.yaml (retention).
 //!
-//! **Off the call's path**: a call only builds its record and puts it on a
-//! bounded queue. One writer thread with its own SQLite connection gathers
-//! records for up to [`GATHER`] and writes them in one transaction, then
-//! updates the counters. When the queue is full (the writer is
-//! [`QUEUE`] records behind) the caller writes its own record, so nothing
-//! is dropped; a record that cannot be written is logged and counted
-//! ([`InvocationStats::unwritten`]), and the call's own outcome never
-//! depends on it.
+//! **Off the call's path**: a call only builds its record and queues it
+//! on the store's journal writer ([`plugd_store::journal`]), which gathers
+//! records (and the audit trail's entries) for up to
+//! [`LINGER`](plugd_store::journal::LINGER) and writes them in one
+//! transaction on its own connection. When the queue is full (the writer
+//! is [`QUEUE`](plugd_store::journal::QUEUE) entries behind) the caller
+//! writes its own record, so nothing is dropped; a record that cannot be
+//! written is logged and counted ([`InvocationStats::unwritten`]), and the
+//! call's own outcome never depends on it. The counters `/metrics` shows
+//! are kept as records are taken.
 //!
 //! A call through a binding ([`crate::bindings_rt`]) fills binding,
 //! package and version from its context ([`fill_from_binding`]); chain and
@@ -21,7 +23,6 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -36,15 +37,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{RuntimeError, ToolEntry};
-
-/// Records queued for the writer; beyond, the caller writes its own.
-pub const QUEUE: usize = 8192;
-
-/// Most records written in one transaction.
-const BATCH: usize = 512;
-
-/// How long the writer gathers records after the first before writing.
-pub const GATHER: Duration = Duration::from_millis(2);
 
 /// How often `plugd serve` applies the retention (and once at start).
 pub const RETENTION_EVERY: Duration = Duration::from_secs(3600);
@@ -80,10 +72,10 @@ pub struct Counts {
 }
 
 /// What `/metrics` shows of the records.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InvocationStats {
     by: Mutex<BTreeMap<(String, TerminalStatus), Counts>>,
-    unwritten: AtomicU64,
+    store: Arc<Store>,
 }
 
 impl InvocationStats {
@@ -95,34 +87,25 @@ impl InvocationStats {
 
     /// Records that could not be written.
     pub fn unwritten(&self) -> u64 {
-        self.unwritten.load(Ordering::Relaxed)
+        self.store.journal_unwritten().1
     }
 
-    fn count(&self, batch: &[InvocationRecord]) {
+    fn count(&self, r: &InvocationRecord) {
         let mut by = self.by.lock().unwrap_or_else(|p| p.into_inner());
-        for r in batch {
-            let c = match by.get_mut(&(r.plugin_id.clone(), r.status)) {
-                Some(c) => c,
-                None => by.entry((r.plugin_id.clone(), r.status)).or_default(),
-            };
-            c.calls += 1;
-            c.duration_ms += r.duration_ms;
-        }
+        let c = match by.get_mut(&(r.plugin_id.clone(), r.status)) {
+            Some(c) => c,
+            None => by.entry((r.plugin_id.clone(), r.status)).or_default(),
+        };
+        c.calls += 1;
+        c.duration_ms += r.duration_ms;
     }
 }
 
-enum Msg {
-    Record(Box<InvocationRecord>),
-    Flush(SyncSender<()>),
-}
-
-/// Writes invocation records on its own thread; see the module docs.
+/// Takes invocation records; see the module docs.
 pub struct Recorder {
     store: Arc<Store>,
     /// Live surfaces: each record as it is taken ([`crate::events`]).
     events: Option<tokio::sync::broadcast::Sender<crate::events::RtEvent>>,
-    tx: Mutex<Option<SyncSender<Msg>>>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     stats: Arc<InvocationStats>,
 }
 
@@ -133,40 +116,16 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// A recorder into the database of `store`, on a connection of its own
-    /// (the same one for an in-memory store), its thread started.
+    /// A recorder into the database of `store` (written by its journal
+    /// writer).
     pub fn start(store: &Arc<Store>) -> Recorder {
-        let store = match store.second_connection() {
-            Ok(Some(s)) => Arc::new(s),
-            Ok(None) => store.clone(),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot open a second connection for invocation records ({e}); sharing the runtime's"
-                );
-                store.clone()
-            }
-        };
-        let stats = Arc::new(InvocationStats::default());
-        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-        let (w_store, w_stats) = (store.clone(), stats.clone());
-        let thread = std::thread::Builder::new()
-            .name("plugd-invocations".into())
-            .spawn(move || write_loop(&rx, &w_store, &w_stats));
-        let (tx, thread) = match thread {
-            Ok(t) => (Some(tx), Some(t)),
-            Err(e) => {
-                tracing::warn!(
-                    "cannot start the invocation writer thread ({e}); calls write their records themselves"
-                );
-                (None, None)
-            }
-        };
         Recorder {
-            store,
+            store: store.clone(),
             events: None,
-            tx: Mutex::new(tx),
-            thread: Mutex::new(thread),
-            stats,
+            stats: Arc::new(InvocationStats {
+                by: Mutex::default(),
+                store: store.clone(),
+            }),
         }
     }
 
@@ -213,29 +172,14 @@ impl Recorder {
                 (*record).clone(),
             )));
         }
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let record = match tx {
-            Some(tx) => match tx.try_send(Msg::Record(record)) {
-                Ok(()) => return,
-                Err(TrySendError::Full(Msg::Record(r)))
-                | Err(TrySendError::Disconnected(Msg::Record(r))) => r,
-                Err(_) => return,
-            },
-            None => record,
-        };
-        write_batch(&self.store, &self.stats, std::slice::from_ref(&*record));
+        self.stats.count(&record);
+        self.store.journal_invocation(record);
     }
 
     /// Waits until every record queued so far is written (a CLI command
     /// before it exits).
     pub fn flush(&self) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(tx) = tx {
-            let (done, wait) = std::sync::mpsc::sync_channel(1);
-            if tx.send(Msg::Flush(done)).is_ok() {
-                let _ = wait.recv();
-            }
-        }
+        self.store.flush_journal();
     }
 
     /// Deletes the records older than `days`; how many.
@@ -247,52 +191,7 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn write_loop(rx: &Receiver<Msg>, store: &Store, stats: &InvocationStats) {
-    let mut batch: Vec<InvocationRecord> = Vec::with_capacity(BATCH);
-    let mut flushes = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let deadline = Instant::now() + GATHER;
-        let mut next = Some(first);
-        while let Some(msg) = next.take() {
-            match msg {
-                Msg::Record(r) => batch.push(*r),
-                Msg::Flush(done) => {
-                    flushes.push(done);
-                    break;
-                }
-            }
-            if batch.len() >= BATCH {
-                break;
-            }
-            match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(m) => next = Some(m),
-                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
-            }
-        }
-        if !batch.is_empty() {
-            write_batch(store, stats, &batch);
-            batch.clear();
-        }
-        for done in flushes.drain(..) {
-            let _ = done.send(());
-        }
-    }
-}
-
-fn write_batch(store: &Store, stats: &InvocationStats, batch: &[InvocationRecord]) {
-    stats.count(batch);
-    if let Err(e) = store.append_invocations(batch) {
-        stats
-            .unwritten
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        tracing::error!("cannot write {} invocation records: {e}", batch.len());
+        self.flush();
     }
 }
 
@@ -512,9 +411,10 @@ mod tests {
 
     #[test]
     fn the_writer_loses_nothing_past_its_queue_and_counts_what_it_wrote() {
-        let store = Arc::new(Store::open_in_memory().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join(".plugd")).unwrap());
         let rec = Recorder::start(&store);
-        let n = QUEUE + 500;
+        let n = plugd_store::journal::QUEUE + 500;
         std::thread::scope(|s| {
             for t in 0..4 {
                 let rec = &rec;

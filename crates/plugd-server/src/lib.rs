@@ -309,7 +309,7 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let limit = state.body_limit;
     let authorize = axum::middleware::from_fn_with_state(state.clone(), auth::authorize);
-    Router::new()
+    let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/plugins", get(list_plugins))
         .route(
@@ -369,9 +369,16 @@ pub fn router(state: AppState) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))
-        .layer(authorize)
-        .layer(axum::middleware::from_fn(traces::trace_request))
-        .with_state(state)
+        .layer(authorize);
+    // The request span's layer only when traces are exported (decided at
+    // start-up, before the router): with traces off, a middleware that
+    // only passes requests on still costs a boxed future per request.
+    let app = if plugd_telemetry::enabled() {
+        app.layer(axum::middleware::from_fn(traces::trace_request))
+    } else {
+        app
+    };
+    app.with_state(state)
 }
 
 async fn healthz() -> Json<Value> {

@@ -1,7 +1,8 @@
 //! The span of each HTTP request (OpenTelemetry, see `plugd-telemetry`):
 //! `METHOD ROUTE`, a server span that continues the trace of an incoming
 //! `traceparent` header, with the method, route pattern and status; a 5xx
-//! answer marks it as an error. With traces off it only passes the request on.
+//! answer marks it as an error. With traces off at start-up the router has
+//! no such layer ([`crate::router`]).
 
 use axum::extract::{MatchedPath, Request};
 use axum::middleware::Next;

@@ -60,43 +60,7 @@ impl InvocationStore for Store {
     type Error = StoreError;
 
     fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), StoreError> {
-        let docs = batch
-            .iter()
-            .map(|r| {
-                serde_json::to_string(r).map_err(|e| StoreError::Damaged {
-                    db: self.label().to_owned(),
-                    what: format!("invocation {}", r.invocation_id),
-                    detail: format!("cannot encode its record: {e}"),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut conn = self.lock();
-        let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<()> {
-            let tx = conn.transaction()?;
-            {
-                let mut st = tx.prepare_cached(
-                    "INSERT OR IGNORE INTO invocations (invocation_id, started_ms, plugin_id,
-                        tool, export_id, status, org_id, project_id, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?;
-                for (r, doc) in batch.iter().zip(&docs) {
-                    st.execute(rusqlite::params![
-                        r.invocation_id,
-                        r.started_ms,
-                        r.plugin_id,
-                        r.tool,
-                        r.export_id,
-                        r.status.as_str(),
-                        r.org_id,
-                        r.project_id,
-                        doc
-                    ])?;
-                }
-            }
-            tx.commit()
-        };
-        write(&mut conn)
-            .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))
+        crate::journal::write(&mut self.lock(), self.label(), &[], batch)
     }
 
     fn invocation(&self, invocation_id: &str) -> Result<Option<InvocationRecord>, StoreError> {

@@ -15,6 +15,7 @@ pub mod digest;
 mod error;
 pub mod identity;
 pub mod invocations;
+pub mod journal;
 pub mod kv;
 pub mod memory;
 pub mod outbox;

@@ -118,6 +118,9 @@ pub struct Store {
     /// Verified-token rows, valid while no other connection committed
     /// (`crate::tokens`).
     pub(crate) token_cache: Mutex<crate::tokens::TokenCache>,
+    /// The audit trail's and invocation records' writer, started on first
+    /// use (`crate::journal`); dropped first, so what it queued is written.
+    pub(crate) journal: std::sync::OnceLock<crate::journal::Journal>,
 }
 
 impl std::fmt::Debug for Store {
@@ -156,6 +159,7 @@ impl Store {
             path: Some(path),
             label,
             token_cache: Mutex::default(),
+            journal: std::sync::OnceLock::new(),
         })
     }
 
@@ -171,6 +175,7 @@ impl Store {
             path: None,
             label,
             token_cache: Mutex::default(),
+            journal: std::sync::OnceLock::new(),
         })
     }
 

@@ -553,40 +553,6 @@ impl Store {
         Ok(())
     }
 
-    /// Appends `entries` in one transaction (what [`AuditWriter`] batches),
-    /// on `own` (the writer's connection) or else on the store's.
-    fn audit_record_batch(
-        &self,
-        own: Option<&mut rusqlite::Connection>,
-        entries: &[PendingAudit],
-    ) -> Result<(), StoreError> {
-        let write = |conn: &mut rusqlite::Connection| -> rusqlite::Result<()> {
-            let tx = conn.transaction()?;
-            {
-                let mut st = tx.prepare_cached(
-                    "INSERT INTO audit (at, identity, role, method, path, status)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?;
-                for e in entries {
-                    st.execute(params![
-                        e.at,
-                        e.identity,
-                        e.role.as_str(),
-                        e.method,
-                        e.path,
-                        e.status
-                    ])?;
-                }
-            }
-            tx.commit()
-        };
-        match own {
-            Some(conn) => write(conn),
-            None => write(&mut self.lock()),
-        }
-        .map_err(|e| self.query_error(format!("record {} audit entries", entries.len()), e))
-    }
-
     /// The last `limit` audit entries, newest last.
     pub fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         let conn = self.lock();
@@ -698,7 +664,7 @@ mod tests {
     fn the_audit_writer_loses_nothing_past_its_queue_and_writes_all_before_it_drops() {
         let store = std::sync::Arc::new(Store::open_in_memory().unwrap());
         let writer = AuditWriter::start(store.clone());
-        let n = AUDIT_QUEUE + 1000;
+        let n = crate::journal::QUEUE + 1000;
         std::thread::scope(|s| {
             for t in 0..4 {
                 let w = &writer;
@@ -788,119 +754,41 @@ impl Store {
 
 /// One audit entry on its way to the database.
 #[derive(Debug)]
-struct PendingAudit {
-    at: String,
-    identity: String,
-    role: Role,
-    method: String,
-    path: String,
-    status: u16,
+pub(crate) struct PendingAudit {
+    pub(crate) at: String,
+    pub(crate) identity: String,
+    pub(crate) role: Role,
+    pub(crate) method: String,
+    pub(crate) path: String,
+    pub(crate) status: u16,
 }
 
-/// Most entries queued for the audit writer; beyond, the caller writes its
-/// entry itself (so none is ever dropped).
-pub const AUDIT_QUEUE: usize = 4096;
-
-/// Most entries written in one transaction.
-const AUDIT_BATCH: usize = 1024;
-
-/// How long the writer waits after the first entry of a batch for more.
-const AUDIT_LINGER: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// Appends audit entries on its own thread, many per transaction, so a
-/// request does not wait for SQLite. Bounded: when the queue is full the
-/// entry is written by the caller at once; nothing is dropped. Dropping the
-/// writer writes what is queued before it returns.
+/// Appends audit entries off the request path: through the store's journal
+/// writer ([`crate::journal`]), many per transaction and in the same
+/// transaction as the invocation records, so a request does not wait for
+/// SQLite. Bounded, and nothing is dropped: when the queue is full the
+/// entry is written by the caller at once. Dropping the writer waits until
+/// what it queued is written.
 #[derive(Debug)]
 pub struct AuditWriter {
     store: std::sync::Arc<Store>,
-    tx: Option<std::sync::mpsc::SyncSender<PendingAudit>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl AuditWriter {
-    /// A writer into `store`, with its thread started (if the thread cannot
-    /// start, every entry is written by its caller).
+    /// A writer into `store`.
     pub fn start(store: std::sync::Arc<Store>) -> AuditWriter {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<PendingAudit>(AUDIT_QUEUE);
-        let writer_store = store.clone();
-        // Its own connection: a commit (and the checkpoints SQLite runs in
-        // the committing connection) never holds the store's connection,
-        // which every request's token check may need.
-        let mut own = store.writer_connection();
-        let thread = std::thread::Builder::new()
-            .name("plugd-audit".into())
-            .spawn(move || {
-                while let Ok(first) = rx.recv() {
-                    // Let a burst gather: one transaction (and one wake-up
-                    // of this thread) for many requests, not one each.
-                    std::thread::sleep(AUDIT_LINGER);
-                    let mut batch = vec![first];
-                    while batch.len() < AUDIT_BATCH {
-                        match rx.try_recv() {
-                            Ok(e) => batch.push(e),
-                            Err(_) => break,
-                        }
-                    }
-                    if let Err(e) = writer_store.audit_record_batch(own.as_mut(), &batch) {
-                        tracing::error!(
-                            "cannot append {} entries to the audit trail: {e}",
-                            batch.len()
-                        );
-                    }
-                }
-            });
-        match thread {
-            Ok(thread) => AuditWriter {
-                store,
-                tx: Some(tx),
-                thread: Some(thread),
-            },
-            Err(e) => {
-                tracing::warn!(
-                    "cannot start the audit writer thread ({e}); requests write their audit entries themselves"
-                );
-                AuditWriter {
-                    store,
-                    tx: None,
-                    thread: None,
-                }
-            }
-        }
+        AuditWriter { store }
     }
 
     /// Queues one state-changing request for the audit trail.
     pub fn record(&self, identity: &str, role: Role, method: &str, path: &str, status: u16) {
-        let entry = PendingAudit {
-            at: crate::now_rfc3339(),
-            identity: identity.to_owned(),
-            role,
-            method: method.to_owned(),
-            path: path.to_owned(),
-            status,
-        };
-        let entry = match &self.tx {
-            Some(tx) => match tx.try_send(entry) {
-                Ok(()) => return,
-                Err(std::sync::mpsc::TrySendError::Full(e))
-                | Err(std::sync::mpsc::TrySendError::Disconnected(e)) => e,
-            },
-            None => entry,
-        };
-        if let Err(e) = self
-            .store
-            .audit_record_batch(None, std::slice::from_ref(&entry))
-        {
-            tracing::error!("cannot record {method} {path} by {identity} in the audit trail: {e}");
-        }
+        self.store
+            .journal_audit(identity, role, method, path, status);
     }
 }
 
 impl Drop for AuditWriter {
     fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.store.flush_journal();
     }
 }

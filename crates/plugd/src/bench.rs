@@ -540,18 +540,44 @@ fn print_table(r: &Report) {
 /// `--http-floor`: serve's own listener (hyper, its timeouts and
 /// connection cap) around an axum router with a fixed answer, minus
 /// everything plugd does per request (auth, audit, routing, the runtime).
+/// `POST /pipe` also takes each request's body (one line) to a `raw-echo`
+/// child over pipes and answers with the line it sends back: HTTP plus the
+/// one child round trip any out-of-process tool call needs, with no JSON,
+/// no store and no bookkeeping; the floor of a tool invoke on this machine.
 async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
     use plugd_server::listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let app = axum::Router::new().fallback(|| async {
-        (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            r#"{"ok":true}"#,
+    let pipe = PipeFloor::start(&sibling("raw-echo")?)?;
+    let app = axum::Router::new()
+        .route(
+            "/pipe",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let pipe = pipe.clone();
+                async move {
+                    match pipe.round_trip(body).await {
+                        Some(line) => (
+                            axum::http::StatusCode::OK,
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            line,
+                        ),
+                        None => (
+                            axum::http::StatusCode::BAD_GATEWAY,
+                            [(axum::http::header::CONTENT_TYPE, "application/json")],
+                            axum::body::Bytes::from_static(b"{\"error\":\"raw-echo is gone\"}"),
+                        ),
+                    }
+                }
+            }),
         )
-    });
+        .fallback(|| async {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                r#"{"ok":true}"#,
+            )
+        });
     let limits = listen::Limits::from_config(&plugd_runtime::config::HttpConfig::default());
     #[allow(clippy::print_stdout)]
     {
@@ -561,4 +587,91 @@ async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
     listen::run(listen::Listener::Tcp(listener), app, limits, shutdown)
         .await
         .context("the HTTP floor server stopped")
+}
+
+/// The `/pipe` route's child: lines written by one task (each burst in one
+/// write) and read back by another, answered in order (raw-echo keeps the
+/// order), so no ids and no JSON.
+#[derive(Clone)]
+struct PipeFloor {
+    tx: tokio::sync::mpsc::UnboundedSender<(
+        axum::body::Bytes,
+        tokio::sync::oneshot::Sender<axum::body::Bytes>,
+    )>,
+}
+
+impl PipeFloor {
+    fn start(raw_echo: &Path) -> Result<PipeFloor> {
+        use std::collections::VecDeque;
+        use std::sync::{Arc, Mutex};
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let spawned = spawn(&SpawnSpec {
+            plugin_id: "raw-echo".into(),
+            program: raw_echo.display().to_string(),
+            args: Vec::new(),
+            cwd: std::env::temp_dir(),
+            containment: Default::default(),
+            env: Default::default(),
+        })?;
+        let mut stdin =
+            tokio::fs::File::from_std(std::fs::File::from(spawned.stdin.into_owned_fd()?));
+        let stdout =
+            tokio::fs::File::from_std(std::fs::File::from(spawned.stdout.into_owned_fd()?));
+        let reaper = spawned.reaper;
+        type Waiting = Arc<Mutex<VecDeque<tokio::sync::oneshot::Sender<axum::body::Bytes>>>>;
+        let waiting: Waiting = Arc::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(
+            axum::body::Bytes,
+            tokio::sync::oneshot::Sender<axum::body::Bytes>,
+        )>();
+        let w = waiting.clone();
+        tokio::spawn(async move {
+            let _reaper = reaper; // kills and reaps the child when this ends
+            let mut buf = Vec::with_capacity(64 * 1024);
+            while let Some(first) = rx.recv().await {
+                let mut next = Some(first);
+                while let Some((line, reply)) = next.take() {
+                    w.lock().unwrap_or_else(|p| p.into_inner()).push_back(reply);
+                    // One line each, whatever the body holds.
+                    buf.extend(
+                        line.trim_ascii_end()
+                            .iter()
+                            .map(|&b| if b == b'\n' { b' ' } else { b }),
+                    );
+                    buf.push(b'\n');
+                    next = rx.try_recv().ok();
+                }
+                if stdin.write_all(&buf).await.is_err() {
+                    return;
+                }
+                buf.clear();
+            }
+        });
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::with_capacity(64 * 1024, stdout);
+            let mut line = Vec::with_capacity(4096);
+            loop {
+                line.clear();
+                match lines.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let reply = waiting
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .pop_front();
+                if let Some(reply) = reply {
+                    let _ = reply.send(axum::body::Bytes::copy_from_slice(&line));
+                }
+            }
+        });
+        Ok(PipeFloor { tx })
+    }
+
+    /// `line` to the child and back; `None` when the child is gone.
+    async fn round_trip(&self, line: axum::body::Bytes) -> Option<axum::body::Bytes> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.tx.send((line, reply)).ok()?;
+        answer.await.ok()
+    }
 }
