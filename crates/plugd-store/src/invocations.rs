@@ -161,14 +161,15 @@ impl InvocationStore for Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeSet;
 
     use plugd_control::invocations::{Cursor, TerminalStatus, rfc3339_ms};
 
     use super::*;
 
-    fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
+    /// A record `inv_NNNN` of `plugin` started at `ms` (also the journal's tests').
+    pub(crate) fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
         InvocationRecord {
             invocation_id: format!("inv_{n:04}"),
             export_kind: "tool".into(),

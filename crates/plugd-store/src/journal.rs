@@ -390,34 +390,12 @@ mod tests {
     use super::*;
 
     fn record(i: usize) -> Box<InvocationRecord> {
-        Box::new(InvocationRecord {
-            invocation_id: format!("inv_{i:08}"),
-            export_kind: "tool".into(),
-            export_id: "echo".into(),
-            tool: "p/echo".into(),
-            plugin_id: "p".into(),
-            dialect: "native".into(),
-            binding_id: None,
-            package_id: None,
-            package_version: None,
-            execution_class: None,
-            started_at: plugd_control::invocations::rfc3339_ms(i as i64),
-            ended_at: plugd_control::invocations::rfc3339_ms(i as i64 + 1),
-            started_ms: i as i64,
-            duration_ms: 1,
-            status: TerminalStatus::Succeeded,
-            retry_count: 0,
-            error_code: None,
-            caller: None,
-            org_id: None,
-            project_id: None,
-            session_id: None,
-            chain_id: None,
-            run_id: None,
-            trace_id: None,
-            execution_id: None,
-            payload: None,
-        })
+        Box::new(crate::invocations::tests::rec(
+            i,
+            i as i64,
+            "p",
+            TerminalStatus::Succeeded,
+        ))
     }
 
     fn count(store: &Store, table: &str) -> i64 {
@@ -502,13 +480,6 @@ mod tests {
         store.journal_audit("local", Role::Admin, "POST", "/v1/y", 204);
         assert_eq!(count(&store, "invocations"), 1);
         assert_eq!(count(&store, "audit"), 1);
-        assert_eq!(
-            store
-                .invocation("inv_00000001")
-                .unwrap()
-                .unwrap()
-                .started_ms,
-            1
-        );
+        assert_eq!(store.invocation("inv_0001").unwrap().unwrap().started_ms, 1);
     }
 }

@@ -256,6 +256,18 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// The `raw-echo` child, with plugd's spawn helper and no sandbox.
+fn spawn_raw_echo(raw_echo: &Path) -> Result<plugd_host::spawn::Spawned> {
+    Ok(spawn(&SpawnSpec {
+        plugin_id: "raw-echo".into(),
+        program: raw_echo.display().to_string(),
+        args: Vec::new(),
+        cwd: std::env::temp_dir(),
+        containment: Default::default(),
+        env: Default::default(),
+    })?)
+}
+
 /// The raw baseline's child: one line out, one line back, blocking I/O on a
 /// dedicated thread: the cheapest round trip a host can make with a child
 /// over pipes.
@@ -268,14 +280,7 @@ struct RawEcho {
 
 impl RawEcho {
     fn start(raw_echo: &Path, line: &str) -> Result<RawEcho> {
-        let spawned = spawn(&SpawnSpec {
-            plugin_id: "raw-echo".into(),
-            program: raw_echo.display().to_string(),
-            args: Vec::new(),
-            cwd: std::env::temp_dir(),
-            containment: Default::default(),
-            env: Default::default(),
-        })?;
+        let spawned = spawn_raw_echo(raw_echo)?;
         Ok(RawEcho {
             stdin: std::fs::File::from(spawned.stdin.into_owned_fd()?),
             stdout: BufReader::new(std::fs::File::from(spawned.stdout.into_owned_fd()?)),
@@ -605,14 +610,7 @@ impl PipeFloor {
         use std::collections::VecDeque;
         use std::sync::{Arc, Mutex};
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let spawned = spawn(&SpawnSpec {
-            plugin_id: "raw-echo".into(),
-            program: raw_echo.display().to_string(),
-            args: Vec::new(),
-            cwd: std::env::temp_dir(),
-            containment: Default::default(),
-            env: Default::default(),
-        })?;
+        let spawned = spawn_raw_echo(raw_echo)?;
         let mut stdin =
             tokio::fs::File::from_std(std::fs::File::from(spawned.stdin.into_owned_fd()?));
         let stdout =
