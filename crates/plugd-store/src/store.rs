@@ -119,7 +119,7 @@ pub struct Store {
     /// (`crate::tokens`).
     pub(crate) token_cache: Mutex<crate::tokens::TokenCache>,
     /// The audit trail's and invocation records' writer, started on first
-    /// use (`crate::journal`); dropped first, so what it queued is written.
+    /// use (`crate::journal`); dropping the store writes what it queued.
     pub(crate) journal: std::sync::OnceLock<crate::journal::Journal>,
 }
 
