@@ -10,6 +10,10 @@ NEXOAI_VERSION=0.4.0
 MCP_SDK_VERSION=2.3.0
 # Decodes OTLP trace exports in the trace tests' receiver (tests/plugins/traces).
 OTEL_PROTO_VERSION=1.45.2
+# The SQLite MCP server the containment-view tests give a workspace (PyPI),
+# in a venv of its own: it needs the 1.x MCP SDK, the main venv pins 2.x.
+MCP_SERVER_SQLITE_VERSION=2025.4.25
+MCP_SERVER_SQLITE_SDK_VERSION=1.30.0
 
 section() { printf '\n==> %s\n' "$*"; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
@@ -37,7 +41,8 @@ need_apt() {
 }
 
 # ensure_venv: .venv with nexoai==$NEXOAI_VERSION, mcp==$MCP_SDK_VERSION and
-# opentelemetry-proto==$OTEL_PROTO_VERSION, and .venv/bin first on PATH.
+# opentelemetry-proto==$OTEL_PROTO_VERSION, and .venv/bin first on PATH; and
+# .venv-mcp-sqlite with mcp-server-sqlite==$MCP_SERVER_SQLITE_VERSION.
 ensure_venv() {
   command -v python3 >/dev/null || die "python3 not found; install Python 3.11 or newer"
   python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
@@ -50,14 +55,20 @@ ensure_venv() {
   if ! .venv/bin/python3 -c "import nexo_plugin_sdk as m, importlib.metadata as md; assert m.__version__ == '$NEXOAI_VERSION' and md.version('mcp') == '$MCP_SDK_VERSION' and md.version('opentelemetry-proto') == '$OTEL_PROTO_VERSION'" 2>/dev/null; then
     .venv/bin/python3 -m pip install --quiet --disable-pip-version-check "nexoai==$NEXOAI_VERSION" "mcp==$MCP_SDK_VERSION" "opentelemetry-proto==$OTEL_PROTO_VERSION" </dev/null
   fi
+  if ! .venv-mcp-sqlite/bin/python3 -c "import importlib.metadata as md; assert md.version('mcp-server-sqlite') == '$MCP_SERVER_SQLITE_VERSION' and md.version('mcp') == '$MCP_SERVER_SQLITE_SDK_VERSION'" 2>/dev/null; then
+    python3 -m venv .venv-mcp-sqlite
+    .venv-mcp-sqlite/bin/python3 -m pip install --quiet --disable-pip-version-check "mcp-server-sqlite==$MCP_SERVER_SQLITE_VERSION" "mcp==$MCP_SERVER_SQLITE_SDK_VERSION" </dev/null
+  fi
   export PATH="$repo/.venv/bin:$PATH"
 }
 
 # The npm tools the tests and examples run, pinned; installed into $NPM_TOOLS.
 # tsx is the TypeScript loader seed 002 names for Dexto `.ts` modules on Node
 # below 22.6 (plugd finds it in .npm-tools/node_modules/.bin or on PATH); the
-# official TypeScript MCP SDK is the second real client the gateway tests drive.
-NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15" "@modelcontextprotocol/sdk@1.32.2")
+# official TypeScript MCP SDK is the second real client the gateway tests drive;
+# server-filesystem and server-memory are third-party servers the
+# containment-view tests give a workspace.
+NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15" "@modelcontextprotocol/sdk@1.32.2" "@modelcontextprotocol/server-filesystem@2026.8.31" "@modelcontextprotocol/server-memory@2026.8.31")
 NPM_TOOLS="$repo/.npm-tools"
 
 # ensure_npm_tools: install $NPM_TOOLS_PACKAGES into .npm-tools/ (git-ignored),

@@ -20,6 +20,13 @@ Serves one tool, ID_probe, that tries one thing and reports what happened:
   {"op": "signal_parent"}          -> signal 0 to its parent (plugd)
   {"op": "burn"}                   -> spins the CPU until killed
   {"op": "whoami"}                 -> uid, gid, pid
+  {"op": "append", "path": P, "text": T} -> appends T to P
+  {"op": "environ_of", "pid": N}   -> reads /proc/N/environ: whether
+                                      PLUGD_MASTER_KEY is in it
+  {"op": "unix_get", "path": S, "target": T}
+                                   -> connects to the Unix socket S, sends
+                                      `GET T` (HTTP/1.1) and returns the
+                                      reply's status line
   {"op": "parent_environ"}         -> reads /proc/<parent>/environ (plugd's):
                                       whether PLUGD_MASTER_KEY is in it
 
@@ -79,6 +86,27 @@ def probe(args):
             with open(f"/proc/{os.getppid()}/environ", "rb") as f:
                 env = f.read()
             return {"ok": True, "has_master_key": b"PLUGD_MASTER_KEY=" in env}
+        if op == "append":
+            with open(args["path"], "a") as f:
+                f.write(args["text"])
+            return {"ok": True}
+        if op == "environ_of":
+            with open(f"/proc/{int(args['pid'])}/environ", "rb") as f:
+                env = f.read()
+            return {"ok": True, "has_master_key": b"PLUGD_MASTER_KEY=" in env}
+        if op == "unix_get":
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(5)
+            s.connect(args["path"])
+            s.sendall(f"GET {args['target']} HTTP/1.1\r\nHost: plugd\r\nConnection: close\r\n\r\n".encode())
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            s.close()
+            return {"ok": True, "status": data.split(b"\r\n", 1)[0].decode("latin-1")}
         if op == "whoami":
             return {"ok": True, "uid": os.getuid(), "gid": os.getgid(), "pid": os.getpid()}
         return {"ok": False, "error": f"unknown op {op!r}"}

@@ -511,18 +511,30 @@ pub struct EffectivePermissions {
 /// The containment baseline as `plugd plugin show` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BaselineReport {
-    /// `on`, `off` (opted out), `sandbox` (the sandbox hides more), or
-    /// `unavailable` (no Landlock: the plugin runs without it).
+    /// `on`, `off` (opted out), `sandbox` (the sandbox hides more),
+    /// `unavailable` (the plugin runs without it) or `refused` (the start is
+    /// refused: `sandbox.baseline: require` and it cannot be applied).
     pub state: String,
-    /// `landlock (ABI N)` when on; `-` otherwise.
+    /// `view (bubblewrap mount namespace)` or `landlock (ABI N)` when on
+    /// (with why the view is not used); `-` otherwise.
     pub mechanism: String,
     /// What the plugin cannot reach (existing paths, canonical).
     pub hidden: Vec<PathBuf>,
     /// Exceptions inside the hidden paths (its own directories).
     pub allowed: Vec<PathBuf>,
+    /// What the view shows read-only: the exceptions that are not its
+    /// state directory, and the policy files (`plugd.yaml`, `.mcp.json`)
+    /// that exist. Empty under Landlock (it cannot).
+    pub read_only: Vec<PathBuf>,
     /// Why it is off, or what it does not cover.
     pub detail: String,
 }
+
+/// What the view stops, for `plugd plugin show` and the README.
+const VIEW_DETAIL: &str = "a mount namespace of its own (bubblewrap): the host as it is, with the hidden paths empty (serve's socket in .plugd/ does not exist there), its own directories bound inside them, plugd.yaml and .mcp.json read-only when they exist (an absent one can be created: the live-config approval covers that), its own PID namespace and /proc (plugd's /proc/<pid> does not exist), /sys read-only; as root it loses CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_PERFMON, CAP_BPF, CAP_DAC_READ_SEARCH, CAP_SYS_RAWIO, CAP_MKNOD, CAP_SYS_MODULE, CAP_SYS_BOOT, CAP_SYS_TIME, CAP_NET_ADMIN, CAP_MAC_ADMIN, CAP_MAC_OVERRIDE, CAP_AUDIT_CONTROL and CAP_SYSLOG; not covered: the network, signals to processes it can name, and what the rest of the host lets its user do";
+
+/// What the Landlock fallback does not cover.
+const LANDLOCK_LIMITS: &str = "also plugd's /proc/<pid>/environ, mem, maps and fd (plugd is not dumpable; the plugin loses CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_PERFMON); not covered: writes to plugd.yaml and .mcp.json, connect() to serve's socket .plugd/serve.sock (Landlock does not govern Unix sockets), new entries beside the hidden paths' ancestors (e.g. a new file in the workspace root) cannot be created or reached, listing those ancestors is refused, hard links and bind mounts made elsewhere are not recognised, signals and the network are not restricted";
 
 impl BaselineReport {
     fn compute(c: &Containment, mechanism: &str, plugin: &str, cwd: &Path) -> BaselineReport {
@@ -531,6 +543,7 @@ impl BaselineReport {
             mechanism: "-".to_owned(),
             hidden: Vec::new(),
             allowed: Vec::new(),
+            read_only: Vec::new(),
             detail,
         };
         let Some(plan) = &c.baseline else {
@@ -547,7 +560,39 @@ impl BaselineReport {
                 format!("the {mechanism} sandbox shows only its own paths, so nothing of plugd"),
             );
         }
+        let (why, forced) = match sandbox::view::choose() {
+            sandbox::view::Choice::View { .. } => {
+                let r = sandbox::view::resolve(plan, cwd);
+                return BaselineReport {
+                    state: "on".to_owned(),
+                    mechanism: "view (bubblewrap mount namespace)".to_owned(),
+                    hidden: r.hidden_dirs.into_iter().chain(r.hidden_files).collect(),
+                    allowed: r.exceptions.iter().map(|e| e.path.clone()).collect(),
+                    read_only: r
+                        .exceptions
+                        .into_iter()
+                        .filter(|e| !e.writable)
+                        .map(|e| e.path)
+                        .chain(r.read_only_files)
+                        .collect(),
+                    detail: VIEW_DETAIL.to_owned(),
+                };
+            }
+            sandbox::view::Choice::Landlock { why, forced } => (why.as_str(), *forced),
+        };
         let (hidden, allowed) = sandbox::baseline::resolve(plan, Some(cwd));
+        if !forced && plan.require {
+            return BaselineReport {
+                hidden,
+                allowed,
+                ..off(
+                    "refused",
+                    format!(
+                        "the view cannot be built ({why}) and plugd.yaml says sandbox.baseline: require"
+                    ),
+                )
+            };
+        }
         let abi = sandbox::baseline::landlock_abi();
         if abi == 0 {
             let what = if plan.require {
@@ -558,15 +603,21 @@ impl BaselineReport {
             return BaselineReport {
                 hidden,
                 allowed,
-                ..off("unavailable", format!("the kernel has no Landlock: {what}"))
+                ..off(
+                    "unavailable",
+                    format!(
+                        "the view cannot be used ({why}) and the kernel has no Landlock: {what}"
+                    ),
+                )
             };
         }
         BaselineReport {
             state: "on".to_owned(),
-            mechanism: format!("landlock (ABI {abi})"),
+            mechanism: format!("landlock (ABI {abi}), fallback: {why}"),
             hidden,
             allowed,
-            detail: "also plugd's /proc/<pid>/environ, mem, maps and fd (plugd is not dumpable; the plugin loses CAP_SYS_PTRACE, CAP_SYS_ADMIN and CAP_PERFMON); not covered: new entries beside the hidden paths' ancestors (e.g. a new file in the workspace root) cannot be created or reached, listing those ancestors is refused, hard links and bind mounts made elsewhere are not recognised, signals and the network are not restricted".to_owned(),
+            read_only: Vec::new(),
+            detail: LANDLOCK_LIMITS.to_owned(),
         }
     }
 }
@@ -916,12 +967,14 @@ fn effective_with(
 }
 
 /// What the containment baseline hides from `spec` (see
-/// [`plugd_host::sandbox::baseline`]): the workspace's `.plugd/` and
-/// `.plugins/`, every place the master key file may be (`$PLUGD_KEY_FILE`,
-/// `$XDG_CONFIG_HOME/plugd/master.key`, `~/.config/plugd/master.key`) with
-/// its directory unless that directory is shared (`/`, a sticky temporary
-/// directory, `$HOME`, or one that holds the workspace); the exceptions are
-/// the plugin's own directory and its state directory.
+/// [`plugd_host::sandbox::view`] and [`plugd_host::sandbox::baseline`]): the
+/// workspace's `.plugd/` and `.plugins/`, every place the master key file
+/// may be (`$PLUGD_KEY_FILE`, `$XDG_CONFIG_HOME/plugd/master.key`,
+/// `~/.config/plugd/master.key`) with its directory unless that directory is
+/// shared (`/`, a sticky temporary directory, `$HOME`, or one that holds the
+/// workspace); the exceptions are the plugin's own directory (read-only)
+/// and its state directory (read-write); the workspace's `plugd.yaml` and
+/// `.mcp.json` are read-only.
 pub fn baseline_plan(
     spec: &PluginSpec,
     workspace: &Path,
@@ -957,7 +1010,12 @@ pub fn baseline_plan(
     }
     BaselinePlan {
         deny,
-        allow: vec![spec.dir.clone(), state_dir.to_path_buf()],
+        allow: vec![spec.dir.clone()],
+        writable: vec![state_dir.to_path_buf()],
+        read_only: vec![
+            workspace.join(crate::plugd_yaml::CONFIG_FILE),
+            workspace.join(plugd_manifest::mcp::MCP_FILE),
+        ],
         require,
     }
 }
@@ -1117,6 +1175,7 @@ impl EffectivePermissions {
                 mechanism: "-".to_owned(),
                 hidden: Vec::new(),
                 allowed: Vec::new(),
+                read_only: Vec::new(),
                 detail: "the start is refused".to_owned(),
             },
             process_tracking: "-".to_owned(),
@@ -1251,10 +1310,13 @@ impl EffectivePermissions {
                 out.push(format!("  baseline:  on, {}", b.mechanism));
                 out.push(format!("    hidden:  {}", paths(&b.hidden)));
                 out.push(format!("    except:  {}", paths(&b.allowed)));
+                if !b.read_only.is_empty() {
+                    out.push(format!("    read-only: {}", paths(&b.read_only)));
+                }
                 out.push(format!("    note:    {}", b.detail));
             }
-            "unavailable" => {
-                out.push(format!("  baseline:  unavailable: {}", b.detail));
+            "unavailable" | "refused" => {
+                out.push(format!("  baseline:  {}: {}", b.state, b.detail));
                 out.push(format!("    would hide: {}", paths(&b.hidden)));
             }
             state => out.push(format!("  baseline:  {state}: {}", b.detail)),

@@ -15,8 +15,9 @@
 //! * is contained as [`SpawnSpec::containment`] says: resource limits set
 //!   before `exec`, and a sandbox (bubblewrap, or the Landlock + seccomp
 //!   fallback) when one was asked for (see [`crate::sandbox`]); without a
-//!   sandbox, the Landlock baseline that hides plugd itself
-//!   ([`crate::sandbox::baseline`]);
+//!   sandbox, the view that hides plugd itself ([`crate::sandbox::view`]:
+//!   bwrap is the child then), or where it cannot be built the Landlock
+//!   baseline ([`crate::sandbox::baseline`]);
 //! * is tracked with its descendants ([`crate::procs`]): recorded under
 //!   `.plugd/procs/` when asked, and killed with them when it stops; when
 //!   plugd runs with cgroup v2, it enters its own cgroup before `exec`
@@ -322,24 +323,36 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
     let mut fallback = None;
     let mut baseline = None;
     let mut baseline_required = false;
+    // The view: (bwrap, its arguments), run instead of the program.
+    let mut view = None;
     if let (Mechanism::None, Some(plan)) = (&mechanism, &containment.baseline) {
         baseline_required = plan.require;
-        if sandbox::baseline::landlock_abi() == 0 {
-            if plan.require {
-                return Err(sandbox_err(format!(
-                    "plugin {:?}: the kernel has no Landlock, so the containment baseline cannot hide plugd from it and plugd.yaml says `sandbox: {{baseline: require}}`; enable Landlock (lsm=landlock) or set `baseline: best_effort`",
-                    spec.plugin_id
-                )));
+        match sandbox::view::choose() {
+            sandbox::view::Choice::View { bwrap } => {
+                let (_, argv) =
+                    sandbox::view::command(plan, &spec.cwd, &program, &spec.args, true).map_err(
+                        |e| {
+                            sandbox_err(format!(
+                                "plugin {:?}: cannot set up its view: {e}; opt it out with `sandbox: {{plugins: {{{}: {{baseline: false}}}}}}` in plugd.yaml",
+                                spec.plugin_id, spec.plugin_id
+                            ))
+                        },
+                    )?;
+                view = Some((bwrap.clone(), argv));
             }
-            warn_no_landlock_once();
-            baseline = Some(sandbox::baseline::prepare_without_landlock());
-        } else {
-            baseline = Some(sandbox::baseline::prepare(plan, &spec.cwd).map_err(|e| {
-                sandbox_err(format!(
-                    "plugin {:?}: cannot set up the containment baseline: {e}; opt it out with `sandbox: {{plugins: {{{}: {{baseline: false}}}}}}` in plugd.yaml",
-                    spec.plugin_id, spec.plugin_id
-                ))
-            })?);
+            sandbox::view::Choice::Landlock { why, forced } => {
+                if !forced {
+                    if plan.require {
+                        return Err(sandbox_err(format!(
+                            "plugin {:?}: the view that hides plugd from it cannot be built ({why}) and plugd.yaml says `sandbox: {{baseline: require}}`; install bubblewrap and allow unprivileged user namespaces, set `baseline: best_effort` to fall back to Landlock, or force it with {}=landlock",
+                            spec.plugin_id,
+                            sandbox::view::BASELINE_ENV
+                        )));
+                    }
+                    warn_no_view_once(why);
+                }
+                baseline = Some(landlock_baseline(spec, plan)?);
+            }
         }
     }
     // Egress through plugd only: the proxy runs as long as the Reaper.
@@ -401,11 +414,19 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
             cmd.args(&spec.args).env_clear().envs(env);
             cmd
         }
-        _ => {
-            let mut cmd = std::process::Command::new(&program);
-            cmd.args(&spec.args).env_clear().envs(env);
-            cmd
-        }
+        _ => match view {
+            Some((bwrap, argv)) => {
+                // bwrap passes its environment on unchanged.
+                let mut cmd = std::process::Command::new(bwrap);
+                cmd.args(argv).env_clear().envs(env);
+                cmd
+            }
+            None => {
+                let mut cmd = std::process::Command::new(&program);
+                cmd.args(&spec.args).env_clear().envs(env);
+                cmd
+            }
+        },
     };
     let os_err = |source: io::Error| SpawnError::Os {
         plugin: spec.plugin_id.clone(),
@@ -512,6 +533,44 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
         },
         reaper,
     })
+}
+
+/// The Landlock baseline of `spec` (the view's fallback), ready for the child.
+fn landlock_baseline(
+    spec: &SpawnSpec,
+    plan: &sandbox::BaselinePlan,
+) -> Result<sandbox::baseline::Prepared, SpawnError> {
+    let sandbox_err = |reason: String| SpawnError::Sandbox {
+        plugin: spec.plugin_id.clone(),
+        reason,
+    };
+    if sandbox::baseline::landlock_abi() == 0 {
+        if plan.require {
+            return Err(sandbox_err(format!(
+                "plugin {:?}: the kernel has no Landlock, so the containment baseline cannot hide plugd from it and plugd.yaml says `sandbox: {{baseline: require}}`; enable Landlock (lsm=landlock) or set `baseline: best_effort`",
+                spec.plugin_id
+            )));
+        }
+        warn_no_landlock_once();
+        return Ok(sandbox::baseline::prepare_without_landlock());
+    }
+    sandbox::baseline::prepare(plan, &spec.cwd).map_err(|e| {
+        sandbox_err(format!(
+            "plugin {:?}: cannot set up the containment baseline: {e}; opt it out with `sandbox: {{plugins: {{{}: {{baseline: false}}}}}}` in plugd.yaml",
+            spec.plugin_id, spec.plugin_id
+        ))
+    })
+}
+
+/// Logs once per process that the view cannot be built, so plugins without
+/// a sandbox fall back to the Landlock baseline.
+fn warn_no_view_once(why: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            "the containment view cannot be built ({why}): plugins without a sandbox run under the Landlock baseline instead, which hides .plugd/, the master key file and other plugins but does NOT keep them from writing plugd.yaml or .mcp.json or from connecting to serve's socket, and denies new files beside the hidden paths; install bubblewrap and allow unprivileged user namespaces, or set `sandbox: {{baseline: require}}` in plugd.yaml to refuse such starts"
+        );
+    });
 }
 
 /// Logs once per process that Landlock is missing, so the baseline is off.

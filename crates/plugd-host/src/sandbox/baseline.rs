@@ -1,7 +1,14 @@
-//! The containment baseline every plugin without a real sandbox runs under:
-//! Landlock rules that keep it away from plugd itself (the workspace's
-//! `.plugd/`, the master key file, other plugins' directories) while the rest
-//! of the machine stays as visible as before.
+//! The containment baseline's Landlock fallback, and the plan both of its
+//! mechanisms share: a plugin without a real sandbox runs in the view
+//! ([`super::view`], a mount namespace) when bubblewrap can build one, and
+//! otherwise under Landlock rules that keep it away from plugd itself (the
+//! workspace's `.plugd/`, the master key file, other plugins' directories)
+//! while the rest of the machine stays as visible as before.
+//!
+//! The fallback's limits (why the view is the default): it cannot keep a
+//! plugin from writing `plugd.yaml` or `.mcp.json`, nor from connecting to
+//! serve's socket (Landlock does not govern `connect()` on a Unix socket),
+//! and it breaks ordinary servers, as follows.
 //!
 //! Landlock only *allows* hierarchies, so "everything except D" is built by
 //! walking from `/` down to each denied path and allowing every sibling that
@@ -52,11 +59,20 @@ const ABI_WANTED: ABI = ABI::V6;
 pub struct BaselinePlan {
     /// Paths the plugin must not reach (absolute; missing ones are skipped).
     pub deny: Vec<PathBuf>,
-    /// Paths inside a denied one that the plugin may use (its plugin
-    /// directory, its state directory). Spawn adds the working directory.
+    /// Paths inside a denied one that the plugin may read (its plugin
+    /// directory: its pin or its `.plugins/<id>`). Spawn adds the working
+    /// directory. The view binds them read-only; Landlock allows them whole.
     pub allow: Vec<PathBuf>,
-    /// Refuse the start when Landlock is unavailable (`sandbox.baseline:
-    /// require` in plugd.yaml); otherwise the baseline is best effort.
+    /// Paths inside a denied one that the plugin may write (its state
+    /// directory), created when missing.
+    pub writable: Vec<PathBuf>,
+    /// Files the view shows read-only when they exist (`plugd.yaml`,
+    /// `.mcp.json`); the Landlock fallback cannot protect them.
+    pub read_only: Vec<PathBuf>,
+    /// Refuse the start when the baseline cannot be applied (`sandbox.baseline:
+    /// require` in plugd.yaml): the view cannot be built (unless the operator
+    /// forced Landlock), or Landlock is not enforced; otherwise the baseline
+    /// is best effort.
     pub require: bool,
 }
 
@@ -96,6 +112,7 @@ pub fn resolve(plan: &BaselinePlan, cwd: Option<&Path>) -> (Vec<PathBuf>, Vec<Pa
     let mut allow: Vec<PathBuf> = plan
         .allow
         .iter()
+        .chain(&plan.writable)
         .map(PathBuf::as_path)
         .chain(cwd)
         .filter_map(canonical)
@@ -163,16 +180,23 @@ pub fn prepare_without_landlock() -> Prepared {
     Prepared { ruleset: None }
 }
 
-/// Builds the ruleset: all filesystem access handled, everything allowed
-/// beneath [`allowed_paths`]. Missing exceptions inside a denied path (the
-/// plugin's state directory) are created first, so the plugin can use them.
-pub fn prepare(plan: &BaselinePlan, cwd: &Path) -> Result<Prepared, String> {
-    for a in &plan.allow {
+/// Creates the missing exceptions inside a denied path (the plugin's state
+/// directory), so the plugin can use them.
+pub fn create_exceptions(plan: &BaselinePlan) -> Result<(), String> {
+    for a in plan.allow.iter().chain(&plan.writable) {
         if !a.exists() && plan.deny.iter().any(|d| a.starts_with(d)) {
             std::fs::create_dir_all(a)
                 .map_err(|e| format!("cannot create {:?}: {e}", a.display().to_string()))?;
         }
     }
+    Ok(())
+}
+
+/// Builds the ruleset: all filesystem access handled, everything allowed
+/// beneath [`allowed_paths`]. Missing exceptions are created first
+/// ([`create_exceptions`]).
+pub fn prepare(plan: &BaselinePlan, cwd: &Path) -> Result<Prepared, String> {
+    create_exceptions(plan)?;
     let (deny, allow) = resolve(plan, Some(cwd));
     if deny.is_empty() {
         return Ok(Prepared { ruleset: None });
@@ -282,7 +306,9 @@ mod tests {
         std::os::unix::fs::symlink(&ws, t.join("up")).unwrap();
         let plan = BaselinePlan {
             deny: vec![ws.join(".plugd"), ws.join(".plugins"), ws.join("missing")],
-            allow: vec![ws.join(".plugd/state/p"), ws.clone()],
+            allow: vec![ws.clone()],
+            writable: vec![ws.join(".plugd/state/p")],
+            read_only: Vec::new(),
             require: false,
         };
         let (deny, allow) = resolve(&plan, Some(&ws.join(".plugins/p")));

@@ -11,7 +11,11 @@
 //!   permission refuses the start (fail closed);
 //! * [`Limits`] become `setrlimit` calls in the child before `exec`
 //!   ([`limits`]), and an exit under a limit is explained by
-//!   [`describe_exit`] instead of looking like a mystery crash.
+//!   [`describe_exit`] instead of looking like a mystery crash;
+//! * without a [`SandboxPlan`], a [`BaselinePlan`] runs the plugin in the
+//!   view ([`view`]: a bubblewrap mount namespace that shows the host but
+//!   not plugd), or, where the view cannot be built, under the Landlock
+//!   baseline ([`baseline`]).
 //!
 //! **Architecture invariant**: every path bound into a sandbox is re-checked
 //! against the hard denylist ([`plugd_manifest::check_sandbox_path`]) on its
@@ -22,6 +26,7 @@ pub mod bwrap;
 pub mod egress;
 pub mod fallback;
 pub mod limits;
+pub mod view;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -403,6 +408,14 @@ pub fn egress_bridge_binary() -> Result<PathBuf, String> {
     }
 }
 
+/// `true` when a start with `containment` may run under bwrap, which reports
+/// a signal death of the plugin as exit status 128 + signal: a sandbox, or
+/// the baseline in the view.
+pub fn wrapped_by_bwrap(containment: &Containment) -> bool {
+    containment.sandbox.is_some()
+        || (containment.baseline.is_some() && matches!(view::choose(), view::Choice::View { .. }))
+}
+
 /// SIGXCPU: the soft CPU limit was reached.
 const SIGXCPU: i32 = 24;
 
@@ -411,7 +424,7 @@ const SIGXCPU: i32 = 24;
 /// (limits.cpu_seconds)`. Under bwrap a signal death of the plugin shows as
 /// exit status 128 + signal.
 pub fn describe_exit(status: &ExitStatus, containment: &Containment) -> String {
-    let bwrap = containment.sandbox.is_some();
+    let bwrap = wrapped_by_bwrap(containment);
     let signal = status
         .signal()
         .or_else(|| status.code().filter(|c| bwrap && *c > 128).map(|c| c - 128));

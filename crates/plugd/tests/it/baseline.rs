@@ -1,10 +1,12 @@
 //! Containment by default: a real Python plugin without a sandbox (and one
 //! whose sandbox the operator turned off) tries to read plugd's state
 //! database, the master key file, another plugin's directory and plugd's
-//! own `/proc/<pid>/environ`; the Landlock baseline refuses each with
-//! `EACCES`, and the per-plugin opt-out shows the same reads succeed. Then
-//! `kill -9` of `plugd serve` with a plugin that left processes behind (in
-//! its group, `setsid`, double-forked): the next serve kills them all.
+//! own `/proc/<pid>/environ`; the view (the default) shows none of them
+//! (`ENOENT`), the Landlock fallback (forced with `PLUGD_BASELINE=landlock`)
+//! refuses each with `EACCES`, and the per-plugin opt-out shows the same
+//! reads succeed. Then `kill -9` of `plugd serve` with a plugin that left
+//! processes behind (in its group, `setsid`, double-forked): for a plain
+//! child the next serve kills them all; in the view they die with it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,26 +69,51 @@ fn read(ws: &Ws, id: &str, p: &Path, env: &[(&str, String)]) -> Value {
     call(ws, id, json!({"op": "read", "path": p}), env)
 }
 
-fn denied(p: &Path) -> String {
-    format!(
-        "PermissionError: [Errno 13] Permission denied: '{}'",
-        p.display()
-    )
+/// The baseline's mechanism a test runs under.
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// The default: the view (a mount namespace).
+    View,
+    /// `PLUGD_BASELINE=landlock`.
+    Landlock,
+}
+
+impl Mode {
+    /// How a hidden path fails: absent in the view, refused by Landlock.
+    fn denied(self, p: &Path) -> String {
+        match self {
+            Mode::View => format!(
+                "FileNotFoundError: [Errno 2] No such file or directory: '{}'",
+                p.display()
+            ),
+            Mode::Landlock => format!(
+                "PermissionError: [Errno 13] Permission denied: '{}'",
+                p.display()
+            ),
+        }
+    }
 }
 
 #[test]
 fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env() {
+    hidden_from_unsandboxed_plugins(Mode::View);
+}
+
+#[test]
+fn the_landlock_fallback_refuses_the_same_reads() {
+    hidden_from_unsandboxed_plugins(Mode::Landlock);
+}
+
+fn hidden_from_unsandboxed_plugins(mode: Mode) {
     let ws = Ws::new();
     // Plugin "bare" has no sandbox section; the operator turned the sandbox
     // off for "off" and opted "optout" out of the baseline.
     for id in ["bare", "off", "optout"] {
         probe(&ws, id, &[]);
     }
-    std::fs::write(
-        ws.dir().join("plugd.yaml"),
-        "sandbox:\n  plugins:\n    \"off\": {enabled: false}\n    optout: {baseline: false}\n",
-    )
-    .unwrap();
+    let policy =
+        "sandbox:\n  plugins:\n    \"off\": {enabled: false}\n    optout: {baseline: false}\n";
+    std::fs::write(ws.dir().join("plugd.yaml"), policy).unwrap();
     let other = ws.plugin_dir("other");
     std::fs::create_dir_all(&other).unwrap();
     let other_secret = other.join("secret.txt");
@@ -97,12 +124,17 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
     let key_file = config_home.path().join("plugd/master.key");
     std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
     std::fs::write(&key_file, MASTER_KEY).unwrap();
-    let env = [
+    let mut env = vec![
         ("XDG_CONFIG_HOME", config_home.path().display().to_string()),
         ("PLUGD_MASTER_KEY", MASTER_KEY.to_owned()),
     ];
+    if mode == Mode::Landlock {
+        env.push(("PLUGD_BASELINE", "landlock".to_owned()));
+    }
+    let env = &env[..];
+    let denied = |p: &Path| mode.denied(p);
     for id in ["bare", "off", "optout"] {
-        cli(&ws, &["plugin", "approve", id], &env).unwrap();
+        cli(&ws, &["plugin", "approve", id], env).unwrap();
         std::fs::create_dir_all(ws.dir().join(".plugd/state").join(id)).unwrap();
     }
     let state_db = ws.dir().join(".plugd/state.db");
@@ -111,24 +143,35 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
     for id in ["bare", "off"] {
         for p in [&state_db, &key_file, &other_secret] {
             assert_eq!(
-                read(&ws, id, p, &env),
+                read(&ws, id, p, env),
                 json!({"ok": false, "error": denied(p)}),
                 "{id} reading {}",
                 p.display()
             );
         }
-        let environ = call(&ws, id, json!({"op": "parent_environ"}), &env);
-        let err = environ["error"].as_str().unwrap_or_default();
-        assert!(
-            err.starts_with("PermissionError: [Errno 13] Permission denied: '/proc/")
-                && err.ends_with("/environ'"),
-            "{id}: {environ}"
-        );
+        let environ = call(&ws, id, json!({"op": "parent_environ"}), env);
+        match mode {
+            // Its parent is bwrap's init in its own PID namespace, which
+            // has only the plugin's environment; plugd is not there.
+            Mode::View => assert_eq!(
+                environ,
+                json!({"ok": true, "has_master_key": false}),
+                "{id}"
+            ),
+            Mode::Landlock => {
+                let err = environ["error"].as_str().unwrap_or_default();
+                assert!(
+                    err.starts_with("PermissionError: [Errno 13] Permission denied: '/proc/")
+                        && err.ends_with("/environ'"),
+                    "{id}: {environ}"
+                );
+            }
+        }
         // It runs from its pin: its source directory is hidden like any
         // other plugin's (it is mutable and not what was approved).
         let source = ws.plugin_dir(id).join("sandbox_probe.py");
         assert_eq!(
-            read(&ws, id, &source, &env),
+            read(&ws, id, &source, env),
             json!({"ok": false, "error": denied(&source)}),
             "{id} reading its source"
         );
@@ -139,21 +182,36 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
             ws.dir().join("notes.txt"),
             PathBuf::from("/etc/hostname"),
         ] {
-            assert_eq!(read(&ws, id, &p, &env)["ok"], json!(true), "{id}: {p:?}");
+            assert_eq!(read(&ws, id, &p, env)["ok"], json!(true), "{id}: {p:?}");
         }
         let own_state = ws.dir().join(".plugd/state").join(id).join("f");
         assert_eq!(
-            call(&ws, id, json!({"op": "write", "path": own_state}), &env),
+            call(&ws, id, json!({"op": "write", "path": own_state}), env),
             json!({"ok": true})
         );
+        assert_eq!(std::fs::read_to_string(&own_state).unwrap(), "x");
         let not_own = ws.dir().join(".plugd/state/optout/f");
         assert_eq!(
-            call(&ws, id, json!({"op": "write", "path": not_own}), &env),
+            call(&ws, id, json!({"op": "write", "path": not_own}), env),
             json!({"ok": false, "error": denied(&not_own)})
         );
+        // Its pin is read-only in the view (Landlock allows it whole).
+        if mode == Mode::View {
+            let in_pin = call(&ws, id, json!({"op": "write", "path": "planted.py"}), env);
+            assert!(
+                in_pin["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("OSError: [Errno 30] Read-only file system")),
+                "{id}: {in_pin}"
+            );
+        }
 
-        let show = cli(&ws, &["plugin", "show", id], &env).unwrap();
-        assert!(show.contains("  baseline:  on, landlock (ABI "), "{show}");
+        let show = cli(&ws, &["plugin", "show", id], env).unwrap();
+        let want = match mode {
+            Mode::View => "  baseline:  on, view (bubblewrap mount namespace)",
+            Mode::Landlock => "  baseline:  on, landlock (ABI ",
+        };
+        assert!(show.contains(want), "{show}");
         let hidden = show
             .lines()
             .find(|l| l.starts_with("    hidden:  "))
@@ -166,7 +224,7 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
             assert!(hidden.contains(&p.display().to_string()), "{p:?}\n{show}");
         }
         let json: Value =
-            serde_json::from_str(&cli(&ws, &["plugin", "show", id, "--json"], &env).unwrap())
+            serde_json::from_str(&cli(&ws, &["plugin", "show", id, "--json"], env).unwrap())
                 .unwrap();
         let b = &json["permissions"]["baseline"];
         assert_eq!(b["state"], "on", "{json}");
@@ -177,22 +235,32 @@ fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env
             b["allowed"].as_array().unwrap().contains(&json!(cwd)),
             "{b}"
         );
+        if mode == Mode::View {
+            // Its pin and plugd.yaml read-only; its state directory is not.
+            let ro = b["read_only"].as_array().unwrap();
+            assert!(ro.contains(&json!(cwd)), "{b}");
+            let yaml = ws.dir().join("plugd.yaml").canonicalize().unwrap();
+            assert!(ro.contains(&json!(yaml)), "{b}");
+            assert!(
+                !ro.iter().any(|p| p.as_str().unwrap().contains("/state/")),
+                "{b}"
+            );
+        }
     }
-
     // The opt-out: the same reads succeed (so the checks above can fail).
     for p in [&state_db, &key_file, &other_secret] {
         assert_eq!(
-            read(&ws, "optout", p, &env)["ok"],
+            read(&ws, "optout", p, env)["ok"],
             json!(true),
             "{}",
             p.display()
         );
     }
     assert_eq!(
-        call(&ws, "optout", json!({"op": "parent_environ"}), &env),
+        call(&ws, "optout", json!({"op": "parent_environ"}), env),
         json!({"ok": true, "has_master_key": true})
     );
-    let show = cli(&ws, &["plugin", "show", "optout"], &env).unwrap();
+    let show = cli(&ws, &["plugin", "show", "optout"], env).unwrap();
     assert!(
         show.contains(
             "  baseline:  off: opted out: plugd.yaml sandbox.plugins.optout.baseline is false"
@@ -213,7 +281,13 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
     let out = tempfile::tempdir().unwrap();
     let pidfile = out.path().join("pids");
     probe(&ws, "esc", &["escape", &pidfile.display().to_string()]);
-    std::fs::write(ws.dir().join("plugd.yaml"), "eager: [esc]\n").unwrap();
+    // A plain child: in the view its processes would die with serve (see
+    // `kill_9_of_serve_takes_the_view_with_it`).
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "eager: [esc]\nsandbox:\n  plugins:\n    esc: {baseline: false}\n",
+    )
+    .unwrap();
     // Approving starts the plugin once: it must not escape then.
     std::fs::write(&pidfile, "").unwrap();
     cli(&ws, &["plugin", "approve", "esc"], &[]).unwrap();
@@ -287,6 +361,78 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
             .collect();
         assert!(stale.is_empty(), "{stale:?} left in {}", base.display());
     }
+}
+
+#[test]
+fn kill_9_of_serve_takes_the_view_with_it() {
+    let ws = Ws::new();
+    let out = tempfile::tempdir().unwrap();
+    let pidfile = out.path().join("pids");
+    probe(&ws, "esc", &["escape", &pidfile.display().to_string()]);
+    std::fs::write(ws.dir().join("plugd.yaml"), "eager: [esc]\n").unwrap();
+    std::fs::write(&pidfile, "").unwrap();
+    cli(&ws, &["plugin", "approve", "esc"], &[]).unwrap();
+    std::fs::remove_file(&pidfile).unwrap();
+
+    let first = Serve::start_with_env(&ws, &[]);
+    // The pids the plugin writes are its PID namespace's; serve's tracker
+    // records the host's: bwrap, its init, python and the three sleepers.
+    assert!(
+        eventually_blocking(Duration::from_secs(30), || pidfile.exists()),
+        "the plugin did not leave its processes"
+    );
+    let records = ws.dir().join(".plugd/procs");
+    let recorded = || -> Vec<(i32, u64)> {
+        std::fs::read_dir(&records)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|e| {
+                std::fs::read_to_string(e.path())
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| {
+                        let mut f = l.strip_prefix("proc ")?.split_whitespace();
+                        Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let sleeping = |procs: &[(i32, u64)]| {
+        procs
+            .iter()
+            .filter(|(p, _)| {
+                std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == b"sleep\x001000\x00")
+            })
+            .count()
+    };
+    assert!(
+        eventually_blocking(Duration::from_secs(30), || sleeping(&recorded()) == 3),
+        "{:?}",
+        recorded()
+    );
+    let procs = recorded();
+    assert!(procs.iter().all(|&(p, s)| alive(p, s)), "{procs:?}");
+    let mut first = first;
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    // bwrap dies with serve (--die-with-parent), and with its init the
+    // whole PID namespace: no next serve is needed.
+    assert!(
+        eventually_blocking(Duration::from_secs(10), || procs
+            .iter()
+            .all(|&(p, s)| !alive(p, s))),
+        "still running: {:?}",
+        procs
+            .iter()
+            .filter(|&&(p, s)| alive(p, s))
+            .collect::<Vec<_>>()
+    );
+    drop(first);
+    let second = Serve::start_with_env(&ws, &[]);
+    let (status, log) = second.stop();
+    assert!(status.success(), "{log}");
 }
 
 /// Whether a process record under `records` (`.plugd/procs`) names `pid`.

@@ -25,6 +25,7 @@ mod gateway_vai;
 mod hooks;
 mod hostile;
 mod http;
+mod insider;
 mod invocations;
 mod llm;
 mod marketplace;

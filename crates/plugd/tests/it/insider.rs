@@ -1,0 +1,347 @@
+//! Plugins see a view, not the host: an "insider" plugin without a sandbox
+//! (tests/plugins/sandbox_probe.py) under a real `plugd serve` tries to call
+//! serve's own API over `.plugd/serve.sock`, append to `plugd.yaml`, read
+//! `.plugd/state.db`, the master key file and another plugin's directory,
+//! and read serve's `/proc/<pid>/environ`; in the view every attempt fails.
+//! The same plugin with the Landlock fallback forced. Then real third-party
+//! MCP servers (server-filesystem, server-memory from npm, mcp-server-sqlite
+//! from PyPI) given the workspace: they do their ordinary work in it, and
+//! `.plugd/state.db` stays out of their reach.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::baseline::{cli, probe};
+use crate::http::Serve;
+use crate::support::*;
+
+const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+/// A workspace with the approved probe plugin `insider`, another plugin's
+/// secret, a `plugd.yaml`, and the master key file under its own
+/// `XDG_CONFIG_HOME`; the environment for plugd.
+struct Insider {
+    ws: Ws,
+    _config_home: tempfile::TempDir,
+    key_file: PathBuf,
+    other_secret: PathBuf,
+    env: Vec<(&'static str, String)>,
+}
+
+const POLICY: &str = "eager: [insider]\n";
+
+fn insider(extra_env: &[(&'static str, &str)]) -> Insider {
+    let ws = Ws::new();
+    probe(&ws, "insider", &[]);
+    std::fs::write(ws.dir().join("plugd.yaml"), POLICY).unwrap();
+    let other = ws.plugin_dir("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let other_secret = other.join("secret.txt");
+    std::fs::write(&other_secret, "other plugin's secret").unwrap();
+    std::fs::write(ws.dir().join("notes.txt"), "workspace file").unwrap();
+    let config_home = tempfile::tempdir().unwrap();
+    let key_file = config_home.path().join("plugd/master.key");
+    std::fs::create_dir_all(key_file.parent().unwrap()).unwrap();
+    std::fs::write(&key_file, MASTER_KEY).unwrap();
+    let mut env = vec![
+        ("XDG_CONFIG_HOME", config_home.path().display().to_string()),
+        ("PLUGD_MASTER_KEY", MASTER_KEY.to_owned()),
+    ];
+    env.extend(extra_env.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    cli(&ws, &["plugin", "approve", "insider"], &env).unwrap();
+    Insider {
+        ws,
+        _config_home: config_home,
+        key_file,
+        other_secret,
+        env,
+    }
+}
+
+fn start(i: &Insider) -> Serve {
+    let env: Vec<(&str, &str)> = i.env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Serve::start_with_env(&i.ws, &env)
+}
+
+/// One probe through serve's HTTP API (the plugin runs under serve).
+fn attempt(serve: &Serve, args: Value) -> Value {
+    let r = serve.post("/v1/tools/insider_probe:invoke", &json!({ "args": args }));
+    assert_eq!(r.status, 200, "{}", r.json());
+    r.json()
+}
+
+fn read(serve: &Serve, p: &Path) -> Value {
+    attempt(serve, json!({"op": "read", "path": p}))
+}
+
+fn error(v: &Value) -> &str {
+    v["error"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn an_insider_plugin_reaches_nothing_of_plugd_in_the_view() {
+    let i = insider(&[]);
+    let ws = i.ws.dir();
+    let serve = start(&i);
+    let sock = ws.join(".plugd/serve.sock");
+    // The socket is there for everyone outside the view.
+    assert!(sock.exists());
+    let state_db = ws.join(".plugd/state.db");
+    assert!(state_db.is_file());
+    // The plugin runs, and sees the workspace.
+    assert_eq!(
+        read(&serve, &ws.join("notes.txt")),
+        json!({"ok": true, "bytes": 14})
+    );
+
+    // serve's own API over its socket: there is no socket.
+    let api = attempt(
+        &serve,
+        json!({"op": "unix_get", "path": sock, "target": "/v1/plugins"}),
+    );
+    assert_eq!(
+        api,
+        json!({"ok": false, "error": "FileNotFoundError: [Errno 2] No such file or directory"})
+    );
+    // Its policy: read-only.
+    let yaml = ws.join("plugd.yaml");
+    let append = attempt(
+        &serve,
+        json!({"op": "append", "path": yaml, "text": "sandbox: {plugins: {insider: {baseline: false}}}\n"}),
+    );
+    assert_eq!(
+        error(&append),
+        format!(
+            "OSError: [Errno 30] Read-only file system: '{}'",
+            yaml.display()
+        ),
+        "{append}"
+    );
+    // State, keys, other plugins: absent.
+    for p in [&state_db, &i.key_file, &i.other_secret] {
+        assert_eq!(
+            read(&serve, p),
+            json!({"ok": false, "error": format!("FileNotFoundError: [Errno 2] No such file or directory: '{}'", p.display())}),
+            "{}",
+            p.display()
+        );
+    }
+    // serve's environment: its pid does not exist in the plugin's PID
+    // namespace.
+    let pid = serve.child.id();
+    let environ = attempt(&serve, json!({"op": "environ_of", "pid": pid}));
+    assert_eq!(
+        error(&environ),
+        format!("FileNotFoundError: [Errno 2] No such file or directory: '/proc/{pid}/environ'"),
+        "{environ}"
+    );
+    // The same read of its own process works (so the one above could pass).
+    let whoami = attempt(&serve, json!({"op": "whoami"}));
+    let inner = whoami["pid"].as_u64().unwrap();
+    assert_eq!(
+        attempt(&serve, json!({"op": "environ_of", "pid": inner})),
+        json!({"ok": true, "has_master_key": false})
+    );
+
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(std::fs::read_to_string(&yaml).unwrap(), POLICY);
+    assert!(!log.contains("containment view cannot be built"), "{log}");
+}
+
+#[test]
+fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
+    let i = insider(&[("PLUGD_BASELINE", "landlock")]);
+    let ws = i.ws.dir();
+    let show = cli(&i.ws, &["plugin", "show", "insider"], &i.env).unwrap();
+    assert!(
+        show.contains("  baseline:  on, landlock (ABI ")
+            && show.contains("), fallback: forced by PLUGD_BASELINE=landlock"),
+        "{show}"
+    );
+    assert!(show.contains("not covered: writes to plugd.yaml"), "{show}");
+    let serve = start(&i);
+    let state_db = ws.join(".plugd/state.db");
+    for p in [&state_db, &i.key_file, &i.other_secret] {
+        assert_eq!(
+            read(&serve, p),
+            json!({"ok": false, "error": format!("PermissionError: [Errno 13] Permission denied: '{}'", p.display())}),
+            "{}",
+            p.display()
+        );
+    }
+    // Landlock does not govern connect() on serve's socket: what happens is
+    // up to serve's peer check (another part of issue 25), so it is only
+    // recorded here.
+    let api = attempt(
+        &serve,
+        json!({"op": "unix_get", "path": ws.join(".plugd/serve.sock"), "target": "/v1/plugins"}),
+    );
+    eprintln!("landlock fallback: GET /v1/plugins over serve.sock from a plugin: {api}");
+    assert!(api.get("ok").is_some(), "{api}");
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
+
+/// The installed npm package's entry point (scripts/test installs it).
+fn npm_tool(package: &str) -> PathBuf {
+    let p = repo().join(format!(
+        ".npm-tools/node_modules/@modelcontextprotocol/{package}/dist/index.js"
+    ));
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/test, which installs @modelcontextprotocol/{package} into .npm-tools/",
+        p.display()
+    );
+    p
+}
+
+/// `mcp-server-sqlite` in its own venv (scripts/test creates it).
+fn sqlite_server() -> PathBuf {
+    let p = repo().join(".venv-mcp-sqlite/bin/mcp-server-sqlite");
+    assert!(
+        p.exists(),
+        "{} is missing: run ./scripts/test, which installs mcp-server-sqlite into .venv-mcp-sqlite/",
+        p.display()
+    );
+    p
+}
+
+/// `plugd tool call NAME --args ARGS --yes`: the result, or the error.
+fn tool(ws: &Ws, name: &str, args: Value) -> Result<Value, String> {
+    cli(
+        ws,
+        &["tool", "call", name, "--args", &args.to_string(), "--yes"],
+        &[("PLUGD_MASTER_KEY", MASTER_KEY.to_owned())],
+    )
+    .map(|out| serde_json::from_str(&out).unwrap())
+}
+
+fn text(v: &Value) -> String {
+    v["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn third_party_servers_do_their_work_in_the_workspace_and_not_in_plugd() {
+    let ws = Ws::new();
+    let dir = ws.dir().canonicalize().unwrap();
+    let memory = dir.join("memory.jsonl");
+    let db = dir.join("data.db");
+    std::fs::write(
+        dir.join(".mcp.json"),
+        serde_json::to_vec_pretty(&json!({"mcpServers": {
+            "fs": {"command": "node", "args": [npm_tool("server-filesystem"), dir]},
+            "sqlite": {"command": sqlite_server(), "args": ["--db-path", db]},
+            "memory": {"command": "node", "args": [npm_tool("server-memory")],
+                       "env": {"MEMORY_FILE_PATH": memory}},
+            // The memory server pointed at plugd's state database.
+            "spy": {"command": "node", "args": [npm_tool("server-memory")],
+                    "env": {"MEMORY_FILE_PATH": dir.join(".plugd/state.db")}},
+        }}))
+        .unwrap(),
+    )
+    .unwrap();
+    let env = [("PLUGD_MASTER_KEY", MASTER_KEY.to_owned())];
+    for id in ["fs", "sqlite", "memory", "spy"] {
+        cli(&ws, &["plugin", "approve", id], &env).unwrap();
+    }
+    let state_db = dir.join(".plugd/state.db");
+    assert!(
+        std::fs::read(&state_db)
+            .unwrap()
+            .starts_with(b"SQLite format 3\0")
+    );
+
+    // server-filesystem lists the workspace, creates a file and a directory.
+    let listing = text(&tool(&ws, "fs/list_directory", json!({"path": dir})).unwrap());
+    assert!(listing.contains("[FILE] .mcp.json"), "{listing}");
+    tool(
+        &ws,
+        "fs/write_file",
+        json!({"path": dir.join("notes.md"), "content": "# notes\n"}),
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.md")).unwrap(),
+        "# notes\n"
+    );
+    tool(
+        &ws,
+        "fs/create_directory",
+        json!({"path": dir.join("docs/drafts")}),
+    )
+    .unwrap();
+    assert!(dir.join("docs/drafts").is_dir());
+    let listing = text(&tool(&ws, "fs/list_directory", json!({"path": dir})).unwrap());
+    assert!(
+        listing.contains("[FILE] notes.md") && listing.contains("[DIR] docs"),
+        "{listing}"
+    );
+    // ... but plugd's state database is not there for it.
+    let err = tool(&ws, "fs/read_text_file", json!({"path": state_db})).unwrap_err();
+    assert!(err.contains("ENOENT: no such file or directory"), "{err}");
+
+    // mcp-server-sqlite creates and writes its database in the workspace.
+    tool(
+        &ws,
+        "sqlite/create_table",
+        json!({"query": "CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)"}),
+    )
+    .unwrap();
+    tool(
+        &ws,
+        "sqlite/write_query",
+        json!({"query": "INSERT INTO notes (body) VALUES ('from the view')"}),
+    )
+    .unwrap();
+    let rows = text(
+        &tool(
+            &ws,
+            "sqlite/read_query",
+            json!({"query": "SELECT body FROM notes"}),
+        )
+        .unwrap(),
+    );
+    assert!(rows.contains("from the view"), "{rows}");
+    assert!(
+        std::fs::read(&db)
+            .unwrap()
+            .starts_with(b"SQLite format 3\0")
+    );
+    // ... and cannot attach plugd's.
+    let attach = tool(
+        &ws,
+        "sqlite/write_query",
+        json!({"query": format!("ATTACH DATABASE '{}' AS plugd", state_db.display())}),
+    );
+    let attach = match attach {
+        Ok(v) => text(&v),
+        Err(e) => e,
+    };
+    assert!(attach.contains("unable to open database"), "{attach}");
+
+    // server-memory saves its graph in the workspace.
+    tool(
+        &ws,
+        "memory/create_entities",
+        json!({"entities": [{"name": "ada", "entityType": "person", "observations": ["wrote the first program"]}]}),
+    )
+    .unwrap();
+    let saved = std::fs::read_to_string(&memory).unwrap();
+    assert!(
+        saved.contains("\"name\":\"ada\"") && saved.contains("wrote the first program"),
+        "{saved}"
+    );
+    // Pointed at plugd's state database, it finds nothing there (a readable
+    // SQLite file would fail its JSON parse).
+    let graph = tool(&ws, "spy/read_graph", json!({})).unwrap();
+    assert_eq!(
+        graph["structuredContent"],
+        json!({"entities": [], "relations": []}),
+        "{graph}"
+    );
+}
