@@ -21,6 +21,7 @@ Serves one tool, ID_probe, that tries one thing and reports what happened:
   {"op": "burn"}                   -> spins the CPU until killed
   {"op": "whoami"}                 -> uid, gid, pid
   {"op": "append", "path": P, "text": T} -> appends T to P
+  {"op": "die", "signal": N}       -> kills itself with signal N (no reply)
   {"op": "environ_of", "pid": N}   -> reads /proc/N/environ: whether
                                       PLUGD_MASTER_KEY is in it
   {"op": "unix_get", "path": S, "target": T}
@@ -86,6 +87,8 @@ def probe(args):
             with open(f"/proc/{os.getppid()}/environ", "rb") as f:
                 env = f.read()
             return {"ok": True, "has_master_key": b"PLUGD_MASTER_KEY=" in env}
+        if op == "die":
+            os.kill(os.getpid(), int(args["signal"]))
         if op == "append":
             with open(args["path"], "a") as f:
                 f.write(args["text"])

@@ -98,10 +98,25 @@ pub enum Choice {
     },
 }
 
+static CHOICE: OnceLock<Choice> = OnceLock::new();
+
+/// Makes this process use the Landlock baseline, as [`BASELINE_ENV`]`=landlock`
+/// does, for an embedder that cannot set its own environment (plugd's test
+/// suite: most of its tests compare the process ids plugins report with the
+/// host's, which a PID namespace changes). Must come before the first start;
+/// `false` when the mechanism was already chosen.
+pub fn force_landlock(why: &str) -> bool {
+    CHOICE
+        .set(Choice::Landlock {
+            why: format!("forced by {why}"),
+            forced: true,
+        })
+        .is_ok()
+}
+
 /// The mechanism of this process, probed once: [`BASELINE_ENV`] first, then
 /// whether bwrap can build the view here.
 pub fn choose() -> &'static Choice {
-    static CHOICE: OnceLock<Choice> = OnceLock::new();
     CHOICE.get_or_init(|| {
         if std::env::var(BASELINE_ENV).is_ok_and(|v| v == "landlock") {
             return Choice::Landlock {

@@ -5,8 +5,8 @@
 //! (`ENOENT`), the Landlock fallback (forced with `PLUGD_BASELINE=landlock`)
 //! refuses each with `EACCES`, and the per-plugin opt-out shows the same
 //! reads succeed. Then `kill -9` of `plugd serve` with a plugin that left
-//! processes behind (in its group, `setsid`, double-forked): for a plain
-//! child the next serve kills them all; in the view they die with it.
+//! processes behind (in its group, `setsid`, double-forked): under Landlock
+//! the next serve kills them all; in the view they die with serve.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -128,9 +128,14 @@ fn hidden_from_unsandboxed_plugins(mode: Mode) {
         ("XDG_CONFIG_HOME", config_home.path().display().to_string()),
         ("PLUGD_MASTER_KEY", MASTER_KEY.to_owned()),
     ];
-    if mode == Mode::Landlock {
-        env.push(("PLUGD_BASELINE", "landlock".to_owned()));
-    }
+    env.push((
+        "PLUGD_BASELINE",
+        match mode {
+            Mode::View => "view",
+            Mode::Landlock => "landlock",
+        }
+        .to_owned(),
+    ));
     let env = &env[..];
     let denied = |p: &Path| mode.denied(p);
     for id in ["bare", "off", "optout"] {
@@ -281,13 +286,7 @@ fn kill_9_of_serve_leaves_no_plugin_process_after_the_next_serve() {
     let out = tempfile::tempdir().unwrap();
     let pidfile = out.path().join("pids");
     probe(&ws, "esc", &["escape", &pidfile.display().to_string()]);
-    // A plain child: in the view its processes would die with serve (see
-    // `kill_9_of_serve_takes_the_view_with_it`).
-    std::fs::write(
-        ws.dir().join("plugd.yaml"),
-        "eager: [esc]\nsandbox:\n  plugins:\n    esc: {baseline: false}\n",
-    )
-    .unwrap();
+    std::fs::write(ws.dir().join("plugd.yaml"), "eager: [esc]\n").unwrap();
     // Approving starts the plugin once: it must not escape then.
     std::fs::write(&pidfile, "").unwrap();
     cli(&ws, &["plugin", "approve", "esc"], &[]).unwrap();
@@ -371,10 +370,16 @@ fn kill_9_of_serve_takes_the_view_with_it() {
     probe(&ws, "esc", &["escape", &pidfile.display().to_string()]);
     std::fs::write(ws.dir().join("plugd.yaml"), "eager: [esc]\n").unwrap();
     std::fs::write(&pidfile, "").unwrap();
-    cli(&ws, &["plugin", "approve", "esc"], &[]).unwrap();
+    let view = [("PLUGD_BASELINE", "view")];
+    cli(
+        &ws,
+        &["plugin", "approve", "esc"],
+        &[("PLUGD_BASELINE", "view".to_owned())],
+    )
+    .unwrap();
     std::fs::remove_file(&pidfile).unwrap();
 
-    let first = Serve::start_with_env(&ws, &[]);
+    let first = Serve::start_with_env(&ws, &view);
     // The pids the plugin writes are its PID namespace's; serve's tracker
     // records the host's: bwrap, its init, python and the three sleepers.
     assert!(
@@ -430,7 +435,7 @@ fn kill_9_of_serve_takes_the_view_with_it() {
             .collect::<Vec<_>>()
     );
     drop(first);
-    let second = Serve::start_with_env(&ws, &[]);
+    let second = Serve::start_with_env(&ws, &view);
     let (status, log) = second.stop();
     assert!(status.success(), "{log}");
 }

@@ -81,7 +81,7 @@ fn error(v: &Value) -> &str {
 
 #[test]
 fn an_insider_plugin_reaches_nothing_of_plugd_in_the_view() {
-    let i = insider(&[]);
+    let i = insider(&[("PLUGD_BASELINE", "view")]);
     let ws = i.ws.dir();
     let serve = start(&i);
     let sock = ws.join(".plugd/serve.sock");
@@ -150,6 +150,86 @@ fn an_insider_plugin_reaches_nothing_of_plugd_in_the_view() {
     assert!(!log.contains("containment view cannot be built"), "{log}");
 }
 
+/// The host processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| {
+            plugd_host::procs::stat(p).is_some_and(|s| s.ppid == pid as i32 && s.state != 'Z')
+        })
+        .map(|p| p as u32)
+        .collect()
+}
+
+#[test]
+fn the_view_is_restarted_after_a_crash_and_on_request_and_stopped_with_serve() {
+    let i = insider(&[("PLUGD_BASELINE", "view")]);
+    let serve = start(&i);
+    let serve_pid = serve.child.id();
+    assert_eq!(attempt(&serve, json!({"op": "whoami"}))["ok"], json!(true));
+    // serve's child is bwrap; the plugin is inside its PID namespace.
+    let first = children_of(serve_pid);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let comm = |p: u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    assert_eq!(comm(first[0]).trim(), "bwrap");
+    let gone = |p: u32| plugd_host::procs::stat(p as i32).is_none_or(|s| s.state == 'Z');
+
+    // A crash: killed by SIGKILL inside, bwrap exits 128 + 9, plugd says so
+    // and starts it again.
+    let r = serve.post(
+        "/v1/tools/insider_probe:invoke",
+        &json!({"args": {"op": "die", "signal": 9}}),
+    );
+    assert_ne!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text()
+            .contains("exit status 137 (the sandboxed program was killed by signal 9 (SIGKILL))"),
+        "{}",
+        r.text()
+    );
+    assert!(eventually_blocking(
+        std::time::Duration::from_secs(10),
+        || gone(first[0])
+    ));
+    assert!(
+        eventually_blocking(std::time::Duration::from_secs(30), || {
+            serve
+                .post(
+                    "/v1/tools/insider_probe:invoke",
+                    &json!({"args": {"op": "whoami"}}),
+                )
+                .status
+                == 200
+        }),
+        "not restarted after the crash"
+    );
+    let second = children_of(serve_pid);
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first);
+
+    // A restart on request replaces the whole view.
+    let r = serve.post("/v1/plugins/insider:restart", &json!({}));
+    assert!(r.status < 300, "{}", r.text());
+    assert!(eventually_blocking(
+        std::time::Duration::from_secs(10),
+        || gone(second[0])
+    ));
+    assert_eq!(attempt(&serve, json!({"op": "whoami"}))["ok"], json!(true));
+    let third = children_of(serve_pid);
+    assert_eq!(third.len(), 1, "{third:?}");
+    assert_ne!(third, second);
+
+    // Stopping serve stops it.
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+    assert!(eventually_blocking(
+        std::time::Duration::from_secs(10),
+        || gone(third[0])
+    ));
+}
+
 #[test]
 fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
     let i = insider(&[("PLUGD_BASELINE", "landlock")]);
@@ -208,12 +288,20 @@ fn sqlite_server() -> PathBuf {
     p
 }
 
+/// The environment of the CLI in the view (the suite's default is Landlock).
+fn view_env() -> [(&'static str, String); 2] {
+    [
+        ("PLUGD_MASTER_KEY", MASTER_KEY.to_owned()),
+        ("PLUGD_BASELINE", "view".to_owned()),
+    ]
+}
+
 /// `plugd tool call NAME --args ARGS --yes`: the result, or the error.
 fn tool(ws: &Ws, name: &str, args: Value) -> Result<Value, String> {
     cli(
         ws,
         &["tool", "call", name, "--args", &args.to_string(), "--yes"],
-        &[("PLUGD_MASTER_KEY", MASTER_KEY.to_owned())],
+        &view_env(),
     )
     .map(|out| serde_json::from_str(&out).unwrap())
 }
@@ -245,9 +333,8 @@ fn third_party_servers_do_their_work_in_the_workspace_and_not_in_plugd() {
         .unwrap(),
     )
     .unwrap();
-    let env = [("PLUGD_MASTER_KEY", MASTER_KEY.to_owned())];
     for id in ["fs", "sqlite", "memory", "spy"] {
-        cli(&ws, &["plugin", "approve", id], &env).unwrap();
+        cli(&ws, &["plugin", "approve", id], &view_env()).unwrap();
     }
     let state_db = dir.join(".plugd/state.db");
     assert!(

@@ -37,6 +37,7 @@ pub struct Ws {
 
 impl Ws {
     pub fn new() -> Ws {
+        landlock_by_default();
         Ws {
             tmp: tempfile::tempdir().unwrap(),
         }
@@ -113,15 +114,27 @@ impl Ws {
     }
 }
 
-/// A `Command` for the plugd binary on `workspace`, with the venv on PATH.
+/// A `Command` for the plugd binary on `workspace`, with the venv on PATH
+/// and the Landlock baseline unless the test sets `PLUGD_BASELINE=view`
+/// ([`landlock_by_default`]).
 pub fn plugd_cmd(workspace: &Path) -> std::process::Command {
     #[allow(clippy::disallowed_methods)] // tests run the binary under test
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_plugd"));
     cmd.arg("--workspace")
         .arg(workspace)
         .env("PATH", path_with_venv())
+        .env("PLUGD_BASELINE", "landlock")
         .env_remove("PLUGD_LOG");
     cmd
+}
+
+/// Plugins without a sandbox run under the Landlock baseline in the tests,
+/// in this process and in the plugd processes they start (`plugd_cmd`):
+/// many tests compare the process ids a plugin reports with the host's,
+/// and the view (the default, a PID namespace of its own) changes them.
+/// The view's own tests (baseline.rs, insider.rs) pass `PLUGD_BASELINE=view`.
+fn landlock_by_default() {
+    plugd_host::sandbox::view::force_landlock("plugd's test suite (tests/it/support.rs)");
 }
 
 /// Host config with short timeouts for tests.
