@@ -252,14 +252,17 @@ fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
         );
     }
     // Landlock does not govern connect() on serve's socket: what happens is
-    // up to serve's peer check (another part of issue 25), so it is only
-    // recorded here.
+    // up to serve's peer check (another part of issue 25), so the outcome is
+    // not asserted, only that the probe ran (on the day this was written,
+    // before that check: `HTTP/1.1 200 OK`).
     let api = attempt(
         &serve,
         json!({"op": "unix_get", "path": ws.join(".plugd/serve.sock"), "target": "/v1/plugins"}),
     );
-    eprintln!("landlock fallback: GET /v1/plugins over serve.sock from a plugin: {api}");
-    assert!(api.get("ok").is_some(), "{api}");
+    assert!(
+        api["status"].is_string() || api["error"].is_string(),
+        "{api}"
+    );
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
 }
