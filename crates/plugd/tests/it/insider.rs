@@ -267,6 +267,58 @@ fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
     assert!(status.success(), "{log}");
 }
 
+#[test]
+fn without_a_usable_bwrap_the_view_falls_back_to_landlock_or_refuses_under_require() {
+    let i = insider(&[]);
+    let ws = i.ws.dir();
+    let no_bwrap = |mode: &str| -> Vec<(&'static str, String)> {
+        let mut env = i.env.clone();
+        env.push(("PLUGD_BASELINE", mode.to_owned()));
+        env.push(("PLUGD_BWRAP", "/nonexistent/bwrap".to_owned()));
+        env
+    };
+    let state_db = ws.join(".plugd/state.db");
+    let args = json!({"op": "read", "path": state_db}).to_string();
+    let call = ["tool", "call", "insider_probe", "--args", &args];
+    // Best effort (the default): the Landlock fallback, said in show.
+    let out = cli(&i.ws, &call, &no_bwrap("view")).unwrap();
+    assert!(out.contains("Permission denied"), "{out}");
+    let show = cli(&i.ws, &["plugin", "show", "insider"], &no_bwrap("view")).unwrap();
+    assert!(
+        show.contains("  baseline:  on, landlock (ABI ")
+            && show.contains("fallback: bubblewrap not found at \"/nonexistent/bwrap\""),
+        "{show}"
+    );
+    assert!(show.contains("not covered: writes to plugd.yaml"), "{show}");
+    // `sandbox.baseline: require`: refused, naming why.
+    std::fs::write(
+        ws.join("plugd.yaml"),
+        "eager: [insider]\nsandbox:\n  baseline: require\n",
+    )
+    .unwrap();
+    let err = cli(&i.ws, &call, &no_bwrap("view")).unwrap_err();
+    assert!(
+        err.contains("the view that hides plugd from it cannot be built")
+            && err.contains("sandbox: {baseline: require}"),
+        "{err}"
+    );
+    let show = cli(&i.ws, &["plugin", "show", "insider"], &no_bwrap("view")).unwrap();
+    assert!(
+        show.contains("  baseline:  refused: the view cannot be built"),
+        "{show}"
+    );
+    // With the fallback forced by the operator, require means Landlock
+    // (after the restart the failed start asks for).
+    cli(
+        &i.ws,
+        &["plugin", "restart", "insider"],
+        &no_bwrap("landlock"),
+    )
+    .unwrap();
+    let out = cli(&i.ws, &call, &no_bwrap("landlock")).unwrap();
+    assert!(out.contains("Permission denied"), "{out}");
+}
+
 /// The installed npm package's entry point (scripts/test installs it).
 fn npm_tool(package: &str) -> PathBuf {
     let p = repo().join(format!(
