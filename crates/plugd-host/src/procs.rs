@@ -363,10 +363,12 @@ pub fn plugin_of(pid: i32) -> Result<Option<PluginProcess>, LookupError> {
                     .contains(&(cur, st.start))
         });
         if let Some(t) = owner {
-            let how = if cur == pid {
-                format!("process {pid} of its process tree")
+            let how = if cur != pid {
+                format!("a descendant of its process {cur}")
+            } else if t.leader == pid {
+                "the process plugd started for it".to_owned()
             } else {
-                format!("process {pid}, a descendant of its process {cur}")
+                "a descendant plugd's process tracker recorded".to_owned()
             };
             return Ok(Some(PluginProcess {
                 plugin: Some(t.plugin.clone()),
@@ -376,9 +378,7 @@ pub fn plugin_of(pid: i32) -> Result<Option<PluginProcess>, LookupError> {
         if st.ppid == me {
             return Ok(Some(PluginProcess {
                 plugin: None,
-                how: format!(
-                    "process {pid}, a descendant of plugd (pid {me}) through process {cur}"
-                ),
+                how: format!("a descendant of plugd (pid {me}) through process {cur}"),
             }));
         }
         if st.ppid <= 1 {

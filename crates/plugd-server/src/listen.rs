@@ -312,7 +312,7 @@ async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(
         let _ = stream.write_all(resp.as_bytes()).await;
         let _ = stream.shutdown().await;
         let mut sink = [0u8; 4096];
-        let mut left = 64 * 1024;
+        let mut left: usize = 64 * 1024;
         while left > 0 {
             match tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await {
                 Ok(0) | Err(_) => break,
