@@ -345,6 +345,34 @@ fn parse_owner(name: &str) -> Option<(i32, u64)> {
     Some((pid.parse().ok()?, start.parse().ok()?))
 }
 
+/// The plugin cgroup `pid` runs in, if any: its unified-hierarchy path
+/// (from `/proc/<pid>/cgroup`) when it lies below a `plugd-<pid>-<start>`
+/// cgroup (of this plugd or of any other plugd process, a CLI running a
+/// plugin itself included), with the name of that child cgroup
+/// (`<sanitized id>-<n>`). Plugin starts always live in such a child, and
+/// a process cannot leave it without write access to another cgroup, so
+/// this holds for every descendant however it forked. An error when the
+/// file cannot be read (the caller fails closed).
+pub fn plugin_cgroup_of(pid: i32) -> std::io::Result<Option<(String, String)>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))?;
+    Ok(parse_own(&text).and_then(|own| plugin_child(&own).map(|name| (own.clone(), name))))
+}
+
+/// The component after the first `plugd-<pid>-<start>` component of a
+/// cgroup path, if there is one.
+fn plugin_child(path: &str) -> Option<String> {
+    let mut parts = path.split('/').filter(|p| !p.is_empty());
+    parts.find(|p| parse_owner(p).is_some())?;
+    parts.next().map(str::to_owned)
+}
+
+/// The plugin id part of a plugin cgroup's name (`<sanitized id>-<n>`).
+pub fn plugin_of_name(name: &str) -> &str {
+    name.rsplit_once('-')
+        .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(name, |(id, _)| id)
+}
+
 /// Kills and removes a plugin cgroup `dir` a gone plugd (`owner`)
 /// recorded, then its `plugd-<pid>-<start>` parent if that is empty by
 /// then; returns the pids that were still in it. Only a directory whose
@@ -442,5 +470,30 @@ mod tests {
         assert_eq!(parse_owner("plugd-12-345"), Some((12, 345)));
         assert_eq!(parse_owner("plugd-12"), None);
         assert_eq!(parse_owner("other-1-2"), None);
+    }
+
+    #[test]
+    fn plugin_cgroups_are_recognised_below_any_plugd_cgroup() {
+        assert_eq!(
+            plugin_child("/user.slice/plugd-12-345/acme_tool-3").as_deref(),
+            Some("acme_tool-3")
+        );
+        assert_eq!(
+            plugin_child("/plugd-1-2/p-1/deeper").as_deref(),
+            Some("p-1")
+        );
+        // plugd's own cgroup, and one merely named like it, are not a plugin's.
+        assert_eq!(plugin_child("/user.slice/plugd-12-345"), None);
+        assert_eq!(plugin_child("/"), None);
+        assert_eq!(plugin_child("/plugd-x-2/p-1"), None);
+        assert_eq!(plugin_of_name("acme_tool-3"), "acme_tool");
+        assert_eq!(plugin_of_name("with-dash-12"), "with-dash");
+        assert_eq!(plugin_of_name("odd"), "odd");
+        // This test process runs in no plugin cgroup.
+        assert_eq!(
+            plugin_cgroup_of(std::process::id() as i32).ok().flatten(),
+            None
+        );
+        assert!(plugin_cgroup_of(-5).is_err());
     }
 }

@@ -107,6 +107,7 @@ pub fn me() -> (i32, u64) {
 /// A leader spawned by [`crate::spawn::spawn`] and what was seen below it.
 #[derive(Debug)]
 pub struct Tracked {
+    plugin: String,
     leader: i32,
     leader_start: u64,
     seen: Mutex<HashSet<(i32, u64)>>,
@@ -203,6 +204,7 @@ pub fn register(
         }
     });
     let t = Arc::new(Tracked {
+        plugin: plugin.to_owned(),
         leader,
         leader_start,
         seen: Mutex::new(HashSet::from([(leader, leader_start)])),
@@ -260,6 +262,137 @@ fn descendants_by_children_files(root: i32) -> Vec<(i32, u64)> {
         }
     }
     out
+}
+
+/// A process found to belong to a plugin (see [`plugin_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginProcess {
+    /// The plugin's id, when plugd can tell it (a plugin cgroup's name
+    /// gives its sanitized id; an orphan this plugd never saw gives none).
+    pub plugin: Option<String>,
+    /// How it was recognised, for logs and messages.
+    pub how: String,
+}
+
+/// Why [`plugin_of`] could not decide (the caller fails closed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No pid, or one not visible in this PID namespace.
+    #[error("the peer has no pid visible to plugd (pid {0})")]
+    NoPid(i32),
+    /// `/proc/<pid>/...` of the process or one of its ancestors was unreadable.
+    #[error("cannot read /proc/{pid}/{file}: {source}")]
+    Proc {
+        /// The process.
+        pid: i32,
+        /// The file.
+        file: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Most parent links [`plugin_of`] follows (a cycle or a deep chain stops
+/// there, undecided: an error).
+const MAX_ANCESTORS: usize = 4096;
+
+/// Whether process `pid` is a plugin process or a descendant of one, for
+/// refusing it plugd's own API (the socket's peer check):
+///
+/// 1. in a plugin cgroup ([`crate::cgroup::plugin_cgroup_of`]: below a
+///    `plugd-<pid>-<start>` cgroup of this or any plugd), exact;
+/// 2. else by ancestry through `/proc/<pid>/stat`: it or an ancestor is a
+///    leader this process spawned or a descendant the tracker recorded
+///    (pid and start time), or this process is an ancestor (plugd is a
+///    child subreaper, so a plugin's orphans are re-parented to it; plugd
+///    starts no process of its own that would use its API).
+///
+/// This process itself is not a plugin. An unreadable `/proc` entry is an
+/// error, never a "no". Not recognised: a process started outside plugd's
+/// tree and cgroup (through another daemon, `at`, `systemd-run`), which is
+/// why plugins also run in a view without plugd's socket.
+pub fn plugin_of(pid: i32) -> Result<Option<PluginProcess>, LookupError> {
+    if pid <= 0 {
+        return Err(LookupError::NoPid(pid));
+    }
+    let (me, _) = me();
+    if pid == me {
+        return Ok(None);
+    }
+    let proc_err = |pid, file| move |source| LookupError::Proc { pid, file, source };
+    if let Some((path, name)) =
+        crate::cgroup::plugin_cgroup_of(pid).map_err(proc_err(pid, "cgroup"))?
+    {
+        let known = registry()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|t| {
+                t.cgroup()
+                    .is_some_and(|d| d.ends_with(path.trim_start_matches('/')))
+            })
+            .map(|t| t.plugin.clone());
+        let plugin = known.unwrap_or_else(|| crate::cgroup::plugin_of_name(&name).to_owned());
+        return Ok(Some(PluginProcess {
+            plugin: Some(plugin),
+            how: format!("in the plugin cgroup {path}"),
+        }));
+    }
+    let leaders: Vec<Arc<Tracked>> = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect();
+    let mut cur = pid;
+    for _ in 0..MAX_ANCESTORS {
+        let text =
+            std::fs::read_to_string(format!("/proc/{cur}/stat")).map_err(proc_err(cur, "stat"))?;
+        let st = parse_stat(cur, &text).ok_or_else(|| LookupError::Proc {
+            pid: cur,
+            file: "stat",
+            source: std::io::Error::other("unparseable"),
+        })?;
+        let owner = leaders.iter().find(|t| {
+            (t.leader == cur && t.leader_start == st.start)
+                || t.seen
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&(cur, st.start))
+        });
+        if let Some(t) = owner {
+            let how = if cur != pid {
+                format!("a descendant of its process {cur}")
+            } else if t.leader == pid {
+                "the process plugd started for it".to_owned()
+            } else {
+                "a descendant plugd's process tracker recorded".to_owned()
+            };
+            return Ok(Some(PluginProcess {
+                plugin: Some(t.plugin.clone()),
+                how,
+            }));
+        }
+        if st.ppid == me {
+            return Ok(Some(PluginProcess {
+                plugin: None,
+                how: format!("a descendant of plugd (pid {me}) through process {cur}"),
+            }));
+        }
+        if st.ppid <= 1 {
+            return Ok(None);
+        }
+        cur = st.ppid;
+    }
+    Err(LookupError::Proc {
+        pid,
+        file: "stat",
+        source: std::io::Error::other(format!(
+            "more than {MAX_ANCESTORS} ancestors; cannot decide"
+        )),
+    })
 }
 
 /// One tracker pass: note every registered leader's descendants; reap
@@ -482,6 +615,47 @@ mod tests {
         let me = stat(std::process::id() as i32).unwrap();
         assert_eq!(me.pid, std::process::id() as i32);
         assert!(me.start > 0);
+    }
+
+    #[test]
+    fn plugin_processes_and_their_descendants_are_recognised() {
+        assert!(matches!(plugin_of(0), Err(LookupError::NoPid(0))));
+        assert!(
+            plugin_of(i32::MAX - 7).is_err(),
+            "no such process: fails closed"
+        );
+        assert_eq!(plugin_of(me().0).unwrap(), None, "plugd itself");
+        // The test runner's parent is not below this process.
+        let parent = stat(me().0).unwrap().ppid;
+        assert_eq!(plugin_of(parent).unwrap(), None);
+        // A "plugin" leader with a child of its own in another session.
+        #[allow(clippy::disallowed_methods)] // a test's own child, killed below
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: i32 = line.trim().parse().unwrap();
+        let lpid = leader.id() as i32;
+        // Not registered yet: still a child of this process.
+        let found = plugin_of(grandchild).unwrap().expect("below this process");
+        assert_eq!(found.plugin, None);
+        assert!(found.how.contains("a descendant of plugd"), "{found:?}");
+        let tracked = register(lpid, "probe-plugin", None, None);
+        for pid in [lpid, grandchild] {
+            let found = plugin_of(pid).unwrap().expect("a plugin's process");
+            assert_eq!(found.plugin.as_deref(), Some("probe-plugin"), "{found:?}");
+        }
+        tracked.kill_descendants();
+        let _ = leader.kill();
+        let _ = leader.wait();
+        tracked.finish();
     }
 
     #[test]

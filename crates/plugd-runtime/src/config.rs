@@ -117,6 +117,20 @@ pub struct HttpConfig {
     /// `503` and is closed (default 256).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// Connections one peer may hold at once per listener (a uid on the
+    /// socket, an address on TCP); beyond it `503` (default 128).
+    #[serde(default = "default_max_connections_per_peer")]
+    pub max_connections_per_peer: usize,
+    /// TCP connections per listener that have not yet shown valid
+    /// credentials; beyond it the oldest of them is closed to admit the new
+    /// one, so clients without a token cannot starve token holders
+    /// (default 32; kept below `max_connections`).
+    #[serde(default = "default_max_unauthenticated")]
+    pub max_unauthenticated: usize,
+    /// Seconds a TCP connection may stay open without a request that
+    /// authenticated (default 5).
+    #[serde(default = "default_unauthenticated_timeout")]
+    pub unauthenticated_timeout_secs: u64,
     /// Extra `Host` names (`name` or `name:port`) accepted on `--listen`
     /// besides its own address and `localhost` (default none).
     #[serde(default)]
@@ -135,6 +149,15 @@ fn default_send_timeout() -> u64 {
 fn default_max_connections() -> usize {
     256
 }
+fn default_max_connections_per_peer() -> usize {
+    128
+}
+fn default_max_unauthenticated() -> usize {
+    32
+}
+fn default_unauthenticated_timeout() -> u64 {
+    5
+}
 
 impl Default for HttpConfig {
     fn default() -> Self {
@@ -143,6 +166,9 @@ impl Default for HttpConfig {
             body_timeout_secs: default_body_timeout(),
             send_timeout_secs: default_send_timeout(),
             max_connections: default_max_connections(),
+            max_connections_per_peer: default_max_connections_per_peer(),
+            max_unauthenticated: default_max_unauthenticated(),
+            unauthenticated_timeout_secs: default_unauthenticated_timeout(),
             allowed_hosts: Vec::new(),
         }
     }

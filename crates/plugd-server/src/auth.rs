@@ -583,6 +583,11 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         Ok(i) => i,
         Err(resp) => return resp,
     };
+    // Valid credentials: the connection leaves the listener's pool of
+    // unauthenticated connections (see `crate::listen`).
+    if let Some(conn) = req.extensions().get::<crate::listen::ConnAuth>() {
+        conn.authenticated();
+    }
     if let Some(session) = &console {
         if let Err(resp) = check_csrf(&method, req.headers(), session) {
             return *resp;

@@ -161,8 +161,15 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 /// The loopback listener through which plugins reach this process's API
 /// with their delegation tokens (VAI `context.gateway.base_url`): binds
-/// `127.0.0.1:0`, serves `app` on it until `stop`, and records its URL in
-/// the runtime's delegations. Returns the bound address and the server task.
+/// `127.0.0.1:0`, serves `app` on it until `stop` behind
+/// [`delegated_only`], and records its URL in the runtime's delegations.
+/// Returns the bound address and the server task.
+///
+/// This is not the API's TCP listener: only requests with a delegation
+/// token (`vai_dlg_…`) pass, and the auth middleware lets those reach the
+/// delegated routes (`plugd_control::delegation::scope_for`) and nothing
+/// else; any other request gets `404` on any other route and `401` on a
+/// delegated one. `plugd serve` opens the API on TCP only with `--listen`.
 pub async fn serve_delegated(
     runtime: &Runtime,
     app: Router,
@@ -177,8 +184,49 @@ pub async fn serve_delegated(
     runtime
         .delegations()
         .set_base_url(Some(format!("http://{bound}")));
+    let app = app.layer(axum::middleware::from_fn(delegated_only));
     let task = tokio::spawn(listen::run(listen::Listener::Tcp(tcp), app, limits, stop));
     Ok((bound, task))
+}
+
+/// The delegation listener's gate (see [`serve_delegated`]), before the
+/// auth middleware: a request with a delegation token goes on (auth checks
+/// the token and its scope for the route); any other request is answered
+/// here, `404` off the delegated routes, `401` on them.
+pub async fn delegated_only(req: Request, next: axum::middleware::Next) -> Response {
+    let delegated = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .is_some_and(|(scheme, token)| {
+            scheme.eq_ignore_ascii_case("bearer")
+                && token
+                    .trim()
+                    .starts_with(plugd_control::delegation::TOKEN_PREFIX)
+        });
+    if delegated {
+        return next.run(req).await;
+    }
+    let method = req.method().as_str();
+    let path = req.uri().path();
+    if plugd_control::delegation::scope_for(method, path).is_none() {
+        return ApiError::no_route(method, path).into_response();
+    }
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        error::code::UNAUTHENTICATED,
+        format!(
+            "this listener serves plugins' delegation tokens ({}…) only; other clients use plugd serve's socket or its --listen address",
+            plugd_control::delegation::TOKEN_PREFIX
+        ),
+    )
+    .into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"plugd\""),
+    );
+    resp
 }
 
 /// The API of a CLI command that runs VAI invocations itself (`plugd run`,

@@ -1,20 +1,46 @@
 //! serve's listeners: the Unix socket `.plugd/serve.sock` (peer uid checked
-//! by [`crate::auth`]) and the optional TCP `--listen`, each with header,
-//! body and send timeouts and a cap on concurrent connections.
+//! by [`crate::auth`], plugin processes refused here) and the optional TCP
+//! `--listen` (and the delegation listener), each with header, body and
+//! send timeouts and caps on connections.
 //!
 //! Each accepted connection gets its [`Peer`] (taken from the kernel at
-//! accept time: `SO_PEERCRED` for the socket) as a request extension, runs
-//! HTTP/1.1 through hyper with `header_read_timeout` (which also bounds how
-//! long a keep-alive connection may sit idle), and its stream is wrapped so
-//! that a write the client does not drain for `send_timeout` fails the
-//! connection. A connection beyond `max_connections` gets a `503` and is
-//! closed at once, so slow or idle clients cannot exhaust serve.
+//! accept time: `SO_PEERCRED` for the socket) and its [`ConnAuth`] as
+//! request extensions, runs HTTP/1.1 through hyper with
+//! `header_read_timeout` (which also bounds how long a keep-alive
+//! connection may sit idle), and its stream is wrapped so that a write the
+//! client does not drain for `send_timeout` fails the connection.
+//!
+//! **The socket's peer check.** Before anything a socket peer sends is
+//! read, its process is looked up ([`plugd_host::procs::plugin_of`]: plugin
+//! cgroup, else ancestry through `/proc`): a plugin's process, or a
+//! descendant of one (double-forked, `setsid` or not), whatever its uid,
+//! gets `403` naming the plugin and is closed; so does a peer whose
+//! process cannot be looked up (fails closed). Plugins reach plugd's API
+//! through delegated tokens only. Limits: a process started outside plugd's
+//! process tree and cgroups (handed to another daemon: `systemd-run`, `at`,
+//! a container engine) is not recognised; the first layer is the mount
+//! namespace in which plugins do not see the socket at all.
+//!
+//! **Caps.** Per listener at most `max_connections` open connections, at
+//! most `max_connections_per_peer` of them from one peer (a uid on the
+//! socket, an address on TCP), and at most `max_unauthenticated` TCP
+//! connections that have not yet shown valid credentials. A connection
+//! leaves that pool once a request on it authenticated (the auth
+//! middleware calls [`ConnAuth::authenticated`]); one still in it after
+//! `unauthenticated_timeout` is closed. When a cap is reached, the oldest
+//! unauthenticated connection (idle ones first) is closed to admit the new
+//! one, so nobody without a token can starve token holders; only when
+//! authenticated connections fill a cap does a new one get `503` and is
+//! closed. Refusals, evictions and time-outs are logged once and then as
+//! one summary line per interval ([`plugd_host::throttle`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,9 +48,10 @@ use axum::Router;
 use axum::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use plugd_host::throttle::Throttle;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::time::Sleep;
 use tower::ServiceExt;
 
@@ -45,6 +72,15 @@ pub struct Limits {
     pub send_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections one peer (a uid on the socket, an address on TCP) may
+    /// hold at once (at most `max_connections`).
+    pub max_per_peer: usize,
+    /// TCP connections that have not shown valid credentials yet, at once
+    /// (kept below `max_connections`); `None`: every connection counts as
+    /// authenticated (a server without the auth middleware).
+    pub max_unauthenticated: Option<usize>,
+    /// How long a TCP connection may stay without valid credentials.
+    pub unauthenticated_timeout: Duration,
 }
 
 impl Limits {
@@ -54,7 +90,31 @@ impl Limits {
             header_timeout: Duration::from_secs(c.header_timeout_secs),
             send_timeout: Duration::from_secs(c.send_timeout_secs),
             max_connections: c.max_connections.max(1),
+            max_per_peer: c.max_connections_per_peer.max(1),
+            max_unauthenticated: Some(c.max_unauthenticated.max(1)),
+            unauthenticated_timeout: Duration::from_secs(c.unauthenticated_timeout_secs.max(1)),
         }
+    }
+
+    /// For a server that authenticates nobody (the bench's floor): no pool
+    /// of unauthenticated connections, no time limit for them.
+    pub fn without_auth_quota(self) -> Limits {
+        Limits {
+            max_unauthenticated: None,
+            ..self
+        }
+    }
+
+    /// The per-peer cap in effect.
+    fn per_peer(&self) -> usize {
+        self.max_per_peer.clamp(1, self.max_connections.max(1))
+    }
+
+    /// The unauthenticated quota in effect: below `max_connections`, so
+    /// unauthenticated connections alone never fill the listener.
+    fn unauthenticated_quota(&self) -> Option<usize> {
+        self.max_unauthenticated
+            .map(|q| q.min(self.max_connections.saturating_sub(1)).max(1))
     }
 }
 
@@ -228,37 +288,320 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
     }
 }
 
-/// Answers a connection over the cap with `503` and closes it.
-async fn refuse_busy<S: AsyncWrite + Unpin>(mut stream: S, max: usize) {
-    let body = serde_json::json!({"error": {
-        "code": crate::error::code::TOO_MANY_CONNECTIONS,
-        "message": format!("plugd serve already has {max} open connections (http.max_connections); retry later"),
-    }})
-    .to_string();
+/// Writes a canned JSON error response and closes the stream (1 s at most:
+/// a refused client that does not read is not waited for). What the client
+/// sent meanwhile is discarded unparsed (closing with unread input would
+/// reset the connection and lose the answer).
+async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    status: &str,
+    code: &str,
+    message: &str,
+) {
+    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
+    let retry = if status.starts_with("503") {
+        "retry-after: 1\r\n"
+    } else {
+        ""
+    };
     let resp = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{retry}connection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         let _ = stream.write_all(resp.as_bytes()).await;
         let _ = stream.shutdown().await;
+        let mut sink = [0u8; 4096];
+        let mut left: usize = 64 * 1024;
+        while left > 0 {
+            match tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
     })
     .await;
 }
 
-/// Runs one connection to its end (or to a graceful close on shutdown).
+/// Who a connection counts against for the per-peer cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PeerKey {
+    /// A socket peer's uid.
+    Uid(u32),
+    /// A TCP peer's address (without the port).
+    Addr(std::net::IpAddr),
+}
+
+impl PeerKey {
+    fn of(peer: &Peer) -> PeerKey {
+        match peer {
+            Peer::Unix { uid, .. } => PeerKey::Uid(*uid),
+            Peer::Tcp { remote, .. } => PeerKey::Addr(remote.ip().to_canonical()),
+        }
+    }
+}
+
+impl std::fmt::Display for PeerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PeerKey::Uid(uid) => write!(f, "uid {uid}"),
+            PeerKey::Addr(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// A connection's authentication state, shared between its task and the
+/// requests on it (a request extension). The auth middleware calls
+/// [`ConnAuth::authenticated`] once a request on the connection presented
+/// valid credentials: from then on the connection is no longer in the
+/// listener's pool of unauthenticated connections (so it is never closed to
+/// make room, nor timed out as unauthenticated).
+#[derive(Clone)]
+pub struct ConnAuth(Arc<ConnInner>);
+
+struct ConnInner {
+    table: Arc<Table>,
+    id: u64,
+    peer: PeerKey,
+    opened: tokio::time::Instant,
+    /// A request on it authenticated (or it never needed to: a socket peer).
+    authenticated: AtomicBool,
+    /// Its counts were given back (closed, or evicted to make room).
+    released: AtomicBool,
+    /// Requests running on it now.
+    busy: AtomicUsize,
+    /// Told when it was evicted.
+    evicted: tokio::sync::Notify,
+}
+
+impl std::fmt::Debug for ConnAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConnAuth")
+            .field("id", &self.0.id)
+            .field("peer", &self.0.peer)
+            .field("authenticated", &self.is_authenticated())
+            .finish()
+    }
+}
+
+impl ConnAuth {
+    /// Marks the connection authenticated: it leaves the unauthenticated pool.
+    pub fn authenticated(&self) {
+        if !self.0.authenticated.swap(true, Ordering::AcqRel) {
+            let mut st = self.0.table.lock();
+            st.unauth.remove(&self.0.id);
+        }
+    }
+
+    /// Whether a request on it authenticated.
+    pub fn is_authenticated(&self) -> bool {
+        self.0.authenticated.load(Ordering::Acquire)
+    }
+}
+
+/// Gives the connection's counts back when its task ends.
+struct Slot(ConnAuth);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let inner = &self.0.0;
+        let mut st = inner.table.lock();
+        st.release(inner);
+        let empty = st.open == 0;
+        drop(st);
+        if empty {
+            inner.table.drained.notify_waiters();
+        }
+    }
+}
+
+/// Why a connection was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// `max_connections` authenticated connections are open.
+    Full,
+    /// Its peer holds `max_connections_per_peer` authenticated connections.
+    PeerFull,
+}
+
+#[derive(Default)]
+struct TableState {
+    next_id: u64,
+    open: usize,
+    per_peer: HashMap<PeerKey, usize>,
+    /// The unauthenticated connections, oldest first (ids grow).
+    unauth: BTreeMap<u64, Arc<ConnInner>>,
+}
+
+impl TableState {
+    /// Gives back what `conn` counts (once).
+    fn release(&mut self, conn: &ConnInner) {
+        if conn.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.open = self.open.saturating_sub(1);
+        if let Some(n) = self.per_peer.get_mut(&conn.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_peer.remove(&conn.peer);
+            }
+        }
+        self.unauth.remove(&conn.id);
+    }
+
+    /// The unauthenticated connection to close for room (of `peer` only,
+    /// when given): the oldest idle one, else the oldest.
+    fn victim(&self, peer: Option<PeerKey>) -> Option<Arc<ConnInner>> {
+        let mut mine = self
+            .unauth
+            .values()
+            .filter(|c| peer.is_none_or(|p| c.peer == p));
+        let oldest = mine.clone().next().cloned();
+        mine.find(|c| c.busy.load(Ordering::Acquire) == 0)
+            .cloned()
+            .or(oldest)
+    }
+
+    /// Closes `conn` to make room (its task sees the notification).
+    fn evict(&mut self, conn: &Arc<ConnInner>) {
+        self.release(conn);
+        conn.evicted.notify_one();
+    }
+}
+
+/// The open connections of one listener and its limits.
+struct Table {
+    limits: Limits,
+    state: Mutex<TableState>,
+    drained: tokio::sync::Notify,
+    /// Refusals, evictions and timeouts: one line, then a summary per interval.
+    warnings: Throttle,
+}
+
+impl Table {
+    fn new(limits: Limits) -> Arc<Table> {
+        let summary: plugd_host::throttle::Summary = Arc::new(|key, n, last| {
+            tracing::warn!(
+                "{key}: {} more in the last {} s (last: {last})",
+                plugd_host::throttle::thousands(n),
+                plugd_host::throttle::WARN_INTERVAL.as_secs()
+            );
+        });
+        Arc::new(Table {
+            limits,
+            state: Mutex::default(),
+            drained: tokio::sync::Notify::new(),
+            warnings: Throttle::new(plugd_host::throttle::WARN_INTERVAL, summary),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TableState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs `line` in full the first time `key` happens in an interval,
+    /// else counts it for the interval's summary.
+    fn warn(&self, key: &str, line: &str) {
+        if self.warnings.hit(key, line) {
+            tracing::warn!("{line}");
+        }
+    }
+
+    /// Admits a connection of `peer` (`unauthenticated`: it must still show
+    /// credentials), closing unauthenticated ones to make room when a cap is
+    /// reached; refuses it when only authenticated connections fill the cap.
+    fn admit(self: &Arc<Self>, peer: PeerKey, unauthenticated: bool) -> Result<ConnAuth, Refusal> {
+        let limits = self.limits;
+        let mut st = self.lock();
+        let mut evicted = Vec::new();
+        if st.open >= limits.max_connections {
+            let victim = st.victim(None).ok_or(Refusal::Full)?;
+            st.evict(&victim);
+            evicted.push(victim);
+        }
+        if st.per_peer.get(&peer).copied().unwrap_or(0) >= limits.per_peer() {
+            let victim = st.victim(Some(peer)).ok_or(Refusal::PeerFull)?;
+            st.evict(&victim);
+            evicted.push(victim);
+        }
+        let quota = limits.unauthenticated_quota();
+        if unauthenticated
+            && let Some(quota) = quota
+            && st.unauth.len() >= quota
+            && let Some(victim) = st.victim(None)
+        {
+            st.evict(&victim);
+            evicted.push(victim);
+        }
+        st.next_id += 1;
+        let conn = Arc::new(ConnInner {
+            table: self.clone(),
+            id: st.next_id,
+            peer,
+            opened: tokio::time::Instant::now(),
+            authenticated: AtomicBool::new(!unauthenticated || quota.is_none()),
+            released: AtomicBool::new(false),
+            busy: AtomicUsize::new(0),
+            evicted: tokio::sync::Notify::new(),
+        });
+        st.open += 1;
+        *st.per_peer.entry(peer).or_default() += 1;
+        if !conn.authenticated.load(Ordering::Acquire) {
+            st.unauth.insert(conn.id, conn.clone());
+        }
+        drop(st);
+        for v in evicted {
+            self.warn(
+                "closed unauthenticated connections to admit new ones",
+                &format!(
+                    "closed an unauthenticated connection from {} (open {} ms, no valid credentials yet) to admit a new one: at most {} connections may wait without credentials (plugd.yaml http.max_unauthenticated)",
+                    v.peer,
+                    v.opened.elapsed().as_millis(),
+                    quota.unwrap_or(limits.max_connections)
+                ),
+            );
+        }
+        Ok(ConnAuth(conn))
+    }
+
+    /// Waits until every connection closed (or `limit` passes).
+    async fn drain(&self, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let notified = self.drained.notified();
+                if self.lock().open == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+}
+
+/// Runs one connection to its end (or to a graceful close on shutdown, or
+/// to its eviction, or to its unauthenticated time running out).
 async fn serve_connection<S>(
     stream: S,
     peer: Peer,
     app: Router,
     limits: Limits,
+    auth: ConnAuth,
     mut shutdown: watch::Receiver<bool>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let ext = auth.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
-        app.clone().oneshot(req.map(Body::new))
+        req.extensions_mut().insert(ext.clone());
+        let busy = Busy::start(&ext);
+        let call = app.clone().oneshot(req.map(Body::new));
+        async move {
+            let r = call.await;
+            drop(busy);
+            r
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -268,16 +611,51 @@ async fn serve_connection<S>(
     let io = TokioIo::new(Guarded::new(stream, limits.send_timeout));
     let conn = builder.serve_connection(io, service);
     tokio::pin!(conn);
+    let inner = auth.0.clone();
+    let timed_out = async {
+        tokio::time::sleep(limits.unauthenticated_timeout).await;
+        if auth.is_authenticated() {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
         r = conn.as_mut() => {
             if let Err(e) = r {
                 tracing::debug!("connection closed: {e}");
             }
         }
+        () = inner.evicted.notified() => {}
+        () = timed_out => {
+            inner.table.warn(
+                "closed unauthenticated connections that timed out",
+                &format!(
+                    "closed a connection from {} that showed no valid credentials within {} s (plugd.yaml http.unauthenticated_timeout_secs)",
+                    inner.peer,
+                    limits.unauthenticated_timeout.as_secs()
+                ),
+            );
+        }
         _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
             conn.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(DRAIN, conn).await;
         }
+    }
+}
+
+/// Counts a request running on a connection (an evicted connection is the
+/// oldest idle one when there is one).
+struct Busy(ConnAuth);
+
+impl Busy {
+    fn start(c: &ConnAuth) -> Busy {
+        c.0.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(c.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.0.busy.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -298,6 +676,47 @@ fn unix_peer(stream: &UnixStream) -> io::Result<Peer> {
     })
 }
 
+/// The socket's peer check: a process of a plugin (or a descendant of one)
+/// is refused before anything it sends is read; so is a peer whose process
+/// cannot be looked up (fails closed). `Ok` for any other peer.
+fn check_socket_peer(pid: Option<i32>) -> Result<(), (String, String, String)> {
+    let Some(pid) = pid else {
+        return Err((
+            "refused socket peers without a pid".to_owned(),
+            "refused a socket peer whose pid the kernel did not give; plugd cannot tell whether it is a plugin's process".to_owned(),
+            "plugd cannot tell whether this process is a plugin's (no peer pid), so it may not use plugd's socket".to_owned(),
+        ));
+    };
+    match plugd_host::procs::plugin_of(pid) {
+        Ok(None) => Ok(()),
+        Ok(Some(found)) => {
+            let who = found
+                .plugin
+                .as_deref()
+                .map_or_else(|| "an unknown plugin".to_owned(), |p| format!("plugin {p}"));
+            Err((
+                format!("refused socket connections from {who}'s processes"),
+                format!(
+                    "refused a connection to plugd's socket from {who}'s process (pid {pid}, {}): plugins reach plugd's API through delegated tokens only",
+                    found.how
+                ),
+                format!(
+                    "{who}'s process may not use plugd's socket; plugins reach plugd's API through delegated tokens"
+                ),
+            ))
+        }
+        Err(e) => Err((
+            "refused socket peers that could not be looked up".to_owned(),
+            format!(
+                "refused a connection to plugd's socket from pid {pid}: {e}; plugd cannot tell whether it is a plugin's process, so it fails closed"
+            ),
+            format!(
+                "plugd cannot tell whether process {pid} is a plugin's ({e}), so it may not use plugd's socket"
+            ),
+        )),
+    }
+}
+
 /// Accepts on `listener` until `shutdown` turns true, serving `app` with
 /// `limits`; then waits (up to 5 s) for open connections to finish.
 pub async fn run(
@@ -306,7 +725,7 @@ pub async fn run(
     limits: Limits,
     shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let table = Table::new(limits);
     let mut stop = shutdown.clone();
     loop {
         let accepted = tokio::select! {
@@ -322,34 +741,94 @@ pub async fn run(
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                ?peer,
-                max = limits.max_connections,
-                "too many connections; refused one"
-            );
-            tokio::spawn(async move {
-                match conn {
-                    Conn::Unix(s) => refuse_busy(s, limits.max_connections).await,
-                    Conn::Tcp(s) => refuse_busy(s, limits.max_connections).await,
-                }
-            });
-            continue;
-        };
         let app = app.clone();
         let shutdown = shutdown.clone();
+        let table = table.clone();
         tokio::spawn(async move {
             match conn {
-                Conn::Unix(s) => serve_connection(s, peer, app, limits, shutdown).await,
-                Conn::Tcp(s) => serve_connection(s, peer, app, limits, shutdown).await,
+                Conn::Unix(s) => {
+                    if let Peer::Unix { pid, .. } = &peer
+                        && let Err((key, line, message)) = check_socket_peer(*pid)
+                    {
+                        table.warn(&key, &line);
+                        refuse(s, "403 Forbidden", crate::error::code::FORBIDDEN, &message).await;
+                        return;
+                    }
+                    if let Some(auth) = admit(&table, &peer, false) {
+                        let _slot = Slot(auth.clone());
+                        serve_connection(s, peer, app, limits, auth, shutdown).await;
+                    } else {
+                        refuse_busy(s, &table, &peer).await;
+                    }
+                }
+                Conn::Tcp(s) => {
+                    if let Some(auth) = admit(&table, &peer, true) {
+                        let _slot = Slot(auth.clone());
+                        serve_connection(s, peer, app, limits, auth, shutdown).await;
+                    } else {
+                        refuse_busy(s, &table, &peer).await;
+                    }
+                }
             }
-            drop(permit);
         });
     }
     // Wait for the connections to drain (each closes itself within DRAIN).
-    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
-    let _ = tokio::time::timeout(DRAIN + Duration::from_secs(1), slots.acquire_many(all)).await;
+    table.drain(DRAIN + Duration::from_secs(1)).await;
     Ok(())
+}
+
+/// [`Table::admit`], logging (throttled) a refusal; `None` when refused.
+fn admit(table: &Arc<Table>, peer: &Peer, unauthenticated: bool) -> Option<ConnAuth> {
+    let key = PeerKey::of(peer);
+    match table.admit(key, unauthenticated) {
+        Ok(auth) => Some(auth),
+        Err(why) => {
+            let limits = table.limits;
+            let (k, line) = match why {
+                Refusal::Full => (
+                    "refused connections over http.max_connections".to_owned(),
+                    format!(
+                        "refused a connection from {key}: {} connections are open (plugd.yaml http.max_connections)",
+                        limits.max_connections
+                    ),
+                ),
+                Refusal::PeerFull => (
+                    format!("refused connections from {key} over http.max_connections_per_peer"),
+                    format!(
+                        "refused a connection from {key}: it holds {} connections already (plugd.yaml http.max_connections_per_peer)",
+                        limits.per_peer()
+                    ),
+                ),
+            };
+            table.warn(&k, &line);
+            None
+        }
+    }
+}
+
+/// Answers a connection over a cap with `503` and closes it.
+async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(stream: S, table: &Table, peer: &Peer) {
+    let limits = table.limits;
+    let key = PeerKey::of(peer);
+    let per_peer = table.lock().per_peer.get(&key).copied().unwrap_or(0);
+    let message = if per_peer >= limits.per_peer() {
+        format!(
+            "{key} already holds {} open connections to plugd serve (http.max_connections_per_peer); close some or retry later",
+            limits.per_peer()
+        )
+    } else {
+        format!(
+            "plugd serve already has {} open connections (http.max_connections); retry later",
+            limits.max_connections
+        )
+    };
+    refuse(
+        stream,
+        "503 Service Unavailable",
+        crate::error::code::TOO_MANY_CONNECTIONS,
+        &message,
+    )
+    .await;
 }
 
 enum Conn {
@@ -410,6 +889,175 @@ mod tests {
         g.shutdown().await.unwrap();
         drop(g);
         assert_eq!(reader.await.unwrap().len(), 4096);
+    }
+
+    fn limits(max: usize, per_peer: usize, unauth: usize) -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            send_timeout: Duration::from_secs(10),
+            max_connections: max,
+            max_per_peer: per_peer,
+            max_unauthenticated: Some(unauth),
+            unauthenticated_timeout: Duration::from_secs(5),
+        }
+    }
+
+    const A: PeerKey = PeerKey::Addr(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
+    const B: PeerKey = PeerKey::Addr(std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2)));
+
+    #[tokio::test]
+    async fn unauthenticated_connections_make_room_and_never_starve_authenticated_ones() {
+        let table = Table::new(limits(10, 10, 3));
+        // Five connections without credentials: the pool keeps the newest three.
+        let idle: Vec<ConnAuth> = (0..5).map(|_| table.admit(A, true).unwrap()).collect();
+        assert_eq!(table.lock().open, 3);
+        assert_eq!(table.lock().unauth.len(), 3);
+        let evicted: Vec<bool> = idle
+            .iter()
+            .map(|c| c.0.released.load(Ordering::Acquire))
+            .collect();
+        assert_eq!(evicted, [true, true, false, false, false], "oldest first");
+        // A busy one is spared while an idle one is left.
+        idle[2].0.busy.fetch_add(1, Ordering::AcqRel);
+        // One authenticates: it leaves the pool and is never evicted.
+        let token_holder = table.admit(A, true).unwrap();
+        assert!(
+            idle[3].0.released.load(Ordering::Acquire),
+            "the oldest idle one"
+        );
+        assert!(!idle[2].0.released.load(Ordering::Acquire), "busy: spared");
+        token_holder.authenticated();
+        for _ in 0..50 {
+            table.admit(A, true).unwrap();
+        }
+        assert!(!token_holder.0.released.load(Ordering::Acquire));
+        assert_eq!(table.lock().unauth.len(), 3);
+        assert_eq!(table.lock().open, 4);
+        // Closing gives its counts back once.
+        drop(Slot(token_holder.clone()));
+        drop(Slot(token_holder));
+        assert_eq!(table.lock().open, 3);
+    }
+
+    #[tokio::test]
+    async fn only_authenticated_connections_make_a_cap_refuse() {
+        // The quota stays below the cap: unauthenticated ones never fill it.
+        let table = Table::new(limits(3, 3, 32));
+        assert_eq!(table.limits.unauthenticated_quota(), Some(2));
+        for _ in 0..10 {
+            table.admit(A, true).unwrap();
+        }
+        assert_eq!(table.lock().open, 2);
+        let held: Vec<ConnAuth> = (0..3)
+            .map(|_| {
+                let c = table.admit(A, true).unwrap();
+                c.authenticated();
+                c
+            })
+            .collect();
+        assert_eq!(table.lock().open, 3, "the unauthenticated ones made room");
+        assert_eq!(table.admit(A, true).unwrap_err(), Refusal::Full);
+        drop(Slot(held[0].clone()));
+        assert!(table.admit(A, true).is_ok());
+        // Per peer: two authenticated connections of A fill A's cap, not B's.
+        let table = Table::new(limits(10, 2, 5));
+        for _ in 0..2 {
+            table.admit(A, true).unwrap().authenticated();
+        }
+        assert_eq!(table.admit(A, true).unwrap_err(), Refusal::PeerFull);
+        assert!(table.admit(B, true).is_ok());
+        // A socket peer is authenticated by its credentials at accept.
+        let uid = PeerKey::Uid(1000);
+        let c = table.admit(uid, false).unwrap();
+        assert!(c.is_authenticated());
+        assert!(!table.lock().unauth.contains_key(&c.0.id));
+    }
+
+    /// A one-route app on `listener` with `limits`; the stop sender.
+    fn serve_app(listener: Listener, limits: Limits) -> watch::Sender<bool> {
+        let app = Router::new().route(
+            "/who",
+            axum::routing::get(|req: axum::extract::Request| async move {
+                if let Some(c) = req.extensions().get::<ConnAuth>() {
+                    c.authenticated();
+                }
+                "ok"
+            }),
+        );
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(run(listener, app, limits, stopped));
+        stop
+    }
+
+    #[tokio::test]
+    async fn a_child_process_of_plugd_is_refused_on_the_socket_before_its_request_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut socket = UnixSocket::bind(&dir.path().join(".plugd")).unwrap();
+        let path = socket.path().to_owned();
+        let _stop = serve_app(Listener::Unix(socket.take().unwrap()), limits(8, 8, 4));
+        // This process itself is not a plugin: served.
+        let mut s = UnixStream::connect(&path).await.unwrap();
+        s.write_all(b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut answer)
+            .await
+            .unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        // A child of this process (what a plugin of plugd is) is refused
+        // without sending anything.
+        let script = format!(
+            "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?}); print(s.makefile().read())",
+            path.display().to_string()
+        );
+        #[allow(clippy::disallowed_methods)] // a test's own child
+        let out = tokio::process::Command::new("python3")
+            .args(["-c", &script])
+            .output()
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+        assert!(text.contains("may not use plugd's socket"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn idle_connections_without_credentials_are_closed_early() {
+        let tcp = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = tcp.local_addr().unwrap();
+        let mut l = limits(8, 8, 4);
+        l.unauthenticated_timeout = Duration::from_millis(300);
+        let _stop = serve_app(Listener::Tcp(tcp), l);
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(
+            Duration::from_secs(3),
+            tokio::io::AsyncReadExt::read(&mut idle, &mut buf),
+        )
+        .await
+        .expect("closed within the unauthenticated timeout")
+        .unwrap_or(0);
+        assert_eq!(n, 0);
+        // One that authenticated stays past it (keep-alive).
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(b"GET /who HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut got = vec![0u8; 256];
+        let n = tokio::io::AsyncReadExt::read(&mut s, &mut got)
+            .await
+            .unwrap();
+        assert!(got[..n].starts_with(b"HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        s.write_all(b"GET /who HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut rest = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut s, &mut rest)
+            .await
+            .unwrap();
+        assert!(rest.starts_with("HTTP/1.1 200"), "{rest}");
     }
 
     #[tokio::test]

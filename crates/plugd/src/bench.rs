@@ -583,7 +583,9 @@ async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
                 r#"{"ok":true}"#,
             )
         });
-    let limits = listen::Limits::from_config(&plugd_runtime::config::HttpConfig::default());
+    // No auth middleware on the floor: no unauthenticated pool either.
+    let limits = listen::Limits::from_config(&plugd_runtime::config::HttpConfig::default())
+        .without_auth_quota();
     #[allow(clippy::print_stdout)]
     {
         println!("plugd bench http floor on http://{local}");

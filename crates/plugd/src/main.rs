@@ -729,7 +729,9 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         listeners.push(plugd_server::listen::Listener::Tcp(tcp));
     }
     // Plugins reach the API with their delegation tokens (VAI
-    // `context.gateway.base_url`) on a loopback port of their own.
+    // `context.gateway.base_url`) on a loopback port of their own, which
+    // serves the delegated routes to delegation tokens only: without
+    // --listen there is no TCP listener of the whole API.
     let (_delegated, _delegated_task) =
         plugd_server::serve_delegated(rt, app.clone(), limits, http_stopped.clone()).await?;
     let servers: Vec<_> = listeners
@@ -774,12 +776,19 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     println!("plugd serving on unix:{}", socket.path().display());
     if let Some(bound) = bound {
         // A one-time link for whoever started serve (the code is good once,
-        // for 10 minutes; `plugd console` prints another). Before the
-        // serving line, which is the last one readers wait for: a reader
-        // that stops there has read it.
-        if let Some(path) = console.console_link_path() {
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stdout(), "plugd console: http://{bound}{path}");
+        // for 10 minutes; `plugd console` prints another), only on a
+        // terminal: a live credential never goes to a log file or a pipe
+        // (nor through tracing). Before the serving line, which is the last
+        // one readers wait for: a reader that stops there has read it.
+        use std::io::IsTerminal as _;
+        let mut out = std::io::stdout();
+        if out.is_terminal() {
+            if let Some(path) = console.console_link_path() {
+                use std::io::Write as _;
+                let _ = writeln!(out, "plugd console: http://{bound}{path}");
+            }
+        } else {
+            println!("the console: http://{bound}/console/ (`plugd console` prints a login link)");
         }
         println!("plugd serving on http://{bound}");
     }

@@ -36,8 +36,16 @@ pub fn run(workspace: &Path, cmd: &StateCmd) -> Result<()> {
             state_dir.display()
         );
     }
-    // No serve may hold the database while it moves.
-    let _lock = crate::serve_lock::ServeLock::acquire(workspace)?;
+    // No serve may hold the database while it moves: a live serve would
+    // keep writing the moved file and the next one would start over.
+    let _lock = match crate::serve_lock::ServeLock::acquire(workspace) {
+        Ok(lock) => lock,
+        Err(crate::serve_lock::LockError::Held { holder, .. }) => bail!(
+            "plugd serve ({holder}) runs on workspace {} and holds its state database; stop it first (Ctrl-C or SIGTERM), then run `plugd state reset --yes` again",
+            workspace.display()
+        ),
+        Err(e) => return Err(e.into()),
+    };
     match plugd_store::identity::reset(&state_dir)? {
         Some((aside, moved)) => println!(
             "moved {} to {}; the next plugd command starts a fresh workspace: approve the plugins and set their secrets again",

@@ -338,13 +338,28 @@ fn slow_and_idle_connections_are_closed_and_capped() {
 
     drop(serve);
 
-    // Over the cap: with 5 connections held open (well within the default
-    // 10 s header timeout), the 6th gets 503 at once.
+    // Over the cap: with 5 authenticated keep-alive connections held open
+    // (well within the default 10 s header timeout), the 6th gets 503 at
+    // once. (Connections without credentials never fill the cap: the oldest
+    // of them is closed to make room, see peer_check.rs.)
     let ws = Ws::new();
     std::fs::write(ws.dir().join("plugd.yaml"), "http: {max_connections: 5}\n").unwrap();
     let serve = Serve::start(&ws, "127.0.0.1:0");
     let held: Vec<TcpStream> = (0..5)
-        .map(|_| TcpStream::connect(serve.addr).unwrap())
+        .map(|_| {
+            let mut s = TcpStream::connect(serve.addr).unwrap();
+            write!(
+                s,
+                "GET /v1/plugins HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\r\n",
+                serve.addr, serve.token
+            )
+            .unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut b = [0u8; 4096];
+            let n = s.read(&mut b).unwrap();
+            assert!(b[..n].starts_with(b"HTTP/1.1 200"));
+            s
+        })
         .collect();
     let mut text = String::new();
     // Accepting is asynchronous: poll until the cap is seen (bounded).

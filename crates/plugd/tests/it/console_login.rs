@@ -297,10 +297,12 @@ fn wrong_tokens_forged_cookies_and_revoked_tokens_get_nothing() {
 fn a_login_link_works_once_and_plugd_console_prints_another() {
     let ws = workspace();
     let serve = Serve::start(&ws, "127.0.0.1:0");
-    let link = serve
-        .console_link
-        .clone()
-        .expect("serve printed no login link");
+    // serve's stdout is a pipe here: it prints no live link (only on a
+    // terminal); `plugd console` asks the running serve for one.
+    assert_eq!(serve.console_link, None);
+    let o = ws.plugd(&["console"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let link = String::from_utf8_lossy(&o.stdout).trim().to_owned();
     let prefix = format!("http://{}/console/login#code=", serve.addr);
     let code = link
         .strip_prefix(&prefix)

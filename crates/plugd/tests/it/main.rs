@@ -40,6 +40,7 @@ mod microapp;
 mod nexo;
 mod outbox;
 mod packages;
+mod peer_check;
 mod pinning;
 mod resilience;
 mod risk;
