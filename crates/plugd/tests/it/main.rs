@@ -29,6 +29,7 @@ mod invocations;
 mod llm;
 mod marketplace;
 mod mcp;
+mod mcp_bounds;
 mod mcp_remote;
 mod mcp_requests;
 mod mcp_resources;
