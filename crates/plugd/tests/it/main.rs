@@ -49,6 +49,7 @@ mod sandbox;
 mod sandbox_egress;
 mod secrets;
 mod semantic;
+mod shutdown;
 mod signatures;
 mod skills;
 mod support;
