@@ -180,10 +180,9 @@ fn batches_are_capped_refused_where_the_revision_has_none_and_serve_stays_small(
         }
     });
     let (rss_after, hwm) = memory_kib(pid);
-    eprintln!("serve RSS {rss_before} KiB before the bomb, {rss_after} KiB after, peak {hwm} KiB");
     assert!(
         hwm.saturating_sub(rss_before) < BOMB_GROWTH_KIB,
-        "serve's peak RSS grew {} KiB (before {rss_before}, peak {hwm}); the bound is {BOMB_GROWTH_KIB}",
+        "serve's peak RSS grew {} KiB (before {rss_before}, peak {hwm}, after {rss_after}); the bound is {BOMB_GROWTH_KIB}",
         hwm.saturating_sub(rss_before)
     );
     // Still serving.
