@@ -154,8 +154,9 @@ pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right
     if *method == Method::GET || *method == Method::HEAD {
         return Right::Read;
     }
-    // The action after the last `:` of the last parameter; an action a
-    // route does not know needs the admin (its handler answers 404 anyway).
+    // The action after the last `:` of the last parameter; on a route with
+    // actions of different rights, one it does not know needs the admin
+    // (its handler answers 404 anyway).
     let action = last.and_then(|p| p.rsplit_once(':')).map(|(_, a)| a);
     let is = |names: &[&str]| action.is_some_and(|a| names.contains(&a));
     const GOVERNS: [&str; 6] = [
@@ -174,8 +175,9 @@ pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right
         }
         ("POST", "/v1/tools/{*name}") if is(&["enable", "disable"]) => Right::Govern,
         ("POST", "/v1/tools/{*name}") if is(&["invoke"]) => Right::Invoke,
-        ("POST", "/v1/plugin-tools/{export}") if is(&["invoke"]) => Right::Invoke,
-        ("POST", "/v1/hooks/{point}") if is(&["run"]) => Right::Invoke,
+        // Routes of one action: any other is the handler's 404, at the
+        // same right (no action of more right hides behind them).
+        ("POST", "/v1/plugin-tools/{export}" | "/v1/hooks/{point}") => Right::Invoke,
         ("POST", "/v1/approvals/{action}") => Right::Govern,
         ("POST", "/v1/plugin-packages") => Right::Govern,
         ("POST", "/v1/plugin-packages/{*id}") if is(&["restart"]) => Right::Govern,
