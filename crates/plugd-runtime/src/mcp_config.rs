@@ -18,6 +18,8 @@
 //!     max_sessions_per_identity: 64  # open sessions one token / user may hold
 //!     stream_close_after_ms: 60000   # an SSE connection is closed after this
 //!     stream_retry_ms: 1000          #   long; the client resumes after this
+//!     max_batch_items: 32            # JSON-RPC batches (2025-03-26 only):
+//!     max_batch_bytes: 262144        #   most messages and body bytes of one
 //! ```
 //!
 //! `resources: false` under a server refuses every resource request to it
@@ -170,6 +172,13 @@ pub const DEFAULT_STREAM_CLOSE_AFTER_MS: u64 = 60_000;
 /// Default of [`McpHttpConfig::stream_retry_ms`].
 pub const DEFAULT_STREAM_RETRY_MS: u64 = 1_000;
 
+/// Default of [`McpHttpConfig::max_batch_items`].
+pub const DEFAULT_MAX_BATCH_ITEMS: usize = 32;
+/// Default of [`McpHttpConfig::max_batch_bytes`] (256 KiB).
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 256 * 1024;
+/// The most [`McpHttpConfig::max_batch_items`] may be.
+pub const MAX_BATCH_ITEMS_CEILING: usize = 1024;
+
 /// `mcp.http`: limits and timing of `/mcp` on `plugd serve`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -187,6 +196,16 @@ pub struct McpHttpConfig {
     /// resumes a closed stream, in milliseconds (default 1000).
     #[serde(default = "default_retry")]
     pub stream_retry_ms: u64,
+    /// Most messages in one JSON-RPC batch (batches exist in the 2025-03-26
+    /// revision only; later ones are refused with `400`); a bigger batch is
+    /// refused whole with `400` (default 32, at most 1024).
+    #[serde(default = "default_batch_items")]
+    pub max_batch_items: usize,
+    /// Most bytes of one batch's body; a bigger batch is refused whole with
+    /// `400` before any of it runs (default 262144; the API's body limit
+    /// still applies to every request).
+    #[serde(default = "default_batch_bytes")]
+    pub max_batch_bytes: usize,
 }
 
 fn default_sessions() -> usize {
@@ -198,6 +217,12 @@ fn default_close_after() -> u64 {
 fn default_retry() -> u64 {
     DEFAULT_STREAM_RETRY_MS
 }
+fn default_batch_items() -> usize {
+    DEFAULT_MAX_BATCH_ITEMS
+}
+fn default_batch_bytes() -> usize {
+    DEFAULT_MAX_BATCH_BYTES
+}
 
 impl Default for McpHttpConfig {
     fn default() -> Self {
@@ -205,6 +230,8 @@ impl Default for McpHttpConfig {
             max_sessions_per_identity: DEFAULT_SESSIONS_PER_IDENTITY,
             stream_close_after_ms: DEFAULT_STREAM_CLOSE_AFTER_MS,
             stream_retry_ms: DEFAULT_STREAM_RETRY_MS,
+            max_batch_items: DEFAULT_MAX_BATCH_ITEMS,
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
         }
     }
 }
@@ -402,6 +429,20 @@ pub fn parse_config(
                 "mcp.http.stream_retry_ms".into(),
                 line,
                 "at most 3600000 (an hour)".into(),
+            ));
+        }
+        if h.max_batch_items == 0 || h.max_batch_items > MAX_BATCH_ITEMS_CEILING {
+            return Err(invalid(
+                "mcp.http.max_batch_items".into(),
+                line,
+                format!("must be 1 to {MAX_BATCH_ITEMS_CEILING}"),
+            ));
+        }
+        if h.max_batch_bytes < 1024 {
+            return Err(invalid(
+                "mcp.http.max_batch_bytes".into(),
+                line,
+                "must be at least 1024".into(),
             ));
         }
         config.http = h;
@@ -635,5 +676,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("mcp.http.stream_retry_ms"), "{e}");
+        assert_eq!(
+            (d.max_batch_items, d.max_batch_bytes),
+            (DEFAULT_MAX_BATCH_ITEMS, DEFAULT_MAX_BATCH_BYTES)
+        );
+        let text = "mcp:\n  http:\n    max_batch_items: 4\n    max_batch_bytes: 4096\n";
+        let h = parse(text).unwrap().mcp.http;
+        assert_eq!((h.max_batch_items, h.max_batch_bytes), (4, 4096));
+        assert!(crate::config::schema_violations(text).unwrap().is_empty());
+        for bad in [
+            "max_batch_items: 0",
+            "max_batch_items: 5000",
+            "max_batch_bytes: 10",
+        ] {
+            let e = parse(&format!("mcp:\n  http:\n    {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(bad.split(':').next().unwrap()), "{e}");
+        }
     }
 }

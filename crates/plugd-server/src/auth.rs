@@ -2,7 +2,10 @@
 //! [`Identity`], its role decides what it may do, and browsers' cross-site
 //! requests are refused (`Host` and `Origin` checks).
 //!
-//! One middleware ([`authorize`]) runs before any handler reads a body:
+//! Two layers run before any handler reads a body: [`authorize`] before
+//! routing (steps 1 to 4), [`authorize_route`] after it, on the route the
+//! request matched and its percent-decoded parameters (steps 5 and 6; a
+//! path that matches no route is the router's `404`, after authentication):
 //! 1. the connection's [`Peer`] (set by the listener; a request without one is
 //!    refused, so nothing reaches a handler unauthenticated);
 //! 2. on TCP, `Host` must name the listener (or `localhost`, or a host of
@@ -15,8 +18,9 @@
 //!    else the console's session cookie (`plugd_console`), whose
 //!    state-changing requests must echo the session's CSRF token
 //!    (`403 csrf`);
-//! 5. the route's [`Right`] against the identity's [`Role`]: `403 forbidden`
-//!    naming the role needed;
+//! 5. the route's [`Right`] ([`route_right`]: its template and decoded last
+//!    parameter, never the path's spelling) against the identity's
+//!    [`Role`]: `403 forbidden` naming the role needed;
 //! 6. after the handler, a state-changing request is appended to the audit
 //!    trail with the identity's name and the status (by the audit writer's
 //!    thread, in batches, off the request path; never dropped).
@@ -132,11 +136,15 @@ pub fn allows(role: Role, right: Right) -> bool {
     }
 }
 
-/// The right `method path` needs.
-pub fn required(method: &Method, path: &str) -> Right {
+/// The right route `template` (as the router declares it, e.g.
+/// `/v1/tools/{*name}`) needs for `method`; `last` is the route's last
+/// parameter, percent-decoded: the very value its handler dispatches on
+/// (`x:disable` of `/v1/tools/x%3Adisable`), so no spelling of a path can
+/// reach an action with the right of another.
+pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right {
     // The MCP gateway: listing and calling is the agent's right; its GET
     // stream and DELETE belong to a session the caller opened with POST.
-    if path == "/mcp" || path.starts_with("/mcp/") {
+    if template == "/mcp" || template == "/mcp/{profile}" {
         return if *method == Method::GET || *method == Method::HEAD {
             Right::Read
         } else {
@@ -146,59 +154,94 @@ pub fn required(method: &Method, path: &str) -> Right {
     if *method == Method::GET || *method == Method::HEAD {
         return Right::Read;
     }
-    if let Some(right) = crate::bindings::required(method, path) {
-        return right;
-    }
-    // The console's settings form: the operator's, like `:reconfigure`.
-    if *method == Method::PUT && path.starts_with("/v1/plugins/") && path.ends_with("/config") {
-        return Right::Govern;
-    }
-    if *method == Method::PATCH && path.starts_with("/v1/runs/") {
-        return Right::Invoke;
-    }
-    if *method != Method::POST {
-        return Right::Admin;
-    }
-    let governs = |p: &str| {
-        [
-            "approve",
-            "revoke",
-            "restart",
-            "reconfigure",
-            "start",
-            "stop",
-        ]
-        .iter()
-        .any(|a| p.rsplit_once(':').is_some_and(|(_, b)| b == *a))
-    };
-    match path {
-        // Anyone logged in may log out.
-        "/console/logout" => Right::Read,
-        p if p.starts_with("/v1/plugins/") && governs(p) => Right::Govern,
-        p if p.starts_with("/v1/approvals/") => Right::Govern,
-        p if p.starts_with("/v1/tools/") && (p.ends_with(":enable") || p.ends_with(":disable")) => {
+    // The action after the last `:` of the last parameter; on a route with
+    // actions of different rights, one it does not know needs the admin
+    // (its handler answers 404 anyway).
+    let action = last.and_then(|p| p.rsplit_once(':')).map(|(_, a)| a);
+    let is = |names: &[&str]| action.is_some_and(|a| names.contains(&a));
+    const GOVERNS: [&str; 6] = [
+        "approve",
+        "revoke",
+        "restart",
+        "reconfigure",
+        "start",
+        "stop",
+    ];
+    match (method.as_str(), template) {
+        ("POST", "/v1/plugins/{*action}") if is(&GOVERNS) => Right::Govern,
+        // The console's settings form: the operator's, like `:reconfigure`.
+        ("PUT", "/v1/plugins/{*action}") if last.is_some_and(|p| p.ends_with("/config")) => {
             Right::Govern
         }
-        "/v1/plugin-packages" => Right::Govern,
-        p if p.starts_with("/v1/plugin-packages/") && p.ends_with(":restart") => Right::Govern,
-        p if p.starts_with("/v1/marketplace/") && p.ends_with(":install") => Right::Govern,
-        p if p.starts_with("/v1/tools/")
-            || p.starts_with("/v1/plugin-tools/")
-            || p.starts_with("/v1/hooks/")
-            || p.starts_with("/v1/sessions/")
-            || (p.starts_with("/v1/chains/") && p.ends_with("/blocks"))
-            || p == "/v1/runs"
-            || p == "/v1/compactions"
-            || p == "/v1/llm:complete"
-            || p == "/v1/bus/publish"
-            || p == "/v1/resources:read"
-            || p == "/v1/prompts:get"
-            || p == "/v1/completions" =>
-        {
-            Right::Invoke
-        }
+        ("POST", "/v1/tools/{*name}") if is(&["enable", "disable"]) => Right::Govern,
+        ("POST", "/v1/tools/{*name}") if is(&["invoke"]) => Right::Invoke,
+        // Routes of one action: any other is the handler's 404, at the
+        // same right (no action of more right hides behind them).
+        ("POST", "/v1/plugin-tools/{export}" | "/v1/hooks/{point}") => Right::Invoke,
+        ("POST", "/v1/approvals/{action}") => Right::Govern,
+        ("POST", "/v1/plugin-packages") => Right::Govern,
+        ("POST", "/v1/plugin-packages/{*id}") if is(&["restart"]) => Right::Govern,
+        ("POST", "/v1/marketplace/{id}") if is(&["install"]) => Right::Govern,
+        ("POST", "/v1/plugin-bindings") => Right::Govern,
+        ("POST", "/v1/plugin-bindings/{id}") if is(&["validate"]) => Right::Read,
+        ("PATCH", "/v1/plugin-bindings/{id}") => Right::Govern,
+        ("PUT", "/v1/secrets/{org}/{name}") => Right::Govern,
+        // Anyone logged in may log out.
+        ("POST", "/console/logout") => Right::Read,
+        ("PATCH", "/v1/runs/{id}") => Right::Invoke,
+        (
+            "POST",
+            "/v1/sessions/{id}/messages"
+            | "/v1/chains/{id}/blocks"
+            | "/v1/runs"
+            | "/v1/compactions"
+            | "/v1/llm:complete"
+            | "/v1/bus/publish"
+            | "/v1/resources:read"
+            | "/v1/prompts:get"
+            | "/v1/completions",
+        ) => Right::Invoke,
         _ => Right::Admin,
     }
+}
+
+/// `template` with each `{name}` / `{*name}` replaced by its decoded value
+/// from `params` (the path the handler acts on, for messages and profiles).
+pub fn fill(template: &str, params: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        let name = rest[open + 1..open + close].trim_start_matches('*');
+        match params.iter().find(|(k, _)| k == name) {
+            Some((_, v)) => out.push_str(v),
+            None => out.push_str(&rest[open..=open + close]),
+        }
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The template with every parameter replaced by `_`: the route's shape,
+/// for the rules that depend on the route only (delegation scopes, the
+/// tenant routes).
+fn shape(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push_str(&rest[..open]);
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        out.push('_');
+        rest = &rest[open + close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Paths anyone may reach without credentials: `GET /healthz`, and the
@@ -563,7 +606,10 @@ fn check_csrf(
     }
 }
 
-/// The middleware: see the module documentation.
+/// The outer middleware, before routing: steps 1 to 4 of the module
+/// documentation (peer, `Host`/`Origin`, identity, CSRF). The identity goes
+/// into the request's extensions; the route's right is checked after
+/// routing, by [`authorize_route`], on the route the request matched.
 pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -577,6 +623,7 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         return *resp;
     }
     if is_public(&method, &path) {
+        req.extensions_mut().insert(Public);
         return next.run(req).await;
     }
     let (identity, console) = match identify(&state, &peer, req.headers()).await {
@@ -594,10 +641,90 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
         }
         req.extensions_mut().insert(session.clone());
     }
+    req.extensions_mut().insert(identity);
+    next.run(req).await
+}
+
+/// Marks a request [`is_public`] let through without credentials.
+#[derive(Debug, Clone, Copy)]
+struct Public;
+
+/// Set on the response of a request that passed [`authorize_route`] and
+/// reached its handler: the route it matched and the right that was checked
+/// (what the route walk of the tests asserts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Authorized {
+    /// The route's template, as the router declares it.
+    pub route: String,
+    /// The right the identity was checked against.
+    pub right: Right,
+}
+
+/// The route layer, after routing (so only on a request that matched a
+/// route; anything else is the router's `404` after authentication): step 5
+/// and 6 of the module documentation on the matched route and its decoded
+/// parameters, never on the path's spelling.
+pub async fn authorize_route(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::extract::FromRequestParts;
+    let (mut parts, body) = req.into_parts();
+    let Some(template) = parts
+        .extensions
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+    else {
+        return forbidden(
+            error::code::FORBIDDEN,
+            "the request matched no route; nothing is reached without one".into(),
+        );
+    };
+    let params: Vec<(String, String)> =
+        match axum::extract::RawPathParams::from_request_parts(&mut parts, &()).await {
+            Ok(p) => p
+                .iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            Err(axum::extract::rejection::RawPathParamsRejection::MissingPathParams(_)) => {
+                Vec::new()
+            }
+            Err(e) => {
+                return ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    error::code::BAD_REQUEST,
+                    format!(
+                        "{} {}: {}; send the path's parameters as percent-encoded UTF-8",
+                        parts.method,
+                        parts.uri.path(),
+                        e.body_text()
+                    ),
+                )
+                .into_response();
+            }
+        };
+    let req = Request::from_parts(parts, body);
+    let method = req.method().clone();
+    let raw_path = req.uri().path().to_owned();
+    let last = params.last().map(|(_, v)| v.as_str());
+    let right = route_right(&method, &template, last);
+    let path = fill(&template, &params);
+    let Some(identity) = req.extensions().get::<Identity>().cloned() else {
+        if req.extensions().get::<Public>().is_some() {
+            let mut resp = next.run(req).await;
+            resp.extensions_mut().insert(Authorized {
+                route: template,
+                right: Right::Read,
+            });
+            return resp;
+        }
+        return forbidden(
+            error::code::FORBIDDEN,
+            format!("{method} {raw_path} was not authenticated; nothing is reached without it"),
+        );
+    };
     // A delegation token reaches the canonical session/chain/run routes,
     // each with its scope, and nothing else.
     if let Some(d) = &identity.delegation {
-        let Some(scope) = plugd_control::delegation::scope_for(method.as_str(), &path) else {
+        let Some(scope) = plugd_control::delegation::scope_for(method.as_str(), &shape(&template))
+        else {
             return forbidden(
                 error::code::MISSING_SCOPE,
                 format!(
@@ -616,58 +743,54 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
                 ),
             );
         }
-        req.extensions_mut().insert(identity.clone());
-        let resp = next.run(req).await;
-        if method != Method::GET && method != Method::HEAD {
-            state.audit.record(
-                &identity.name,
-                identity.role,
-                method.as_str(),
-                &path,
-                resp.status().as_u16(),
+    } else {
+        // A token bound to an org reaches only the tenant routes; the rest
+        // does not exist for it.
+        if identity.tenant.is_some() && !crate::bindings::tenant_may_reach(&shape(&template)) {
+            return ApiError::no_route(method.as_str(), &raw_path).into_response();
+        }
+        if !allows(identity.role, right) {
+            return forbidden(
+                error::code::FORBIDDEN,
+                format!(
+                    "{method} {path} needs the {} role (or admin); {} has role {}",
+                    right.role_name(),
+                    identity.name,
+                    identity.role
+                ),
             );
         }
-        return resp;
+        if right != Right::Read && !identity.may_reach(&path) {
+            let allowed = identity.mcp_profiles.as_deref().unwrap_or_default();
+            return forbidden(
+                error::code::FORBIDDEN,
+                format!(
+                    "{} is limited to the MCP profiles {}; use /mcp/PROFILE of one of them",
+                    identity.name,
+                    allowed.join(", ")
+                ),
+            );
+        }
     }
-    // A token bound to an org reaches only the tenant routes; the rest does
-    // not exist for it.
-    if identity.tenant.is_some() && !crate::bindings::tenant_may_reach(&path) {
-        return ApiError::no_route(method.as_str(), &path).into_response();
-    }
-    let right = required(&method, &path);
-    if !allows(identity.role, right) {
-        return forbidden(
-            error::code::FORBIDDEN,
-            format!(
-                "{method} {path} needs the {} role (or admin); {} has role {}",
-                right.role_name(),
-                identity.name,
-                identity.role
-            ),
-        );
-    }
-    if right != Right::Read && !identity.may_reach(&path) {
-        let allowed = identity.mcp_profiles.as_deref().unwrap_or_default();
-        return forbidden(
-            error::code::FORBIDDEN,
-            format!(
-                "{} is limited to the MCP profiles {}; use /mcp/PROFILE of one of them",
-                identity.name,
-                allowed.join(", ")
-            ),
-        );
-    }
-    req.extensions_mut().insert(identity.clone());
-    let resp = next.run(req).await;
-    if right != Right::Read {
+    let mut resp = next.run(req).await;
+    resp.extensions_mut().insert(Authorized {
+        route: template,
+        right,
+    });
+    let audited = if identity.delegation.is_some() {
+        method != Method::GET && method != Method::HEAD
+    } else {
+        right != Right::Read
+    };
+    if audited {
         let status = resp.status().as_u16();
-        tracing::info!(identity = %identity.name, role = %identity.role, %method, %path, status, "request");
+        tracing::info!(identity = %identity.name, role = %identity.role, %method, path = %raw_path, status, "request");
         // Written by the audit writer's thread, batched; never dropped.
         state.audit.record(
             &identity.name,
             identity.role,
             method.as_str(),
-            &path,
+            &raw_path,
             status,
         );
     }
@@ -681,54 +804,61 @@ mod tests {
     #[test]
     fn rights_follow_routes() {
         let post = Method::POST;
-        assert_eq!(required(&Method::GET, "/v1/plugins"), Right::Read);
-        assert_eq!(required(&post, "/v1/plugins/a/b:approve"), Right::Govern);
-        assert_eq!(required(&post, "/v1/plugins/x:reconfigure"), Right::Govern);
-        assert_eq!(required(&post, "/v1/plugins/x:start"), Right::Govern);
-        assert_eq!(required(&post, "/v1/plugins/x:stop"), Right::Govern);
-        assert_eq!(required(&post, "/v1/approvals/apr_1:deny"), Right::Govern);
-        assert_eq!(required(&post, "/v1/plugin-packages"), Right::Govern);
+        let r = |m: &Method, t: &str, last: Option<&str>| route_right(m, t, last);
+        let plugins = "/v1/plugins/{*action}";
+        assert_eq!(r(&Method::GET, "/v1/plugins", None), Right::Read);
+        assert_eq!(r(&post, plugins, Some("a/b:approve")), Right::Govern);
+        for a in ["reconfigure", "start", "stop", "revoke", "restart"] {
+            assert_eq!(r(&post, plugins, Some(&format!("x:{a}"))), Right::Govern);
+        }
+        assert_eq!(r(&post, plugins, Some("x:frobnicate")), Right::Admin);
         assert_eq!(
-            required(&post, "/v1/plugin-packages/acme/kit@1.0.0:restart"),
+            r(&post, "/v1/approvals/{action}", Some("apr_1:deny")),
             Right::Govern
         );
-        assert_eq!(
-            required(&post, "/v1/marketplace/weave:install"),
-            Right::Govern
-        );
-        assert_eq!(required(&Method::GET, "/v1/marketplace"), Right::Read);
-        assert_eq!(
-            required(&Method::GET, "/v1/plugin-packages/a/b"),
-            Right::Read
-        );
-        assert_eq!(required(&post, "/v1/tools/x/y:invoke"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/tools/x/y:disable"), Right::Govern);
-        assert_eq!(required(&post, "/v1/tools/x/y:enable"), Right::Govern);
-        assert_eq!(
-            required(&Method::PUT, "/v1/plugins/a/b/config"),
-            Right::Govern
-        );
-        assert_eq!(required(&Method::PUT, "/v1/plugins/a"), Right::Admin);
-        assert_eq!(required(&Method::GET, "/v1/plugins/a/logs"), Right::Read);
-        assert_eq!(required(&Method::GET, "/v1/events"), Right::Read);
-        assert_eq!(required(&post, "/v1/plugin-tools/x:invoke"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/sessions/s/messages"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/bus/publish"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/resources:read"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/prompts:get"), Right::Invoke);
-        assert_eq!(required(&post, "/v1/completions"), Right::Invoke);
-        assert_eq!(required(&Method::GET, "/v1/resources"), Right::Read);
-        assert_eq!(required(&Method::GET, "/v1/prompts"), Right::Read);
-        assert_eq!(required(&post, "/v1/plugins/x:frobnicate"), Right::Admin);
-        assert_eq!(required(&Method::DELETE, "/v1/plugins"), Right::Admin);
-        assert_eq!(required(&post, "/mcp"), Right::Invoke);
-        assert_eq!(required(&post, "/mcp/readonly"), Right::Invoke);
-        assert_eq!(required(&Method::DELETE, "/mcp"), Right::Invoke);
-        assert_eq!(required(&Method::GET, "/mcp"), Right::Read);
+        assert_eq!(r(&post, "/v1/plugin-packages", None), Right::Govern);
+        let pkg = "/v1/plugin-packages/{*id}";
+        assert_eq!(r(&post, pkg, Some("acme/kit@1.0.0:restart")), Right::Govern);
+        let market = "/v1/marketplace/{id}";
+        assert_eq!(r(&post, market, Some("weave:install")), Right::Govern);
+        assert_eq!(r(&Method::GET, market, Some("weave")), Right::Read);
+        let tools = "/v1/tools/{*name}";
+        assert_eq!(r(&post, tools, Some("x/y:invoke")), Right::Invoke);
+        // The decoded name decides: `x%3Adisable` arrives as `x:disable`.
+        assert_eq!(r(&post, tools, Some("x/y:disable")), Right::Govern);
+        assert_eq!(r(&post, tools, Some("x:enable")), Right::Govern);
+        assert_eq!(r(&Method::PUT, plugins, Some("a/b/config")), Right::Govern);
+        assert_eq!(r(&Method::PUT, plugins, Some("a")), Right::Admin);
+        assert_eq!(r(&Method::GET, plugins, Some("a/logs")), Right::Read);
+        let ptools = "/v1/plugin-tools/{export}";
+        assert_eq!(r(&post, ptools, Some("x:invoke")), Right::Invoke);
+        let msgs = "/v1/sessions/{id}/messages";
+        assert_eq!(r(&post, msgs, Some("s")), Right::Invoke);
+        assert_eq!(r(&post, "/v1/bus/publish", None), Right::Invoke);
+        assert_eq!(r(&post, "/v1/resources:read", None), Right::Invoke);
+        assert_eq!(r(&post, "/v1/prompts:get", None), Right::Invoke);
+        assert_eq!(r(&post, "/v1/completions", None), Right::Invoke);
+        assert_eq!(r(&Method::DELETE, "/v1/plugins", None), Right::Admin);
+        assert_eq!(r(&post, "/mcp", None), Right::Invoke);
+        assert_eq!(r(&post, "/mcp/{profile}", Some("readonly")), Right::Invoke);
+        assert_eq!(r(&Method::DELETE, "/mcp", None), Right::Invoke);
+        assert_eq!(r(&Method::GET, "/mcp", None), Right::Read);
+        let bind = "/v1/plugin-bindings/{id}";
+        assert_eq!(r(&post, bind, Some("b:validate")), Right::Read);
+        assert_eq!(r(&Method::PATCH, bind, Some("b")), Right::Govern);
+        assert_eq!(r(&post, "/console/logout", None), Right::Read);
+        assert_eq!(r(&post, "/console/links", None), Right::Admin);
         assert!(allows(Role::Operator, Right::Govern) && !allows(Role::Operator, Right::Invoke));
         assert!(allows(Role::Agent, Right::Invoke) && !allows(Role::Agent, Right::Govern));
         assert!(!allows(Role::Viewer, Right::Invoke) && allows(Role::Viewer, Right::Read));
         assert!(is_public(&Method::GET, "/healthz") && !is_public(&post, "/healthz"));
+        let p = [("id".to_owned(), "a/b".to_owned())];
+        assert_eq!(fill("/v1/chains/{id}/blocks", &p), "/v1/chains/a/b/blocks");
+        assert_eq!(
+            fill("/v1/plugin-packages/{*id}", &p),
+            "/v1/plugin-packages/a/b"
+        );
+        assert_eq!(shape("/v1/chains/{id}/blocks"), "/v1/chains/_/blocks");
     }
 
     #[test]

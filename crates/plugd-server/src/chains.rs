@@ -20,6 +20,13 @@
 //! runs hang below its own run (`parent_run_id`), within its run policy's
 //! `max_depth` and `max_child_runs`; it may update its own run and its
 //! children only.
+//!
+//! A delegation token is also bound to its invocation: it reads its own
+//! session only (its chains, compactions and runs; the lists show nothing
+//! else), appends to its invocation's chain only, and starts, updates and
+//! compacts within that session only. Anything else answers `403`, whether
+//! it exists or not (no existence oracle); a token minted without a session
+//! reaches no session at all.
 
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
@@ -57,6 +64,61 @@ pub(crate) fn scope_of(who: &Identity) -> ScopeFilter {
             workspace_only: false,
         },
         None => ScopeFilter::default(),
+    }
+}
+
+/// `403` unless `session_id` is the session of `who`'s delegation (every
+/// other identity passes: its scope is [`scope_of`]'s).
+fn bound_session(who: &Identity, session_id: &str, what: &str) -> Result<(), ApiError> {
+    let Some(d) = &who.delegation else {
+        return Ok(());
+    };
+    if d.session_id.as_deref() == Some(session_id) {
+        return Ok(());
+    }
+    Err(outside(d, what))
+}
+
+/// The `403` of a delegation token reaching past its invocation.
+fn outside(d: &plugd_control::delegation::Delegation, what: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        code::FORBIDDEN,
+        format!(
+            "{what} is outside the invocation this delegation token of {} was minted for (session {}, chain {}, run {}); a delegation token reaches its own invocation's session, chain and run only",
+            d.export,
+            d.session_id.as_deref().unwrap_or("none"),
+            d.chain_id.as_deref().unwrap_or("none"),
+            d.run_id.as_deref().unwrap_or("none"),
+        ),
+    )
+}
+
+/// For a delegation token, the chain `id` when it belongs to its session
+/// (`403` otherwise, or when it does not exist); for anyone else, nothing
+/// to check here.
+fn bound_chain(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
+    let Some(d) = &who.delegation else {
+        return Ok(());
+    };
+    let what = format!("chain {id:?}");
+    let chain = state.runtime.store().chain(id).map_err(store_error)?;
+    match chain {
+        Some(c) if d.session_id.as_deref() == Some(c.session_id.as_str()) => Ok(()),
+        _ => Err(outside(d, &what)),
+    }
+}
+
+/// For a delegation token, the run `id` when it belongs to its session.
+fn bound_run(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
+    let Some(d) = &who.delegation else {
+        return Ok(());
+    };
+    let what = format!("run {id:?}");
+    let run = state.runtime.store().run(id).map_err(store_error)?;
+    match run {
+        Some(r) if d.session_id.as_deref() == Some(r.session_id.as_str()) => Ok(()),
+        _ => Err(outside(d, &what)),
     }
 }
 
@@ -151,6 +213,14 @@ pub(crate) async fn list_sessions(
         .store()
         .sessions(&scope_of(&who), limit, param(&q, "before"))
         .map_err(store_error)?;
+    // A delegation token lists its own session only.
+    let list = match &who.delegation {
+        Some(d) => list
+            .into_iter()
+            .filter(|s| d.session_id.as_deref() == Some(s.id.as_str()))
+            .collect(),
+        None => list,
+    };
     Ok(Json(json!({"sessions": list})).into_response())
 }
 
@@ -161,6 +231,7 @@ pub(crate) async fn get_session(
     Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    bound_session(&who, &id, &format!("session {id:?}"))?;
     let info = visible_session(&state, &who, &id).map_err(|_| ApiError::unknown_session(&id))?;
     let store = state.runtime.store();
     let chains = store.session_chains(&id).map_err(store_error)?;
@@ -177,6 +248,7 @@ pub(crate) async fn list_compactions(
     Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    bound_session(&who, &id, &format!("session {id:?}"))?;
     visible_session(&state, &who, &id)?;
     let list = state
         .runtime
@@ -193,6 +265,7 @@ pub(crate) async fn get_chain(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
+    bound_chain(&state, &who, &id)?;
     let (chain, _) = visible_chain(&state, &who, &id)?;
     let q = query(q.as_deref());
     let after = number(&q, "after", 0)? as u64;
@@ -221,6 +294,13 @@ pub(crate) async fn append_blocks(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<AppendRequest>,
 ) -> Result<Response, ApiError> {
+    // A delegation token writes to its invocation's chain only.
+    if let Some(d) = &who.delegation
+        && d.chain_id.as_deref() != Some(id.as_str())
+    {
+        return Err(outside(d, &format!("chain {id:?}")));
+    }
+    bound_chain(&state, &who, &id)?;
     visible_chain(&state, &who, &id)?;
     if req.blocks.is_empty() || req.blocks.len() > MAX_APPEND_BLOCKS {
         return Err(bad(format!(
@@ -260,10 +340,23 @@ pub(crate) async fn list_runs(
 ) -> Result<Response, ApiError> {
     let q = query(q.as_deref());
     let limit = number(&q, "limit", 100)?.clamp(1, MAX_LIMIT);
+    // A delegation token lists its own session's runs only.
+    let session = match &who.delegation {
+        Some(d) => {
+            let own = d.session_id.as_deref();
+            match param(&q, "session_id") {
+                Some(s) if Some(s) != own => {
+                    return Err(outside(d, &format!("session {s:?}")));
+                }
+                _ => Some(own.ok_or_else(|| outside(d, "every session"))?),
+            }
+        }
+        None => param(&q, "session_id"),
+    };
     let list = state
         .runtime
         .store()
-        .runs(&scope_of(&who), param(&q, "session_id"), limit)
+        .runs(&scope_of(&who), session, limit)
         .map_err(store_error)?;
     Ok(Json(json!({"runs": list})).into_response())
 }
@@ -274,6 +367,7 @@ pub(crate) async fn get_run(
     Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    bound_run(&state, &who, &id)?;
     Ok(Json(visible_run(&state, &who, &id)?).into_response())
 }
 
@@ -366,6 +460,12 @@ pub(crate) async fn create_run(
             req.session_id
         )));
     }
+    // A delegation token starts runs in its own session only.
+    bound_session(
+        &who,
+        &req.session_id,
+        &format!("session {:?}", req.session_id),
+    )?;
     // A delegation token's runs are children of its own run.
     let parent = match (&who.delegation, &req.parent_run_id) {
         (Some(d), Some(p)) if Some(p) != d.run_id.as_ref() => {
@@ -492,6 +592,7 @@ pub(crate) async fn patch_run(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PatchRun>,
 ) -> Result<Response, ApiError> {
+    bound_run(&state, &who, &id)?;
     let run = visible_run(&state, &who, &id)?;
     if let Some(d) = &who.delegation {
         let own = d.run_id.as_deref() == Some(run.id.as_str());
@@ -545,6 +646,11 @@ pub(crate) async fn compact(
     Extension(who): Extension<Identity>,
     JsonBody(req): JsonBody<CompactRequest>,
 ) -> Result<Response, ApiError> {
+    bound_session(
+        &who,
+        &req.session_id,
+        &format!("session {:?}", req.session_id),
+    )?;
     visible_session(&state, &who, &req.session_id)?;
     let Some(cfg) = state.config.agent.compactor.clone() else {
         return Err(ApiError::new(

@@ -193,6 +193,9 @@ pub mod code {
     pub const UNAUTHENTICATED: &str = "unauthenticated";
     /// 403: the identity's role lacks the right, or a socket peer of another user.
     pub const FORBIDDEN: &str = "forbidden";
+    /// 503: serve is shutting down and the request did not finish within
+    /// the grace.
+    pub const SHUTTING_DOWN: &str = "shutting_down";
     /// 403: the `Host` header does not name the listener (DNS rebinding).
     pub const FORBIDDEN_HOST: &str = "forbidden_host";
     /// 403: a state-changing request from another origin.

@@ -414,6 +414,12 @@ pub fn router(state: AppState) -> Router {
         .merge(marketplace::routes())
         .merge(invocations::routes())
         .merge(console::routes())
+        // After routing, on every route (not on the fallbacks): the matched
+        // route's right, on its decoded parameters.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize_route,
+        ))
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(limit))

@@ -60,8 +60,27 @@ use crate::auth::Peer;
 /// The socket's file name under the workspace's `.plugd/`.
 pub const SOCKET_FILE: &str = "serve.sock";
 
-/// How long serve waits for open connections after a shutdown request.
+/// How long serve waits for open connections after a shutdown request:
+/// a request in flight gets this long to finish, then is answered `503`
+/// ([`shutting_down`]); its connection then closes within [`CLOSE`].
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a connection has, after [`DRAIN`], to write its last answers.
+const CLOSE: Duration = Duration::from_secs(1);
+
+/// The answer of a request still running when the shutdown grace ends.
+fn shutting_down() -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    crate::ApiError::new(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        crate::error::code::SHUTTING_DOWN,
+        format!(
+            "plugd serve is shutting down and this request did not finish within the {} s grace; retry it once serve is back",
+            DRAIN.as_secs()
+        ),
+    )
+    .into_response()
+}
 
 /// Connection limits of a listener (plugd.yaml `http:`).
 #[derive(Debug, Clone, Copy)]
@@ -592,13 +611,25 @@ async fn serve_connection<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let ext = auth.clone();
+    let stop = shutdown.clone();
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(ext.clone());
         let busy = Busy::start(&ext);
         let call = app.clone().oneshot(req.map(Body::new));
+        let mut stop = stop.clone();
+        // In flight at shutdown: its own answer within DRAIN, else a 503
+        // (never a connection closed without an answer).
         async move {
-            let r = call.await;
+            let r = tokio::select! {
+                r = call => r,
+                _ = async {
+                    if stop.wait_for(|s| *s).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                    tokio::time::sleep(DRAIN).await;
+                } => Ok(shutting_down()),
+            };
             drop(busy);
             r
         }
@@ -637,7 +668,7 @@ async fn serve_connection<S>(
         }
         _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => {
             conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(DRAIN, conn).await;
+            let _ = tokio::time::timeout(DRAIN + CLOSE, conn).await;
         }
     }
 }
@@ -773,7 +804,7 @@ pub async fn run(
         });
     }
     // Wait for the connections to drain (each closes itself within DRAIN).
-    table.drain(DRAIN + Duration::from_secs(1)).await;
+    table.drain(DRAIN + CLOSE + CLOSE).await;
     Ok(())
 }
 

@@ -20,6 +20,19 @@
 //!   after `mcp.http.stream_close_after_ms`); an id this session cannot
 //!   resume is answered `400` with a JSON-RPC error.
 //! - `DELETE` with the header: the session ends.
+//! - A JSON-RPC batch (an array) is accepted on the 2025-03-26 revision
+//!   only, the one revision that has batches: on any other (the session's
+//!   negotiated one, else `MCP-Protocol-Version`) it is answered `400` with
+//!   a JSON-RPC error. One batch holds at most `mcp.http.max_batch_items`
+//!   messages and `mcp.http.max_batch_bytes` bytes (defaults
+//!   [`DEFAULT_MAX_BATCH_ITEMS`], [`DEFAULT_MAX_BATCH_BYTES`]): a bigger one
+//!   is refused whole, `400`, before any of it runs. Its messages run one
+//!   after the other, so one batch holds one message's work at a time.
+//! - `Mcp-Method` and `Mcp-Name` (2026-07-28 routing headers), when sent,
+//!   must say what the body says (its `method`; the `name` of `tools/call`
+//!   and `prompts/get`, the `uri` of `resources/read`, plain or
+//!   `=?base64?…?=`): otherwise `400` with a JSON-RPC error, and nothing
+//!   runs.
 //!
 //! Sessions idle for [`SESSION_IDLE`] are dropped; at most
 //! [`MAX_SESSIONS`] live at once, and at most
@@ -37,8 +50,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use plugd_gateway::{Caller, Gateway, GatewayError, Session};
 use plugd_mcp::version;
-pub use plugd_runtime::mcp_config::DEFAULT_SESSIONS_PER_IDENTITY;
 use plugd_runtime::mcp_config::McpHttpConfig;
+pub use plugd_runtime::mcp_config::{
+    DEFAULT_MAX_BATCH_BYTES, DEFAULT_MAX_BATCH_ITEMS, DEFAULT_SESSIONS_PER_IDENTITY,
+};
 use plugd_store::tokens::Role;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -56,6 +71,14 @@ pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const LAST_EVENT_ID: &str = "last-event-id";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// The one revision with JSON-RPC batches.
+const BATCH_REVISION: &str = "2025-03-26";
+
+/// JSON-RPC's "invalid request".
+const INVALID_REQUEST: i64 = -32600;
 
 /// The JSON-RPC error code of a refusal by the transport (a limit, an
 /// event id it cannot resume).
@@ -179,10 +202,15 @@ impl McpHttp {
 /// An HTTP refusal whose body is a JSON-RPC error response (`id`: the
 /// request's, or null), so an MCP client shows its message.
 fn rpc_refusal(status: StatusCode, id: Value, message: String, data: Value) -> Response {
+    rpc_error(status, id, TRANSPORT_ERROR, message, data)
+}
+
+/// [`rpc_refusal`] with another JSON-RPC error code.
+fn rpc_error(status: StatusCode, id: Value, code: i64, message: String, data: Value) -> Response {
     let body = json!({
         "jsonrpc": "2.0",
         "id": id,
-        "error": {"code": TRANSPORT_ERROR, "message": message, "data": data},
+        "error": {"code": code, "message": message, "data": data},
     });
     (
         status,
@@ -309,6 +337,14 @@ async fn post(
             ),
         ));
     }
+    if let Err(resp) = check_routing_headers(&headers, &body) {
+        return Ok(*resp);
+    }
+    if let Value::Array(batch) = &body
+        && let Err(resp) = check_batch_size(batch, &mcp.limits)
+    {
+        return Ok(*resp);
+    }
     let profile = profile.as_deref();
     let is_initialize = body.get("method").and_then(Value::as_str) == Some("initialize");
     let stateless = body
@@ -357,7 +393,23 @@ async fn post(
     let (session, hub) = session;
     match body {
         Value::Array(batch) => {
-            let mut out = Vec::new();
+            // Batches are 2025-03-26's only: the session's revision
+            // decides, else the header's (MCP: absent means 2025-03-26).
+            let negotiated: Option<&str> = session.protocol_version();
+            let revision = negotiated
+                .or_else(|| header_text(&headers, VERSION_HEADER))
+                .unwrap_or(BATCH_REVISION)
+                .to_owned();
+            if revision != BATCH_REVISION {
+                return Ok(invalid(
+                    Value::Null,
+                    format!(
+                        "JSON-RPC batches are not part of MCP revision {revision} (only {BATCH_REVISION} has them); send one message per request"
+                    ),
+                    json!({"code": "batch_not_supported", "revision": revision}),
+                ));
+            }
+            let mut out = Vec::with_capacity(batch.len());
             for m in batch {
                 if let Some(r) = session.handle(m, None).await {
                     out.push(r);
@@ -381,6 +433,126 @@ async fn post(
         msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, &hub, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
     }
+}
+
+/// Bytes `v` takes as JSON, counted without writing it anywhere.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// A `400` JSON-RPC "invalid request" of the transport.
+fn invalid(id: Value, message: String, data: Value) -> Response {
+    rpc_error(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, message, data)
+}
+
+/// `400` unless a batch fits `limits` (checked before any of it runs).
+fn check_batch_size(batch: &[Value], limits: &McpHttpConfig) -> Result<(), Box<Response>> {
+    if batch.is_empty() {
+        return Err(Box::new(invalid(
+            Value::Null,
+            "an empty JSON-RPC batch; send at least one message".into(),
+            json!({"code": "empty_batch"}),
+        )));
+    }
+    if batch.len() > limits.max_batch_items {
+        return Err(Box::new(invalid(
+            Value::Null,
+            format!(
+                "a JSON-RPC batch of {} messages; at most {} may be sent in one (mcp.http.max_batch_items in plugd.yaml): send them in several requests",
+                batch.len(),
+                limits.max_batch_items
+            ),
+            json!({"code": "batch_too_large", "limit": limits.max_batch_items, "setting": "mcp.http.max_batch_items"}),
+        )));
+    }
+    let bytes: usize = batch.iter().map(json_len).sum();
+    if bytes > limits.max_batch_bytes {
+        return Err(Box::new(invalid(
+            Value::Null,
+            format!(
+                "a JSON-RPC batch of {bytes} bytes; at most {} may be sent in one (mcp.http.max_batch_bytes in plugd.yaml): send them in several requests",
+                limits.max_batch_bytes
+            ),
+            json!({"code": "batch_too_large", "limit": limits.max_batch_bytes, "setting": "mcp.http.max_batch_bytes"}),
+        )));
+    }
+    Ok(())
+}
+
+/// The value of header `name` as text (`(not text)` when it is not).
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .map(|v| v.to_str().unwrap_or("(not text)"))
+}
+
+/// An `Mcp-Name` value: plain, or `=?base64?…?=` (decoded; `None` when
+/// that is not base64 of UTF-8).
+fn decode_name(value: &str) -> Option<String> {
+    use base64::Engine as _;
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(b64) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(value.to_owned()),
+    }
+}
+
+/// `400` when `Mcp-Method` or `Mcp-Name` disagree with the body (a batch
+/// carries neither: they route one message).
+fn check_routing_headers(headers: &HeaderMap, body: &Value) -> Result<(), Box<Response>> {
+    let method_h = header_text(headers, METHOD_HEADER);
+    let name_h = header_text(headers, NAME_HEADER);
+    if method_h.is_none() && name_h.is_none() {
+        return Ok(());
+    }
+    let id = body.get("id").cloned().unwrap_or(Value::Null);
+    let mismatch = |what: String, sent: &str, body_says: Option<&str>| {
+        Box::new(invalid(
+            id.clone(),
+            format!(
+                "{what} {sent:?} does not match the body ({}); send the headers of the message in the body, or none",
+                body_says.map_or("which names none".to_owned(), |b| format!("{b:?}"))
+            ),
+            json!({"code": "header_mismatch", "header": sent, "body": body_says}),
+        ))
+    };
+    let method = body.get("method").and_then(Value::as_str);
+    if let Some(m) = method_h
+        && Some(m) != method
+    {
+        return Err(mismatch("Mcp-Method".into(), m, method));
+    }
+    if let Some(n) = name_h {
+        let key = match method {
+            Some("tools/call" | "prompts/get") => Some("name"),
+            Some("resources/read") => Some("uri"),
+            _ => None,
+        };
+        let named = key
+            .and_then(|k| body.get("params").and_then(|p| p.get(k)))
+            .and_then(Value::as_str);
+        if decode_name(n).as_deref() != named || named.is_none() {
+            return Err(mismatch("Mcp-Name".into(), n, named));
+        }
+    }
+    Ok(())
 }
 
 fn json_response(reply: Option<Value>) -> Response {

@@ -722,3 +722,211 @@ async fn mcp_routes_list_nothing_in_an_empty_workspace_and_check_their_input() {
     .await;
     assert_error(&got, StatusCode::NOT_FOUND, "unknown_plugin");
 }
+
+/// Every route template the router declares: each `.route("…"` in this
+/// crate's sources and in the console's (its assets), read from the files,
+/// so a route added anywhere is walked without touching this test.
+fn declared_routes() -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in [root.join("src"), root.join("../plugd-console/src")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut routes = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(".route(") {
+            rest = &rest[i + ".route(".len()..];
+            let t = rest.trim_start();
+            if let Some(lit) = t.strip_prefix('"') {
+                let end = lit.find('"').unwrap();
+                routes.push(lit[..end].to_owned());
+            }
+        }
+    }
+    routes.sort();
+    routes.dedup();
+    routes
+}
+
+/// Concrete paths of `template`: each parameter filled, the last one with
+/// every action suffix a handler dispatches on.
+fn canonical_paths(template: &str) -> Vec<String> {
+    const SUFFIXES: [&str; 16] = [
+        "",
+        ":invoke",
+        ":enable",
+        ":disable",
+        ":approve",
+        ":revoke",
+        ":restart",
+        ":reconfigure",
+        ":start",
+        ":stop",
+        ":deny",
+        ":install",
+        ":validate",
+        ":run",
+        "/config",
+        "/logs",
+    ];
+    let params = template.matches('{').count();
+    if params == 0 {
+        return vec![template.to_owned()];
+    }
+    SUFFIXES
+        .iter()
+        .filter_map(|suffix| {
+            let mut out = String::new();
+            let mut rest = template;
+            let mut n = 0;
+            while let Some(open) = rest.find('{') {
+                out.push_str(&rest[..open]);
+                let close = rest[open..].find('}').unwrap() + open;
+                let wildcard = rest[open + 1..].starts_with('*');
+                n += 1;
+                if suffix.starts_with('/') && !wildcard {
+                    return None;
+                }
+                out.push_str(if wildcard { "a/b" } else { "x" });
+                if n == params {
+                    out.push_str(suffix);
+                }
+                rest = &rest[close + 1..];
+            }
+            out.push_str(rest);
+            Some(out)
+        })
+        .collect()
+}
+
+/// Spellings of `path` that a string check could take for another route:
+/// encoded `:`, `/`, `.` and letters, doubled and trailing slashes, dot
+/// segments.
+fn spellings(path: &str) -> Vec<String> {
+    let mut v = vec![
+        path.replace(':', "%3A"),
+        path.replace(':', "%3a"),
+        path.replace('/', "//"),
+        format!("/{path}"),
+        format!("{path}/"),
+        format!("{}/", path.replace(':', "%3A")),
+        path.replace('.', "%2e"),
+    ];
+    if let Some(i) = path.rfind('/').filter(|i| *i > 0) {
+        let (head, last) = (&path[..i], &path[i + 1..]);
+        v.push(format!("{head}%2F{last}"));
+        v.push(format!("{head}%2f{last}"));
+        v.push(format!("{head}//{last}"));
+        v.push(format!("{head}/%2e/{last}"));
+        v.push(format!("{head}/./{last}"));
+        v.push(format!("{head}/x/%2e%2e/{last}"));
+        let encoded: String = last.bytes().map(|b| format!("%{b:02X}")).collect();
+        v.push(format!("{head}/{encoded}"));
+    }
+    v.retain(|s| s != path);
+    v
+}
+
+#[tokio::test]
+async fn no_spelling_of_a_route_reaches_it_with_less_right() {
+    use plugd_store::tokens::Role;
+    let (tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    let store = plugd_store::Store::open(&tmp.path().join(".plugd")).unwrap();
+    let token =
+        |name: &str, role: Role| store.token_create(name, role, None, "test").unwrap().token;
+    let admin = token("walk-admin", Role::Admin);
+    let roles = [
+        (Role::Agent, token("walk-agent", Role::Agent)),
+        (Role::Viewer, token("walk-viewer", Role::Viewer)),
+    ];
+    // What a request reached: the right it was checked against when it got
+    // to a handler, `None` when it did not.
+    let send = |method: &'static str, path: String, tok: String| {
+        let app = app.clone();
+        async move {
+            // `//v1/…` would parse as an authority: build the origin form.
+            let mut parts = axum::http::uri::Parts::default();
+            parts.path_and_query = Some(path.parse().unwrap_or_else(|e| panic!("{path}: {e}")));
+            let req = Request::builder()
+                .method(method)
+                .uri(Uri::from_parts(parts).unwrap())
+                .header("content-type", "application/json")
+                .body(Body::from("{}"))
+                .unwrap();
+            let resp = app.oneshot(over_tcp(req, Some(&tok))).await.unwrap();
+            let status = resp.status();
+            let reached = resp.extensions().get::<auth::Authorized>().cloned();
+            (status, reached)
+        }
+    };
+    let routes = declared_routes();
+    assert!(routes.len() >= 50, "too few routes found: {routes:?}");
+    assert!(
+        routes.iter().any(|r| r == "/v1/tools/{*name}"),
+        "{routes:?}"
+    );
+    let mut walked = 0;
+    for template in &routes {
+        let mut mounted = false;
+        for method in ["GET", "POST", "PUT", "PATCH", "DELETE"] {
+            for canonical in canonical_paths(template) {
+                let (_, reached) = send(method, canonical.clone(), admin.clone()).await;
+                let Some(need) = reached else { continue };
+                mounted = true;
+                assert_eq!(&need.route, template, "{method} {canonical}");
+                for (role, tok) in &roles {
+                    if auth::allows(*role, need.right) {
+                        continue;
+                    }
+                    let (status, got) = send(method, canonical.clone(), tok.clone()).await;
+                    assert!(
+                        got.is_none() && status == StatusCode::FORBIDDEN,
+                        "{role} reached {method} {canonical} ({status}, {got:?}), which needs {:?}",
+                        need.right
+                    );
+                    for variant in spellings(&canonical) {
+                        let (status, got) = send(method, variant.clone(), tok.clone()).await;
+                        walked += 1;
+                        assert!(
+                            got.is_none(),
+                            "{role} reached a handler with {method} {variant} ({status}, {got:?}) though {canonical} needs {:?}",
+                            need.right
+                        );
+                        assert!(
+                            matches!(
+                                status,
+                                StatusCode::FORBIDDEN
+                                    | StatusCode::NOT_FOUND
+                                    | StatusCode::METHOD_NOT_ALLOWED
+                                    | StatusCode::BAD_REQUEST
+                            ),
+                            "{role} {method} {variant}: {status}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            mounted,
+            "{template} is declared but no method of it reaches a handler"
+        );
+    }
+    assert!(walked > 500, "only {walked} spellings walked");
+    // The one of the issue: an agent may not disable a tool by encoding `:`.
+    let (agent_role, agent) = &roles[0];
+    assert_eq!(*agent_role, Role::Agent);
+    let (status, got) = send("POST", "/v1/tools/x%3Adisable".into(), agent.clone()).await;
+    assert_eq!((status, got), (StatusCode::FORBIDDEN, None));
+    // An unmatched path is 404, and only after authentication.
+    let (status, _) = send("POST", "/v1/nowhere".into(), "plugd_0_0".into()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, _) = send("POST", "/v1/nowhere".into(), agent.clone()).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}

@@ -225,7 +225,10 @@ fn a_delegation_token_dies_with_its_invocation_and_reaches_only_its_scopes() {
     assert_eq!(seen["read_chain"], 200);
     assert_eq!(seen["append"], 403, "chains:write was not granted");
     assert_eq!(seen["tools"], 403, "no other route is open to it");
-    assert_eq!(seen["other_session"], 404);
+    assert_eq!(
+        seen["other_session"], 403,
+        "outside its invocation, existing or not"
+    );
     // After the invocation: the same token is refused everywhere.
     let token = seen["token"].as_str().unwrap();
     assert!(token.starts_with("vai_dlg_") && token.len() == 72);
@@ -675,4 +678,72 @@ fn an_installed_package_serves_as_harness_and_compactor() {
     );
     assert_eq!(shown["compactions"][0]["status"], "succeeded");
     assert_eq!(shown["chains"].as_array().unwrap().len(), 2, "{shown}");
+}
+
+#[test]
+fn a_delegation_token_stays_in_its_invocations_session_chain_and_run() {
+    let ws = Ws::new();
+    copy_dir(
+        &repo().join("tests/plugins/chains/leaky"),
+        &ws.plugin_dir("leaky"),
+    );
+    ws.unsandbox(
+        &["test/leaky"],
+        "the fixture writes what it saw to a file the test names",
+    );
+    let out = ws.plugd(&["plugin", "approve", "test/leaky"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    // Session B, with a chain and a run, is someone else's.
+    let r = serve.post("/v1/runs", &json!({"session_id": "sess-b", "input": "b's"}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let b = r.json();
+    let b_chain = b["chain_id"].as_str().unwrap().to_owned();
+    let b_run = b["id"].as_str().unwrap().to_owned();
+    let b_blocks = || serve.get(&format!("/v1/chains/{b_chain}")).json()["blocks"].clone();
+    let before = b_blocks();
+    // The harness runs in session A with every chain/run scope.
+    let out_dir = tempfile::tempdir().unwrap();
+    let seen_file = out_dir.path().join("nosy.json");
+    let input = format!("{}\nsess-b\n{b_chain}\n{b_run}", seen_file.display());
+    let r = serve.post(
+        "/v1/runs",
+        &json!({"session_id": "sess-a", "harness": "test/leaky/nosy", "input": input}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.json()["status"], "succeeded", "{}", r.text());
+    let seen: Value = serde_json::from_str(&std::fs::read_to_string(&seen_file).unwrap()).unwrap();
+    // Its own session, chain and run: open.
+    for (what, status) in [
+        ("own_session", 200),
+        ("own_chain", 200),
+        ("own_append", 201),
+        ("own_runs", 200),
+        ("own_run", 200),
+        ("own_child", 201),
+    ] {
+        assert_eq!(seen[what], status, "{what}: {seen}");
+    }
+    // Session B, its chain and its run: 403, reading as writing; and a
+    // record that does not exist answers the same (no existence oracle).
+    for what in [
+        "other_session",
+        "other_compactions",
+        "other_chain",
+        "other_blocks",
+        "other_append",
+        "other_runs",
+        "other_run",
+        "other_run_patch",
+        "other_run_create",
+        "missing_chain",
+    ] {
+        assert_eq!(seen[what], 403, "{what}: {seen}");
+    }
+    // Nothing reached B.
+    assert_eq!(b_blocks(), before);
+    let b_now = serve.get(&format!("/v1/runs/{b_run}")).json();
+    assert_eq!(b_now["status"], "running", "{b_now}");
+    let runs = serve.get("/v1/runs?session_id=sess-b").json();
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1, "{runs}");
 }
