@@ -70,13 +70,9 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     }
     let config = PlugdConfig::load(rt.dir())?;
     rt.set_risk_config(config.risk.clone());
-    let pipeline = Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
-    let gateway = Gateway::new(
-        rt.clone(),
-        pipeline,
-        Arc::new(config),
-        env!("CARGO_PKG_VERSION"),
-    );
+    // Installed in the runtime: every call of the gateway passes its tool hooks.
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let gateway = Gateway::new(rt.clone(), Arc::new(config), env!("CARGO_PKG_VERSION"));
     let caller = Caller {
         name: plugd_server::auth::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
@@ -86,7 +82,9 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     let _watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     tracing::info!(workspace = %rt.dir().display(), profile = ?args.profile, "plugd MCP gateway on stdio");
     let (input, output) = stdio::process_stdio();
-    stdio::serve(session, input, output).await?;
+    let served = stdio::serve(session, input, output).await;
+    pipeline.cleanup().await;
+    served?;
     Ok(())
 }
 
