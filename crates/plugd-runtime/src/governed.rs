@@ -71,6 +71,10 @@ impl Surface {
     }
 }
 
+/// What [`Governed::on_args`] calls: the arguments the tool is about to
+/// get and the notices of `before_tool_call`.
+pub type ArgsObserver<'a> = dyn Fn(&Value, &[Notice]) + Send + Sync + 'a;
+
 /// How a surface takes the governed path.
 #[derive(Clone, Copy)]
 pub struct Governed<'a> {
@@ -88,7 +92,7 @@ pub struct Governed<'a> {
     /// Told the arguments the tool is about to get, and the notices of
     /// `before_tool_call`, once those hooks let the call through (the
     /// agent's `tool_call` event).
-    pub on_args: Option<&'a (dyn Fn(&Value, &[Notice]) + Send + Sync)>,
+    pub on_args: Option<&'a ArgsObserver<'a>>,
 }
 
 impl std::fmt::Debug for Governed<'_> {

@@ -492,10 +492,10 @@ impl Turn<'_> {
         let told = told.load(Ordering::Relaxed);
         let mut risk = risk.filter(|_| told);
         for (point, n) in called.notices {
-            if point != HookPoint::BeforeToolCall {
-                if let Some(r) = risk.take() {
-                    self.notices.push(r);
-                }
+            if point != HookPoint::BeforeToolCall
+                && let Some(r) = risk.take()
+            {
+                self.notices.push(r);
             }
             if point != HookPoint::BeforeToolCall || !told {
                 self.send(TurnEvent::Notice {
