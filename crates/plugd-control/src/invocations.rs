@@ -76,8 +76,8 @@ impl std::str::FromStr for TerminalStatus {
 ///
 /// Fields plugd cannot know yet stay `None`: `binding_id`, `package_id`,
 /// `package_version` (filled when bindings resolve a call), `chain_id`,
-/// `run_id` (agent chains and runs), `trace_id` when the caller sent none
-/// (OpenTelemetry fills it).
+/// `run_id` (agent chains and runs). `trace_id` is always set: the
+/// caller's W3C trace, else a new one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvocationRecord {
     /// `inv_…`, unique; for a VAI export the `context.invocation_id` it got.
@@ -128,6 +128,10 @@ pub struct InvocationRecord {
     pub run_id: Option<String>,
     /// The trace it was part of.
     pub trace_id: Option<String>,
+    /// The door the call came in by (`http`, `mcp`, `cli`, `agent`,
+    /// `binding`, `hook`, `runtime`); `None` in records of older plugds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<String>,
     /// The execution (VAI `tool_execution_id`, a harness execution).
     pub execution_id: Option<String>,
     /// Redacted arguments and result, when a binding asks for them: the

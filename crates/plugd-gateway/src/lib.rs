@@ -1,14 +1,15 @@
 //! plugd's MCP gateway: the governed catalog of every dialect served to any
 //! MCP client.
 //!
-//! A [`Gateway`] is built once over the runtime, the hook pipeline and
-//! plugd.yaml; each client connection gets a [`Session`] (its negotiated
+//! A [`Gateway`] is built once over the runtime and plugd.yaml; each client connection gets a [`Session`] (its negotiated
 //! revision, capabilities, profile, in-flight calls and the requests plugd
 //! sent it). A transport only moves JSON-RPC messages: [`stdio::serve`] for
 //! `plugd mcp`, and plugd-server's Streamable HTTP at `/mcp` for `plugd
-//! serve`. Every call goes through the same runtime entry point as the CLI
-//! and the HTTP API (approval, disabled tools, schema validation, the risk
-//! gate), wrapped in the `before_tool_call` / `after_tool_result` hooks.
+//! serve`. Every call takes the runtime's one governed path, as the CLI and
+//! the HTTP API do (approval, disabled tools, schema validation, the
+//! `before_tool_call` / `after_tool_result` hooks, the risk gate, the
+//! record; [`plugd_runtime::governed`]); the gateway only turns a hook's
+//! refusal into a tool error the model reads.
 //!
 //! Decisions written beside the code:
 //! - tool names are [`plugd_mcp::names`] (stable, collision-free);
@@ -31,7 +32,6 @@ use std::sync::Arc;
 
 use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
-use plugd_runtime::hooks::Pipeline;
 use plugd_runtime::mcp_config::ProfileMatcher;
 
 pub use session::{Session, Sink};
@@ -71,7 +71,6 @@ pub struct Gateway {
 
 struct Inner {
     runtime: Runtime,
-    pipeline: Arc<Pipeline>,
     config: Arc<PlugdConfig>,
     version: String,
     /// (server, URI) → how many sessions subscribed to it, so the server
@@ -88,18 +87,13 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// A gateway over `runtime`, its hook `pipeline` and plugd.yaml;
-    /// `version` is what `serverInfo.version` says.
-    pub fn new(
-        runtime: Runtime,
-        pipeline: Arc<Pipeline>,
-        config: Arc<PlugdConfig>,
-        version: &str,
-    ) -> Gateway {
+    /// A gateway over `runtime` and plugd.yaml; `version` is what
+    /// `serverInfo.version` says. Tool hooks are the runtime's: its calls
+    /// take the runtime's governed path ([`plugd_runtime::governed`]).
+    pub fn new(runtime: Runtime, config: Arc<PlugdConfig>, version: &str) -> Gateway {
         Gateway {
             inner: Arc::new(Inner {
                 runtime,
-                pipeline,
                 config,
                 version: version.to_owned(),
                 subscriptions: Default::default(),

@@ -1,6 +1,7 @@
 //! `tools/list` and `tools/call` of the gateway: which tools a session sees,
-//! how a plugd tool looks as an MCP `Tool`, and one call through the hooks,
-//! the risk gate and the plugin, back as a `CallToolResult`.
+//! how a plugd tool looks as an MCP `Tool`, and one call through the
+//! runtime's governed path (hooks, risk gate, plugin, record), back as a
+//! `CallToolResult`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use plugd_host::dialect::{CallContext, ClientHandle, ClientLink};
 use plugd_manifest::Dialect;
 use plugd_mcp::names::{NameTable, mcp_name, registry_name_hint};
 use plugd_mcp::version::at_least;
+use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint};
 use plugd_runtime::risk::{GateError, RiskLevel, effective_risk};
 use plugd_runtime::{RuntimeError, ToolEntry};
@@ -267,35 +269,14 @@ pub(crate) async fn call(
         session_id: Some(format!("mcp-{}", session.id())),
         ..HookContext::default()
     });
-    // With no handler at a point, its payload is not even built (a call
-    // through the gateway is on the hot path).
-    let hooked = |point| !gw.pipeline.chain(point).is_empty();
-    let (hooks_before, hooks_after) = (
-        hooked(HookPoint::BeforeToolCall),
-        hooked(HookPoint::AfterToolResult),
-    );
-    let call_id = if hooks_before || hooks_after {
-        format!("mcp-{}", uuid_like())
-    } else {
-        String::new()
-    };
-    let args = if hooks_before {
-        match before_tool_call(session, &entry, args, &hook_cx, &call_id).await {
-            Ok(args) => args,
-            Err(blocked) => {
-                log_call(
-                    session,
-                    &entry,
-                    false,
-                    started,
-                    "blocked by before_tool_call",
-                );
-                return Ok(blocked);
-            }
-        }
-    } else {
-        args
-    };
+    // The caller's W3C trace (`_meta.traceparent`), kept in the record and
+    // passed to the plugin.
+    let trace = params
+        .get("_meta")
+        .and_then(|m| m.get("traceparent"))
+        .and_then(Value::as_str)
+        .and_then(plugd_telemetry::trace_id_of)
+        .or_else(|| hook_cx.trace_id.clone());
 
     // Progress: the plugin's events as MCP progress on this request.
     let token = params
@@ -333,7 +314,7 @@ pub(crate) async fn call(
         session_id: hook_cx.session_id.clone(),
         agent_id: hook_cx.agent_id.clone(),
         org_id: hook_cx.tenant_id.clone(),
-        trace_id: hook_cx.trace_id.clone(),
+        trace_id: trace,
         progress,
         client,
         caller: Some(session.caller().name.clone()),
@@ -341,9 +322,17 @@ pub(crate) async fn call(
     };
 
     let approver = approver_for(session, &entry, cx);
+    // The runtime's governed path runs plugd.yaml's tool hooks; a hook's
+    // refusal is a tool error the model reads.
+    let gov = Governed {
+        approver: approver.as_ref().map(|a| a as _),
+        hook_context: Some(&hook_cx),
+        ..Governed::new(Surface::Mcp)
+    };
     let outcome = rt
-        .call_tool_approved_by(&entry.name, args, &ctx, approver.as_ref().map(|a| a as _))
-        .await;
+        .call_tool_governed(&entry.name, args, &ctx, &gov)
+        .await
+        .outcome;
     drop(ctx);
     if let Some(mut f) = forwarder
         && tokio::time::timeout(PROGRESS_DRAIN, &mut f).await.is_err()
@@ -352,97 +341,23 @@ pub(crate) async fn call(
         f.abort();
     }
 
-    let (ok, result) = match outcome {
-        Ok(value) => (true, as_call_result(rt, &entry, value)),
+    let (ok, result, how) = match outcome {
+        Ok(value) => (true, as_call_result(rt, &entry, value), "ok"),
         Err(RuntimeError::UnknownTool(_)) | Err(RuntimeError::Gate(GateError::Disabled { .. })) => {
             log_call(session, &entry, false, started, "unknown or disabled");
             return Err(unknown_tool(name));
         }
-        Err(e) => (false, tool_error(e.to_string())),
-    };
-    let result = if hooks_after {
-        match after_tool_result(session, &entry, result, ok, &hook_cx, &call_id).await {
-            Ok(r) => r,
-            Err(blocked) => {
-                log_call(
-                    session,
-                    &entry,
-                    false,
-                    started,
-                    "blocked by after_tool_result",
-                );
-                return Ok(blocked);
-            }
+        Err(RuntimeError::BlockedByHook { point, message, .. }) => {
+            let how = match point {
+                HookPoint::AfterToolResult => "blocked by after_tool_result",
+                _ => "blocked by before_tool_call",
+            };
+            (false, tool_error(message), how)
         }
-    } else {
-        result
+        Err(e) => (false, tool_error(e.to_string()), "failed"),
     };
-    log_call(
-        session,
-        &entry,
-        ok,
-        started,
-        if ok { "ok" } else { "failed" },
-    );
+    log_call(session, &entry, ok, started, how);
     Ok(result)
-}
-
-/// `before_tool_call`: the arguments to call with; `Err` is the call's
-/// answer (a tool error the model reads) when a hook blocks it.
-async fn before_tool_call(
-    session: &Session,
-    entry: &ToolEntry,
-    args: Value,
-    hook_cx: &HookContext,
-    call_id: &str,
-) -> Result<Value, Value> {
-    let gw = &session.inner.gw.inner;
-    let mut out = gw
-        .pipeline
-        .run(
-            HookPoint::BeforeToolCall,
-            json!({"toolName": entry.name, "args": args, "sessionId": hook_cx.session_id, "callId": call_id}),
-            hook_cx,
-        )
-        .await;
-    if out.is_blocked() {
-        let message = out
-            .message
-            .unwrap_or_else(|| "blocked by a before_tool_call hook".into());
-        return Err(tool_error(message));
-    }
-    Ok(out.payload.get_mut("args").map(Value::take).unwrap_or(args))
-}
-
-/// `after_tool_result`: the result to answer with; `Err` is the answer when
-/// a hook blocks it.
-async fn after_tool_result(
-    session: &Session,
-    entry: &ToolEntry,
-    result: Value,
-    ok: bool,
-    hook_cx: &HookContext,
-    call_id: &str,
-) -> Result<Value, Value> {
-    let gw = &session.inner.gw.inner;
-    let mut out = gw
-        .pipeline
-        .run(
-            HookPoint::AfterToolResult,
-            json!({"toolName": entry.name, "result": result, "success": ok, "sessionId": hook_cx.session_id, "callId": call_id}),
-            hook_cx,
-        )
-        .await;
-    if out.is_blocked() {
-        let message = out
-            .message
-            .unwrap_or_else(|| "blocked by an after_tool_result hook".into());
-        return Err(tool_error(message));
-    }
-    Ok(match out.payload.get_mut("result").map(Value::take) {
-        Some(r) if !r.is_null() => as_result_shape(r),
-        _ => result,
-    })
 }
 
 /// The gateway's client as the plugin's dialect sees it: a hosted MCP
@@ -646,11 +561,4 @@ fn log_call(session: &Session, entry: &ToolEntry, ok: bool, started: Instant, ou
         ms = started.elapsed().as_millis() as u64,
         "MCP tool call"
     );
-}
-
-/// A random call id for the hooks.
-fn uuid_like() -> String {
-    let mut b = [0u8; 8];
-    let _ = getrandom::fill(&mut b);
-    hex::encode(b)
 }

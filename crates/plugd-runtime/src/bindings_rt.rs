@@ -444,7 +444,7 @@ fn resolve_secrets(
 }
 
 /// `v` with every string holding one of `secrets` masked.
-fn scrub_value(v: &mut Value, secrets: &[String]) {
+pub(crate) fn scrub_value(v: &mut Value, secrets: &[String]) {
     match v {
         Value::String(s) if secrets.iter().any(|x| s.contains(x.as_str())) => {
             *s = plugd_host::launch::scrub(s, secrets);
@@ -458,7 +458,7 @@ fn scrub_value(v: &mut Value, secrets: &[String]) {
 /// `e` with every secret masked: a plugin's message keeps its class; any
 /// other error that would show a secret becomes a tool failure with its
 /// text masked.
-fn scrub_error(e: RuntimeError, entry: &ToolEntry, secrets: &[String]) -> RuntimeError {
+pub(crate) fn scrub_error(e: RuntimeError, entry: &ToolEntry, secrets: &[String]) -> RuntimeError {
     let text = e.to_string();
     if !secrets.iter().any(|s| text.contains(s.as_str())) {
         return e;
@@ -584,7 +584,8 @@ impl Runtime {
 
     /// Calls tool export `export_id` for `call`'s scope through the binding
     /// the scope rule and the rollout choose (see the module docs): the same
-    /// checks as every tool call (enabled, arguments, risk gate), one
+    /// governed path as every tool call (enabled, arguments, hooks, risk
+    /// gate; [`crate::governed`]), one
     /// invocation record with the binding, package, version and execution
     /// class, the result with the binding's secrets masked.
     pub async fn call_export(
@@ -723,7 +724,7 @@ impl Runtime {
             secrets: Map::new(),
             gateway_api_scopes: binding.gateway_api_scopes.clone(),
         };
-        let ctx = CallContext {
+        let mut ctx = CallContext {
             session_id: call.session_id.clone(),
             org_id: Some(call.org_id.clone()),
             project_id: call.project_id.clone(),
@@ -732,7 +733,13 @@ impl Runtime {
             bound: Some(Arc::new(bound.clone())),
             ..CallContext::default()
         };
-        let record = self.inner.invocations.begin(entry, Some(spec), &ctx);
+        ctx.trace_id = crate::governed::traced(&ctx).trace_id.clone();
+        let record = self.inner.invocations.begin(
+            entry,
+            Some(spec),
+            &ctx,
+            crate::governed::Surface::Binding,
+        );
         // A native package has no per-call context: its binding's secrets
         // are not decrypted for it.
         let declared = declared_slots(spec, entry.def.wire()).unwrap_or_default();
@@ -752,17 +759,18 @@ impl Runtime {
         let values = bound.secret_values();
         let mut call_ctx = record.context().into_owned();
         call_ctx.bound = Some(Arc::new(bound));
-        let outcome = self
-            .call_entry_on(&proc.sup, entry, args, &call_ctx, approver)
+        let gov = crate::governed::Governed {
+            approver,
+            ..crate::governed::Governed::new(crate::governed::Surface::Binding)
+        };
+        let call_id = record.id().to_owned();
+        // The binding's secrets are masked before `after_tool_result` sees
+        // the result.
+        let called = self
+            .govern(&proc.sup, entry, args, &call_ctx, &gov, &call_id, &values)
             .await;
-        record.finish(&outcome);
-        match outcome {
-            Ok(mut v) => {
-                scrub_value(&mut v, &values);
-                Ok(v)
-            }
-            Err(e) => Err(scrub_error(e, entry, &values)),
-        }
+        record.finish(&called.outcome);
+        called.outcome
     }
 }
 

@@ -15,6 +15,9 @@
 //! call's own outcome never depends on it. The counters `/metrics` shows
 //! are kept as records are taken.
 //!
+//! Every record names the surface the call came in by and its trace id
+//! (the caller's, else a new one; see [`crate::governed`]).
+//!
 //! A call through a binding ([`crate::bindings_rt`]) fills binding,
 //! package and version from its context ([`fill_from_binding`]); chain and
 //! run (agent chains) stay empty until agent chains exist. Arguments
@@ -150,6 +153,7 @@ impl Recorder {
         entry: &'a ToolEntry,
         spec: Option<&'a PluginSpec>,
         ctx: &'a CallContext,
+        surface: crate::governed::Surface,
     ) -> Pending<'a> {
         let invocation_id = ctx.invocation_id.clone().unwrap_or_else(fresh_id);
         Pending {
@@ -157,6 +161,7 @@ impl Recorder {
             entry,
             spec,
             ctx,
+            surface,
             invocation_id,
             started: Instant::now(),
             started_ms: now_ms(),
@@ -201,6 +206,7 @@ pub(crate) struct Pending<'a> {
     entry: &'a ToolEntry,
     spec: Option<&'a PluginSpec>,
     ctx: &'a CallContext,
+    surface: crate::governed::Surface,
     invocation_id: String,
     started: Instant,
     started_ms: i64,
@@ -208,6 +214,11 @@ pub(crate) struct Pending<'a> {
 }
 
 impl<'a> Pending<'a> {
+    /// This record's invocation id.
+    pub(crate) fn id(&self) -> &str {
+        &self.invocation_id
+    }
+
     /// The context the plugin gets: for a VAI export, one whose
     /// `invocation_id` is this record's (the only contract that sends it).
     pub(crate) fn context(&self) -> Cow<'a, CallContext> {
@@ -264,9 +275,10 @@ impl<'a> Pending<'a> {
             session_id: ctx.session_id.clone(),
             chain_id: None,
             run_id: None,
-            // The trace the call runs in (its "tool call" span), else the caller's.
-            trace_id: plugd_telemetry::trace_id().or_else(|| ctx.trace_id.clone()),
+            // The call's trace (the governed path gave every call one).
+            trace_id: ctx.trace_id.clone().or_else(plugd_telemetry::trace_id),
             execution_id: None,
+            surface: Some(self.surface.name().to_owned()),
             payload: None,
         });
         fill_from_binding(&mut record, ctx);
@@ -328,6 +340,7 @@ pub fn classify(e: &RuntimeError) -> (TerminalStatus, &'static str) {
         },
         RuntimeError::Args(_) => (Failed, "invalid_arguments"),
         RuntimeError::Gate(_) => (Failed, "refused"),
+        RuntimeError::BlockedByHook { .. } => (Failed, "blocked_by_hook"),
         RuntimeError::Stopped { .. } => (Failed, "plugin_stopped"),
         RuntimeError::Broken { .. } => (Failed, "plugin_broken"),
         RuntimeError::NotApproved { .. } | RuntimeError::PluginChanged { .. } => {
@@ -468,6 +481,7 @@ mod tests {
             run_id: None,
             trace_id: None,
             execution_id: None,
+            surface: None,
             payload: None,
         }
     }

@@ -28,6 +28,7 @@ pub mod delegation;
 pub mod deno;
 pub mod embed;
 pub mod events;
+pub mod governed;
 pub mod hooks;
 mod host_api;
 pub mod host_secrets;
@@ -190,6 +191,17 @@ pub enum RuntimeError {
         plugin: String,
         /// What is wrong and what to do.
         message: String,
+    },
+    /// A `before_tool_call` or `after_tool_result` hook refused the call
+    /// (before it: the plugin never saw it); the hook's message.
+    #[error("the call was blocked by a {point} hook: {message}")]
+    BlockedByHook {
+        /// Where.
+        point: hooks::HookPoint,
+        /// The blocking handler's message.
+        message: String,
+        /// The notices of that point's run.
+        notices: Vec<hooks::Notice>,
     },
     /// No active binding of this export in the caller's scope: the export
     /// does not exist for it (the same whether it is unknown, disabled or
@@ -438,6 +450,8 @@ struct RtInner {
     packages: bindings_rt::PackageProcs,
     /// Live delegation tokens of VAI invocations ([`delegation`]).
     delegations: Arc<delegation::Delegations>,
+    /// The hook pipeline every tool call passes ([`governed`]).
+    hooks: RwLock<Option<governed::Hooks>>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -562,6 +576,7 @@ impl Runtime {
                     delegations.clone(),
                 ),
                 delegations,
+                hooks: RwLock::new(None),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -995,7 +1010,8 @@ impl Runtime {
     }
 
     /// Validates `args` and calls tool `name` with a full call context
-    /// (binding, inbound message, progress sink).
+    /// (binding, inbound message, progress sink), through the governed
+    /// path ([`governed`]).
     pub async fn call_tool_with(
         &self,
         name: &str,
@@ -1016,37 +1032,11 @@ impl Runtime {
         ctx: &CallContext,
         approver: Option<&dyn risk::Approver>,
     ) -> Result<Value, RuntimeError> {
-        // The tool call span (the round trip to the plugin is its child).
-        let plugin = plugd_telemetry::enabled()
-            .then(|| Some(read(&self.inner.registry).get(name)?.plugin.to_string()))
-            .flatten();
-        let subject = || plugd_telemetry::Subject {
-            plugin: plugin.as_deref(),
-            export: Some(name),
-            ..plugd_telemetry::Subject::default()
+        let gov = governed::Governed {
+            approver,
+            ..governed::Governed::new(governed::Surface::Runtime)
         };
-        let call = self.call_tool_checked(name, args, ctx, approver);
-        plugd_telemetry::in_span("tool call", subject, call).await
-    }
-
-    /// [`Runtime::call_tool_approved_by`] without its span.
-    async fn call_tool_checked(
-        &self,
-        name: &str,
-        args: Value,
-        ctx: &CallContext,
-        approver: Option<&dyn risk::Approver>,
-    ) -> Result<Value, RuntimeError> {
-        let entry = read(&self.inner.registry)
-            .get(name)
-            .ok_or_else(|| self.unknown_tool(name))?;
-        let spec = self.inner.plugins.get(&entry.plugin).map(|s| &**s.spec());
-        let record = self.inner.invocations.begin(&entry, spec, ctx);
-        let outcome = self
-            .call_entry(&entry, args, &record.context(), approver)
-            .await;
-        record.finish(&outcome);
-        outcome
+        self.call_tool_governed(name, args, ctx, &gov).await.outcome
     }
 
     /// The invocation records' writer and counters.
@@ -1054,21 +1044,9 @@ impl Runtime {
         &self.inner.invocations
     }
 
-    /// [`Runtime::call_tool_approved_by`] once `name` is resolved, without
-    /// its record.
-    async fn call_entry(
-        &self,
-        entry: &ToolEntry,
-        args: Value,
-        ctx: &CallContext,
-        approver: Option<&dyn risk::Approver>,
-    ) -> Result<Value, RuntimeError> {
-        let sup = self.supervised(&entry.plugin)?;
-        self.call_entry_on(sup, entry, args, ctx, approver).await
-    }
-
-    /// [`Runtime::call_entry`] on the supervisor `sup` (a workspace
-    /// plugin's, or an installed package's for a call through a binding).
+    /// The risk gate and the call on the supervisor `sup` (a workspace
+    /// plugin's, or an installed package's for a call through a binding),
+    /// once [`governed`] checked it and ran its `before_tool_call` hooks.
     async fn call_entry_on(
         &self,
         sup: &Supervised,
@@ -1077,8 +1055,6 @@ impl Runtime {
         ctx: &CallContext,
         approver: Option<&dyn risk::Approver>,
     ) -> Result<Value, RuntimeError> {
-        risk::check_enabled(self, entry)?;
-        entry.validate(&args)?;
         risk::gate(self, entry, &args, ctx, approver).await?;
         if let Some(reason) = operator_stop(sup) {
             return Err(RuntimeError::Stopped {

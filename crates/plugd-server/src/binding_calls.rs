@@ -13,8 +13,8 @@
 //! answer the same `404 not_found`.
 //!
 //! The call takes [`plugd_runtime::Runtime::call_export`], which shares the
-//! path of every tool call (enabled check, argument schema, risk gate,
-//! invocation record).
+//! governed path of every tool call (enabled check, argument schema, tool
+//! hooks, risk gate, invocation record with the caller's `traceparent`).
 
 use axum::extract::{Path, State};
 use axum::http::{Method, StatusCode, Uri};
@@ -126,6 +126,7 @@ pub(crate) async fn invoke(
     Path(segment): Path<String>,
     method: Method,
     uri: Uri,
+    headers: axum::http::HeaderMap,
     Extension(who): Extension<Identity>,
     JsonBody(body): JsonBody<ExportInvokeRequest>,
 ) -> Result<Json<Value>, ApiError> {
@@ -147,7 +148,10 @@ pub(crate) async fn invoke(
         project_id,
         session_id: body.session_id,
         caller: Some(who.name.clone()),
-        trace_id: None,
+        trace_id: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(plugd_telemetry::trace_id_of),
     };
     let result = state
         .runtime

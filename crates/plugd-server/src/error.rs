@@ -108,6 +108,8 @@ pub mod code {
     pub const TOO_MANY_ROUNDS: &str = "too_many_rounds";
     /// A hook blocked the turn (403).
     pub const TURN_BLOCKED: &str = "turn_blocked";
+    /// A `before_tool_call` / `after_tool_result` hook refused a tool call (403).
+    pub const BLOCKED_BY_HOOK: &str = "blocked_by_hook";
     /// A hook blocked the turn with a quota notice (429).
     pub const QUOTA_EXCEEDED: &str = "quota_exceeded";
     /// A hook blocked the turn with an unauthorized notice (401).
@@ -426,6 +428,16 @@ impl From<RuntimeError> for ApiError {
                     .with_details(json!({ "server": server }));
             }
             RuntimeError::UnknownExport { .. } => (StatusCode::NOT_FOUND, code::NOT_FOUND),
+            RuntimeError::BlockedByHook {
+                point,
+                message: hook_message,
+                notices,
+            } => {
+                return ApiError::new(StatusCode::FORBIDDEN, code::BLOCKED_BY_HOOK, message)
+                    .with_details(
+                        json!({ "point": point, "message": hook_message, "notices": notices }),
+                    );
+            }
             RuntimeError::InvalidBinding {
                 binding_id,
                 problems,

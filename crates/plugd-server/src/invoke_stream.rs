@@ -14,6 +14,7 @@ use std::time::Duration;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use plugd_host::dialect::CallContext;
+use plugd_runtime::governed::{Governed, Surface};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -28,7 +29,14 @@ pub(crate) fn invoke(state: AppState, name: String, args: Value, mut ctx: CallCo
     ctx.progress = Some(progress_tx);
     let (tx, rx) = mpsc::channel::<Event>(BUFFER);
     tokio::spawn(async move {
-        let call = state.runtime.call_tool_with(&name, args, &ctx);
+        let gov = Governed::new(Surface::Http);
+        let call = async {
+            state
+                .runtime
+                .call_tool_governed(&name, args, &ctx, &gov)
+                .await
+                .outcome
+        };
         tokio::pin!(call);
         let mut dropped = 0u64;
         let forward = |p: Value, dropped: &mut u64| {

@@ -95,6 +95,7 @@ use axum::{Json, Router};
 use plugd_host::dialect::CallContext;
 use plugd_runtime::agent::{Agent, AgentError, AgentSettings, TurnEvent, TurnOutcome, TurnStatus};
 use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint, Pipeline};
 use plugd_runtime::llm::LlmError;
 use plugd_runtime::{PluginInfo, Runtime};
@@ -310,12 +311,8 @@ impl AppState {
     ) -> AppState {
         let auth = Arc::new(auth::AuthConfig::current(config.http.allowed_hosts.clone()));
         let body_timeout = Duration::from_secs(config.http.body_timeout_secs);
-        let gateway = plugd_gateway::Gateway::new(
-            runtime.clone(),
-            pipeline.clone(),
-            config.clone(),
-            env!("CARGO_PKG_VERSION"),
-        );
+        let gateway =
+            plugd_gateway::Gateway::new(runtime.clone(), config.clone(), env!("CARGO_PKG_VERSION"));
         let audit = Arc::new(plugd_store::tokens::AuditWriter::start(
             runtime.store().clone(),
         ));
@@ -810,12 +807,23 @@ async fn invoke_tool(
     let ctx = CallContext {
         agent_id: body.agent_id,
         caller: Some(who.name),
+        // The caller's W3C trace, kept in the record whether or not traces
+        // are exported (the governed path makes one when there is none).
+        trace_id: headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(plugd_telemetry::trace_id_of),
         ..CallContext::default()
     };
     if wants_sse(&headers) {
         return Ok(invoke_stream::invoke(state, name.to_owned(), args, ctx));
     }
-    let result = state.runtime.call_tool_with(name, args, &ctx).await?;
+    let gov = Governed::new(Surface::Http);
+    let result = state
+        .runtime
+        .call_tool_governed(name, args, &ctx, &gov)
+        .await
+        .outcome?;
     Ok(Json(result).into_response())
 }
 

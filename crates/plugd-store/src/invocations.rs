@@ -203,6 +203,7 @@ pub(crate) mod tests {
             run_id: None,
             trace_id: Some("tr_1".into()),
             execution_id: None,
+            surface: None,
             payload: None,
         }
     }

@@ -144,6 +144,51 @@ pub fn trace_id() -> Option<String> {
     sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
+/// The trace id (32 lower-case hex digits) of a W3C `traceparent` header
+/// value (`00-<trace id>-<parent id>-<flags>`); `None` when it is not one
+/// (wrong shape, upper-case or non-hex digits, an all-zero id). Pure string
+/// work: the caller's trace is kept in invocation records whether traces are
+/// exported or not.
+pub fn trace_id_of(traceparent: &str) -> Option<String> {
+    let mut parts = traceparent.trim().split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    // Version ff is invalid; version 00 has exactly four fields.
+    let ok = hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && !zero(trace)
+        && hex(parent, 16)
+        && !zero(parent)
+        && hex(flags, 2);
+    ok.then(|| trace.to_owned())
+}
+
+/// A new random W3C trace id (32 lower-case hex digits, never all zero),
+/// for a call whose caller sent none; no OpenTelemetry work.
+pub fn new_trace_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() || bytes == [0u8; 16] {
+        // No entropy source: the clock and a counter still make ids unique
+        // in this process.
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes[..8].copy_from_slice(&t.to_be_bytes());
+        bytes[8..].copy_from_slice(&n.to_be_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The W3C `traceparent` (and `tracestate`, when not empty) of the current
 /// span, for a request leaving plugd; `None` when traces are off or no span
 /// is current.
@@ -172,6 +217,31 @@ mod tests {
         })
         .await;
         assert_eq!(out, Ok(7));
+    }
+
+    #[test]
+    fn traceparents_are_parsed_strictly() {
+        let t = "4bf92f3577b34da6a3ce929d0e0e4736";
+        assert_eq!(
+            trace_id_of(&format!("00-{t}-00f067aa0ba902b7-01")).as_deref(),
+            Some(t)
+        );
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+        ] {
+            assert_eq!(trace_id_of(bad), None, "{bad:?}");
+        }
+        let (a, b) = (new_trace_id(), new_trace_id());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 32);
+        assert!(trace_id_of(&format!("00-{a}-00f067aa0ba902b7-01")).is_some());
     }
 
     #[test]

@@ -40,7 +40,7 @@ mod tool_call_cmd;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use plugd_host::HostConfig;
 use plugd_runtime::{PluginInfo, Runtime};
@@ -468,8 +468,7 @@ async fn run(cli: Cli) -> Result<i32> {
             | PluginCmd::Start { .. }),
         ) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            if let Some(serve) = remote::Remote::find(&dir).await {
-                plugin_via_serve(&serve, cmd).await?;
+            if plugin_ctl_cmd::through_serve(&dir, cmd).await? {
                 return Ok(0);
             }
         }
@@ -649,36 +648,6 @@ fn approver(by: Option<&str>) -> String {
     by.map(str::to_owned)
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into())
-}
-
-/// `plugd plugin approve|revoke|restart` through a running serve: the same
-/// lines as the local commands, plus which serve did it.
-async fn plugin_via_serve(serve: &remote::Remote, cmd: &PluginCmd) -> Result<()> {
-    let via = format!("(via plugd serve pid {})", serve.pid());
-    match cmd {
-        PluginCmd::Approve(args) => approve_cmd::via_serve(serve, args).await?,
-        PluginCmd::Revoke { id } => {
-            let row = serve.plugin_action(id, "revoke").await?;
-            if row["was_approved"].as_bool().unwrap_or(true) {
-                println!("revoked {id} {via}");
-            } else {
-                println!("{id} was not approved {via}");
-            }
-        }
-        PluginCmd::Restart { id } => {
-            serve.plugin_action(id, "restart").await?;
-            println!("restarted {id}: failure cleared, restart budget reset {via}");
-        }
-        PluginCmd::Stop { id } => plugin_ctl_cmd::via_serve(serve, id, "stop").await?,
-        PluginCmd::Start { id } => plugin_ctl_cmd::via_serve(serve, id, "start").await?,
-        PluginCmd::List(_)
-        | PluginCmd::Show { .. }
-        | PluginCmd::Signing(_)
-        | PluginCmd::Config(_) => {
-            bail!("only approve, revoke, restart, start and stop go through plugd serve")
-        }
-    }
-    Ok(())
 }
 
 async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {

@@ -1,8 +1,14 @@
 //! `plugd mcp`: plugd's MCP gateway on stdio, the way MCP clients that spawn
 //! their servers (Claude Desktop and Code, Cursor, Codex) run it.
 //!
-//! The gateway runs in this process over the workspace's approved plugins,
-//! with plugd.yaml's hooks and risk policy. A `high` or `critical` call is
+//! When `plugd serve` runs on the workspace, `plugd mcp` is only a bridge:
+//! each message from stdin is posted to serve's gateway (`/mcp`, or
+//! `/mcp/PROFILE`, Streamable HTTP over the workspace socket, as this
+//! user), and what serve answers (JSON or the request's event stream) goes
+//! to stdout, so the calls run in serve's plugin processes, under serve's
+//! hooks, approvals and records; a serve that does not answer is an error
+//! naming its pid. Without serve, the gateway runs in this process over the
+//! workspace's approved plugins, with plugd.yaml's hooks and risk policy. A `high` or `critical` call is
 //! put to the client's user through elicitation when the client supports
 //! it (this process runs as the workspace owner, who may approve anything);
 //! otherwise it waits as a pending approval that `plugd approvals approve
@@ -24,6 +30,7 @@ use clap::{Args, Subcommand};
 use plugd_gateway::{Caller, Gateway, stdio};
 use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
+use serde_json::Value;
 
 /// `plugd mcp` arguments.
 #[derive(Args, Debug)]
@@ -68,15 +75,14 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
         Some(McpCmd::Logout { server }) => return logout(rt, server).await,
         None => {}
     }
+    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
+        return bridge(&serve, args.profile.as_deref()).await;
+    }
     let config = PlugdConfig::load(rt.dir())?;
     rt.set_risk_config(config.risk.clone());
-    let pipeline = Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
-    let gateway = Gateway::new(
-        rt.clone(),
-        pipeline,
-        Arc::new(config),
-        env!("CARGO_PKG_VERSION"),
-    );
+    // Installed in the runtime: every call of the gateway passes its tool hooks.
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let gateway = Gateway::new(rt.clone(), Arc::new(config), env!("CARGO_PKG_VERSION"));
     let caller = Caller {
         name: plugd_server::auth::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
@@ -86,8 +92,225 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     let _watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     tracing::info!(workspace = %rt.dir().display(), profile = ?args.profile, "plugd MCP gateway on stdio");
     let (input, output) = stdio::process_stdio();
-    stdio::serve(session, input, output).await?;
+    let served = stdio::serve(session, input, output).await;
+    pipeline.cleanup().await;
+    served?;
     Ok(())
+}
+
+/// The MCP session of a bridge: its id once `initialize` answered, and the
+/// protocol revision it negotiated.
+#[derive(Default)]
+struct BridgeSession {
+    id: Option<String>,
+    version: Option<String>,
+}
+
+/// `plugd mcp` under serve: stdin's messages to serve's `/mcp`, its answers
+/// to stdout, until stdin closes (see the module docs).
+async fn bridge(serve: &crate::remote::Remote, profile: Option<&str>) -> Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let url = match profile {
+        Some(p) => serve.url(&format!("/mcp/{p}")),
+        None => serve.url("/mcp"),
+    };
+    let client = serve.unbounded_client()?;
+    let pid = serve.pid();
+    tracing::info!(pid, url, "plugd mcp bridges stdio to plugd serve's gateway");
+    let (out, mut lines_out) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(line) = lines_out.recv().await {
+            let ok = stdout.write_all(line.as_bytes()).await.is_ok()
+                && stdout.write_all(b"\n").await.is_ok()
+                && stdout.flush().await.is_ok();
+            if !ok {
+                break;
+            }
+        }
+    });
+    let session = Arc::new(tokio::sync::Mutex::new(BridgeSession::default()));
+    let mut calls = tokio::task::JoinSet::new();
+    let mut listen: Option<tokio::task::JoinHandle<()>> = None;
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = stdin.next_line().await? {
+        let line = line.trim().to_owned();
+        if line.is_empty() {
+            continue;
+        }
+        let message: Option<Value> = serde_json::from_str(&line).ok();
+        let is_initialize = message
+            .as_ref()
+            .is_some_and(|m| m["method"] == "initialize");
+        let post = post_message(
+            client.clone(),
+            url.clone(),
+            session.clone(),
+            line,
+            message,
+            out.clone(),
+            pid,
+        );
+        if is_initialize {
+            // Later messages need its session id.
+            post.await;
+            if listen.is_none() {
+                let sid = session.lock().await.id.clone();
+                if let Some(sid) = sid {
+                    listen = Some(tokio::spawn(listen_stream(
+                        client.clone(),
+                        url.clone(),
+                        sid,
+                        out.clone(),
+                    )));
+                }
+            }
+        } else {
+            calls.spawn(post);
+        }
+    }
+    while calls.join_next().await.is_some() {}
+    if let Some(l) = listen {
+        l.abort();
+    }
+    if let Some(sid) = session.lock().await.id.clone() {
+        let _ = client
+            .delete(&url)
+            .header("mcp-session-id", sid)
+            .send()
+            .await;
+    }
+    drop(out);
+    let _ = writer.await;
+    Ok(())
+}
+
+/// Posts one client message and forwards serve's answer (a JSON message,
+/// or each message of the request's event stream); a transport failure of
+/// a request becomes its JSON-RPC error.
+async fn post_message(
+    client: reqwest::Client,
+    url: String,
+    session: Arc<tokio::sync::Mutex<BridgeSession>>,
+    line: String,
+    message: Option<Value>,
+    out: tokio::sync::mpsc::UnboundedSender<String>,
+    pid: u32,
+) {
+    let id = message
+        .as_ref()
+        .and_then(|m| m.get("id"))
+        .filter(|_| message.as_ref().is_some_and(|m| m.get("method").is_some()))
+        .cloned();
+    let fail = |why: String| {
+        tracing::warn!("{why}");
+        if let Some(id) = &id {
+            let e = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": why}});
+            let _ = out.send(e.to_string());
+        }
+    };
+    let mut request = client
+        .post(&url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(
+            reqwest::header::ACCEPT,
+            "application/json, text/event-stream",
+        )
+        .body(line);
+    {
+        let s = session.lock().await;
+        if let Some(sid) = &s.id {
+            request = request.header("mcp-session-id", sid);
+        }
+        if let Some(v) = &s.version {
+            request = request.header("mcp-protocol-version", v);
+        }
+    }
+    let mut resp = match request.send().await {
+        Ok(r) => r,
+        Err(e) => return fail(format!("plugd serve (pid {pid}) did not answer: {e}")),
+    };
+    if let Some(sid) = resp
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+    {
+        session.lock().await.id = Some(sid.to_owned());
+    }
+    let status = resp.status();
+    if status == reqwest::StatusCode::ACCEPTED {
+        return;
+    }
+    let stream = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.starts_with("text/event-stream"));
+    if stream {
+        let mut buf = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => {
+                    buf.extend_from_slice(&chunk);
+                    while let Some((_, data)) = crate::remote::next_event(&mut buf) {
+                        let _ = out.send(data);
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    return fail(format!("plugd serve (pid {pid}) broke off its answer: {e}"));
+                }
+            }
+        }
+    }
+    let bytes = match resp.bytes().await {
+        Ok(b) => b,
+        Err(e) => return fail(format!("plugd serve (pid {pid}) broke off its answer: {e}")),
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) if v.get("jsonrpc").is_some() || v.is_array() => {
+            if let Some(version) = v["result"]["protocolVersion"].as_str() {
+                session.lock().await.version = Some(version.to_owned());
+            }
+            let _ = out.send(v.to_string());
+        }
+        _ => fail(format!(
+            "plugd serve (pid {pid}) answered HTTP {status}: {}",
+            String::from_utf8_lossy(&bytes)
+                .chars()
+                .take(500)
+                .collect::<String>()
+        )),
+    }
+}
+
+/// The session's own stream (`GET /mcp`): server notifications such as
+/// `notifications/tools/list_changed`, forwarded until the bridge ends.
+async fn listen_stream(
+    client: reqwest::Client,
+    url: String,
+    sid: String,
+    out: tokio::sync::mpsc::UnboundedSender<String>,
+) {
+    let Ok(mut resp) = client
+        .get(&url)
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .header("mcp-session-id", sid)
+        .send()
+        .await
+    else {
+        return;
+    };
+    if !resp.status().is_success() {
+        return;
+    }
+    let mut buf = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        buf.extend_from_slice(&chunk);
+        while let Some((_, data)) = crate::remote::next_event(&mut buf) {
+            let _ = out.send(data);
+        }
+    }
 }
 
 async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) -> Result<()> {

@@ -12,7 +12,7 @@
 //! (`invalid_arguments`, `invalid_config`, `invalid_binding`); 6 the tool failed (`tool_failed`,
 //! `plugin_error`); 7 unavailable, retry later (`tool_unavailable`,
 //! `plugin_unavailable`, `plugin_timeout`, `plugin_stopped`,
-//! `plugin_changed`); 8 refused (`tool_denied`, `tool_disabled`,
+//! `plugin_changed`); 8 refused (`tool_denied`, `blocked_by_hook`, `tool_disabled`,
 //! `call_denied`, `approval_*`). Without `--json`, every failure is exit 1
 //! with the one-line `plugd: error: …` as before.
 //!
@@ -29,11 +29,14 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use plugd_host::dialect::CallContext;
 use plugd_runtime::Runtime;
+use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::mcp_requests::{
     AskFuture, Asked, ElicitAction, ElicitAnswer, ElicitMode, Elicitation, Elicitor, check_content,
 };
 use plugd_server::error::ApiError;
 use serde_json::{Value, json};
+
+use crate::remote::{Remote, RemoteError};
 
 /// Sets who answers hosted MCP servers' questions for `command`: serve's
 /// and `plugd mcp`'s pending approvals (their stdin is not a person's),
@@ -206,7 +209,10 @@ fn fill_form(schema: &Value, line: &mut impl FnMut(&str) -> Option<String>) -> O
     Some(Value::Object(content))
 }
 
-/// `plugd tool call NAME --args JSON [--agent ID] [--json]`.
+/// `plugd tool call NAME --args JSON [--agent ID] [--json]`: through a
+/// running serve (its `POST /v1/tools/NAME:invoke`, in serve's plugin
+/// process) whenever one runs, else in this process with plugd.yaml's hooks;
+/// either way through the governed path ([`plugd_runtime::governed`]).
 pub async fn run(
     rt: &Runtime,
     name: &str,
@@ -219,6 +225,12 @@ pub async fn run(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
+    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
+        return via_serve(&serve, name, args, agent, json_out).await;
+    }
+    // No serve: plugd.yaml's hooks run here (installed in the runtime).
+    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
     let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
@@ -231,14 +243,121 @@ pub async fn run(
         caller: Some(format!("cli:{}", crate::approver(None))),
         ..CallContext::default()
     };
-    let result = rt.call_tool_with(name, args, &ctx).await;
+    let gov = Governed::new(Surface::Cli);
+    let result = rt.call_tool_governed(name, args, &ctx, &gov).await.outcome;
     drop(ctx);
     let _ = printer.await;
+    pipeline.cleanup().await;
     match result {
         Ok(v) => crate::print_json(&v, !json_out),
         // Typed, so `report` finds it after the plugins shut down.
         Err(e) if json_out => Err(ApiError::from(e).into()),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// How often a call through serve looks for a pending approval of itself.
+const APPROVAL_POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// [`run`] through serve: its streamed invoke (progress on stderr, as
+/// here), the result on stdout; a call that waits on serve's approval queue
+/// says on stderr how to decide it.
+async fn via_serve(
+    serve: &Remote,
+    name: &str,
+    args: Value,
+    agent: Option<&str>,
+    json_out: bool,
+) -> Result<()> {
+    let body = json!({"args": args, "agent_id": agent});
+    let watcher = tokio::spawn(announce_approvals(
+        serve.url("/v1/approvals"),
+        serve.unbounded_client()?,
+        name.to_owned(),
+        serve.pid(),
+    ));
+    let mut result = None;
+    let mut failure = None;
+    let streamed = serve
+        .post_sse(
+            &format!("/v1/tools/{name}:invoke"),
+            &body,
+            format!("tool call {name}"),
+            |event, data| {
+                let v: Value =
+                    serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
+                match event {
+                    "progress" => eprintln!("progress: {}", crate::describe_progress(&v)),
+                    "result" => result = Some(v),
+                    "error" => failure = Some(v),
+                    _ => {}
+                }
+            },
+        )
+        .await;
+    watcher.abort();
+    let api = |status: u16, code: &str, message: &str, details: Option<Value>| {
+        let status = axum::http::StatusCode::from_u16(status)
+            .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+        // The CLI ends soon after: a code serve sent lives as long.
+        let code: &'static str = Box::leak(code.to_owned().into_boxed_str());
+        let mut e = ApiError::new(status, code, message);
+        e.details = details;
+        e
+    };
+    let err = match (streamed, result, failure) {
+        (Ok(()), Some(v), _) => return crate::print_json(&v, !json_out),
+        (Ok(()), None, Some(body)) => api(
+            body["status"].as_u64().unwrap_or(500) as u16,
+            body["error"]["code"].as_str().unwrap_or("internal"),
+            body["error"]["message"].as_str().unwrap_or("(no message)"),
+            body["error"].get("details").cloned(),
+        ),
+        (Ok(()), None, None) => bail!(
+            "plugd serve (pid {}) ended the call of {name:?} without a result; see serve's log",
+            serve.pid()
+        ),
+        (
+            Err(RemoteError::Api {
+                status,
+                code,
+                message,
+                ..
+            }),
+            _,
+            _,
+        ) => api(status, &code, &message, None),
+        (Err(e), _, _) => return Err(e.into()),
+    };
+    if json_out {
+        return Err(err.into());
+    }
+    bail!("{} (in plugd serve pid {})", err.message, serve.pid())
+}
+
+/// Says on stderr, once per approval, how to decide a pending approval of
+/// tool `name` in serve while the call waits on it.
+async fn announce_approvals(url: String, client: reqwest::Client, name: String, pid: u32) {
+    let mut told = std::collections::HashSet::new();
+    loop {
+        tokio::time::sleep(APPROVAL_POLL).await;
+        let Ok(resp) = client.get(&url).send().await else {
+            continue;
+        };
+        let Ok(list) = resp.json::<Value>().await else {
+            continue;
+        };
+        for a in list.as_array().into_iter().flatten() {
+            let (Some(id), Some(tool)) = (a["id"].as_str(), a["tool"].as_str()) else {
+                continue;
+            };
+            if tool == name && told.insert(id.to_owned()) {
+                eprintln!(
+                    "plugd: the call of {name} (risk {}) waits for approval {id} in plugd serve (pid {pid}): run `plugd approvals approve {id}` (or `plugd approvals deny {id}`), or decide it in the console",
+                    a["risk"].as_str().unwrap_or("?")
+                );
+            }
+        }
     }
 }
 
@@ -255,8 +374,9 @@ pub struct BoundScope<'a> {
 
 /// `plugd tool call EXPORT --org ORG [--project P] [--session S] --args JSON`:
 /// through a running serve (its `POST /v1/plugin-tools/EXPORT:invoke`, as
-/// this user over the socket) when one runs, else in this process through
-/// [`Runtime::call_export`].
+/// this user over the socket) when one runs (a serve that does not answer
+/// is an error naming its pid), else in this process through
+/// [`Runtime::call_export`] with plugd.yaml's hooks.
 pub async fn run_bound(
     rt: &Runtime,
     export: &str,
@@ -269,7 +389,7 @@ pub async fn run_bound(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = crate::remote::Remote::find(rt.dir()).await {
+    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
         let body = json!({
             "input": args,
             "org_id": scope.org,
@@ -292,7 +412,12 @@ pub async fn run_bound(
         caller: Some(format!("cli:{}", crate::approver(None))),
         trace_id: None,
     };
-    match rt.call_export(export, args, &call, None).await {
+    // No serve: plugd.yaml's hooks run here (installed in the runtime).
+    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let result = rt.call_export(export, args, &call, None).await;
+    pipeline.cleanup().await;
+    match result {
         Ok(v) => crate::print_json(&v, !json_out),
         Err(e) if json_out => Err(ApiError::from(e).into()),
         Err(e) => Err(e.into()),
@@ -312,6 +437,7 @@ pub fn exit_code(code: &str) -> i32 {
         | c::PLUGIN_STOPPED
         | c::PLUGIN_CHANGED => 7,
         c::TOOL_DENIED
+        | c::BLOCKED_BY_HOOK
         | c::TOOL_DISABLED
         | c::CALL_DENIED
         | c::APPROVAL_TIMED_OUT

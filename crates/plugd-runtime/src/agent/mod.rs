@@ -2,7 +2,9 @@
 //! transcripts in the state store.
 //!
 //! A turn: `before_llm_request` → LLM → for each tool call: `before_tool_call`
-//! → tool (any dialect) → `after_tool_result` → back to the LLM until it
+//! → tool (any dialect) → `after_tool_result` (those two run by the
+//! runtime's governed call path, [`crate::governed`], as for every surface)
+//! → back to the LLM until it
 //! answers → `before_response` → reply. The number of tool rounds is bounded
 //! (`agent.max_tool_rounds`, default 8). A blocked step ends the turn with the
 //! block message and notice codes, never a crash.

@@ -8,6 +8,8 @@
 //! user message and a `system` note saying what stopped it; notes are kept
 //! for people reading the session and are never sent to the model.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -20,7 +22,9 @@ use super::names::ToolNames;
 use super::{
     Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
 };
+use crate::RuntimeError;
 use crate::compaction::OnFailure;
+use crate::governed::{Governed, Surface};
 use crate::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
@@ -434,20 +438,10 @@ impl Turn<'_> {
         }
     }
 
+    /// One tool call through the runtime's governed path, which runs the
+    /// `before_tool_call` and `after_tool_result` hooks ([`crate::governed`]);
+    /// the turn shows their notices and stops when one blocks.
     async fn call(&mut self, call: ToolCall) -> Result<(), Stop> {
-        let payload = json!({
-            "toolName": call.name,
-            "args": call.arguments,
-            "sessionId": self.session_id,
-            "callId": call.id,
-        });
-        let out = self.hook(HookPoint::BeforeToolCall, payload).await?;
-        let args = out.get("args").cloned().unwrap_or(call.arguments);
-        self.send(TurnEvent::ToolCall {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            args: args.clone(),
-        });
         let cctx = CallContext {
             agent_id: self.ctx.agent_id.clone(),
             session_id: Some(self.session_id.clone()),
@@ -460,31 +454,66 @@ impl Turn<'_> {
             ..CallContext::default()
         };
         // The risk gate records medium calls in the outbox; the turn shows them too.
-        if let Some(notice) = self.agent.runtime.risk_notice(&call.name) {
-            self.send(TurnEvent::Notice {
-                point: HookPoint::BeforeToolCall,
-                notice: notice.clone(),
+        let risk = self.agent.runtime.risk_notice(&call.name);
+        let told = AtomicBool::new(false);
+        let events = self.events.clone();
+        let tell = |args: &Value, notices: &[Notice]| {
+            told.store(true, Ordering::Relaxed);
+            let Some(tx) = &events else { return };
+            for n in notices {
+                let _ = tx.send(TurnEvent::Notice {
+                    point: HookPoint::BeforeToolCall,
+                    notice: n.clone(),
+                });
+            }
+            let _ = tx.send(TurnEvent::ToolCall {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                args: args.clone(),
             });
-            self.notices.push(notice);
-        }
-        let (ok, result) = match self
+            if let Some(n) = &risk {
+                let _ = tx.send(TurnEvent::Notice {
+                    point: HookPoint::BeforeToolCall,
+                    notice: n.clone(),
+                });
+            }
+        };
+        let gov = Governed {
+            hook_context: Some(&self.ctx),
+            call_id: Some(&call.id),
+            on_args: Some(&tell),
+            ..Governed::new(Surface::Agent)
+        };
+        let called = self
             .agent
             .runtime
-            .call_tool_with(&call.name, args.clone(), &cctx)
-            .await
-        {
+            .call_tool_governed(&call.name, call.arguments.clone(), &cctx, &gov)
+            .await;
+        let told = told.load(Ordering::Relaxed);
+        let mut risk = risk.filter(|_| told);
+        for (point, n) in called.notices {
+            if point != HookPoint::BeforeToolCall
+                && let Some(r) = risk.take()
+            {
+                self.notices.push(r);
+            }
+            if point != HookPoint::BeforeToolCall || !told {
+                self.send(TurnEvent::Notice {
+                    point,
+                    notice: n.clone(),
+                });
+            }
+            self.notices.push(n);
+        }
+        self.notices.extend(risk);
+        let args = called.args;
+        let (ok, result) = match called.outcome {
             Ok(v) => (true, v),
+            Err(RuntimeError::BlockedByHook { point, message, .. }) => {
+                return Err(Stop::Blocked { point, message });
+            }
             Err(e) => (false, Value::String(format!("error: {e}"))),
         };
-        let payload = json!({
-            "toolName": call.name,
-            "result": result,
-            "success": ok,
-            "sessionId": self.session_id,
-            "callId": call.id,
-        });
-        let out = self.hook(HookPoint::AfterToolResult, payload).await?;
-        let result = out.get("result").cloned().unwrap_or(result);
         self.send(TurnEvent::ToolResult {
             call_id: call.id.clone(),
             tool: call.name.clone(),

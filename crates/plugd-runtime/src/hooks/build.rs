@@ -81,6 +81,8 @@ pub fn specs(config: &PlugdConfig) -> Vec<HandlerSpec> {
 
 /// Builds the pipeline of `config` over `runtime`'s plugins (see the module
 /// documentation for the checks). Plugin-served handlers are started here.
+/// The pipeline is installed in `runtime` too ([`Runtime::set_hooks`]): every
+/// tool call of the runtime passes its tool hooks, whatever the surface.
 pub async fn build_pipeline(
     config: &PlugdConfig,
     runtime: &Runtime,
@@ -129,7 +131,12 @@ pub async fn build_pipeline(
     }
     let registered = registered_microapp_hooks(config, runtime, &handlers).await;
     handlers.extend(registered);
-    Pipeline::new(handlers)
+    let pipeline = Pipeline::new(handlers)?;
+    runtime.set_hooks(
+        Arc::new(pipeline.clone()),
+        config.context(&super::HookContext::default()),
+    );
+    Ok(pipeline)
 }
 
 /// The hooks approved microapps register in their `initialize` reply (seed

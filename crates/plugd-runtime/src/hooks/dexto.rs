@@ -1122,6 +1122,7 @@ fn context_json(ctx: &HookContext) -> Value {
     put("channel", &ctx.channel);
     put("accountId", &ctx.account_id);
     put("traceId", &ctx.trace_id);
+    put("surface", &ctx.surface);
     if let Some(ms) = ctx.deadline_ms {
         m.insert("deadlineMs".into(), ms.into());
     }

@@ -116,6 +116,11 @@ pub struct HookContext {
     pub trace_id: Option<String>,
     /// Milliseconds the whole run may take (each handler also has its own timeout).
     pub deadline_ms: Option<u64>,
+    /// The surface a tool call came in by (`http`, `mcp`, `cli`, `agent`,
+    /// `binding`, `runtime`), set by the governed call path
+    /// ([`crate::governed`]); never taken from a caller.
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<String>,
 }
 
 impl HookContext {
@@ -131,6 +136,7 @@ impl HookContext {
             account_id: pick(&over.account_id, &self.account_id),
             trace_id: pick(&over.trace_id, &self.trace_id),
             deadline_ms: over.deadline_ms.or(self.deadline_ms),
+            surface: pick(&over.surface, &self.surface),
         }
     }
 }
@@ -377,8 +383,9 @@ struct Entry {
     handler: Arc<dyn HookHandler>,
 }
 
-/// Every enabled handler, per point, in priority order.
-#[derive(Default)]
+/// Every enabled handler, per point, in priority order. A clone shares
+/// the handlers.
+#[derive(Default, Clone)]
 pub struct Pipeline {
     chains: BTreeMap<HookPoint, Vec<Arc<Entry>>>,
 }

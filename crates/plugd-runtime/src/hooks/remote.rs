@@ -311,10 +311,14 @@ impl ToolHook {
             org_id: ctx.tenant_id.clone(),
             ..CallContext::default()
         };
+        // A hook's own tool passes every step but the tool hooks (which
+        // would call it again).
+        let gov = crate::governed::Governed::new(crate::governed::Surface::Hook);
         let result = self
             .runtime
-            .call_tool_with(&name, args, &call_ctx)
+            .call_tool_governed(&name, args, &call_ctx, &gov)
             .await
+            .outcome
             .map_err(|e| match e {
                 RuntimeError::Call(CallToolError::Tool(ToolError::Call(e))) => call_error(e),
                 other => HookError::Failed(other.to_string()),

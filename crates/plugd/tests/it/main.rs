@@ -39,6 +39,7 @@ mod mcp_tasks;
 mod memory;
 mod microapp;
 mod nexo;
+mod one_path;
 mod outbox;
 mod packages;
 mod peer_check;
