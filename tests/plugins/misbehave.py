@@ -21,7 +21,8 @@ except for MODE, which alters exactly one thing. Good behaviour:
 
 Modes: good, hang, no_read, junk, huge_line, unknown_ids, duplicate_ids,
 wrong_identity [ID], undeclared_tool, unnamespaced_tool, exit_during_init,
-slow_init [MS], ignore_shutdown, stderr_flood, crash_after_init.
+slow_init [MS], slow_init_while PATH, ignore_shutdown, stderr_flood,
+crash_after_init.
 See MODES below for each one. stdout is the protocol: diagnostics go to
 stderr only.
 
@@ -63,6 +64,7 @@ MODES = {
     "unnamespaced_tool": "advertise an extra tool othername_tool",
     "exit_during_init": "on initialize, write a stderr line and exit 7",
     "slow_init": "sleep ARG ms (default 10000) before answering initialize",
+    "slow_init_while": "sleep 10 s before answering initialize while the file ARG exists (a host too busy to start it)",
     "ignore_shutdown": "spawn grandchild `sleep 300` (same process group), ignore shutdown and SIGTERM",
     "stderr_flood": "at start, write 1000 stderr lines and one 1 MiB stderr line",
     "crash_after_init": "exit 9 ARG ms (default 0) after answering initialize, last stderr line [ERROR] boom",
@@ -133,6 +135,8 @@ class Plugin:
             os._exit(7)
         if self.mode == "slow_init":
             time.sleep(int(self.arg or 10000) / 1000)
+        if self.mode == "slow_init_while" and os.path.exists(self.arg or ""):
+            time.sleep(10)
         manifest = json.loads(json.dumps(self.manifest))  # deep copy
         if self.mode == "wrong_identity":
             manifest["plugin"]["id"] = self.arg or "impostor"

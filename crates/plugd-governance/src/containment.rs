@@ -231,17 +231,8 @@ impl SandboxConfig {
     /// key: the empty policy).
     pub fn load(workspace: &Path) -> Result<SandboxConfig, ConfigError> {
         let path = workspace.join(CONFIG_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(SandboxConfig::default());
-            }
-            Err(e) => {
-                return Err(ConfigError::Read {
-                    path,
-                    reason: e.to_string(),
-                });
-            }
-            Ok(t) => t,
+        let Some(text) = crate::plugd_yaml::read_text(workspace)? else {
+            return Ok(SandboxConfig::default());
         };
         let raw: Option<OnlySandbox> =
             serde_saphyr::from_str_with_options(&text, crate::plugd_yaml::yaml_options())

@@ -26,7 +26,7 @@ use plugd_store::digest::DigestLimits;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::plugd_yaml::{CONFIG_FILE, ConfigError, MAX_CONFIG_BYTES};
+use crate::plugd_yaml::{CONFIG_FILE, ConfigError};
 pub use format::{FileChange, SIGNATURE_FILE, SignatureError, Verified};
 
 /// The signing part of `plugd.yaml`.
@@ -124,23 +124,8 @@ impl SigningPolicy {
             trusted_publishers: Option<Vec<Spanned<RawPublisher>>>,
         }
         let path = workspace.join(CONFIG_FILE);
-        let read = |reason: String| ConfigError::Read {
-            path: path.clone(),
-            reason,
-        };
-        let text = match std::fs::metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(SigningPolicy::default());
-            }
-            Err(e) => return Err(read(e.to_string())),
-            Ok(m) if m.len() > MAX_CONFIG_BYTES => {
-                return Err(read(format!(
-                    "it is {} bytes, over the {MAX_CONFIG_BYTES}-byte limit; shorten it",
-                    m.len()
-                )));
-            }
-            Ok(_) => std::fs::read_to_string(&path)
-                .map_err(|e| read(format!("{e}; it must be UTF-8 text")))?,
+        let Some(text) = crate::plugd_yaml::read_text(workspace)? else {
+            return Ok(SigningPolicy::default());
         };
         let doc: Option<Doc> =
             serde_saphyr::from_str_with_options(&text, crate::plugd_yaml::yaml_options())

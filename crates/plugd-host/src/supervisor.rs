@@ -54,13 +54,18 @@ pub struct HostConfig {
     pub start_gate: StartGate,
 }
 
-/// The host-wide bound on concurrent background starts (eager starts and
-/// restarts), shared by every plugin of a runtime. A start waits for its turn
-/// before it spawns, so its initialize deadline only runs once it has one. A
-/// caller waiting for the plugin (a tool call) lets its start skip the queue.
+/// The host-wide bound on concurrent starts (eager starts, restarts and
+/// lazy starts on demand), shared by every plugin of a runtime. A start
+/// waits for its turn before it spawns, so its initialize deadline only runs
+/// once it has one. A caller waiting for the plugin (a tool call) lets its
+/// start skip the queue into the callers' lane, which is bounded by the same
+/// size: a gateway session that starts fifteen servers at once runs at most
+/// twice `size` handshakes together, never all of them.
 #[derive(Debug, Clone)]
 pub struct StartGate {
     permits: Arc<tokio::sync::Semaphore>,
+    /// The lane of starts a waiting caller moved ahead of the queue.
+    lane: Arc<tokio::sync::Semaphore>,
     size: usize,
 }
 
@@ -70,6 +75,7 @@ impl StartGate {
         let size = size.max(1);
         StartGate {
             permits: Arc::new(tokio::sync::Semaphore::new(size)),
+            lane: Arc::new(tokio::sync::Semaphore::new(size)),
             size,
         }
     }
@@ -79,10 +85,27 @@ impl StartGate {
         self.size
     }
 
-    /// Starts running right now.
+    /// Starts running right now (queue and callers' lane).
     pub fn running(&self) -> usize {
-        self.size - self.permits.available_permits()
+        2 * self.size - self.permits.available_permits() - self.lane.available_permits()
     }
+}
+
+/// Whether a failure `reason` says only that the plugin's `initialize` was
+/// not answered in time: a host too busy to start it (a start storm), which
+/// the next demand may retry, unlike a crash or a refusal.
+fn overloaded(reason: &str) -> bool {
+    reason.contains("did not answer initialize within")
+        || reason.contains("did not answer hello within")
+}
+
+/// Returns once the plugin is stopping or stopped (or its status channel
+/// closed).
+async fn until_stopping(mut status: watch::Receiver<Status>) {
+    let _ = status
+        .wait_for(|s| matches!(s, Status::Stopping | Status::Stopped))
+        .await
+        .map(|_| ());
 }
 
 /// Default start concurrency: twice the CPUs, at least 4.
@@ -406,6 +429,10 @@ struct Control {
     restarts: u32,
     /// Bumped on every stop/reset so stale start and restart tasks give up.
     epoch: u64,
+    /// The plugin failed because its handshakes timed out (a host too busy
+    /// to start it in time, e.g. a start storm): the next demand after this
+    /// instant starts it again with a fresh budget instead of failing.
+    retry_after: Option<Instant>,
 }
 
 /// One supervised plugin. Cheap to clone; every clone is the same plugin.
@@ -608,6 +635,7 @@ impl Supervised {
                     start_task: None,
                     restarts: 0,
                     epoch: 0,
+                    retry_after: None,
                 }),
                 status: watch::channel(Status::Idle).0,
                 catalog_dirty: std::sync::atomic::AtomicBool::new(false),
@@ -937,13 +965,29 @@ impl Supervised {
                     }
                     Slot::Running(_) => {}
                     Slot::Failed(reason) => {
-                        return Err(PluginError::Failed {
-                            plugin: id(),
-                            reason: reason.clone(),
-                        });
+                        let reason = reason.clone();
+                        let retry = match ctl.retry_after {
+                            Some(at) => Instant::now() >= at,
+                            // Restored from an earlier run of plugd.
+                            None => overloaded(&reason),
+                        };
+                        if !retry || waited_on_start {
+                            return Err(PluginError::Failed {
+                                plugin: id(),
+                                reason,
+                            });
+                        }
+                        tracing::info!(plugin = %inner.spec.id, "starting again on demand: it failed only because its handshakes timed out ({reason})");
+                        ctl.retry_after = None;
+                        ctl.restarts = 0;
+                        ctl.epoch += 1;
+                        inner.begin_start(&mut ctl, true);
+                        waited_on_start = true;
                     }
                     Slot::Idle | Slot::Stopped => {
-                        inner.begin_start(&mut ctl, false);
+                        // Through the start gate like every start; this
+                        // caller's wait moves it into the callers' lane.
+                        inner.begin_start(&mut ctl, true);
                         waited_on_start = true;
                     }
                     Slot::Starting => {
@@ -1303,17 +1347,25 @@ impl SupInner {
         }));
     }
 
-    /// Waits for a turn at the start gate; `Ok(None)` when a caller waiting
-    /// for the plugin let it skip the queue, `Err` when it was stopped meanwhile.
+    /// Waits for a turn at the start gate: a permit of the queue, or of the
+    /// callers' lane when a caller waiting for the plugin moved it ahead;
+    /// `Err` when it was stopped meanwhile.
     async fn await_turn(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, PluginError> {
         let gate = self.config.start_gate.permits.clone();
-        let mut status = self.status.subscribe();
+        let lane = self.config.start_gate.lane.clone();
+        let stopping = || PluginError::Stopping {
+            plugin: self.spec.id.clone(),
+        };
         tokio::select! {
             permit = gate.acquire_owned() => Ok(permit.ok()),
-            () = self.urgent.notified() => Ok(None),
-            _ = status.wait_for(|s| matches!(s, Status::Stopping | Status::Stopped)) => {
-                Err(PluginError::Stopping { plugin: self.spec.id.clone() })
+            () = self.urgent.notified() => {
+                // A caller waits: ahead of the queue, in the callers' lane.
+                tokio::select! {
+                    permit = lane.acquire_owned() => Ok(permit.ok()),
+                    () = until_stopping(self.status.subscribe()) => Err(stopping()),
+                }
             }
+            () = until_stopping(self.status.subscribe()) => Err(stopping()),
         }
     }
 
@@ -1586,6 +1638,9 @@ impl SupInner {
         let sup = &self.spec.supervisor;
         if ctl.restarts >= sup.restart_attempts {
             let n = ctl.restarts;
+            if overloaded(&reason) {
+                ctl.retry_after = Some(Instant::now() + sup.backoff_base);
+            }
             self.fail(
                 ctl,
                 format!("gave up after {n} restart attempts; last error: {reason}"),

@@ -121,7 +121,7 @@ impl Runtime {
     /// first plugin, by id, wins a kind two plugins declare).
     pub fn channel_kinds(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             let Some(extends) = sup.spec().native_extends() else {
                 continue;
             };

@@ -604,32 +604,11 @@ impl PlugdConfig {
     /// Reads `workspace/plugd.yaml`; a missing file is the empty configuration.
     pub fn load(workspace: &Path) -> Result<PlugdConfig, ConfigError> {
         let path = workspace.join(CONFIG_FILE);
-        let text = match std::fs::metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(PlugdConfig {
-                    workspace: workspace.to_path_buf(),
-                    ..PlugdConfig::default()
-                });
-            }
-            Err(e) => {
-                return Err(ConfigError::Read {
-                    path,
-                    reason: e.to_string(),
-                });
-            }
-            Ok(m) if m.len() > MAX_CONFIG_BYTES => {
-                return Err(ConfigError::Read {
-                    path,
-                    reason: format!(
-                        "it is {} bytes, over the {MAX_CONFIG_BYTES}-byte limit; shorten it",
-                        m.len()
-                    ),
-                });
-            }
-            Ok(_) => std::fs::read_to_string(&path).map_err(|e| ConfigError::Read {
-                path: path.clone(),
-                reason: format!("{e}; it must be UTF-8 text"),
-            })?,
+        let Some(text) = plugd_governance::plugd_yaml::read_text(workspace)? else {
+            return Ok(PlugdConfig {
+                workspace: workspace.to_path_buf(),
+                ..PlugdConfig::default()
+            });
         };
         PlugdConfig::parse(&text, &path, workspace)
     }

@@ -1,13 +1,18 @@
-//! Serve's watch on `plugd.yaml`: what changes there reaches running plugins
-//! without a restart (the microapps' `agents/updated`, the roots offered to
-//! MCP servers with `notifications/roots/list_changed`); and its watch on
-//! the Dexto module files the hook pipeline loaded ([`watch_modules`]).
+//! Serve's watch on `plugd.yaml` and the workspace: each second the config
+//! gate ([`crate::config_gate`]) puts a narrowing change in force or holds
+//! a widening one, plugin directories added since the last look are
+//! supervised ([`Runtime::rescan`]), and what changed reaches running
+//! plugins without a restart (the microapps' `agents/updated`, the roots
+//! offered to MCP servers with `notifications/roots/list_changed`); and its
+//! watch on the Dexto module files the hook pipeline loaded
+//! ([`watch_modules`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Runtime;
 use crate::config::PlugdConfig;
+use crate::config_gate::ConfigGate;
 use crate::hooks::Pipeline;
 
 /// How often serve re-reads `plugd.yaml`.
@@ -28,16 +33,26 @@ pub async fn watch_modules(pipeline: Arc<Pipeline>) {
 }
 
 impl Runtime {
-    /// Run by serve: reads `plugd.yaml` every [`CONFIG_POLL`]; when the agent
-    /// view ([`Runtime::agents`]) changed it sends `agents/updated` and
-    /// refreshes the microapps' catalogs, and it applies the `mcp:` roots
+    /// Run by serve: every [`CONFIG_POLL`] lets `gate` look at `plugd.yaml`,
+    /// rescans the workspace when its plugin directories or entry files
+    /// changed, then reads the configuration in force: when the agent view
+    /// ([`Runtime::agents`]) changed it sends `agents/updated` and refreshes
+    /// the microapps' catalogs, and it applies the `mcp:` roots
     /// ([`Runtime::apply_mcp_config`]). A `plugd.yaml` that does not parse is
     /// logged once and ignored until it does.
-    pub async fn watch_config(self) {
+    pub async fn watch_config(self, gate: Arc<ConfigGate>) {
         let mut last = PlugdConfig::load(self.dir()).ok().map(|c| self.agents(&c));
         let mut warned = false;
+        let mut seen = crate::workspace::fingerprint(self.dir());
         loop {
             tokio::time::sleep(CONFIG_POLL).await;
+            gate.tick().await;
+            let now = crate::workspace::fingerprint(self.dir());
+            if now != seen {
+                seen = now;
+                let rt = self.clone();
+                let _ = tokio::task::spawn_blocking(move || rt.rescan()).await;
+            }
             let config = match PlugdConfig::load(self.dir()) {
                 Ok(config) => config,
                 Err(e) => {

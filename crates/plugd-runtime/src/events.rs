@@ -103,7 +103,7 @@ impl Runtime {
 
     fn start_forwarders(&self) {
         let tx = self.inner.events.sender();
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             let mut status = sup.watch();
             let (tx, id): (_, Arc<str>) = (tx.clone(), Arc::from(id.as_str()));
             tokio::spawn(async move {

@@ -236,7 +236,7 @@ impl Runtime {
             .begin(&entry, Some(&**sup.spec()), &ctx, gov.surface);
         let call_id = gov.call_id.unwrap_or(record.id()).to_owned();
         let called = self
-            .govern(sup, &entry, args, &record.context(), gov, &call_id, &[])
+            .govern(&sup, &entry, args, &record.context(), gov, &call_id, &[])
             .await;
         record.finish(&called.outcome);
         called

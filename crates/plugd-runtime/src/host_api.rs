@@ -184,13 +184,13 @@ impl RuntimeApi {
 /// in `[plugin.extends].llm_providers`, sorted by plugin id.
 fn plugin_providers(runtime: &Runtime) -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for (id, sup) in &runtime.inner.plugins {
+    for (id, sup) in runtime.inner.plugins.iter() {
         let spec = sup.spec();
         let Some(native) = spec.native.as_ref() else {
             continue;
         };
         if native.extends.llm_providers.is_empty()
-            || !matches!(runtime.inner.store.approval(id), Ok(Some(_)))
+            || !matches!(runtime.inner.store.approval(&id), Ok(Some(_)))
         {
             continue;
         }

@@ -21,6 +21,7 @@ mod changes;
 pub mod channels;
 pub mod compaction;
 pub mod config;
+pub mod config_gate;
 #[cfg(test)]
 mod config_sections_tests;
 pub mod config_watch;
@@ -42,6 +43,7 @@ pub mod microapp;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;
+mod plugin_set;
 pub mod recall;
 pub mod registry;
 pub mod risk;
@@ -309,7 +311,7 @@ struct TrustObserver {
     pins: pin::Pins,
     store: Arc<Store>,
     registry: Arc<RwLock<ToolRegistry>>,
-    signing: Arc<signing::SigningPolicy>,
+    signing: SharedSigning,
     redactions: Arc<plugin_config::Redactions>,
     /// Where plugins reach the API with their delegation tokens.
     delegations: Arc<delegation::Delegations>,
@@ -327,7 +329,7 @@ impl Observer for TrustObserver {
                     spec.id
                 )
             })?;
-        signing::check(&self.signing, spec)?;
+        signing::check(&self.signing.get(), spec)?;
         let (dir_digest, now) = spec_digests(spec)?;
         if now != approval.digest {
             let files = changes::describe(spec, &approval.digest, &self.dir.join(".plugd"));
@@ -369,6 +371,13 @@ impl Observer for TrustObserver {
 
     fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
         write(&self.registry).set_plugin_tools(&spec.id, &handshake.tools);
+        // A failure recorded earlier (a start storm's timed-out handshakes,
+        // retried on demand) is over once it runs.
+        if let Ok(Some(_)) = self.store.failure(&spec.id)
+            && let Err(e) = self.store.clear_failure(&spec.id)
+        {
+            tracing::warn!(plugin = %spec.id, error = %e, "could not clear the recorded failure");
+        }
         if let Ok(Some(approval)) = self.store.approval(&spec.id) {
             let catalog = serde_json::to_value(&handshake.tools).unwrap_or(Value::Null);
             if catalog != approval.catalog
@@ -418,13 +427,17 @@ struct RtInner {
     risk: risk::RiskState,
     dir: PathBuf,
     store: Arc<Store>,
-    plugins: BTreeMap<String, Supervised>,
-    broken: Vec<BrokenPlugin>,
+    /// The discovered plugins; [`Runtime::rescan`] adds new directories.
+    plugins: plugin_set::PluginMap,
+    /// What a plugin discovered later is supervised with.
+    observer: Arc<TrustObserver>,
+    host_config: Arc<HostConfig>,
+    services: HostServices,
     registry: Arc<RwLock<ToolRegistry>>,
     digests: Mutex<HashMap<String, Result<String, String>>>,
     withheld: WithheldMap,
     api: Arc<host_api::RuntimeApi>,
-    signing: Arc<signing::SigningPolicy>,
+    signing: SharedSigning,
     redactions: Arc<plugin_config::Redactions>,
     channels: channels::CounterMap,
     pins: pin::Pins,
@@ -474,7 +487,7 @@ impl Runtime {
         plugd_host::procs::cleanup_stale(&dir.join(".plugd").join("procs"));
         let discovery = workspace::discover(&dir, &LoadOptions::from_env());
         let registry = Arc::new(RwLock::new(ToolRegistry::default()));
-        let signing = Arc::new(
+        let signing = SharedSigning::new(
             signing::SigningPolicy::load(&dir)
                 .map_err(|e| RuntimeError::Workspace(e.to_string()))?,
         );
@@ -546,6 +559,10 @@ impl Runtime {
         }
         let dir_for_packages = dir.clone();
         let events = events::Events::default();
+        let plugins = plugin_set::PluginMap::new(plugin_set::PluginSet {
+            map: plugins,
+            broken: discovery.broken,
+        });
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
@@ -553,7 +570,9 @@ impl Runtime {
                 dir,
                 store: store.clone(),
                 plugins,
-                broken: discovery.broken,
+                observer,
+                host_config: config.clone(),
+                services: services.clone(),
                 registry,
                 digests: Mutex::new(digests),
                 withheld,
@@ -626,10 +645,11 @@ impl Runtime {
     }
 
     /// The supervised plugin `id`.
-    pub fn supervised(&self, id: &str) -> Result<&Supervised, RuntimeError> {
-        match self.inner.plugins.get(id) {
-            Some(s) => Ok(s),
-            None => match self.inner.broken.iter().find(|b| b.name == id) {
+    pub fn supervised(&self, id: &str) -> Result<Supervised, RuntimeError> {
+        let set = self.inner.plugins.snapshot();
+        match set.map.get(id) {
+            Some(s) => Ok(s.clone()),
+            None => match set.broken.iter().find(|b| b.name == id) {
                 Some(b) => Err(RuntimeError::Broken {
                     name: b.name.clone(),
                     error: b.error.clone(),
@@ -664,10 +684,11 @@ impl Runtime {
     /// each ([`Runtime::plugin_list`] is the cheap listing).
     pub fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
         let mut out = Vec::new();
-        for id in self.inner.plugins.keys() {
+        let set = self.inner.plugins.snapshot();
+        for id in set.map.keys() {
             out.push(self.plugin(id)?);
         }
-        for b in &self.inner.broken {
+        for b in &set.broken {
             out.push(broken_info(b));
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -688,10 +709,11 @@ impl Runtime {
             .map(|a| (a.plugin_id.clone(), a))
             .collect();
         let mut out = Vec::new();
-        for id in self.inner.plugins.keys() {
+        let set = self.inner.plugins.snapshot();
+        for id in set.map.keys() {
             out.push(self.brief(id, approvals.remove(id))?);
         }
-        for b in &self.inner.broken {
+        for b in &set.broken {
             out.push(broken_info(b));
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -753,7 +775,7 @@ impl Runtime {
             .ok()
             .and_then(|v| v.get(spec.dialect.to_string()).cloned())
             .unwrap_or(Value::Null);
-        info.signature = signing::status(&self.inner.signing, spec);
+        info.signature = signing::status(&self.inner.signing.get(), spec);
         info.config = self.config_show(id).unwrap_or_default();
         info.processes = sup.processes();
         Ok(info)
@@ -799,7 +821,7 @@ impl Runtime {
                     Status::Backoff { last_error, .. } => Some(last_error.clone()),
                     _ => None,
                 };
-                let state = if operator_stop(sup).is_some() {
+                let state = if operator_stop(&sup).is_some() {
                     "stopped"
                 } else if waiting.is_some() {
                     "unconfigured"
@@ -858,12 +880,21 @@ impl Runtime {
     pub async fn approve(&self, id: &str, by: &str) -> Result<PluginInfo, RuntimeError> {
         let lock = self.approval_lock(id);
         let _serial = lock.lock().await;
-        let sup = self.supervised(id)?.clone();
+        // A plugin directory added since the runtime opened is found here
+        // at the latest (serve's watcher finds it within a second).
+        let sup = match self.supervised(id) {
+            Err(RuntimeError::UnknownPlugin(_)) => {
+                let rt = self.clone();
+                let _ = tokio::task::spawn_blocking(move || rt.rescan()).await;
+                self.supervised(id)?
+            }
+            other => other?,
+        };
         let failed = |reason: String| RuntimeError::ApprovalFailed {
             plugin: id.to_owned(),
             reason,
         };
-        signing::check(&self.inner.signing, sup.spec()).map_err(failed)?;
+        signing::check(&self.inner.signing.get(), sup.spec()).map_err(failed)?;
         let (digest, pin) = self.pin_now(id, sup.spec()).await.map_err(failed)?;
         let store = &self.inner.store;
         let approval = Approval {
@@ -1137,7 +1168,7 @@ impl Runtime {
 
     /// Why plugin `id` is held stopped by an operator, if it is.
     pub fn operator_stopped(&self, id: &str) -> Option<String> {
-        operator_stop(self.supervised(id).ok()?)
+        operator_stop(&self.supervised(id).ok()?)
     }
 
     /// Why there is no tool `name`: withheld because its plugin changed
@@ -1179,13 +1210,13 @@ impl Runtime {
     /// (`PLUGD_START_CONCURRENCY`) before its initialize deadline runs.
     pub fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             if !sup.is_eager() {
                 continue;
             }
             // Approved as its files are now (the full report is not needed).
             let approved = matches!(
-                (self.inner.store.approval(id), self.digest_now(id, false)),
+                (self.inner.store.approval(&id), self.digest_now(&id, false)),
                 (Ok(Some(a)), Ok(d)) if a.digest == d
             );
             if approved && !matches!(sup.status(), Status::Failed { .. }) {
@@ -1198,11 +1229,106 @@ impl Runtime {
 
     /// Shuts every plugin down, concurrently, and waits until all are reaped.
     pub async fn shutdown(&self) {
-        let stops = self.inner.plugins.values().map(|s| s.stop());
+        let plugins: Vec<Supervised> = self.inner.plugins.values().collect();
+        let stops = plugins.iter().map(|s| s.stop());
         futures_util::future::join_all(stops).await;
         self.inner.packages.stop_all().await;
         let rt = self.clone();
         let _ = tokio::task::spawn_blocking(move || rt.invocations().flush()).await;
+    }
+}
+
+/// The signing policy in force, shared by the runtime and the start gate;
+/// serve's config gate replaces it when an approved plugd.yaml changes it.
+#[derive(Clone)]
+struct SharedSigning(Arc<RwLock<Arc<signing::SigningPolicy>>>);
+
+impl SharedSigning {
+    fn new(policy: signing::SigningPolicy) -> SharedSigning {
+        SharedSigning(Arc::new(RwLock::new(Arc::new(policy))))
+    }
+
+    fn get(&self) -> Arc<signing::SigningPolicy> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, policy: signing::SigningPolicy) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+    }
+}
+
+impl Runtime {
+    /// Replaces the signing policy (serve's config gate, after plugd.yaml's
+    /// `require_signatures` / `trusted_publishers` changed and the change is
+    /// in force); the next approval and the next start check against it.
+    pub fn set_signing_policy(&self, policy: signing::SigningPolicy) {
+        self.inner.signing.set(policy);
+    }
+
+    /// Looks at the workspace again for plugins that appeared since it was
+    /// opened (a new `.plugins/<name>/`, a new `.mcp.json` or
+    /// `extensions.yaml` entry) and supervises them, unapproved unless an
+    /// approval of exactly their files is on record; manifests that no
+    /// longer load are listed as broken. A plugin already known keeps its
+    /// `Supervised` (its changes are the watcher's and the start gate's
+    /// business). Returns the ids added.
+    pub fn rescan(&self) -> Vec<String> {
+        let discovery = workspace::discover(&self.inner.dir, &LoadOptions::from_env());
+        let state_dir = self.inner.dir.join(".plugd");
+        let inner = &self.inner;
+        let added = inner.plugins.update(|current| {
+            let mut map = current.map.clone();
+            let mut added = Vec::new();
+            for (id, spec) in discovery.plugins {
+                if map.contains_key(&id) {
+                    continue;
+                }
+                let approval = inner.store.approval(&id).ok().flatten();
+                let digest = changes::display_digest(&spec, approval.as_ref(), &state_dir);
+                match (approval, &digest) {
+                    (Some(approval), Ok(d)) if &approval.digest == d => {
+                        let tools: Vec<ToolDef> =
+                            serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
+                        write(&inner.registry).set_plugin_tools(&id, &tools);
+                    }
+                    (Some(approval), _) => inner.withheld.insert(
+                        &id,
+                        Withheld {
+                            tools: changes::catalog_names(&approval),
+                            files: changes::describe(&spec, &approval.digest, &state_dir),
+                        },
+                    ),
+                    (None, _) => {}
+                }
+                let sup = Supervised::new(
+                    spec,
+                    inner.host_config.clone(),
+                    inner.observer.clone(),
+                    inner.services.clone(),
+                );
+                if let Ok(Some(failure)) = inner.store.failure(&id) {
+                    sup.mark_failed(failure.reason);
+                }
+                inner
+                    .digests
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone(), digest);
+                map.insert(id.clone(), sup);
+                added.push(id);
+            }
+            let broken = discovery
+                .broken
+                .into_iter()
+                .filter(|b| !map.contains_key(&b.name))
+                .collect();
+            (plugin_set::PluginSet { map, broken }, added)
+        });
+        for id in &added {
+            tracing::info!(plugin = %id, "new plugin found in the workspace; it runs only once approved");
+            self.plugin_changed(id);
+        }
+        added
     }
 }
 

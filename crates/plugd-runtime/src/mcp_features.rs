@@ -321,7 +321,7 @@ impl Runtime {
                 why,
             });
         }
-        if let Some(reason) = operator_stop(sup) {
+        if let Some(reason) = operator_stop(&sup) {
             return Err(RuntimeError::Stopped {
                 plugin: server.to_owned(),
                 reason,

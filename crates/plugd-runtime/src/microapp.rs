@@ -125,7 +125,7 @@ impl Runtime {
     /// it (logged).
     pub fn notify_microapps(&self, method: &str, params: &Value) -> usize {
         let mut sent = 0;
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             if sup.spec().microapp.is_none() {
                 continue;
             }
@@ -261,7 +261,7 @@ impl Runtime {
     /// `tools/list` again for each (the binding surface changed).
     pub async fn agents_updated(&self, agent_ids: &[String]) {
         self.notify_microapps("agents/updated", &json!({"agent_ids": agent_ids}));
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             if sup.spec().microapp.is_none() || sup.current().is_none() {
                 continue;
             }

@@ -177,7 +177,7 @@ pub trait OutboxExt {
 impl OutboxExt for Runtime {
     fn subscribers(&self, event_type: &str) -> Vec<Subscriber> {
         let mut out = Vec::new();
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             let Some(vai) = &sup.spec().vai else { continue };
             for export in &vai.exports {
                 let subscribed = export.kind == ExportKind::Hook

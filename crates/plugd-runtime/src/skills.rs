@@ -116,8 +116,8 @@ impl Runtime {
     pub fn skills(&self) -> Vec<SkillInfo> {
         let mut out = Vec::new();
         for id in self.inner.plugins.keys() {
-            if let Some(dir) = self.skills_dir(id) {
-                out.extend(list_dir(id, &dir));
+            if let Some(dir) = self.skills_dir(&id) {
+                out.extend(list_dir(&id, &dir));
             }
         }
         out.sort_by(|a, b| (&a.plugin, &a.name).cmp(&(&b.plugin, &b.name)));

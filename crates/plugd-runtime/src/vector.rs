@@ -224,7 +224,7 @@ impl Runtime {
             return Ok(Arc::new(StoreBackend::new(self.store().clone())));
         }
         let mut declared = vec![BUILTIN_BACKEND.to_owned()];
-        for (id, sup) in &self.inner.plugins {
+        for (id, sup) in self.inner.plugins.iter() {
             let Some(extends) = sup.spec().native_extends() else {
                 continue;
             };

@@ -118,7 +118,7 @@ impl Runtime {
     /// name the files that differ); one that matches its approval again gets
     /// its tools back. Updates what `plugin list` shows either way.
     pub async fn recheck(&self, id: &str) {
-        let Some(sup) = self.inner.plugins.get(id).cloned() else {
+        let Some(sup) = self.inner.plugins.get(id) else {
             return;
         };
         let spec = sup.spec().clone();

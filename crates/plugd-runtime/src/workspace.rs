@@ -76,6 +76,31 @@ const ENTRY_FILES: [(&str, EntryLoader); 2] = [
     (plugd_manifest::mcp::MCP_FILE, plugd_manifest::mcp::load_mcp),
 ];
 
+/// A cheap fingerprint of what [`discover`] reads: each `.plugins/` entry
+/// with its directory's modification time (a file created or renamed in it
+/// changes that), and the size and modification time of `extensions.yaml`
+/// and `.mcp.json`. Serve rescans when it changes.
+pub fn fingerprint(workspace: &Path) -> Vec<(String, Option<std::time::SystemTime>, u64)> {
+    let stamp = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| (m.modified().ok(), m.len()))
+            .unwrap_or((None, 0))
+    };
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(workspace.join(".plugins")) {
+        for e in entries.flatten() {
+            let (t, _) = stamp(&e.path());
+            out.push((e.file_name().to_string_lossy().into_owned(), t, 0));
+        }
+    }
+    out.sort();
+    for (file, _) in ENTRY_FILES {
+        let (t, len) = stamp(&workspace.join(file));
+        out.push((file.to_owned(), t, len));
+    }
+    out
+}
+
 /// Scans `DIR/.plugins/` (one plugin per directory: `nexo-plugin.toml`,
 /// `plugin.json` or `vai-plugin.toml`) and the workspace files
 /// `extensions.yaml` (microapps) and `.mcp.json` (MCP servers).

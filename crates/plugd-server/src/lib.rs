@@ -68,6 +68,7 @@ pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
 pub mod chains;
+pub mod config_api;
 mod console;
 pub mod console_api;
 pub mod error;
@@ -288,6 +289,8 @@ pub struct AppState {
     mcp: Option<Arc<mcp::McpHttp>>,
     audit: Arc<plugd_store::tokens::AuditWriter>,
     console: Arc<plugd_console::Sessions>,
+    /// serve's plugd.yaml gate (`GET`/`POST /v1/config`); `None` outside serve.
+    config_gate: Option<Arc<plugd_runtime::config_gate::ConfigGate>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -328,7 +331,17 @@ impl AppState {
             mcp,
             audit,
             console: Arc::default(),
+            config_gate: None,
         }
+    }
+
+    /// Serves `GET`/`POST /v1/config` over serve's plugd.yaml gate.
+    pub fn with_config_gate(
+        mut self,
+        gate: Arc<plugd_runtime::config_gate::ConfigGate>,
+    ) -> AppState {
+        self.config_gate = Some(gate);
+        self
     }
 
     /// Sets the request body limit in bytes (413 beyond).
@@ -364,6 +377,10 @@ pub fn router(state: AppState) -> Router {
                 .put(console_api::plugin_put),
         )
         .route("/v1/events", get(console_api::events))
+        .route(
+            "/v1/config",
+            get(config_api::show).post(config_api::approve),
+        )
         .route("/v1/tools", get(list_tools))
         .route("/v1/skills", get(list_skills))
         .route("/v1/skills/{*path}", get(show_skill))

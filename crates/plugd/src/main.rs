@@ -27,6 +27,7 @@ mod memory_cmd;
 mod outbox_cmd;
 mod package_cmd;
 mod plugin_ctl_cmd;
+mod policy_cmd;
 mod remote;
 mod resource_cmd;
 mod risk_cmd;
@@ -148,6 +149,9 @@ enum Command {
     Mcp(mcp_cmd::McpArgs),
     /// Print a one-time login link to the operator console of the running `plugd serve --listen`.
     Console,
+    /// The plugd.yaml policy a running serve holds in force: status, the diff of a held (widening) change, approve it.
+    #[command(subcommand)]
+    Config(policy_cmd::PolicyCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -443,6 +447,10 @@ async fn run(cli: Cli) -> Result<i32> {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return console_cmd::run(&dir).await.map(|()| 0);
         }
+        Command::Config(cmd) => {
+            let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
+            return policy_cmd::run(&dir, cmd).await.map(|()| 0);
+        }
         Command::Manifest(ManifestCmd::Schema) => {
             println!(
                 "{}",
@@ -628,6 +636,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Session(_)
         | Command::Chain(_)
         | Command::Console
+        | Command::Config(_)
         | Command::State(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
@@ -655,8 +664,11 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     if let Some(addr) = args.listen {
         plugd_server::check_listen(addr)?;
     }
+    // From here on this process reads plugd.yaml through the gate: the file
+    // as it is now is in force; a later change that widens a plugin's reach
+    // waits for an operator (`plugd config approve`).
+    let gate = plugd_runtime::config_gate::ConfigGate::start(rt)?;
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    // The risk policy serve gates calls with is the plugd.yaml it started with.
     rt.set_risk_config(config.risk.clone());
     let plugins = rt.plugin_list()?;
     let approved = plugins.iter().filter(|p| p.approved).count();
@@ -677,7 +689,8 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         pipeline.clone(),
         std::sync::Arc::new(config),
         agent,
-    );
+    )
+    .with_config_gate(gate.clone());
     let console = state.clone();
     let app = plugd_server::router(state);
     // The socket first: the CLI reaches serve there, checked by peer uid.
@@ -738,7 +751,7 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
     let channels =
         plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
-    let agents_watch = tokio::spawn(rt.clone().watch_config());
+    let agents_watch = tokio::spawn(rt.clone().watch_config(gate));
     // A changed Dexto module file is reloaded; a broken new version is not.
     let modules_watch = tokio::spawn(plugd_runtime::config_watch::watch_modules(pipeline.clone()));
     // Tests and scripts read the socket and the bound port from these lines.

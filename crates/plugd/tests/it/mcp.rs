@@ -918,6 +918,26 @@ fn serve_tells_servers_when_plugd_yaml_changes_their_roots() {
         "mcp:\n  servers:\n    h:\n      roots: [b]\n    bare:\n      roots: [a]\n",
     )
     .unwrap();
+    // New roots widen what a server is offered: held until an operator
+    // approves the change, and nothing is sent before.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let digest = loop {
+        let v = serve.get("/v1/config").json();
+        if let Some(d) = v["pending"]["digest"].as_str() {
+            break d.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the roots change was not held: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        call("h/ask")["roots/list"]["result"]["roots"][0]["uri"],
+        uri("a")
+    );
+    let o = ws.plugd(&["config", "approve", &digest]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !call("h/notes")["notes"]
         .to_string()

@@ -83,7 +83,7 @@ const TOOLS: &[(&str, &str)] = &[
 ];
 
 /// A workspace with the `risky` plugin, approved, and `yaml` as plugd.yaml.
-fn workspace(yaml: &str) -> Ws {
+pub(crate) fn workspace(yaml: &str) -> Ws {
     let ws = Ws::new();
     let dir = ws.plugin_dir("risky");
     std::fs::create_dir_all(&dir).unwrap();
@@ -112,7 +112,7 @@ fn workspace(yaml: &str) -> Ws {
 }
 
 /// How many times `tool` actually ran.
-fn runs(ws: &Ws, tool: &str) -> usize {
+pub(crate) fn runs(ws: &Ws, tool: &str) -> usize {
     std::fs::read_to_string(ws.dir().join(format!("ran-{tool}")))
         .map(|s| s.lines().count())
         .unwrap_or(0)
