@@ -185,9 +185,33 @@ where
     }
 }
 
+/// The one MCP revision with JSON-RPC batches.
+const BATCH_REVISION: &str = "2025-03-26";
+
+/// Why a batch is refused whole, if it is: on a revision without batching
+/// (any but [`BATCH_REVISION`] once `initialize` settled one) or over
+/// `mcp.http.max_batch_items` messages (the default; the same bound as
+/// `/mcp`).
+fn refuse_batch(session: &Session, len: usize) -> Option<String> {
+    let max = plugd_runtime::mcp_config::DEFAULT_MAX_BATCH_ITEMS;
+    match session.protocol_version() {
+        Some(v) if v != BATCH_REVISION => Some(format!(
+            "JSON-RPC batches are not part of MCP revision {v} (only {BATCH_REVISION} has them); send one message per line"
+        )),
+        _ if len > max => Some(format!(
+            "a JSON-RPC batch of {len} messages; at most {max} may be sent in one: send them on several lines"
+        )),
+        _ => None,
+    }
+}
+
 async fn handle(session: Session, msg: Value, tx: Sink) {
     match msg {
         Value::Array(batch) if !batch.is_empty() => {
+            if let Some(why) = refuse_batch(&session, batch.len()) {
+                let _ = tx.send(respond(Value::Null, Err(error(code::INVALID_REQUEST, why))));
+                return;
+            }
             let mut out = Vec::new();
             for m in batch {
                 if let Some(r) = session.handle(m, Some(tx.clone())).await {

@@ -239,10 +239,7 @@ impl ConfigGate {
                 return false;
             }
         };
-        let old = match parse(self.rt.dir(), in_force.as_deref()) {
-            Ok(c) => c,
-            Err(_) => PlugdConfig::default(),
-        };
+        let old = parse(self.rt.dir(), in_force.as_deref()).unwrap_or_default();
         let verdict = classify(&old, &new, in_force.as_deref(), disk.as_deref(), &|tool| {
             self.rt.declared_risk(tool)
         });

@@ -856,6 +856,19 @@ fn hostile_stdio_input_gets_errors_and_the_gateway_keeps_serving() {
         r["result"]["protocolVersion"], "2025-11-25",
         "an unknown revision gets the newest: {r}"
     );
+    // No batches on a revision without them: refused whole, nothing runs.
+    send(
+        r#"[{"jsonrpc":"2.0","id":41,"method":"ping"},{"jsonrpc":"2.0","id":42,"method":"ping"}]"#,
+    );
+    let r = next();
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not part of MCP revision 2025-11-25"),
+        "{r}"
+    );
     send(
         r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"hello_python_greet","arguments":[1]}}"#,
     );

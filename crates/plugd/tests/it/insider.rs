@@ -251,17 +251,22 @@ fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
             p.display()
         );
     }
-    // Landlock does not govern connect() on serve's socket: what happens is
-    // up to serve's peer check (another part of issue 25), so the outcome is
-    // not asserted, only that the probe ran (on the day this was written,
-    // before that check: `HTTP/1.1 200 OK`).
+    // Landlock does not govern connect() on serve's socket: serve's peer
+    // check refuses the plugin's process there, naming it.
     let api = attempt(
         &serve,
         json!({"op": "unix_get", "path": ws.join(".plugd/serve.sock"), "target": "/v1/plugins"}),
     );
+    let answer = api["status"].as_str().unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 403"), "{api}");
     assert!(
-        api["status"].is_string() || api["error"].is_string(),
-        "{api}"
+        eventually_blocking(std::time::Duration::from_secs(5), || serve
+            .log_text()
+            .contains(
+                "refused a connection to plugd's socket from plugin insider's process"
+            )),
+        "{}",
+        serve.log_text()
     );
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
