@@ -295,6 +295,7 @@ const views = {
   activity: activityView,
   invocation: invocationView,
   packages: packagesView,
+  config: configView,
 };
 
 function route() {
@@ -993,6 +994,37 @@ function marketCard(e, redraw) {
 }
 
 // ---------- boot ----------
+
+// ----- configuration (plugd.yaml under serve) -----
+
+async function configView(_arg, view) {
+  const draw = async () => {
+    const data = await api('GET', '/v1/config');
+    if (state.view !== view) return;
+    const p = data.pending;
+    const admin = state.session?.role === 'admin';
+    const held = p ? h('section', {id: 'config-held', dataset: {digest: p.digest}},
+      h('h2', {}, 'Held change'),
+      kv([['Digest', p.digest], ['Seen', fmtAge(p.seen_at)]]),
+      h('ul', {class: 'verdict'},
+        (p.verdict.widening || []).map((w) => h('li', {class: 'widens'}, `widens: ${w}`)),
+        (p.verdict.narrowing || []).map((w) => h('li', {}, `narrows: ${w}`))),
+      h('pre', {class: 'diff'}, p.diff),
+      admin ? h('div', {class: 'actions'}, button('Approve', async () => {
+        await api('POST', '/v1/config', {approve: p.digest});
+        toast('The held plugd.yaml change is in force');
+        await draw();
+      }, {label: 'Approve the held plugd.yaml change'})) :
+        h('p', {class: 'muted'}, 'Only an administrator can approve it.')) :
+      h('p', {id: 'config-nothing', class: 'muted'}, 'No change is held.');
+    render(h('h1', {}, 'Configuration'),
+      h('p', {}, 'plugd.yaml as serve holds it in force. A change that narrows what plugins may do is in force at once; one that widens it waits here for an administrator.'),
+      kv([['In force', data.in_force, 'config-in-force'], data.error ? ['On disk', data.error, 'config-error'] : null]),
+      held);
+  };
+  view.refresh = draw;
+  await draw();
+}
 
 async function boot() {
   if (location.pathname.endsWith('/console/login')) {

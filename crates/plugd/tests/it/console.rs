@@ -376,7 +376,7 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
     )
     .await;
     let mut seen = Vec::new();
-    for _ in 0..12 {
+    for _ in 0..14 {
         tab(b).await;
         let f = focused(b).await;
         if f["nav"] == true && f["tag"] == "a" {
@@ -388,14 +388,21 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
                 .unwrap_or_default()
                 .to_owned();
             seen.push(word);
-            if seen.len() == 5 {
+            if seen.len() == 6 {
                 break;
             }
         }
     }
     assert_eq!(
         seen,
-        ["Plugins", "Tools", "Approvals", "Activity", "Packages"],
+        [
+            "Plugins",
+            "Tools",
+            "Approvals",
+            "Activity",
+            "Packages",
+            "Configuration"
+        ],
         "nav links by Tab"
     );
 
@@ -838,6 +845,41 @@ async fn console_approves_one_pending_critical_call_and_denies_another() {
     .await
     .expect("the badge stayed after both calls were decided");
     b.find("#approvals-empty").await;
+    con.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_shows_a_held_plugd_yaml_change_and_an_admin_approves_it() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/config").await;
+    b.find("#config-nothing").await;
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!("sandbox:\n  plugins:\n    {FIXTURE}: {{baseline: false}}\n"),
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while serve.get("/v1/config").json()["pending"].is_null() {
+        assert!(std::time::Instant::now() < deadline, "nothing held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    con.route("#/plugins").await;
+    con.route("#/config").await;
+    let want = format!("widens: sandbox.plugins.{FIXTURE}.baseline: true -> false");
+    let held = b.wait_text("#config-held", |t| t.contains(&want)).await;
+    assert!(
+        held.contains("+    console-settings: {baseline: false}"),
+        "{held}"
+    );
+    b.click_button("#config-held", "Approve").await;
+    b.find("#config-nothing").await;
+    assert!(serve.get("/v1/config").json()["pending"].is_null());
+    let state = serve.get(&format!("/v1/plugins/{FIXTURE}")).json();
+    assert_eq!(state["permissions"]["baseline"]["state"], "off", "{state}");
     con.close().await;
 }
 
