@@ -135,7 +135,15 @@ impl Gateway {
     }
 
     fn profile(&self, name: &str) -> Result<ProfileMatcher, GatewayError> {
-        let profiles = &self.inner.config.mcp.profiles;
+        // Under serve plugd.yaml is gated: a session opens on the profiles
+        // in force now (a narrowed profile counts from the next session),
+        // not on those serve started with.
+        let rt = &self.inner.runtime;
+        let live = rt
+            .config_gated()
+            .then(|| PlugdConfig::load(rt.dir()).ok())
+            .flatten();
+        let profiles = &live.as_ref().unwrap_or(&self.inner.config).mcp.profiles;
         profiles
             .get(name)
             .map(|p| p.matcher())

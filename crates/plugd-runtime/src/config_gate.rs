@@ -318,7 +318,10 @@ impl ConfigGate {
         }
         self.rt.set_risk_config(new.risk.clone());
         self.rt.set_signing_policy(new.signing.clone());
-        self.rt.apply_mcp_config(&new.mcp);
+        let told = self.rt.apply_mcp_config(&new.mcp);
+        if !told.is_empty() {
+            tracing::info!(servers = ?told, "MCP roots changed: roots/list_changed sent");
+        }
         // Hooks or their context defaults changed: every tool call's path
         // takes the rebuilt pipeline (a pipeline that fails to build leaves
         // the old one in force, as at start-up nothing half-built serves).
@@ -687,6 +690,13 @@ pub fn unified_diff(old: Option<&str>, new: Option<&str>) -> String {
 }
 
 impl Runtime {
+    /// Whether this process gates the workspace's plugd.yaml (serve): then
+    /// [`PlugdConfig::load`] gives the text in force, which a surface that
+    /// cached the configuration at start-up reads again where it matters.
+    pub fn config_gated(&self) -> bool {
+        plugd_yaml::is_gated(self.dir())
+    }
+
     /// A tool's risk without plugd.yaml's override (its declaration, its
     /// annotations or the default); `None` for a tool not in the registry.
     pub fn declared_risk(&self, tool: &str) -> Option<RiskLevel> {

@@ -1306,3 +1306,46 @@ fn a_binding_narrows_the_delegated_scopes_of_its_export() {
     assert_eq!(r.status, 422, "{}", r.text());
     assert!(r.text().contains("/gateway_api_scopes/0"), "{}", r.text());
 }
+
+#[test]
+fn a_call_through_a_binding_passes_the_hooks_of_plugd_yaml() {
+    let ws = Ws::new();
+    let log = ws.dir().join("guard.log");
+    std::fs::write(&log, "").unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!(
+            "plugins:\n  custom:\n    - {{name: guard, module: \"{}\", priority: 10, blocking: true, config: {{log: \"{}\"}}}}\n",
+            crate::support::repo()
+                .join("tests/plugins/onepath/guard.mjs")
+                .display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    let w = world_in(ws, &[]);
+    w.secret("org_a", SECRET);
+    w.bind("org_a", None, "0.1.0", 100);
+    let agent = w.token("agent", "org_a", &[]);
+    let r = w.invoke(
+        &agent,
+        "whoami",
+        &json!({"input": {"deny": true}, "session_id": "s1"}),
+    );
+    let v = r.error(403, "blocked_by_hook");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("one-path guard refused"), "{v}");
+    // The refused call never reached the package: its record says so.
+    let whoami = w.whoami(&agent, "s1");
+    assert_eq!(whoami["session_id"], "s1", "{whoami}");
+    let decisions = std::fs::read_to_string(w.ws.dir().join("guard.log")).unwrap();
+    let befores = decisions
+        .lines()
+        .filter(|l| l.contains("\"before_tool_call\""))
+        .count();
+    let afters = decisions
+        .lines()
+        .filter(|l| l.contains("\"after_tool_result\""))
+        .count();
+    assert_eq!((befores, afters), (2, 1), "{decisions}");
+}

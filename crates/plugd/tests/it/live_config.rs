@@ -172,7 +172,7 @@ fn a_plugin_directory_added_under_serve_is_listed_approved_and_called() {
         })
     };
     assert!(
-        eventually_blocking(Duration::from_secs(3), || listed().is_some()),
+        eventually_blocking(Duration::from_secs(10), || listed().is_some()),
         "serve did not list the new plugin"
     );
     assert_eq!(listed(), Some(json!(false)));
@@ -186,4 +186,29 @@ fn a_plugin_directory_added_under_serve_is_listed_approved_and_called() {
     assert_eq!(r.status, 200, "{}", r.text());
     let (_, log) = serve.stop();
     assert!(log.contains("new plugin found in the workspace"), "{log}");
+}
+
+#[test]
+fn an_approved_narrower_mcp_profile_counts_from_the_next_session() {
+    use crate::gateway::{initialize, mcp_post};
+    let profile = |tools: &str| format!("mcp:\n  profiles:\n    p:\n      tools: [{tools}]\n");
+    let ws = workspace(&profile("\"risky/plain\", \"risky/lo\""));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = crate::http::make_token(&ws, "agent");
+    let listed = || {
+        let r = mcp_post(&serve, &agent, "/mcp/p", None, &initialize());
+        assert_eq!(r.status, 200, "{}", r.text());
+        let sid = r.header("mcp-session-id").unwrap().to_owned();
+        let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+        let r = mcp_post(&serve, &agent, "/mcp/p", Some(&sid), &list);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["result"]["tools"].as_array().unwrap().len()
+    };
+    assert_eq!(listed(), 2);
+    std::fs::write(ws.dir().join("plugd.yaml"), profile("\"risky/plain\"")).unwrap();
+    let pending = held(&serve);
+    assert_eq!(listed(), 2, "a held change is not in force");
+    let out = ws.plugd(&["config", "approve", pending["digest"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(listed(), 1);
 }
