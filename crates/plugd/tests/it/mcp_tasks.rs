@@ -186,11 +186,15 @@ async fn a_status_notification_ends_the_wait_before_the_poll_interval_but_a_floo
     assert_eq!(text(&done), "notified done");
     assert_eq!(log(&rt).await["gets"]["task-1"], 1);
     // A flood of status notifications is not a flood of polls: at most one
-    // tasks/get per 50 ms over the ~500 ms the flood lasts.
+    // tasks/get per 50 ms over the ~500 ms the flood lasts (measured: on a
+    // loaded machine the flood takes longer, and so may the polls).
+    let began = std::time::Instant::now();
     let done = rt.call_tool("t/flood", json!({}), None).await.unwrap();
+    let took = began.elapsed();
     assert_eq!(text(&done), "flood done");
     let gets = log(&rt).await["gets"]["task-2"].as_u64().unwrap();
-    assert!((1..=20).contains(&gets), "{gets} tasks/get");
+    let most = (took.as_millis() as u64 / 50 + 2).max(20);
+    assert!((1..=most).contains(&gets), "{gets} tasks/get in {took:?}");
     rt.shutdown().await;
 }
 
