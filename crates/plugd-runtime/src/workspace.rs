@@ -77,9 +77,12 @@ const ENTRY_FILES: [(&str, EntryLoader); 2] = [
 ];
 
 /// A cheap fingerprint of what [`discover`] reads: each `.plugins/` entry
-/// with its directory's modification time (a file created or renamed in it
-/// changes that), and the size and modification time of `extensions.yaml`
-/// and `.mcp.json`. Serve rescans when it changes.
+/// with its directory's modification time and the size and modification
+/// time of each manifest file in it, and the same for `extensions.yaml` and
+/// `.mcp.json`. Serve rescans when it changes. The manifests are stamped
+/// one by one because the clock the kernel stamps files with is coarse: a
+/// directory created and given its manifest within one tick keeps the
+/// modification time a scan in between saw, but not the manifest's size.
 pub fn fingerprint(workspace: &Path) -> Vec<(String, Option<std::time::SystemTime>, u64)> {
     let stamp = |p: &Path| {
         std::fs::metadata(p)
@@ -89,8 +92,13 @@ pub fn fingerprint(workspace: &Path) -> Vec<(String, Option<std::time::SystemTim
     let mut out = Vec::new();
     if let Ok(entries) = std::fs::read_dir(workspace.join(".plugins")) {
         for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
             let (t, _) = stamp(&e.path());
-            out.push((e.file_name().to_string_lossy().into_owned(), t, 0));
+            out.push((name.clone(), t, 0));
+            for manifest in MANIFEST_FILES {
+                let (t, len) = stamp(&e.path().join(manifest));
+                out.push((format!("{name}/{manifest}"), t, len));
+            }
         }
     }
     out.sort();
@@ -231,5 +239,40 @@ fn load_dir(dir: &Path, opts: &LoadOptions) -> Result<PluginSpec, String> {
             dir.display(),
             several.join(", ")
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A manifest written after a scan, within the same tick of the file
+    /// clock (here: every modification time set back by hand), still
+    /// changes the fingerprint through its size.
+    #[test]
+    fn a_manifest_written_in_the_same_tick_as_its_directory_changes_the_fingerprint() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().join(".plugins/late");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.py"), "").unwrap();
+        let manifest = dir.join(plugd_manifest::salmex::SALMEX_MANIFEST_FILE);
+        std::fs::write(&manifest, "").unwrap();
+        let before = fingerprint(ws.path());
+        let stamp = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+        let (dir_t, file_t) = (stamp(&dir), stamp(&manifest));
+        std::fs::write(&manifest, r#"{"name":"late"}"#).unwrap();
+        let set = |p: &Path, t| {
+            std::fs::File::options()
+                .write(true)
+                .open(p)
+                .or_else(|_| std::fs::File::open(p))
+                .unwrap()
+                .set_modified(t)
+                .unwrap()
+        };
+        set(&manifest, file_t);
+        set(&dir, dir_t);
+        assert_eq!(stamp(&dir), dir_t);
+        assert_ne!(fingerprint(ws.path()), before);
     }
 }
