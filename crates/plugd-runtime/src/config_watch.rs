@@ -43,7 +43,10 @@ impl Runtime {
     pub async fn watch_config(self, gate: Arc<ConfigGate>) {
         let mut last = PlugdConfig::load(self.dir()).ok().map(|c| self.agents(&c));
         let mut warned = false;
-        let mut seen = crate::workspace::fingerprint(self.dir());
+        // No fingerprint yet: the first tick rescans, so a plugin directory
+        // added between the runtime's discovery and this task's start (a
+        // loaded machine can put seconds between them) is found too.
+        let mut seen = Vec::new();
         loop {
             tokio::time::sleep(CONFIG_POLL).await;
             gate.tick().await;
