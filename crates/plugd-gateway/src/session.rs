@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use plugd_mcp::version;
 use plugd_runtime::mcp_config::ProfileMatcher;
+use plugd_wire::jsonrpc::{DecodeError, Id, Message};
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -289,44 +290,37 @@ impl Session {
     /// request; `None` for notifications, responses, and a request the
     /// client cancelled (MCP: no response after a cancel).
     pub async fn handle(&self, msg: Value, sink: Option<Sink>) -> Option<Value> {
-        let Value::Object(mut obj) = msg else {
-            return Some(respond(
-                Value::Null,
-                Err(error(
-                    code::INVALID_REQUEST,
-                    "a JSON-RPC message must be an object",
-                )),
-            ));
-        };
-        if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-            let id = obj.remove("id").unwrap_or(Value::Null);
-            return Some(respond(
-                id,
-                Err(error(code::INVALID_REQUEST, "\"jsonrpc\" must be \"2.0\"")),
-            ));
-        }
-        let method = obj.get("method").and_then(Value::as_str).map(str::to_owned);
-        let id = obj.remove("id");
-        let params = obj.remove("params");
-        match (method, id) {
-            (Some(method), Some(id)) if valid_id(&id) => {
-                Some(self.request(id, method, params, sink).await?)
-            }
-            (Some(method), None) => {
-                self.notification(&method, params);
+        let id_value = |id: Option<Id>| serde_json::to_value(id).unwrap_or(Value::Null);
+        match Message::from_value(msg) {
+            Ok(Message::Request(r)) => Some(
+                self.request(id_value(Some(r.id)), r.method, r.params, sink)
+                    .await?,
+            ),
+            Ok(Message::Notification(n)) => {
+                self.notification(&n.method, n.params);
                 None
             }
-            (None, Some(id)) => {
-                self.answer(&id, obj);
+            Ok(Message::Response(r)) => {
+                if let Some(id) = r.id {
+                    let mut rest = Map::new();
+                    match r.outcome {
+                        Ok(result) => rest.insert("result".into(), result),
+                        Err(e) => rest.insert(
+                            "error".into(),
+                            serde_json::to_value(e).unwrap_or(Value::Null),
+                        ),
+                    };
+                    self.answer(&id, rest);
+                }
                 None
             }
-            (_, id) => Some(respond(
-                id.filter(valid_id).unwrap_or(Value::Null),
-                Err(error(
-                    code::INVALID_REQUEST,
-                    "not a request, notification or response (id must be a string or an integer)",
-                )),
-            )),
+            Err(e) => {
+                let id = match &e {
+                    DecodeError::Invalid { id, .. } => id.clone(),
+                    _ => None,
+                };
+                Some(respond(id_value(id), Err(error(e.code(), e.to_string()))))
+            }
         }
     }
 
@@ -376,9 +370,7 @@ impl Session {
         sink: Option<Sink>,
     ) -> Result<RequestCx, Value> {
         let meta = params.and_then(|p| p.get("_meta"));
-        let stateless = meta
-            .and_then(|m| m.get(version::META_PROTOCOL_VERSION))
-            .and_then(Value::as_str);
+        let stateless = version::meta_revision(params).and_then(Value::as_str);
         if let Some(v) = stateless {
             if v != version::STATELESS && !version::is_supported(v) {
                 return Err(json!({
@@ -563,10 +555,10 @@ impl Session {
     }
 
     /// A response from the client to a request plugd sent it.
-    fn answer(&self, id: &Value, rest: Map<String, Value>) {
+    fn answer(&self, id: &Id, rest: Map<String, Value>) {
         let key = match id {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+            Id::Str(s) => s.clone(),
+            Id::Int(n) => n.to_string(),
         };
         let Some(tx) = lock(&self.inner.pending).remove(&key) else {
             tracing::debug!(session = %self.inner.id, id = %id, "response to no request of plugd's; ignored");
@@ -671,10 +663,6 @@ impl Drop for PendingCleanup {
             lock(&s.pending).remove(&self.id);
         }
     }
-}
-
-fn valid_id(id: &Value) -> bool {
-    id.is_string() || id.as_i64().is_some() || id.as_u64().is_some()
 }
 
 /// A JSON-RPC response.

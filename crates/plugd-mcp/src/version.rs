@@ -41,6 +41,14 @@ pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabi
 /// `_meta` key of a stateless request's client name and version.
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 
+/// The revision a request names in its own `_meta`
+/// (`params._meta["io.modelcontextprotocol/protocolVersion"]`), as sent: the
+/// one place both the HTTP surface (does this request need a session?) and
+/// the gateway (which revision serves it?) read it from.
+pub fn meta_revision(params: Option<&serde_json::Value>) -> Option<&serde_json::Value> {
+    params?.get("_meta")?.get(META_PROTOCOL_VERSION)
+}
+
 /// The revision a server answers an `initialize` asking for `requested`
 /// with: the same one when plugd speaks it and it has a handshake, else
 /// [`LATEST_STATEFUL`] (an `initialize` is never answered with the

@@ -53,7 +53,7 @@ async fn decide(
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
     JsonBody(body): JsonBody<DecideRequest>,
 ) -> Result<Json<CallApproval>, ApiError> {
-    let (id, approve) = match action.rsplit_once(':') {
+    let (id, approve) = match crate::auth::action_of(&action) {
         Some((id, "approve")) if !id.is_empty() => (id, true),
         Some((id, "deny")) if !id.is_empty() => (id, false),
         _ => return Err(ApiError::no_route(method.as_str(), uri.path())),

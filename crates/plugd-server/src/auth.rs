@@ -136,6 +136,14 @@ pub fn allows(role: Role, right: Right) -> bool {
     }
 }
 
+/// A route's last parameter split into its target and its action, the
+/// text after the last `:` (`x/y:invoke` → `("x/y", "invoke")`; a target
+/// may hold `/` and `:`). The one reading of `{target}:{action}` that both
+/// [`route_right`] and the handlers dispatch on; `None` without a `:`.
+pub fn action_of(segment: &str) -> Option<(&str, &str)> {
+    segment.rsplit_once(':')
+}
+
 /// The right route `template` (as the router declares it, e.g.
 /// `/v1/tools/{*name}`) needs for `method`; `last` is the route's last
 /// parameter, percent-decoded: the very value its handler dispatches on
@@ -157,7 +165,7 @@ pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right
     // The action after the last `:` of the last parameter; on a route with
     // actions of different rights, one it does not know needs the admin
     // (its handler answers 404 anyway).
-    let action = last.and_then(|p| p.rsplit_once(':')).map(|(_, a)| a);
+    let action = last.and_then(action_of).map(|(_, a)| a);
     let is = |names: &[&str]| action.is_some_and(|a| names.contains(&a));
     const GOVERNS: [&str; 6] = [
         "approve",

@@ -130,7 +130,8 @@ pub(crate) async fn invoke(
     Extension(who): Extension<Identity>,
     JsonBody(body): JsonBody<ExportInvokeRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(export) = segment.strip_suffix(":invoke").filter(|e| !e.is_empty()) else {
+    let Some((export, "invoke")) = crate::auth::action_of(&segment).filter(|(e, _)| !e.is_empty())
+    else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
     let (org_id, project_id) = scope_of(&who, &body, export)?;

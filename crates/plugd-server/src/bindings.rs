@@ -435,7 +435,7 @@ async fn action(
     Path(id): Path<String>,
     JsonBody(patch): JsonBody<BindingPatch>,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(id) = id.strip_suffix(":validate") else {
+    let Some((id, "validate")) = crate::auth::action_of(&id) else {
         return Err(ApiError::no_route(
             "POST",
             &format!("/v1/plugin-bindings/{id}"),

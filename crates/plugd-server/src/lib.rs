@@ -646,7 +646,7 @@ impl PluginAction {
     /// Splits `{id}:{action}` (the id may contain `/` and `:`; the action is
     /// after the last `:`).
     pub fn split(path: &str) -> Option<(&str, PluginAction)> {
-        let (id, name) = path.rsplit_once(':')?;
+        let (id, name) = auth::action_of(path)?;
         let action = PluginAction::ALL.into_iter().find(|a| a.name() == name)?;
         (!id.is_empty()).then_some((id, action))
     }
@@ -796,22 +796,25 @@ async fn invoke_tool(
     axum::Extension(who): axum::Extension<auth::Identity>,
     JsonBody(body): JsonBody<InvokeRequest>,
 ) -> Result<Response, ApiError> {
-    for (suffix, enabled) in [(":enable", true), (":disable", false)] {
-        if let Some(name) = path.strip_suffix(suffix).filter(|n| !n.is_empty()) {
+    let (name, action) = auth::action_of(&path)
+        .filter(|(n, _)| !n.is_empty())
+        .ok_or_else(|| ApiError::no_route(method.as_str(), uri.path()))?;
+    for (suffix, enabled) in [("enable", true), ("disable", false)] {
+        if action == suffix {
             if body.args.is_some() || body.agent_id.is_some() {
                 return Err(ApiError::new(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     error::code::INVALID_BODY,
-                    format!("{suffix} takes no members; send {{}}"),
+                    format!(":{suffix} takes no members; send {{}}"),
                 ));
             }
             return console_api::set_enabled(&state, name, enabled, &who)
                 .map(IntoResponse::into_response);
         }
     }
-    let Some(name) = path.strip_suffix(":invoke").filter(|n| !n.is_empty()) else {
+    if action != "invoke" {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
-    };
+    }
     let args = body.args.unwrap_or_else(|| json!({}));
     if !args.is_object() {
         return Err(ApiError::new(
@@ -862,7 +865,7 @@ async fn run_hook(
     uri: Uri,
     JsonBody(body): JsonBody<HookRunRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let Some(name) = segment.strip_suffix(":run") else {
+    let Some((name, "run")) = auth::action_of(&segment) else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
     let point = HookPoint::parse(name).ok_or_else(|| {

@@ -418,7 +418,7 @@ async fn action(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<InstallRequest>,
 ) -> Result<Response, ApiError> {
-    let Some(entry_id) = id.strip_suffix(":install") else {
+    let Some((entry_id, "install")) = crate::auth::action_of(&id) else {
         return Err(ApiError::no_route("POST", &format!("/v1/marketplace/{id}")));
     };
     let state_dir = state.runtime.dir().join(".plugd");

@@ -347,11 +347,7 @@ async fn post(
     }
     let profile = profile.as_deref();
     let is_initialize = body.get("method").and_then(Value::as_str) == Some("initialize");
-    let stateless = body
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(version::META_PROTOCOL_VERSION))
-        .is_some();
+    let stateless = version::meta_revision(body.get("params")).is_some();
     let session = match session_header(&headers) {
         _ if is_initialize => {
             let session = mcp

@@ -101,7 +101,8 @@ async fn action(
     Path(path): Path<String>,
     JsonBody(_body): JsonBody<RestartRequest>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let Some(id) = path.strip_suffix(":restart").filter(|id| !id.is_empty()) else {
+    let Some((id, "restart")) = crate::auth::action_of(&path).filter(|(id, _)| !id.is_empty())
+    else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
     let p = visible(&state, &who, id)?;
