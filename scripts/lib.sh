@@ -1,6 +1,6 @@
 # scripts/lib.sh: shared helpers for scripts/test and scripts/run (sourced, not executed).
-# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv, ensure_npm_tools, ensure_deno
-# and ensure_conformance.
+# Sets $repo, cds there, and provides section, die, need_apt, ensure_venv, ensure_npm_tools, ensure_deno,
+# ensure_conformance and ensure_mdbook.
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
@@ -155,4 +155,31 @@ ensure_conformance() {
     [[ -f $CONFORMANCE_CLI ]] || die "npm left no $CONFORMANCE_CLI"
   fi
   printf 'npm %s and %s in %s\n' "${want[@]}" "$CONFORMANCE_DIR"
+}
+
+# mdBook builds the manual (docs/book) in scripts/test: the newest 0.4.x,
+# built from crates.io without its default features (watch, serve, search:
+# scripts/test only runs `mdbook build`).
+MDBOOK_VERSION=0.4.52
+
+# ensure_mdbook: mdbook $MDBOOK_VERSION on PATH (cargo's bin directory),
+# installed with `cargo install --locked` in a temporary target directory
+# that is removed afterwards; skipped when that version is already on PATH.
+ensure_mdbook() {
+  local cargo_bin="${CARGO_HOME:-$HOME/.cargo}/bin"
+  case ":$PATH:" in *":$cargo_bin:"*) ;; *) export PATH="$cargo_bin:$PATH" ;; esac
+  if [[ $(mdbook --version 2>/dev/null) == "mdbook v$MDBOOK_VERSION" ]]; then
+    return
+  fi
+  local tmp
+  tmp=$(mktemp -d /tmp/mdbook-build.XXXXXX)
+  printf 'installing mdbook %s (have: %s)\n' "$MDBOOK_VERSION" "$(mdbook --version 2>/dev/null || echo none)"
+  if ! CARGO_TARGET_DIR="$tmp" cargo install mdbook --version "$MDBOOK_VERSION" --locked \
+    --no-default-features --force --quiet </dev/null; then
+    rm -rf "$tmp"
+    die "cargo install mdbook --version $MDBOOK_VERSION failed"
+  fi
+  rm -rf "$tmp"
+  [[ $(mdbook --version 2>/dev/null) == "mdbook v$MDBOOK_VERSION" ]] ||
+    die "mdbook $MDBOOK_VERSION is installed in $cargo_bin but \`mdbook\` on PATH is $(command -v mdbook)"
 }
