@@ -734,43 +734,30 @@ impl Runtime {
             ..CallContext::default()
         };
         ctx.trace_id = crate::governed::traced(&ctx).trace_id.clone();
-        let record = self.inner.invocations.begin(
-            entry,
-            Some(spec),
-            &ctx,
-            crate::governed::Surface::Binding,
-        );
-        // A native package has no per-call context: its binding's secrets
-        // are not decrypted for it.
-        let declared = declared_slots(spec, entry.def.wire()).unwrap_or_default();
-        let secrets = match resolve_secrets(&self.inner.store, binding, declared) {
-            Ok(s) => s,
-            Err(problems) => {
-                let e = RuntimeError::InvalidBinding {
-                    binding_id: binding.binding_id.clone(),
-                    problems,
-                };
-                let outcome = Err(e);
-                record.finish(&outcome);
-                return outcome;
-            }
-        };
-        bound.secrets = secrets;
-        let values = bound.secret_values();
-        let mut call_ctx = record.context().into_owned();
-        call_ctx.bound = Some(Arc::new(bound));
         let gov = crate::governed::Governed {
             approver,
             ..crate::governed::Governed::new(crate::governed::Surface::Binding)
         };
-        let call_id = record.id().to_owned();
-        // The binding's secrets are masked before `after_tool_result` sees
-        // the result.
-        let called = self
-            .govern(&proc.sup, entry, args, &call_ctx, &gov, &call_id, &values)
-            .await;
-        record.finish(&called.outcome);
-        called.outcome
+        // The record opens first; then the binding's secrets are resolved
+        // (a native package has no per-call context: they are not
+        // decrypted for it) and masked before `after_tool_result` sees the
+        // result.
+        let prepare = |mut call_ctx: CallContext| {
+            let declared = declared_slots(spec, entry.def.wire()).unwrap_or_default();
+            bound.secrets =
+                resolve_secrets(&self.inner.store, binding, declared).map_err(|problems| {
+                    RuntimeError::InvalidBinding {
+                        binding_id: binding.binding_id.clone(),
+                        problems,
+                    }
+                })?;
+            let values = bound.secret_values();
+            call_ctx.bound = Some(Arc::new(bound));
+            Ok((call_ctx, values))
+        };
+        self.recorded(&proc.sup, entry, args, &ctx, &gov, prepare)
+            .await
+            .outcome
     }
 }
 

@@ -230,14 +230,40 @@ impl Runtime {
                 };
             }
         };
+        self.recorded(&sup, &entry, args, &ctx, gov, |cx| Ok((cx, Vec::new())))
+            .await
+    }
+
+    /// The one place a tool call's invocation record opens and closes,
+    /// whether the call came by name or by binding: the record opens, then
+    /// `prepare` gives the context the call runs with and the secrets to
+    /// mask in what it returns (a binding resolves its secrets there; its
+    /// failure is recorded like any other), then the governed steps run.
+    pub(crate) async fn recorded(
+        &self,
+        sup: &Supervised,
+        entry: &ToolEntry,
+        args: Value,
+        ctx: &CallContext,
+        gov: &Governed<'_>,
+        prepare: impl FnOnce(CallContext) -> Result<(CallContext, Vec<String>), RuntimeError>,
+    ) -> Called {
         let record = self
             .inner
             .invocations
-            .begin(&entry, Some(&**sup.spec()), &ctx, gov.surface);
+            .begin(entry, Some(&**sup.spec()), ctx, gov.surface);
         let call_id = gov.call_id.unwrap_or(record.id()).to_owned();
-        let called = self
-            .govern(&sup, &entry, args, &record.context(), gov, &call_id, &[])
-            .await;
+        let called = match prepare(record.context().into_owned()) {
+            Ok((call_ctx, secrets)) => {
+                self.govern(sup, entry, args, &call_ctx, gov, &call_id, &secrets)
+                    .await
+            }
+            Err(e) => Called {
+                args,
+                outcome: Err(e),
+                notices: Vec::new(),
+            },
+        };
         record.finish(&called.outcome);
         called
     }
