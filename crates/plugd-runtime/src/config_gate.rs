@@ -23,9 +23,14 @@
 //!   `GET`/`POST /v1/config`); a later edit replaces what is held.
 //!
 //! A file that does not parse is never put in force; the old text stays and
-//! the error is shown. `serve` starts with the file as it is then (starting
-//! serve is the operator's consent), and a CLI command run without serve
-//! reads the disk as before.
+//! the error is shown. The text in force is remembered in
+//! `.plugd/plugd.yaml.in-force` (a directory no plugin's view shows): a
+//! `serve` that finds the file changed since the last one stopped starts
+//! with the remembered text and classifies the difference like any other
+//! change, so an edit made while serve was stopped is held the same way
+//! when it widens. The first `serve` of a workspace starts with the file as
+//! it is (starting serve is the operator's consent), and a CLI command run
+//! without serve reads the disk as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -169,15 +174,41 @@ pub fn text_digest(text: Option<&str>) -> String {
 impl ConfigGate {
     /// Puts the file as it is now in force for this process and returns the
     /// gate. A file that does not load is an error (serve does not start).
+    /// When an earlier serve left the text it had in force
+    /// ([`REMEMBERED_FILE`]) and the file differs from it, that text is put
+    /// in force instead and the first [`ConfigGate::tick`] classifies the
+    /// difference.
     pub fn start(rt: &Runtime) -> Result<Arc<ConfigGate>, ConfigError> {
-        let text = plugd_yaml::read_disk(rt.dir())?;
-        parse(rt.dir(), text.as_deref())?;
-        plugd_yaml::set_in_force(rt.dir(), text.clone());
+        let disk = plugd_yaml::read_disk(rt.dir())?;
+        parse(rt.dir(), disk.as_deref())?;
+        let remembered = remembered(rt.dir())
+            .filter(|r| *r != disk)
+            .and_then(|r| parse(rt.dir(), r.as_deref()).ok().map(|c| (r, c)));
+        let text = match remembered {
+            Some((text, config)) => {
+                tracing::warn!(
+                    in_force = %text_digest(text.as_deref()),
+                    on_disk = %text_digest(disk.as_deref()),
+                    "plugd.yaml changed while serve was stopped; serve starts with the policy the last serve had in force and weighs the change now (a change that widens what plugins may do waits for plugd config approve)"
+                );
+                plugd_yaml::set_in_force(rt.dir(), text.clone());
+                rt.set_risk_config(config.risk.clone());
+                rt.set_signing_policy(config.signing.clone());
+                rt.apply_mcp_config(&config.mcp);
+                text
+            }
+            None => {
+                plugd_yaml::set_in_force(rt.dir(), disk.clone());
+                remember(rt.dir(), disk.as_deref());
+                disk.clone()
+            }
+        };
+        let last_disk = (text == disk).then_some(disk);
         Ok(Arc::new(ConfigGate {
             rt: rt.clone(),
             state: Mutex::new(GateState {
-                in_force: text.clone(),
-                last_disk: Some(text),
+                in_force: text,
+                last_disk,
                 ..GateState::default()
             }),
         }))
@@ -309,6 +340,7 @@ impl ConfigGate {
         by: &str,
     ) {
         plugd_yaml::set_in_force(self.rt.dir(), text.clone());
+        remember(self.rt.dir(), text.as_deref());
         {
             let mut st = self.lock();
             st.in_force = text.clone();
@@ -350,6 +382,37 @@ impl ConfigGate {
                 }
             }
         }
+    }
+}
+
+/// Where serve remembers the `plugd.yaml` text in force, under `.plugd/`:
+/// `{"text": "..."}`, `{"text": null}` when there is no file.
+pub const REMEMBERED_FILE: &str = "plugd.yaml.in-force";
+
+/// The text the last serve had in force (`Some(None)`: no file), `None`
+/// when no serve remembered one or the record is unreadable.
+fn remembered(workspace: &Path) -> Option<Option<String>> {
+    let bytes = std::fs::read(workspace.join(".plugd").join(REMEMBERED_FILE)).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
+    match v.get("text")? {
+        Value::Null => Some(None),
+        Value::String(s) => Some(Some(s.clone())),
+        _ => None,
+    }
+}
+
+/// Records `text` as the text in force (written whole, then renamed over
+/// the old record). A failure is logged: the gate still works for this
+/// serve; the next one would start from the file.
+fn remember(workspace: &Path, text: Option<&str>) {
+    let dir = workspace.join(".plugd");
+    let body = serde_json::json!({ "text": text, "digest": text_digest(text) }).to_string();
+    let tmp = dir.join(format!("{REMEMBERED_FILE}.tmp"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&tmp, body))
+        .and_then(|()| std::fs::rename(&tmp, dir.join(REMEMBERED_FILE)));
+    if let Err(e) = written {
+        tracing::warn!(error = %e, "could not remember the plugd.yaml text in force in .plugd/{REMEMBERED_FILE}");
     }
 }
 

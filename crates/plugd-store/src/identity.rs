@@ -268,8 +268,16 @@ impl std::fmt::Display for LostDb {
     }
 }
 
-/// The files [`reset`] moves aside, in `state_dir`.
-pub const STATE_FILES: &[&str] = &["state.db", "state.db-wal", "state.db-shm", STATE_ID_FILE];
+/// The files [`reset`] moves aside, in `state_dir`: the database, its
+/// marker, and the `plugd.yaml` text the last serve had in force (see
+/// `plugd_runtime::config_gate`), so a reset serve starts from the file.
+pub const STATE_FILES: &[&str] = &[
+    "state.db",
+    "state.db-wal",
+    "state.db-shm",
+    STATE_ID_FILE,
+    "plugd.yaml.in-force",
+];
 
 /// Moves the state database (with its `-wal`/`-shm` files) and the marker
 /// into a new directory `state_dir/reset-<UTC time>/`, deleting nothing; the

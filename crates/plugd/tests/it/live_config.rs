@@ -212,3 +212,68 @@ fn an_approved_narrower_mcp_profile_counts_from_the_next_session() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(listed(), 1);
 }
+
+/// An edit made while serve is stopped is weighed at the next start like
+/// one made under it: turning the baseline off is held (the last serve's
+/// text stays in force, remembered under `.plugd/`), raising a risk is in
+/// force at once.
+#[test]
+fn an_edit_made_while_serve_was_stopped_is_weighed_at_the_next_start() {
+    let ws = workspace("");
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let _ = serve.stop();
+    let remembered = ws.dir().join(".plugd/plugd.yaml.in-force");
+    assert!(
+        remembered.exists(),
+        "serve did not remember the text in force"
+    );
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "sandbox:\n  plugins:\n    risky: {baseline: false}\nrisk:\n  approval_timeout_secs: 1\n  tools:\n    risky/plain: critical\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let baseline =
+        || serve.get("/v1/plugins/risky").json()["permissions"]["baseline"]["state"].clone();
+    let pending = held(&serve);
+    let widening = pending["verdict"]["widening"].to_string();
+    assert!(
+        widening.contains("sandbox.plugins.risky.baseline: true -> false"),
+        "{pending}"
+    );
+    assert_ne!(
+        baseline(),
+        "off",
+        "a widening edit made while stopped is in force"
+    );
+    // The whole text is held (it widens), so the raised risk waits too:
+    // the operator reviews it as one change.
+    let out = ws.plugd(&["config", "approve", pending["digest"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(baseline(), "off");
+    serve
+        .post("/v1/tools/risky/plain:invoke", &json!({"args": {}}))
+        .error(403, "approval_timed_out");
+    let (_, log) = serve.stop();
+    assert!(
+        log.contains("plugd.yaml changed while serve was stopped"),
+        "{log}"
+    );
+
+    // Narrowing only (the risk back up after lowering it under no serve is
+    // not narrowing; raising one is): in force at the next start.
+    let text = "sandbox:\n  plugins:\n    risky: {baseline: false}\nrisk:\n  approval_timeout_secs: 1\n  tools:\n    risky/plain: critical\n    risky/lo: critical\n";
+    std::fs::write(ws.dir().join("plugd.yaml"), text).unwrap();
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    assert!(eventually_blocking(Duration::from_secs(5), || {
+        serve
+            .get("/v1/tools?all=true")
+            .json()
+            .as_array()
+            .is_some_and(|a| {
+                a.iter()
+                    .any(|t| t["name"] == "risky/lo" && t["risk"] == "critical")
+            })
+    }));
+    assert!(serve.get("/v1/config").json()["pending"].is_null());
+}
