@@ -1,5 +1,6 @@
 //! plugd's agent side, over the plugin core of `plugd-runtime`: the agent
-//! turn (LLM ↔ tools through the hook pipeline, sessions and transcripts).
+//! turn (LLM ↔ tools through the hook pipeline, sessions and transcripts)
+//! and the compaction of a session's chain.
 //!
 //! **API boundary**: this crate uses the runtime only through its public
 //! API; every tool call of a turn goes through the runtime's one governed
@@ -9,3 +10,4 @@
 //! [`plugd_runtime::channels::ChannelTurn`], which [`agent::Agent`] implements.
 
 pub mod agent;
+pub mod compaction;

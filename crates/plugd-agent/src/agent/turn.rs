@@ -235,11 +235,13 @@ impl Turn<'_> {
             details,
             handler: None,
         };
-        match self
-            .agent
-            .runtime
-            .compact_session(&self.session_id, &cfg, Some(&self.run_id))
-            .await
+        match crate::compaction::compact_session(
+            &self.agent.runtime,
+            &self.session_id,
+            &cfg,
+            Some(&self.run_id),
+        )
+        .await
         {
             Ok(c) => {
                 let derived = c.derived_chain_id.clone().unwrap_or_default();
