@@ -10,8 +10,8 @@
 //! stream usually carries empty text). Typed errors `-33101..-33105` map to
 //! [`LlmCallError`] variants.
 //!
-//! This module knows only the wire; `plugd-runtime` maps [`LlmReply`] and
-//! [`LlmChunk`] onto its provider contract.
+//! This module knows only the wire; `plugd-runtime` maps [`LlmReply`] onto
+//! its provider contract and streams the [`Delta`]s of [`LlmChunk`]s as they are.
 
 use std::time::Duration;
 
@@ -127,10 +127,12 @@ pub struct LlmToolCall {
     pub arguments: Value,
 }
 
-/// One streamed chunk (`llm.chat.delta` `params.chunk`).
+/// A piece of a streamed answer (nexo `llm.chat.delta` chunk types): the
+/// part of a chunk a caller sees while the answer streams. Every LLM
+/// provider of plugd streams this one type (`plugd-runtime`'s `llm::Delta`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum LlmChunk {
+pub enum Delta {
     /// More text.
     TextDelta {
         /// The text.
@@ -155,6 +157,33 @@ pub enum LlmChunk {
         /// Call id.
         id: String,
     },
+}
+
+impl Delta {
+    /// The `type` of each delta chunk.
+    const TYPES: [&'static str; 4] = [
+        "text_delta",
+        "tool_call_start",
+        "tool_call_args_delta",
+        "tool_call_end",
+    ];
+}
+
+/// One streamed chunk (`llm.chat.delta` `params.chunk`): a [`Delta`], or
+/// what the final reply folds in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum LlmChunk {
+    /// Text or tool-call parts.
+    Delta(Delta),
+    /// Token counts so far, the end, or a chunk type this host does not know.
+    Meta(ChunkMeta),
+}
+
+/// The chunks of a stream that are not a [`Delta`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ChunkMeta {
     /// Token counts so far.
     Usage {
         /// The counts.
@@ -168,6 +197,25 @@ pub enum LlmChunk {
     /// A chunk type this host does not know (skipped, for forward compatibility).
     #[serde(other)]
     Unknown,
+}
+
+impl<'de> Deserialize<'de> for LlmChunk {
+    /// By the chunk's `type`: a delta type reads as a [`Delta`] (its errors
+    /// are the delta's), any other as a [`ChunkMeta`].
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        let v = Value::deserialize(d)?;
+        let kind = v.get("type").and_then(Value::as_str);
+        if kind.is_some_and(|k| Delta::TYPES.contains(&k)) {
+            Delta::deserialize(v)
+                .map(LlmChunk::Delta)
+                .map_err(D::Error::custom)
+        } else {
+            ChunkMeta::deserialize(v)
+                .map(LlmChunk::Meta)
+                .map_err(D::Error::custom)
+        }
+    }
 }
 
 /// The complete reply of one `llm.chat`, streamed parts merged in.
@@ -349,11 +397,11 @@ struct Merge {
 impl Merge {
     fn add(&mut self, chunk: &LlmChunk) {
         match chunk {
-            LlmChunk::TextDelta { delta } => self.text.push_str(delta),
-            LlmChunk::ToolCallStart { id, name } => {
+            LlmChunk::Delta(Delta::TextDelta { delta }) => self.text.push_str(delta),
+            LlmChunk::Delta(Delta::ToolCallStart { id, name }) => {
                 self.calls.push((id.clone(), name.clone(), String::new()))
             }
-            LlmChunk::ToolCallArgsDelta { id, delta } => {
+            LlmChunk::Delta(Delta::ToolCallArgsDelta { id, delta }) => {
                 match self.calls.iter_mut().find(|c| &c.0 == id) {
                     Some(call) => call.2.push_str(delta),
                     None => {
@@ -363,9 +411,11 @@ impl Merge {
                     }
                 }
             }
-            LlmChunk::ToolCallEnd { .. } | LlmChunk::Unknown => {}
-            LlmChunk::Usage { usage } => self.usage = Some(*usage),
-            LlmChunk::End { finish_reason } => self.finish = Some(finish_reason.clone()),
+            LlmChunk::Delta(Delta::ToolCallEnd { .. }) | LlmChunk::Meta(ChunkMeta::Unknown) => {}
+            LlmChunk::Meta(ChunkMeta::Usage { usage }) => self.usage = Some(*usage),
+            LlmChunk::Meta(ChunkMeta::End { finish_reason }) => {
+                self.finish = Some(finish_reason.clone())
+            }
         }
     }
 
@@ -678,7 +728,7 @@ mod tests {
         assert_eq!(reply.text, "abc");
         assert_eq!(
             seen,
-            ["a", "b", "c"].map(|d| LlmChunk::TextDelta { delta: d.into() })
+            ["a", "b", "c"].map(|d| LlmChunk::Delta(Delta::TextDelta { delta: d.into() }))
         );
     }
 }
@@ -843,13 +893,13 @@ mod props {
             };
             let mut m = Merge::default();
             for delta in pieces(&text, &text_cuts) {
-                m.add(&LlmChunk::TextDelta { delta });
+                m.add(&LlmChunk::Delta(Delta::TextDelta { delta }));
             }
-            m.add(&LlmChunk::ToolCallStart { id: "c1".into(), name: "t".into() });
+            m.add(&LlmChunk::Delta(Delta::ToolCallStart { id: "c1".into(), name: "t".into() }));
             for delta in pieces(&a.to_string(), &arg_cuts) {
-                m.add(&LlmChunk::ToolCallArgsDelta { id: "c1".into(), delta });
+                m.add(&LlmChunk::Delta(Delta::ToolCallArgsDelta { id: "c1".into(), delta }));
             }
-            m.add(&LlmChunk::ToolCallEnd { id: "c1".into() });
+            m.add(&LlmChunk::Delta(Delta::ToolCallEnd { id: "c1".into() }));
             prop_assert!(m.malformed.is_none());
             let r = m.finish(&json!({})).unwrap();
             prop_assert_eq!(r.text, text);

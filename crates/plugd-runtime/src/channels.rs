@@ -38,12 +38,51 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::agent::{Agent, TurnStatus};
 use crate::hooks::{HookContext, HookPoint, Pipeline};
 use crate::{Runtime, RuntimeError};
 
 /// What an adapter returns.
 pub type ChannelFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ChannelError>> + Send + 'a>>;
+
+/// What [`ChannelTurn::turn_inbound`] returns: the turn's outcome, or why
+/// it failed (for the log).
+pub type TurnFuture<'a> = Pin<Box<dyn Future<Output = Result<InboundTurn, String>> + Send + 'a>>;
+
+/// How the agent turn of an inbound message ended, as far as a channel
+/// cares.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InboundTurn {
+    /// The model answered: the reply, if any, goes back to the sender.
+    Completed {
+        /// The reply.
+        reply: Option<String>,
+    },
+    /// A hook blocked a step: the block message, if any, goes back.
+    Blocked {
+        /// The point that blocked.
+        at: Option<HookPoint>,
+        /// The block message.
+        message: Option<String>,
+    },
+}
+
+/// The agent turn as the channels reach it: the runtime defines it, the
+/// agent (`plugd-agent`'s `Agent`) implements it, and whoever assembles the
+/// node hands it to [`ChannelService::start`].
+pub trait ChannelTurn: Send + Sync {
+    /// The hook context every turn starts from (plugd.yaml `agent:`).
+    fn defaults(&self) -> &HookContext;
+    /// Runs one turn of `session_id` with `input`, a message that came in
+    /// on a channel; `inbound` is the seed 001 inbound message reference
+    /// that goes with every microapp `tools/call` of the turn.
+    fn turn_inbound<'a>(
+        &'a self,
+        session_id: &'a str,
+        input: &'a str,
+        ctx: &'a HookContext,
+        inbound: Value,
+    ) -> TurnFuture<'a>;
+}
 
 /// A channel adapter of one kind.
 pub trait ChannelAdapter: Send + Sync {
@@ -358,7 +397,7 @@ const SESSION_IDLE: Duration = Duration::from_secs(60);
 
 struct Router {
     runtime: Runtime,
-    agent: Option<Agent>,
+    agent: Option<Arc<dyn ChannelTurn>>,
     pipeline: Arc<Pipeline>,
     sessions: Mutex<HashMap<String, mpsc::Sender<Inbound>>>,
 }
@@ -389,7 +428,11 @@ impl ChannelService {
     /// logged and retried, the others go on). `agent` is
     /// `None` without an `llm:` section: inbound events are then logged as
     /// unhandled.
-    pub fn start(runtime: &Runtime, agent: Option<Agent>, pipeline: Arc<Pipeline>) -> Self {
+    pub fn start(
+        runtime: &Runtime,
+        agent: Option<Arc<dyn ChannelTurn>>,
+        pipeline: Arc<Pipeline>,
+    ) -> Self {
         let router = Arc::new(Router {
             runtime: runtime.clone(),
             agent,
@@ -679,7 +722,7 @@ impl Router {
             .channel(&m.kind)
             .map(|a| a.owner().to_owned())
             .unwrap_or_default();
-        let ctx = agent.settings().defaults.overlaid(&HookContext {
+        let ctx = agent.defaults().overlaid(&HookContext {
             session_id: Some(m.session_id.clone()),
             user_id: Some(m.from.clone()),
             channel: Some(m.kind.clone()),
@@ -717,15 +760,15 @@ impl Router {
             let inbound =
                 crate::microapp::inbound_reference(&m.kind, &m.from, m.received_ms, &m.session_id);
             match agent
-                .turn_inbound(&m.session_id, &input, &ctx, inbound, None)
+                .turn_inbound(&m.session_id, &input, &ctx, inbound)
                 .await
             {
-                Ok(out) if out.status == TurnStatus::Blocked => {
+                Ok(InboundTurn::Blocked { at, message }) => {
                     c.blocked.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, point = ?out.blocked_at, "channel turn blocked");
-                    out.message
+                    tracing::info!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, point = ?at, "channel turn blocked");
+                    message
                 }
-                Ok(out) => out.reply,
+                Ok(InboundTurn::Completed { reply }) => reply,
                 Err(e) => {
                     c.failed.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(%plugin, kind = %m.kind, sender = %m.from, session = %m.session_id, "channel turn failed: {e}");

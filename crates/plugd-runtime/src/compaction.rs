@@ -1,7 +1,8 @@
-//! Compaction of a session's chain by a VAI compactor export
-//! (`compactor.compact`, seed 003): the projection sent, the derived chain
-//! made from the returned `seed_blocks`, the compaction record and the
-//! durable `chain.compacted` event.
+//! The settings of compaction (`agent.compactor` of plugd.yaml): which VAI
+//! compactor export compacts a session's chain, and when. The compaction
+//! itself (`compactor.compact`, seed 003: the projection sent, the derived
+//! chain made from the returned `seed_blocks`, the compaction record and the
+//! durable `chain.compacted` event) is `plugd-agent`'s `compaction`.
 //!
 //! `plugd.yaml`:
 //!
@@ -17,31 +18,11 @@
 //!     on_failure: continue               # or `fail`: the turn fails when the compactor does
 //!     timeout_secs: 120                  # default: the export's default_timeout_ms, else 120
 //! ```
-//!
-//! A compaction never rewrites a chain: the store creates the derived chain,
-//! makes it the session's head and marks the source superseded in one
-//! transaction, so a crash leaves either the old head or the new one. A
-//! compactor that fails (or answers seed blocks that are not blocks) changes
-//! nothing; the failure is recorded as a compaction with status `failed`.
 
-use std::time::{Duration, Instant};
-
-use plugd_control::chains::{
-    Block, ChainStore, Compaction, NewBlock, RunPatch, fresh_id, token_estimate,
-};
-use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai;
-use plugd_manifest::vai::ExportKind;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-
-use crate::Runtime;
 
 /// Default `inline_max_bytes`: projections up to 1 MiB travel inline.
 pub const DEFAULT_INLINE_MAX_BYTES: usize = 1024 * 1024;
-
-/// The name of the projection file in the invocation's scratch directory.
-pub const PROJECTION_FILE: &str = "projection.json";
 
 /// What to do when the compactor fails.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,214 +69,4 @@ fn yes() -> bool {
 
 fn default_inline_max() -> usize {
     DEFAULT_INLINE_MAX_BYTES
-}
-
-/// Why a compaction did not happen.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum CompactionError {
-    /// The compactor cannot be found or is not a compactor.
-    #[error("compactor {export:?}: {reason}")]
-    Export {
-        /// `PACKAGE/EXPORT`.
-        export: String,
-        /// Why.
-        reason: String,
-    },
-    /// The compactor ran and failed, or answered something unusable.
-    #[error("compactor {export:?} failed: {reason}; the chain was left as it was")]
-    Failed {
-        /// `PACKAGE/EXPORT`.
-        export: String,
-        /// Why.
-        reason: String,
-    },
-    /// The state store failed.
-    #[error("{0}")]
-    Store(String),
-}
-
-/// A block as the projection shows it.
-fn projected(b: &Block) -> Value {
-    serde_json::to_value(b).unwrap_or(Value::Null)
-}
-
-impl Runtime {
-    /// Compacts the head chain of `session_id` with `cfg`'s compactor: the
-    /// compaction record (its `derived_chain_id` is the session's new head).
-    /// `run_id` is the run that asked (a turn, a harness).
-    pub async fn compact_session(
-        &self,
-        session_id: &str,
-        cfg: &CompactorConfig,
-        run_id: Option<&str>,
-    ) -> Result<Compaction, CompactionError> {
-        let store = self.store();
-        let serr = |e: plugd_store::StoreError| CompactionError::Store(e.to_string());
-        let info = store
-            .session_info(session_id)
-            .map_err(serr)?
-            .ok_or_else(|| {
-                CompactionError::Store(format!("session {session_id:?} does not exist"))
-            })?;
-        let source = info.head_chain_id.clone().ok_or_else(|| {
-            CompactionError::Store(format!("session {session_id:?} has no chain"))
-        })?;
-        let blocks = store.chain_blocks(&source, 0, usize::MAX).map_err(serr)?;
-        let estimate = token_estimate(&blocks);
-        let (sup, export_id) = self
-            .resolve_export(&cfg.export, ExportKind::Compactor)
-            .map_err(|reason| CompactionError::Export {
-                export: cfg.export.clone(),
-                reason,
-            })?;
-        let compaction_id = fresh_id("cmp");
-        let invocation_id = fresh_id("inv");
-        let pinned: Vec<Value> = blocks
-            .iter()
-            .filter(|b| b.extra.get("pinned").and_then(Value::as_bool) == Some(true))
-            .map(projected)
-            .collect();
-        let inline: Vec<Value> = blocks.iter().map(projected).collect();
-        let inline_json = serde_json::to_string(&inline).unwrap_or_default();
-        let by_file = inline_json.len() > cfg.inline_max_bytes;
-        let mut projection = json!({
-            "transport": if by_file { "artifact" } else { "inline" },
-            "pinned_items": pinned,
-            "token_estimate": estimate,
-        });
-        if !by_file {
-            projection["blocks"] = Value::Array(inline);
-        }
-        let mut request = vai::CompactRequest {
-            compaction_id: compaction_id.clone(),
-            source: json!({"chain_id": source, "projection": projection}),
-            target: json!({"max_input_tokens": cfg.max_input_tokens, "target_model": cfg.target_model}),
-            policy: json!({"retain_system": cfg.retain_system, "retain_open_tasks": cfg.retain_open_tasks}),
-        };
-        let timeout = Duration::from_secs(cfg.timeout_secs.unwrap_or(120).max(1));
-        let ctx = CallContext {
-            session_id: Some(session_id.to_owned()),
-            chain_id: Some(source.clone()),
-            run_id: run_id.map(str::to_owned),
-            org_id: info.org_id.clone(),
-            project_id: info.project_id.clone(),
-            invocation_id: Some(invocation_id),
-            ..CallContext::default()
-        };
-        let minted = self.delegate(sup.spec(), &export_id, &ctx, timeout);
-        let ctx = CallContext {
-            gateway: minted.as_ref().map(|m| m.grant.clone()),
-            ..ctx
-        };
-        let deadline = Instant::now() + timeout;
-        let outcome = async {
-            // The process of the compactor's execution class.
-            let conn = sup
-                .export_connection(&export_id, &ctx, deadline)
-                .await
-                .map_err(|e| e.to_string())?;
-            let ctx = conn.context();
-            if by_file {
-                // The invocation's scratch directory: the dialect finds it
-                // there, and removes it with the file when the call ends.
-                let dir = vai::scratch_dir(
-                    &conn.spec,
-                    &conn.services.state_dir(&conn.spec.id),
-                    ctx.invocation_id.as_deref().unwrap_or("inv"),
-                );
-                let path = dir.join(PROJECTION_FILE);
-                std::fs::create_dir_all(&dir)
-                    .and_then(|()| std::fs::write(&path, &inline_json))
-                    .map_err(|e| {
-                        format!("cannot write the projection to {}: {e}", path.display())
-                    })?;
-                request.source["projection"]["artifact"] = json!({
-                    "path": path.display().to_string(),
-                    "format": "json",
-                    "bytes": inline_json.len(),
-                });
-            }
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            vai::compact(&conn, &export_id, request, ctx, left)
-                .await
-                .map_err(|e| e.to_string())
-        }
-        .await;
-        drop(minted);
-        let mut record = Compaction {
-            id: compaction_id,
-            session_id: session_id.to_owned(),
-            source_chain_id: source.clone(),
-            derived_chain_id: None,
-            compactor: cfg.export.clone(),
-            status: "succeeded".into(),
-            token_estimate: estimate,
-            summary: Value::Null,
-            diagnostics: Value::Null,
-            error: None,
-            run_id: run_id.map(str::to_owned),
-            created_at: plugd_store::now_rfc3339(),
-        };
-        let seed = outcome.and_then(|result| {
-            record.summary = result.get("summary").cloned().unwrap_or(Value::Null);
-            record.diagnostics = result.get("diagnostics").cloned().unwrap_or(Value::Null);
-            let list = result
-                .get("seed_blocks")
-                .and_then(Value::as_array)
-                .ok_or("the result has no \"seed_blocks\" array")?;
-            if list.len() > plugd_control::chains::MAX_APPEND_BLOCKS * 16 {
-                return Err(format!("{} seed blocks is too many", list.len()));
-            }
-            list.iter()
-                .enumerate()
-                .map(|(i, b)| NewBlock::from_json(i, b).map_err(|e| format!("seed_{e}")))
-                .collect::<Result<Vec<_>, String>>()
-        });
-        let seed = match seed {
-            Ok(seed) => seed,
-            Err(reason) => {
-                record.status = "failed".into();
-                record.error = Some(reason.clone());
-                if let Err(e) = store.compaction_failed(&record) {
-                    tracing::warn!(error = %e, "could not record a failed compaction");
-                }
-                return Err(CompactionError::Failed {
-                    export: cfg.export.clone(),
-                    reason,
-                });
-            }
-        };
-        let derived = store.chain_derive(&source, &seed, &record).map_err(serr)?;
-        record.derived_chain_id = Some(derived.id.clone());
-        if let Some(run) = run_id {
-            let patch = RunPatch {
-                chain_id: Some(derived.id.clone()),
-                ..RunPatch::default()
-            };
-            if let Err(e) = store.run_update(run, &patch) {
-                tracing::warn!(run, error = %e, "could not move the run to the derived chain");
-            }
-        }
-        if let Err(e) = crate::outbox::OutboxExt::emit(
-            self,
-            "chain.compacted",
-            json!({"kind": "chain", "id": derived.id}),
-            json!({
-                "session_id": session_id,
-                "source_chain_id": source,
-                "derived_chain_id": derived.id,
-                "compaction_id": record.id,
-                "compactor": cfg.export,
-                "token_estimate": estimate,
-                "seed_blocks": seed.len(),
-                "summary": record.summary,
-            }),
-        ) {
-            tracing::warn!(error = %e, "could not record chain.compacted in the outbox");
-        }
-        Ok(record)
-    }
 }

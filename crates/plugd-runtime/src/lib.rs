@@ -14,7 +14,6 @@
 
 pub use plugd_governance::{containment, marketplace, signing};
 
-pub mod agent;
 pub mod bindings_rt;
 pub mod broker_config;
 mod changes;

@@ -146,7 +146,7 @@ impl Runtime {
     /// holding `transcripts_subscribe`: one `nexo/notify/transcript_appended
     /// {session_id, role, body, ts_ms}` and one `nexo/notify/agent_event
     /// {kind: "transcript_appended", agent_id, payload}` per entry.
-    pub(crate) fn notify_transcript(
+    pub fn notify_transcript(
         &self,
         agent: &str,
         session_id: &str,
@@ -181,7 +181,7 @@ impl Runtime {
 
     /// `nexo/notify/agent_event {kind, agent_id, payload}` to the microapps
     /// holding `transcripts_subscribe`.
-    pub(crate) fn notify_agent_event(&self, kind: &str, agent: &str, payload: Value) {
+    pub fn notify_agent_event(&self, kind: &str, agent: &str, payload: Value) {
         if !self.any_microapp() {
             return;
         }

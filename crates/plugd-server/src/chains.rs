@@ -676,11 +676,14 @@ pub(crate) async fn compact(
             ));
         }
     }
-    let c = state
-        .runtime
-        .compact_session(&req.session_id, &cfg, run.as_deref())
-        .await
-        .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, e.to_string()))?;
+    let c = plugd_agent::compaction::compact_session(
+        &state.runtime,
+        &req.session_id,
+        &cfg,
+        run.as_deref(),
+    )
+    .await
+    .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, e.to_string()))?;
     Ok((StatusCode::CREATED, Json(c)).into_response())
 }
 

@@ -26,9 +26,9 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use plugd_agent::agent::{AgentError, TurnOutcome};
 use plugd_host::dialect::FeatureError;
 use plugd_host::{CallError, CallToolError, ToolError};
-use plugd_runtime::agent::{AgentError, TurnOutcome};
 use plugd_runtime::llm::LlmError;
 use plugd_runtime::risk::{DecideError, GateError};
 use plugd_runtime::{ArgsError, RuntimeError};

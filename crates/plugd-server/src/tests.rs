@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use plugd_agent::agent::{TurnOutcome, TurnStatus};
 use plugd_host::HostConfig;
 use plugd_runtime::Runtime;
-use plugd_runtime::agent::{TurnOutcome, TurnStatus};
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::build::build_pipeline;
 use plugd_runtime::hooks::{HookPoint, Notice, NoticeKind};

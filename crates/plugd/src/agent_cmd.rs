@@ -22,8 +22,8 @@ use std::io::{IsTerminal, Write};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use plugd_agent::agent::{Agent, TurnEvent, TurnOutcome, TurnStatus, new_session_id};
 use plugd_runtime::Runtime;
-use plugd_runtime::agent::{Agent, TurnEvent, TurnOutcome, TurnStatus, new_session_id};
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::HookContext;
 use serde_json::Value;

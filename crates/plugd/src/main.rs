@@ -682,7 +682,9 @@ async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
         plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);
     // The HTTP API shares that pipeline (Dexto modules load once).
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
-    let channel_agent = agent.clone();
+    let channel_agent = agent.clone().map(|a| {
+        std::sync::Arc::new(a) as std::sync::Arc<dyn plugd_runtime::channels::ChannelTurn>
+    });
     let limits = plugd_server::listen::Limits::from_config(&config.http);
     let state = plugd_server::AppState::new(
         rt.clone(),

@@ -311,35 +311,9 @@ pub struct ChatResponse {
     pub usage: Usage,
 }
 
-/// A piece of a streamed answer (nexo `llm.chat.delta` chunk types).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Delta {
-    /// More text.
-    TextDelta {
-        /// The text.
-        delta: String,
-    },
-    /// A tool call begins.
-    ToolCallStart {
-        /// Call id.
-        id: String,
-        /// Tool name.
-        name: String,
-    },
-    /// More of a tool call's arguments (JSON text).
-    ToolCallArgsDelta {
-        /// Call id.
-        id: String,
-        /// Argument text.
-        delta: String,
-    },
-    /// A tool call is complete.
-    ToolCallEnd {
-        /// Call id.
-        id: String,
-    },
-}
+/// A piece of a streamed answer (nexo `llm.chat.delta` chunk types): the one
+/// type every provider streams, a plugin provider's chunks as they come.
+pub use plugd_host::native_llm::Delta;
 
 /// Why a provider call failed (nexo `-33101..-33105` and transport failures).
 #[derive(Debug, Clone, thiserror::Error)]

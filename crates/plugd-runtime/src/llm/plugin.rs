@@ -199,23 +199,11 @@ pub(crate) fn complete_wire_request(wire: &mut serde_json::Value) {
 }
 
 fn to_delta(chunk: &LlmChunk) -> Option<Delta> {
-    Some(match chunk {
-        LlmChunk::TextDelta { delta } => Delta::TextDelta {
-            delta: delta.clone(),
-        },
-        LlmChunk::ToolCallStart { id, name } => Delta::ToolCallStart {
-            id: id.clone(),
-            name: name.clone(),
-        },
-        LlmChunk::ToolCallArgsDelta { id, delta } => Delta::ToolCallArgsDelta {
-            id: id.clone(),
-            delta: delta.clone(),
-        },
-        LlmChunk::ToolCallEnd { id } => Delta::ToolCallEnd { id: id.clone() },
+    match chunk {
+        LlmChunk::Delta(d) => Some(d.clone()),
         // Folded into the final response.
-        LlmChunk::Usage { .. } | LlmChunk::End { .. } => return None,
-        _ => return None,
-    })
+        LlmChunk::Meta(_) => None,
+    }
 }
 
 fn finish(f: &LlmFinish) -> FinishReason {

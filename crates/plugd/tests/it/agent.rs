@@ -12,7 +12,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::{Value, json};
 
-use plugd_runtime::agent::{Agent, AgentError, TurnEvent, TurnStatus};
+use plugd_agent::agent::{Agent, AgentError, TurnEvent, TurnStatus};
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::HookContext;
 

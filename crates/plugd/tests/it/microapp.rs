@@ -1204,7 +1204,7 @@ fn admin_requests_answer_from_plugd_state_and_unbacked_ones_say_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_registered_in_initialize_are_dispatched_and_a_deny_blocks_the_turn() {
-    use plugd_runtime::agent::{Agent, TurnStatus};
+    use plugd_agent::agent::{Agent, TurnStatus};
     use plugd_runtime::config::PlugdConfig;
     use plugd_runtime::hooks::{HookContext, HookPoint};
     let ws = Ws::new();

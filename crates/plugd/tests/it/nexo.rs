@@ -371,7 +371,7 @@ async fn a_declared_tool_the_plugin_does_not_advertise_is_tool_not_found() {
 /// them each field carries its neutral value, and `system_blocks` is `[]`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn llm_yaml_request_options_reach_the_plugin_providers_wire() {
-    use plugd_runtime::agent::Agent;
+    use plugd_agent::agent::Agent;
     use plugd_runtime::config::PlugdConfig;
     use plugd_runtime::hooks::HookContext;
 

@@ -3,7 +3,7 @@
 //!
 //! A turn: `before_llm_request` → LLM → for each tool call: `before_tool_call`
 //! → tool (any dialect) → `after_tool_result` (those two run by the
-//! runtime's governed call path, [`crate::governed`], as for every surface)
+//! runtime's governed call path, [`plugd_runtime::governed`], as for every surface)
 //! → back to the LLM until it
 //! answers → `before_response` → reply. The number of tool rounds is bounded
 //! (`agent.max_tool_rounds`, default 8). A blocked step ends the turn with the
@@ -25,10 +25,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::Runtime;
-use crate::config::PlugdConfig;
-use crate::hooks::{HookContext, HookPoint, Notice, Pipeline, PipelineError};
-use crate::llm::{LlmError, LlmProvider, Usage};
+use plugd_runtime::Runtime;
+use plugd_runtime::channels::{ChannelTurn, InboundTurn, TurnFuture};
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::hooks::{HookContext, HookPoint, Notice, Pipeline, PipelineError};
+use plugd_runtime::llm::{LlmError, LlmProvider, Usage};
 
 /// How one turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,7 +141,7 @@ pub struct TranscriptEntry {
     pub content: String,
     /// Tool calls (assistant entries).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<crate::llm::ToolCall>,
+    pub tool_calls: Vec<plugd_runtime::llm::ToolCall>,
     /// The call answered (tool entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
@@ -198,7 +199,7 @@ pub struct AgentSettings {
     /// Default hook context (`tenant:`), overlaid by each turn's context.
     pub defaults: HookContext,
     /// The compactor of the session's chain (`agent.compactor`).
-    pub compactor: Option<crate::compaction::CompactorConfig>,
+    pub compactor: Option<plugd_runtime::compaction::CompactorConfig>,
 }
 
 /// Runs turns. Cheap to clone.
@@ -240,11 +241,14 @@ impl Agent {
         let llm_config = config.llm.as_ref().ok_or_else(|| {
             LlmError::NotConfigured(format!(
                 "{} has no llm: section; add one (provider: openai | plugin | scripted)",
-                runtime.dir().join(crate::config::CONFIG_FILE).display()
+                runtime
+                    .dir()
+                    .join(plugd_runtime::config::CONFIG_FILE)
+                    .display()
             ))
         })?;
-        let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir())?;
-        let pipeline = crate::hooks::build::build_pipeline(config, runtime).await?;
+        let llm = plugd_runtime::llm::build_provider(llm_config, runtime, runtime.dir())?;
+        let pipeline = plugd_runtime::hooks::build::build_pipeline(config, runtime).await?;
         Ok(Agent::new(
             runtime.clone(),
             Arc::new(pipeline),
@@ -325,5 +329,33 @@ impl Agent {
             created_at: row.created_at,
             transcript: self.load(id)?,
         }))
+    }
+}
+
+/// The turn of a message in on a channel (the runtime's channels call it).
+impl ChannelTurn for Agent {
+    fn defaults(&self) -> &HookContext {
+        &self.settings.defaults
+    }
+
+    fn turn_inbound<'a>(
+        &'a self,
+        session_id: &'a str,
+        input: &'a str,
+        ctx: &'a HookContext,
+        inbound: Value,
+    ) -> TurnFuture<'a> {
+        Box::pin(async move {
+            let out = Agent::turn_inbound(self, session_id, input, ctx, inbound, None)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(match out.status {
+                TurnStatus::Blocked => InboundTurn::Blocked {
+                    at: out.blocked_at,
+                    message: out.message,
+                },
+                TurnStatus::Completed => InboundTurn::Completed { reply: out.reply },
+            })
+        })
     }
 }

@@ -22,14 +22,14 @@ use super::names::ToolNames;
 use super::{
     Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
 };
-use crate::RuntimeError;
-use crate::compaction::OnFailure;
-use crate::governed::{Governed, Surface};
-use crate::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
-use crate::llm::{
+use plugd_runtime::RuntimeError;
+use plugd_runtime::compaction::OnFailure;
+use plugd_runtime::governed::{Governed, Surface};
+use plugd_runtime::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
+use plugd_runtime::llm::{
     ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
 };
-use crate::outbox::OutboxExt;
+use plugd_runtime::outbox::OutboxExt;
 
 /// A new session id: `s_` and 16 hex digits mixed from the clock, the
 /// process id and a counter.
@@ -235,11 +235,13 @@ impl Turn<'_> {
             details,
             handler: None,
         };
-        match self
-            .agent
-            .runtime
-            .compact_session(&self.session_id, &cfg, Some(&self.run_id))
-            .await
+        match crate::compaction::compact_session(
+            &self.agent.runtime,
+            &self.session_id,
+            &cfg,
+            Some(&self.run_id),
+        )
+        .await
         {
             Ok(c) => {
                 let derived = c.derived_chain_id.clone().unwrap_or_default();
@@ -439,7 +441,7 @@ impl Turn<'_> {
     }
 
     /// One tool call through the runtime's governed path, which runs the
-    /// `before_tool_call` and `after_tool_result` hooks ([`crate::governed`]);
+    /// `before_tool_call` and `after_tool_result` hooks ([`plugd_runtime::governed`]);
     /// the turn shows their notices and stops when one blocks.
     async fn call(&mut self, call: ToolCall) -> Result<(), Stop> {
         let cctx = CallContext {
@@ -635,7 +637,7 @@ impl Turn<'_> {
                 .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
                 .collect::<Vec<_>>(),
         );
-        let agent = crate::microapp::agent_id(&self.ctx);
+        let agent = plugd_runtime::microapp::agent_id(&self.ctx);
         if stored.is_ok() {
             let entries: Vec<(&str, &str)> = self
                 .new
