@@ -124,7 +124,7 @@ pub enum SecretCmd {
 }
 
 fn who() -> String {
-    plugd_server::auth::user_name(rustix::process::geteuid().as_raw())
+    plugd_store::users::user_name(rustix::process::geteuid().as_raw())
 }
 
 fn parse_secrets(pairs: &[String]) -> Result<BTreeMap<String, String>> {

@@ -8,19 +8,14 @@
 
 mod agent_cmd;
 mod approve_cmd;
-mod bench;
-mod bench_mcp;
-mod bench_scale;
 mod binding_cmd;
 mod bus_cmd;
 mod chains_cmd;
 mod channel_cmd;
 mod config_cmd;
 mod console_cmd;
-mod eager;
 mod hook_cmd;
 mod invocations_cmd;
-mod log_writer;
 mod marketplace_cmd;
 mod mcp_cmd;
 mod memory_cmd;
@@ -31,7 +26,6 @@ mod policy_cmd;
 mod remote;
 mod resource_cmd;
 mod risk_cmd;
-mod serve_lock;
 mod sign_cmd;
 mod skill_cmd;
 mod state_cmd;
@@ -41,7 +35,7 @@ mod tool_call_cmd;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use plugd_host::HostConfig;
 use plugd_runtime::{PluginInfo, Runtime};
@@ -74,7 +68,7 @@ enum Command {
     /// Keep the workspace's approved plugins supervised and serve the HTTP API until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
     /// Measure round trips, throughput, cold start and memory on this machine.
-    Bench(bench::BenchArgs),
+    Bench(plugd_bench::BenchArgs),
     /// Manifest helpers.
     #[command(subcommand)]
     Manifest(ManifestCmd),
@@ -306,7 +300,7 @@ fn main() {
     drop(rt);
     // Orphans the subreaper brought back and no plugin handle owns.
     plugd_host::procs::kill_orphans();
-    log_writer::flush(std::time::Duration::from_secs(2));
+    plugd_node::log_writer::flush(std::time::Duration::from_secs(2));
     std::process::exit(code);
 }
 
@@ -334,7 +328,7 @@ fn quiet_on_closed_stdout() {
 fn fail(e: &anyhow::Error) -> ! {
     // A failing command leaves no orphan and no cgroup behind either.
     plugd_host::procs::kill_orphans();
-    log_writer::flush(std::time::Duration::from_secs(2));
+    plugd_node::log_writer::flush(std::time::Duration::from_secs(2));
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("plugd: error: {msg}");
     std::process::exit(1);
@@ -353,7 +347,7 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
         .with_env_filter(filter)
         .with_target(false);
     // serve's log never blocks it: a bounded queue that drops and counts.
-    match non_blocking.then(log_writer::LogWriter::start) {
+    match non_blocking.then(plugd_node::log_writer::LogWriter::start) {
         Some(Ok(writer)) => fmt.with_writer(writer).init(),
         Some(Err(e)) => {
             eprintln!(
@@ -402,7 +396,17 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> Result<i32> {
     match &cli.command {
-        Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
+        Command::Serve(args) => {
+            let config = plugd_node::NodeConfig {
+                workspace: cli.workspace.clone(),
+                listen: args.listen,
+            };
+            return plugd_node::run(config, plugd_node::Backends::local())
+                .await
+                .map(|()| 0);
+        }
+        Command::Bench(args) => return plugd_bench::run(args).await.map(|()| 0),
         Command::Token(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return token_cmd::run(&dir, cmd).map(|()| 0);
@@ -482,19 +486,10 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         _ => {}
     }
-    // One serve per workspace: the lock comes before the database or any plugin.
-    let _serve_lock = match &cli.command {
-        Command::Serve(_) => Some(serve_lock::lock_for_serve(cli.workspace.as_deref())?),
-        _ => None,
-    };
     let rt = open(&cli)?;
     risk_cmd::install_approver(&rt, &cli.command);
     tool_call_cmd::install_elicitor(&rt, &cli.command);
-    let result = match &cli.command {
-        // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
-        Command::Serve(args) => serve(&rt, args).await,
-        other => interruptible(&rt, dispatch(&rt, other)).await,
-    };
+    let result = interruptible(&rt, dispatch(&rt, &cli.command)).await;
     rt.shutdown().await;
     if let (Err(e), Command::Tool(ToolCmd::Call { json, .. })) = (&result, &cli.command)
         && json.json
@@ -609,7 +604,6 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             json,
             ..
         }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
-        Command::Serve(args) => serve(rt, args).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
@@ -624,7 +618,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Mcp(args) => mcp_cmd::run(rt, args).await?,
         Command::Resource(cmd) => resource_cmd::resource(rt, cmd).await?,
         Command::Prompt(cmd) => resource_cmd::prompt(rt, cmd).await?,
-        Command::Bench(_)
+        Command::Serve(_)
+        | Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
         | Command::Token(_)
@@ -657,165 +652,6 @@ fn approver(by: Option<&str>) -> String {
     by.map(str::to_owned)
         .or_else(|| std::env::var("USER").ok())
         .unwrap_or_else(|| "unknown".into())
-}
-
-async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
-    // Refuse a non-loopback address before anything starts.
-    if let Some(addr) = args.listen {
-        plugd_server::check_listen(addr)?;
-    }
-    // From here on this process reads plugd.yaml through the gate: the file
-    // as it is now is in force; a later change that widens a plugin's reach
-    // waits for an operator (`plugd config approve`).
-    let gate = plugd_runtime::config_gate::ConfigGate::start(rt)?;
-    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    rt.set_risk_config(config.risk.clone());
-    let plugins = rt.plugin_list()?;
-    let approved = plugins.iter().filter(|p| p.approved).count();
-    let _log_report = log_writer::spawn_reporter();
-    let eager_extra = config.eager.clone();
-    // Fail fast: every configured hook handler must load before plugd serves.
-    let pipeline =
-        std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
-    let _outbox = outbox_cmd::start_worker(rt)?;
-    let _retention =
-        plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);
-    // The HTTP API shares that pipeline (Dexto modules load once).
-    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
-    let channel_agent = agent.clone();
-    let limits = plugd_server::listen::Limits::from_config(&config.http);
-    let state = plugd_server::AppState::new(
-        rt.clone(),
-        pipeline.clone(),
-        std::sync::Arc::new(config),
-        agent,
-    )
-    .with_config_gate(gate.clone());
-    let console = state.clone();
-    let app = plugd_server::router(state);
-    // The socket first: the CLI reaches serve there, checked by peer uid.
-    let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
-    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
-    let mut listeners = vec![plugd_server::listen::Listener::Unix(
-        socket
-            .take()
-            .context("the socket listener was taken twice")?,
-    )];
-    let mut bound = None;
-    if let Some(addr) = args.listen {
-        let tcp = plugd_server::bind(addr).await?;
-        bound = Some(
-            tcp.local_addr()
-                .with_context(|| format!("cannot read the address bound for {addr}"))?,
-        );
-        listeners.push(plugd_server::listen::Listener::Tcp(tcp));
-    }
-    // Plugins reach the API with their delegation tokens (VAI
-    // `context.gateway.base_url`) on a loopback port of their own, which
-    // serves the delegated routes to delegation tokens only: without
-    // --listen there is no TCP listener of the whole API.
-    let (_delegated, _delegated_task) =
-        plugd_server::serve_delegated(rt, app.clone(), limits, http_stopped.clone()).await?;
-    let servers: Vec<_> = listeners
-        .into_iter()
-        .map(|l| plugd_server::listen::run(l, app.clone(), limits, http_stopped.clone()))
-        .collect();
-    let mut http = tokio::spawn(async move {
-        futures_util::future::try_join_all(servers)
-            .await
-            .map(|_| ())
-    });
-    // Eager plugins start once the API is up, a bounded number at a time.
-    let started = eager::start(rt, &eager_extra)?;
-    tracing::info!(
-        workspace = %rt.dir().display(),
-        plugins = plugins.len(),
-        approved,
-        eager = started.len(),
-        "plugd serving; Ctrl-C or SIGTERM stops"
-    );
-    for p in plugins.iter().filter(|p| !p.approved) {
-        tracing::warn!(plugin = %p.id, state = %p.state, "not serving: {}", p.error.as_deref().unwrap_or("not approved"));
-    }
-    // The handlers are installed before the serving line, so a SIGTERM sent
-    // as soon as it is read is a clean shutdown.
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
-    // The CLI's plugin commands find this serve through .plugd/serve.json;
-    // dropping the record (every way out of this function) removes it.
-    let _record = remote::ServeFile::write(rt.dir(), socket.path(), bound)?;
-    // A change to an approved plugin's files stops it and withholds its tools.
-    let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
-    // Channel adapters: channel.start, inbound events → before_message → turn → reply.
-    let channels =
-        plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
-    // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
-    let agents_watch = tokio::spawn(rt.clone().watch_config(gate));
-    // A changed Dexto module file is reloaded; a broken new version is not.
-    let modules_watch = tokio::spawn(plugd_runtime::config_watch::watch_modules(pipeline.clone()));
-    // Tests and scripts read the socket and the bound port from these lines.
-    println!("plugd serving on unix:{}", socket.path().display());
-    if let Some(bound) = bound {
-        // A one-time link for whoever started serve (the code is good once,
-        // for 10 minutes; `plugd console` prints another), only on a
-        // terminal: a live credential never goes to a log file or a pipe
-        // (nor through tracing). Before the serving line, which is the last
-        // one readers wait for: a reader that stops there has read it.
-        use std::io::IsTerminal as _;
-        let mut out = std::io::stdout();
-        if out.is_terminal() {
-            if let Some(path) = console.console_link_path() {
-                use std::io::Write as _;
-                let _ = writeln!(out, "plugd console: http://{bound}{path}");
-            }
-        } else {
-            println!("the console: http://{bound}/console/ (`plugd console` prints a login link)");
-        }
-        println!("plugd serving on http://{bound}");
-    }
-    let listening = bound.map_or_else(
-        || format!("unix:{}", socket.path().display()),
-        |b| format!("http://{b}"),
-    );
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-        r = &mut http => {
-            // The server stopped on its own: an accept loop failure.
-            let err = match r {
-                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {listening} stopped unexpectedly"),
-                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
-                Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
-            };
-            agents_watch.abort();
-            modules_watch.abort();
-            watcher.shutdown().await;
-            channels.shutdown().await;
-            pipeline.cleanup().await;
-            rt.shutdown().await;
-            return Err(err);
-        }
-    }
-    tracing::info!("stopping the HTTP API");
-    let _ = stop_http.send(true);
-    // Requests in flight (a streaming turn) get a bounded grace period.
-    if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
-        .await
-        .is_err()
-    {
-        tracing::warn!("HTTP requests still running after 10 s; closing them");
-        http.abort();
-    }
-    tracing::info!("shutting plugins down");
-    agents_watch.abort();
-    modules_watch.abort();
-    watcher.shutdown().await;
-    channels.shutdown().await;
-    pipeline.cleanup().await;
-    rt.shutdown().await;
-    tracing::info!("all plugins stopped");
-    Ok(())
 }
 
 fn print_json<T: serde::Serialize>(v: &T, pretty: bool) -> Result<()> {
