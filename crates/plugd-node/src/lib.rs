@@ -13,12 +13,16 @@ pub mod eager;
 pub mod log_writer;
 mod serve;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use anyhow::Result;
 use plugd_host::HostConfig;
 use plugd_runtime::Runtime;
+use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::serve_lock::ServeLock;
 
 pub use backends::{Backends, SqliteState, StateBackend};
@@ -51,4 +55,15 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
     let result = serve::serve(&rt, &config).await;
     rt.shutdown().await;
     result
+}
+
+/// The delegated API of a CLI command that runs VAI invocations itself
+/// (`plugd run`, `plugd run --harness`): `plugd-server`'s, mounted here for
+/// `plugd-cli`, which depends on no surface (its `DelegatedApi`).
+pub fn delegated_api<'a>(
+    rt: &'a Runtime,
+    config: Arc<PlugdConfig>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Pin<Box<dyn Future<Output = Result<SocketAddr>> + 'a>> {
+    Box::pin(async move { Ok(plugd_server::delegated_api(rt, config, stop).await?) })
 }

@@ -279,7 +279,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
                     "{name:?} names no org; write ORG/NAME (plugd secrets set NAME is for plugd's own secrets)"
                 );
             };
-            let value = crate::config_cmd::read_stdin_value()?;
+            let value = plugd_cli::config_cmd::read_stdin_value()?;
             store.org_secret_set(org, secret, &value)?;
             println!(
                 "stored secret {org}/{secret} (sealed with the master key); bind it as secret://{org}/{secret}"
