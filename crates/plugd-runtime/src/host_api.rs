@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use plugd_host::bus::{Bus, LocalBus};
+use plugd_host::bus::Bus;
 use plugd_host::extensions::{ChannelError, OutboundMessage};
 use plugd_host::native_host::{
     AdminFuture, ApiFuture, BrokerCounters, CompleteRequest, CompleteUsage, Completion,
@@ -34,7 +34,9 @@ type Provider = (Arc<dyn LlmProvider>, String);
 
 /// The services a [`Runtime`] offers its native plugins.
 pub(crate) struct RuntimeApi {
-    bus: Arc<LocalBus>,
+    /// The bus [`Runtime::open_with`] was given (the in-process
+    /// [`plugd_host::bus::LocalBus`] unless the node chose another backend).
+    bus: Arc<dyn Bus>,
     counters: Mutex<HashMap<String, Arc<BrokerCounters>>>,
     runtime: OnceLock<Weak<RtInner>>,
     llm: tokio::sync::OnceCell<Provider>,
@@ -44,9 +46,9 @@ pub(crate) struct RuntimeApi {
 }
 
 impl RuntimeApi {
-    pub(crate) fn new() -> RuntimeApi {
+    pub(crate) fn new(bus: Arc<dyn Bus>) -> RuntimeApi {
         RuntimeApi {
-            bus: Arc::new(LocalBus::new()),
+            bus,
             counters: Mutex::new(HashMap::new()),
             runtime: OnceLock::new(),
             llm: tokio::sync::OnceCell::new(),
@@ -61,7 +63,7 @@ impl RuntimeApi {
         let _ = self.runtime.set(Arc::downgrade(&runtime.inner));
     }
 
-    pub(crate) fn local_bus(&self) -> &Arc<LocalBus> {
+    pub(crate) fn shared_bus(&self) -> &Arc<dyn Bus> {
         &self.bus
     }
 

@@ -47,6 +47,8 @@ pub mod recall;
 pub mod registry;
 pub mod risk;
 pub mod runs;
+pub mod serve_lock;
+pub mod serve_record;
 pub mod settings_form;
 pub mod skills;
 #[cfg(test)]
@@ -477,10 +479,28 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Opens the workspace at `dir` (state in `dir/.plugd/`).
     pub fn open(dir: &Path, config: HostConfig) -> Result<Runtime, RuntimeError> {
+        Runtime::open_with(
+            dir,
+            config,
+            Store::open,
+            Arc::new(plugd_host::bus::LocalBus::new()),
+        )
+    }
+
+    /// [`Runtime::open`] on chosen backends: `open_store` opens the state
+    /// store in the workspace's state directory (`DIR/.plugd`), `bus` is
+    /// what plugins publish on and receive from. `plugd-node` chooses them;
+    /// everything else uses [`Runtime::open`] (SQLite, the in-process bus).
+    pub fn open_with(
+        dir: &Path,
+        config: HostConfig,
+        open_store: impl FnOnce(&Path) -> Result<Store, plugd_store::StoreError>,
+        bus: Arc<dyn plugd_host::bus::Bus>,
+    ) -> Result<Runtime, RuntimeError> {
         let dir = dir
             .canonicalize()
             .map_err(|e| RuntimeError::Workspace(format!("workspace {}: {e}", dir.display())))?;
-        let store = Arc::new(Store::open(&dir.join(".plugd"))?);
+        let store = Arc::new(open_store(&dir.join(".plugd"))?);
         // Whatever a plugd that died without stopping its plugins (kill -9)
         // left behind is killed before anything new starts.
         plugd_host::procs::cleanup_stale(&dir.join(".plugd").join("procs"));
@@ -503,7 +523,7 @@ impl Runtime {
             delegations: delegations.clone(),
         });
         let config = Arc::new(config);
-        let api = Arc::new(host_api::RuntimeApi::new());
+        let api = Arc::new(host_api::RuntimeApi::new(bus));
         let mut services = HostServices::for_workspace(&dir);
         services.api = Some(api.clone());
         // Roots offered to MCP servers, read once: a plugd.yaml that does
@@ -607,7 +627,7 @@ impl Runtime {
     /// The bus plugins publish on and receive from (`broker.publish`,
     /// `broker.event`).
     pub fn bus(&self) -> Arc<dyn plugd_host::bus::Bus> {
-        self.inner.api.local_bus().clone()
+        self.inner.api.shared_bus().clone()
     }
 
     /// Publishes `event` on the bus as the host (operators, `plugd bus
@@ -618,12 +638,11 @@ impl Runtime {
         mut event: plugd_host::bus::Event,
     ) -> Result<(plugd_host::bus::Event, plugd_host::bus::Published), plugd_host::bus::SubjectError>
     {
-        use plugd_host::bus::Bus as _;
         use plugd_host::native_host::HostApi as _;
         plugd_host::bus::check_subject(&event.topic)?;
         let api = &self.inner.api;
         event.complete(|| api.event_id(), || api.now());
-        let published = api.local_bus().publish(event.clone());
+        let published = api.shared_bus().publish(event.clone());
         Ok((event, published))
     }
 

@@ -281,20 +281,7 @@ impl AuthConfig {
     }
 }
 
-/// The user name of `uid` from `/etc/passwd`, else `uid N`.
-pub fn user_name(uid: u32) -> String {
-    std::fs::read_to_string("/etc/passwd")
-        .ok()
-        .and_then(|text| {
-            text.lines().find_map(|l| {
-                let mut f = l.split(':');
-                let name = f.next()?;
-                let id = f.nth(1)?;
-                (id.parse::<u32>().ok()? == uid).then(|| name.to_owned())
-            })
-        })
-        .unwrap_or_else(|| format!("uid {uid}"))
-}
+pub use plugd_store::users::user_name;
 
 /// `host[:port]` in lower case, with a default port added.
 fn normalize_host(host: &str, default_port: u16) -> String {

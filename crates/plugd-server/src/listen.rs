@@ -58,7 +58,7 @@ use tower::ServiceExt;
 use crate::auth::Peer;
 
 /// The socket's file name under the workspace's `.plugd/`.
-pub const SOCKET_FILE: &str = "serve.sock";
+pub const SOCKET_FILE: &str = plugd_runtime::serve_record::SOCKET_FILE;
 
 /// How long serve waits for open connections after a shutdown request:
 /// a request in flight gets this long to finish, then is answered `503`

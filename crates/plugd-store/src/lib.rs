@@ -26,6 +26,7 @@ mod store;
 mod time;
 pub mod tokens;
 pub mod tool_state;
+pub mod users;
 pub mod vectors;
 
 pub use error::{BackendError, StoreError};

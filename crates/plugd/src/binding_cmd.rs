@@ -124,7 +124,7 @@ pub enum SecretCmd {
 }
 
 fn who() -> String {
-    plugd_server::auth::user_name(rustix::process::geteuid().as_raw())
+    plugd_store::users::user_name(rustix::process::geteuid().as_raw())
 }
 
 fn parse_secrets(pairs: &[String]) -> Result<BTreeMap<String, String>> {
@@ -279,7 +279,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
                     "{name:?} names no org; write ORG/NAME (plugd secrets set NAME is for plugd's own secrets)"
                 );
             };
-            let value = crate::config_cmd::read_stdin_value()?;
+            let value = plugd_cli::config_cmd::read_stdin_value()?;
             store.org_secret_set(org, secret, &value)?;
             println!(
                 "stored secret {org}/{secret} (sealed with the master key); bind it as secret://{org}/{secret}"

@@ -1,4 +1,5 @@
-//! The `plugd` command line: thin glue over `plugd-runtime` (and `plugd bench`).
+//! The `plugd` command line: parses the arguments and dispatches to
+//! `plugd-cli` (the commands), `plugd-node` (`serve`) and `plugd-bench`.
 //!
 //! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
 //! otherwise (2 for usage errors, from clap), 3 when `plugd run`'s turn was
@@ -6,46 +7,25 @@
 //! error class (see `tool_call_cmd`).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
 
-mod agent_cmd;
-mod approve_cmd;
-mod bench;
-mod bench_mcp;
-mod bench_scale;
 mod binding_cmd;
-mod bus_cmd;
-mod chains_cmd;
-mod channel_cmd;
-mod config_cmd;
-mod console_cmd;
-mod eager;
-mod hook_cmd;
-mod invocations_cmd;
-mod log_writer;
 mod marketplace_cmd;
-mod mcp_cmd;
-mod memory_cmd;
-mod outbox_cmd;
-mod package_cmd;
-mod plugin_ctl_cmd;
-mod policy_cmd;
-mod remote;
-mod resource_cmd;
-mod risk_cmd;
-mod serve_lock;
-mod sign_cmd;
-mod skill_cmd;
-mod state_cmd;
-mod storage_cmd;
-mod token_cmd;
 mod tool_call_cmd;
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use plugd_cli::client::Client;
+use plugd_cli::plugin_ctl_cmd::{self, PluginAction};
+use plugd_cli::remote::Remote;
+use plugd_cli::risk_cmd::{self, Approvals};
+use plugd_cli::{
+    agent_cmd, approve_cmd, bus_cmd, chains_cmd, channel_cmd, config_cmd, console_cmd, hook_cmd,
+    invocations_cmd, mcp_cmd, memory_cmd, outbox_cmd, package_cmd, plugin_view, policy_cmd,
+    resource_cmd, sign_cmd, skill_cmd, state_cmd, storage_cmd, token_cmd,
+};
 use plugd_host::HostConfig;
-use plugd_runtime::{PluginInfo, Runtime};
-use serde_json::Value;
+use plugd_runtime::Runtime;
 
 /// plugd: a plugin runtime for AI agents.
 #[derive(Parser, Debug)]
@@ -74,7 +54,7 @@ enum Command {
     /// Keep the workspace's approved plugins supervised and serve the HTTP API until Ctrl-C or SIGTERM.
     Serve(ServeArgs),
     /// Measure round trips, throughput, cold start and memory on this machine.
-    Bench(bench::BenchArgs),
+    Bench(plugd_bench::BenchArgs),
     /// Manifest helpers.
     #[command(subcommand)]
     Manifest(ManifestCmd),
@@ -306,7 +286,7 @@ fn main() {
     drop(rt);
     // Orphans the subreaper brought back and no plugin handle owns.
     plugd_host::procs::kill_orphans();
-    log_writer::flush(std::time::Duration::from_secs(2));
+    plugd_node::log_writer::flush(std::time::Duration::from_secs(2));
     std::process::exit(code);
 }
 
@@ -334,7 +314,7 @@ fn quiet_on_closed_stdout() {
 fn fail(e: &anyhow::Error) -> ! {
     // A failing command leaves no orphan and no cgroup behind either.
     plugd_host::procs::kill_orphans();
-    log_writer::flush(std::time::Duration::from_secs(2));
+    plugd_node::log_writer::flush(std::time::Duration::from_secs(2));
     let msg = format!("{e:#}").replace('\n', " ");
     eprintln!("plugd: error: {msg}");
     std::process::exit(1);
@@ -353,7 +333,7 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
         .with_env_filter(filter)
         .with_target(false);
     // serve's log never blocks it: a bounded queue that drops and counts.
-    match non_blocking.then(log_writer::LogWriter::start) {
+    match non_blocking.then(plugd_node::log_writer::LogWriter::start) {
         Some(Ok(writer)) => fmt.with_writer(writer).init(),
         Some(Err(e)) => {
             eprintln!(
@@ -402,7 +382,17 @@ async fn shutdown_signal() {
 
 async fn run(cli: Cli) -> Result<i32> {
     match &cli.command {
-        Command::Bench(args) => return bench::run(args).await.map(|()| 0),
+        // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
+        Command::Serve(args) => {
+            let config = plugd_node::NodeConfig {
+                workspace: cli.workspace.clone(),
+                listen: args.listen,
+            };
+            return plugd_node::run(config, plugd_node::Backends::local())
+                .await
+                .map(|()| 0);
+        }
+        Command::Bench(args) => return plugd_bench::run(args).await.map(|()| 0),
         Command::Token(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             return token_cmd::run(&dir, cmd).map(|()| 0);
@@ -475,26 +465,26 @@ async fn run(cli: Cli) -> Result<i32> {
             | PluginCmd::Stop { .. }
             | PluginCmd::Start { .. }),
         ) => {
+            // Whenever serve runs, through it: never beside it.
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            if plugin_ctl_cmd::through_serve(&dir, cmd).await? {
+            if let Some(serve) = Remote::running(&dir).await? {
+                plugin_ctl_cmd::run(&Client::Serve(serve), plugin_action(cmd)).await?;
                 return Ok(0);
             }
         }
         _ => {}
     }
-    // One serve per workspace: the lock comes before the database or any plugin.
-    let _serve_lock = match &cli.command {
-        Command::Serve(_) => Some(serve_lock::lock_for_serve(cli.workspace.as_deref())?),
-        _ => None,
-    };
     let rt = open(&cli)?;
-    risk_cmd::install_approver(&rt, &cli.command);
+    risk_cmd::install_approver(
+        &rt,
+        match &cli.command {
+            Command::Mcp(_) => Approvals::Queue,
+            Command::Tool(ToolCmd::Call { yes, .. }) => Approvals::Terminal { yes: *yes },
+            _ => Approvals::Terminal { yes: false },
+        },
+    );
     tool_call_cmd::install_elicitor(&rt, &cli.command);
-    let result = match &cli.command {
-        // For serve, Ctrl-C is the normal way out: it shuts down and exits 0.
-        Command::Serve(args) => serve(&rt, args).await,
-        other => interruptible(&rt, dispatch(&rt, other)).await,
-    };
+    let result = interruptible(&rt, dispatch(&rt, &cli.command)).await;
     rt.shutdown().await;
     if let (Err(e), Command::Tool(ToolCmd::Call { json, .. })) = (&result, &cli.command)
         && json.json
@@ -504,86 +494,49 @@ async fn run(cli: Cli) -> Result<i32> {
     result.map(|()| 0)
 }
 
+/// The plugin action `cmd` names (only approve, revoke, restart, start
+/// and stop are actions).
+fn plugin_action(cmd: &PluginCmd) -> PluginAction<'_> {
+    match cmd {
+        PluginCmd::Approve(args) => PluginAction::Approve(args),
+        PluginCmd::Revoke { id } => PluginAction::Revoke(id),
+        PluginCmd::Restart { id } => PluginAction::Restart(id),
+        PluginCmd::Stop { id } => PluginAction::Stop(id),
+        PluginCmd::Start { id } => PluginAction::Start(id),
+        PluginCmd::List(_)
+        | PluginCmd::Show { .. }
+        | PluginCmd::Signing(_)
+        | PluginCmd::Config(_) => unreachable!("not a plugin action"),
+    }
+}
+
 async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     match command {
-        Command::Plugin(PluginCmd::List(f)) => {
-            let plugins = rt.plugin_list()?;
-            if f.json {
-                print_json(&plugin_rows(&plugins), false)?;
-            } else {
-                print_plugin_table(&plugins);
-            }
-        }
+        Command::Plugin(PluginCmd::List(f)) => plugin_view::list(rt, f.json)?,
         Command::Plugin(PluginCmd::Show { id, json }) => {
-            let mut info = rt.plugin(id)?;
-            let mut via = None;
-            let mut live_json = None;
-            // The live counters belong to the process running the plugin.
-            if let Some(serve) = remote::Remote::find(rt.dir()).await {
-                match serve
-                    .get(&format!("/v1/plugins/{id}"), format!("plugin show {id}"))
-                    .await
-                {
-                    Ok(live) => {
-                        info.stats = serde_json::from_value(live["stats"].clone()).unwrap_or(None);
-                        info.broker =
-                            serde_json::from_value(live["broker"].clone()).unwrap_or(None);
-                        if let Some(state) = live["state"].as_str() {
-                            // State and its reason from one source: serve
-                            // knows a failure before the store records it.
-                            info.state = state.to_owned();
-                            info.error = live["error"].as_str().map(str::to_owned);
-                            via = Some(serve.pid());
-                        }
-                        live_json = Some(live);
-                    }
-                    Err(e) => tracing::warn!("cannot read the live state from plugd serve: {e}"),
-                }
-            }
-            if json.json {
-                // Serve's whole view of it when serve runs, else ours.
-                match &live_json {
-                    Some(live) => print_json(live, true)?,
-                    None => print_json(&info, true)?,
-                }
-            } else {
-                if let Some(pid) = via {
-                    info.state = format!("{} (in plugd serve pid {pid})", info.state);
-                }
-                print_plugin_detail(&info);
-            }
+            plugin_view::show(rt, id, json.json).await?
         }
-        Command::Plugin(PluginCmd::Approve(args)) => {
-            let by = approver(args.by.as_deref());
-            approve_cmd::local(rt, args, &by).await?;
-        }
-        Command::Plugin(PluginCmd::Revoke { id }) => {
-            if rt.revoke(id).await? {
-                println!("revoked {id}");
-            } else {
-                println!("{id} was not approved");
-            }
-        }
-        Command::Plugin(PluginCmd::Restart { id }) => {
-            rt.restart(id).await?;
-            println!("restarted {id}: failure cleared, restart budget reset");
-        }
-        Command::Plugin(PluginCmd::Stop { id }) => {
-            plugin_ctl_cmd::stop_local(rt, id, &approver(None)).await?
-        }
-        Command::Plugin(PluginCmd::Start { id }) => plugin_ctl_cmd::start_local(rt, id).await?,
+        Command::Plugin(
+            cmd @ (PluginCmd::Approve(_)
+            | PluginCmd::Revoke { .. }
+            | PluginCmd::Restart { .. }
+            | PluginCmd::Stop { .. }
+            | PluginCmd::Start { .. }),
+        ) => plugin_ctl_cmd::run(&Client::Local(rt), plugin_action(cmd)).await?,
         Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
         // A running serve toggles the tool itself: its agents, gateway and
         // event stream see the change at once.
-        Command::Tool(ToolCmd::Enable { name }) => match remote::Remote::find(rt.dir()).await {
-            Some(serve) => risk_cmd::set_enabled_via(&serve, name, true).await?,
-            None => risk_cmd::set_enabled(rt, name, true, None)?,
-        },
+        Command::Tool(ToolCmd::Enable { name }) => {
+            let client = Remote::find(rt.dir())
+                .await
+                .map_or(Client::Local(rt), Client::Serve);
+            risk_cmd::set_enabled(&client, name, true, None).await?
+        }
         Command::Tool(ToolCmd::Disable { name, by }) => {
-            match remote::Remote::find(rt.dir()).await {
-                Some(serve) => risk_cmd::set_enabled_via(&serve, name, false).await?,
-                None => risk_cmd::set_enabled(rt, name, false, by.as_deref())?,
-            }
+            let client = Remote::find(rt.dir())
+                .await
+                .map_or(Client::Local(rt), Client::Serve);
+            risk_cmd::set_enabled(&client, name, false, by.as_deref()).await?
         }
         Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
         Command::Tool(ToolCmd::Call {
@@ -609,11 +562,10 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             json,
             ..
         }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
-        Command::Serve(args) => serve(rt, args).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
-        Command::Run(args) => agent_cmd::run(rt, args).await?,
+        Command::Run(args) => agent_cmd::run(rt, args, plugd_node::delegated_api).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
@@ -624,7 +576,8 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         Command::Mcp(args) => mcp_cmd::run(rt, args).await?,
         Command::Resource(cmd) => resource_cmd::resource(rt, cmd).await?,
         Command::Prompt(cmd) => resource_cmd::prompt(rt, cmd).await?,
-        Command::Bench(_)
+        Command::Serve(_)
+        | Command::Bench(_)
         | Command::Manifest(_)
         | Command::Bus(_)
         | Command::Token(_)
@@ -643,472 +596,4 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The manifest's non-fatal findings, after an approval: the operator sees
-/// what was ignored in what they just approved.
-fn print_approval_warnings<'a>(warnings: impl Iterator<Item = &'a str>) {
-    for w in warnings {
-        eprintln!("warning: {w}");
-    }
-}
-
-fn approver(by: Option<&str>) -> String {
-    by.map(str::to_owned)
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "unknown".into())
-}
-
-async fn serve(rt: &Runtime, args: &ServeArgs) -> Result<()> {
-    // Refuse a non-loopback address before anything starts.
-    if let Some(addr) = args.listen {
-        plugd_server::check_listen(addr)?;
-    }
-    // From here on this process reads plugd.yaml through the gate: the file
-    // as it is now is in force; a later change that widens a plugin's reach
-    // waits for an operator (`plugd config approve`).
-    let gate = plugd_runtime::config_gate::ConfigGate::start(rt)?;
-    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    rt.set_risk_config(config.risk.clone());
-    let plugins = rt.plugin_list()?;
-    let approved = plugins.iter().filter(|p| p.approved).count();
-    let _log_report = log_writer::spawn_reporter();
-    let eager_extra = config.eager.clone();
-    // Fail fast: every configured hook handler must load before plugd serves.
-    let pipeline =
-        std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
-    let _outbox = outbox_cmd::start_worker(rt)?;
-    let _retention =
-        plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);
-    // The HTTP API shares that pipeline (Dexto modules load once).
-    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
-    let channel_agent = agent.clone().map(|a| {
-        std::sync::Arc::new(a) as std::sync::Arc<dyn plugd_runtime::channels::ChannelTurn>
-    });
-    let limits = plugd_server::listen::Limits::from_config(&config.http);
-    let state = plugd_server::AppState::new(
-        rt.clone(),
-        pipeline.clone(),
-        std::sync::Arc::new(config),
-        agent,
-    )
-    .with_config_gate(gate.clone());
-    let console = state.clone();
-    let app = plugd_server::router(state);
-    // The socket first: the CLI reaches serve there, checked by peer uid.
-    let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
-    let (stop_http, http_stopped) = tokio::sync::watch::channel(false);
-    let mut listeners = vec![plugd_server::listen::Listener::Unix(
-        socket
-            .take()
-            .context("the socket listener was taken twice")?,
-    )];
-    let mut bound = None;
-    if let Some(addr) = args.listen {
-        let tcp = plugd_server::bind(addr).await?;
-        bound = Some(
-            tcp.local_addr()
-                .with_context(|| format!("cannot read the address bound for {addr}"))?,
-        );
-        listeners.push(plugd_server::listen::Listener::Tcp(tcp));
-    }
-    // Plugins reach the API with their delegation tokens (VAI
-    // `context.gateway.base_url`) on a loopback port of their own, which
-    // serves the delegated routes to delegation tokens only: without
-    // --listen there is no TCP listener of the whole API.
-    let (_delegated, _delegated_task) =
-        plugd_server::serve_delegated(rt, app.clone(), limits, http_stopped.clone()).await?;
-    let servers: Vec<_> = listeners
-        .into_iter()
-        .map(|l| plugd_server::listen::run(l, app.clone(), limits, http_stopped.clone()))
-        .collect();
-    let mut http = tokio::spawn(async move {
-        futures_util::future::try_join_all(servers)
-            .await
-            .map(|_| ())
-    });
-    // Eager plugins start once the API is up, a bounded number at a time.
-    let started = eager::start(rt, &eager_extra)?;
-    tracing::info!(
-        workspace = %rt.dir().display(),
-        plugins = plugins.len(),
-        approved,
-        eager = started.len(),
-        "plugd serving; Ctrl-C or SIGTERM stops"
-    );
-    for p in plugins.iter().filter(|p| !p.approved) {
-        tracing::warn!(plugin = %p.id, state = %p.state, "not serving: {}", p.error.as_deref().unwrap_or("not approved"));
-    }
-    // The handlers are installed before the serving line, so a SIGTERM sent
-    // as soon as it is read is a clean shutdown.
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot handle Ctrl-C")?;
-    // The CLI's plugin commands find this serve through .plugd/serve.json;
-    // dropping the record (every way out of this function) removes it.
-    let _record = remote::ServeFile::write(rt.dir(), socket.path(), bound)?;
-    // A change to an approved plugin's files stops it and withholds its tools.
-    let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
-    // Channel adapters: channel.start, inbound events → before_message → turn → reply.
-    let channels =
-        plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
-    // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
-    let agents_watch = tokio::spawn(rt.clone().watch_config(gate));
-    // A changed Dexto module file is reloaded; a broken new version is not.
-    let modules_watch = tokio::spawn(plugd_runtime::config_watch::watch_modules(pipeline.clone()));
-    // Tests and scripts read the socket and the bound port from these lines.
-    println!("plugd serving on unix:{}", socket.path().display());
-    if let Some(bound) = bound {
-        // A one-time link for whoever started serve (the code is good once,
-        // for 10 minutes; `plugd console` prints another), only on a
-        // terminal: a live credential never goes to a log file or a pipe
-        // (nor through tracing). Before the serving line, which is the last
-        // one readers wait for: a reader that stops there has read it.
-        use std::io::IsTerminal as _;
-        let mut out = std::io::stdout();
-        if out.is_terminal() {
-            if let Some(path) = console.console_link_path() {
-                use std::io::Write as _;
-                let _ = writeln!(out, "plugd console: http://{bound}{path}");
-            }
-        } else {
-            println!("the console: http://{bound}/console/ (`plugd console` prints a login link)");
-        }
-        println!("plugd serving on http://{bound}");
-    }
-    let listening = bound.map_or_else(
-        || format!("unix:{}", socket.path().display()),
-        |b| format!("http://{b}"),
-    );
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-        r = &mut http => {
-            // The server stopped on its own: an accept loop failure.
-            let err = match r {
-                Ok(Ok(())) => anyhow::anyhow!("the HTTP server on {listening} stopped unexpectedly"),
-                Ok(Err(e)) => anyhow::anyhow!("the HTTP server on {listening} failed: {e}"),
-                Err(e) => anyhow::anyhow!("the HTTP server on {listening} crashed: {e}"),
-            };
-            agents_watch.abort();
-            modules_watch.abort();
-            watcher.shutdown().await;
-            channels.shutdown().await;
-            pipeline.cleanup().await;
-            rt.shutdown().await;
-            return Err(err);
-        }
-    }
-    tracing::info!("stopping the HTTP API");
-    let _ = stop_http.send(true);
-    // Requests in flight (a streaming turn) get a bounded grace period.
-    if tokio::time::timeout(std::time::Duration::from_secs(10), &mut http)
-        .await
-        .is_err()
-    {
-        tracing::warn!("HTTP requests still running after 10 s; closing them");
-        http.abort();
-    }
-    tracing::info!("shutting plugins down");
-    agents_watch.abort();
-    modules_watch.abort();
-    watcher.shutdown().await;
-    channels.shutdown().await;
-    pipeline.cleanup().await;
-    rt.shutdown().await;
-    tracing::info!("all plugins stopped");
-    Ok(())
-}
-
-fn print_json<T: serde::Serialize>(v: &T, pretty: bool) -> Result<()> {
-    let text = if pretty {
-        serde_json::to_string_pretty(v)?
-    } else {
-        serde_json::to_string(v)?
-    };
-    println!("{text}");
-    Ok(())
-}
-
-#[derive(serde::Serialize)]
-struct PluginRow<'a> {
-    id: &'a str,
-    dialect: &'a str,
-    state: &'a str,
-    approved: bool,
-    version: Option<&'a str>,
-    tools: &'a [String],
-    dir: &'a std::path::Path,
-    error: Option<&'a str>,
-}
-
-fn plugin_rows(plugins: &[PluginInfo]) -> Vec<PluginRow<'_>> {
-    plugins
-        .iter()
-        .map(|p| PluginRow {
-            id: &p.id,
-            dialect: &p.dialect,
-            state: &p.state,
-            approved: p.approved,
-            version: p.version.as_deref(),
-            tools: &p.tools,
-            dir: &p.dir,
-            error: p.error.as_deref(),
-        })
-        .collect()
-}
-
-fn print_plugin_table(plugins: &[PluginInfo]) {
-    if plugins.is_empty() {
-        println!("no plugins in .plugins/ of this workspace");
-        return;
-    }
-    let width = plugins.iter().map(|p| p.id.len()).max().unwrap_or(2).max(2);
-    println!(
-        "{:width$}  {:8}  {:10}  {:8}  NOTE",
-        "ID", "DIALECT", "STATE", "APPROVED"
-    );
-    for p in plugins {
-        let note = p
-            .error
-            .clone()
-            .unwrap_or_else(|| format!("{} tools", p.tools.len()));
-        let note: String = note.chars().take(100).collect();
-        println!(
-            "{:width$}  {:8}  {:10}  {:8}  {note}",
-            p.id,
-            p.dialect,
-            p.state,
-            if p.approved { "yes" } else { "no" }
-        );
-    }
-}
-
-fn print_plugin_detail(p: &PluginInfo) {
-    println!("id:        {}", p.id);
-    println!("dialect:   {}", p.dialect);
-    println!("version:   {}", p.version.as_deref().unwrap_or("-"));
-    println!("state:     {}", p.state);
-    if let Some(e) = &p.error {
-        println!("error:     {e}");
-    }
-    println!("dir:       {}", p.dir.display());
-    println!("signature: {}", p.signature.summary());
-    println!("digest:    {}", p.digest.as_deref().unwrap_or("-"));
-    match &p.approval {
-        Some(a) if p.approved => {
-            println!("approved:  yes, by {} at {}", a.approved_by, a.approved_at)
-        }
-        Some(a) => println!(
-            "approved:  no (approval covers {}, files changed since)",
-            a.digest
-        ),
-        None => println!("approved:  no"),
-    }
-    if let Some(start) = &p.start {
-        println!("start:     {start}");
-    }
-    let remote_url = (p.details.get("transport").and_then(Value::as_str) == Some("http"))
-        .then(|| p.details.get("url").and_then(Value::as_str))
-        .flatten();
-    if let Some(url) = remote_url {
-        // What approving sends where: the URL and, per header, the operator
-        // secrets its value names (`${NAME}`; never the values).
-        println!("remote:    {url} (Streamable HTTP, runs inside plugd)");
-        if let Some(headers) = p.details.get("headers").and_then(Value::as_object) {
-            for (k, v) in headers {
-                let v = v.as_str().unwrap_or_default();
-                let names = plugd_manifest::mcp::placeholders(v);
-                let secrets = if names.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (sends secret {})", names.join(", "))
-                };
-                println!("header:    {k}: {v}{secrets}");
-            }
-        }
-    } else if !p.command.is_empty() {
-        println!(
-            "command:   {}",
-            p.command
-                .iter()
-                .map(|a| shell_quote(a))
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        if let Some(cwd) = &p.cwd {
-            println!("cwd:       {}", cwd.display());
-        }
-        println!("env:       (cleared, then exactly these)");
-        for (k, v) in &p.env {
-            println!("  {k}={}", shell_quote(v));
-        }
-    }
-    for line in p.permissions.iter().flat_map(|e| e.text_lines()) {
-        println!("{line}");
-    }
-    if !p.processes.is_empty() {
-        println!("processes:");
-        for g in &p.processes {
-            let pids = if g.pids.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " pid {}",
-                    g.pids
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(",")
-                )
-            };
-            println!(
-                "  {}{}: {}{pids}, restarts {}; exports {}{}",
-                g.group,
-                if g.per_invocation {
-                    " (a process per invocation)"
-                } else {
-                    ""
-                },
-                g.state,
-                g.restarts,
-                if g.exports.is_empty() {
-                    "-".to_owned()
-                } else {
-                    g.exports.join(", ")
-                },
-                g.error
-                    .as_deref()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default()
-            );
-        }
-    }
-    println!(
-        "tools:     {}",
-        if p.tools.is_empty() {
-            "-".into()
-        } else {
-            p.tools.join(", ")
-        }
-    );
-    for c in &p.config {
-        let v = match &c.value {
-            Value::Null => "(unset)".to_owned(),
-            Value::String(s) => s.clone(),
-            v => v.to_string(),
-        };
-        println!("config:    {} = {v} ({})", c.key, c.source);
-    }
-    if let Some(s) = &p.stats {
-        println!(
-            "counters:  shed={} junk={} unknown_ids={} oversized={}",
-            s.shed_notifications, s.junk_frames, s.unknown_ids, s.oversized_frames
-        );
-    }
-    if let Some(b) = &p.broker {
-        println!(
-            "broker:    published={} dropped={} delivered={} shed={}",
-            b.published, b.dropped, b.delivered, b.shed
-        );
-    }
-    if let Some(exports) = p.details.get("exports").and_then(Value::as_array) {
-        println!("exports:");
-        for e in exports {
-            let field = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
-            let perms = e.get("permissions").cloned().unwrap_or(Value::Null);
-            let perm = |k: &str| {
-                perms
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_owned()
-            };
-            let id = field("id");
-            // The class plugd runs it with, when it differs from the
-            // manifest's, and its process group.
-            let placed = p
-                .permissions
-                .iter()
-                .flat_map(|r| &r.vai)
-                .find(|x| x.export == id);
-            let class = match placed {
-                Some(x) if x.effective_class != x.requested_class => format!(
-                    "{} -> {}",
-                    field("execution_class"),
-                    plugd_host::groups::class_str(x.effective_class)
-                ),
-                _ => field("execution_class"),
-            };
-            let group = placed
-                .map(|x| format!(" in {}", x.group))
-                .unwrap_or_default();
-            println!(
-                "  {id} ({}, {class}{group}): network={} filesystem={}",
-                field("kind"),
-                perm("network"),
-                perm("filesystem")
-            );
-            let words = |v: Option<&Value>| -> Vec<String> {
-                v.and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            };
-            let scopes = words(perms.get("gateway_api_scopes"));
-            if !scopes.is_empty() {
-                println!("    delegated scopes: {}", scopes.join(", "));
-            }
-            if let Some(h) = e.get("harness").filter(|h| h.is_object()) {
-                let supports = words(h.get("supports"));
-                println!(
-                    "    harness: fidelity={} supports=[{}]",
-                    h.get("fidelity").and_then(Value::as_str).unwrap_or("-"),
-                    supports.join(", ")
-                );
-            }
-        }
-    } else if !p.details.is_null() {
-        println!("{}:  {}", p.dialect, p.details);
-    }
-    risk_cmd::print_tool_risks(p);
-    for w in &p.warnings {
-        println!("warning:   {w}");
-    }
-}
-
-/// One progress event as a line: `message (3/10)`, whatever the dialect's shape.
-fn describe_progress(event: &Value) -> String {
-    let message = ["message", "msg", "text", "status"]
-        .iter()
-        .find_map(|k| event.get(*k).and_then(Value::as_str))
-        .map(str::to_owned);
-    let done = event.get("progress").and_then(Value::as_f64);
-    let total = event.get("total").and_then(Value::as_f64);
-    let amount = match (done, total) {
-        (Some(d), Some(t)) if t > 0.0 => Some(format!("{d}/{t} ({:.0}%)", d / t * 100.0)),
-        (Some(d), _) => Some(format!("{d}")),
-        _ => None,
-    };
-    match (message, amount) {
-        (Some(m), Some(a)) => format!("{m} [{a}]"),
-        (Some(m), None) => m,
-        (None, Some(a)) => a,
-        (None, None) => event.to_string(),
-    }
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@%+,".contains(&b))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }

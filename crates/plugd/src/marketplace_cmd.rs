@@ -125,7 +125,7 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
         } => {
             let state = dir.join(".plugd");
             let store = Store::open(&state)?;
-            let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
+            let by = plugd_store::users::user_name(rustix::process::geteuid().as_raw());
             let req = InstallRequest {
                 org_id: org.clone(),
                 project_id: project.clone(),

@@ -36,7 +36,7 @@ use plugd_runtime::mcp_requests::{
 use plugd_server::error::ApiError;
 use serde_json::{Value, json};
 
-use crate::remote::{Remote, RemoteError};
+use plugd_cli::remote::{Remote, RemoteError};
 
 /// Sets who answers hosted MCP servers' questions for `command`: serve's
 /// and `plugd mcp`'s pending approvals (their stdin is not a person's),
@@ -225,7 +225,7 @@ pub async fn run(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
+    if let Some(serve) = plugd_cli::remote::Remote::running(rt.dir()).await? {
         return via_serve(&serve, name, args, agent, json_out).await;
     }
     // No serve: plugd.yaml's hooks run here (installed in the runtime).
@@ -234,13 +234,13 @@ pub async fn run(
     let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            eprintln!("progress: {}", crate::describe_progress(&event));
+            eprintln!("progress: {}", plugd_cli::describe_progress(&event));
         }
     });
     let ctx = CallContext {
         agent_id: agent.map(str::to_owned),
         progress: Some(progress),
-        caller: Some(format!("cli:{}", crate::approver(None))),
+        caller: Some(format!("cli:{}", plugd_cli::approver(None))),
         ..CallContext::default()
     };
     let gov = Governed::new(Surface::Cli);
@@ -249,7 +249,7 @@ pub async fn run(
     let _ = printer.await;
     pipeline.cleanup().await;
     match result {
-        Ok(v) => crate::print_json(&v, !json_out),
+        Ok(v) => plugd_cli::print_json(&v, !json_out),
         // Typed, so `report` finds it after the plugins shut down.
         Err(e) if json_out => Err(ApiError::from(e).into()),
         Err(e) => Err(e.into()),
@@ -287,7 +287,7 @@ async fn via_serve(
                 let v: Value =
                     serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
                 match event {
-                    "progress" => eprintln!("progress: {}", crate::describe_progress(&v)),
+                    "progress" => eprintln!("progress: {}", plugd_cli::describe_progress(&v)),
                     "result" => result = Some(v),
                     "error" => failure = Some(v),
                     _ => {}
@@ -306,7 +306,7 @@ async fn via_serve(
         e
     };
     let err = match (streamed, result, failure) {
-        (Ok(()), Some(v), _) => return crate::print_json(&v, !json_out),
+        (Ok(()), Some(v), _) => return plugd_cli::print_json(&v, !json_out),
         (Ok(()), None, Some(body)) => api(
             body["status"].as_u64().unwrap_or(500) as u16,
             body["error"]["code"].as_str().unwrap_or("internal"),
@@ -389,7 +389,7 @@ pub async fn run_bound(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
+    if let Some(serve) = plugd_cli::remote::Remote::running(rt.dir()).await? {
         let body = json!({
             "input": args,
             "org_id": scope.org,
@@ -403,13 +403,13 @@ pub async fn run_bound(
                 format!("tool call {export} --org {}", scope.org),
             )
             .await?;
-        return crate::print_json(&result, !json_out);
+        return plugd_cli::print_json(&result, !json_out);
     }
     let call = plugd_runtime::bindings_rt::ExportCall {
         org_id: scope.org.to_owned(),
         project_id: scope.project.map(str::to_owned),
         session_id: scope.session.map(str::to_owned),
-        caller: Some(format!("cli:{}", crate::approver(None))),
+        caller: Some(format!("cli:{}", plugd_cli::approver(None))),
         trace_id: None,
     };
     // No serve: plugd.yaml's hooks run here (installed in the runtime).
@@ -418,7 +418,7 @@ pub async fn run_bound(
     let result = rt.call_export(export, args, &call, None).await;
     pipeline.cleanup().await;
     match result {
-        Ok(v) => crate::print_json(&v, !json_out),
+        Ok(v) => plugd_cli::print_json(&v, !json_out),
         Err(e) if json_out => Err(ApiError::from(e).into()),
         Err(e) => Err(e.into()),
     }

@@ -13,6 +13,8 @@ use plugd_runtime::runs::{HarnessStart, RunPolicy};
 use plugd_store::Store;
 use serde_json::{Value, json};
 
+use crate::DelegatedApi;
+
 /// `plugd session …`.
 #[derive(Subcommand, Debug)]
 pub enum SessionCmd {
@@ -352,10 +354,10 @@ pub struct HarnessArgs<'a> {
 
 /// Runs a harness: its events on stderr as they come, the run at the end.
 /// Exits 1 (after printing the run) when the run did not succeed.
-pub async fn harness(rt: &Runtime, args: HarnessArgs<'_>) -> Result<()> {
+pub async fn harness(rt: &Runtime, args: HarnessArgs<'_>, api: DelegatedApi) -> Result<()> {
     let config = std::sync::Arc::new(plugd_runtime::config::PlugdConfig::load(rt.dir())?);
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    plugd_server::delegated_api(rt, config, stopped)
+    api(rt, config, stopped)
         .await
         .context("cannot serve the API the harness acts through")?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();

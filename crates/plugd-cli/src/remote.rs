@@ -12,16 +12,12 @@
 //! act in a second process, which would start a second copy of a plugin or
 //! change an approval under a serve that keeps the old one.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use plugd_runtime::serve_record::{SOCKET_FILE, ServeRecord, pid_alive, read_record};
 use serde_json::{Value, json};
-
-/// The file `plugd serve` writes under the workspace's `.plugd/`.
-pub const SERVE_FILE: &str = "serve.json";
 
 /// How long the CLI waits for a recorded serve to answer `GET /v1/plugins`.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -37,15 +33,6 @@ const ACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Why recording or reaching a serve failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
-    /// `.plugd/serve.json` could not be written.
-    #[error("cannot record the serving address in {path}: {source}")]
-    Write {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client to reach plugd serve: {0}")]
     Client(#[source] reqwest::Error),
@@ -100,43 +87,13 @@ pub enum RemoteError {
     },
 }
 
-/// What `.plugd/serve.json` holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServeRecord {
-    /// The serving process.
-    pub pid: u32,
-    /// Its Unix socket (what the CLI uses).
-    pub socket: PathBuf,
-    /// Its TCP address, with `--listen`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub addr: Option<SocketAddr>,
-    /// When it started (RFC 3339).
-    pub started_at: String,
-}
-
-fn serve_file(workspace: &Path) -> PathBuf {
-    workspace.join(".plugd").join(SERVE_FILE)
-}
-
-fn pid_alive(pid: u32) -> bool {
-    i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-        .is_some_and(|p| rustix::process::test_kill_process(p).is_ok())
-}
-
-fn read_record(workspace: &Path) -> Option<ServeRecord> {
-    let text = std::fs::read_to_string(serve_file(workspace)).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
 /// Who holds the workspace's serve lock (`.plugd/serve.lock`, see
 /// `serve_lock`): `Some("pid N")` while a serve runs, `None` otherwise.
 fn serve_lock_holder(workspace: &Path) -> Option<String> {
     use std::io::Read as _;
     let path = workspace
         .join(".plugd")
-        .join(crate::serve_lock::SERVE_LOCK_FILE);
+        .join(plugd_runtime::serve_lock::SERVE_LOCK_FILE);
     let mut file = std::fs::File::open(path).ok()?;
     match file.try_lock_shared() {
         Ok(()) => None,
@@ -149,72 +106,6 @@ fn serve_lock_holder(workspace: &Path) -> Option<String> {
             })
         }
         Err(std::fs::TryLockError::Error(_)) => None,
-    }
-}
-
-/// `.plugd/serve.json` for as long as it lives: written atomically (mode
-/// 0600) by [`ServeFile::write`], removed on drop if it is still this
-/// process's record.
-#[derive(Debug)]
-pub struct ServeFile {
-    path: PathBuf,
-    pid: u32,
-}
-
-impl ServeFile {
-    /// Records `socket` and `addr` for this process, replacing any earlier
-    /// record (a stale one of a dead serve, or a live serve's, which is
-    /// warned about).
-    pub fn write(
-        workspace: &Path,
-        socket: &Path,
-        addr: Option<SocketAddr>,
-    ) -> Result<ServeFile, RemoteError> {
-        let path = serve_file(workspace);
-        let pid = std::process::id();
-        if let Some(old) = read_record(workspace)
-            && old.pid != pid
-            && pid_alive(old.pid)
-        {
-            tracing::warn!(
-                pid = old.pid,
-                "another plugd serve seems to run on this workspace; CLI plugin commands now reach this one"
-            );
-        }
-        let record = ServeRecord {
-            pid,
-            socket: socket.to_owned(),
-            addr,
-            started_at: plugd_store::now_rfc3339(),
-        };
-        let err = |source| RemoteError::Write {
-            path: path.clone(),
-            source,
-        };
-        let dir = path.parent().unwrap_or(workspace);
-        std::fs::create_dir_all(dir).map_err(err)?;
-        // A temporary file is created 0600; the rename makes it appear whole.
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".serve.json.")
-            .tempfile_in(dir)
-            .map_err(err)?;
-        let text = serde_json::to_string(&record).map_err(|e| err(e.into()))?;
-        tmp.write_all(text.as_bytes()).map_err(err)?;
-        tmp.as_file().sync_all().map_err(err)?;
-        tmp.persist(&path).map_err(|e| err(e.error))?;
-        Ok(ServeFile { path, pid })
-    }
-}
-
-impl Drop for ServeFile {
-    fn drop(&mut self) {
-        let ours = std::fs::read_to_string(&self.path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<ServeRecord>(&t).ok())
-            .is_some_and(|r| r.pid == self.pid);
-        if ours && let Err(e) = std::fs::remove_file(&self.path) {
-            tracing::warn!(path = %self.path.display(), "cannot remove the serve record: {e}");
-        }
     }
 }
 
@@ -242,9 +133,7 @@ fn client(socket: &Path, timeout: Option<Duration>) -> Result<reqwest::Client, R
 
 /// Where the workspace's serve socket is.
 pub fn socket_path(workspace: &Path) -> PathBuf {
-    workspace
-        .join(".plugd")
-        .join(plugd_server::listen::SOCKET_FILE)
+    workspace.join(".plugd").join(SOCKET_FILE)
 }
 
 /// The origin requests over the socket are addressed to (the socket decides

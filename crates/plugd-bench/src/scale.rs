@@ -377,7 +377,7 @@ pub async fn flood(samples: u32, json_out: bool) -> Result<()> {
         stderr_lines: N,
         publishes: N,
         dropped_publishes: dropped,
-        log_lines_dropped: crate::log_writer::dropped(),
+        log_lines_dropped: plugd_node::log_writer::dropped(),
         flood_s,
     };
     if json_out {

@@ -88,7 +88,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 fn who() -> String {
-    plugd_server::auth::user_name(rustix::process::geteuid().as_raw())
+    plugd_store::users::user_name(rustix::process::geteuid().as_raw())
 }
 
 /// Runs `plugd token …` on the workspace's state database.

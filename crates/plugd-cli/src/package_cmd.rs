@@ -302,7 +302,7 @@ fn installer(
     state: &Path,
 ) -> Result<(Store, String, String, Box<plugd_packages::SignatureCheck>)> {
     let store = Store::open(state)?;
-    let by = plugd_server::auth::user_name(rustix::process::geteuid().as_raw());
+    let by = plugd_store::users::user_name(rustix::process::geteuid().as_raw());
     let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
     let verify = plugd_runtime::signing::package_verifier(policy);
     Ok((store, by, plugd_store::now_rfc3339(), Box::new(verify)))

@@ -220,7 +220,7 @@ pub async fn run(b: McpBench<'_>, json_out: bool) -> Result<()> {
         });
     }
     let report = McpReport {
-        machine: crate::bench::machine(),
+        machine: crate::machine(),
         server: b.command.join(" "),
         tool: b.tool.to_owned(),
         levels,

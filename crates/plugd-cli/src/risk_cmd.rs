@@ -22,7 +22,8 @@ use plugd_runtime::risk::{
     ApprovalRequest, Approver, CallApproval, Decision, DecisionFuture, RiskLevel, ToolView,
 };
 
-use crate::{Command, ToolCmd, approver, print_json};
+use crate::client::Client;
+use crate::{approver, print_json};
 
 /// `plugd approvals …`.
 #[derive(Subcommand, Debug)]
@@ -59,59 +60,48 @@ pub enum ApprovalsCmd {
     },
 }
 
-/// Sets the runtime's approver for `command`: the approval queue for
-/// `serve`, the terminal prompt for everything else.
-pub fn install_approver(rt: &Runtime, command: &Command) {
-    match command {
+/// Who answers a call of a high-risk tool in this process.
+#[derive(Debug, Clone, Copy)]
+pub enum Approvals {
+    /// Pending approvals an operator answers (`plugd approvals`): `plugd
+    /// mcp`, whose stdin is the protocol.
+    Queue,
+    /// The terminal prompt; `yes` approves high-risk calls without asking
+    /// (`plugd tool call --yes`).
+    Terminal {
+        /// `--yes`.
+        yes: bool,
+    },
+}
+
+/// Sets the runtime's approver: the approval queue or the terminal prompt.
+pub fn install_approver(rt: &Runtime, approvals: Approvals) {
+    match approvals {
         // stdin is the MCP protocol: no terminal prompt; pending approvals.
-        Command::Serve(_) | Command::Mcp(_) => rt.use_approval_queue(),
-        Command::Tool(ToolCmd::Call { yes, .. }) => rt.set_approver(Arc::new(Terminal::new(*yes))),
-        _ => rt.set_approver(Arc::new(Terminal::new(false))),
+        Approvals::Queue => rt.use_approval_queue(),
+        Approvals::Terminal { yes } => rt.set_approver(Arc::new(Terminal::new(yes))),
     }
 }
 
-/// Runs `plugd tool enable NAME` / `disable NAME`.
-pub fn set_enabled(rt: &Runtime, name: &str, enabled: bool, by: Option<&str>) -> Result<()> {
-    let by = approver(by);
-    let (view, changed) = rt.set_tool_enabled(name, enabled, &by)?;
-    let plugin = &view.entry.plugin;
-    match (enabled, changed) {
-        (true, true) => println!("enabled tool {name} of plugin {plugin}"),
-        (true, false) => println!("tool {name} of plugin {plugin} was not disabled"),
-        (false, true) => println!(
-            "disabled tool {name} of plugin {plugin}: hidden from agents and refused by `plugd tool call`; `plugd tool enable {name}` undoes it"
-        ),
-        (false, false) => println!("tool {name} of plugin {plugin} was already disabled"),
-    }
-    Ok(())
-}
-
-/// `plugd tool enable|disable` through a running serve
-/// (`POST /v1/tools/{name}:enable|disable`; serve records the socket user
-/// as who did it): the same lines as [`set_enabled`], plus which serve.
-pub async fn set_enabled_via(
-    serve: &crate::remote::Remote,
+/// Runs `plugd tool enable NAME` / `disable NAME`, here or through a running
+/// serve (`POST /v1/tools/{name}:enable|disable`; serve records the socket
+/// user as who did it).
+pub async fn set_enabled(
+    client: &Client<'_>,
     name: &str,
     enabled: bool,
+    by: Option<&str>,
 ) -> Result<()> {
-    let action = if enabled { "enable" } else { "disable" };
-    let row = serve
-        .post(
-            &format!("/v1/tools/{name}:{action}"),
-            &serde_json::json!({}),
-            format!("tool {action} {name}"),
-        )
-        .await?;
-    let plugin = row["plugin"].as_str().unwrap_or("?");
-    let changed = row["changed"].as_bool().unwrap_or(true);
-    let via = format!("(via plugd serve pid {})", serve.pid());
+    let by = approver(by);
+    let (plugin, changed) = client.set_tool_enabled(name, enabled, &by).await?;
+    let via = client.via();
     match (enabled, changed) {
-        (true, true) => println!("enabled tool {name} of plugin {plugin} {via}"),
-        (true, false) => println!("tool {name} of plugin {plugin} was not disabled {via}"),
+        (true, true) => println!("enabled tool {name} of plugin {plugin}{via}"),
+        (true, false) => println!("tool {name} of plugin {plugin} was not disabled{via}"),
         (false, true) => println!(
-            "disabled tool {name} of plugin {plugin}: hidden from agents and refused by `plugd tool call`; `plugd tool enable {name}` undoes it {via}"
+            "disabled tool {name} of plugin {plugin}: hidden from agents and refused by `plugd tool call`; `plugd tool enable {name}` undoes it{via}"
         ),
-        (false, false) => println!("tool {name} of plugin {plugin} was already disabled {via}"),
+        (false, false) => println!("tool {name} of plugin {plugin} was already disabled{via}"),
     }
     Ok(())
 }

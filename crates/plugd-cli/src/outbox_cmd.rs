@@ -1,9 +1,9 @@
-//! `plugd events emit`, `plugd outbox list|retry`, and the outbox worker that `plugd serve` runs.
+//! `plugd events emit`, `plugd outbox list|retry` (the outbox worker runs in serve: `plugd-node`).
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use plugd_runtime::Runtime;
-use plugd_runtime::outbox::{OutboxConfig, OutboxExt, OutboxWorker};
+use plugd_runtime::outbox::OutboxExt;
 use plugd_store::outbox::{Delivery, DeliveryStatus, RetryOutcome};
 use serde_json::{Value, json};
 
@@ -156,17 +156,4 @@ fn print_table(rows: &[Delivery], dead: bool) {
             d.next_attempt_at.as_deref().unwrap_or("-"),
         );
     }
-}
-
-/// Starts the outbox worker (`PLUGD_OUTBOX_*` overrides applied); it runs
-/// until the returned handle is dropped.
-pub fn start_worker(rt: &Runtime) -> Result<OutboxWorker> {
-    let config = OutboxConfig::from_env()?;
-    tracing::info!(
-        poll_ms = config.poll.as_millis() as u64,
-        lease_ms = config.lease.as_millis() as u64,
-        max_attempts = config.retry.max_attempts,
-        "outbox worker delivering hook events"
-    );
-    Ok(OutboxWorker::spawn(rt, config))
 }

@@ -29,6 +29,8 @@ use plugd_runtime::hooks::HookContext;
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
+use crate::DelegatedApi;
+
 /// Exit code of `plugd run` when a hook blocked the turn.
 pub const EXIT_BLOCKED: i32 = 3;
 
@@ -133,7 +135,7 @@ fn report_block(outcome: &TurnOutcome) {
 
 /// Runs `plugd run`; a blocked turn exits the process with [`EXIT_BLOCKED`]
 /// after shutting the plugins down.
-pub async fn run(rt: &Runtime, args: &RunArgs) -> Result<()> {
+pub async fn run(rt: &Runtime, args: &RunArgs, api: DelegatedApi) -> Result<()> {
     if let Some(cmd) = &args.cmd {
         return crate::chains_cmd::run_cmd(rt.dir(), cmd);
     }
@@ -152,6 +154,7 @@ pub async fn run(rt: &Runtime, args: &RunArgs) -> Result<()> {
                 },
                 json: args.json,
             },
+            api,
         )
         .await;
     }
@@ -165,7 +168,7 @@ pub async fn run(rt: &Runtime, args: &RunArgs) -> Result<()> {
     // API through their delegation tokens on a loopback port.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let config = std::sync::Arc::new(PlugdConfig::load(rt.dir())?);
-    plugd_server::delegated_api(rt, config, stopped).await?;
+    api(rt, config, stopped).await?;
     let result = agent.turn(&id, prompt, &ctx, None).await;
     let _ = stop.send(true);
     agent.pipeline().cleanup().await;

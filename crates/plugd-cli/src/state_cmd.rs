@@ -38,9 +38,9 @@ pub fn run(workspace: &Path, cmd: &StateCmd) -> Result<()> {
     }
     // No serve may hold the database while it moves: a live serve would
     // keep writing the moved file and the next one would start over.
-    let _lock = match crate::serve_lock::ServeLock::acquire(workspace) {
+    let _lock = match plugd_runtime::serve_lock::ServeLock::acquire(workspace) {
         Ok(lock) => lock,
-        Err(crate::serve_lock::LockError::Held { holder, .. }) => bail!(
+        Err(plugd_runtime::serve_lock::LockError::Held { holder, .. }) => bail!(
             "plugd serve ({holder}) runs on workspace {} and holds its state database; stop it first (Ctrl-C or SIGTERM), then run `plugd state reset --yes` again",
             workspace.display()
         ),

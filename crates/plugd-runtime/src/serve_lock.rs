@@ -5,6 +5,8 @@
 //! The kernel drops it when the process ends, however it ends (`kill -9`
 //! included), so a crashed serve never blocks the next one. The holder writes
 //! its pid into the file so a refused serve can say whom it lost to.
+//! `plugd-node` takes it; the CLI reads who holds it and takes it for
+//! `plugd state reset`.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -91,12 +93,6 @@ impl ServeLock {
         file.flush().map_err(io)?;
         Ok(ServeLock { _file: file })
     }
-}
-
-/// The lock for `plugd serve` on the workspace `flag` resolves to.
-pub fn lock_for_serve(flag: Option<&Path>) -> anyhow::Result<ServeLock> {
-    let dir = plugd_runtime::workspace::resolve_dir(flag)?;
-    Ok(ServeLock::acquire(&dir)?)
 }
 
 #[cfg(test)]

@@ -11,7 +11,11 @@
 //! * host memory per idle supervised plugin (RSS delta over N plugins).
 //!
 //! `--scale N` and `--flood` run other measurements instead (see
-//! `bench_scale.rs`).
+//! `scale.rs`), `--mcp-stdio` another (`mcp.rs`).
+#![allow(clippy::print_stdout, clippy::print_stderr)] // the report and its progress lines are the bench's output
+
+mod mcp;
+mod scale;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -159,10 +163,10 @@ fn plugin_dir(root: &Path, name: &str, files: &[(&str, &str)]) -> Result<PathBuf
 
 pub async fn run(args: &BenchArgs) -> Result<()> {
     if let Some(n) = args.scale {
-        return crate::bench_scale::scale(n, args.json).await;
+        return crate::scale::scale(n, args.json).await;
     }
     if args.flood {
-        return crate::bench_scale::flood(args.flood_samples, args.json).await;
+        return crate::scale::flood(args.flood_samples, args.json).await;
     }
     if let Some(addr) = args.http_floor {
         return http_floor(addr).await;
@@ -170,14 +174,14 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     if args.mcp_stdio {
         let call_args: serde_json::Value =
             serde_json::from_str(&args.mcp_args).context("--mcp-args is not JSON")?;
-        let bench = crate::bench_mcp::McpBench {
+        let bench = crate::mcp::McpBench {
             command: &args.command,
             tool: &args.mcp_tool,
             args: call_args,
             in_flight: args.mcp_in_flight.clone(),
             duration: Duration::from_millis(args.duration_ms),
         };
-        return crate::bench_mcp::run(bench, args.json).await;
+        return crate::mcp::run(bench, args.json).await;
     }
     sibling("hello-rust")?;
     let raw_echo = sibling("raw-echo")?;
@@ -482,7 +486,7 @@ async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f
     Ok((after - before) / f64::from(n.max(1)))
 }
 
-pub(crate) fn machine() -> String {
+fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -1,14 +1,12 @@
 //! `plugd plugin approve ID [ID ...] | --all`: approvals of many plugins with
 //! bounded concurrency, one line per plugin and a summary, locally or
-//! through a running `plugd serve`.
+//! through a running `plugd serve` (one [`Client`]).
 
 use anyhow::{Result, bail};
 use clap::Args;
 use futures_util::stream::{self, StreamExt};
-use plugd_runtime::Runtime;
-use serde_json::Value;
 
-use crate::remote::Remote;
+use crate::client::Client;
 
 /// What `plugd plugin approve` takes.
 #[derive(Args, Debug)]
@@ -29,14 +27,6 @@ pub struct ApproveArgs {
 
 /// One approval's outcome: the line to print, or why it failed.
 type Outcome = (String, Result<String, String>);
-
-fn tools_of(row: &Value) -> String {
-    row["tools"]
-        .as_array()
-        .map(|t| t.iter().filter_map(Value::as_str).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .join(", ")
-}
 
 /// Runs `approve` over `ids`, `jobs` at a time, printing a line per plugin
 /// in the order given; a summary and an error naming each failure when
@@ -100,76 +90,33 @@ fn needs_config(state: &str, error: Option<&str>) -> String {
     }
 }
 
-/// In this process.
-pub async fn local(rt: &Runtime, args: &ApproveArgs, by: &str) -> Result<()> {
-    let ids = if args.all {
-        rt.plugin_list()?
-            .into_iter()
-            .filter(|p| !p.approved)
-            .map(|p| p.id)
-            .collect()
-    } else {
-        args.ids.clone()
-    };
-    approve_all(ids, args.jobs, |id| async move {
-        let r = match rt.approve(&id, by).await {
-            Ok(info) => {
-                crate::print_approval_warnings(info.warnings.iter().map(String::as_str));
-                let digest = info
-                    .approval
-                    .as_ref()
-                    .map(|a| a.digest.as_str())
-                    .unwrap_or("?");
-                Ok(format!(
-                    "approved {id} ({digest}); tools: {}{}",
-                    info.tools.join(", "),
-                    needs_config(&info.state, info.error.as_deref())
-                ))
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        (id, r)
-    })
-    .await
-}
-
-/// Through the running `serve` (its `POST /v1/plugins/{id}:approve`).
+/// Here or through the running serve (its `POST /v1/plugins/{id}:approve`).
 /// Serve records who approved from the connection (socket user or token),
-/// so `--by` is not sent.
-pub async fn via_serve(serve: &Remote, args: &ApproveArgs) -> Result<()> {
-    if args.by.is_some() {
+/// so `--by` is not sent there.
+pub async fn run(client: &Client<'_>, args: &ApproveArgs) -> Result<()> {
+    if matches!(client, Client::Serve(_)) && args.by.is_some() {
         eprintln!(
             "note: --by is not sent to plugd serve; it records the user of this socket connection"
         );
     }
-    let via = format!("(via plugd serve pid {})", serve.pid());
+    let by = crate::approver(args.by.as_deref());
     let ids = if args.all {
-        let rows = serve.get("/v1/plugins", "plugin list".into()).await?;
-        rows.as_array()
-            .into_iter()
-            .flatten()
-            .filter(|r| !r["approved"].as_bool().unwrap_or(false))
-            .filter_map(|r| r["id"].as_str().map(str::to_owned))
-            .collect()
+        client.unapproved().await?
     } else {
         args.ids.clone()
     };
-    let via = &via;
+    let (by, via) = (&by, &client.via());
     approve_all(ids, args.jobs, |id| async move {
-        let r = match serve.plugin_action(&id, "approve").await {
-            Ok(row) => Ok({
-                let warnings = row["warnings"].as_array().cloned().unwrap_or_default();
-                crate::print_approval_warnings(warnings.iter().filter_map(Value::as_str));
-                format!(
-                    "approved {id} ({}); tools: {}{} {via}",
-                    row["digest"].as_str().unwrap_or("?"),
-                    tools_of(&row),
-                    needs_config(
-                        row["state"].as_str().unwrap_or_default(),
-                        row["error"].as_str()
-                    )
-                )
-            }),
+        let r = match client.approve(&id, by).await {
+            Ok(a) => {
+                crate::print_approval_warnings(a.warnings.iter().map(String::as_str));
+                Ok(format!(
+                    "approved {id} ({}); tools: {}{}{via}",
+                    a.digest,
+                    a.tools.join(", "),
+                    needs_config(&a.state, a.error.as_deref())
+                ))
+            }
             Err(e) => Err(e.to_string()),
         };
         (id, r)

@@ -203,7 +203,9 @@ pub(crate) async fn report(rt: &Runtime, id: &str, what: &str, applied: Applied)
     Ok(())
 }
 
-pub(crate) fn read_stdin_value() -> Result<String> {
+/// A secret value from standard input (at most 64 KiB, one trailing line
+/// break dropped), for `plugd plugin config` and `plugd secret set`.
+pub fn read_stdin_value() -> Result<String> {
     let mut buf = String::new();
     std::io::stdin()
         .take(64 * 1024 + 1)

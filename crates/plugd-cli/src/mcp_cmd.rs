@@ -84,7 +84,7 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
     let gateway = Gateway::new(rt.clone(), Arc::new(config), env!("CARGO_PKG_VERSION"));
     let caller = Caller {
-        name: plugd_server::auth::user_name(rustix::process::geteuid().as_raw()),
+        name: plugd_store::users::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
     };
     let session = gateway.session(caller, args.profile.as_deref())?;

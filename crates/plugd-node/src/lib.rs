@@ -1,0 +1,69 @@
+//! plugd-node: a running node (`plugd serve`) assembled from its parts in one
+//! sequence: serve lock, store and bus ([`Backends`]), runtime, config gate,
+//! hook pipeline, outbox worker, HTTP surfaces on their listeners, eager
+//! starts, watchers and channels, then one shutdown sequence.
+//!
+//! **API boundary**: the binary parses `plugd serve`'s arguments into a
+//! [`NodeConfig`] and calls [`run`]; nothing else starts a node. Errors are
+//! `anyhow` as in the binary: this crate is the binary's serving half, and its
+//! messages are the ones `plugd serve` prints.
+
+pub mod backends;
+pub mod eager;
+pub mod log_writer;
+mod serve;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use anyhow::Result;
+use plugd_host::HostConfig;
+use plugd_runtime::Runtime;
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::serve_lock::ServeLock;
+
+pub use backends::{Backends, SqliteState, StateBackend};
+
+/// What `plugd serve` is asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct NodeConfig {
+    /// The workspace flag (`--workspace`); `None`: `$PLUGD_WORKSPACE`, else
+    /// the current directory.
+    pub workspace: Option<PathBuf>,
+    /// Also serve the HTTP API on this TCP address (loopback only).
+    pub listen: Option<SocketAddr>,
+}
+
+/// Runs a node on `config`'s workspace until Ctrl-C or SIGTERM (then `Ok`),
+/// or until its HTTP server fails (then that error); every plugin is stopped
+/// either way.
+pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
+    // One serve per workspace: the lock comes before the database or any plugin.
+    let dir = plugd_runtime::workspace::resolve_dir(config.workspace.as_deref())?;
+    let _serve_lock = ServeLock::acquire(&dir)?;
+    let host = HostConfig::from_env().map_err(anyhow::Error::msg)?;
+    let Backends { state, bus } = backends;
+    let rt = Runtime::open_with(&dir, host, |d| state.open(d), bus)?;
+    tracing::debug!(state = state.name(), "state backend open");
+    // Nobody answers a terminal here: high-risk calls and elicitations wait
+    // in queues that operators answer (`plugd approvals`, the console).
+    rt.use_approval_queue();
+    rt.use_elicitation_queue();
+    let result = serve::serve(&rt, &config).await;
+    rt.shutdown().await;
+    result
+}
+
+/// The delegated API of a CLI command that runs VAI invocations itself
+/// (`plugd run`, `plugd run --harness`): `plugd-server`'s, mounted here for
+/// `plugd-cli`, which depends on no surface (its `DelegatedApi`).
+pub fn delegated_api<'a>(
+    rt: &'a Runtime,
+    config: Arc<PlugdConfig>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Pin<Box<dyn Future<Output = Result<SocketAddr>> + 'a>> {
+    Box::pin(async move { Ok(plugd_server::delegated_api(rt, config, stop).await?) })
+}
