@@ -676,7 +676,7 @@ impl Runtime {
             spec.tools
                 .iter()
                 .find(|t| t.wire_name == export_id)
-                .map(|t| plugd_host::dialect::vai::declared_tool(spec, t))
+                .map(|t| plugd_dialects::vai::declared_tool(spec, t))
         } else {
             let conn = proc
                 .sup

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use plugd_control::invocations::{InvocationRecord, InvocationStore, TerminalStatus, rfc3339_ms};
 use plugd_host::CallToolError;
 use plugd_host::dialect::CallContext;
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::peer::CallError;
 use plugd_manifest::{Dialect, PluginSpec};
 use plugd_store::Store;

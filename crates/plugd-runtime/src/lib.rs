@@ -185,7 +185,7 @@ pub enum RuntimeError {
     },
     /// An MCP resource, prompt or completion request failed.
     #[error(transparent)]
-    Feature(plugd_host::dialect::FeatureError),
+    Feature(plugd_dialects::FeatureError),
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
@@ -505,7 +505,7 @@ impl Runtime {
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new());
-        let mut services = HostServices::for_workspace(&dir);
+        let mut services = HostServices::for_workspace(&dir, plugd_dialects::table());
         services.api = Some(api.clone());
         // Roots offered to MCP servers, read once: a plugd.yaml that does
         // not load offers none (every command that needs it reports why).
@@ -924,7 +924,7 @@ impl Runtime {
         if sup.spec().dialect == Dialect::Salmex
             && plugin_config::missing_required(store, sup.spec()).is_some()
         {
-            let tools = plugd_host::dialect::salmex::declared_tools(sup.spec());
+            let tools = plugd_dialects::salmex::declared_tools(sup.spec());
             let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
             store.update_catalog(id, &approval.digest, &catalog)?;
             sup.stop().await;
@@ -1123,7 +1123,7 @@ impl Runtime {
         let result = result?;
         entry.check_output(&result).map_err(|message| {
             RuntimeError::Call(CallToolError::Tool(
-                plugd_host::native::ToolError::ExecutionFailed {
+                plugd_host::model::ToolError::ExecutionFailed {
                     plugin: entry.plugin.as_str().into(),
                     tool: entry.name.clone(),
                     message,
@@ -1197,7 +1197,7 @@ impl Runtime {
                 && matches!(self.inner.store.approval(id), Ok(Some(_)))
         })?;
         Some(RuntimeError::Call(CallToolError::Tool(
-            plugd_host::native::ToolError::NotFound {
+            plugd_host::model::ToolError::NotFound {
                 plugin: std::sync::Arc::from(id.as_str()),
                 tool: name.to_owned(),
                 message: "declared in [plugin.extends].tools but not advertised in the plugin's initialize reply (-33401 ToolNotFound, nexo §4.1.1)".to_owned(),

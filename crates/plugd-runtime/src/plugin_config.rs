@@ -787,7 +787,7 @@ impl Runtime {
                 Ok(launch) => {
                     conn.stderr.redact_more(&launch.redact);
                     self.inner.redactions.remember(id, &launch.redact);
-                    if plugd_host::dialect::salmex::config_changed(&conn, launch.config) {
+                    if plugd_dialects::salmex::config_changed(&conn, launch.config) {
                         return Ok(Applied::Notified);
                     }
                 }

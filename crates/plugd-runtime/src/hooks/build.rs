@@ -164,7 +164,7 @@ async fn registered_microapp_hooks(
     let starts = apps.iter().map(|id| async move {
         let sup = runtime.supervised(id).ok()?;
         match sup.connection(Instant::now() + START_TIMEOUT).await {
-            Ok(conn) => Some((id.clone(), plugd_host::dialect::microapp::registered_hooks(&conn))),
+            Ok(conn) => Some((id.clone(), plugd_dialects::microapp::registered_hooks(&conn))),
             Err(e) => {
                 tracing::warn!(plugin = %id, "microapp did not start, its registered hooks are not dispatched: {e}");
                 None
