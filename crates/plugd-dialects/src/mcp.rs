@@ -1236,9 +1236,18 @@ pub(crate) fn with_trace(mut params: Value) -> Value {
 pub struct Mcp;
 
 impl Dialect for Mcp {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             server_features: true,
+            mcp_results: true,
+            unsigned: Some(
+                "an MCP server is declared by a .mcp.json entry and has no plugin directory to sign",
+            ),
+            ..Capabilities::default()
         }
     }
 

@@ -60,7 +60,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HostServices, Setup,
+    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HookStyle,
+    HostServices, Setup,
 };
 use plugd_host::extensions::{OutboundMessage, channel_error_object};
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
@@ -554,6 +555,20 @@ fn binding_context(ctx: &CallContext) -> Value {
 pub struct Microapp;
 
 impl Dialect for Microapp {
+    fn name(&self) -> &'static str {
+        "microapp"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hooks: Some(HookStyle::Vote),
+            unsigned: Some(
+                "a microapp is declared by an extensions.yaml entry, which no plugin signature covers",
+            ),
+            ..Capabilities::default()
+        }
+    }
+
     fn setup(
         &self,
         spec: &Arc<PluginSpec>,

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs, HostServices,
-    Setup,
+    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs,
+    HookStyle, HostServices, Setup,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
 use plugd_host::native_host::{self, NativeHost, NativeState};
@@ -29,6 +29,19 @@ use plugd_host::supervisor::Conn;
 pub struct Native;
 
 impl Dialect for Native {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hooks: Some(HookStyle::OnHook),
+            nexo_providers: true,
+            declared_tool_not_found: true,
+            ..Capabilities::default()
+        }
+    }
+
     /// JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
     /// the plugin's own requests go to the host services.
     fn setup(

@@ -34,7 +34,8 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HostServices, Setup,
+    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HostServices,
+    Setup,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
 use plugd_host::peer::{CallError, Closed, Handler, Peer};
@@ -483,6 +484,25 @@ fn content_text(result: &Value) -> String {
 pub struct Salmex;
 
 impl Dialect for Salmex {
+    fn name(&self) -> &'static str {
+        "salmex"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            live_config: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn declared_catalog(&self, spec: &PluginSpec) -> Option<Vec<ToolDef>> {
+        Some(declared_tools(spec))
+    }
+
+    fn config_changed(&self, conn: &Conn, config: Value) -> bool {
+        config_changed(conn, config)
+    }
+
     fn setup(
         &self,
         spec: &Arc<PluginSpec>,

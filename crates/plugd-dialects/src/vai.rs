@@ -38,8 +38,8 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use plugd_host::dialect::{
-    CallContext, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs, HostServices,
-    Setup,
+    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs,
+    HostServices, Setup,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, fresh_id, map_tool_error};
 use plugd_host::peer::{CallError, CancelPolicy, Handler, Peer};
@@ -715,6 +715,26 @@ pub fn slot_secrets(spec: &PluginSpec, export_id: &str, launch_config: &Value) -
 pub struct Vai;
 
 impl Dialect for Vai {
+    fn name(&self) -> &'static str {
+        "vai"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            catalog_in_manifest: true,
+            sends_invocation_id: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn declared_tool(
+        &self,
+        spec: &PluginSpec,
+        tool: &plugd_manifest::DeclaredTool,
+    ) -> Option<ToolDef> {
+        Some(declared_tool(spec, tool))
+    }
+
     fn setup(
         &self,
         spec: &Arc<PluginSpec>,

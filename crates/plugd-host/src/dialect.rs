@@ -357,15 +357,79 @@ pub struct Capabilities {
     /// Server features beyond tools (resources, resource templates,
     /// prompts, completion): MCP.
     pub server_features: bool,
+    /// Its tool results are MCP `CallToolResult`s and it may log to the
+    /// client during a call: the MCP gateway passes both on as they come
+    /// (MCP).
+    pub mcp_results: bool,
+    /// How it serves a hook bound to it (`hook:` in plugd.yaml), when it can.
+    pub hooks: Option<HookStyle>,
+    /// It may serve nexo's provider methods: `llm.chat` providers and
+    /// `memory.embed` (native).
+    pub nexo_providers: bool,
+    /// A tool it declares but did not advertise answers `-33401`
+    /// (ToolNotFound), not "unknown tool" (nexo §4.1.1: native).
+    pub declared_tool_not_found: bool,
+    /// Its tools are known from its manifest without a start
+    /// ([`Dialect::declared_tool`]: VAI).
+    pub catalog_in_manifest: bool,
+    /// Its calls carry the invocation record's id (VAI
+    /// `context.invocation_id`).
+    pub sends_invocation_id: bool,
+    /// New settings reach a running plugin without a restart
+    /// ([`Dialect::config_changed`]: Salmex `config/changed`).
+    pub live_config: bool,
+    /// Why a plugin of this contract has no signature to check, when it
+    /// cannot have one (microapp, MCP).
+    pub unsigned: Option<&'static str>,
+}
+
+/// How a contract serves a hook event bound to one of its plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStyle {
+    /// `hook.on_hook`, for hooks declared in `[plugin.extends].hooks`
+    /// (native).
+    OnHook,
+    /// Votes of the hooks the plugin registered (microapp).
+    Vote,
 }
 
 /// One plugin contract: how its envelope, handshake, tool calls and
 /// shutdown look on the wire, and what it can do beyond tools. Adding a
 /// contract is one implementation of this trait (in `plugd-dialects`).
 pub trait Dialect: Send + Sync + 'static {
+    /// The contract's name (`native`, `microapp`, `salmex`, `vai`, `mcp`).
+    fn name(&self) -> &'static str;
+
     /// What the contract offers beyond tool calls; by default nothing.
     fn capabilities(&self) -> Capabilities {
         Capabilities::default()
+    }
+
+    /// A declared tool as the registry knows it before the plugin runs,
+    /// when the contract can say without a start (VAI); else `None`.
+    fn declared_tool(
+        &self,
+        spec: &PluginSpec,
+        tool: &plugd_manifest::DeclaredTool,
+    ) -> Option<ToolDef> {
+        let _ = (spec, tool);
+        None
+    }
+
+    /// The catalog `spec` declares, when the contract lets plugd approve a
+    /// plugin on it and leave it unconfigured until its settings are set
+    /// (Salmex); else `None`.
+    fn declared_catalog(&self, spec: &PluginSpec) -> Option<Vec<ToolDef>> {
+        let _ = spec;
+        None
+    }
+
+    /// Tells a running plugin its settings changed, when the contract can
+    /// ([`Capabilities::live_config`]); `false` when it could not be told
+    /// (restart it instead).
+    fn config_changed(&self, conn: &Conn, config: Value) -> bool {
+        let _ = (conn, config);
+        false
     }
 
     /// The envelope, handler and cancel policy of one run of `spec`.

@@ -65,7 +65,7 @@ use plugd_host::dialect::{CallContext, HostServices};
 use plugd_host::{
     CallToolError, Handshake, HostConfig, Launch, Observer, Status, Supervised, ToolDef,
 };
-use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
+use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
@@ -921,10 +921,10 @@ impl Runtime {
         // call: a Salmex plugin whose required settings are not set yet is
         // approved on its plugin.json catalog and waits, unconfigured, for
         // `plugd plugin config ID set`; its first call then starts it.
-        if sup.spec().dialect == Dialect::Salmex
-            && plugin_config::missing_required(store, sup.spec()).is_some()
+        let declared = plugd_dialects::of(sup.spec().dialect).declared_catalog(sup.spec());
+        if let Some(tools) =
+            declared.filter(|_| plugin_config::missing_required(store, sup.spec()).is_some())
         {
-            let tools = plugd_dialects::salmex::declared_tools(sup.spec());
             let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
             store.update_catalog(id, &approval.digest, &catalog)?;
             sup.stop().await;
@@ -1192,7 +1192,9 @@ impl Runtime {
     fn declared_not_advertised(&self, name: &str) -> Option<RuntimeError> {
         let (id, _) = self.inner.plugins.iter().find(|(id, sup)| {
             let spec = sup.spec();
-            spec.dialect == plugd_manifest::Dialect::Native
+            plugd_dialects::of(spec.dialect)
+                .capabilities()
+                .declared_tool_not_found
                 && spec.declared_tools.iter().any(|t| t == name)
                 && matches!(self.inner.store.approval(id), Ok(Some(_)))
         })?;

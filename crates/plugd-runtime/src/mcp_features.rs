@@ -24,7 +24,6 @@ use std::time::Duration;
 use plugd_dialects::mcp_features::{FeatureError, ListKind};
 use plugd_host::Conn;
 use plugd_host::dialect::{McpEvent, McpEvents, McpSubscriptions};
-use plugd_manifest::Dialect;
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -253,7 +252,11 @@ impl Runtime {
         self.inner
             .plugins
             .iter()
-            .filter(|(_, sup)| sup.spec().dialect == Dialect::Mcp)
+            .filter(|(_, sup)| {
+                plugd_dialects::of(sup.spec().dialect)
+                    .capabilities()
+                    .server_features
+            })
             .filter(|(id, sup)| self.check_approved(id).is_ok() && operator_stop(sup).is_none())
             .map(|(id, _)| id.clone())
             .collect()
