@@ -83,13 +83,13 @@ use serde_json::{Value, json};
 use crate::mcp_features::{Envelope, FeatureState, ListKind};
 use crate::mcp_tasks::{self, TaskWatchers};
 use plugd_host::dialect::{
-    CallContext, Capabilities, CatalogChanged, ClientHandle, Dialect, DialectFuture, HandshakeArgs,
-    HostServices, McpEvent, McpEvents, McpRequests, McpRoots, McpSubscriptions, Setup,
+    CallContext, CallFuture, Capabilities, CatalogChanged, ClientHandle, Dialect, DialectFuture,
+    HandshakeArgs, HandshakeFuture, McpEvent, McpEvents, McpRequests, McpRoots, McpSubscriptions,
+    Setup, SetupArgs, ToolCall,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
 use plugd_host::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
 use plugd_host::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
-use plugd_host::stderr::SharedRedact;
 use plugd_host::supervisor::Conn;
 
 /// The protocol revision plugd offers in `initialize` (shared with the
@@ -526,11 +526,13 @@ pub fn offered_roots(conn: &Conn) -> bool {
 }
 
 /// Envelope, handler and cancel policy for an MCP server.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    services: &HostServices,
-    catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs {
+        spec,
+        services,
+        catalog_changed,
+        ..
+    } = a;
     let handler = McpHandler::new(&spec.id, services.mcp_roots.clone(), catalog_changed);
     let mut state = McpState::new(handler.offered_roots, services.mcp_subscriptions.clone());
     state.stateless = services.mcp_stateless.get(&spec.id);
@@ -1251,21 +1253,11 @@ impl Dialect for Mcp {
         }
     }
 
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        catalog_changed: CatalogChanged,
-        redact: &SharedRedact,
-    ) -> Setup {
-        let _ = redact;
-        setup(spec, services, catalog_changed)
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
     }
 
-    fn handshake<'a>(
-        &'a self,
-        a: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>> {
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
         Box::pin(handshake(a.peer, a.spec, a.state, a.timeout))
     }
 
@@ -1289,15 +1281,8 @@ impl Dialect for Mcp {
         })
     }
 
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>> {
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, _spec, tool, args, ctx, timeout) = call.into_parts();
         Box::pin(async move {
             let plugin = conn.peer.plugin();
             let state = mcp_state(conn);
@@ -1398,12 +1383,7 @@ impl Dialect for Mcp {
 
     /// MCP over stdio has no shutdown request: SIGTERM to the process group; the
     /// supervisor SIGKILLs after `shutdown_grace`.
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        _reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()> {
+    fn shutdown<'a>(&'a self, conn: &'a Conn, _reply_timeout: Duration) -> DialectFuture<'a, ()> {
         Box::pin(async move {
             conn.process.terminate_group();
         })

@@ -60,14 +60,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HookStyle,
-    HostServices, Setup,
+    CallContext, CallFuture, Capabilities, Dialect, DialectFuture, HandshakeArgs, HandshakeFuture,
+    HookStyle, HostServices, Setup, SetupArgs, ToolCall,
 };
 use plugd_host::extensions::{OutboundMessage, channel_error_object};
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
 use plugd_host::peer::{CallError, Handler, HandlerFuture, Peer};
 use plugd_host::protocol::{Incoming, JsonRpc, Protocol};
-use plugd_host::stderr::SharedRedact;
 use plugd_host::supervisor::Conn;
 
 /// Seed code: "Capability not granted".
@@ -343,11 +342,8 @@ impl Handler for MicroappHandler {
 }
 
 /// Envelope and handler.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    services: &HostServices,
-    _catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, services, .. } = a;
     let capabilities = spec
         .microapp
         .as_ref()
@@ -569,21 +565,11 @@ impl Dialect for Microapp {
         }
     }
 
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        catalog_changed: CatalogChanged,
-        redact: &SharedRedact,
-    ) -> Setup {
-        let _ = redact;
-        setup(spec, services, catalog_changed)
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
     }
 
-    fn handshake<'a>(
-        &'a self,
-        a: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>> {
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
         Box::pin(handshake(a.peer, a.spec, a.services, a.state, a.timeout))
     }
 
@@ -621,15 +607,8 @@ impl Dialect for Microapp {
     /// the reply's `output`; `{error}` is a tool-level failure
     /// ([`ToolError::ExecutionFailed`]); JSON-RPC errors stay protocol errors
     /// except the seed's `-32001` (arguments) and `-32002`/`-32003` (unavailable).
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>> {
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
         Box::pin(async move {
             let plugin: Arc<str> = spec.id.as_str().into();
             let mut params = json!({
@@ -673,12 +652,7 @@ impl Dialect for Microapp {
     /// Sends `shutdown` and waits for its reply (at most `reply_timeout`), then
     /// SIGTERMs the process group as the seed says; the supervisor SIGKILLs it
     /// after `shutdown_grace` if it is still there.
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()> {
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
         Box::pin(async move {
             let res = conn
                 .peer

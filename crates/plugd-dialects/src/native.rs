@@ -15,13 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs,
-    HookStyle, HostServices, Setup,
+    CallFuture, Capabilities, Dialect, DialectFuture, DialectState, HandshakeArgs, HandshakeFuture,
+    HookStyle, Setup, SetupArgs, ToolCall,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
 use plugd_host::native_host::{self, NativeHost, NativeState};
 use plugd_host::peer::{CallError, Peer};
-use plugd_host::stderr::SharedRedact;
 use plugd_host::supervisor::Conn;
 
 /// The nexo Plugin Contract (`nexo-plugin.toml`).
@@ -44,14 +43,8 @@ impl Dialect for Native {
 
     /// JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
     /// the plugin's own requests go to the host services.
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        _catalog_changed: CatalogChanged,
-        _redact: &SharedRedact,
-    ) -> Setup {
-        let host = NativeHost::new(spec.clone(), services.api.clone());
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        let host = NativeHost::new(a.spec.clone(), a.services.api.clone());
         let state: DialectState = Arc::new(host.state());
         Setup {
             protocol: Arc::new(plugd_host::native_llm::NativeProtocol),
@@ -61,10 +54,7 @@ impl Dialect for Native {
         }
     }
 
-    fn handshake<'a>(
-        &'a self,
-        a: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>> {
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
         Box::pin(async move {
             let handshake = initialize_with(a.peer, a.spec, &a.launch.config, a.timeout).await?;
             if let Some(native) = a.state.and_then(|s| s.downcast_ref::<NativeState>()) {
@@ -74,15 +64,8 @@ impl Dialect for Native {
         })
     }
 
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>> {
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, _spec, tool, args, ctx, timeout) = call.into_parts();
         Box::pin(invoke_tool(
             &conn.peer,
             tool.wire(),
@@ -92,12 +75,7 @@ impl Dialect for Native {
         ))
     }
 
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()> {
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
         Box::pin(async move {
             let _ = shutdown(&conn.peer, reply_timeout).await;
         })

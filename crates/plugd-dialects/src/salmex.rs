@@ -34,14 +34,13 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
 use plugd_host::dialect::{
-    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, HandshakeArgs, HostServices,
-    Setup,
+    CallFuture, Capabilities, Dialect, DialectFuture, HandshakeArgs, HandshakeFuture, HostServices,
+    Setup, SetupArgs, ToolCall,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
 use plugd_host::peer::{CallError, Closed, Handler, Peer};
 use plugd_host::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
 use plugd_host::spawn::ProcessHandle;
-use plugd_host::stderr::SharedRedact;
 use plugd_host::supervisor::Conn;
 
 /// Longest log message kept from a plugin's `log.*` notification.
@@ -231,12 +230,8 @@ impl Handler for SalmexHandler {
 }
 
 /// Envelope and handler.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    _services: &HostServices,
-    _catalog_changed: CatalogChanged,
-    redact: &plugd_host::stderr::SharedRedact,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, redact, .. } = a;
     Setup {
         protocol: Arc::new(SalmexProtocol),
         handler: Arc::new(SalmexHandler {
@@ -503,35 +498,19 @@ impl Dialect for Salmex {
         config_changed(conn, config)
     }
 
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        catalog_changed: CatalogChanged,
-        redact: &SharedRedact,
-    ) -> Setup {
-        setup(spec, services, catalog_changed, redact)
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
     }
 
-    fn handshake<'a>(
-        &'a self,
-        a: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>> {
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
         Box::pin(handshake(a.peer, a.spec, a.services, a.launch, a.timeout))
     }
 
     /// Calls a tool with `tools/call {name, arguments}`. The result comes back
     /// as the plugin sent it; `isError: true` becomes
     /// [`ToolError::ExecutionFailed`] with the text content as message.
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>> {
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
         Box::pin(async move {
             let plugin: Arc<str> = spec.id.as_str().into();
             let params = json!({"name": tool.wire(), "arguments": args});
@@ -565,12 +544,7 @@ impl Dialect for Salmex {
     /// Sends the `shutdown` notification (waiting at most `reply_timeout` for
     /// room in the queue). No reply comes: the supervisor then waits the grace
     /// period for the exit and kills the process group.
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()> {
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
         Box::pin(async move {
             let payload = SalmexProtocol.encode_notification("shutdown", None);
             let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(payload)).await;

@@ -38,12 +38,11 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
 use plugd_host::dialect::{
-    CallContext, Capabilities, CatalogChanged, Dialect, DialectFuture, DialectState, HandshakeArgs,
-    HostServices, Setup,
+    CallContext, CallFuture, Capabilities, Dialect, DialectFuture, DialectState, HandshakeArgs,
+    HandshakeFuture, HostServices, Setup, SetupArgs, ToolCall,
 };
 use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, fresh_id, map_tool_error};
 use plugd_host::peer::{CallError, CancelPolicy, Handler, Peer};
-use plugd_host::stderr::SharedRedact;
 use plugd_host::supervisor::Conn;
 
 pub use codec::VaiRpc;
@@ -209,11 +208,8 @@ impl Handler for VaiHandler {
 }
 
 /// Envelope, handler, cancel policy and per-export semaphores.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    _services: &HostServices,
-    _catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, .. } = a;
     let slot = Arc::new(HelloSlot {
         plugin: spec.id.clone(),
         tx: watch::channel(None).0,
@@ -735,33 +731,16 @@ impl Dialect for Vai {
         Some(declared_tool(spec, tool))
     }
 
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        catalog_changed: CatalogChanged,
-        redact: &SharedRedact,
-    ) -> Setup {
-        let _ = redact;
-        setup(spec, services, catalog_changed)
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
     }
 
-    fn handshake<'a>(
-        &'a self,
-        a: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>> {
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
         Box::pin(handshake(a.peer, a.spec, a.services, a.state, a.timeout))
     }
 
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>> {
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
         Box::pin(async move {
             let export_id = tool.wire();
             let mut fields = Map::new();
@@ -795,12 +774,7 @@ impl Dialect for Vai {
     }
 
     /// Sends the `shutdown` frame; the supervisor then waits its grace and kills.
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        _spec: &'a PluginSpec,
-        reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()> {
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
         Box::pin(async move {
             let frame = codec::encode_frame("shutdown", None);
             let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(frame)).await;

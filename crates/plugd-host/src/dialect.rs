@@ -334,6 +334,64 @@ impl std::fmt::Debug for Dialects {
 /// A dialect's boxed future (the trait is object safe).
 pub type DialectFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What [`Dialect::handshake`] resolves to.
+pub type HandshakeFuture<'a> = DialectFuture<'a, Result<Handshake, HandshakeError>>;
+
+/// What [`Dialect::call_tool`] resolves to.
+pub type CallFuture<'a> = DialectFuture<'a, Result<Value, ToolError>>;
+
+/// What [`Dialect::setup`] works with.
+pub struct SetupArgs<'a> {
+    /// The plugin as this run starts it.
+    pub spec: &'a Arc<PluginSpec>,
+    /// What the host offers it.
+    pub services: &'a HostServices,
+    /// Asks the supervisor to re-read the tool catalog.
+    pub catalog_changed: CatalogChanged,
+    /// The run's secrets to scrub from what the plugin logs.
+    pub redact: &'a crate::stderr::SharedRedact,
+}
+
+/// One tool call, as [`Dialect::call_tool`] makes it.
+pub struct ToolCall<'a> {
+    /// The running plugin.
+    pub conn: &'a Conn,
+    /// The plugin's spec.
+    pub spec: &'a PluginSpec,
+    /// The registry entry (its wire name is sent).
+    pub tool: &'a ToolDef,
+    /// The arguments.
+    pub args: Value,
+    /// Who and what the call is for.
+    pub ctx: &'a CallContext,
+    /// The call deadline.
+    pub timeout: Duration,
+}
+
+impl<'a> ToolCall<'a> {
+    /// `(conn, spec, tool, args, ctx, timeout)`.
+    #[allow(clippy::type_complexity)]
+    pub fn into_parts(
+        self,
+    ) -> (
+        &'a Conn,
+        &'a PluginSpec,
+        &'a ToolDef,
+        Value,
+        &'a CallContext,
+        Duration,
+    ) {
+        (
+            self.conn,
+            self.spec,
+            self.tool,
+            self.args,
+            self.ctx,
+            self.timeout,
+        )
+    }
+}
+
 /// What a handshake works with.
 pub struct HandshakeArgs<'a> {
     /// The connection, before it is a [`Conn`].
@@ -432,20 +490,11 @@ pub trait Dialect: Send + Sync + 'static {
         false
     }
 
-    /// The envelope, handler and cancel policy of one run of `spec`.
-    fn setup(
-        &self,
-        spec: &Arc<PluginSpec>,
-        services: &HostServices,
-        catalog_changed: CatalogChanged,
-        redact: &crate::stderr::SharedRedact,
-    ) -> Setup;
+    /// The envelope, handler and cancel policy of one run.
+    fn setup(&self, a: SetupArgs<'_>) -> Setup;
 
     /// The handshake; validates identity and the tool catalog.
-    fn handshake<'a>(
-        &'a self,
-        args: HandshakeArgs<'a>,
-    ) -> DialectFuture<'a, Result<Handshake, HandshakeError>>;
+    fn handshake<'a>(&'a self, args: HandshakeArgs<'a>) -> HandshakeFuture<'a>;
 
     /// Re-reads the tool catalog of a running plugin; by default the one
     /// its handshake gave.
@@ -460,25 +509,12 @@ pub trait Dialect: Send + Sync + 'static {
     }
 
     /// Calls one tool. `tool` is the registry entry (its wire name is sent).
-    fn call_tool<'a>(
-        &'a self,
-        conn: &'a Conn,
-        spec: &'a PluginSpec,
-        tool: &'a ToolDef,
-        args: Value,
-        ctx: &'a CallContext,
-        timeout: Duration,
-    ) -> DialectFuture<'a, Result<Value, ToolError>>;
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a>;
 
     /// Asks the plugin to stop, the contract's way; resolves once the
     /// request was made (or failed). The supervisor then waits its grace
     /// period and kills.
-    fn shutdown<'a>(
-        &'a self,
-        conn: &'a Conn,
-        spec: &'a PluginSpec,
-        reply_timeout: Duration,
-    ) -> DialectFuture<'a, ()>;
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()>;
 }
 
 /// Calls one tool through `conn`'s dialect, inside the plugin round trip
@@ -498,10 +534,14 @@ pub async fn call_tool(
         export: Some(&tool.name),
         binding: None,
     };
-    let round_trip = conn
-        .services
-        .dialects
-        .of(spec.dialect)
-        .call_tool(conn, spec, tool, args, ctx, timeout);
+    let call = ToolCall {
+        conn,
+        spec,
+        tool,
+        args,
+        ctx,
+        timeout,
+    };
+    let round_trip = conn.services.dialects.of(spec.dialect).call_tool(call);
     plugd_telemetry::in_span("plugin round trip", subject, round_trip).await
 }

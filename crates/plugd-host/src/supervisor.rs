@@ -401,7 +401,7 @@ impl Conn {
             self.services
                 .dialects
                 .of(self.spec.dialect)
-                .shutdown(self, &self.spec, reply_timeout)
+                .shutdown(self, reply_timeout)
                 .await;
             if tokio::time::timeout(grace, self.peer.wait_closed())
                 .await
@@ -1419,7 +1419,12 @@ impl SupInner {
         });
         let redact: stderr::SharedRedact = Arc::new(std::sync::RwLock::new(launch.redact.clone()));
         let dialect = self.services.dialects.of(spec.dialect);
-        let setup = dialect.setup(&run, &self.services, catalog_changed, &redact);
+        let setup = dialect.setup(dialect::SetupArgs {
+            spec: &run,
+            services: &self.services,
+            catalog_changed,
+            redact: &redact,
+        });
         let dialect_state = setup.state.clone();
         let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;
