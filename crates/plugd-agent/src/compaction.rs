@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use plugd_control::chains::{
     Block, ChainStore, Compaction, NewBlock, RunPatch, fresh_id, token_estimate,
 };
+use plugd_dialects::vai;
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai;
 use plugd_manifest::vai::ExportKind;
 use plugd_runtime::Runtime;
 use plugd_runtime::compaction::CompactorConfig;

@@ -404,7 +404,7 @@ async fn cold(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<ColdStar
             spec.clone(),
             config.clone(),
             Arc::new(NoObserver),
-            HostServices::for_workspace(&spec.dir),
+            HostServices::for_workspace(&spec.dir, plugd_dialects::table()),
         );
         let t = Instant::now();
         sup.connection(Instant::now() + Duration::from_secs(10))
@@ -460,7 +460,7 @@ async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f
         spec.clone(),
         config.clone(),
         Arc::new(NoObserver),
-        HostServices::for_workspace(&spec.dir),
+        HostServices::for_workspace(&spec.dir, plugd_dialects::table()),
     );
     warm.connection(Instant::now() + Duration::from_secs(10))
         .await?;
@@ -472,7 +472,7 @@ async fn idle_memory(spec: &Arc<plugd_manifest::PluginSpec>, n: u32) -> Result<f
             spec.clone(),
             config.clone(),
             Arc::new(NoObserver),
-            HostServices::for_workspace(&spec.dir),
+            HostServices::for_workspace(&spec.dir, plugd_dialects::table()),
         );
         sup.connection(Instant::now() + Duration::from_secs(10))
             .await?;

@@ -698,9 +698,9 @@ fn stateless_result(method: &str, mut out: Value) -> Value {
 /// subscribed to) and list changes (of servers it sees) on to the client.
 async fn watch_servers(
     session: Weak<SessionInner>,
-    mut events: tokio::sync::broadcast::Receiver<plugd_host::dialect::mcp_features::McpEvent>,
+    mut events: tokio::sync::broadcast::Receiver<plugd_host::dialect::McpEvent>,
 ) {
-    use plugd_host::dialect::mcp_features::McpEvent;
+    use plugd_host::dialect::McpEvent;
     use tokio::sync::broadcast::error::RecvError;
     loop {
         let event = match events.recv().await {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plugd_host::dialect::{CallContext, ClientHandle, ClientLink};
-use plugd_manifest::Dialect;
 use plugd_mcp::names::{NameTable, mcp_name, registry_name_hint};
 use plugd_mcp::version::at_least;
 use plugd_runtime::governed::{Governed, Surface};
@@ -424,7 +423,11 @@ pub(crate) fn may_stream(session: &Session, params: &Value) -> bool {
             .gw
             .runtime()
             .supervised(&t.plugin)
-            .is_ok_and(|s| s.spec().dialect == Dialect::Mcp)
+            .is_ok_and(|s| {
+                plugd_dialects::of(s.spec().dialect)
+                    .capabilities()
+                    .mcp_results
+            })
     })
 }
 
@@ -455,9 +458,11 @@ fn approver_for(session: &Session, entry: &ToolEntry, cx: &RequestCx) -> Option<
 /// sent it; any other dialect's value as text, and as `structuredContent`
 /// when it is an object.
 fn as_call_result(rt: &plugd_runtime::Runtime, entry: &ToolEntry, value: Value) -> Value {
-    let from_mcp = rt
-        .supervised(&entry.plugin)
-        .is_ok_and(|s| s.spec().dialect == Dialect::Mcp);
+    let from_mcp = rt.supervised(&entry.plugin).is_ok_and(|s| {
+        plugd_dialects::of(s.spec().dialect)
+            .capabilities()
+            .mcp_results
+    });
     if from_mcp && value.get("content").is_some_and(Value::is_array) {
         return value;
     }

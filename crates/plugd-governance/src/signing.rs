@@ -21,7 +21,7 @@ pub mod keys;
 
 use std::path::Path;
 
-use plugd_manifest::{Dialect, PluginSpec};
+use plugd_manifest::PluginSpec;
 use plugd_store::digest::DigestLimits;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
@@ -209,23 +209,10 @@ impl SignatureStatus {
 
 /// The signature status of `spec`'s plugin directory under `policy`.
 pub fn status(policy: &SigningPolicy, spec: &PluginSpec) -> SignatureStatus {
-    match spec.dialect {
-        Dialect::Native | Dialect::Salmex | Dialect::Vai => {}
-        Dialect::Microapp => {
-            return SignatureStatus::NotApplicable {
-                reason: "a microapp is declared by an extensions.yaml entry, which no plugin signature covers".into(),
-            };
-        }
-        Dialect::Mcp => {
-            return SignatureStatus::NotApplicable {
-                reason: "an MCP server is declared by a .mcp.json entry and has no plugin directory to sign".into(),
-            };
-        }
-        other => {
-            return SignatureStatus::NotApplicable {
-                reason: format!("{other} plugins have no signature support yet"),
-            };
-        }
+    if let Some(reason) = plugd_dialects::of(spec.dialect).capabilities().unsigned {
+        return SignatureStatus::NotApplicable {
+            reason: reason.into(),
+        };
     }
     match format::verify(&spec.dir, &DigestLimits::default()) {
         Ok(v) => SignatureStatus::Signed {

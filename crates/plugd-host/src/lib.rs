@@ -6,7 +6,9 @@
 //!   transport (reader task + writer task, deadlines, bounded queue).
 //! * [`stderr`]: a plugin's stderr into `tracing` (rate limited per plugin), with a tail for crash reports.
 //! * [`throttle`]: repeated warnings as one line per interval with a count.
-//! * [`native`]: the nexo-contract dialect (handshake, `tool.invoke`, typed errors).
+//! * [`dialect`]: the [`dialect::Dialect`] trait every contract implements (the
+//!   contracts themselves are in `plugd-dialects`), and what the host hands them.
+//! * [`model`]: what every dialect shares (tool definitions, handshakes, typed tool errors).
 //! * [`native_llm`]: nexo `llm.chat` for plugin LLM providers (sync and streaming).
 //! * [`sandbox`]: containment of a start (bubblewrap, the Landlock + seccomp
 //!   fallback, resource limits) and exits explained by the limit hit.
@@ -21,7 +23,7 @@ pub mod groups;
 pub mod launch;
 pub mod log_ring;
 pub mod log_stats;
-pub mod native;
+pub mod model;
 pub mod native_host;
 pub mod native_llm;
 pub mod peer;
@@ -36,8 +38,9 @@ pub mod supervisor;
 mod test_json;
 pub mod throttle;
 
+pub use dialect::{Dialect, Dialects};
 pub use launch::Launch;
-pub use native::{Handshake, HandshakeError, ToolDef, ToolError};
+pub use model::{Handshake, HandshakeError, ToolDef, ToolError};
 pub use peer::{CallError, Closed, Handler, Peer, PeerConfig, PeerStats};
 pub use supervisor::{
     CallToolError, Conn, ExportConn, HostConfig, NoObserver, Observer, PluginError, StartGate,

@@ -31,7 +31,7 @@ use tokio::sync::watch;
 use crate::dialect::{self, CallContext, HostServices};
 use crate::groups::{GroupPlan, ProcessInfo};
 use crate::launch::Launch;
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
+use crate::model::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::peer::{CallError, Closed, Peer, PeerConfig, PeerStats};
 use crate::spawn::{ProcessHandle, SpawnError};
 use crate::stderr::{self, StderrTail};
@@ -398,7 +398,11 @@ impl Conn {
     /// then SIGKILL to the process group. Resolves once the process is reaped.
     pub async fn shutdown(&self, reply_timeout: Duration, grace: Duration) -> Arc<Closed> {
         if self.peer.closed_reason().is_none() {
-            dialect::shutdown(self, &self.spec, reply_timeout).await;
+            self.services
+                .dialects
+                .of(self.spec.dialect)
+                .shutdown(self, reply_timeout)
+                .await;
             if tokio::time::timeout(grace, self.peer.wait_closed())
                 .await
                 .is_err()
@@ -779,7 +783,7 @@ impl Supervised {
             .invocation_id
             .as_deref()
             .and_then(crate::groups::safe_invocation_id)
-            .map_or_else(|| dialect::vai::fresh_id("inv"), str::to_owned);
+            .map_or_else(|| crate::model::fresh_id("inv"), str::to_owned);
         let dir = self
             .inner
             .services
@@ -1175,7 +1179,8 @@ impl Supervised {
             .supervisor
             .init_timeout
             .unwrap_or(self.inner.config.init_timeout);
-        let tools = dialect::refresh_tools(&conn, spec, timeout)
+        let tools = (self.inner.services.dialects.of(spec.dialect))
+            .refresh_tools(&conn, spec, timeout)
             .await
             .map_err(|source| PluginError::Handshake {
                 plugin: spec.id.clone(),
@@ -1413,7 +1418,13 @@ impl SupInner {
             }
         });
         let redact: stderr::SharedRedact = Arc::new(std::sync::RwLock::new(launch.redact.clone()));
-        let setup = dialect::setup(&run, &self.services, catalog_changed, &redact);
+        let dialect = self.services.dialects.of(spec.dialect);
+        let setup = dialect.setup(dialect::SetupArgs {
+            spec: &run,
+            services: &self.services,
+            catalog_changed,
+            redact: &redact,
+        });
         let dialect_state = setup.state.clone();
         let mut peer_config = PeerConfig::with_protocol(&plugin, setup.protocol);
         peer_config.max_frame = self.config.max_frame;
@@ -1485,16 +1496,15 @@ impl SupInner {
             .supervisor
             .init_timeout
             .unwrap_or(self.config.init_timeout);
-        match dialect::handshake(
-            &peer,
+        let handshake = dialect.handshake(dialect::HandshakeArgs {
+            peer: &peer,
             spec,
-            &self.services,
-            dialect_state.as_ref(),
-            &launch,
-            init_timeout,
-        )
-        .await
-        {
+            services: &self.services,
+            state: dialect_state.as_ref(),
+            launch: &launch,
+            timeout: init_timeout,
+        });
+        match handshake.await {
             Ok(handshake) => {
                 for w in &handshake.warnings {
                     tracing::warn!(plugin = %plugin, "{w}");

@@ -37,34 +37,3 @@ pub(crate) fn json_with(
     })
     .boxed()
 }
-
-/// A JSON-RPC frame: usually a notification whose method is one of
-/// `methods`, sometimes with an id (a request) or a result instead of the
-/// method (a response); params, id and result are drawn from [`json_with`].
-pub(crate) fn jsonrpc_frame(
-    methods: &'static [&'static str],
-    keys: &'static [&'static str],
-    strings: &'static [&'static str],
-) -> BoxedStrategy<Value> {
-    (
-        proptest::sample::select(methods),
-        json_with(keys, strings),
-        prop::option::weighted(0.2, json_with(keys, strings)),
-        prop::option::weighted(0.1, json_with(keys, strings)),
-    )
-        .prop_map(|(method, params, id, result)| {
-            let mut m = serde_json::Map::new();
-            m.insert("jsonrpc".into(), json!("2.0"));
-            m.insert("method".into(), json!(method));
-            m.insert("params".into(), params);
-            if let Some(id) = id {
-                m.insert("id".into(), id);
-            }
-            if let Some(result) = result {
-                m.remove("method");
-                m.insert("result".into(), result);
-            }
-            Value::Object(m)
-        })
-        .boxed()
-}

@@ -61,7 +61,7 @@ use plugd_host::dialect::{BoundCall, CallContext, HostServices};
 use plugd_host::{
     CallToolError, HostConfig, Launch, Observer, PluginError, Supervised, ToolDef, ToolError,
 };
-use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
+use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::Store;
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::secrets::{KeySource, StoredValue};
@@ -672,11 +672,12 @@ impl Runtime {
             return Ok(e);
         }
         let spec = proc.sup.spec();
-        let def: Option<ToolDef> = if spec.dialect == Dialect::Vai {
+        let dialect = plugd_dialects::of(spec.dialect);
+        let def: Option<ToolDef> = if dialect.capabilities().catalog_in_manifest {
             spec.tools
                 .iter()
                 .find(|t| t.wire_name == export_id)
-                .map(|t| plugd_host::dialect::vai::declared_tool(spec, t))
+                .and_then(|t| dialect.declared_tool(spec, t))
         } else {
             let conn = proc
                 .sup

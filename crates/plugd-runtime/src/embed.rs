@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use plugd_host::extensions::{self, MEMORY_TIMEOUT_ENV};
 use plugd_host::peer::CallError;
-use plugd_manifest::Dialect;
 use plugd_wire::codes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -461,7 +460,10 @@ impl PluginEmbedder {
             .supervised(plugin)
             .map_err(|e| EmbedError::NotConfigured(format!("memory.embedder.plugin: {e}")))?;
         let spec = sup.spec();
-        if spec.dialect != Dialect::Native {
+        if !plugd_dialects::of(spec.dialect)
+            .capabilities()
+            .nexo_providers
+        {
             return Err(EmbedError::NotConfigured(format!(
                 "plugin {plugin:?} speaks the {} dialect; only native (nexo-plugin.toml) plugins serve {EMBED_METHOD}",
                 spec.dialect

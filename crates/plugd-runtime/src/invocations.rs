@@ -32,9 +32,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use plugd_control::invocations::{InvocationRecord, InvocationStore, TerminalStatus, rfc3339_ms};
 use plugd_host::CallToolError;
 use plugd_host::dialect::CallContext;
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::peer::CallError;
-use plugd_manifest::{Dialect, PluginSpec};
+use plugd_manifest::PluginSpec;
 use plugd_store::Store;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -222,8 +222,12 @@ impl<'a> Pending<'a> {
     /// The context the plugin gets: for a VAI export, one whose
     /// `invocation_id` is this record's (the only contract that sends it).
     pub(crate) fn context(&self) -> Cow<'a, CallContext> {
-        let vai = self.spec.is_some_and(|s| s.dialect == Dialect::Vai);
-        if vai && self.ctx.invocation_id.is_none() {
+        let sends = self.spec.is_some_and(|s| {
+            plugd_dialects::of(s.dialect)
+                .capabilities()
+                .sends_invocation_id
+        });
+        if sends && self.ctx.invocation_id.is_none() {
             let mut ctx = self.ctx.clone();
             ctx.invocation_id = Some(self.invocation_id.clone());
             Cow::Owned(ctx)
@@ -353,15 +357,7 @@ pub fn classify(e: &RuntimeError) -> (TerminalStatus, &'static str) {
 }
 
 fn dialect_name(spec: &PluginSpec) -> &'static str {
-    match spec.dialect {
-        Dialect::Native => "native",
-        Dialect::Microapp => "microapp",
-        Dialect::Salmex => "salmex",
-        Dialect::Vai => "vai",
-        Dialect::Mcp => "mcp",
-        #[allow(unreachable_patterns)]
-        _ => "other",
-    }
+    plugd_dialects::of(spec.dialect).name()
 }
 
 fn now_ms() -> i64 {

@@ -66,7 +66,7 @@ use plugd_host::dialect::{CallContext, HostServices};
 use plugd_host::{
     CallToolError, Handshake, HostConfig, Launch, Observer, Status, Supervised, ToolDef,
 };
-use plugd_manifest::{Dialect, LoadOptions, PluginSpec};
+use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::{Approval, Store};
 use serde::Serialize;
@@ -186,7 +186,7 @@ pub enum RuntimeError {
     },
     /// An MCP resource, prompt or completion request failed.
     #[error(transparent)]
-    Feature(plugd_host::dialect::FeatureError),
+    Feature(plugd_dialects::FeatureError),
     /// A setting could not be read, validated, stored or applied.
     #[error("plugin {plugin:?} settings: {message}")]
     Config {
@@ -524,7 +524,7 @@ impl Runtime {
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new(bus));
-        let mut services = HostServices::for_workspace(&dir);
+        let mut services = HostServices::for_workspace(&dir, plugd_dialects::table());
         services.api = Some(api.clone());
         // Roots offered to MCP servers, read once: a plugd.yaml that does
         // not load offers none (every command that needs it reports why).
@@ -939,10 +939,10 @@ impl Runtime {
         // call: a Salmex plugin whose required settings are not set yet is
         // approved on its plugin.json catalog and waits, unconfigured, for
         // `plugd plugin config ID set`; its first call then starts it.
-        if sup.spec().dialect == Dialect::Salmex
-            && plugin_config::missing_required(store, sup.spec()).is_some()
+        let declared = plugd_dialects::of(sup.spec().dialect).declared_catalog(sup.spec());
+        if let Some(tools) =
+            declared.filter(|_| plugin_config::missing_required(store, sup.spec()).is_some())
         {
-            let tools = plugd_host::dialect::salmex::declared_tools(sup.spec());
             let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
             store.update_catalog(id, &approval.digest, &catalog)?;
             sup.stop().await;
@@ -1141,7 +1141,7 @@ impl Runtime {
         let result = result?;
         entry.check_output(&result).map_err(|message| {
             RuntimeError::Call(CallToolError::Tool(
-                plugd_host::native::ToolError::ExecutionFailed {
+                plugd_host::model::ToolError::ExecutionFailed {
                     plugin: entry.plugin.as_str().into(),
                     tool: entry.name.clone(),
                     message,
@@ -1210,12 +1210,14 @@ impl Runtime {
     fn declared_not_advertised(&self, name: &str) -> Option<RuntimeError> {
         let (id, _) = self.inner.plugins.iter().find(|(id, sup)| {
             let spec = sup.spec();
-            spec.dialect == plugd_manifest::Dialect::Native
+            plugd_dialects::of(spec.dialect)
+                .capabilities()
+                .declared_tool_not_found
                 && spec.declared_tools.iter().any(|t| t == name)
                 && matches!(self.inner.store.approval(id), Ok(Some(_)))
         })?;
         Some(RuntimeError::Call(CallToolError::Tool(
-            plugd_host::native::ToolError::NotFound {
+            plugd_host::model::ToolError::NotFound {
                 plugin: std::sync::Arc::from(id.as_str()),
                 tool: name.to_owned(),
                 message: "declared in [plugin.extends].tools but not advertised in the plugin's initialize reply (-33401 ToolNotFound, nexo §4.1.1)".to_owned(),

@@ -467,7 +467,7 @@ impl crate::Runtime {
                 continue;
             };
             let Some(conn) = sup.current() else { continue };
-            if plugd_host::dialect::mcp::offered_roots(&conn) {
+            if plugd_dialects::mcp::offered_roots(&conn) {
                 conn.peer.notify("notifications/roots/list_changed", None);
                 told.push(server);
             } else {

@@ -21,10 +21,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use plugd_dialects::mcp_features::{FeatureError, ListKind};
 use plugd_host::Conn;
-use plugd_host::dialect::mcp_features::{FeatureError, ListKind};
-use plugd_host::dialect::{self, McpEvent, McpEvents, McpSubscriptions};
-use plugd_manifest::Dialect;
+use plugd_host::dialect::{McpEvent, McpEvents, McpSubscriptions};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -176,7 +175,7 @@ impl Runtime {
     /// (`contents`, each with `uri`, `mimeType`, and `text` or base64 `blob`).
     pub async fn read_resource(&self, server: &str, uri: &str) -> Result<Value, RuntimeError> {
         let (conn, timeout) = self.mcp_conn(server, "resources").await?;
-        let f = dialect::features(&conn, &conn.spec, "resources")?;
+        let f = plugd_dialects::features(&conn, &conn.spec, "resources")?;
         Ok(f.read_resource(uri, timeout).await?)
     }
 
@@ -189,7 +188,7 @@ impl Runtime {
         arguments: &BTreeMap<String, String>,
     ) -> Result<Value, RuntimeError> {
         let (conn, timeout) = self.mcp_conn(server, "prompts").await?;
-        let f = dialect::features(&conn, &conn.spec, "prompts")?;
+        let f = plugd_dialects::features(&conn, &conn.spec, "prompts")?;
         Ok(f.get_prompt(name, arguments, timeout).await?)
     }
 
@@ -213,7 +212,7 @@ impl Runtime {
             "completion"
         };
         let (conn, timeout) = self.mcp_conn(server, feature).await?;
-        let f = dialect::features(&conn, &conn.spec, "completion")?;
+        let f = plugd_dialects::features(&conn, &conn.spec, "completion")?;
         Ok(f.complete(reference, argument, context, timeout).await?)
     }
 
@@ -221,7 +220,7 @@ impl Runtime {
     /// [`Runtime::mcp_events`], also after the server restarts.
     pub async fn subscribe_resource(&self, server: &str, uri: &str) -> Result<(), RuntimeError> {
         let (conn, timeout) = self.mcp_conn(server, "resources").await?;
-        let f = dialect::features(&conn, &conn.spec, "resources")?;
+        let f = plugd_dialects::features(&conn, &conn.spec, "resources")?;
         let subs = &self.inner.mcp_features.subscriptions;
         Ok(f.subscribe(uri, subs, timeout).await?)
     }
@@ -235,13 +234,13 @@ impl Runtime {
             subs.remove(server, uri);
             return Ok(());
         };
-        let f = dialect::features(&conn, &conn.spec, "resources")?;
+        let f = plugd_dialects::features(&conn, &conn.spec, "resources")?;
         Ok(f.unsubscribe(uri, subs, sup.call_timeout()).await?)
     }
 
     /// Every resource update and list change MCP servers announce from now
     /// on (a receiver that falls behind by more than
-    /// [`plugd_host::dialect::mcp_features::EVENT_CAPACITY`] events loses
+    /// [`plugd_host::dialect::EVENT_CAPACITY`] events loses
     /// the oldest and is told how many).
     pub fn mcp_events(&self) -> broadcast::Receiver<McpEvent> {
         self.inner.mcp_features.events.subscribe()
@@ -253,7 +252,11 @@ impl Runtime {
         self.inner
             .plugins
             .iter()
-            .filter(|(_, sup)| sup.spec().dialect == Dialect::Mcp)
+            .filter(|(_, sup)| {
+                plugd_dialects::of(sup.spec().dialect)
+                    .capabilities()
+                    .server_features
+            })
             .filter(|(id, sup)| self.check_approved(id).is_ok() && operator_stop(sup).is_none())
             .map(|(id, _)| id.clone())
             .collect()
@@ -262,7 +265,7 @@ impl Runtime {
     async fn mcp_list(&self, server: &str, kind: ListKind) -> Result<Vec<Value>, RuntimeError> {
         let feature = feature_of(kind);
         let (conn, timeout) = self.mcp_conn(server, feature).await?;
-        let f = dialect::features(&conn, &conn.spec, feature)?;
+        let f = plugd_dialects::features(&conn, &conn.spec, feature)?;
         Ok(f.list(kind, timeout).await?.as_ref().clone())
     }
 
@@ -277,7 +280,7 @@ impl Runtime {
             .collect();
         let asks = servers.iter().map(|s| async move {
             let conn = self.mcp_conn(s, feature).await?;
-            let f = dialect::features(&conn.0, &conn.0.spec, feature)?;
+            let f = plugd_dialects::features(&conn.0, &conn.0.spec, feature)?;
             if !f.has(kind.capability()) {
                 return Ok(None);
             }
@@ -311,7 +314,7 @@ impl Runtime {
         feature: &'static str,
     ) -> Result<(Arc<Conn>, Duration), RuntimeError> {
         let sup = self.supervised(server)?;
-        dialect::features_supported(sup.spec(), feature)?;
+        plugd_dialects::features_supported(sup.spec(), feature)?;
         self.check_approved(server)?;
         if feature == "resources"
             && let Some(why) = self.inner.mcp_features.resources_refused(server)

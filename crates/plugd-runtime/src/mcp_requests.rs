@@ -5,7 +5,7 @@
 //!
 //! During a gateway call whose client supports them, both go to that client
 //! instead (plugd-host's MCP dialect decides; this module is its fallback,
-//! [`plugd_host::dialect::mcp::ServerRequests`]).
+//! [`plugd_host::dialect::ServerRequests`]).
 //!
 //! **Elicitation.** The runtime's [`Elicitor`] asks: `plugd tool call` on a
 //! terminal prompts there; `plugd serve` and `plugd mcp` record a pending
@@ -41,7 +41,8 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use plugd_host::dialect::mcp::{AnswerFuture, NOT_SUPPORTED, ServerRequests};
+use plugd_dialects::mcp::NOT_SUPPORTED;
+use plugd_host::dialect::{AnswerFuture, ServerRequests};
 use plugd_store::tool_state::{ApprovalState, CallApproval, Decide, NewCallApproval};
 use plugd_wire::{ErrorObject, codes};
 use serde::Serialize;

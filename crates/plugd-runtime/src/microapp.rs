@@ -17,7 +17,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use plugd_host::dialect::microapp::notify;
+use plugd_dialects::microapp::notify;
 use plugd_wire::{ErrorObject, codes};
 use serde_json::{Value, json};
 

@@ -29,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
+use plugd_dialects::vai::{self, InvokeError};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai::{self, InvokeError};
 use plugd_manifest::vai::ExportKind;
 use plugd_store::outbox::{DeliveryId, FailOutcome, Leased, NewEvent, RetryPolicy, Subscriber};
 use plugd_store::{Store, StoreError};

@@ -782,12 +782,13 @@ impl Runtime {
             return Ok(Applied::NotRunning);
         };
         let spec = sup.spec().clone();
-        if spec.dialect == Dialect::Salmex {
+        let dialect = plugd_dialects::of(spec.dialect);
+        if dialect.capabilities().live_config {
             match launch_for(&self.inner.store, &spec) {
                 Ok(launch) => {
                     conn.stderr.redact_more(&launch.redact);
                     self.inner.redactions.remember(id, &launch.redact);
-                    if plugd_host::dialect::salmex::config_changed(&conn, launch.config) {
+                    if dialect.config_changed(&conn, launch.config) {
                         return Ok(Applied::Notified);
                     }
                 }

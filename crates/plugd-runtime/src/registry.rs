@@ -30,7 +30,7 @@ pub struct ToolEntry {
     /// Title, annotations, output schema and icons, when the plugin gave
     /// any (MCP tools).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Box<plugd_host::native::ToolMeta>>,
+    pub meta: Option<Box<plugd_host::model::ToolMeta>>,
     /// The definition as the plugin gave it (wire name included).
     #[serde(skip)]
     pub def: ToolDef,

@@ -493,7 +493,7 @@ pub fn effective_risk(entry: &ToolEntry, policy: &RiskConfig) -> (RiskLevel, Ris
 /// reads; plugd.yaml `risk.tools` overrides either way. `destructiveHint`
 /// defaults to true in MCP, but an unannotated tool stays `medium`: an
 /// absent hint is not a claim.
-pub fn annotation_risk(meta: &plugd_host::native::ToolMeta) -> Option<RiskLevel> {
+pub fn annotation_risk(meta: &plugd_host::model::ToolMeta) -> Option<RiskLevel> {
     if meta.hint("readOnlyHint") == Some(true) {
         return Some(RiskLevel::Low);
     }
@@ -1097,7 +1097,7 @@ mod tests {
         let entry = |risk: Option<&str>, annotations: Value| {
             let mut d = plugd_host::ToolDef::new("p_x", "", json!({}));
             d.risk_level = risk.map(str::to_owned);
-            d.meta = Some(Box::new(plugd_host::native::ToolMeta {
+            d.meta = Some(Box::new(plugd_host::model::ToolMeta {
                 annotations: annotations.as_object().cloned(),
                 ..Default::default()
             }));

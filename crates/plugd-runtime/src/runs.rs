@@ -13,9 +13,9 @@
 use std::time::{Duration, Instant};
 
 use plugd_control::chains::{ChainStore, Run, RunKind, RunPatch, RunStatus, fresh_id};
+use plugd_dialects::vai::{self, InvokeError};
 use plugd_host::Supervised;
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai::{self, InvokeError};
 use plugd_manifest::vai::ExportKind;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

@@ -27,7 +27,7 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use plugd_agent::agent::{AgentError, TurnOutcome};
-use plugd_host::dialect::FeatureError;
+use plugd_dialects::FeatureError;
 use plugd_host::{CallError, CallToolError, ToolError};
 use plugd_runtime::llm::LlmError;
 use plugd_runtime::risk::{DecideError, GateError};
@@ -648,7 +648,7 @@ fn tool_error(err: &ToolError, message: String) -> ApiError {
             );
             if let Some(ms) = retry_after_ms {
                 // Clamped by the host when read, so this cannot overflow.
-                let ms = (*ms).min(plugd_host::native::MAX_RETRY_AFTER_MS);
+                let ms = (*ms).min(plugd_host::model::MAX_RETRY_AFTER_MS);
                 d["retry_after_ms"] = json!(ms);
                 e.retry_after_secs = Some(ms.div_ceil(1000));
             }

@@ -620,7 +620,7 @@ async fn an_agent_token_publishes_only_on_its_grants_and_as_itself() {
 
 #[test]
 fn mcp_feature_errors_have_fixed_statuses() {
-    use plugd_host::dialect::FeatureError;
+    use plugd_dialects::FeatureError;
     use plugd_runtime::RuntimeError;
     let cases = [
         (

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plugd_manifest::Dialect;
+use plugd_host::dialect::HookStyle;
 use serde_json::Value;
 
 use super::remote::{MicroappHook, NativeHook, ToolHook, find_tool};
@@ -164,7 +164,7 @@ async fn registered_microapp_hooks(
     let starts = apps.iter().map(|id| async move {
         let sup = runtime.supervised(id).ok()?;
         match sup.connection(Instant::now() + START_TIMEOUT).await {
-            Ok(conn) => Some((id.clone(), plugd_host::dialect::microapp::registered_hooks(&conn))),
+            Ok(conn) => Some((id.clone(), plugd_dialects::microapp::registered_hooks(&conn))),
             Err(e) => {
                 tracing::warn!(plugin = %id, "microapp did not start, its registered hooks are not dispatched: {e}");
                 None
@@ -223,6 +223,11 @@ async fn registered_microapp_hooks(
 /// handler's deadline when plugd.yaml gives no `timeout_ms`.
 pub const HOOK_TIMEOUT_ENV: &str = "NEXO_PLUGIN_HOOK_TIMEOUT_MS";
 
+/// How `spec`'s contract serves a hook bound to it, if it can.
+fn hook_style(spec: &plugd_manifest::PluginSpec) -> Option<HookStyle> {
+    plugd_dialects::of(spec.dialect).capabilities().hooks
+}
+
 /// Whether `entry` is a native plugin's `hook.on_hook` handler.
 fn is_native_hook(entry: &CustomEntry, runtime: &Runtime) -> bool {
     match &entry.source {
@@ -231,7 +236,7 @@ fn is_native_hook(entry: &CustomEntry, runtime: &Runtime) -> bool {
             binding: Binding::Hook { .. },
         } => runtime
             .supervised(plugin)
-            .is_ok_and(|s| s.spec().dialect == Dialect::Native),
+            .is_ok_and(|s| hook_style(s.spec()) == Some(HookStyle::OnHook)),
         _ => false,
     }
 }
@@ -450,8 +455,8 @@ async fn load(
     }
     let spec = sup.spec().clone();
     if let Binding::Hook { hook, .. } = binding {
-        match spec.dialect {
-            Dialect::Native => {
+        match hook_style(&spec) {
+            Some(HookStyle::OnHook) => {
                 let declared = spec
                     .native
                     .as_ref()
@@ -471,12 +476,13 @@ async fn load(
                     ));
                 }
             }
-            Dialect::Microapp => {}
-            other => {
+            Some(HookStyle::Vote) => {}
+            None => {
                 return Err(init(
                     entry,
                     format!(
-                        "plugin {plugin:?} (dialect {other}) has no hook method; bind one of its tools with tool: NAME and point: POINT"
+                        "plugin {plugin:?} (dialect {}) has no hook method; bind one of its tools with tool: NAME and point: POINT",
+                        spec.dialect
                     ),
                 ));
             }
@@ -486,40 +492,39 @@ async fn load(
     sup.connection(Instant::now() + START_TIMEOUT)
         .await
         .map_err(|e| init(entry, e.to_string()))?;
-    let handler: Arc<dyn HookHandler> =
-        match binding {
-            Binding::Hook { hook, .. } if spec.dialect == Dialect::Native => Arc::new(
-                NativeHook::new(runtime.clone(), plugin, hook, native_hook_timeout(entry)),
-            ),
-            Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
-                runtime.clone(),
-                plugin,
-                hook,
-                entry.timeout,
-            )),
-            Binding::Tool { tool, .. } => {
-                if find_tool(runtime, plugin, tool).is_none() {
-                    let mut names: Vec<String> = runtime
-                        .tools()
-                        .iter()
-                        .filter(|t| t.plugin == plugin)
-                        .map(|t| t.name.clone())
-                        .collect();
-                    names.sort();
-                    return Err(init(
-                        entry,
-                        format!(
-                            "plugin {plugin:?} has no tool {tool:?} (its tools: {}); fix tool:",
-                            if names.is_empty() {
-                                "none".to_owned()
-                            } else {
-                                names.join(", ")
-                            }
-                        ),
-                    ));
-                }
-                Arc::new(ToolHook::new(runtime.clone(), plugin, tool))
+    let handler: Arc<dyn HookHandler> = match binding {
+        Binding::Hook { hook, .. } if hook_style(&spec) == Some(HookStyle::OnHook) => Arc::new(
+            NativeHook::new(runtime.clone(), plugin, hook, native_hook_timeout(entry)),
+        ),
+        Binding::Hook { hook, .. } => Arc::new(MicroappHook::new(
+            runtime.clone(),
+            plugin,
+            hook,
+            entry.timeout,
+        )),
+        Binding::Tool { tool, .. } => {
+            if find_tool(runtime, plugin, tool).is_none() {
+                let mut names: Vec<String> = runtime
+                    .tools()
+                    .iter()
+                    .filter(|t| t.plugin == plugin)
+                    .map(|t| t.name.clone())
+                    .collect();
+                names.sort();
+                return Err(init(
+                    entry,
+                    format!(
+                        "plugin {plugin:?} has no tool {tool:?} (its tools: {}); fix tool:",
+                        if names.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                ));
             }
-        };
+            Arc::new(ToolHook::new(runtime.clone(), plugin, tool))
+        }
+    };
     Ok(handler)
 }

@@ -20,9 +20,10 @@
 
 use std::time::{Duration, Instant};
 
+use plugd_dialects::microapp::{self, Vote};
+use plugd_dialects::native::{self, HookCallError, HookDecision, HookResponse};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::microapp::{self, Vote};
-use plugd_host::native::{self, HookCallError, HookDecision, HookResponse, ToolError};
+use plugd_host::model::ToolError;
 use plugd_host::{CallError, CallToolError, Conn, PluginError};
 use serde_json::{Map, Value, json};
 

@@ -10,7 +10,6 @@
 use std::time::{Duration, Instant};
 
 use plugd_host::native_llm::{self, LlmCallError, LlmChunk, LlmFinish, LlmReply};
-use plugd_manifest::Dialect;
 use tokio::sync::mpsc;
 
 use super::{
@@ -72,11 +71,11 @@ impl PluginProvider {
             .supervised(&self.plugin)
             .map_err(|e| LlmError::NotConfigured(format!("llm plugin provider: {e}")))?;
         let spec = sup.spec();
-        let Some(native) = spec
-            .native
-            .as_ref()
-            .filter(|_| spec.dialect == Dialect::Native)
-        else {
+        let Some(native) = spec.native.as_ref().filter(|_| {
+            plugd_dialects::of(spec.dialect)
+                .capabilities()
+                .nexo_providers
+        }) else {
             return Err(LlmError::NotConfigured(format!(
                 "plugin {:?} speaks the {} dialect; only native (nexo-plugin.toml) plugins serve llm.chat providers",
                 self.plugin, spec.dialect

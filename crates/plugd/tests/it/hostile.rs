@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::spawn::process_group_alive;
 use plugd_host::{CallError, CallToolError, Status};
 use plugd_runtime::{ArgsError, RuntimeError};

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use plugd_dialects::mcp::{NOT_SUPPORTED, file_uri};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::mcp::{NOT_SUPPORTED, file_uri};
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::spawn::process_group_alive;
 use plugd_host::{CallError, CallToolError, Status};
 use plugd_runtime::{Runtime, RuntimeError};

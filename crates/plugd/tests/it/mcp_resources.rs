@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use plugd_dialects::FeatureError;
 use plugd_host::CallError;
-use plugd_host::dialect::{FeatureError, McpEvent};
+use plugd_host::dialect::McpEvent;
 use plugd_host::{HostConfig, Status};
 use plugd_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use plugd_host::dialect::CallContext;
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::{CallError, CallToolError};
 use plugd_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};

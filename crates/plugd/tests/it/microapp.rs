@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use plugd_dialects::microapp::{Vote, call_hook, notify};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::microapp::{Vote, call_hook, notify};
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::spawn::process_group_alive;
 use plugd_host::{CallError, CallToolError, HandshakeError, PluginError, Status};
 use plugd_runtime::{Runtime, RuntimeError};

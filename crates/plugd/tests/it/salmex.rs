@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use plugd_dialects::salmex::config_changed;
 use plugd_host::dialect::HostServices;
-use plugd_host::dialect::salmex::config_changed;
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::spawn::process_group_alive;
 use plugd_host::{CallError, CallToolError, NoObserver, PluginError, Status, Supervised};
 use plugd_manifest::LoadOptions;
@@ -262,7 +262,7 @@ async fn start_error(mode: &str) -> (String, Status) {
         spec,
         Arc::new(quick(10_000)),
         Arc::new(NoObserver),
-        HostServices::for_workspace(ws.dir()),
+        HostServices::for_workspace(ws.dir(), plugd_dialects::table()),
     );
     let err = sup
         .connection(Instant::now() + Duration::from_secs(15))
@@ -279,7 +279,7 @@ async fn start_error(mode: &str) -> (String, Status) {
 }
 
 /// The handshake's verdicts as variants are unit-tested in
-/// `plugd_host::dialect::salmex`; here real plugins lie and get refused for good.
+/// `plugd_dialects::salmex`; here real plugins lie and get refused for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identity_and_impersonation_are_permanent_refusals() {
     for (mode, fragment) in [

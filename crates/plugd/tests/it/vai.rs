@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use plugd_dialects::vai::{self, CompactRequest, HarnessRequest, InvokeError};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai::{self, CompactRequest, HarnessRequest, InvokeError};
-use plugd_host::native::ToolError;
+use plugd_host::model::ToolError;
 use plugd_host::spawn::process_group_alive;
 use plugd_host::{CallError, CallToolError, Conn, HostConfig, Status};
 use plugd_runtime::{Runtime, RuntimeError};

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use plugd_control::PackageStore as _;
+use plugd_dialects::vai::{self, CompactRequest, HarnessRequest};
 use plugd_host::dialect::CallContext;
-use plugd_host::dialect::vai::{self, CompactRequest, HarnessRequest};
 use plugd_host::groups::ProcessInfo;
 use plugd_host::{CallToolError, Status};
 use plugd_runtime::{Runtime, RuntimeError};

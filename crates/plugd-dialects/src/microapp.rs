@@ -59,12 +59,15 @@ use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{CallContext, CatalogChanged, HostServices, Setup};
-use crate::extensions::{OutboundMessage, channel_error_object};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
-use crate::peer::{CallError, Handler, HandlerFuture, Peer};
-use crate::protocol::{Incoming, JsonRpc, Protocol};
-use crate::supervisor::Conn;
+use plugd_host::dialect::{
+    CallContext, CallFuture, Capabilities, Dialect, DialectFuture, HandshakeArgs, HandshakeFuture,
+    HookStyle, HostServices, Setup, SetupArgs, ToolCall,
+};
+use plugd_host::extensions::{OutboundMessage, channel_error_object};
+use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
+use plugd_host::peer::{CallError, Handler, HandlerFuture, Peer};
+use plugd_host::protocol::{Incoming, JsonRpc, Protocol};
+use plugd_host::supervisor::Conn;
 
 /// Seed code: "Capability not granted".
 pub const CAPABILITY_NOT_GRANTED: i64 = -32000;
@@ -133,7 +136,7 @@ impl Protocol for MicroappRpc {
         JsonRpc::LINES.encode_response(id, outcome)
     }
     fn decode(&self, bytes: &[u8]) -> Result<Incoming, String> {
-        match crate::protocol::decode_jsonrpc(bytes)? {
+        match plugd_host::protocol::decode_jsonrpc(bytes)? {
             Incoming::Request { id, method, params } => {
                 let ok = matches!(&id, Id::Str(s) if s.starts_with(OUTBOUND_ID_PREFIX));
                 if ok {
@@ -156,7 +159,7 @@ struct MicroappHandler {
     plugin: Arc<str>,
     capabilities: Vec<Capability>,
     /// The runtime's services (`nexo/dispatch` through a channel adapter).
-    api: Option<Arc<dyn crate::native_host::HostApi>>,
+    api: Option<Arc<dyn plugd_host::native_host::HostApi>>,
 }
 
 /// The capability an admin method needs, or `None` for an unknown family.
@@ -339,11 +342,8 @@ impl Handler for MicroappHandler {
 }
 
 /// Envelope and handler.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    services: &HostServices,
-    _catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, services, .. } = a;
     let capabilities = spec
         .microapp
         .as_ref()
@@ -367,7 +367,7 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     services: &HostServices,
-    state: Option<&super::DialectState>,
+    state: Option<&plugd_host::dialect::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let malformed = |reason: String| HandshakeError::Malformed {
@@ -528,33 +528,6 @@ fn check_tools(
     Ok(out)
 }
 
-/// Re-reads the catalog with `tools/list` (validated like `initialize`'s).
-pub async fn refresh_tools(
-    conn: &Conn,
-    spec: &PluginSpec,
-    timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    let m = micro(spec).map_err(|reason| HandshakeError::Malformed {
-        plugin: spec.id.clone(),
-        reason,
-    })?;
-    let reply = conn.peer.call("tools/list", None, timeout).await?;
-    let tools = match &reply {
-        Value::Array(_) => Some(&reply),
-        Value::Object(o) => o.get("tools"),
-        other => {
-            return Err(HandshakeError::Malformed {
-                plugin: spec.id.clone(),
-                reason: format!(
-                    "tools/list: expected {{\"tools\": [...]}}, got {}",
-                    preview(other)
-                ),
-            });
-        }
-    };
-    check_tools(spec, m, tools, "tools/list")
-}
-
 /// The `binding_context` of a call: `ctx.binding` as the runtime built it
 /// (agent turns), else the seed's five keys from what the call has:
 /// `agent_id` from `ctx.agent_id`, `account_id` from the tenant scope
@@ -573,53 +546,125 @@ fn binding_context(ctx: &CallContext) -> Value {
     }
 }
 
-/// Calls a tool: `tools/call {tool, args, binding_context, inbound}`. Returns
-/// the reply's `output`; `{error}` is a tool-level failure
-/// ([`ToolError::ExecutionFailed`]); JSON-RPC errors stay protocol errors
-/// except the seed's `-32001` (arguments) and `-32002`/`-32003` (unavailable).
-pub async fn call_tool(
-    conn: &Conn,
-    spec: &PluginSpec,
-    tool: &ToolDef,
-    args: Value,
-    ctx: &CallContext,
-    timeout: Duration,
-) -> Result<Value, ToolError> {
-    let plugin: Arc<str> = spec.id.as_str().into();
-    let mut params = json!({
-        "tool": tool.wire(),
-        "args": args,
-        "binding_context": binding_context(ctx),
-    });
-    if let Some(inbound) = &ctx.inbound {
-        params["inbound"] = inbound.clone();
+/// The microapp contract (nexo `extensions.yaml` apps).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Microapp;
+
+impl Dialect for Microapp {
+    fn name(&self) -> &'static str {
+        "microapp"
     }
-    let reply = conn
-        .peer
-        .call_with("tools/call", Some(params), timeout, ctx.progress.clone())
-        .await
-        .map_err(|e| map_error(&plugin, tool.wire(), e))?;
-    let failed = |message: String| ToolError::ExecutionFailed {
-        plugin: plugin.clone(),
-        tool: tool.name.clone(),
-        message,
-    };
-    let Some(obj) = reply.as_object() else {
-        return Err(failed(format!(
-            "malformed tools/call reply: expected {{\"output\": ...}} or {{\"error\": ...}}, got {}",
-            preview(&reply)
-        )));
-    };
-    match (obj.get("error"), obj.get("output")) {
-        (Some(e), _) if !e.is_null() => Err(failed(match e {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })),
-        (_, Some(output)) => Ok(output.clone()),
-        _ => Err(failed(format!(
-            "malformed tools/call reply: expected {{\"output\": ...}} or {{\"error\": ...}}, got {}",
-            preview(&reply)
-        ))),
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            hooks: Some(HookStyle::Vote),
+            unsigned: Some(
+                "a microapp is declared by an extensions.yaml entry, which no plugin signature covers",
+            ),
+            ..Capabilities::default()
+        }
+    }
+
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
+    }
+
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
+        Box::pin(handshake(a.peer, a.spec, a.services, a.state, a.timeout))
+    }
+
+    /// Re-reads the catalog with `tools/list` (validated like `initialize`'s).
+    fn refresh_tools<'a>(
+        &'a self,
+        conn: &'a Conn,
+        spec: &'a PluginSpec,
+        timeout: Duration,
+    ) -> DialectFuture<'a, Result<Vec<ToolDef>, HandshakeError>> {
+        Box::pin(async move {
+            let m = micro(spec).map_err(|reason| HandshakeError::Malformed {
+                plugin: spec.id.clone(),
+                reason,
+            })?;
+            let reply = conn.peer.call("tools/list", None, timeout).await?;
+            let tools = match &reply {
+                Value::Array(_) => Some(&reply),
+                Value::Object(o) => o.get("tools"),
+                other => {
+                    return Err(HandshakeError::Malformed {
+                        plugin: spec.id.clone(),
+                        reason: format!(
+                            "tools/list: expected {{\"tools\": [...]}}, got {}",
+                            preview(other)
+                        ),
+                    });
+                }
+            };
+            check_tools(spec, m, tools, "tools/list")
+        })
+    }
+
+    /// Calls a tool: `tools/call {tool, args, binding_context, inbound}`. Returns
+    /// the reply's `output`; `{error}` is a tool-level failure
+    /// ([`ToolError::ExecutionFailed`]); JSON-RPC errors stay protocol errors
+    /// except the seed's `-32001` (arguments) and `-32002`/`-32003` (unavailable).
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
+        Box::pin(async move {
+            let plugin: Arc<str> = spec.id.as_str().into();
+            let mut params = json!({
+                "tool": tool.wire(),
+                "args": args,
+                "binding_context": binding_context(ctx),
+            });
+            if let Some(inbound) = &ctx.inbound {
+                params["inbound"] = inbound.clone();
+            }
+            let reply = conn
+                .peer
+                .call_with("tools/call", Some(params), timeout, ctx.progress.clone())
+                .await
+                .map_err(|e| map_error(&plugin, tool.wire(), e))?;
+            let failed = |message: String| ToolError::ExecutionFailed {
+                plugin: plugin.clone(),
+                tool: tool.name.clone(),
+                message,
+            };
+            let Some(obj) = reply.as_object() else {
+                return Err(failed(format!(
+                    "malformed tools/call reply: expected {{\"output\": ...}} or {{\"error\": ...}}, got {}",
+                    preview(&reply)
+                )));
+            };
+            match (obj.get("error"), obj.get("output")) {
+                (Some(e), _) if !e.is_null() => Err(failed(match e {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })),
+                (_, Some(output)) => Ok(output.clone()),
+                _ => Err(failed(format!(
+                    "malformed tools/call reply: expected {{\"output\": ...}} or {{\"error\": ...}}, got {}",
+                    preview(&reply)
+                ))),
+            }
+        })
+    }
+
+    /// Sends `shutdown` and waits for its reply (at most `reply_timeout`), then
+    /// SIGTERMs the process group as the seed says; the supervisor SIGKILLs it
+    /// after `shutdown_grace` if it is still there.
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
+        Box::pin(async move {
+            let res = conn
+                .peer
+                .call("shutdown", Some(json!({})), reply_timeout)
+                .await;
+            if let Err(e) = &res {
+                tracing::debug!(plugin = %conn.peer.plugin(), "shutdown: {e}");
+            }
+            if conn.peer.closed_reason().is_none() {
+                conn.process.terminate_group();
+            }
+        })
     }
 }
 
@@ -650,22 +695,6 @@ fn map_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolError {
                 .and_then(Value::as_u64),
         },
         _ => ToolError::Call(err),
-    }
-}
-
-/// Sends `shutdown` and waits for its reply (at most `reply_timeout`), then
-/// SIGTERMs the process group as the seed says; the supervisor SIGKILLs it
-/// after `shutdown_grace` if it is still there.
-pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, reply_timeout: Duration) {
-    let res = conn
-        .peer
-        .call("shutdown", Some(json!({})), reply_timeout)
-        .await;
-    if let Err(e) = &res {
-        tracing::debug!(plugin = %conn.peer.plugin(), "shutdown: {e}");
-    }
-    if conn.peer.closed_reason().is_none() {
-        conn.process.terminate_group();
     }
 }
 

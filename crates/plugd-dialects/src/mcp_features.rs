@@ -17,25 +17,24 @@
 //! * A server that declares `listChanged` for resources or prompts has its
 //!   listing cached on the connection; `notifications/resources/list_changed`
 //!   (`prompts/list_changed`) drops the cache, so the next listing re-reads
-//!   it, and is forwarded as an [`McpEvent`]. Other servers are asked each
+//!   it, and is forwarded as an [`McpEvent`](plugd_host::dialect::McpEvent). Other servers are asked each
 //!   time.
 //! * Subscriptions belong to the plugin, not the connection
 //!   ([`McpSubscriptions`]): a restarted server is subscribed again during
 //!   its handshake, and `notifications/resources/updated` for a subscribed
-//!   URI is forwarded on the host's [`McpEvents`] broadcast.
+//!   URI is forwarded on the host's [`McpEvents`](plugd_host::dialect::McpEvents) broadcast.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
-use super::mcp::{MAX_PAGES, McpState, preview};
-use crate::peer::{CallError, Peer};
-use crate::supervisor::Conn;
+use crate::mcp::{MAX_PAGES, McpState, preview};
+use plugd_host::dialect::McpSubscriptions;
+use plugd_host::peer::{CallError, Peer};
+use plugd_host::supervisor::Conn;
 
 /// Most items kept from one listing (resources, templates or prompts).
 pub const MAX_ITEMS: usize = 10_000;
@@ -49,10 +48,6 @@ pub const MAX_SUBSCRIPTIONS: usize = 1024;
 /// Most values of one completion (the MCP limit); more are cut, with
 /// `hasMore: true`.
 pub const MAX_COMPLETIONS: usize = 100;
-
-/// Events buffered per receiver of [`McpEvents`]; a receiver that falls
-/// further behind loses the oldest ones and is told how many.
-pub const EVENT_CAPACITY: usize = 256;
 
 /// A server capability a method needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,110 +293,8 @@ impl FeatureState {
     }
 }
 
-/// A change an MCP server announced, as the host forwards it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum McpEvent {
-    /// `notifications/resources/updated` for a subscribed URI.
-    ResourceUpdated {
-        /// Server (plugin id).
-        server: String,
-        /// The resource.
-        uri: String,
-    },
-    /// `notifications/resources/list_changed`.
-    ResourcesListChanged {
-        /// Server (plugin id).
-        server: String,
-    },
-    /// `notifications/prompts/list_changed`.
-    PromptsListChanged {
-        /// Server (plugin id).
-        server: String,
-    },
-}
-
-/// The host-wide broadcast of [`McpEvent`]s, shared by every MCP connection
-/// (so a receiver keeps working across restarts). Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct McpEvents(broadcast::Sender<McpEvent>);
-
-impl Default for McpEvents {
-    fn default() -> Self {
-        McpEvents(broadcast::channel(EVENT_CAPACITY).0)
-    }
-}
-
-impl McpEvents {
-    /// A receiver of every event from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<McpEvent> {
-        self.0.subscribe()
-    }
-
-    /// Sends `event` to whoever listens (nobody listening is fine).
-    pub fn send(&self, event: McpEvent) {
-        let _ = self.0.send(event);
-    }
-}
-
-/// The resources each server is subscribed to, by plugin (not connection):
-/// a restarted server is subscribed again. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct McpSubscriptions(Arc<RwLock<BTreeMap<String, BTreeSet<String>>>>);
-
-impl McpSubscriptions {
-    /// The URIs `server` is subscribed to.
-    pub fn of(&self, server: &str) -> Vec<String> {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(server)
-            .map(|s| s.iter().cloned().collect())
-            .unwrap_or_default()
-    }
-
-    /// Whether `server` is subscribed to `uri`.
-    pub fn contains(&self, server: &str, uri: &str) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(server)
-            .is_some_and(|s| s.contains(uri))
-    }
-
-    fn count(&self, server: &str) -> usize {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(server)
-            .map_or(0, BTreeSet::len)
-    }
-
-    fn insert(&self, server: &str, uri: &str) {
-        self.0
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(server.to_owned())
-            .or_default()
-            .insert(uri.to_owned());
-    }
-
-    /// Forgets `server`'s subscription to `uri`; whether there was one.
-    pub fn remove(&self, server: &str, uri: &str) -> bool {
-        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
-        let Some(set) = map.get_mut(server) else {
-            return false;
-        };
-        let had = set.remove(uri);
-        if set.is_empty() {
-            map.remove(server);
-        }
-        had
-    }
-}
-
 /// The features of one running MCP server: borrow it from a [`Conn`] with
-/// [`super::features`].
+/// [`crate::features`].
 pub struct Features<'a> {
     peer: &'a Peer,
     state: &'a McpState,
@@ -594,7 +487,7 @@ impl<'a> Features<'a> {
             .peer
             .call(METHOD, Some(json!({"uri": uri})), timeout)
             .await?;
-        if let Some(why) = super::mcp::not_complete(&reply) {
+        if let Some(why) = crate::mcp::not_complete(&reply) {
             return Err(self.malformed(METHOD, why));
         }
         check_read(&reply).map_err(|r| self.malformed(METHOD, r))?;
@@ -665,7 +558,7 @@ impl<'a> Features<'a> {
             params["arguments"] = json!(arguments);
         }
         let reply = self.peer.call(METHOD, Some(params), timeout).await?;
-        if let Some(why) = super::mcp::not_complete(&reply) {
+        if let Some(why) = crate::mcp::not_complete(&reply) {
             return Err(self.malformed(METHOD, why));
         }
         check_prompt(&reply).map_err(|r| self.malformed(METHOD, r))?;

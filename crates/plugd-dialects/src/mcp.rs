@@ -36,7 +36,7 @@
 //!   is returned whole.
 //! * Tasks: a tool listed with `execution.taskSupport: "required"` by a
 //!   server declaring `tasks.requests.tools.call` is called task-augmented
-//!   and polled to its end in [`super::mcp_tasks`] (hidden with a warning
+//!   and polled to its end in [`crate::mcp_tasks`] (hidden with a warning
 //!   when the server lacks the capability); `notifications/tasks/status`
 //!   wakes the poll.
 //! * Cancel: a caller that gives up sends `notifications/cancelled
@@ -53,7 +53,7 @@
 //!   `roots/list` gets `-32601`: the workspace (`.mcp.json`, `plugd.yaml`,
 //!   `.plugd/`) is never offered by default.
 //! * Resources, resource templates, prompts and completion: in
-//!   [`super::mcp_features`], sent only when `initialize` declared them;
+//!   [`crate::mcp_features`], sent only when `initialize` declared them;
 //!   `notifications/resources/updated` (for a subscribed URI),
 //!   `notifications/resources/list_changed` and
 //!   `notifications/prompts/list_changed` drop the cached listings and go out
@@ -80,15 +80,17 @@ use plugd_manifest::PluginSpec;
 use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
-use super::mcp_features::{
-    Envelope, FeatureState, ListKind, McpEvent, McpEvents, McpSubscriptions,
+use crate::mcp_features::{Envelope, FeatureState, ListKind};
+use crate::mcp_tasks::{self, TaskWatchers};
+use plugd_host::dialect::{
+    CallContext, CallFuture, Capabilities, CatalogChanged, ClientHandle, Dialect, DialectFuture,
+    HandshakeArgs, HandshakeFuture, McpEvent, McpEvents, McpRequests, McpRoots, McpSubscriptions,
+    Setup, SetupArgs, ToolCall,
 };
-use super::mcp_tasks::{self, TaskWatchers};
-use super::{CallContext, CatalogChanged, ClientHandle, HostServices, McpRoots, Setup};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
-use crate::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
-use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
-use crate::supervisor::Conn;
+use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, ToolMeta, map_tool_error};
+use plugd_host::peer::{CallError, CancelPolicy, Handler, HandlerFuture, Peer};
+use plugd_host::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
+use plugd_host::supervisor::Conn;
 
 /// The protocol revision plugd offers in `initialize` (shared with the
 /// gateway in `plugd-mcp`).
@@ -202,44 +204,6 @@ fn progress_token(params: &Value) -> Option<i64> {
         Value::Number(n) => n.as_i64(),
         Value::String(s) => s.parse().ok(),
         _ => None,
-    }
-}
-
-/// A boxed future of a server request's answer.
-pub type AnswerFuture =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Value, ErrorObject>> + Send>>;
-
-/// Who answers a hosted server's `elicitation/create` and
-/// `sampling/createMessage` when no MCP client of a call in flight takes
-/// them: the runtime (a person for elicitation; the configured LLM provider
-/// for sampling, when the operator allows it for that server).
-pub trait ServerRequests: Send + Sync {
-    /// Answers request `method` (one of the two above) of server `server`;
-    /// its result, or the error to answer the server with.
-    fn answer(&self, server: &str, method: &str, params: Value) -> AnswerFuture;
-}
-
-/// The host's [`ServerRequests`], set once the runtime exists (every
-/// connection shares the cell, so one set before or after a start counts).
-#[derive(Clone, Default)]
-pub struct McpRequests(Arc<std::sync::OnceLock<Arc<dyn ServerRequests>>>);
-
-impl McpRequests {
-    /// Sets the answerer; a second set is ignored (`false`).
-    pub fn set(&self, answerer: Arc<dyn ServerRequests>) -> bool {
-        self.0.set(answerer).is_ok()
-    }
-
-    fn get(&self) -> Option<&Arc<dyn ServerRequests>> {
-        self.0.get()
-    }
-}
-
-impl std::fmt::Debug for McpRequests {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("McpRequests")
-            .field("set", &self.0.get().is_some())
-            .finish()
     }
 }
 
@@ -562,11 +526,13 @@ pub fn offered_roots(conn: &Conn) -> bool {
 }
 
 /// Envelope, handler and cancel policy for an MCP server.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    services: &HostServices,
-    catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs {
+        spec,
+        services,
+        catalog_changed,
+        ..
+    } = a;
     let handler = McpHandler::new(&spec.id, services.mcp_roots.clone(), catalog_changed);
     let mut state = McpState::new(handler.offered_roots, services.mcp_subscriptions.clone());
     state.stateless = services.mcp_stateless.get(&spec.id);
@@ -897,7 +863,7 @@ fn client_info() -> Value {
 pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
-    state: Option<&super::DialectState>,
+    state: Option<&plugd_host::dialect::DialectState>,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     let mcp = state.and_then(|s| s.downcast_ref::<McpState>());
@@ -936,9 +902,9 @@ pub async fn handshake(
     if let Some(mcp) = mcp {
         let uris = mcp.subscriptions.of(&spec.id);
         if !uris.is_empty() {
-            if super::mcp_features::Capability::Subscribe.declared_in(&capabilities) {
+            if crate::mcp_features::Capability::Subscribe.declared_in(&capabilities) {
                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                super::mcp_features::resubscribe(
+                crate::mcp_features::resubscribe(
                     peer,
                     &spec.id,
                     uris,
@@ -1249,23 +1215,6 @@ fn tool_meta(name: &str, raw: &Value, warnings: &mut Vec<String>) -> Option<Box<
     (meta != ToolMeta::default()).then(|| Box::new(meta))
 }
 
-/// Re-reads the catalog (after `notifications/tools/list_changed`).
-pub async fn refresh_tools(
-    conn: &Conn,
-    spec: &PluginSpec,
-    timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    let mut warnings = Vec::new();
-    let caps = mcp_state(conn)
-        .map(|s| s.features.capabilities().clone())
-        .unwrap_or_default();
-    let tools = list_tools(&conn.peer, spec, &caps, timeout, &mut warnings).await?;
-    for w in warnings {
-        tracing::warn!(plugin = %spec.id, "{w}");
-    }
-    Ok(tools)
-}
-
 /// `tools/call`; progress goes to `ctx.progress`.
 /// `params` with the current trace in `_meta.traceparent` (and
 /// `_meta.tracestate`), as the MCP SDKs read it, when traces are on.
@@ -1284,106 +1233,161 @@ pub(crate) fn with_trace(mut params: Value) -> Value {
     params
 }
 
-pub async fn call_tool(
-    conn: &Conn,
-    _spec: &PluginSpec,
-    tool: &ToolDef,
-    args: Value,
-    ctx: &CallContext,
-    timeout: Duration,
-) -> Result<Value, ToolError> {
-    let plugin = conn.peer.plugin();
-    let state = mcp_state(conn);
-    let _client = ctx
-        .client
-        .clone()
-        .and_then(|c| Some(state.as_ref()?.enter(c)));
-    let tools_call_error = |e: CallError| match e {
-        // -32601 here means "no tools/call", which map_tool_error would
-        // describe in native terms; keep the server's own error.
-        CallError::Remote { ref error, .. } if error.code == codes::METHOD_NOT_FOUND => {
-            ToolError::Call(e)
+/// The MCP contract (a server over stdio or Streamable HTTP).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mcp;
+
+impl Dialect for Mcp {
+    fn name(&self) -> &'static str {
+        "mcp"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            server_features: true,
+            mcp_results: true,
+            unsigned: Some(
+                "an MCP server is declared by a .mcp.json entry and has no plugin directory to sign",
+            ),
+            ..Capabilities::default()
         }
-        e => map_tool_error(plugin, &tool.name, e),
-    };
-    let caps = state.as_ref().map(|s| s.features.capabilities());
-    let result = if mcp_tasks::requires_task(tool) && caps.is_some_and(mcp_tasks::runs_tool_tasks) {
-        mcp_tasks::call_as_task(
-            &conn.peer,
-            tool,
-            args,
-            ctx,
-            timeout,
-            caps.is_some_and(mcp_tasks::cancels_tasks),
-            state.as_ref().map(|s| &s.tasks),
-            tools_call_error,
-        )
-        .await?
-    } else {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let mut params = with_trace(json!({"name": tool.wire(), "arguments": args}));
-        let mut rounds = 0;
-        loop {
-            // The first request has the call's own timeout (errors report
-            // the configured value); answers to input share what is left.
-            let left = if rounds == 0 {
-                timeout
-            } else {
-                deadline
-                    .saturating_duration_since(tokio::time::Instant::now())
-                    .max(Duration::from_millis(1))
-            };
-            let result = conn
-                .peer
-                .call_with(
-                    "tools/call",
-                    Some(params.clone()),
-                    left,
-                    ctx.progress.clone(),
-                )
-                .await
-                .map_err(tools_call_error)?;
-            // 2026-07-28: the server asks for input inside the result and
-            // is asked again with the answers.
-            if result.get("resultType").and_then(Value::as_str) != Some("input_required")
-                || rounds >= MAX_INPUT_ROUNDS
-            {
-                break result;
+    }
+
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
+    }
+
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
+        Box::pin(handshake(a.peer, a.spec, a.state, a.timeout))
+    }
+
+    /// Re-reads the catalog (after `notifications/tools/list_changed`).
+    fn refresh_tools<'a>(
+        &'a self,
+        conn: &'a Conn,
+        spec: &'a PluginSpec,
+        timeout: Duration,
+    ) -> DialectFuture<'a, Result<Vec<ToolDef>, HandshakeError>> {
+        Box::pin(async move {
+            let mut warnings = Vec::new();
+            let caps = mcp_state(conn)
+                .map(|s| s.features.capabilities().clone())
+                .unwrap_or_default();
+            let tools = list_tools(&conn.peer, spec, &caps, timeout, &mut warnings).await?;
+            for w in warnings {
+                tracing::warn!(plugin = %spec.id, "{w}");
             }
-            rounds += 1;
-            let responses = answer_inputs(&result, ctx).await.map_err(|message| {
-                ToolError::ExecutionFailed {
-                    plugin: plugin.clone(),
-                    tool: tool.name.clone(),
-                    message,
+            Ok(tools)
+        })
+    }
+
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, _spec, tool, args, ctx, timeout) = call.into_parts();
+        Box::pin(async move {
+            let plugin = conn.peer.plugin();
+            let state = mcp_state(conn);
+            let _client = ctx
+                .client
+                .clone()
+                .and_then(|c| Some(state.as_ref()?.enter(c)));
+            let tools_call_error = |e: CallError| match e {
+                // -32601 here means "no tools/call", which map_tool_error would
+                // describe in native terms; keep the server's own error.
+                CallError::Remote { ref error, .. } if error.code == codes::METHOD_NOT_FOUND => {
+                    ToolError::Call(e)
                 }
-            })?;
-            params["inputResponses"] = Value::Object(responses);
-            match result.get("requestState") {
-                Some(state @ Value::String(_)) => params["requestState"] = state.clone(),
-                _ => {
-                    if let Some(p) = params.as_object_mut() {
-                        p.remove("requestState");
+                e => map_tool_error(plugin, &tool.name, e),
+            };
+            let caps = state.as_ref().map(|s| s.features.capabilities());
+            let result = if mcp_tasks::requires_task(tool)
+                && caps.is_some_and(mcp_tasks::runs_tool_tasks)
+            {
+                mcp_tasks::call_as_task(
+                    &conn.peer,
+                    tool,
+                    args,
+                    ctx,
+                    timeout,
+                    caps.is_some_and(mcp_tasks::cancels_tasks),
+                    state.as_ref().map(|s| &s.tasks),
+                    tools_call_error,
+                )
+                .await?
+            } else {
+                let deadline = tokio::time::Instant::now() + timeout;
+                let mut params = with_trace(json!({"name": tool.wire(), "arguments": args}));
+                let mut rounds = 0;
+                loop {
+                    // The first request has the call's own timeout (errors report
+                    // the configured value); answers to input share what is left.
+                    let left = if rounds == 0 {
+                        timeout
+                    } else {
+                        deadline
+                            .saturating_duration_since(tokio::time::Instant::now())
+                            .max(Duration::from_millis(1))
+                    };
+                    let result = conn
+                        .peer
+                        .call_with(
+                            "tools/call",
+                            Some(params.clone()),
+                            left,
+                            ctx.progress.clone(),
+                        )
+                        .await
+                        .map_err(tools_call_error)?;
+                    // 2026-07-28: the server asks for input inside the result and
+                    // is asked again with the answers.
+                    if result.get("resultType").and_then(Value::as_str) != Some("input_required")
+                        || rounds >= MAX_INPUT_ROUNDS
+                    {
+                        break result;
+                    }
+                    rounds += 1;
+                    let responses = answer_inputs(&result, ctx).await.map_err(|message| {
+                        ToolError::ExecutionFailed {
+                            plugin: plugin.clone(),
+                            tool: tool.name.clone(),
+                            message,
+                        }
+                    })?;
+                    params["inputResponses"] = Value::Object(responses);
+                    match result.get("requestState") {
+                        Some(state @ Value::String(_)) => params["requestState"] = state.clone(),
+                        _ => {
+                            if let Some(p) = params.as_object_mut() {
+                                p.remove("requestState");
+                            }
+                        }
                     }
                 }
+            };
+            if let Some(why) = not_complete(&result) {
+                return Err(ToolError::ExecutionFailed {
+                    plugin: plugin.clone(),
+                    tool: tool.name.clone(),
+                    message: why,
+                });
             }
-        }
-    };
-    if let Some(why) = not_complete(&result) {
-        return Err(ToolError::ExecutionFailed {
-            plugin: plugin.clone(),
-            tool: tool.name.clone(),
-            message: why,
-        });
+            if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                return Err(ToolError::ExecutionFailed {
+                    plugin: plugin.clone(),
+                    tool: tool.name.clone(),
+                    message: error_text(&result),
+                });
+            }
+            Ok(result)
+        })
     }
-    if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        return Err(ToolError::ExecutionFailed {
-            plugin: plugin.clone(),
-            tool: tool.name.clone(),
-            message: error_text(&result),
-        });
+
+    /// MCP over stdio has no shutdown request: SIGTERM to the process group; the
+    /// supervisor SIGKILLs after `shutdown_grace`.
+    fn shutdown<'a>(&'a self, conn: &'a Conn, _reply_timeout: Duration) -> DialectFuture<'a, ()> {
+        Box::pin(async move {
+            conn.process.terminate_group();
+        })
     }
-    Ok(result)
 }
 
 /// Answers the `inputRequests` of a 2026-07-28 `input_required` result the
@@ -1496,12 +1500,6 @@ fn error_text(result: &Value) -> String {
         texts.join("\n")
     };
     text.chars().take(4096).collect()
-}
-
-/// MCP over stdio has no shutdown request: SIGTERM to the process group; the
-/// supervisor SIGKILLs after `shutdown_grace`.
-pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, _reply_timeout: Duration) {
-    conn.process.terminate_group();
 }
 
 #[cfg(test)]

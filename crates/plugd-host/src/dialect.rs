@@ -1,4 +1,6 @@
-//! Dialects: one small module per plugin contract, all behind one interface.
+//! The interface every dialect implements ([`Dialect`]) and what the host
+//! hands a dialect: who a call is for ([`CallContext`]), the host's services
+//! ([`HostServices`]), a run's envelope and handler ([`Setup`]).
 //!
 //! **Architecture invariant**: a dialect only translates. It says which
 //! envelope ([`Protocol`]) a plugin speaks, how the handshake goes, how a tool
@@ -6,42 +8,33 @@
 //! notifications are served ([`Handler`]). Supervision, deadlines, approval,
 //! schema validation and the registry are shared by all of them.
 //!
-//! | dialect | envelope | module |
-//! |---|---|---|
-//! | native (nexo contract) | JSON-RPC, lines | [`crate::native`] |
-//! | microapp | JSON-RPC, lines | [`microapp`] |
-//! | Salmex | JSON-RPC, Content-Length | [`salmex`] |
-//! | VAI | `vai.rpc.v1` frames, Content-Length | [`vai`] |
-//! | MCP | JSON-RPC, lines | [`mcp`] |
-//!
-//! Server features beyond tools (resources, resource templates, prompts,
-//! completion) exist only in MCP ([`mcp_features`]); [`features`] is their
-//! one dispatch, and any other dialect answers
-//! [`FeatureError::NotSupported`] naming it.
+//! **API boundary**: the dialects themselves live in `plugd-dialects` (one
+//! module per contract); the supervisor reaches them only through the
+//! [`Dialects`] table in [`HostServices`], so this crate never names one.
 
-pub mod mcp;
-pub mod mcp_features;
-pub mod mcp_tasks;
-pub mod microapp;
-pub mod salmex;
-pub mod vai;
+pub mod mcp_host;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plugd_manifest::{Dialect, PluginSpec};
+use plugd_manifest::PluginSpec;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::launch::Launch;
-use crate::native::{self, Handshake, HandshakeError, ToolDef, ToolError};
-use crate::native_host::{self, HostApi, NativeHost, NativeState};
+use crate::model::{Handshake, HandshakeError, ToolDef, ToolError};
+use crate::native_host::HostApi;
 use crate::peer::{CancelPolicy, Handler, Peer};
 use crate::protocol::Protocol;
 use crate::supervisor::Conn;
 
-pub use mcp_features::{FeatureError, Features, McpEvent, McpEvents, McpSubscriptions};
+pub use mcp_host::{
+    AnswerFuture, EVENT_CAPACITY, McpEvent, McpEvents, McpRequests, McpSubscriptions,
+    ServerRequests,
+};
 
 /// Who and what a tool call is for. Dialects send what their contract knows.
 #[derive(Debug, Clone, Default)]
@@ -196,7 +189,7 @@ pub struct HostServices {
     /// plugd.yaml changes ([`McpRoots::replace`]).
     pub mcp_roots: McpRoots,
     /// plugd.yaml's `stateless` per MCP server: `true` tries the stateless
-    /// revision first, `false` never speaks it (see `dialect::mcp::open`).
+    /// revision first, `false` never speaks it (see `plugd_dialects::mcp`).
     pub mcp_stateless: McpServerFlags,
     /// Where MCP servers' resource and prompt changes are forwarded (one
     /// broadcast for the host, so receivers outlive restarts).
@@ -206,7 +199,9 @@ pub struct HostServices {
     pub mcp_subscriptions: McpSubscriptions,
     /// Who answers MCP servers' elicitation and sampling requests outside
     /// gateway calls (set by the runtime; unset: refused).
-    pub mcp_requests: mcp::McpRequests,
+    pub mcp_requests: McpRequests,
+    /// The dialect of each contract (`plugd_dialects::table`).
+    pub dialects: Dialects,
 }
 
 /// The roots offered to each hosted MCP server, shared by the runtime and
@@ -275,8 +270,9 @@ impl std::fmt::Debug for HostServices {
 }
 
 impl HostServices {
-    /// Services for a workspace at `dir` (state under `dir/.plugd/state`).
-    pub fn for_workspace(dir: &std::path::Path) -> Self {
+    /// Services for a workspace at `dir` (state under `dir/.plugd/state`),
+    /// speaking the contracts of `dialects`.
+    pub fn for_workspace(dir: &std::path::Path, dialects: Dialects) -> Self {
         HostServices {
             workspace: dir.to_path_buf(),
             state_root: dir.join(".plugd").join("state"),
@@ -285,7 +281,8 @@ impl HostServices {
             mcp_stateless: McpServerFlags::default(),
             mcp_events: McpEvents::default(),
             mcp_subscriptions: McpSubscriptions::default(),
-            mcp_requests: mcp::McpRequests::default(),
+            mcp_requests: McpRequests::default(),
+            dialects,
         }
     }
 
@@ -316,72 +313,212 @@ pub struct Setup {
     pub state: Option<DialectState>,
 }
 
-/// The envelope, handler and cancel policy for `spec`'s dialect.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    services: &HostServices,
-    catalog_changed: CatalogChanged,
-    redact: &crate::stderr::SharedRedact,
-) -> Setup {
-    match spec.dialect {
-        Dialect::Microapp => microapp::setup(spec, services, catalog_changed),
-        Dialect::Salmex => salmex::setup(spec, services, catalog_changed, redact),
-        Dialect::Vai => vai::setup(spec, services, catalog_changed),
-        Dialect::Mcp => mcp::setup(spec, services, catalog_changed),
-        // JSON-RPC lines, with `llm.chat.delta` routed to its `llm.chat` call;
-        // the plugin's own requests go to the host services.
-        _ => {
-            let host = NativeHost::new(spec.clone(), services.api.clone());
-            let state: DialectState = Arc::new(host.state());
-            Setup {
-                protocol: Arc::new(crate::native_llm::NativeProtocol),
-                handler: Arc::new(host),
-                cancel: None,
-                state: Some(state),
-            }
-        }
+/// Gives the dialect of a contract: the one table the runtime hands the
+/// host (`plugd_dialects::table`).
+#[derive(Clone, Copy)]
+pub struct Dialects(pub fn(plugd_manifest::Dialect) -> &'static dyn Dialect);
+
+impl Dialects {
+    /// The dialect of contract `d`.
+    pub fn of(&self, d: plugd_manifest::Dialect) -> &'static dyn Dialect {
+        (self.0)(d)
     }
 }
 
-/// The handshake; validates identity and the tool catalog. `state` is the
-/// connection state [`setup`] returned; `launch` carries the configuration.
-pub async fn handshake(
-    peer: &Peer,
-    spec: &PluginSpec,
-    services: &HostServices,
-    state: Option<&DialectState>,
-    launch: &Launch,
-    timeout: Duration,
-) -> Result<Handshake, HandshakeError> {
-    match spec.dialect {
-        Dialect::Microapp => microapp::handshake(peer, spec, services, state, timeout).await,
-        Dialect::Salmex => salmex::handshake(peer, spec, services, launch, timeout).await,
-        Dialect::Vai => vai::handshake(peer, spec, services, state, timeout).await,
-        Dialect::Mcp => mcp::handshake(peer, spec, state, timeout).await,
-        _ => {
-            let handshake = native::initialize_with(peer, spec, &launch.config, timeout).await?;
-            if let Some(native) = state.and_then(|s| s.downcast_ref::<NativeState>()) {
-                native_host::attach(peer, spec, services.api.as_ref(), native);
-            }
-            Ok(handshake)
-        }
+impl std::fmt::Debug for Dialects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Dialects")
     }
 }
 
-/// Re-reads the tool catalog of a running plugin.
-pub async fn refresh_tools(
-    conn: &Conn,
-    spec: &PluginSpec,
-    timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    match spec.dialect {
-        Dialect::Microapp => microapp::refresh_tools(conn, spec, timeout).await,
-        Dialect::Mcp => mcp::refresh_tools(conn, spec, timeout).await,
-        _ => Ok(conn.handshake.tools.clone()),
+/// A dialect's boxed future (the trait is object safe).
+pub type DialectFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What [`Dialect::handshake`] resolves to.
+pub type HandshakeFuture<'a> = DialectFuture<'a, Result<Handshake, HandshakeError>>;
+
+/// What [`Dialect::call_tool`] resolves to.
+pub type CallFuture<'a> = DialectFuture<'a, Result<Value, ToolError>>;
+
+/// What [`Dialect::setup`] works with.
+pub struct SetupArgs<'a> {
+    /// The plugin as this run starts it.
+    pub spec: &'a Arc<PluginSpec>,
+    /// What the host offers it.
+    pub services: &'a HostServices,
+    /// Asks the supervisor to re-read the tool catalog.
+    pub catalog_changed: CatalogChanged,
+    /// The run's secrets to scrub from what the plugin logs.
+    pub redact: &'a crate::stderr::SharedRedact,
+}
+
+/// One tool call, as [`Dialect::call_tool`] makes it.
+pub struct ToolCall<'a> {
+    /// The running plugin.
+    pub conn: &'a Conn,
+    /// The plugin's spec.
+    pub spec: &'a PluginSpec,
+    /// The registry entry (its wire name is sent).
+    pub tool: &'a ToolDef,
+    /// The arguments.
+    pub args: Value,
+    /// Who and what the call is for.
+    pub ctx: &'a CallContext,
+    /// The call deadline.
+    pub timeout: Duration,
+}
+
+impl<'a> ToolCall<'a> {
+    /// `(conn, spec, tool, args, ctx, timeout)`.
+    #[allow(clippy::type_complexity)]
+    pub fn into_parts(
+        self,
+    ) -> (
+        &'a Conn,
+        &'a PluginSpec,
+        &'a ToolDef,
+        Value,
+        &'a CallContext,
+        Duration,
+    ) {
+        (
+            self.conn,
+            self.spec,
+            self.tool,
+            self.args,
+            self.ctx,
+            self.timeout,
+        )
     }
 }
 
-/// Calls one tool. `tool` is the registry entry (its wire name is sent).
+/// What a handshake works with.
+pub struct HandshakeArgs<'a> {
+    /// The connection, before it is a [`Conn`].
+    pub peer: &'a Peer,
+    /// The plugin.
+    pub spec: &'a PluginSpec,
+    /// What the host offers it.
+    pub services: &'a HostServices,
+    /// The connection state [`Dialect::setup`] returned.
+    pub state: Option<&'a DialectState>,
+    /// What the host decided for this start (its configuration).
+    pub launch: &'a Launch,
+    /// The handshake deadline.
+    pub timeout: Duration,
+}
+
+/// What a contract offers beyond tool calls: data the runtime, governance
+/// and the gateway read instead of matching on the contract.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Server features beyond tools (resources, resource templates,
+    /// prompts, completion): MCP.
+    pub server_features: bool,
+    /// Its tool results are MCP `CallToolResult`s and it may log to the
+    /// client during a call: the MCP gateway passes both on as they come
+    /// (MCP).
+    pub mcp_results: bool,
+    /// How it serves a hook bound to it (`hook:` in plugd.yaml), when it can.
+    pub hooks: Option<HookStyle>,
+    /// It may serve nexo's provider methods: `llm.chat` providers and
+    /// `memory.embed` (native).
+    pub nexo_providers: bool,
+    /// A tool it declares but did not advertise answers `-33401`
+    /// (ToolNotFound), not "unknown tool" (nexo §4.1.1: native).
+    pub declared_tool_not_found: bool,
+    /// Its tools are known from its manifest without a start
+    /// ([`Dialect::declared_tool`]: VAI).
+    pub catalog_in_manifest: bool,
+    /// Its calls carry the invocation record's id (VAI
+    /// `context.invocation_id`).
+    pub sends_invocation_id: bool,
+    /// New settings reach a running plugin without a restart
+    /// ([`Dialect::config_changed`]: Salmex `config/changed`).
+    pub live_config: bool,
+    /// Why a plugin of this contract has no signature to check, when it
+    /// cannot have one (microapp, MCP).
+    pub unsigned: Option<&'static str>,
+}
+
+/// How a contract serves a hook event bound to one of its plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HookStyle {
+    /// `hook.on_hook`, for hooks declared in `[plugin.extends].hooks`
+    /// (native).
+    OnHook,
+    /// Votes of the hooks the plugin registered (microapp).
+    Vote,
+}
+
+/// One plugin contract: how its envelope, handshake, tool calls and
+/// shutdown look on the wire, and what it can do beyond tools. Adding a
+/// contract is one implementation of this trait (in `plugd-dialects`).
+pub trait Dialect: Send + Sync + 'static {
+    /// The contract's name (`native`, `microapp`, `salmex`, `vai`, `mcp`).
+    fn name(&self) -> &'static str;
+
+    /// What the contract offers beyond tool calls; by default nothing.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    /// A declared tool as the registry knows it before the plugin runs,
+    /// when the contract can say without a start (VAI); else `None`.
+    fn declared_tool(
+        &self,
+        spec: &PluginSpec,
+        tool: &plugd_manifest::DeclaredTool,
+    ) -> Option<ToolDef> {
+        let _ = (spec, tool);
+        None
+    }
+
+    /// The catalog `spec` declares, when the contract lets plugd approve a
+    /// plugin on it and leave it unconfigured until its settings are set
+    /// (Salmex); else `None`.
+    fn declared_catalog(&self, spec: &PluginSpec) -> Option<Vec<ToolDef>> {
+        let _ = spec;
+        None
+    }
+
+    /// Tells a running plugin its settings changed, when the contract can
+    /// ([`Capabilities::live_config`]); `false` when it could not be told
+    /// (restart it instead).
+    fn config_changed(&self, conn: &Conn, config: Value) -> bool {
+        let _ = (conn, config);
+        false
+    }
+
+    /// The envelope, handler and cancel policy of one run.
+    fn setup(&self, a: SetupArgs<'_>) -> Setup;
+
+    /// The handshake; validates identity and the tool catalog.
+    fn handshake<'a>(&'a self, args: HandshakeArgs<'a>) -> HandshakeFuture<'a>;
+
+    /// Re-reads the tool catalog of a running plugin; by default the one
+    /// its handshake gave.
+    fn refresh_tools<'a>(
+        &'a self,
+        conn: &'a Conn,
+        spec: &'a PluginSpec,
+        timeout: Duration,
+    ) -> DialectFuture<'a, Result<Vec<ToolDef>, HandshakeError>> {
+        let _ = (spec, timeout);
+        Box::pin(async move { Ok(conn.handshake.tools.clone()) })
+    }
+
+    /// Calls one tool. `tool` is the registry entry (its wire name is sent).
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a>;
+
+    /// Asks the plugin to stop, the contract's way; resolves once the
+    /// request was made (or failed). The supervisor then waits its grace
+    /// period and kills.
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()>;
+}
+
+/// Calls one tool through `conn`'s dialect, inside the plugin round trip
+/// span (what the dialect sends carries its trace).
 pub async fn call_tool(
     conn: &Conn,
     spec: &PluginSpec,
@@ -390,7 +527,6 @@ pub async fn call_tool(
     ctx: &CallContext,
     timeout: Duration,
 ) -> Result<Value, ToolError> {
-    // The plugin round trip span; what the dialect sends carries its trace.
     let dialect = spec.dialect.to_string();
     let subject = || plugd_telemetry::Subject {
         plugin: Some(&spec.id),
@@ -398,61 +534,14 @@ pub async fn call_tool(
         export: Some(&tool.name),
         binding: None,
     };
-    let round_trip = async move {
-        match spec.dialect {
-            Dialect::Microapp => microapp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-            Dialect::Salmex => salmex::call_tool(conn, spec, tool, args, ctx, timeout).await,
-            Dialect::Vai => vai::call_tool(conn, spec, tool, args, ctx, timeout).await,
-            Dialect::Mcp => mcp::call_tool(conn, spec, tool, args, ctx, timeout).await,
-            _ => {
-                native::invoke_tool(
-                    &conn.peer,
-                    tool.wire(),
-                    args,
-                    ctx.agent_id.as_deref(),
-                    timeout,
-                )
-                .await
-            }
-        }
+    let call = ToolCall {
+        conn,
+        spec,
+        tool,
+        args,
+        ctx,
+        timeout,
     };
+    let round_trip = conn.services.dialects.of(spec.dialect).call_tool(call);
     plugd_telemetry::in_span("plugin round trip", subject, round_trip).await
-}
-
-/// Asks the plugin to stop, the dialect's way; returns once the request was
-/// made (or failed). The supervisor then waits its grace period and kills.
-pub async fn shutdown(conn: &Conn, spec: &PluginSpec, reply_timeout: Duration) {
-    match spec.dialect {
-        Dialect::Microapp => microapp::shutdown(conn, spec, reply_timeout).await,
-        Dialect::Salmex => salmex::shutdown(conn, spec, reply_timeout).await,
-        Dialect::Vai => vai::shutdown(conn, spec, reply_timeout).await,
-        Dialect::Mcp => mcp::shutdown(conn, spec, reply_timeout).await,
-        _ => {
-            let _ = native::shutdown(&conn.peer, reply_timeout).await;
-        }
-    }
-}
-
-/// Refuses, before any start, a plugin whose dialect has no `feature`
-/// (resources, prompts, completion): only MCP servers have them.
-pub fn features_supported(spec: &PluginSpec, feature: &'static str) -> Result<(), FeatureError> {
-    match spec.dialect {
-        Dialect::Mcp => Ok(()),
-        other => Err(FeatureError::NotSupported {
-            plugin: spec.id.clone(),
-            dialect: other.to_string(),
-            feature,
-        }),
-    }
-}
-
-/// The resources, prompts and completion of a running plugin: an MCP
-/// server's [`Features`]; any other dialect is [`FeatureError::NotSupported`].
-pub fn features<'a>(
-    conn: &'a Conn,
-    spec: &PluginSpec,
-    feature: &'static str,
-) -> Result<Features<'a>, FeatureError> {
-    features_supported(spec, feature)?;
-    Features::of(conn)
 }

@@ -19,7 +19,7 @@
 //!   result despite the `task` field is taken at its word.
 //! * Progress: the `tools/call` progress token stays valid for the task's
 //!   life, so its events keep reaching the caller until the call ends
-//!   ([`crate::peer::Peer::call_routed`]).
+//!   ([`plugd_host::peer::Peer::call_routed`]).
 //! * Bounds: the whole call, polls and result included, stays within the
 //!   call timeout; when plugd gives up (deadline, caller gone, a broken
 //!   reply) on a task that is not terminal, it sends `tasks/cancel` when the
@@ -37,9 +37,9 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::CallContext;
-use crate::native::{ToolDef, ToolError};
-use crate::peer::{CallError, Peer};
+use plugd_host::dialect::CallContext;
+use plugd_host::model::{ToolDef, ToolError};
+use plugd_host::peer::{CallError, Peer};
 
 /// Wait between polls when the server suggests none (the TypeScript SDK's).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(1000);
@@ -207,7 +207,7 @@ pub fn parse_task(v: &Value, expect_id: Option<&str>) -> Result<TaskState, Strin
     let Some(obj) = v.as_object() else {
         return Err(format!(
             "expected a Task object, got {}",
-            super::mcp::preview(v)
+            crate::mcp::preview(v)
         ));
     };
     let id = match obj.get("taskId") {
@@ -222,7 +222,7 @@ pub fn parse_task(v: &Value, expect_id: Option<&str>) -> Result<TaskState, Strin
             return Err(format!(
                 "its \"taskId\" must be a string, got {}",
                 other
-                    .map(super::mcp::preview)
+                    .map(crate::mcp::preview)
                     .unwrap_or_else(|| "nothing".into())
             ));
         }
@@ -246,7 +246,7 @@ pub fn parse_task(v: &Value, expect_id: Option<&str>) -> Result<TaskState, Strin
             return Err(format!(
                 "its \"status\" must be a string, got {}",
                 other
-                    .map(super::mcp::preview)
+                    .map(crate::mcp::preview)
                     .unwrap_or_else(|| "nothing".into())
             ));
         }
@@ -339,7 +339,7 @@ pub async fn call_as_task(
     let (created, route) = peer
         .call_routed(
             "tools/call",
-            Some(super::mcp::with_trace(
+            Some(crate::mcp::with_trace(
                 json!({"name": tool.wire(), "arguments": args, "task": {"ttl": ttl}}),
             )),
             timeout,
@@ -493,7 +493,7 @@ pub async fn call_as_task(
                 if !result.is_object() || result.get("task").is_some() {
                     return Err(fail(describe(format!(
                         "tasks/result is not a tool result: {}",
-                        super::mcp::preview(&result)
+                        crate::mcp::preview(&result)
                     ))));
                 }
                 if status == Status::Failed

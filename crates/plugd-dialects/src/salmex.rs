@@ -33,12 +33,15 @@ use plugd_manifest::salmex::SALMEX_PROTOCOL_VERSION;
 use plugd_wire::{ErrorObject, Framing, Id, codes};
 use serde_json::{Value, json};
 
-use super::{CallContext, CatalogChanged, HostServices, Setup};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError};
-use crate::peer::{CallError, Closed, Handler, Peer};
-use crate::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
-use crate::spawn::ProcessHandle;
-use crate::supervisor::Conn;
+use plugd_host::dialect::{
+    CallFuture, Capabilities, Dialect, DialectFuture, HandshakeArgs, HandshakeFuture, HostServices,
+    Setup, SetupArgs, ToolCall,
+};
+use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError};
+use plugd_host::peer::{CallError, Closed, Handler, Peer};
+use plugd_host::protocol::{Incoming, JsonRpc, Protocol, decode_jsonrpc};
+use plugd_host::spawn::ProcessHandle;
+use plugd_host::supervisor::Conn;
 
 /// Longest log message kept from a plugin's `log.*` notification.
 pub const MAX_LOG_MESSAGE: usize = 4096;
@@ -155,7 +158,7 @@ fn scalar_params_notification(bytes: &[u8]) -> Option<Incoming> {
 #[derive(Debug)]
 pub struct SalmexHandler {
     plugin: Arc<str>,
-    redact: crate::stderr::SharedRedact,
+    redact: plugd_host::stderr::SharedRedact,
 }
 
 /// Makes plugin text safe for one log line: control characters escaped, at
@@ -215,7 +218,7 @@ impl Handler for SalmexHandler {
         };
         let line = {
             let r = self.redact.read().unwrap_or_else(|p| p.into_inner());
-            crate::launch::scrub(&line, &r)
+            plugd_host::launch::scrub(&line, &r)
         };
         match level {
             "error" => tracing::error!(plugin, "{line}"),
@@ -227,12 +230,8 @@ impl Handler for SalmexHandler {
 }
 
 /// Envelope and handler.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    _services: &HostServices,
-    _catalog_changed: CatalogChanged,
-    redact: &crate::stderr::SharedRedact,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, redact, .. } = a;
     Setup {
         protocol: Arc::new(SalmexProtocol),
         handler: Arc::new(SalmexHandler {
@@ -318,7 +317,7 @@ pub async fn handshake(
     peer: &Peer,
     spec: &PluginSpec,
     _services: &HostServices,
-    launch: &crate::launch::Launch,
+    launch: &plugd_host::launch::Launch,
     timeout: Duration,
 ) -> Result<Handshake, HandshakeError> {
     // The stored configuration when the host has one, else the defaults.
@@ -460,15 +459,6 @@ pub fn declared_tools(spec: &PluginSpec) -> Vec<ToolDef> {
     spec.tools.iter().map(ToolDef::declared).collect()
 }
 
-/// Re-reads the catalog: Salmex catalogs are fixed by the manifest.
-pub async fn refresh_tools(
-    conn: &Conn,
-    _spec: &PluginSpec,
-    _timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    Ok(conn.handshake.tools.clone())
-}
-
 /// The text of a result's `content` items, joined by newlines.
 fn content_text(result: &Value) -> String {
     let text: Vec<&str> = result
@@ -484,43 +474,82 @@ fn content_text(result: &Value) -> String {
     text.join("\n")
 }
 
-/// Calls a tool with `tools/call {name, arguments}`. The result comes back
-/// as the plugin sent it; `isError: true` becomes
-/// [`ToolError::ExecutionFailed`] with the text content as message.
-pub async fn call_tool(
-    conn: &Conn,
-    spec: &PluginSpec,
-    tool: &ToolDef,
-    args: Value,
-    ctx: &CallContext,
-    timeout: Duration,
-) -> Result<Value, ToolError> {
-    let plugin: Arc<str> = spec.id.as_str().into();
-    let params = json!({"name": tool.wire(), "arguments": args});
-    let result = guarded_call(
-        &conn.peer,
-        Some(&conn.process),
-        "tools/call",
-        params,
-        timeout,
-        ctx.progress.clone(),
-    )
-    .await;
-    let result = result.map_err(|e| map_error(&plugin, &tool.name, e))?;
-    if result.get("isError").and_then(Value::as_bool) == Some(true) {
-        let text = content_text(&result);
-        let message = if text.is_empty() {
-            "the tool reported an error without text content".to_owned()
-        } else {
-            sanitize(&text)
-        };
-        return Err(ToolError::ExecutionFailed {
-            plugin,
-            tool: tool.name.clone(),
-            message,
-        });
+/// The Salmex I/O plugin contract.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Salmex;
+
+impl Dialect for Salmex {
+    fn name(&self) -> &'static str {
+        "salmex"
     }
-    Ok(result)
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            live_config: true,
+            ..Capabilities::default()
+        }
+    }
+
+    fn declared_catalog(&self, spec: &PluginSpec) -> Option<Vec<ToolDef>> {
+        Some(declared_tools(spec))
+    }
+
+    fn config_changed(&self, conn: &Conn, config: Value) -> bool {
+        config_changed(conn, config)
+    }
+
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
+    }
+
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
+        Box::pin(handshake(a.peer, a.spec, a.services, a.launch, a.timeout))
+    }
+
+    /// Calls a tool with `tools/call {name, arguments}`. The result comes back
+    /// as the plugin sent it; `isError: true` becomes
+    /// [`ToolError::ExecutionFailed`] with the text content as message.
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
+        Box::pin(async move {
+            let plugin: Arc<str> = spec.id.as_str().into();
+            let params = json!({"name": tool.wire(), "arguments": args});
+            let result = guarded_call(
+                &conn.peer,
+                Some(&conn.process),
+                "tools/call",
+                params,
+                timeout,
+                ctx.progress.clone(),
+            )
+            .await;
+            let result = result.map_err(|e| map_error(&plugin, &tool.name, e))?;
+            if result.get("isError").and_then(Value::as_bool) == Some(true) {
+                let text = content_text(&result);
+                let message = if text.is_empty() {
+                    "the tool reported an error without text content".to_owned()
+                } else {
+                    sanitize(&text)
+                };
+                return Err(ToolError::ExecutionFailed {
+                    plugin,
+                    tool: tool.name.clone(),
+                    message,
+                });
+            }
+            Ok(result)
+        })
+    }
+
+    /// Sends the `shutdown` notification (waiting at most `reply_timeout` for
+    /// room in the queue). No reply comes: the supervisor then waits the grace
+    /// period for the exit and kills the process group.
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
+        Box::pin(async move {
+            let payload = SalmexProtocol.encode_notification("shutdown", None);
+            let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(payload)).await;
+        })
+    }
 }
 
 /// Maps a failed `tools/call`: `-32602` (invalid params) is the plugin
@@ -545,14 +574,6 @@ fn map_error(plugin: &Arc<str>, tool: &str, err: CallError) -> ToolError {
 pub fn config_changed(conn: &Conn, config: Value) -> bool {
     conn.peer
         .notify("config/changed", Some(json!({ "config": config })))
-}
-
-/// Sends the `shutdown` notification (waiting at most `reply_timeout` for
-/// room in the queue). No reply comes: the supervisor then waits the grace
-/// period for the exit and kills the process group.
-pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, reply_timeout: Duration) {
-    let payload = SalmexProtocol.encode_notification("shutdown", None);
-    let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(payload)).await;
 }
 
 #[cfg(test)]

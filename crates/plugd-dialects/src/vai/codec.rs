@@ -10,7 +10,7 @@
 use plugd_wire::{ErrorObject, Framing, Id};
 use serde_json::{Map, Value, json};
 
-use crate::protocol::{Incoming, Protocol};
+use plugd_host::protocol::{Incoming, Protocol};
 
 /// The protocol name every frame carries.
 pub const PROTOCOL: &str = "vai.rpc.v1";
@@ -68,7 +68,7 @@ impl Protocol for VaiRpc {
     }
 
     fn sniff_id(&self, prefix: &[u8]) -> Option<i64> {
-        let rest = crate::protocol::id_member(prefix)?.strip_prefix('"')?;
+        let rest = plugd_host::protocol::id_member(prefix)?.strip_prefix('"')?;
         parse_wire_id(&rest[..rest.find('"')?])
     }
 

@@ -28,7 +28,7 @@ pub mod codec;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use plugd_manifest::PluginSpec;
@@ -37,10 +37,13 @@ use plugd_wire::ErrorObject;
 use serde_json::{Map, Value, json};
 use tokio::sync::{Semaphore, watch};
 
-use super::{CallContext, CatalogChanged, DialectState, HostServices, Setup};
-use crate::native::{Handshake, HandshakeError, ToolDef, ToolError, map_tool_error};
-use crate::peer::{CallError, CancelPolicy, Handler, Peer};
-use crate::supervisor::Conn;
+use plugd_host::dialect::{
+    CallContext, CallFuture, Capabilities, Dialect, DialectFuture, DialectState, HandshakeArgs,
+    HandshakeFuture, HostServices, Setup, SetupArgs, ToolCall,
+};
+use plugd_host::model::{Handshake, HandshakeError, ToolDef, ToolError, fresh_id, map_tool_error};
+use plugd_host::peer::{CallError, CancelPolicy, Handler, Peer};
+use plugd_host::supervisor::Conn;
 
 pub use codec::VaiRpc;
 
@@ -205,11 +208,8 @@ impl Handler for VaiHandler {
 }
 
 /// Envelope, handler, cancel policy and per-export semaphores.
-pub fn setup(
-    spec: &Arc<PluginSpec>,
-    _services: &HostServices,
-    _catalog_changed: CatalogChanged,
-) -> Setup {
+fn setup(a: SetupArgs<'_>) -> Setup {
+    let SetupArgs { spec, .. } = a;
     let slot = Arc::new(HelloSlot {
         plugin: spec.id.clone(),
         tx: watch::channel(None).0,
@@ -359,7 +359,7 @@ pub fn declared_tool(spec: &PluginSpec, t: &plugd_manifest::DeclaredTool) -> Too
         .as_ref()
         .and_then(|v| v.exports.iter().find(|e| e.id == t.wire_name));
     if let Some(export) = export {
-        let meta = crate::native::ToolMeta {
+        let meta = plugd_host::model::ToolMeta {
             title: export.display_name.clone(),
             output_schema: export
                 .tool
@@ -367,7 +367,7 @@ pub fn declared_tool(spec: &PluginSpec, t: &plugd_manifest::DeclaredTool) -> Too
                 .and_then(|tool| tool.output_schema_json.clone()),
             ..Default::default()
         };
-        if meta != crate::native::ToolMeta::default() {
+        if meta != plugd_host::model::ToolMeta::default() {
             def.meta = Some(Box::new(meta));
         }
     }
@@ -382,27 +382,7 @@ fn short(v: &Value) -> String {
     clip(&v.to_string())
 }
 
-/// The catalog is the manifest's: nothing to re-read.
-pub async fn refresh_tools(
-    conn: &Conn,
-    _spec: &PluginSpec,
-    _timeout: Duration,
-) -> Result<Vec<ToolDef>, HandshakeError> {
-    Ok(conn.handshake.tools.clone())
-}
-
 // --- invocations ------------------------------------------------------------
-
-/// A fresh id `<prefix>_<hex>`, unique in this host.
-pub fn fresh_id(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    format!("{prefix}_{nanos:x}{:x}{n:x}", std::process::id())
-}
 
 /// `t` as RFC 3339 UTC with second precision (`2026-03-12T20:00:00Z`).
 pub fn rfc3339(t: SystemTime) -> String {
@@ -726,42 +706,80 @@ pub fn slot_secrets(spec: &PluginSpec, export_id: &str, launch_config: &Value) -
     Value::Object(out)
 }
 
-pub async fn call_tool(
-    conn: &Conn,
-    spec: &PluginSpec,
-    tool: &ToolDef,
-    args: Value,
-    ctx: &CallContext,
-    timeout: Duration,
-) -> Result<Value, ToolError> {
-    let export_id = tool.wire();
-    let mut fields = Map::new();
-    fields.insert("tool_execution_id".into(), json!(fresh_id("toolx")));
-    fields.insert("input".into(), args);
-    let plugin: Arc<str> = spec.id.as_str().into();
-    let outcome = async {
-        let body = invoke(
-            conn,
-            export_id,
-            ExportKind::Tool,
-            "tool.invoke",
-            fields,
-            ctx,
-            timeout,
-        )
-        .await?;
-        let mut body = terminal(spec, export_id, "tool.invoke", body, &["succeeded"])?;
-        match body.get_mut("result").map(Value::take) {
-            Some(result @ Value::Object(_)) => Ok(result),
-            _ => Err(InvokeError::Malformed {
-                plugin: spec.id.clone(),
-                op: "tool.invoke".into(),
-                reason: "status \"succeeded\" without a \"result\" object".into(),
-            }),
+/// The VAI gateway package contract (`vai.rpc.v1`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Vai;
+
+impl Dialect for Vai {
+    fn name(&self) -> &'static str {
+        "vai"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            catalog_in_manifest: true,
+            sends_invocation_id: true,
+            ..Capabilities::default()
         }
     }
-    .await;
-    outcome.map_err(|e| tool_error(&plugin, &tool.name, e))
+
+    fn declared_tool(
+        &self,
+        spec: &PluginSpec,
+        tool: &plugd_manifest::DeclaredTool,
+    ) -> Option<ToolDef> {
+        Some(declared_tool(spec, tool))
+    }
+
+    fn setup(&self, a: SetupArgs<'_>) -> Setup {
+        setup(a)
+    }
+
+    fn handshake<'a>(&'a self, a: HandshakeArgs<'a>) -> HandshakeFuture<'a> {
+        Box::pin(handshake(a.peer, a.spec, a.services, a.state, a.timeout))
+    }
+
+    fn call_tool<'a>(&'a self, call: ToolCall<'a>) -> CallFuture<'a> {
+        let (conn, spec, tool, args, ctx, timeout) = call.into_parts();
+        Box::pin(async move {
+            let export_id = tool.wire();
+            let mut fields = Map::new();
+            fields.insert("tool_execution_id".into(), json!(fresh_id("toolx")));
+            fields.insert("input".into(), args);
+            let plugin: Arc<str> = spec.id.as_str().into();
+            let outcome = async {
+                let body = invoke(
+                    conn,
+                    export_id,
+                    ExportKind::Tool,
+                    "tool.invoke",
+                    fields,
+                    ctx,
+                    timeout,
+                )
+                .await?;
+                let mut body = terminal(spec, export_id, "tool.invoke", body, &["succeeded"])?;
+                match body.get_mut("result").map(Value::take) {
+                    Some(result @ Value::Object(_)) => Ok(result),
+                    _ => Err(InvokeError::Malformed {
+                        plugin: spec.id.clone(),
+                        op: "tool.invoke".into(),
+                        reason: "status \"succeeded\" without a \"result\" object".into(),
+                    }),
+                }
+            }
+            .await;
+            outcome.map_err(|e| tool_error(&plugin, &tool.name, e))
+        })
+    }
+
+    /// Sends the `shutdown` frame; the supervisor then waits its grace and kills.
+    fn shutdown<'a>(&'a self, conn: &'a Conn, reply_timeout: Duration) -> DialectFuture<'a, ()> {
+        Box::pin(async move {
+            let frame = codec::encode_frame("shutdown", None);
+            let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(frame)).await;
+        })
+    }
 }
 
 fn tool_error(plugin: &Arc<str>, tool: &str, e: InvokeError) -> ToolError {
@@ -933,12 +951,6 @@ pub async fn run_harness(
         .get_mut("result")
         .map(Value::take)
         .unwrap_or(Value::Null))
-}
-
-/// Sends the `shutdown` frame; the supervisor then waits its grace and kills.
-pub async fn shutdown(conn: &Conn, _spec: &PluginSpec, reply_timeout: Duration) {
-    let frame = codec::encode_frame("shutdown", None);
-    let _ = tokio::time::timeout(reply_timeout, conn.peer.send_payload(frame)).await;
 }
 
 #[cfg(test)]
