@@ -554,7 +554,6 @@ fn print_table(r: &Report) {
 /// one child round trip any out-of-process tool call needs, with no JSON,
 /// no store and no bookkeeping; the floor of a tool invoke on this machine.
 async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
-    use plugd_server::listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
@@ -587,17 +586,12 @@ async fn http_floor(addr: std::net::SocketAddr) -> Result<()> {
                 r#"{"ok":true}"#,
             )
         });
-    // No auth middleware on the floor: no unauthenticated pool either.
-    let limits = listen::Limits::from_config(&plugd_runtime::config::HttpConfig::default())
-        .without_auth_quota();
     #[allow(clippy::print_stdout)]
     {
         println!("plugd bench http floor on http://{local}");
     }
-    let (_stop, shutdown) = tokio::sync::watch::channel(false);
-    listen::run(listen::Listener::Tcp(listener), app, limits, shutdown)
-        .await
-        .context("the HTTP floor server stopped")
+    // No auth middleware on the floor: no unauthenticated pool either.
+    plugd_node::bench_surface::listener_floor(listener, app).await
 }
 
 /// The `/pipe` route's child: lines written by one task (each burst in one

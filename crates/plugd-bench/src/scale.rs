@@ -11,7 +11,7 @@
 //! Flood: `calm` is called sequentially, first alone, then while `flood`
 //! writes 1,000,000 stderr lines and sends 1,000,000 dropped publishes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -101,32 +101,6 @@ fn rss_kib() -> Result<f64> {
     Ok(pages * rustix::param::page_size() as f64 / 1024.0)
 }
 
-/// Serves the runtime's HTTP API on the workspace's Unix socket, as serve
-/// does; the socket's path and the server task.
-async fn http_api(rt: &Runtime) -> Result<(PathBuf, tokio::task::JoinHandle<()>)> {
-    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline = Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
-    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
-    let limits = plugd_server::listen::Limits::from_config(&config.http);
-    let state = plugd_server::AppState::new(rt.clone(), pipeline, Arc::new(config), agent);
-    let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;
-    let path = socket.path().to_owned();
-    let listener = socket.take().context("the socket listener was taken")?;
-    let task = tokio::spawn(async move {
-        // Never stopped: the task is aborted; `socket` removes the file.
-        let (_stop, stopped) = tokio::sync::watch::channel(false);
-        let _socket = socket;
-        let _ = plugd_server::listen::run(
-            plugd_server::listen::Listener::Unix(listener),
-            plugd_server::router(state),
-            limits,
-            stopped,
-        )
-        .await;
-    });
-    Ok((path, task))
-}
-
 /// A client that reaches the API over `socket` (as its owner: an admin).
 fn client(socket: &Path) -> Result<reqwest::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -212,7 +186,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
         });
     }
     let t = Instant::now();
-    let (socket, server) = http_api(&rt).await?;
+    let (socket, server) = plugd_node::bench_surface::api_on_socket(&rt).await?;
     let http = client(&socket)?;
     let url = "http://localhost/v1/plugins".to_owned();
     http.get(&url).send().await?.error_for_status()?;

@@ -1,8 +1,9 @@
 //! plugd-cli: the commands of the `plugd` binary as a library: each
 //! `*_cmd` module is one command group (its clap arguments and what it
 //! prints), `plugin_view` the plugin table and detail, `remote` the way to a
-//! running serve, and `client` the one client of the commands that act
-//! either through serve or here.
+//! running serve, `client` the one client of the commands that act
+//! either through serve or here, and `errors` the CLI's table over the one
+//! list of error codes (exit codes, the `--json` error object).
 //!
 //! **API boundary**: the binary parses the command line and calls in here;
 //! this crate never depends on a surface crate (`plugd-server`): what it
@@ -13,14 +14,17 @@
 
 pub mod agent_cmd;
 pub mod approve_cmd;
+pub mod binding_cmd;
 pub mod bus_cmd;
 pub mod chains_cmd;
 pub mod channel_cmd;
 pub mod client;
 pub mod config_cmd;
 pub mod console_cmd;
+pub mod errors;
 pub mod hook_cmd;
 pub mod invocations_cmd;
+pub mod marketplace_cmd;
 pub mod mcp_cmd;
 pub mod memory_cmd;
 pub mod outbox_cmd;
@@ -36,6 +40,7 @@ pub mod skill_cmd;
 pub mod state_cmd;
 pub mod storage_cmd;
 pub mod token_cmd;
+pub mod tool_call_cmd;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -2,7 +2,7 @@
 //! plugin's detail (with serve's live state and counters when serve runs).
 
 use anyhow::Result;
-use plugd_runtime::{PluginInfo, Runtime};
+use plugd_runtime::{PluginInfo, PluginRow, Runtime};
 use serde_json::Value;
 
 use crate::print_json;
@@ -60,32 +60,8 @@ pub async fn show(rt: &Runtime, id: &str, json: bool) -> Result<()> {
     Ok(())
 }
 
-#[derive(serde::Serialize)]
-struct PluginRow<'a> {
-    id: &'a str,
-    dialect: &'a str,
-    state: &'a str,
-    approved: bool,
-    version: Option<&'a str>,
-    tools: &'a [String],
-    dir: &'a std::path::Path,
-    error: Option<&'a str>,
-}
-
 fn plugin_rows(plugins: &[PluginInfo]) -> Vec<PluginRow<'_>> {
-    plugins
-        .iter()
-        .map(|p| PluginRow {
-            id: &p.id,
-            dialect: &p.dialect,
-            state: &p.state,
-            approved: p.approved,
-            version: p.version.as_deref(),
-            tools: &p.tools,
-            dir: &p.dir,
-            error: p.error.as_deref(),
-        })
-        .collect()
+    plugins.iter().map(PluginRow::local).collect()
 }
 
 fn print_plugin_table(plugins: &[PluginInfo]) {

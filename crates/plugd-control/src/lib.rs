@@ -13,7 +13,8 @@
 //! document's canonical bytes and which entries a mode lets install;
 //! sessions, chains, runs and compactions ([`chains`]) with their
 //! [`ChainStore`](chains::ChainStore) trait; and delegated credentials'
-//! scopes ([`delegation`]).
+//! scopes ([`delegation`]); and the one list of error codes with the
+//! [`ServiceError`](error::ServiceError) the services return ([`error`]).
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
@@ -23,6 +24,7 @@
 pub mod bindings;
 pub mod chains;
 pub mod delegation;
+pub mod error;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;
@@ -31,6 +33,7 @@ pub use bindings::{
     Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, ExportContract, Problem,
     Rollout, Scope, SecretRef,
 };
+pub use error::{Code, ServiceError};
 pub use invocations::{
     Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
 };

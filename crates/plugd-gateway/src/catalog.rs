@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use plugd_control::{Code, ServiceError};
 use plugd_mcp::names::{mcp_name, registry_name_hint};
 use plugd_runtime::RuntimeError;
 use plugd_runtime::mcp_features::Listing;
@@ -89,11 +90,19 @@ impl Scope {
     }
 }
 
-fn runtime_error(e: RuntimeError) -> Value {
-    match e {
-        RuntimeError::UnknownPlugin(_) => error(code::INVALID_PARAMS, e.to_string()),
-        other => error(code::INTERNAL, other.to_string()),
+/// The gateway's table over the one list of error codes
+/// ([`plugd_control::Code`]): the JSON-RPC error code a runtime error
+/// answers a listing or read with.
+fn rpc_code(c: Code) -> i64 {
+    match c {
+        Code::UnknownPlugin => code::INVALID_PARAMS,
+        _ => code::INTERNAL,
     }
+}
+
+fn runtime_error(e: RuntimeError) -> Value {
+    let e = ServiceError::from(e);
+    error(rpc_code(e.code), e.message)
 }
 
 fn log_failures(listing: &Listing, what: &str) {

@@ -6,9 +6,11 @@
 //! **API boundary**: the binary parses `plugd serve`'s arguments into a
 //! [`NodeConfig`] and calls [`run`]; nothing else starts a node. Errors are
 //! `anyhow` as in the binary: this crate is the binary's serving half, and its
-//! messages are the ones `plugd serve` prints.
+//! messages are the ones `plugd serve` prints. [`bench_surface`] starts the
+//! HTTP surface alone for plugd-bench, which depends on no surface crate.
 
 pub mod backends;
+pub mod bench_surface;
 pub mod eager;
 pub mod log_writer;
 mod serve;

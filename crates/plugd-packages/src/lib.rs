@@ -222,6 +222,28 @@ pub enum PackageError {
     },
 }
 
+impl From<PackageError> for plugd_control::ServiceError {
+    /// The stable code of a package error: a bad reference →
+    /// `invalid_source`, a digest mismatch → `package_tampered`, the
+    /// registry → `registry_error`, another digest as the same version →
+    /// `package_version_taken`, a refused signature → `signature_refused`,
+    /// a file or the store → `internal`, any other refusal of the content →
+    /// `package_refused`.
+    fn from(e: PackageError) -> plugd_control::ServiceError {
+        use plugd_control::Code;
+        let code = match &e {
+            PackageError::Reference { .. } => Code::InvalidSource,
+            PackageError::Tampered { .. } => Code::PackageTampered,
+            PackageError::Registry { .. } | PackageError::Timeout { .. } => Code::RegistryError,
+            PackageError::VersionTaken { .. } => Code::PackageVersionTaken,
+            PackageError::Signature { .. } => Code::SignatureRefused,
+            PackageError::Io { .. } | PackageError::Store(_) => Code::Internal,
+            _ => Code::PackageRefused,
+        };
+        plugd_control::ServiceError::new(code, e.to_string())
+    }
+}
+
 impl PackageError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> PackageError {
         PackageError::Io {

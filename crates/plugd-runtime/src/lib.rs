@@ -27,6 +27,7 @@ pub mod config_watch;
 pub mod delegation;
 pub mod deno;
 pub mod embed;
+mod error_codes;
 pub mod events;
 pub mod governed;
 pub mod hooks;
@@ -42,6 +43,7 @@ pub mod microapp;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;
+mod plugin_row;
 mod plugin_set;
 pub mod recall;
 pub mod registry;
@@ -74,6 +76,7 @@ use serde_json::Value;
 
 use changes::{Withheld, WithheldMap};
 
+pub use plugin_row::{LiveRow, PluginRow};
 pub use registry::{ArgsError, FieldError, ToolEntry, ToolRegistry};
 pub use workspace::{BrokenPlugin, Discovery};
 

@@ -29,12 +29,13 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::Stream;
 use plugd_host::log_ring::{LogLine, RING_LINES};
+use plugd_runtime::PluginRow;
 use plugd_runtime::events::RtEvent;
 use plugd_runtime::settings_form::{PutError, SettingsForm};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::{ApiError, AppState, JsonBody, PluginRow, auth, error};
+use crate::{ApiError, AppState, JsonBody, auth, error};
 
 /// Lines of `GET /v1/plugins/{id}/logs` without `?limit=`.
 pub const DEFAULT_LOG_LINES: usize = 200;
@@ -271,7 +272,7 @@ fn translate(rt: &plugd_runtime::Runtime, ev: &RtEvent) -> Option<Event> {
     let (kind, data) = match ev {
         RtEvent::Plugin(id) => {
             let info = rt.plugin_brief(id).ok()?;
-            ("plugin", serde_json::to_value(PluginRow::from(&info)).ok()?)
+            ("plugin", serde_json::to_value(PluginRow::live(&info)).ok()?)
         }
         RtEvent::Tools => ("tools", json!({})),
         RtEvent::Approvals(n) => ("approvals", json!({ "pending": n })),

@@ -99,9 +99,9 @@ use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint, Pipeline};
 use plugd_runtime::llm::LlmError;
-use plugd_runtime::{PluginInfo, Runtime};
+use plugd_runtime::{PluginRow, Runtime};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -540,52 +540,9 @@ fn body_rejection(e: &BytesRejection, limit: usize) -> ApiError {
     }
 }
 
-/// One row of `GET /v1/plugins` (the fields of `plugd plugin list --json`).
-#[derive(Debug, Serialize)]
-pub struct PluginRow<'a> {
-    /// Plugin id.
-    pub id: &'a str,
-    /// Manifest dialect.
-    pub dialect: &'a str,
-    /// State.
-    pub state: &'a str,
-    /// Approved and unchanged.
-    pub approved: bool,
-    /// Version.
-    pub version: Option<&'a str>,
-    /// Tools.
-    pub tools: &'a [String],
-    /// Directory.
-    pub dir: &'a std::path::Path,
-    /// Why it is invalid, changed or failed.
-    pub error: Option<&'a str>,
-    /// Restarts after a crash or a failed start since serve loaded it.
-    pub restarts: u64,
-    /// The live connection's counters (shed notifications, junk and
-    /// oversized frames), when it runs.
-    pub stats: Option<&'a plugd_host::PeerStats>,
-}
-
-impl<'a> From<&'a PluginInfo> for PluginRow<'a> {
-    fn from(p: &'a PluginInfo) -> Self {
-        PluginRow {
-            id: &p.id,
-            dialect: &p.dialect,
-            state: &p.state,
-            approved: p.approved,
-            version: p.version.as_deref(),
-            tools: &p.tools,
-            dir: &p.dir,
-            error: p.error.as_deref(),
-            restarts: p.restarts,
-            stats: p.stats.as_ref(),
-        }
-    }
-}
-
 async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiError> {
     let plugins = state.runtime.plugin_list()?;
-    let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::from).collect();
+    let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::live).collect();
     Ok(Json(rows).into_response())
 }
 
@@ -691,7 +648,7 @@ async fn plugin_action(
     };
     // Approvals and settings change a row without a status change.
     rt.plugin_changed(id);
-    let mut row = serde_json::to_value(PluginRow::from(&info)).map_err(|e| {
+    let mut row = serde_json::to_value(PluginRow::live(&info)).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             error::code::INTERNAL,

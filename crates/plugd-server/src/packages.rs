@@ -78,7 +78,7 @@ fn visible(state: &AppState, who: &crate::auth::Identity, id: &str) -> Result<Pa
     // A token bound to an org sees only the packages its bindings use.
     let found = match (&who.tenant, found) {
         (Some(t), Some(p)) => {
-            let used = crate::bindings::packages_in_use(state.runtime.store(), t)?;
+            let used = plugd_governance::bindings::packages_in_use(state.runtime.store(), t)?;
             used.contains(&(p.package_id.clone(), p.version.clone()))
                 .then_some(p)
         }
@@ -140,7 +140,7 @@ async fn list(
     let store = state.runtime.store();
     let mut all = store.packages().map_err(store_error)?;
     if let Some(t) = &who.tenant {
-        let used = crate::bindings::packages_in_use(store, t)?;
+        let used = plugd_governance::bindings::packages_in_use(store, t)?;
         all.retain(|p| used.contains(&(p.package_id.clone(), p.version.clone())));
     }
     Ok(Json(all))
@@ -279,24 +279,10 @@ pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {
     )
 }
 
-/// The status and code of a package error.
+/// The status and code of a package error (its code from plugd-packages,
+/// its status from the code's table).
 pub fn package_error(e: PackageError) -> ApiError {
-    let (status, c) = match &e {
-        PackageError::Reference { .. } => (StatusCode::BAD_REQUEST, code::INVALID_SOURCE),
-        PackageError::Tampered { .. } => (StatusCode::BAD_GATEWAY, code::PACKAGE_TAMPERED),
-        PackageError::Registry { .. } | PackageError::Timeout { .. } => {
-            (StatusCode::BAD_GATEWAY, code::REGISTRY_ERROR)
-        }
-        PackageError::VersionTaken { .. } => (StatusCode::CONFLICT, code::PACKAGE_VERSION_TAKEN),
-        PackageError::Signature { .. } => {
-            (StatusCode::UNPROCESSABLE_ENTITY, code::SIGNATURE_REFUSED)
-        }
-        PackageError::Io { .. } | PackageError::Store(_) => {
-            (StatusCode::INTERNAL_SERVER_ERROR, code::INTERNAL)
-        }
-        _ => (StatusCode::UNPROCESSABLE_ENTITY, code::PACKAGE_REFUSED),
-    };
-    ApiError::new(status, c, e.to_string())
+    plugd_control::ServiceError::from(e).into()
 }
 
 #[cfg(test)]

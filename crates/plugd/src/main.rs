@@ -4,12 +4,8 @@
 //! Exit codes: 0 on success, 1 with a one-line `plugd: error: …` on stderr
 //! otherwise (2 for usage errors, from clap), 3 when `plugd run`'s turn was
 //! blocked by a hook, 130 when interrupted; `tool call --json` exits 4..8 by
-//! error class (see `tool_call_cmd`).
+//! error class (see `plugd_cli::tool_call_cmd`).
 #![allow(clippy::print_stdout, clippy::print_stderr)] // the CLI's output is its job
-
-mod binding_cmd;
-mod marketplace_cmd;
-mod tool_call_cmd;
 
 use std::path::PathBuf;
 
@@ -20,9 +16,10 @@ use plugd_cli::plugin_ctl_cmd::{self, PluginAction};
 use plugd_cli::remote::Remote;
 use plugd_cli::risk_cmd::{self, Approvals};
 use plugd_cli::{
-    agent_cmd, approve_cmd, bus_cmd, chains_cmd, channel_cmd, config_cmd, console_cmd, hook_cmd,
-    invocations_cmd, mcp_cmd, memory_cmd, outbox_cmd, package_cmd, plugin_view, policy_cmd,
-    resource_cmd, sign_cmd, skill_cmd, state_cmd, storage_cmd, token_cmd,
+    agent_cmd, approve_cmd, binding_cmd, bus_cmd, chains_cmd, channel_cmd, config_cmd, console_cmd,
+    hook_cmd, invocations_cmd, marketplace_cmd, mcp_cmd, memory_cmd, outbox_cmd, package_cmd,
+    plugin_view, policy_cmd, resource_cmd, sign_cmd, skill_cmd, state_cmd, storage_cmd, token_cmd,
+    tool_call_cmd,
 };
 use plugd_host::HostConfig;
 use plugd_runtime::Runtime;
@@ -483,13 +480,16 @@ async fn run(cli: Cli) -> Result<i32> {
             _ => Approvals::Terminal { yes: false },
         },
     );
-    tool_call_cmd::install_elicitor(&rt, &cli.command);
+    tool_call_cmd::install_elicitor(
+        &rt,
+        matches!(cli.command, Command::Serve(_) | Command::Mcp(_)),
+    );
     let result = interruptible(&rt, dispatch(&rt, &cli.command)).await;
     rt.shutdown().await;
     if let (Err(e), Command::Tool(ToolCmd::Call { json, .. })) = (&result, &cli.command)
         && json.json
     {
-        return Ok(tool_call_cmd::report(e));
+        return Ok(plugd_cli::errors::report(e));
     }
     result.map(|()| 0)
 }

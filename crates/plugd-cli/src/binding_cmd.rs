@@ -2,7 +2,8 @@
 //! set|list`: bindings of installed package exports to orgs and projects,
 //! and the per-org secrets they reference, on the workspace's state
 //! database (so a running serve sees them at once). The checks are
-//! `plugd_server::bindings`' own, so the CLI and the API accept the same.
+//! plugd-governance's binding service ([`plugd_governance::bindings`]), the
+//! API's own, so the CLI and the API accept the same.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,8 +11,10 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use plugd_control::{Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, Rollout};
-use plugd_server::bindings::{NewBinding, create, update, validate, visible};
+use plugd_governance::bindings::{NewBinding, create, update, validate, visible};
 use plugd_store::Store;
+
+use crate::errors::Failure;
 
 /// What `create` and `update` may set.
 #[derive(Args, Debug)]
@@ -192,7 +195,7 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                     .map(|traffic_percent| Rollout { traffic_percent }),
                 gateway_api_scopes: settings.scopes.clone(),
             };
-            let b = create(&store, req, &who())?;
+            let b = create(&store, req, &who()).map_err(Failure::from)?;
             print(&b, settings.json)?;
         }
         BindingCmd::List { org, export, json } => {
@@ -223,7 +226,9 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 }
             }
         }
-        BindingCmd::Show { id, json } => print(&visible(&store, None, id)?, *json)?,
+        BindingCmd::Show { id, json } => {
+            print(&visible(&store, None, id).map_err(Failure::from)?, *json)?
+        }
         BindingCmd::Update {
             id,
             package_version,
@@ -246,10 +251,13 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                     "nothing to change; give --config, --secret, --traffic, --status, --scopes or --package-version"
                 );
             }
-            print(&update(&store, None, id, &patch)?, settings.json)?;
+            print(
+                &update(&store, None, id, &patch).map_err(Failure::from)?,
+                settings.json,
+            )?;
         }
         BindingCmd::Validate { id, json } => {
-            let v = validate(&store, None, id, None)?;
+            let v = validate(&store, None, id, None).map_err(Failure::from)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if v["valid"] == true {
@@ -279,7 +287,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
                     "{name:?} names no org; write ORG/NAME (plugd secrets set NAME is for plugd's own secrets)"
                 );
             };
-            let value = plugd_cli::config_cmd::read_stdin_value()?;
+            let value = crate::config_cmd::read_stdin_value()?;
             store.org_secret_set(org, secret, &value)?;
             println!(
                 "stored secret {org}/{secret} (sealed with the master key); bind it as secret://{org}/{secret}"

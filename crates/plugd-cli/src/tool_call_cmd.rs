@@ -2,8 +2,10 @@
 //! failure is one JSON object on stderr and the exit code says its class.
 //!
 //! The object is `{"code", "message", "details"?, "http_status"}`, the same
-//! code and details `plugd serve` answers over HTTP (plugd-server's error
-//! mapping), so a script reads one vocabulary whichever way it calls.
+//! code and details `plugd serve` answers over HTTP (the one list of codes
+//! and the runtime's classification; the exit codes are this crate's
+//! table, [`crate::errors`]), so a script reads one vocabulary whichever
+//! way it calls.
 //!
 //! Exit codes with `--json` (docs/contracts/errors.md):
 //! 0 success; 1 any other failure; 4 not found (`unknown_tool`,
@@ -33,18 +35,19 @@ use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::mcp_requests::{
     AskFuture, Asked, ElicitAction, ElicitAnswer, ElicitMode, Elicitation, Elicitor, check_content,
 };
-use plugd_server::error::ApiError;
 use serde_json::{Value, json};
 
-use plugd_cli::remote::{Remote, RemoteError};
+use crate::errors::Failure;
+use crate::remote::{Remote, RemoteError};
 
-/// Sets who answers hosted MCP servers' questions for `command`: serve's
-/// and `plugd mcp`'s pending approvals (their stdin is not a person's),
+/// Sets who answers hosted MCP servers' questions: serve's and `plugd
+/// mcp`'s pending approvals when `queue` (their stdin is not a person's),
 /// the terminal for everything else.
-pub fn install_elicitor(rt: &Runtime, command: &crate::Command) {
-    match command {
-        crate::Command::Serve(_) | crate::Command::Mcp(_) => rt.use_elicitation_queue(),
-        _ => rt.set_elicitor(Arc::new(Terminal::default())),
+pub fn install_elicitor(rt: &Runtime, queue: bool) {
+    if queue {
+        rt.use_elicitation_queue();
+    } else {
+        rt.set_elicitor(Arc::new(Terminal::default()));
     }
 }
 
@@ -225,7 +228,7 @@ pub async fn run(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = plugd_cli::remote::Remote::running(rt.dir()).await? {
+    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
         return via_serve(&serve, name, args, agent, json_out).await;
     }
     // No serve: plugd.yaml's hooks run here (installed in the runtime).
@@ -234,13 +237,13 @@ pub async fn run(
     let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
     let printer = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
-            eprintln!("progress: {}", plugd_cli::describe_progress(&event));
+            eprintln!("progress: {}", crate::describe_progress(&event));
         }
     });
     let ctx = CallContext {
         agent_id: agent.map(str::to_owned),
         progress: Some(progress),
-        caller: Some(format!("cli:{}", plugd_cli::approver(None))),
+        caller: Some(format!("cli:{}", crate::approver(None))),
         ..CallContext::default()
     };
     let gov = Governed::new(Surface::Cli);
@@ -249,9 +252,9 @@ pub async fn run(
     let _ = printer.await;
     pipeline.cleanup().await;
     match result {
-        Ok(v) => plugd_cli::print_json(&v, !json_out),
+        Ok(v) => crate::print_json(&v, !json_out),
         // Typed, so `report` finds it after the plugins shut down.
-        Err(e) if json_out => Err(ApiError::from(e).into()),
+        Err(e) if json_out => Err(Failure::from(e).into()),
         Err(e) => Err(e.into()),
     }
 }
@@ -287,7 +290,7 @@ async fn via_serve(
                 let v: Value =
                     serde_json::from_str(data).unwrap_or_else(|_| Value::String(data.to_owned()));
                 match event {
-                    "progress" => eprintln!("progress: {}", plugd_cli::describe_progress(&v)),
+                    "progress" => eprintln!("progress: {}", crate::describe_progress(&v)),
                     "result" => result = Some(v),
                     "error" => failure = Some(v),
                     _ => {}
@@ -296,17 +299,14 @@ async fn via_serve(
         )
         .await;
     watcher.abort();
-    let api = |status: u16, code: &str, message: &str, details: Option<Value>| {
-        let status = axum::http::StatusCode::from_u16(status)
-            .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-        // The CLI ends soon after: a code serve sent lives as long.
-        let code: &'static str = Box::leak(code.to_owned().into_boxed_str());
-        let mut e = ApiError::new(status, code, message);
-        e.details = details;
-        e
+    let api = |status: u16, code: &str, message: &str, details: Option<Value>| Failure {
+        code: code.to_owned(),
+        message: message.to_owned(),
+        details,
+        http_status: status,
     };
     let err = match (streamed, result, failure) {
-        (Ok(()), Some(v), _) => return plugd_cli::print_json(&v, !json_out),
+        (Ok(()), Some(v), _) => return crate::print_json(&v, !json_out),
         (Ok(()), None, Some(body)) => api(
             body["status"].as_u64().unwrap_or(500) as u16,
             body["error"]["code"].as_str().unwrap_or("internal"),
@@ -389,7 +389,7 @@ pub async fn run_bound(
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = plugd_cli::remote::Remote::running(rt.dir()).await? {
+    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
         let body = json!({
             "input": args,
             "org_id": scope.org,
@@ -403,13 +403,13 @@ pub async fn run_bound(
                 format!("tool call {export} --org {}", scope.org),
             )
             .await?;
-        return plugd_cli::print_json(&result, !json_out);
+        return crate::print_json(&result, !json_out);
     }
     let call = plugd_runtime::bindings_rt::ExportCall {
         org_id: scope.org.to_owned(),
         project_id: scope.project.map(str::to_owned),
         session_id: scope.session.map(str::to_owned),
-        caller: Some(format!("cli:{}", plugd_cli::approver(None))),
+        caller: Some(format!("cli:{}", crate::approver(None))),
         trace_id: None,
     };
     // No serve: plugd.yaml's hooks run here (installed in the runtime).
@@ -418,55 +418,8 @@ pub async fn run_bound(
     let result = rt.call_export(export, args, &call, None).await;
     pipeline.cleanup().await;
     match result {
-        Ok(v) => plugd_cli::print_json(&v, !json_out),
-        Err(e) if json_out => Err(ApiError::from(e).into()),
+        Ok(v) => crate::print_json(&v, !json_out),
+        Err(e) if json_out => Err(Failure::from(e).into()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// The exit code of one error class (see the module docs).
-pub fn exit_code(code: &str) -> i32 {
-    use plugd_server::error::code as c;
-    match code {
-        c::UNKNOWN_TOOL | c::UNKNOWN_PLUGIN | c::TOOL_NOT_FOUND | c::NOT_FOUND => 4,
-        c::INVALID_ARGUMENTS | c::INVALID_CONFIG | c::INVALID_BINDING => 5,
-        c::TOOL_FAILED | c::PLUGIN_ERROR => 6,
-        c::TOOL_UNAVAILABLE
-        | c::PLUGIN_UNAVAILABLE
-        | c::PLUGIN_TIMEOUT
-        | c::PLUGIN_STOPPED
-        | c::PLUGIN_CHANGED => 7,
-        c::TOOL_DENIED
-        | c::BLOCKED_BY_HOOK
-        | c::TOOL_DISABLED
-        | c::CALL_DENIED
-        | c::APPROVAL_TIMED_OUT
-        | c::APPROVAL_REQUIRED => 8,
-        _ => 1,
-    }
-}
-
-/// For `tool call --json`: prints `err` as one JSON object on stderr and
-/// returns its exit code. Errors before the call (bad `--args`, no
-/// workspace) have no HTTP class: code `error`, exit 1.
-pub fn report(err: &anyhow::Error) -> i32 {
-    let (object, code) = match err.downcast_ref::<ApiError>() {
-        Some(api) => {
-            let mut o = json!({
-                "code": api.code,
-                "message": api.message,
-                "http_status": api.status.as_u16(),
-            });
-            if let Some(d) = &api.details {
-                o["details"] = d.clone();
-            }
-            (o, exit_code(api.code))
-        }
-        None => (
-            json!({"code": "error", "message": format!("{err:#}").replace('\n', " ")}),
-            1,
-        ),
-    };
-    eprintln!("{object}");
-    code
 }

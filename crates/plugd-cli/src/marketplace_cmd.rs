@@ -1,7 +1,8 @@
 //! `plugd marketplace list|show|install|sign`: the curated catalog of
 //! plugd.yaml `marketplace:` on the workspace's state database (so a
 //! running serve sees installs at once). Listing, checking and installing
-//! are `plugd_server::marketplace`'s own code, so the CLI and the API agree;
+//! are plugd-governance's ([`plugd_governance::marketplace_install`]), the
+//! API's own code, so the CLI and the API agree;
 //! `sign` signs an index document with a key `plugd plugin keygen` made.
 
 use std::io::Read;
@@ -10,11 +11,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use plugd_control::marketplace::MAX_INDEX_BYTES;
-use plugd_runtime::config::PlugdConfig;
-use plugd_runtime::signing::keys;
-use plugd_server::marketplace::{
+use plugd_governance::marketplace_install::{
     InstallRequest, Installer, catalog_view, entry_view, find, install, load,
 };
+use plugd_runtime::config::PlugdConfig;
+use plugd_runtime::signing::keys;
 use plugd_store::Store;
 use serde_json::Value;
 
@@ -76,8 +77,10 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
     let config = PlugdConfig::load(dir)?;
     match cmd {
         MarketplaceCmd::List { json } => {
-            let index = load(&config).await.map_err(api)?;
-            let view = catalog_view(&config, &index);
+            let index = load(config.marketplace.as_ref(), &config.signing)
+                .await
+                .map_err(api)?;
+            let view = catalog_view(&config.signing, &index);
             if *json {
                 println!("{}", serde_json::to_string_pretty(&view)?);
                 return Ok(());
@@ -107,8 +110,14 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
             }
         }
         MarketplaceCmd::Show { entry, json } => {
-            let index = load(&config).await.map_err(api)?;
-            let e = entry_view(&config, index.mode, find(&index, entry).map_err(api)?);
+            let index = load(config.marketplace.as_ref(), &config.signing)
+                .await
+                .map_err(api)?;
+            let e = entry_view(
+                &config.signing,
+                index.mode,
+                find(&index, entry).map_err(api)?,
+            );
             if *json {
                 println!("{}", serde_json::to_string_pretty(&e)?);
             } else {
@@ -156,7 +165,8 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
             let installer = Installer {
                 store: &store,
                 state_dir: &state,
-                config: &config,
+                marketplace: config.marketplace.as_ref(),
+                signing: &config.signing,
                 by: &by,
                 tenant: None,
             };
@@ -193,11 +203,9 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
     Ok(())
 }
 
-fn api(e: plugd_server::ApiError) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{}",
-        e.body()["error"]["message"].as_str().unwrap_or("error")
-    )
+/// The message of a service's error, as `plugd` prints it.
+fn api(e: plugd_control::ServiceError) -> anyhow::Error {
+    anyhow::anyhow!("{}", e.message)
 }
 
 fn text(v: &Value) -> &str {
