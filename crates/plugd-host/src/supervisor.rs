@@ -18,6 +18,16 @@
 //! per-invocation processes running now; [`Supervised::export_connection`]
 //! and [`Supervised::call_tool`] route each export there, and stop and
 //! reset act on all of them.
+//!
+//! **Why one file** (~1,700 product lines; its tests are the integration
+//! tests that drive real children): `Supervised`, its `SupInner` state
+//! machine (`Slot`, `Control`, the start gate's lanes, backoff, the restart
+//! budget) and the routing of a VAI package's process groups share one lock
+//! and one status channel, and every transition is read against the others
+//! (a caller's wait, a crash, a stop, an operator reset). Split along those
+//! lines, each piece would need the private state of the others; the
+//! seams that are real already live beside it (`groups.rs`, `launch.rs`,
+//! `remote.rs`, `dialect.rs`).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
