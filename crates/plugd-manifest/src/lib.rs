@@ -59,9 +59,10 @@ mod tests;
 pub use error::{EntryError, ManifestError};
 pub use ids::{is_valid_plugin_id, tool_in_namespace};
 pub use native::{
-    MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, NEXO_CONTRACT_VERSION, NEXO_HOST_VERSION,
-    PROVIDED_CAPABILITIES, load_native, parse_native,
+    NATIVE_MANIFEST_FILE, NEXO_CONTRACT_VERSION, NEXO_HOST_VERSION, PROVIDED_CAPABILITIES,
+    load_native, parse_native,
 };
+pub use read::MAX_MANIFEST_BYTES;
 pub use sandbox::{SANDBOX_DENYLIST, SandboxPathError, check_sandbox_path, resolve_path};
 pub use schema::native_manifest_schema;
 pub use spec::{

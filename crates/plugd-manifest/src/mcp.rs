@@ -39,7 +39,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::{
     CommandSpec, Dialect, EntryError, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
     SupervisorSpec, resolve_path,

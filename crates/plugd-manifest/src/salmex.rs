@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::sandbox::resolve_path;
 use crate::spec::{CommandSpec, DeclaredTool, Dialect, StartMode, SupervisorSpec};
 use crate::toml_fields::join;

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde::Serialize;
 use toml::Table;
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::toml_fields::{Fields, Unknown, join, syntax_error};
 use crate::{
     CommandSpec, DeclaredTool, Dialect, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
