@@ -23,6 +23,11 @@
 //!   ([`McpSubscriptions`]): a restarted server is subscribed again during
 //!   its handshake, and `notifications/resources/updated` for a subscribed
 //!   URI is forwarded on the host's [`McpEvents`](plugd_host::dialect::McpEvents) broadcast.
+//!
+//! **Why one file** (~800 product lines): resources, templates, prompts
+//! and completion are one client feature set with one capability check, one
+//! bounded pagination (`page_of`) and one listing cache (`FeatureState`);
+//! split per feature, each would restate those bounds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

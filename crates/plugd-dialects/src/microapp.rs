@@ -49,6 +49,12 @@
 //!
 //! **Identity.** The contract has no identity echo; when an `initialize`
 //! reply carries `extension_id` anyway, it must be this entry's id.
+//!
+//! **Why one file** (~810 product lines): one contract's dialect: its
+//! envelope (`MicroappRpc`), its handler of the plugin's `app:` requests
+//! with their capability gates, the handshake, `tools/call` and hook votes
+//! all read the entry's `MicroappSpec` capabilities and the connection's
+//! `MicroappState`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,6 +22,12 @@
 //! * Shutdown: a `shutdown` frame; the supervisor kills after its grace.
 //! * The plugin's `hello` lands in a slot of the connection state, shared by
 //!   the handler and [`handshake`].
+//!
+//! **Why one file** (~960 product lines): one contract's dialect. Its
+//! envelope is already apart (`vai/codec.rs`); what is left (the `hello`
+//! handshake, the invocation context with its scratch directory, terminal
+//! statuses, per-export concurrency, and the hook, compactor and harness
+//! calls) shares `invoke` and the connection's `VaiState`.
 
 pub mod codec;
 

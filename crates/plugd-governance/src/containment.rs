@@ -46,6 +46,14 @@
 //! `NEXO_PLUGIN_SANDBOX_REQUIRE=1` refuses
 //! every plugin without a sandbox; `network: host` from the operator's
 //! policy needs `NEXO_PLUGIN_SANDBOX_HOST_NET_ALLOW=1` like the manifest's.
+//!
+//! **Why one file** (~1,300 product lines): `plugd.yaml`'s `sandbox:`
+//! section, the rules that combine it with a manifest's sandbox, limits and
+//! VAI grants, and the report `plugd plugin show` prints are one decision
+//! read three ways; keeping the parser (`sandbox_config`), the combination
+//! (`effective_with`, `narrow`, `baseline_plan`) and its report
+//! (`EffectivePermissions`) in one place is what keeps the printed
+//! permissions equal to the enforced ones.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

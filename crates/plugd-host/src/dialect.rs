@@ -12,6 +12,7 @@
 //! module per contract); the supervisor reaches them only through the
 //! [`Dialects`] table in [`HostServices`], so this crate never names one.
 
+pub mod conn;
 pub mod mcp_host;
 
 use std::future::Future;
@@ -29,8 +30,8 @@ use crate::model::{Handshake, HandshakeError, ToolDef, ToolError};
 use crate::native_host::HostApi;
 use crate::peer::{CancelPolicy, Handler, Peer};
 use crate::protocol::Protocol;
-use crate::supervisor::Conn;
 
+pub use conn::Conn;
 pub use mcp_host::{
     AnswerFuture, EVENT_CAPACITY, McpEvent, McpEvents, McpRequests, McpSubscriptions,
     ServerRequests,

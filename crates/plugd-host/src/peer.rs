@@ -16,6 +16,12 @@
 //!   shed when it is full and each shed is counted and logged.
 //! * Non-JSON output, responses with unknown ids and oversized frames are
 //!   logged with the plugin id, counted and skipped.
+//!
+//! **Why one file** (~890 product lines): the peer's reader task, writer
+//! task, pending map, event routes and cancel bookkeeping share one `Inner`
+//! and its invariants (an id is never reused, a pending entry is removed by
+//! whoever gives up, only notifications are shed); the envelope it speaks
+//! is already apart (`protocol.rs`).
 
 use std::collections::HashMap;
 use std::fmt;

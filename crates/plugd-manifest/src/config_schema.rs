@@ -18,7 +18,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::ManifestError;
-use crate::native::quote;
+use crate::error::quote;
 use crate::sandbox::resolve_path;
 
 /// Largest config schema file accepted.

@@ -224,3 +224,13 @@ pub struct EntryError {
     /// Why it was refused.
     pub error: ManifestError,
 }
+
+/// Quotes user input for an error message: Rust string escaping (so control
+/// characters cannot forge output) and at most 200 characters.
+pub(crate) fn quote(s: &str) -> String {
+    const MAX: usize = 200;
+    match s.char_indices().nth(MAX) {
+        Some((i, _)) => format!("{:?}…", &s[..i]),
+        None => format!("{s:?}"),
+    }
+}

@@ -1,10 +1,11 @@
 //! Plugin manifest model: parses and validates manifests into one normalized [`PluginSpec`].
 //!
-//! plugd speaks several plugin "dialects" (today only the native nexo
-//! `nexo-plugin.toml`; later Salmex `plugin.json`, VAI `vai-plugin.toml`,
-//! microapp entries and MCP server entries). Each dialect parser produces the
-//! same dialect-agnostic [`PluginSpec`], so the host never looks at raw
-//! manifest text.
+//! plugd speaks five plugin "dialects", one manifest form each: the native
+//! nexo `nexo-plugin.toml` (`native`), Salmex `plugin.json` (`salmex`), VAI
+//! `vai-plugin.toml` (`vai`), microapp entries of `extensions.yaml`
+//! (`microapp`) and MCP server entries of `.mcp.json` (`mcp`). Each parser
+//! produces the same dialect-agnostic [`PluginSpec`], so the host never
+//! looks at raw manifest text.
 //!
 //! **API boundary:** this crate does no process spawning and no I/O beyond
 //! reading the manifest and resolving paths (canonicalization, symlinks) for
@@ -58,9 +59,10 @@ mod tests;
 pub use error::{EntryError, ManifestError};
 pub use ids::{is_valid_plugin_id, tool_in_namespace};
 pub use native::{
-    MAX_MANIFEST_BYTES, NATIVE_MANIFEST_FILE, NEXO_CONTRACT_VERSION, NEXO_HOST_VERSION,
-    PROVIDED_CAPABILITIES, load_native, parse_native,
+    NATIVE_MANIFEST_FILE, NEXO_CONTRACT_VERSION, NEXO_HOST_VERSION, PROVIDED_CAPABILITIES,
+    load_native, parse_native,
 };
+pub use read::MAX_MANIFEST_BYTES;
 pub use sandbox::{SANDBOX_DENYLIST, SandboxPathError, check_sandbox_path, resolve_path};
 pub use schema::native_manifest_schema;
 pub use spec::{

@@ -26,6 +26,11 @@
 //! environment variable: the file holds no secret, and the approval of the
 //! entry covers which secrets it sends where. The legacy HTTP+SSE transport (`"type": "sse"`) is refused
 //! with a message saying so.
+//!
+//! **Why one file** (~850 product lines): one `.mcp.json` entry form, local
+//! and remote; the remote half (`parse_remote`: URL, headers, OAuth client
+//! settings, `${NAME}` placeholders) is most of it and shares the entry's
+//! field reader and error paths with the local half.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,7 +39,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::{
     CommandSpec, Dialect, EntryError, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
     SupervisorSpec, resolve_path,

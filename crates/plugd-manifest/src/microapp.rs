@@ -32,7 +32,7 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAcces
 use serde_json::Value;
 use serde_saphyr::Spanned;
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::{
     CommandSpec, Dialect, EntryError, LoadOptions, MAX_MANIFEST_BYTES, ManifestError, PluginSpec,
     StartMode, SupervisorSpec,

@@ -14,7 +14,9 @@ use toml::Table;
 
 use crate::LoadOptions;
 use crate::error::ManifestError;
+use crate::error::quote;
 use crate::ids::{is_valid_plugin_id, tool_in_namespace};
+use crate::read::MAX_MANIFEST_BYTES;
 use crate::sandbox::{SandboxPathError, check_sandbox_path, resolve_path};
 use crate::spec::{
     ChannelRegistration, CommandSpec, Dialect, EXTENDS_SECTIONS, Extends, LimitsSpec, NativeSpec,
@@ -24,9 +26,6 @@ use crate::toml_fields::{Fields, Unknown, join, syntax_error};
 
 /// File name of the native manifest.
 pub const NATIVE_MANIFEST_FILE: &str = "nexo-plugin.toml";
-
-/// Largest manifest accepted, in bytes (1 MiB).
-pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
 /// The nexo daemon version plugd presents: sent as `initialize.params.nexo_version`
 /// (§4.1, where it is the daemon's version, e.g. "0.1.5") and matched against
@@ -242,16 +241,6 @@ pub fn parse_native(
         warnings: std::mem::take(&mut cx.warnings),
         ..PluginSpec::base()
     })
-}
-
-/// Quotes user input for an error message: Rust string escaping (so control
-/// characters cannot forge output) and at most 200 characters.
-pub(crate) fn quote(s: &str) -> String {
-    const MAX: usize = 200;
-    match s.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{:?}…", &s[..i]),
-        None => format!("{s:?}"),
-    }
 }
 
 /// Validation context: the manifest's typed field reader plus what only the

@@ -4,7 +4,10 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::{MAX_MANIFEST_BYTES, ManifestError};
+use crate::ManifestError;
+
+/// Largest manifest accepted, in bytes (1 MiB).
+pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
 /// Reads `path` (whose metadata is `meta`) as UTF-8 text, refusing anything
 /// that is not a regular file or is larger than [`MAX_MANIFEST_BYTES`].

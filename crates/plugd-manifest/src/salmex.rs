@@ -9,6 +9,12 @@
 //! The plugin's `name` is its id, and its tools are namespaced
 //! `<name>/<tool>`: `hello-salmex-node/say_hello` is what `plugd tool list`
 //! shows and `plugd tool call` accepts, `say_hello` is what goes on the wire.
+//!
+//! **Why one file** (~970 product lines): the Salmex model (`SalmexSpec`,
+//! `ConfigField`, `SelectOption`) and its field-by-field reader (`Cx`) change
+//! together, one field and one dotted-path error at a time, following the
+//! seed's one section; most of the length is the settings-schema rules the
+//! seed gives (types, `select` options, `show_when`).
 
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
@@ -16,7 +22,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::native::quote;
+use crate::error::quote;
 use crate::sandbox::resolve_path;
 use crate::spec::{CommandSpec, DeclaredTool, Dialect, StartMode, SupervisorSpec};
 use crate::toml_fields::join;

@@ -7,7 +7,7 @@ use std::path::Path;
 use toml::{Table, Value};
 
 use crate::error::ManifestError;
-use crate::native::quote;
+use crate::error::quote;
 
 /// Turns a TOML parse error into [`ManifestError::Syntax`] with a 1-based
 /// line and column computed from the error span.

@@ -16,6 +16,11 @@
 //! **Architecture invariant**: plaintext secrets never reach the database or
 //! any file; they exist only in memory ([`Zeroizing`] buffers) between
 //! [`Store::open_secret`] and the plugin's handshake.
+//!
+//! **Why one file** (~810 product lines): the master key (sources, key
+//! file, staged rotation) and the sealed settings rows it protects are kept
+//! together so that the invariant above is checked in one place: no
+//! function here hands a plaintext secret to SQLite or a file.
 
 use std::fs;
 use std::io::{self, Write as _};
