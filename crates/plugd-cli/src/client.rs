@@ -3,7 +3,8 @@
 //! workspace socket (see [`crate::remote`]), [`Client::Local`] calls the
 //! runtime this command opened. Each command is written once over it and
 //! prints the same line either way, with `(via plugd serve pid N)` added when
-//! serve did it.
+//! serve did it. The tool-call methods (`call_tool`, `call_export`) are in
+//! [`crate::tool_call_cmd`], beside the terminal they print progress on.
 
 use anyhow::Result;
 use plugd_runtime::Runtime;
@@ -47,7 +48,14 @@ pub enum Started {
     },
 }
 
-impl Client<'_> {
+impl<'a> Client<'a> {
+    /// Serve when it runs for `rt`'s workspace, else `rt` itself.
+    pub async fn of(rt: &'a Runtime) -> Result<Client<'a>> {
+        Ok(crate::remote::Remote::running(rt.dir())
+            .await?
+            .map_or(Client::Local(rt), Client::Serve))
+    }
+
     /// ` (via plugd serve pid N)` when serve acts, else nothing: the suffix
     /// of every line a command prints about what it did.
     pub fn via(&self) -> String {

@@ -37,6 +37,7 @@ use plugd_runtime::mcp_requests::{
 };
 use serde_json::{Value, json};
 
+use crate::client::Client;
 use crate::errors::Failure;
 use crate::remote::{Remote, RemoteError};
 
@@ -215,7 +216,8 @@ fn fill_form(schema: &Value, line: &mut impl FnMut(&str) -> Option<String>) -> O
 /// `plugd tool call NAME --args JSON [--agent ID] [--json]`: through a
 /// running serve (its `POST /v1/tools/NAME:invoke`, in serve's plugin
 /// process) whenever one runs, else in this process with plugd.yaml's hooks;
-/// either way through the governed path ([`plugd_runtime::governed`]).
+/// either way through the governed path ([`plugd_runtime::governed`]), by
+/// [`Client::call_tool`].
 pub async fn run(
     rt: &Runtime,
     name: &str,
@@ -223,55 +225,139 @@ pub async fn run(
     agent: Option<&str>,
     json_out: bool,
 ) -> Result<()> {
+    let args = args_object(args)?;
+    let client = Client::of(rt).await?;
+    let result = client.call_tool(name, args, agent).await?;
+    finish(&client, result, json_out)
+}
+
+/// `--args` as the JSON object every tool takes.
+fn args_object(args: &str) -> Result<Value> {
     let args: Value = serde_json::from_str(args)
         .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
     if !args.is_object() {
         bail!("--args must be a JSON object, got {args}");
     }
-    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
-        return via_serve(&serve, name, args, agent, json_out).await;
-    }
-    // No serve: plugd.yaml's hooks run here (installed in the runtime).
-    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
-    let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
-    let printer = tokio::spawn(async move {
-        while let Some(event) = events.recv().await {
-            eprintln!("progress: {}", crate::describe_progress(&event));
-        }
-    });
-    let ctx = CallContext {
-        agent_id: agent.map(str::to_owned),
-        progress: Some(progress),
-        caller: Some(format!("cli:{}", crate::approver(None))),
-        ..CallContext::default()
-    };
-    let gov = Governed::new(Surface::Cli);
-    let result = rt.call_tool_governed(name, args, &ctx, &gov).await.outcome;
-    drop(ctx);
-    let _ = printer.await;
-    pipeline.cleanup().await;
+    Ok(args)
+}
+
+/// Prints a call's result, or reports its failure: with `--json` the typed
+/// [`Failure`] (so [`crate::errors::report`] finds it after the plugins shut
+/// down), else one line, naming serve's pid when serve made the call.
+fn finish(client: &Client<'_>, result: Result<Value, Failure>, json_out: bool) -> Result<()> {
     match result {
         Ok(v) => crate::print_json(&v, !json_out),
-        // Typed, so `report` finds it after the plugins shut down.
-        Err(e) if json_out => Err(Failure::from(e).into()),
-        Err(e) => Err(e.into()),
+        Err(e) if json_out => Err(e.into()),
+        Err(e) => match client {
+            Client::Serve(serve) => bail!("{} (in plugd serve pid {})", e.message, serve.pid()),
+            Client::Local(_) => bail!("{}", e.message),
+        },
+    }
+}
+
+/// Runs `call` in this process under plugd.yaml's hooks (no serve runs, so
+/// the pipeline is built here, installed in the runtime, and cleaned up
+/// after the call).
+async fn with_local_hooks<T>(rt: &Runtime, call: impl Future<Output = T>) -> Result<T> {
+    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
+    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let out = call.await;
+    pipeline.cleanup().await;
+    Ok(out)
+}
+
+/// A call's failure: the outer error is the command's own (a broken
+/// plugd.yaml, serve not answering), the inner one the call's.
+type CallResult = Result<Result<Value, Failure>>;
+
+impl Client<'_> {
+    /// Calls tool `name` through serve's streamed invoke or in this
+    /// process; progress goes to stderr either way.
+    pub async fn call_tool(&self, name: &str, args: Value, agent: Option<&str>) -> CallResult {
+        match self {
+            Client::Serve(serve) => call_via_serve(serve, name, args, agent).await,
+            Client::Local(rt) => {
+                let (progress, mut events) = tokio::sync::mpsc::unbounded_channel();
+                let printer = tokio::spawn(async move {
+                    while let Some(event) = events.recv().await {
+                        eprintln!("progress: {}", crate::describe_progress(&event));
+                    }
+                });
+                let ctx = CallContext {
+                    agent_id: agent.map(str::to_owned),
+                    progress: Some(progress),
+                    caller: Some(format!("cli:{}", crate::approver(None))),
+                    ..CallContext::default()
+                };
+                let gov = Governed::new(Surface::Cli);
+                let result = with_local_hooks(rt, async {
+                    let out = rt.call_tool_governed(name, args, &ctx, &gov).await.outcome;
+                    drop(ctx);
+                    let _ = printer.await;
+                    out
+                })
+                .await?;
+                Ok(result.map_err(Failure::from))
+            }
+        }
+    }
+
+    /// Calls package export `export` through the caller's binding in
+    /// `scope`: serve's `POST /v1/plugin-tools/EXPORT:invoke` (as this user
+    /// over the socket) or [`Runtime::call_export`] here.
+    pub async fn call_export(
+        &self,
+        export: &str,
+        args: Value,
+        scope: &BoundScope<'_>,
+    ) -> CallResult {
+        match self {
+            Client::Serve(serve) => {
+                let body = json!({
+                    "input": args,
+                    "org_id": scope.org,
+                    "project_id": scope.project,
+                    "session_id": scope.session,
+                });
+                // serve's refusal stays the remote error it was (its own
+                // report), as `plugd binding` and the other commands show it.
+                let result = serve
+                    .post(
+                        &format!("/v1/plugin-tools/{export}:invoke"),
+                        &body,
+                        format!("tool call {export} --org {}", scope.org),
+                    )
+                    .await?;
+                Ok(Ok(result))
+            }
+            Client::Local(rt) => {
+                let call = plugd_runtime::bindings_rt::ExportCall {
+                    org_id: scope.org.to_owned(),
+                    project_id: scope.project.map(str::to_owned),
+                    session_id: scope.session.map(str::to_owned),
+                    caller: Some(format!("cli:{}", crate::approver(None))),
+                    trace_id: None,
+                };
+                let result =
+                    with_local_hooks(rt, rt.call_export(export, args, &call, None)).await?;
+                Ok(result.map_err(Failure::from))
+            }
+        }
     }
 }
 
 /// How often a call through serve looks for a pending approval of itself.
 const APPROVAL_POLL: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// [`run`] through serve: its streamed invoke (progress on stderr, as
-/// here), the result on stdout; a call that waits on serve's approval queue
-/// says on stderr how to decide it.
-async fn via_serve(
+/// [`Client::call_tool`] through serve: its streamed invoke (progress on
+/// stderr, as here), the result returned; a call that waits on serve's
+/// approval queue says on stderr how to decide it.
+async fn call_via_serve(
     serve: &Remote,
     name: &str,
     args: Value,
     agent: Option<&str>,
-    json_out: bool,
-) -> Result<()> {
+) -> CallResult {
     let body = json!({"args": args, "agent_id": agent});
     let watcher = tokio::spawn(announce_approvals(
         serve.url("/v1/approvals"),
@@ -305,8 +391,8 @@ async fn via_serve(
         details,
         http_status: status,
     };
-    let err = match (streamed, result, failure) {
-        (Ok(()), Some(v), _) => return crate::print_json(&v, !json_out),
+    Ok(Err(match (streamed, result, failure) {
+        (Ok(()), Some(v), _) => return Ok(Ok(v)),
         (Ok(()), None, Some(body)) => api(
             body["status"].as_u64().unwrap_or(500) as u16,
             body["error"]["code"].as_str().unwrap_or("internal"),
@@ -328,11 +414,7 @@ async fn via_serve(
             _,
         ) => api(status, &code, &message, None),
         (Err(e), _, _) => return Err(e.into()),
-    };
-    if json_out {
-        return Err(err.into());
-    }
-    bail!("{} (in plugd serve pid {})", err.message, serve.pid())
+    }))
 }
 
 /// Says on stderr, once per approval, how to decide a pending approval of
@@ -376,7 +458,7 @@ pub struct BoundScope<'a> {
 /// through a running serve (its `POST /v1/plugin-tools/EXPORT:invoke`, as
 /// this user over the socket) when one runs (a serve that does not answer
 /// is an error naming its pid), else in this process through
-/// [`Runtime::call_export`] with plugd.yaml's hooks.
+/// [`Runtime::call_export`] with plugd.yaml's hooks, by [`Client::call_export`].
 pub async fn run_bound(
     rt: &Runtime,
     export: &str,
@@ -384,42 +466,8 @@ pub async fn run_bound(
     scope: &BoundScope<'_>,
     json_out: bool,
 ) -> Result<()> {
-    let args: Value = serde_json::from_str(args)
-        .with_context(|| format!("--args is not valid JSON: {args:?}"))?;
-    if !args.is_object() {
-        bail!("--args must be a JSON object, got {args}");
-    }
-    if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
-        let body = json!({
-            "input": args,
-            "org_id": scope.org,
-            "project_id": scope.project,
-            "session_id": scope.session,
-        });
-        let result = serve
-            .post(
-                &format!("/v1/plugin-tools/{export}:invoke"),
-                &body,
-                format!("tool call {export} --org {}", scope.org),
-            )
-            .await?;
-        return crate::print_json(&result, !json_out);
-    }
-    let call = plugd_runtime::bindings_rt::ExportCall {
-        org_id: scope.org.to_owned(),
-        project_id: scope.project.map(str::to_owned),
-        session_id: scope.session.map(str::to_owned),
-        caller: Some(format!("cli:{}", crate::approver(None))),
-        trace_id: None,
-    };
-    // No serve: plugd.yaml's hooks run here (installed in the runtime).
-    let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
-    let result = rt.call_export(export, args, &call, None).await;
-    pipeline.cleanup().await;
-    match result {
-        Ok(v) => crate::print_json(&v, !json_out),
-        Err(e) if json_out => Err(Failure::from(e).into()),
-        Err(e) => Err(e.into()),
-    }
+    let args = args_object(args)?;
+    let client = Client::of(rt).await?;
+    let result = client.call_export(export, args, scope).await?;
+    finish(&client, result, json_out)
 }
