@@ -73,7 +73,8 @@ pub struct PlugdConfig {
     /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
     /// VAI grants ([`crate::containment`]).
     pub sandbox: crate::containment::SandboxConfig,
-    /// `memory:`: agent memory and semantic recall ([`crate::recall`]).
+    /// `memory:`: agent memory and semantic recall ([`crate::memory_config`];
+    /// what memory does with it is plugd-agent's `recall`).
     pub memory: crate::memory_config::MemoryConfig,
     /// `broker:`: subjects granted to plugins beyond their channels
     /// ([`crate::broker_config`]).
