@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use plugd_host::HostConfig;
 use plugd_host::spawn::{SpawnSpec, spawn};
-use plugd_runtime::Runtime;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -183,7 +182,7 @@ pub async fn run(b: McpBench<'_>, json_out: bool) -> Result<()> {
         json!({"mcpServers": {"srv": {"command": program, "args": args}}}).to_string(),
     )?;
     {
-        let rt = Runtime::open(ws, HostConfig::default())?;
+        let rt = plugd_agent::open(ws, HostConfig::default())?;
         rt.approve("srv", "plugd bench").await?;
         rt.shutdown().await;
     }

@@ -1,10 +1,12 @@
 //! `plugd memory add|search|list`: the agents' long-term memory in the state
 //! store (what plugins read through `memory.recall`); add and search follow
 //! `plugd.yaml`'s `memory:` section (keyword or semantic recall, see
-//! `plugd_runtime::recall`).
+//! `plugd_agent::recall`).
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
+use plugd_agent::recall::MemoryExt;
+use plugd_agent::vector::VectorExt;
 use plugd_runtime::Runtime;
 use plugd_store::memory::{DEFAULT_RECALL_LIMIT, MAX_RECALL_LIMIT, MemoryEntry};
 use plugd_store::vectors::VectorRecord;

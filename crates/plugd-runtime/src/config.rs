@@ -73,8 +73,9 @@ pub struct PlugdConfig {
     /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
     /// VAI grants ([`crate::containment`]).
     pub sandbox: crate::containment::SandboxConfig,
-    /// `memory:`: agent memory and semantic recall ([`crate::recall`]).
-    pub memory: crate::recall::MemoryConfig,
+    /// `memory:`: agent memory and semantic recall ([`crate::memory_config`];
+    /// what memory does with it is plugd-agent's `recall`).
+    pub memory: crate::memory_config::MemoryConfig,
     /// `broker:`: subjects granted to plugins beyond their channels
     /// ([`crate::broker_config`]).
     pub broker: crate::broker_config::BrokerConfig,
@@ -420,7 +421,7 @@ struct RawDoc {
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
     risk: Option<Spanned<crate::risk::RawRisk>>,
     sandbox: Option<crate::containment::RawSandbox>,
-    memory: Option<Spanned<crate::recall::RawMemory>>,
+    memory: Option<Spanned<crate::memory_config::RawMemory>>,
     #[serde(default)]
     broker: Option<Spanned<crate::broker_config::RawBroker>>,
     #[serde(default)]
@@ -713,7 +714,7 @@ impl PlugdConfig {
             config.llm_providers.insert(name, llm);
         }
         if let Some(memory) = raw.memory {
-            config.memory = crate::recall::parse_config(memory, path)?;
+            config.memory = crate::memory_config::parse_config(memory, path)?;
         }
         if let Some(http) = raw.http {
             let line = http.referenced.line();

@@ -14,6 +14,7 @@
 
 pub use plugd_governance::{containment, marketplace, signing};
 
+pub mod agent_seam;
 pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
@@ -26,7 +27,6 @@ mod config_sections_tests;
 pub mod config_watch;
 pub mod delegation;
 pub mod deno;
-pub mod embed;
 mod error_codes;
 pub mod events;
 pub mod governed;
@@ -39,13 +39,13 @@ pub mod mcp_config;
 pub mod mcp_features;
 pub mod mcp_remote;
 pub mod mcp_requests;
+pub mod memory_config;
 pub mod microapp;
 pub mod outbox;
 pub mod pin;
 pub mod plugin_config;
 mod plugin_row;
 mod plugin_set;
-pub mod recall;
 pub mod registry;
 pub mod risk;
 pub mod runs;
@@ -55,7 +55,6 @@ pub mod settings_form;
 pub mod skills;
 #[cfg(test)]
 mod test_json;
-pub mod vector;
 pub mod watch;
 pub mod workspace;
 
@@ -469,6 +468,8 @@ struct RtInner {
     delegations: Arc<delegation::Delegations>,
     /// The hook pipeline every tool call passes ([`governed`]).
     hooks: RwLock<Option<governed::Hooks>>,
+    /// The agent side: LLM providers, memory ([`agent_seam`]).
+    agent: Arc<dyn agent_seam::AgentParts>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -480,13 +481,20 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Opens the workspace at `dir` (state in `dir/.plugd/`).
-    pub fn open(dir: &Path, config: HostConfig) -> Result<Runtime, RuntimeError> {
+    /// Opens the workspace at `dir` (state in `dir/.plugd/`), with `agent`
+    /// as its agent side (plugd-agent's `parts()`; [`agent_seam::no_agent`]
+    /// for a runtime without one, which refuses what needs it).
+    pub fn open(
+        dir: &Path,
+        config: HostConfig,
+        agent: Arc<dyn agent_seam::AgentParts>,
+    ) -> Result<Runtime, RuntimeError> {
         Runtime::open_with(
             dir,
             config,
             Store::open,
             Arc::new(plugd_host::bus::LocalBus::new()),
+            agent,
         )
     }
 
@@ -499,6 +507,7 @@ impl Runtime {
         config: HostConfig,
         open_store: impl FnOnce(&Path) -> Result<Store, plugd_store::StoreError>,
         bus: Arc<dyn plugd_host::bus::Bus>,
+        agent: Arc<dyn agent_seam::AgentParts>,
     ) -> Result<Runtime, RuntimeError> {
         let dir = dir
             .canonicalize()
@@ -618,6 +627,7 @@ impl Runtime {
                 ),
                 delegations,
                 hooks: RwLock::new(None),
+                agent,
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -663,6 +673,17 @@ impl Runtime {
     /// The state store.
     pub fn store(&self) -> &Arc<Store> {
         &self.inner.store
+    }
+
+    /// The agent side this runtime was opened with ([`agent_seam`]).
+    pub fn agent_parts(&self) -> &Arc<dyn agent_seam::AgentParts> {
+        &self.inner.agent
+    }
+
+    /// Every supervised plugin (loaded manifests; broken ones are not
+    /// here), sorted by id.
+    pub fn supervised_plugins(&self) -> Vec<(String, Supervised)> {
+        self.inner.plugins.iter().collect()
     }
 
     /// The supervised plugin `id`.

@@ -643,8 +643,10 @@ async fn sample(rt: &Runtime, server: &str, params: &Value) -> Result<Value, Err
             "server {server:?} already has {MAX_IN_FLIGHT} sampling requests running; plugd refuses more until they finish"
         )));
     };
-    let provider = crate::llm::build_provider(llm, rt, rt.dir())
-        .map_err(|e| ErrorObject::new(codes::INTERNAL_ERROR, format!("sampling failed: {e}")))?;
+    let provider =
+        rt.inner.agent.llm_provider(rt, llm).map_err(|e| {
+            ErrorObject::new(codes::INTERNAL_ERROR, format!("sampling failed: {e}"))
+        })?;
     tracing::info!(plugin = %server, messages = request.messages.len(), max_tokens = ?request.max_tokens, "sampling for an MCP server");
     let reply = provider.chat(&request, None).await.map_err(|e| {
         tracing::warn!(plugin = %server, error = %e, "sampling failed");

@@ -81,7 +81,6 @@ mod tests {
     use axum::body::Body;
     use axum::http::{Request, StatusCode};
     use plugd_host::HostConfig;
-    use plugd_runtime::Runtime;
     use plugd_runtime::config::PlugdConfig;
     use plugd_runtime::hooks::Pipeline;
     use plugd_store::tool_state::NewCallApproval;
@@ -109,7 +108,7 @@ mod tests {
     #[tokio::test]
     async fn approvals_answer_with_fixed_statuses_and_codes() {
         let tmp = tempfile::tempdir().unwrap();
-        let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
+        let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
         let pending = rt
             .store()
             .call_approval_request(&NewCallApproval {

@@ -290,7 +290,6 @@ mod tests {
     use axum::http::Request;
     use futures_util::StreamExt;
     use plugd_host::HostConfig;
-    use plugd_runtime::Runtime;
     use plugd_runtime::config::PlugdConfig;
     use plugd_runtime::events::EVENT_QUEUE;
     use plugd_runtime::hooks::build::build_pipeline;
@@ -317,7 +316,7 @@ mod tests {
     #[tokio::test]
     async fn an_events_client_that_does_not_read_skips_instead_of_buffering() {
         let tmp = tempfile::tempdir().unwrap();
-        let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
+        let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
         let config = PlugdConfig::load(tmp.path()).unwrap();
         let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
         let app = router(AppState::new(rt.clone(), pipeline, Arc::new(config), None));

@@ -259,7 +259,7 @@ pub fn agent_for(
     let Some(llm) = &config.llm else {
         return Ok(None);
     };
-    let provider = plugd_runtime::llm::build_provider(llm, runtime, runtime.dir())?;
+    let provider = plugd_agent::llm::build_provider(llm, runtime, runtime.dir())?;
     Ok(Some(Agent::new(
         runtime.clone(),
         pipeline.clone(),

@@ -8,7 +8,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use plugd_agent::agent::{TurnOutcome, TurnStatus};
 use plugd_host::HostConfig;
-use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::build::build_pipeline;
 use plugd_runtime::hooks::{HookPoint, Notice, NoticeKind};
@@ -25,7 +24,7 @@ async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
     if !yaml.is_empty() {
         std::fs::write(tmp.path().join("plugd.yaml"), yaml).unwrap();
     }
-    let rt = Runtime::open(tmp.path(), HostConfig::default()).unwrap();
+    let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
     let config = PlugdConfig::load(tmp.path()).unwrap();
     let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
     let agent = agent_for(&rt, &pipeline, &config).unwrap();

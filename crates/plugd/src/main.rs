@@ -345,7 +345,7 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
 fn open(cli: &Cli) -> Result<Runtime> {
     let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
     let config = HostConfig::from_env().map_err(anyhow::Error::msg)?;
-    Ok(Runtime::open(&dir, config)?)
+    Ok(plugd_agent::open(&dir, config)?)
 }
 
 /// Runs `fut`; on Ctrl-C or SIGTERM shuts the plugins down and exits 130.

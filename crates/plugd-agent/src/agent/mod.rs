@@ -247,7 +247,7 @@ impl Agent {
                     .display()
             ))
         })?;
-        let llm = plugd_runtime::llm::build_provider(llm_config, runtime, runtime.dir())?;
+        let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir())?;
         let pipeline = plugd_runtime::hooks::build::build_pipeline(config, runtime).await?;
         Ok(Agent::new(
             runtime.clone(),

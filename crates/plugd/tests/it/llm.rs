@@ -15,10 +15,10 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
-use plugd_runtime::llm::openai::{OpenAiOptions, OpenAiProvider};
-use plugd_runtime::llm::plugin::PluginProvider;
-use plugd_runtime::llm::scripted::ScriptedProvider;
-use plugd_runtime::llm::{
+use plugd_agent::llm::openai::{OpenAiOptions, OpenAiProvider};
+use plugd_agent::llm::plugin::PluginProvider;
+use plugd_agent::llm::scripted::ScriptedProvider;
+use plugd_agent::llm::{
     ChatMessage, ChatRequest, ChatResponse, Delta, FinishReason, LlmConfig, LlmError, LlmProvider,
     Role, ToolCall, ToolSpec, build_provider,
 };

@@ -14,6 +14,8 @@ use std::process::Output;
 use axum::Json;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use plugd_agent::recall::MemoryExt;
+use plugd_agent::vector::VectorExt;
 use plugd_runtime::Runtime;
 use serde_json::{Value, json};
 

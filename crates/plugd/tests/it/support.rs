@@ -105,7 +105,7 @@ impl Ws {
 
     /// Opens the runtime with `config`.
     pub fn runtime(&self, config: HostConfig) -> Runtime {
-        Runtime::open(self.dir(), config).unwrap()
+        plugd_agent::open(self.dir(), config).unwrap()
     }
 
     /// Runs the plugd binary on this workspace.

@@ -16,7 +16,7 @@ use super::{
     ChatRequest, ChatResponse, Delta, FinishReason, LlmError, LlmFuture, LlmProvider, ToolCall,
     Usage,
 };
-use crate::Runtime;
+use plugd_runtime::Runtime;
 
 /// A provider served by a plugin through `llm.chat`.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
-//! Agent memory as configured by `plugd.yaml`'s `memory:` section: keyword
-//! (FTS5) or semantic recall, for `plugd memory add|search` and the
-//! `memory.recall` service of native plugins.
+//! `plugd.yaml`'s `memory:` section as configuration: [`MemoryConfig`],
+//! its vector target and embedder settings, and their validation. What
+//! memory does with it (keyword or semantic recall, embedders, vector
+//! backends) is plugd-agent's `recall`, `embed` and `vector`.
 //!
 //! ```yaml
 //! memory:
@@ -8,36 +9,62 @@
 //!   vector: {backend: builtin, collection: memories}
 //!   embedder: {provider: openai, base_url: "http://127.0.0.1:8080/v1", model: m}
 //! ```
-//!
-//! Without `embedder`, recall is keyword search of the state store (FTS5).
-//! With one, [`Runtime::memory_add`] also writes the entry's embedding to the
-//! vector backend (record id = memory id, metadata `{agent_id, tags}`), and
-//! [`Runtime::memory_recall`] embeds the query, searches the backend filtered
-//! by `agent_id`, drops matches scoring ≤ 0, and maps the rest back to the
-//! stored entries (an id with no entry, or of another agent, is skipped).
-//!
-//! **No silent fallback**: when an embedder is configured and it or the
-//! backend fails, the call fails with an error naming the cause; keyword
-//! search is never used instead, so a misconfiguration cannot hide. An add
-//! whose embedding or upsert fails is undone (the entry is deleted).
-//!
-//! The section is read on each call, so edits apply without a restart.
 
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
-use plugd_host::extensions::VectorError;
-use plugd_store::StoreError;
-use plugd_store::memory::{DEFAULT_RECALL_LIMIT, MAX_RECALL_LIMIT, MemoryEntry};
-use plugd_store::vectors::VectorRecord;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use serde_saphyr::Spanned;
 
-use crate::config::{CONFIG_FILE, ConfigError, PlugdConfig};
-use crate::embed::{EmbedError, Embedder, EmbedderConfig, MAX_EMBED_DIMENSION, build_embedder};
-use crate::vector::{BUILTIN_BACKEND, VectorBackend};
-use crate::{Runtime, RuntimeError};
+use crate::config::ConfigError;
+
+/// `memory.embedder` in `plugd.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "provider", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EmbedderConfig {
+    /// An OpenAI-compatible `/embeddings` endpoint.
+    Openai {
+        /// Base URL, e.g. `https://api.openai.com/v1`; `/embeddings` is appended.
+        base_url: String,
+        /// Model name, e.g. `text-embedding-3-small`.
+        model: String,
+        /// Environment variable holding the API key (none for local servers).
+        #[serde(default)]
+        api_key_env: Option<String>,
+        /// Expected vector length; replies of another length are refused.
+        #[serde(default)]
+        dimensions: Option<usize>,
+        /// Request timeout in milliseconds (default 30 000).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// A native plugin answering the plugd extension `embed.texts`.
+    Plugin {
+        /// The plugin id.
+        plugin: String,
+        /// A model name passed to the plugin (it may ignore it).
+        #[serde(default)]
+        model: Option<String>,
+        /// Expected vector length; replies of another length are refused.
+        #[serde(default)]
+        dimensions: Option<usize>,
+    },
+}
+
+impl EmbedderConfig {
+    /// The name errors give the embedder.
+    pub fn label(&self) -> String {
+        match self {
+            EmbedderConfig::Openai { model, .. } => format!("openai:{model}"),
+            EmbedderConfig::Plugin { plugin, .. } => format!("plugin:{plugin}"),
+        }
+    }
+}
+
+/// The name of the built-in vector backend.
+pub const BUILTIN_BACKEND: &str = "builtin";
+
+/// Longest embedding accepted (the built-in vector index's limit).
+pub const MAX_EMBED_DIMENSION: usize = plugd_store::vectors::MAX_DIMENSION;
 
 /// The collection memories are embedded into by default.
 pub const DEFAULT_COLLECTION: &str = "memories";
@@ -221,221 +248,6 @@ pub(crate) fn parse_config(
     Ok(config)
 }
 
-/// Why a memory operation failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecallError {
-    /// `memory.enabled: false`.
-    #[error(
-        "memory disabled: {} sets memory.enabled: false; set it to true to store and recall memories",
-        path.display()
-    )]
-    Disabled {
-        /// The configuration file.
-        path: PathBuf,
-    },
-    /// `plugd.yaml` is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The state store refused or failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The embedder failed (semantic recall is configured; no fallback).
-    #[error("semantic memory: {0}")]
-    Embed(#[from] EmbedError),
-    /// The vector backend failed.
-    #[error("semantic memory: vector backend {backend:?}, collection {collection:?}: {error}")]
-    Vector {
-        /// The backend (`memory.vector.backend`).
-        backend: String,
-        /// The collection.
-        collection: String,
-        /// What it said.
-        error: VectorError,
-    },
-    /// The vector backend named in `memory.vector.backend` does not exist.
-    #[error("semantic memory: memory.vector.backend: {0}")]
-    Backend(String),
-}
-
-/// The configured semantic side: embedder and backend.
-struct Semantic {
-    embedder: Arc<dyn Embedder>,
-    backend: Arc<dyn VectorBackend>,
-    target: VectorTarget,
-}
-
-impl Semantic {
-    fn vector_error(&self, error: VectorError) -> RecallError {
-        RecallError::Vector {
-            backend: self.target.backend.clone(),
-            collection: self.target.collection.clone(),
-            error,
-        }
-    }
-
-    async fn embed_one(&self, text: &str) -> Result<Vec<f32>, RecallError> {
-        let texts = [text.to_owned()];
-        let mut v = self.embedder.embed(&texts).await?;
-        // `check_embeddings` guarantees one vector per text.
-        v.pop().ok_or_else(|| {
-            RecallError::Embed(EmbedError::Malformed {
-                embedder: self.embedder.name().to_owned(),
-                message: "no embedding".into(),
-            })
-        })
-    }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, RecallError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| {
-            RecallError::Store(StoreError::Invalid {
-                what: format!("the store task ({e})"),
-                problem: "it failed; see the log",
-            })
-        })?
-        .map_err(RecallError::Store)
-}
-
-impl Runtime {
-    /// `plugd.yaml`'s `memory:` section, read now.
-    pub fn memory_config(&self) -> Result<MemoryConfig, RecallError> {
-        Ok(PlugdConfig::load(self.dir())?.memory)
-    }
-
-    /// The semantic side, when an embedder is configured; errors when memory
-    /// is disabled.
-    fn semantic(&self) -> Result<Option<Semantic>, RecallError> {
-        let config = self.memory_config()?;
-        if !config.enabled {
-            return Err(RecallError::Disabled {
-                path: self.dir().join(CONFIG_FILE),
-            });
-        }
-        let Some(embedder) = &config.embedder else {
-            return Ok(None);
-        };
-        let embedder = build_embedder(embedder, self)?;
-        let backend = self
-            .vector_backend(&config.vector.backend)
-            .map_err(|e| match e {
-                RuntimeError::UnknownVectorBackend { .. } => RecallError::Backend(e.to_string()),
-                other => RecallError::Backend(other.to_string()),
-            })?;
-        Ok(Some(Semantic {
-            embedder,
-            backend,
-            target: config.vector,
-        }))
-    }
-
-    /// Stores a memory for `agent_id`; with an embedder configured, also
-    /// writes its embedding to the vector backend (undone on failure).
-    pub async fn memory_add(
-        &self,
-        agent_id: &str,
-        content: &str,
-        tags: &[String],
-    ) -> Result<MemoryEntry, RecallError> {
-        let semantic = self.semantic()?;
-        let store = self.store().clone();
-        let (agent, text, labels) = (agent_id.to_owned(), content.to_owned(), tags.to_vec());
-        let entry = blocking(move || store.memory_add(&agent, &text, &labels)).await?;
-        let Some(sem) = semantic else {
-            return Ok(entry);
-        };
-        let written = async {
-            let embedding = sem.embed_one(&entry.content).await?;
-            let record = VectorRecord {
-                id: entry.id.clone(),
-                content: entry.content.clone(),
-                embedding,
-                metadata: json!({"agent_id": entry.agent_id, "tags": entry.tags}),
-            };
-            sem.backend
-                .upsert(&sem.target.collection, vec![record])
-                .await
-                .map_err(|e| sem.vector_error(e))
-        }
-        .await;
-        if let Err(e) = written {
-            let store = self.store().clone();
-            let id = entry.id.clone();
-            if let Err(undo) = blocking(move || store.memory_delete(&id)).await {
-                tracing::warn!(id = %entry.id, error = %undo, "could not undo a memory add");
-            }
-            return Err(e);
-        }
-        Ok(entry)
-    }
-
-    /// The memories of `agent_id` that best match `query`, best first, at
-    /// most `limit` (default 10, capped at 1000): semantic when an embedder
-    /// is configured, keyword (FTS5) otherwise.
-    pub async fn memory_recall(
-        &self,
-        agent_id: &str,
-        query: &str,
-        limit: Option<usize>,
-    ) -> Result<Vec<MemoryEntry>, RecallError> {
-        let limit = limit
-            .unwrap_or(DEFAULT_RECALL_LIMIT)
-            .clamp(1, MAX_RECALL_LIMIT);
-        let semantic = self.semantic()?;
-        let store = self.store().clone();
-        let agent = agent_id.to_owned();
-        let Some(sem) = semantic else {
-            let query = query.to_owned();
-            return blocking(move || store.memory_search(&agent, &query, Some(limit))).await;
-        };
-        // A bad agent id gets the store's own refusal (a -32602 for plugins):
-        // keyword search checks the id before it looks at the query.
-        if !plugd_store::memory::valid_agent_id(agent_id) {
-            return blocking(move || store.memory_search(&agent, "", Some(limit))).await;
-        }
-        if query.trim().is_empty() {
-            return Ok(Vec::new());
-        }
-        let embedding = sem.embed_one(query).await?;
-        let matches = match sem
-            .backend
-            .search(
-                &sem.target.collection,
-                embedding,
-                limit,
-                Some(json!({ "agent_id": agent_id })),
-            )
-            .await
-        {
-            Ok(m) => m,
-            // Nothing embedded yet.
-            Err(VectorError::CollectionNotFound { .. }) => Vec::new(),
-            Err(e) => return Err(sem.vector_error(e)),
-        };
-        let ids: Vec<String> = matches
-            .into_iter()
-            .filter(|m| m.score > 0.0)
-            .map(|m| m.id)
-            .collect();
-        blocking(move || {
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(e) = store.memory_get(&id)?
-                    && e.agent_id == agent
-                {
-                    out.push(e);
-                }
-            }
-            Ok(out)
-        })
-        .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use crate::config::PlugdConfig;
@@ -465,7 +277,7 @@ mod tests {
         assert_eq!(c.vector.collection, "kb");
         assert!(matches!(
             c.embedder,
-            Some(crate::embed::EmbedderConfig::Openai {
+            Some(super::EmbedderConfig::Openai {
                 dimensions: Some(4),
                 ..
             })
@@ -473,7 +285,7 @@ mod tests {
         let c = parse("memory:\n  embedder: {provider: plugin, plugin: sem}\n").unwrap();
         assert!(matches!(
             c.embedder,
-            Some(crate::embed::EmbedderConfig::Plugin { .. })
+            Some(super::EmbedderConfig::Plugin { .. })
         ));
     }
 

@@ -8,7 +8,7 @@ use super::openai::{OpenAiOptions, OpenAiProvider};
 use super::plugin::PluginProvider;
 use super::scripted::ScriptedProvider;
 use super::{LlmConfig, LlmError, LlmProvider};
-use crate::Runtime;
+use plugd_runtime::Runtime;
 
 /// The provider for `config`: an OpenAI-compatible client (its API key read
 /// now from the variable `api_key_env` names or the operator secret

@@ -18,10 +18,9 @@ use plugd_store::Store;
 use plugd_store::vectors::{VectorMatch, VectorRecord, VectorStoreError};
 use serde_json::{Value, json};
 
-use crate::{Runtime, RuntimeError};
+use plugd_runtime::{Runtime, RuntimeError};
 
-/// The name of the built-in backend.
-pub const BUILTIN_BACKEND: &str = "builtin";
+pub use plugd_runtime::memory_config::BUILTIN_BACKEND;
 
 /// What a backend returns.
 pub type VectorFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, VectorError>> + Send + 'a>>;
@@ -216,15 +215,20 @@ impl VectorBackend for PluginBackend {
     }
 }
 
-impl Runtime {
+/// The vector backends of a [`Runtime`].
+pub trait VectorExt {
     /// The vector backend `name`: `builtin`, or the native plugin that
     /// declares it in `[plugin.extends].memory_backends`.
-    pub fn vector_backend(&self, name: &str) -> Result<Arc<dyn VectorBackend>, RuntimeError> {
+    fn vector_backend(&self, name: &str) -> Result<Arc<dyn VectorBackend>, RuntimeError>;
+}
+
+impl VectorExt for Runtime {
+    fn vector_backend(&self, name: &str) -> Result<Arc<dyn VectorBackend>, RuntimeError> {
         if name == BUILTIN_BACKEND {
             return Ok(Arc::new(StoreBackend::new(self.store().clone())));
         }
         let mut declared = vec![BUILTIN_BACKEND.to_owned()];
-        for (id, sup) in self.inner.plugins.iter() {
+        for (id, sup) in self.supervised_plugins() {
             let Some(extends) = sup.spec().native_extends() else {
                 continue;
             };

@@ -26,16 +26,16 @@ use std::time::{Duration, Instant};
 use plugd_host::extensions::{self, MEMORY_TIMEOUT_ENV};
 use plugd_host::peer::CallError;
 use plugd_wire::codes;
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Runtime;
+use plugd_runtime::Runtime;
+
 use crate::llm::openai::{self, BodyError};
+
+pub use plugd_runtime::memory_config::{EmbedderConfig, MAX_EMBED_DIMENSION};
 
 /// The plugd extension method a plugin embedder answers.
 pub const EMBED_METHOD: &str = "embed.texts";
-/// Longest embedding accepted (the built-in vector index's limit).
-pub const MAX_EMBED_DIMENSION: usize = plugd_store::vectors::MAX_DIMENSION;
 /// Default deadline of one embedding request (HTTP or plugin;
 /// `NEXO_PLUGIN_MEMORY_TIMEOUT_MS` overrides it for plugins).
 pub const DEFAULT_EMBED_TIMEOUT: Duration = Duration::from_secs(30);
@@ -105,49 +105,6 @@ pub trait Embedder: Send + Sync {
     fn name(&self) -> &str;
     /// One vector per text, in order, checked by [`check_embeddings`].
     fn embed<'a>(&'a self, texts: &'a [String]) -> EmbedFuture<'a>;
-}
-
-/// `memory.embedder` in `plugd.yaml`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "provider", rename_all = "snake_case", deny_unknown_fields)]
-pub enum EmbedderConfig {
-    /// An OpenAI-compatible `/embeddings` endpoint.
-    Openai {
-        /// Base URL, e.g. `https://api.openai.com/v1`; `/embeddings` is appended.
-        base_url: String,
-        /// Model name, e.g. `text-embedding-3-small`.
-        model: String,
-        /// Environment variable holding the API key (none for local servers).
-        #[serde(default)]
-        api_key_env: Option<String>,
-        /// Expected vector length; replies of another length are refused.
-        #[serde(default)]
-        dimensions: Option<usize>,
-        /// Request timeout in milliseconds (default 30 000).
-        #[serde(default)]
-        timeout_ms: Option<u64>,
-    },
-    /// A native plugin answering the plugd extension `embed.texts`.
-    Plugin {
-        /// The plugin id.
-        plugin: String,
-        /// A model name passed to the plugin (it may ignore it).
-        #[serde(default)]
-        model: Option<String>,
-        /// Expected vector length; replies of another length are refused.
-        #[serde(default)]
-        dimensions: Option<usize>,
-    },
-}
-
-impl EmbedderConfig {
-    /// The name errors give the embedder.
-    pub fn label(&self) -> String {
-        match self {
-            EmbedderConfig::Openai { model, .. } => format!("openai:{model}"),
-            EmbedderConfig::Plugin { plugin, .. } => format!("plugin:{plugin}"),
-        }
-    }
 }
 
 /// The embedder `config` describes; a plugin embedder belongs to `runtime`

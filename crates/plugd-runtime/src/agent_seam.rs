@@ -1,0 +1,102 @@
+//! The seam between the plugin core and the agent side (plugd-agent): the
+//! one trait, [`AgentParts`], through which the runtime reaches agent
+//! behaviour it does not hold itself.
+//!
+//! plugd-agent depends on this crate, never the reverse. Where the runtime
+//! needs agent behaviour (an LLM provider for MCP sampling; the
+//! `llm.complete` and `memory.recall` services native plugins call), it asks
+//! the [`AgentParts`] it was opened with ([`crate::Runtime::open`]).
+//! plugd-agent's `parts()` is the implementation every product path
+//! installs. A runtime opened with [`NoAgent`] (the runtime's own unit
+//! tests) has none of it: each such request fails with an error naming what
+//! is missing, never silently does less.
+
+use std::sync::Arc;
+
+use plugd_host::native_host::{ApiFuture, CompleteRequest, Completion, ServiceError};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::Runtime;
+use crate::llm::{LlmConfig, LlmError, LlmProvider};
+
+/// What the runtime asks of the agent side. One value serves one runtime
+/// (it may keep per-runtime state, such as providers built on first use).
+pub trait AgentParts: Send + Sync + 'static {
+    /// The provider `config` (plugd.yaml's `llm:` form) describes, for
+    /// `rt` (MCP sampling).
+    fn llm_provider(
+        &self,
+        rt: &Runtime,
+        config: &LlmConfig,
+    ) -> Result<Arc<dyn LlmProvider>, LlmError>;
+
+    /// `memory.recall` of native plugin `plugin` (nexo §5.3): the entries as
+    /// the contract shapes them.
+    fn memory_recall(
+        &self,
+        rt: Runtime,
+        plugin: &str,
+        agent_id: String,
+        query: String,
+        limit: usize,
+    ) -> ApiFuture<Vec<Value>>;
+
+    /// `llm.complete` of native plugin `plugin` (nexo §5.4), streaming text
+    /// deltas to `deltas` when given.
+    fn llm_complete(
+        &self,
+        rt: Runtime,
+        plugin: &str,
+        request: CompleteRequest,
+        deltas: Option<mpsc::UnboundedSender<String>>,
+    ) -> ApiFuture<Completion>;
+}
+
+/// No agent side: what a runtime opened without plugd-agent's parts has.
+/// Every request for agent behaviour fails, naming what is missing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoAgent;
+
+/// Why a [`NoAgent`] runtime refuses `what`.
+fn missing(what: &str) -> String {
+    format!(
+        "{what} not configured: this runtime was opened without the agent parts (plugd_agent::parts()), so it has no {what}"
+    )
+}
+
+impl AgentParts for NoAgent {
+    fn llm_provider(
+        &self,
+        _rt: &Runtime,
+        _config: &LlmConfig,
+    ) -> Result<Arc<dyn LlmProvider>, LlmError> {
+        Err(LlmError::NotConfigured(missing("llm")))
+    }
+
+    fn memory_recall(
+        &self,
+        _rt: Runtime,
+        _plugin: &str,
+        _agent_id: String,
+        _query: String,
+        _limit: usize,
+    ) -> ApiFuture<Vec<Value>> {
+        Box::pin(async { Err(ServiceError::NotConfigured(missing("memory"))) })
+    }
+
+    fn llm_complete(
+        &self,
+        _rt: Runtime,
+        _plugin: &str,
+        _request: CompleteRequest,
+        _deltas: Option<mpsc::UnboundedSender<String>>,
+    ) -> ApiFuture<Completion> {
+        Box::pin(async { Err(ServiceError::NotConfigured(missing("llm"))) })
+    }
+}
+
+/// The parts of a runtime that has no agent side ([`NoAgent`]).
+pub fn no_agent() -> Arc<dyn AgentParts> {
+    Arc::new(NoAgent)
+}
