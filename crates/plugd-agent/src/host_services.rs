@@ -191,6 +191,14 @@ fn finish(reason: &FinishReason) -> String {
 }
 
 impl AgentParts for Parts {
+    fn build_pipeline<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        config: &'a plugd_runtime::config::PlugdConfig,
+    ) -> plugd_runtime::agent_seam::PipelineFuture<'a> {
+        Box::pin(crate::hooks::build::build_pipeline(config, rt))
+    }
+
     fn llm_provider(
         &self,
         rt: &Runtime,

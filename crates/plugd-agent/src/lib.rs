@@ -17,6 +17,7 @@
 pub mod agent;
 pub mod compaction;
 pub mod embed;
+pub mod hooks;
 pub mod host_services;
 pub mod llm;
 pub mod recall;

@@ -8,9 +8,9 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
+use plugd_agent::hooks::build::build_pipeline;
 use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
-use plugd_runtime::hooks::build::build_pipeline;
 use plugd_runtime::hooks::{HookContext, HookPoint};
 use serde_json::Value;
 

@@ -81,7 +81,7 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     let config = PlugdConfig::load(rt.dir())?;
     rt.set_risk_config(config.risk.clone());
     // Installed in the runtime: every call of the gateway passes its tool hooks.
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let pipeline = plugd_agent::hooks::build::build_pipeline(&config, rt).await?;
     let gateway = Gateway::new(rt.clone(), Arc::new(config), env!("CARGO_PKG_VERSION"));
     let caller = Caller {
         name: plugd_store::users::user_name(rustix::process::geteuid().as_raw()),

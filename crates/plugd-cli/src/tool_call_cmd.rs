@@ -260,7 +260,7 @@ fn finish(client: &Client<'_>, result: Result<Value, Failure>, json_out: bool) -
 /// after the call).
 async fn with_local_hooks<T>(rt: &Runtime, call: impl Future<Output = T>) -> Result<T> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, rt).await?;
+    let pipeline = plugd_agent::hooks::build::build_pipeline(&config, rt).await?;
     let out = call.await;
     pipeline.cleanup().await;
     Ok(out)

@@ -15,7 +15,7 @@ use plugd_runtime::Runtime;
 /// it.
 pub async fn api_on_socket(rt: &Runtime) -> Result<(PathBuf, tokio::task::JoinHandle<()>)> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
-    let pipeline = Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
+    let pipeline = Arc::new(plugd_agent::hooks::build::build_pipeline(&config, rt).await?);
     let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
     let limits = plugd_server::listen::Limits::from_config(&config.http);
     let state = plugd_server::AppState::new(rt.clone(), pipeline, Arc::new(config), agent);

@@ -27,7 +27,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     let eager_extra = config.eager.clone();
     // Fail fast: every configured hook handler must load before plugd serves.
     let pipeline =
-        std::sync::Arc::new(plugd_runtime::hooks::build::build_pipeline(&config, rt).await?);
+        std::sync::Arc::new(plugd_agent::hooks::build::build_pipeline(&config, rt).await?);
     let _outbox = start_outbox(rt)?;
     let _retention =
         plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);

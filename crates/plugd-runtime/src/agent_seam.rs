@@ -3,7 +3,8 @@
 //! behaviour it does not hold itself.
 //!
 //! plugd-agent depends on this crate, never the reverse. Where the runtime
-//! needs agent behaviour (an LLM provider for MCP sampling; the
+//! needs agent behaviour (the hook pipeline built from `plugd.yaml`; an
+//! LLM provider for MCP sampling; the
 //! `llm.complete` and `memory.recall` services native plugins call), it asks
 //! the [`AgentParts`] it was opened with ([`crate::Runtime::open`]).
 //! plugd-agent's `parts()` is the implementation every product path
@@ -11,6 +12,8 @@
 //! tests) has none of it: each such request fails with an error naming what
 //! is missing, never silently does less.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use plugd_host::native_host::{ApiFuture, CompleteRequest, Completion, ServiceError};
@@ -18,11 +21,23 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::Runtime;
+use crate::config::PlugdConfig;
+use crate::hooks::{HookContext, Pipeline, PipelineError};
 use crate::llm::{LlmConfig, LlmError, LlmProvider};
+
+/// A pipeline being built ([`AgentParts::build_pipeline`]).
+pub type PipelineFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Pipeline, PipelineError>> + Send + 'a>>;
 
 /// What the runtime asks of the agent side. One value serves one runtime
 /// (it may keep per-runtime state, such as providers built on first use).
 pub trait AgentParts: Send + Sync + 'static {
+    /// Builds the hook pipeline of `config` over `rt`'s plugins (starting
+    /// plugin-served handlers, loading Dexto modules) and installs it in
+    /// `rt` ([`Runtime::set_hooks`]): every tool call passes it.
+    fn build_pipeline<'a>(&'a self, rt: &'a Runtime, config: &'a PlugdConfig)
+    -> PipelineFuture<'a>;
+
     /// The provider `config` (plugd.yaml's `llm:` form) describes, for
     /// `rt` (MCP sampling).
     fn llm_provider(
@@ -66,6 +81,29 @@ fn missing(what: &str) -> String {
 }
 
 impl AgentParts for NoAgent {
+    /// An empty pipeline when `config` names no handler; a config with hook
+    /// handlers is refused (never run without them).
+    fn build_pipeline<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        config: &'a PlugdConfig,
+    ) -> PipelineFuture<'a> {
+        Box::pin(async move {
+            if let Some(first) = crate::hooks::build::specs(config).into_iter().next() {
+                return Err(PipelineError::Init {
+                    name: first.name,
+                    reason: missing("hook handlers"),
+                });
+            }
+            let pipeline = Pipeline::new(Vec::new())?;
+            rt.set_hooks(
+                Arc::new(pipeline.clone()),
+                config.context(&HookContext::default()),
+            );
+            Ok(pipeline)
+        })
+    }
+
     fn llm_provider(
         &self,
         _rt: &Runtime,

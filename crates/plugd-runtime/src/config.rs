@@ -32,7 +32,6 @@ pub use plugd_governance::plugd_yaml::{
     CONFIG_FILE, ConfigError, MAX_CONFIG_BYTES, yaml_error, yaml_options,
 };
 
-use crate::hooks::builtin::{ContentPolicy, ResponseSanitizer};
 use crate::hooks::{HandlerSpec, HookContext, HookPoint, OnError};
 use crate::llm::LlmConfig;
 
@@ -237,7 +236,7 @@ pub struct BuiltinConfig<T> {
     pub settings: T,
 }
 
-/// `contentPolicy` settings (see [`ContentPolicy`]).
+/// `contentPolicy` settings (the handler is plugd-agent's `ContentPolicy`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ContentPolicySettings {
     /// `maxInputChars`.
@@ -248,18 +247,7 @@ pub struct ContentPolicySettings {
     pub redact_api_keys: bool,
 }
 
-impl ContentPolicySettings {
-    /// The handler.
-    pub fn handler(&self) -> ContentPolicy {
-        ContentPolicy {
-            max_input_chars: self.max_input_chars,
-            redact_emails: self.redact_emails,
-            redact_api_keys: self.redact_api_keys,
-        }
-    }
-}
-
-/// `responseSanitizer` settings (see [`ResponseSanitizer`]).
+/// `responseSanitizer` settings (the handler is plugd-agent's `ResponseSanitizer`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct ResponseSanitizerSettings {
     /// `redactEmails`.
@@ -268,17 +256,6 @@ pub struct ResponseSanitizerSettings {
     pub redact_api_keys: bool,
     /// `maxResponseLength`.
     pub max_response_length: Option<usize>,
-}
-
-impl ResponseSanitizerSettings {
-    /// The handler.
-    pub fn handler(&self) -> ResponseSanitizer {
-        ResponseSanitizer {
-            redact_emails: self.redact_emails,
-            redact_api_keys: self.redact_api_keys,
-            max_response_length: self.max_response_length,
-        }
-    }
 }
 
 /// One `plugins.custom` entry.

@@ -358,7 +358,7 @@ impl ConfigGate {
         // takes the rebuilt pipeline (a pipeline that fails to build leaves
         // the old one in force, as at start-up nothing half-built serves).
         if verdict.hooks_changed {
-            match crate::hooks::build::build_pipeline(new, &self.rt).await {
+            match self.rt.agent_parts().build_pipeline(&self.rt, new).await {
                 Ok(_) => tracing::info!(
                     "plugd.yaml hooks changed: the tool call path runs the new pipeline"
                 ),

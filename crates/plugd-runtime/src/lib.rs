@@ -53,8 +53,6 @@ pub mod serve_lock;
 pub mod serve_record;
 pub mod settings_form;
 pub mod skills;
-#[cfg(test)]
-mod test_json;
 pub mod watch;
 pub mod workspace;
 

@@ -289,10 +289,10 @@ mod tests {
     use axum::body::Body;
     use axum::http::Request;
     use futures_util::StreamExt;
+    use plugd_agent::hooks::build::build_pipeline;
     use plugd_host::HostConfig;
     use plugd_runtime::config::PlugdConfig;
     use plugd_runtime::events::EVENT_QUEUE;
-    use plugd_runtime::hooks::build::build_pipeline;
     use tower::ServiceExt;
 
     use super::*;

@@ -248,7 +248,7 @@ impl Agent {
             ))
         })?;
         let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir())?;
-        let pipeline = plugd_runtime::hooks::build::build_pipeline(config, runtime).await?;
+        let pipeline = crate::hooks::build::build_pipeline(config, runtime).await?;
         Ok(Agent::new(
             runtime.clone(),
             Arc::new(pipeline),

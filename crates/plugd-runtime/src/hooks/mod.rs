@@ -5,7 +5,11 @@
 //! `after_tool_result`, `before_response`) plus nexo's `before_message`. A
 //! handler is anything implementing [`HookHandler`]: a built-in Rust plugin, a
 //! remote plugin of any dialect, or a Dexto JavaScript module. Each one maps
-//! its own reply onto [`HandlerResult`] (Dexto's `PluginResult`).
+//! its own reply onto [`HandlerResult`] (Dexto's `PluginResult`). The
+//! handlers themselves and the building of a pipeline from `plugd.yaml` are
+//! plugd-agent's (`plugd_agent::hooks`), reached through
+//! [`crate::agent_seam::AgentParts::build_pipeline`]; this module is the
+//! model and the runner every tool call passes.
 //!
 //! Rules (seed 002, issue 4):
 //! * order by `priority`, lower first; priorities are unique among the enabled
@@ -29,11 +33,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 pub mod build;
-pub mod builtin;
-pub mod dexto;
-pub mod dexto_agent;
 pub mod dexto_package;
-pub mod remote;
 
 /// An interception point of the agent loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

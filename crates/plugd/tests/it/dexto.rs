@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use plugd_agent::hooks::dexto::{self, DextoModule, DextoOptions};
 use plugd_host::spawn::process_group_alive;
-use plugd_runtime::hooks::dexto::{self, DextoModule, DextoOptions};
 use plugd_runtime::hooks::{
     HandlerSpec, HookContext, HookHandler, HookPoint, OnError, Outcome, OutcomeKind, Pipeline,
     PipelineError,
@@ -978,7 +978,7 @@ plugins:
 
     let mut on_bus = rt.bus().subscribe("dexto.agent.>", 16).unwrap();
     let config = PlugdConfig::load(rt.dir()).unwrap();
-    let pipeline = plugd_runtime::hooks::build::build_pipeline(&config, &rt)
+    let pipeline = plugd_agent::hooks::build::build_pipeline(&config, &rt)
         .await
         .unwrap();
     let ctx = HookContext {
@@ -1173,8 +1173,8 @@ const TAGGER: &str = "export default class Tagger {\n  async initialize(config) 
 /// each saying why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_naming_an_npm_package_loads_from_the_workspaces_node_modules() {
+    use plugd_agent::hooks::build::build_pipeline;
     use plugd_runtime::config::PlugdConfig;
-    use plugd_runtime::hooks::build::build_pipeline;
 
     let ws = Ws::new();
     let nm = ws.dir().join("node_modules");

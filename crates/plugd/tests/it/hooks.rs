@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use plugd_agent::hooks::build::build_pipeline;
 use plugd_runtime::config::{PlugdConfig, schema_violations};
-use plugd_runtime::hooks::build::build_pipeline;
 use plugd_runtime::hooks::{HookContext, HookPoint};
 use serde_json::{Value, json};
 

@@ -34,7 +34,7 @@ use plugd_wire::ErrorObject;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::Runtime;
+use plugd_runtime::Runtime;
 
 /// Most session ids `sessions.list` returns (the newest).
 pub const MAX_SESSIONS: usize = 1000;

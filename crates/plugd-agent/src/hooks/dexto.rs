@@ -120,7 +120,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
 
 use super::dexto_agent::{self, AgentServices, EventBridge};
-use super::{
+use plugd_runtime::hooks::{
     HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
     PipelineError,
 };
@@ -175,7 +175,7 @@ pub struct DextoOptions {
     pub llm_config: Value,
     /// The runtime behind `context.agent.toolManager`, `mcpManager` and
     /// `agentEventBus` (`None`: each of their calls fails saying so).
-    pub runtime: Option<crate::Runtime>,
+    pub runtime: Option<plugd_runtime::Runtime>,
     /// What `context.agent.stateManager.getRuntimeConfig()` answers: the
     /// agent's effective configuration, without secrets (see
     /// `build::dexto_runtime_config`).

@@ -39,7 +39,11 @@ use std::sync::LazyLock;
 use regex::{Captures, Regex};
 use serde_json::{Map, Value};
 
-use super::{HandlerResult, HookContext, HookFuture, HookHandler, HookPoint, Notice, NoticeKind};
+use plugd_runtime::config::{ContentPolicySettings, ResponseSanitizerSettings};
+use plugd_runtime::hooks::build::{CONTENT_POLICY_POINTS, RESPONSE_SANITIZER_POINTS};
+use plugd_runtime::hooks::{
+    HandlerResult, HookContext, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
+};
 
 /// What replaces a redacted email address (the seed's token).
 pub const REDACTED_EMAIL: &str = "[EMAIL]";
@@ -163,7 +167,7 @@ pub struct ContentPolicy {
 
 impl ContentPolicy {
     /// The points it handles.
-    pub const POINTS: [HookPoint; 1] = [HookPoint::BeforeLlmRequest];
+    pub const POINTS: [HookPoint; 1] = CONTENT_POLICY_POINTS;
 
     /// Applies the policy to one payload (no I/O).
     pub fn check(&self, payload: &Value) -> HandlerResult {
@@ -244,7 +248,7 @@ pub struct ResponseSanitizer {
 
 impl ResponseSanitizer {
     /// The points it handles.
-    pub const POINTS: [HookPoint; 1] = [HookPoint::BeforeResponse];
+    pub const POINTS: [HookPoint; 1] = RESPONSE_SANITIZER_POINTS;
 
     /// Sanitizes one payload (no I/O). Redaction happens before truncation,
     /// so a secret cut in half is still redacted.
@@ -296,6 +300,26 @@ impl HookHandler for ResponseSanitizer {
             HandlerResult::pass()
         };
         Box::pin(async move { Ok(r) })
+    }
+}
+
+impl From<&ContentPolicySettings> for ContentPolicy {
+    fn from(s: &ContentPolicySettings) -> ContentPolicy {
+        ContentPolicy {
+            max_input_chars: s.max_input_chars,
+            redact_emails: s.redact_emails,
+            redact_api_keys: s.redact_api_keys,
+        }
+    }
+}
+
+impl From<&ResponseSanitizerSettings> for ResponseSanitizer {
+    fn from(s: &ResponseSanitizerSettings) -> ResponseSanitizer {
+        ResponseSanitizer {
+            redact_emails: s.redact_emails,
+            redact_api_keys: s.redact_api_keys,
+            max_response_length: s.max_response_length,
+        }
     }
 }
 

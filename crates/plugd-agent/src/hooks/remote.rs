@@ -27,10 +27,10 @@ use plugd_host::model::ToolError;
 use plugd_host::{CallError, CallToolError, Conn, PluginError};
 use serde_json::{Map, Value, json};
 
-use super::{
+use plugd_runtime::hooks::{
     HandlerResult, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
 };
-use crate::{Runtime, RuntimeError};
+use plugd_runtime::{Runtime, RuntimeError};
 
 /// The payload field a `transform` decision rewrites at `point`
 /// (`None` at `before_tool_call`, whose payload has no text: use `override`).
@@ -314,7 +314,7 @@ impl ToolHook {
         };
         // A hook's own tool passes every step but the tool hooks (which
         // would call it again).
-        let gov = crate::governed::Governed::new(crate::governed::Surface::Hook);
+        let gov = plugd_runtime::governed::Governed::new(plugd_runtime::governed::Surface::Hook);
         let result = self
             .runtime
             .call_tool_governed(&name, args, &call_ctx, &gov)
