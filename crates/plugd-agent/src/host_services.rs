@@ -25,9 +25,7 @@ use plugd_runtime::config::PlugdConfig;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::llm::{
-    ChatMessage, ChatRequest, Delta, FinishReason, LlmConfig, LlmError, LlmProvider, Role,
-};
+use crate::llm::{ChatMessage, ChatRequest, Delta, FinishReason, LlmConfig, LlmProvider, Role};
 use crate::recall::{MemoryExt, RecallError};
 
 /// The workspace's LLM provider and the name plugins ask for it by, or why
@@ -191,6 +189,16 @@ fn finish(reason: &FinishReason) -> String {
 }
 
 impl AgentParts for Parts {
+    fn microapp_admin(
+        &self,
+        rt: Runtime,
+        plugin: String,
+        method: String,
+        params: Value,
+    ) -> plugd_host::native_host::AdminFuture {
+        Box::pin(async move { crate::microapp_admin::admin(&rt, &plugin, &method, params).await })
+    }
+
     fn build_pipeline<'a>(
         &'a self,
         rt: &'a Runtime,
@@ -199,12 +207,15 @@ impl AgentParts for Parts {
         Box::pin(crate::hooks::build::build_pipeline(config, rt))
     }
 
-    fn llm_provider(
-        &self,
-        rt: &Runtime,
-        config: &LlmConfig,
-    ) -> Result<Arc<dyn LlmProvider>, LlmError> {
-        crate::llm::build_provider(config, rt, rt.dir())
+    fn sample<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        server: &'a str,
+        llm: &'a LlmConfig,
+        params: &'a Value,
+        cap: u32,
+    ) -> plugd_runtime::agent_seam::SampleFuture<'a> {
+        Box::pin(crate::sampling::sample(rt, server, llm, params, cap))
     }
 
     fn memory_recall(

@@ -15,12 +15,15 @@
 //! which [`agent::Agent`] implements.
 
 pub mod agent;
+pub mod channels;
 pub mod compaction;
 pub mod embed;
 pub mod hooks;
 pub mod host_services;
 pub mod llm;
+pub mod microapp_admin;
 pub mod recall;
+pub mod sampling;
 #[cfg(test)]
 mod test_json;
 pub mod vector;

@@ -102,7 +102,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
-        plugd_runtime::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
+        plugd_agent::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
     // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
     let agents_watch = tokio::spawn(rt.clone().watch_config(gate));
     // A changed Dexto module file is reloaded; a broken new version is not.

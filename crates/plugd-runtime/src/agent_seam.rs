@@ -4,7 +4,7 @@
 //!
 //! plugd-agent depends on this crate, never the reverse. Where the runtime
 //! needs agent behaviour (the hook pipeline built from `plugd.yaml`; an
-//! LLM provider for MCP sampling; the
+//! MCP sampling through the LLM provider; the
 //! `llm.complete` and `memory.recall` services native plugins call), it asks
 //! the [`AgentParts`] it was opened with ([`crate::Runtime::open`]).
 //! plugd-agent's `parts()` is the implementation every product path
@@ -16,18 +16,22 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use plugd_host::native_host::{ApiFuture, CompleteRequest, Completion, ServiceError};
+use plugd_host::native_host::{AdminFuture, ApiFuture, CompleteRequest, Completion, ServiceError};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::Runtime;
 use crate::config::PlugdConfig;
 use crate::hooks::{HookContext, Pipeline, PipelineError};
-use crate::llm::{LlmConfig, LlmError, LlmProvider};
+use crate::llm::LlmConfig;
 
 /// A pipeline being built ([`AgentParts::build_pipeline`]).
 pub type PipelineFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Pipeline, PipelineError>> + Send + 'a>>;
+
+/// A sampling request being answered ([`AgentParts::sample`]).
+pub type SampleFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Value, plugd_wire::ErrorObject>> + Send + 'a>>;
 
 /// What the runtime asks of the agent side. One value serves one runtime
 /// (it may keep per-runtime state, such as providers built on first use).
@@ -38,13 +42,27 @@ pub trait AgentParts: Send + Sync + 'static {
     fn build_pipeline<'a>(&'a self, rt: &'a Runtime, config: &'a PlugdConfig)
     -> PipelineFuture<'a>;
 
-    /// The provider `config` (plugd.yaml's `llm:` form) describes, for
-    /// `rt` (MCP sampling).
-    fn llm_provider(
+    /// `sampling/createMessage` of hosted MCP server `server`, already
+    /// allowed by the operator, with the provider `llm` describes and
+    /// `maxTokens` cut to `cap`: the MCP result or the error the server gets.
+    fn sample<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        server: &'a str,
+        llm: &'a LlmConfig,
+        params: &'a Value,
+        cap: u32,
+    ) -> SampleFuture<'a>;
+
+    /// `nexo/admin/*` method `method` of microapp `plugin` (seed 001): the
+    /// result, or the JSON-RPC error the microapp gets.
+    fn microapp_admin(
         &self,
-        rt: &Runtime,
-        config: &LlmConfig,
-    ) -> Result<Arc<dyn LlmProvider>, LlmError>;
+        rt: Runtime,
+        plugin: String,
+        method: String,
+        params: Value,
+    ) -> AdminFuture;
 
     /// `memory.recall` of native plugin `plugin` (nexo §5.3): the entries as
     /// the contract shapes them.
@@ -104,12 +122,35 @@ impl AgentParts for NoAgent {
         })
     }
 
-    fn llm_provider(
+    fn sample<'a>(
+        &'a self,
+        _rt: &'a Runtime,
+        _server: &'a str,
+        _llm: &'a LlmConfig,
+        _params: &'a Value,
+        _cap: u32,
+    ) -> SampleFuture<'a> {
+        Box::pin(async {
+            Err(plugd_wire::ErrorObject::new(
+                plugd_wire::codes::INTERNAL_ERROR,
+                format!("sampling failed: {}", missing("llm")),
+            ))
+        })
+    }
+
+    fn microapp_admin(
         &self,
-        _rt: &Runtime,
-        _config: &LlmConfig,
-    ) -> Result<Arc<dyn LlmProvider>, LlmError> {
-        Err(LlmError::NotConfigured(missing("llm")))
+        _rt: Runtime,
+        _plugin: String,
+        method: String,
+        _params: Value,
+    ) -> AdminFuture {
+        Box::pin(async move {
+            Err(plugd_wire::ErrorObject::new(
+                plugd_wire::codes::METHOD_NOT_FOUND,
+                format!("{method}: {}", missing("microapp admin")),
+            ))
+        })
     }
 
     fn memory_recall(

@@ -124,7 +124,8 @@ impl HostApi for RuntimeApi {
                     format!("{method}: the runtime is shutting down"),
                 ));
             };
-            crate::microapp::admin(&runtime, &plugin, &method, params).await
+            let parts = runtime.agent_parts().clone();
+            parts.microapp_admin(runtime, plugin, method, params).await
         })
     }
 

@@ -13,6 +13,7 @@
 //! source directory that was just digested.
 
 pub use plugd_governance::{containment, marketplace, signing};
+pub use plugd_store::pin;
 
 pub mod agent_seam;
 pub mod bindings_rt;
@@ -42,7 +43,7 @@ pub mod mcp_requests;
 pub mod memory_config;
 pub mod microapp;
 pub mod outbox;
-pub mod pin;
+
 pub mod plugin_config;
 mod plugin_row;
 mod plugin_set;

@@ -49,7 +49,6 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::config::PlugdConfig;
-use crate::llm::{ChatMessage, ChatRequest, FinishReason, LlmConfig, Role};
 use crate::risk::DecideError;
 use crate::{RtInner, Runtime};
 
@@ -150,8 +149,9 @@ pub(crate) struct RequestsState {
     in_flight: Mutex<HashMap<(String, &'static str), usize>>,
 }
 
-/// Releases an in-flight slot.
-struct Slot<'a> {
+/// An in-flight slot of one kind of request of one server (at most
+/// [`MAX_IN_FLIGHT`]); released when dropped.
+pub struct Slot<'a> {
     state: &'a RequestsState,
     key: (String, &'static str),
 }
@@ -186,6 +186,12 @@ impl RequestsState {
 }
 
 impl Runtime {
+    /// Takes one of `server`'s [`MAX_IN_FLIGHT`] slots for `kind` requests
+    /// (`"sampling"`, `"elicitation"`), `None` when all are taken.
+    pub fn mcp_request_slot(&self, server: &str, kind: &'static str) -> Option<Slot<'_>> {
+        self.inner.mcp_requests.slot(server, kind)
+    }
+
     /// Sets who asks a person when a hosted MCP server elicits outside a
     /// gateway call (the CLI's terminal prompt).
     pub fn set_elicitor(&self, elicitor: Arc<dyn Elicitor>) {
@@ -329,7 +335,8 @@ pub fn check_content(schema: &Value, content: &Value) -> Result<(), String> {
     }
 }
 
-fn short(v: &Value) -> String {
+/// `v` as JSON, cut for a message.
+pub fn short(v: &Value) -> String {
     let s = v.to_string();
     match s.char_indices().nth(120) {
         Some((i, _)) => format!("{}…", &s[..i]),
@@ -615,10 +622,6 @@ pub(crate) fn decide(
     }
 }
 
-fn sampling_refused(message: String) -> ErrorObject {
-    ErrorObject::new(NOT_SUPPORTED, message)
-}
-
 async fn sample(rt: &Runtime, server: &str, params: &Value) -> Result<Value, ErrorObject> {
     let config = PlugdConfig::load(rt.dir()).map_err(|e| {
         sampling_refused(format!(
@@ -637,273 +640,22 @@ async fn sample(rt: &Runtime, server: &str, params: &Value) -> Result<Value, Err
             "sampling is allowed for server {server:?} but plugd.yaml has no llm: section; configure a provider there"
         )));
     };
-    let request = chat_request(params, allowed.sampling_max_tokens)?;
-    let Some(_slot) = rt.inner.mcp_requests.slot(server, "sampling") else {
-        return Err(sampling_refused(format!(
-            "server {server:?} already has {MAX_IN_FLIGHT} sampling requests running; plugd refuses more until they finish"
-        )));
-    };
-    let provider =
-        rt.inner.agent.llm_provider(rt, llm).map_err(|e| {
-            ErrorObject::new(codes::INTERNAL_ERROR, format!("sampling failed: {e}"))
-        })?;
-    tracing::info!(plugin = %server, messages = request.messages.len(), max_tokens = ?request.max_tokens, "sampling for an MCP server");
-    let reply = provider.chat(&request, None).await.map_err(|e| {
-        tracing::warn!(plugin = %server, error = %e, "sampling failed");
-        ErrorObject::new(codes::INTERNAL_ERROR, format!("sampling failed: {e}"))
-    })?;
-    if reply.content.is_empty() && !reply.tool_calls.is_empty() {
-        return Err(ErrorObject::new(
-            codes::INTERNAL_ERROR,
-            "sampling failed: the model answered with tool calls only, and this request offered no tools".to_owned(),
-        ));
-    }
-    let model = match llm {
-        LlmConfig::Openai { model, .. } | LlmConfig::Plugin { model, .. } => model.clone(),
-        LlmConfig::Scripted { .. } => "scripted".to_owned(),
-    };
-    let stop = match &reply.finish_reason {
-        FinishReason::Stop => "endTurn".to_owned(),
-        FinishReason::Length => "maxTokens".to_owned(),
-        FinishReason::ToolUse => "toolUse".to_owned(),
-        FinishReason::Other(s) => s.clone(),
-    };
-    Ok(json!({
-        "role": "assistant",
-        "content": {"type": "text", "text": reply.content},
-        "model": model,
-        "stopReason": stop,
-    }))
+    // The request itself (its shape, the in-flight bound, the provider) is
+    // the agent side's.
+    let agent = rt.inner.agent.clone();
+    agent
+        .sample(rt, server, llm, params, allowed.sampling_max_tokens)
+        .await
 }
 
-/// Maps `sampling/createMessage` params to a provider request: roles `user`
-/// and `assistant`, text content (one block or a list; several text blocks
-/// joined by newlines), `systemPrompt`, `temperature`, `stopSequences`, and
-/// `maxTokens` cut to `cap`. Anything plugd cannot pass on faithfully
-/// (images, audio, tool use) is refused, never dropped.
-pub fn chat_request(params: &Value, cap: u32) -> Result<ChatRequest, ErrorObject> {
-    let Some(messages) = params.get("messages").and_then(Value::as_array) else {
-        return Err(invalid_params(
-            "sampling/createMessage needs a \"messages\" array".into(),
-        ));
-    };
-    if messages.len() > MAX_SAMPLING_MESSAGES {
-        return Err(invalid_params(format!(
-            "sampling/createMessage has {} messages; plugd passes on at most {MAX_SAMPLING_MESSAGES}",
-            messages.len()
-        )));
-    }
-    if params.get("tools").is_some_and(|t| !t.is_null()) {
-        return Err(invalid_params(
-            "sampling/createMessage with \"tools\": plugd does not offer tool use in sampling (it does not declare sampling.tools)".into(),
-        ));
-    }
-    let mut bytes = 0usize;
-    let mut out = Vec::with_capacity(messages.len());
-    for (i, m) in messages.iter().enumerate() {
-        let role = match m.get("role").and_then(Value::as_str) {
-            Some("user") => Role::User,
-            Some("assistant") => Role::Assistant,
-            other => {
-                return Err(invalid_params(format!(
-                    "messages[{i}].role must be \"user\" or \"assistant\", got {}",
-                    other.map_or("nothing".to_owned(), |r| format!(
-                        "{:?}",
-                        r.chars().take(40).collect::<String>()
-                    ))
-                )));
-            }
-        };
-        let blocks: Vec<&Value> = match m.get("content") {
-            Some(Value::Array(list)) => list.iter().collect(),
-            Some(one @ Value::Object(_)) => vec![one],
-            _ => {
-                return Err(invalid_params(format!(
-                    "messages[{i}].content must be a content block or a list of them"
-                )));
-            }
-        };
-        let mut texts = Vec::with_capacity(blocks.len());
-        for (j, b) in blocks.iter().enumerate() {
-            match b.get("type").and_then(Value::as_str) {
-                Some("text") => match b.get("text").and_then(Value::as_str) {
-                    Some(t) => texts.push(t),
-                    None => {
-                        return Err(invalid_params(format!(
-                            "messages[{i}].content[{j}] is a text block without a string \"text\""
-                        )));
-                    }
-                },
-                Some(kind @ ("image" | "audio")) => {
-                    return Err(invalid_params(format!(
-                        "messages[{i}].content[{j}] is {kind}: plugd's LLM providers take text only, so it cannot be passed on; send text"
-                    )));
-                }
-                other => {
-                    return Err(invalid_params(format!(
-                        "messages[{i}].content[{j}] has type {}, which plugd cannot pass on to its LLM provider",
-                        other.map_or("none".to_owned(), |t| format!(
-                            "{:?}",
-                            t.chars().take(40).collect::<String>()
-                        ))
-                    )));
-                }
-            }
-        }
-        let text = texts.join("\n");
-        bytes += text.len();
-        out.push(ChatMessage::text(role, text));
-    }
-    let system_prompt = match params.get("systemPrompt") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => {
-            bytes += s.len();
-            Some(s.clone())
-        }
-        Some(_) => return Err(invalid_params("\"systemPrompt\" must be a string".into())),
-    };
-    if bytes > MAX_SAMPLING_BYTES {
-        return Err(invalid_params(format!(
-            "sampling/createMessage carries {bytes} bytes of text; plugd passes on at most {MAX_SAMPLING_BYTES}"
-        )));
-    }
-    let max_tokens = match params.get("maxTokens") {
-        None | Some(Value::Null) => cap,
-        Some(v) => match v.as_u64() {
-            Some(n) if n >= 1 => u32::try_from(n).unwrap_or(u32::MAX).min(cap),
-            _ => {
-                return Err(invalid_params(format!(
-                    "\"maxTokens\" must be a positive integer, got {}",
-                    short(v)
-                )));
-            }
-        },
-    };
-    let temperature = match params.get("temperature") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_f64() {
-            Some(t) if t.is_finite() && (0.0..=2.0).contains(&t) => Some(t),
-            _ => {
-                return Err(invalid_params(format!(
-                    "\"temperature\" must be a number from 0 to 2, got {}",
-                    short(v)
-                )));
-            }
-        },
-    };
-    let stop_sequences = match params.get("stopSequences") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(list))
-            if list.len() <= crate::llm::MAX_STOP_SEQUENCES
-                && list.iter().all(|s| {
-                    s.as_str()
-                        .is_some_and(|s| !s.is_empty() && s.len() <= crate::llm::MAX_STOP_SEQUENCE)
-                }) =>
-        {
-            list.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        }
-        Some(_) => {
-            return Err(invalid_params(format!(
-                "\"stopSequences\" must be at most {} strings of 1-{} bytes",
-                crate::llm::MAX_STOP_SEQUENCES,
-                crate::llm::MAX_STOP_SEQUENCE
-            )));
-        }
-    };
-    Ok(ChatRequest {
-        model: None,
-        messages: out,
-        max_tokens: Some(max_tokens),
-        temperature,
-        system_prompt,
-        stop_sequences,
-        ..ChatRequest::default()
-    })
+/// Refuses sampling (`-32601`-style "not supported" with the reason).
+pub fn sampling_refused(message: String) -> ErrorObject {
+    ErrorObject::new(NOT_SUPPORTED, message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sampling_messages_map_faithfully_and_max_tokens_is_cut() {
-        let r = chat_request(
-            &json!({
-                "messages": [
-                    {"role": "user", "content": {"type": "text", "text": "hi"}},
-                    {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-                ],
-                "systemPrompt": "be brief",
-                "maxTokens": 100_000,
-                "temperature": 0.5,
-                "stopSequences": ["END"],
-                "modelPreferences": {"hints": [{"name": "x"}]},
-            }),
-            64,
-        )
-        .unwrap();
-        assert_eq!(
-            r.messages,
-            vec![
-                ChatMessage::text(Role::User, "hi"),
-                ChatMessage::text(Role::Assistant, "a\nb")
-            ]
-        );
-        assert_eq!(r.max_tokens, Some(64), "cut to the operator's bound");
-        assert_eq!(r.system_prompt.as_deref(), Some("be brief"));
-        assert_eq!(r.temperature, Some(0.5));
-        assert_eq!(r.stop_sequences, vec!["END".to_owned()]);
-        let r = chat_request(&json!({"messages": [], "maxTokens": 10}), 64).unwrap();
-        assert_eq!(r.max_tokens, Some(10), "a smaller request keeps its own");
-    }
-
-    #[test]
-    fn sampling_refuses_what_it_cannot_pass_on() {
-        let img = json!({"messages": [{"role": "user", "content": {"type": "image", "data": "AA==", "mimeType": "image/png"}}], "maxTokens": 5});
-        let e = chat_request(&img, 64).unwrap_err();
-        assert_eq!(e.code, codes::INVALID_PARAMS);
-        assert!(
-            e.message.contains("messages[0].content[0] is image"),
-            "{}",
-            e.message
-        );
-        for (bad, wants) in [
-            (json!({}), "\"messages\" array"),
-            (
-                json!({"messages": [{"role": "system", "content": {"type": "text", "text": "x"}}]}),
-                "messages[0].role",
-            ),
-            (json!({"messages": [], "maxTokens": 0}), "maxTokens"),
-            (json!({"messages": [], "maxTokens": "5"}), "maxTokens"),
-            (json!({"messages": [], "temperature": 9}), "temperature"),
-            (json!({"messages": [], "tools": []}), "tool use"),
-            (
-                json!({"messages": [], "stopSequences": [""]}),
-                "stopSequences",
-            ),
-            (
-                json!({"messages": [{"role": "user", "content": {"type": "tool_use"}}]}),
-                "\"tool_use\"",
-            ),
-        ] {
-            let e = chat_request(&bad, 64).unwrap_err();
-            assert!(e.message.contains(wants), "{bad}: {}", e.message);
-        }
-        let many: Vec<Value> = (0..=MAX_SAMPLING_MESSAGES)
-            .map(|_| json!({"role": "user", "content": {"type": "text", "text": "x"}}))
-            .collect();
-        assert!(chat_request(&json!({"messages": many}), 64).is_err());
-        let big = "x".repeat(MAX_SAMPLING_BYTES + 1);
-        let e = chat_request(
-            &json!({"messages": [{"role": "user", "content": {"type": "text", "text": big}}]}),
-            64,
-        )
-        .unwrap_err();
-        assert!(e.message.contains("bytes of text"), "{}", e.message);
-    }
 
     #[test]
     fn elicitations_are_bounded_and_their_schema_must_compile() {

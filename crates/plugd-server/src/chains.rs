@@ -717,7 +717,7 @@ pub(crate) async fn llm_complete(
     State(state): State<AppState>,
     JsonBody(req): JsonBody<LlmComplete>,
 ) -> Result<Response, ApiError> {
-    use plugd_runtime::llm::{ChatMessage, ChatRequest, Role};
+    use plugd_agent::llm::{ChatMessage, ChatRequest, Role};
     let agent = state.agent()?;
     let chars: usize = req.messages.iter().map(|m| m.content.len()).sum();
     if req.messages.is_empty() || req.messages.len() > MAX_LLM_MESSAGES || chars > MAX_LLM_CHARS {

@@ -14,9 +14,9 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use plugd_agent::agent::{AgentError, TurnOutcome};
+use plugd_agent::llm::LlmError;
 use plugd_control::{Code, ServiceError};
 use plugd_runtime::RuntimeError;
-use plugd_runtime::llm::LlmError;
 use plugd_runtime::risk::DecideError;
 use serde_json::{Value, json};
 

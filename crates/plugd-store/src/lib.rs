@@ -20,6 +20,7 @@ pub mod kv;
 pub mod memory;
 pub mod outbox;
 pub mod packages;
+pub mod pin;
 pub mod secrets;
 pub mod sessions;
 mod store;

@@ -25,11 +25,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use crate::llm::{LlmError, LlmProvider, Usage};
 use plugd_runtime::Runtime;
 use plugd_runtime::channels::{ChannelTurn, InboundTurn, TurnFuture};
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::{HookContext, HookPoint, Notice, Pipeline, PipelineError};
-use plugd_runtime::llm::{LlmError, LlmProvider, Usage};
 
 /// How one turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,7 +141,7 @@ pub struct TranscriptEntry {
     pub content: String,
     /// Tool calls (assistant entries).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<plugd_runtime::llm::ToolCall>,
+    pub tool_calls: Vec<crate::llm::ToolCall>,
     /// The call answered (tool entries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,

@@ -22,13 +22,13 @@ use super::names::ToolNames;
 use super::{
     Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
 };
+use crate::llm::{
+    ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
+};
 use plugd_runtime::RuntimeError;
 use plugd_runtime::compaction::OnFailure;
 use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
-use plugd_runtime::llm::{
-    ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
-};
 use plugd_runtime::outbox::OutboxExt;
 
 /// A new session id: `s_` and 16 hex digits mixed from the clock, the

@@ -242,7 +242,7 @@ fn entry_spec(entry: &CustomEntry, runtime: &Runtime) -> HandlerSpec {
 /// Dexto's `context.llmConfig` for the agent plugd.yaml's `llm:` describes:
 /// `{provider, model, maxTokens, maxIterations}` (`null` without an LLM).
 fn dexto_llm_config(config: &PlugdConfig) -> Value {
-    use plugd_runtime::llm::LlmConfig;
+    use crate::llm::LlmConfig;
     let rounds = config.agent.max_tool_rounds;
     match &config.llm {
         None => Value::Null,

@@ -13,9 +13,10 @@ pub mod build;
 pub mod builtin;
 pub mod dexto;
 pub mod dexto_agent;
+pub mod dexto_package;
 pub mod remote;
 
 pub use plugd_runtime::hooks::{
     HandlerResult, HandlerSpec, HookContext, HookError, HookFuture, HookHandler, HookPoint, Notice,
-    NoticeKind, OnError, Outcome, OutcomeKind, Pipeline, PipelineError, dexto_package, merge,
+    NoticeKind, OnError, Outcome, OutcomeKind, Pipeline, PipelineError, merge,
 };

@@ -1,13 +1,14 @@
-//! LLM providers behind the runtime's [`LlmProvider`] trait: what the agent
-//! turn talks to.
+//! LLM providers behind the [`LlmProvider`] trait ([`model`]): what the
+//! agent turn and MCP sampling talk to.
 //!
 //! Providers (each in its own module): an OpenAI-compatible chat-completions
 //! client over HTTP, plugin providers through the native `llm.chat` method,
 //! and a deterministic `scripted` provider that replays a file (for demos and
-//! tests; it says so). The model they share (messages, requests, replies,
-//! plugd.yaml's `llm:`) is the runtime's `plugd_runtime::llm`, re-exported here.
+//! tests; it says so). The model they share is [`model`]; plugd.yaml's
+//! `llm:` is the runtime's `plugd_runtime::llm`, re-exported here.
 
 mod build;
+pub mod model;
 pub mod openai;
 pub mod plugin;
 pub mod scripted;
@@ -15,6 +16,7 @@ pub mod scripted;
 pub(crate) use build::api_key;
 pub use build::build_provider;
 
+pub use model::*;
 pub use plugd_runtime::llm::*;
 
 #[cfg(test)]
@@ -42,7 +44,7 @@ mod tests {
             tools: vec![tool("tk_echo"), tool("guard_chatty")],
             ..ChatRequest::default()
         };
-        options.apply(&mut req);
+        apply_options(&options, &mut req);
         assert_eq!(req.stop_sequences, ["END"]);
         assert!(req.cache_tools);
         // The registry name finds its provider-safe form.
@@ -69,11 +71,11 @@ mod tests {
             tool_choice: Some(ToolChoice::None),
             ..ChatRequest::default()
         };
-        options.apply(&mut own);
+        apply_options(&options, &mut own);
         assert_eq!(own.stop_sequences, ["mine"]);
         assert_eq!(own.tool_choice, Some(ToolChoice::None));
         let mut bare = ChatRequest::default();
-        options.apply(&mut bare);
+        apply_options(&options, &mut bare);
         assert_eq!(bare.tool_choice, None);
         let mut wire = serde_json::to_value(&bare).unwrap();
         plugin::complete_wire_request(&mut wire);

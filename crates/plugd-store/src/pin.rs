@@ -29,7 +29,7 @@ use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt, symlink};
 use std::path::{Component, Path, PathBuf};
 
-use plugd_store::digest::{DigestError, DigestLimits, plugin_digest};
+use crate::digest::{DigestError, DigestLimits, plugin_digest};
 
 /// Directory of the pins, under the workspace's `.plugd/`.
 pub const PINS_DIR: &str = "pins";
@@ -649,7 +649,7 @@ fn random_suffix() -> String {
 /// The hex part of a `sha256:<hex>` digest (the whole string otherwise).
 fn hex_of(digest: &str) -> String {
     digest
-        .strip_prefix(plugd_store::digest::DIGEST_PREFIX)
+        .strip_prefix(crate::digest::DIGEST_PREFIX)
         .unwrap_or(digest)
         .to_owned()
 }
