@@ -179,3 +179,85 @@ impl AgentParts for NoAgent {
 pub fn no_agent() -> Arc<dyn AgentParts> {
     Arc::new(NoAgent)
 }
+
+#[cfg(test)]
+mod tests {
+    use plugd_host::HostConfig;
+    use serde_json::json;
+
+    use super::*;
+    use crate::hooks::HookPoint;
+
+    /// A runtime over a workspace whose plugd.yaml is `yaml`, opened with
+    /// no agent side.
+    fn open(yaml: &str) -> (tempfile::TempDir, Runtime, PlugdConfig) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("plugd.yaml"), yaml).unwrap();
+        let rt = Runtime::open(dir.path(), HostConfig::default(), no_agent()).unwrap();
+        let config = PlugdConfig::load(dir.path()).unwrap();
+        (dir, rt, config)
+    }
+
+    #[tokio::test]
+    async fn a_runtime_without_the_agent_side_refuses_hook_handlers_naming_them() {
+        let (_dir, rt, config) = open("plugins:\n  contentPolicy:\n    priority: 10\n");
+        let err = rt
+            .agent_parts()
+            .build_pipeline(&rt, &config)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("content_policy") && text.contains("without the agent parts"),
+            "{text}"
+        );
+        // Nothing was installed: no tool call runs a half-built pipeline.
+        assert!(rt.hooks().is_none());
+    }
+
+    #[tokio::test]
+    async fn without_hook_handlers_an_empty_pipeline_is_installed() {
+        let (_dir, rt, config) = open("tenant:\n  agent_id: a1\n");
+        let pipeline = rt.agent_parts().build_pipeline(&rt, &config).await.unwrap();
+        assert!(pipeline.chain(HookPoint::BeforeToolCall).is_empty());
+        assert!(rt.hooks().is_some());
+    }
+
+    #[tokio::test]
+    async fn sampling_admin_and_services_are_refused_naming_what_is_missing() {
+        let (_dir, rt, _config) = open("tenant:\n  agent_id: a1\n");
+        let llm = LlmConfig::Scripted {
+            script: "/nonexistent".into(),
+        };
+        let parts = rt.agent_parts().clone();
+        let e = parts
+            .sample(&rt, "srv", &llm, &json!({"messages": []}), 16)
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("without the agent parts"),
+            "{}",
+            e.message
+        );
+        let e = parts
+            .microapp_admin(
+                rt.clone(),
+                "app".into(),
+                "nexo/admin/agents/list".into(),
+                json!({}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, plugd_wire::codes::METHOD_NOT_FOUND);
+        assert!(
+            e.message.contains("without the agent parts"),
+            "{}",
+            e.message
+        );
+        let e = parts
+            .memory_recall(rt.clone(), "p", "a".into(), "q".into(), 3)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("memory"), "{e}");
+    }
+}

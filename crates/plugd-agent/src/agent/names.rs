@@ -38,16 +38,7 @@ impl ToolNames {
             out.insert(name, name);
         }
         for name in names.iter().filter(|n| !is_safe(n)) {
-            let base: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
+            let base = crate::llm::provider_safe(name);
             let base = if base.is_empty() {
                 "tool".to_owned()
             } else {

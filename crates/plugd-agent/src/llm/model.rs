@@ -94,6 +94,20 @@ pub enum ToolChoice {
     },
 }
 
+/// `name` as providers accept a tool name: every character but ASCII
+/// letters, digits, `_` and `-` becomes `_` (`guard/chatty` → `guard_chatty`).
+pub fn provider_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// Fills what `request` leaves unset with `options`. A `specific` tool is matched
 /// against the request's tools by name or by its provider-safe form
 /// (`guard/chatty` → `guard_chatty`); one the request does not offer is
@@ -113,16 +127,7 @@ pub fn apply_options(options: &RequestOptions, request: &mut ChatRequest) {
         Some(ToolChoiceSetting::Any) => Some(ToolChoice::Any),
         Some(ToolChoiceSetting::None) => Some(ToolChoice::None),
         Some(ToolChoiceSetting::Specific(name)) => {
-            let safe: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
+            let safe = provider_safe(name);
             let offered = request
                 .tools
                 .iter()
