@@ -107,7 +107,7 @@ impl AgentParts for NoAgent {
         config: &'a PlugdConfig,
     ) -> PipelineFuture<'a> {
         Box::pin(async move {
-            if let Some(first) = crate::hooks::build::specs(config).into_iter().next() {
+            if let Some(first) = crate::hook_specs::specs(config).into_iter().next() {
                 return Err(PipelineError::Init {
                     name: first.name,
                     reason: missing("hook handlers"),

@@ -41,8 +41,7 @@ pub const SCHEMA: &str = include_str!("../../../docs/plugd.schema.json");
 /// The templates that expand to the workspace directory.
 pub const TEMPLATES: [&str; 2] = ["${{dexto.agent_dir}}", "${{workspace_dir}}"];
 
-/// Largest per-handler `timeout_ms` (10 minutes).
-pub const MAX_TIMEOUT_MS: u64 = 600_000;
+pub use crate::hooks::MAX_TIMEOUT_MS;
 
 /// Default `agent.max_tool_rounds`.
 pub const DEFAULT_MAX_TOOL_ROUNDS: u32 = 8;
@@ -68,7 +67,7 @@ pub struct PlugdConfig {
     /// `require_signatures:` and `trusted_publishers:` (see [`crate::signing`]).
     pub signing: crate::signing::SigningPolicy,
     /// `risk:`: per-tool risk levels and the approval timeout.
-    pub risk: crate::risk::RiskConfig,
+    pub risk: crate::risk_config::RiskConfig,
     /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
     /// VAI grants ([`crate::containment`]).
     pub sandbox: crate::containment::SandboxConfig,
@@ -396,7 +395,7 @@ struct RawDoc {
     require_signatures: Option<bool>,
     #[serde(default)]
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
-    risk: Option<Spanned<crate::risk::RawRisk>>,
+    risk: Option<Spanned<crate::risk_config::RawRisk>>,
     sandbox: Option<crate::containment::RawSandbox>,
     memory: Option<Spanned<crate::memory_config::RawMemory>>,
     #[serde(default)]
@@ -654,7 +653,7 @@ impl PlugdConfig {
             raw.trusted_publishers,
         )?;
         if let Some(risk) = raw.risk {
-            config.risk = crate::risk::parse_config(risk, path)?;
+            config.risk = crate::risk_config::parse_config(risk, path)?;
         }
         if let Some(broker) = raw.broker {
             config.broker = crate::broker_config::parse_config(broker, path)?;
@@ -1424,7 +1423,7 @@ tools: {}
         let c = valid(
             "plugins:\n  contentPolicy: {priority: 5, enabled: false}\n  custom:\n    - {name: a, priority: 5, plugin: p, hook: before_llm_request, enabled: false}\n    - {name: b, priority: 5, plugin: p, hook: before_llm_request}\n",
         );
-        let names: Vec<String> = crate::hooks::build::specs(&c)
+        let names: Vec<String> = crate::hook_specs::specs(&c)
             .into_iter()
             .map(|s| s.name)
             .collect();

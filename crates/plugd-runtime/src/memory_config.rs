@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;
 
-use crate::config::ConfigError;
+use plugd_governance::plugd_yaml::ConfigError;
 
 /// `memory.embedder` in `plugd.yaml`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -211,13 +211,13 @@ pub(crate) fn parse_config(
                         "is empty; name the embedding model, e.g. text-embedding-3-small".into(),
                     ));
                 }
-                if timeout_ms.is_some_and(|t| t == 0 || t > crate::config::MAX_TIMEOUT_MS) {
+                if timeout_ms.is_some_and(|t| t == 0 || t > crate::hooks::MAX_TIMEOUT_MS) {
                     return Err(invalid(
                         "memory.embedder.timeout_ms",
                         line,
                         format!(
                             "must be between 1 and {} (the default is 30000)",
-                            crate::config::MAX_TIMEOUT_MS
+                            crate::hooks::MAX_TIMEOUT_MS
                         ),
                     ));
                 }

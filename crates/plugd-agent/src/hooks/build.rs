@@ -20,7 +20,7 @@ use plugd_runtime::Runtime;
 use plugd_runtime::config::{
     Binding, CONTENT_POLICY, CustomEntry, PlugdConfig, RESPONSE_SANITIZER, Source,
 };
-use plugd_runtime::hooks::build::{builtin_spec, specs};
+use plugd_runtime::hook_specs::{builtin_spec, specs};
 use plugd_runtime::hooks::{
     HandlerResult, HandlerSpec, HookContext, HookFuture, HookHandler, HookPoint, Pipeline,
     PipelineError,

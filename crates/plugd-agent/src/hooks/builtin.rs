@@ -40,7 +40,7 @@ use regex::{Captures, Regex};
 use serde_json::{Map, Value};
 
 use plugd_runtime::config::{ContentPolicySettings, ResponseSanitizerSettings};
-use plugd_runtime::hooks::build::{CONTENT_POLICY_POINTS, RESPONSE_SANITIZER_POINTS};
+use plugd_runtime::hook_specs::{CONTENT_POLICY_POINTS, RESPONSE_SANITIZER_POINTS};
 use plugd_runtime::hooks::{
     HandlerResult, HookContext, HookFuture, HookHandler, HookPoint, Notice, NoticeKind,
 };

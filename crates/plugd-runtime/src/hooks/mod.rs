@@ -32,8 +32,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-pub mod build;
 pub mod dexto_package;
+
+/// Largest per-handler `timeout_ms` of plugd.yaml (10 minutes).
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
 
 /// An interception point of the agent loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -4,8 +4,8 @@
 //! modules) is plugd-agent's (`plugd_agent::hooks::build`), reached from
 //! here through [`crate::agent_seam::AgentParts::build_pipeline`].
 
-use super::{HandlerSpec, HookPoint};
 use crate::config::{BuiltinConfig, CONTENT_POLICY, CustomEntry, PlugdConfig, RESPONSE_SANITIZER};
+use crate::hooks::{HandlerSpec, HookPoint};
 
 /// The points the built-in `contentPolicy` handler runs at.
 pub const CONTENT_POLICY_POINTS: [HookPoint; 1] = [HookPoint::BeforeLlmRequest];
