@@ -18,6 +18,12 @@
 //!   [`crate::hooks::dexto_package`]) XOR `plugin:` (a plugd plugin of any
 //!   dialect), see [`Binding`] for how a plugin entry names its point;
 //! * `tools:` is reserved for per-tool overrides: only `{}` is accepted now.
+//!
+//! Why one file: `plugd.yaml` is one document parsed in one pass, so every
+//! error names its field and line; the sections with rules of their own live
+//! in their own modules (`risk_config`, `memory_config`, `mcp_config`,
+//! `broker_config`, `hook_specs`), and what stays here is the document, its
+//! dispatch and the `plugins:` section.
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -11,6 +11,11 @@
 //! every start, so a plugin changed on disk stops being startable at once.
 //! What starts is the approval's read-only pin (see [`pin`]), never the
 //! source directory that was just digested.
+//!
+//! Why one file: `Runtime` itself is here (the type, its private state
+//! `RtInner`, `RuntimeError`, opening a workspace and the approval
+//! lifecycle), and all of it reads the same private state; each other concern
+//! adds its own `impl Runtime` in its own module.
 
 pub use plugd_governance::{containment, marketplace, signing};
 pub use plugd_store::pin;

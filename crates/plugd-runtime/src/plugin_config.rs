@@ -26,6 +26,10 @@
 //! a [`Launch`] (for the handshake, `config/changed` and VAI invocations) and
 //! is never returned by [`Runtime::config_show`] / [`Runtime::config_get`],
 //! which print [`MASK`].
+//!
+//! Why one file: a plugin's settings are one model (the schema per dialect,
+//! typed get/set/unset/show, the effective configuration a start gets,
+//! applying a change); the console's form over it is `settings_form.rs`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;

@@ -24,6 +24,11 @@
 //! **Architecture invariant**: a call that is refused here never reaches the
 //! plugin: the gate runs after argument validation and before the plugin's
 //! connection is asked for.
+//!
+//! Why one file: the gate, the approval queue it waits on and the per-tool
+//! switches share one state (`RiskState`: the policy, the approver, the
+//! disabled tools as last read, the notice windows, the `decided` notifier)
+//! and make one decision on every call.
 
 use std::collections::BTreeMap;
 use std::fmt;

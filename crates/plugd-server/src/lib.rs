@@ -62,6 +62,11 @@
 //! **API boundary**: [`bind`] refuses TCP addresses that are not loopback:
 //! plugd speaks plain HTTP, so bearer tokens would cross the network in
 //! clear; put a TLS-terminating proxy on the same host in front instead.
+//!
+//! Why one file: the router and `AppState` are one table of routes with their
+//! rights, and the core routes' handlers sit beside it; each larger family
+//! (approvals, bindings, packages, chains, console API, MCP) has its own
+//! module.
 
 pub mod approvals;
 pub mod auth;

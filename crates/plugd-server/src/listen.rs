@@ -33,6 +33,10 @@
 //! authenticated connections fill a cap does a new one get `503` and is
 //! closed. Refusals, evictions and time-outs are logged once and then as
 //! one summary line per interval ([`plugd_host::throttle`]).
+//!
+//! Why one file: every listener (the Unix socket with its peer check, TCP)
+//! goes through one accept loop with one set of limits and one shutdown; the
+//! routes are elsewhere.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;

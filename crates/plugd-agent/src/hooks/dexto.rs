@@ -102,6 +102,10 @@
 //! reason, trying again when the file changes again. Only the module file
 //! itself is watched, not what it imports. [`HookHandler::cleanup`] calls the module's
 //! `cleanup` and stops the process.
+//!
+//! Why one file: one Node host per Dexto module is one state machine (spawn,
+//! handshake, the module's four points, reload, restart on death, shutdown)
+//! over one connection; the `context.agent` it serves is `dexto_agent.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;

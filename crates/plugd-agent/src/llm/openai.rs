@@ -14,6 +14,10 @@
 //! found, 429 rate limited (with `retry-after`), context-length errors,
 //! connection failures and timeouts. Response bodies are bounded
 //! ([`DEFAULT_MAX_RESPONSE_BYTES`]).
+//!
+//! Why one file: one OpenAI-compatible client (request shape, tool calls, SSE
+//! streaming, bounded bodies, typed errors) whose parts all follow the same
+//! wire; the embeddings client shares its HTTP helpers.
 
 use std::time::Duration;
 
