@@ -25,7 +25,7 @@ pub mod microapp_admin;
 pub mod recall;
 pub mod sampling;
 #[cfg(test)]
-mod test_json;
+use plugd_wire::test_json;
 pub mod vector;
 
 use std::path::Path;

@@ -27,7 +27,7 @@ pub mod microapp;
 pub mod native;
 pub mod salmex;
 #[cfg(test)]
-mod test_json;
+use plugd_wire::test_json;
 pub mod vai;
 
 use plugd_host::dialect::{Dialect, Dialects};

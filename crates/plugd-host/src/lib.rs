@@ -35,7 +35,7 @@ pub mod spawn;
 pub mod stderr;
 pub mod supervisor;
 #[cfg(test)]
-mod test_json;
+use plugd_wire::test_json;
 pub mod throttle;
 
 pub use dialect::{Dialect, Dialects};

@@ -15,6 +15,8 @@
 
 pub mod framing;
 pub mod jsonrpc;
+#[cfg(feature = "test-util")]
+pub mod test_json;
 
 pub use framing::{DEFAULT_MAX_FRAME, Frame, FrameDecoder, FrameError, Framing, encode_frame};
 pub use jsonrpc::{DecodeError, ErrorObject, Id, Message, Notification, Request, Response, codes};

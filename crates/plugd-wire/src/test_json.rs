@@ -1,5 +1,6 @@
-//! Test-only `proptest` strategies for the JSON that plugins send (the
-//! dialects' copy of plugd-host's, plus whole JSON-RPC frames): values
+//! Test-only `proptest` strategies for the JSON that plugins send, and whole
+//! JSON-RPC frames, for the property tests of plugd-host, plugd-dialects and
+//! plugd-agent (feature `test-util`): values
 //! biased towards the keys and strings a parser looks at, so properties reach
 //! past "not an object".
 
@@ -8,7 +9,7 @@ use serde_json::{Value, json};
 
 /// Any JSON value (depth ≤ 4) whose object keys are drawn from `keys` or
 /// random, and whose strings are drawn from `strings` or random.
-pub(crate) fn json_with(
+pub fn json_with(
     keys: &'static [&'static str],
     strings: &'static [&'static str],
 ) -> BoxedStrategy<Value> {
@@ -42,7 +43,7 @@ pub(crate) fn json_with(
 /// A JSON-RPC frame: usually a notification whose method is one of
 /// `methods`, sometimes with an id (a request) or a result instead of the
 /// method (a response); params, id and result are drawn from [`json_with`].
-pub(crate) fn jsonrpc_frame(
+pub fn jsonrpc_frame(
     methods: &'static [&'static str],
     keys: &'static [&'static str],
     strings: &'static [&'static str],
