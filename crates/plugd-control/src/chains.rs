@@ -508,23 +508,10 @@ pub trait ChainStore: Send + Sync {
     async fn child_runs(&self, parent: &str) -> Result<u64, StoreError>;
 }
 
-/// A fresh id with `prefix`: 16 hex digits mixed from the clock, the
-/// process id and a counter (unique within a process, unguessable enough
-/// for record ids; never used as a secret).
+/// A fresh id with `prefix`: a UUIDv7 ([`crate::id::fresh`]), unique
+/// across processes and nodes; never used as a secret.
 pub fn fresh_id(prefix: &str) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or_default();
-    let mix = nanos
-        ^ (u64::from(std::process::id()) << 32)
-        ^ COUNTER
-            .fetch_add(1, Ordering::Relaxed)
-            .wrapping_add(1)
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    format!("{prefix}_{mix:016x}")
+    crate::id::fresh(prefix)
 }
 
 /// A rough token estimate of `blocks`: a quarter of their JSON length, the

@@ -27,6 +27,7 @@ pub mod bindings;
 pub mod chains;
 pub mod delegation;
 pub mod error;
+pub mod id;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;

@@ -323,15 +323,11 @@ pub fn retry_after_ms(data: Option<&Value>) -> Option<u64> {
     }
 }
 
-/// A fresh id `<prefix>_<hex>`, unique in this host.
+/// A fresh id `<prefix>_<32 hex digits>`: a UUIDv7 (the time and 74 random
+/// bits), the same form as `plugd_control::id::fresh`, unique across
+/// processes and nodes.
 pub fn fresh_id(prefix: &str) -> String {
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    format!("{prefix}_{nanos:x}{:x}{n:x}", std::process::id())
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
 #[cfg(test)]

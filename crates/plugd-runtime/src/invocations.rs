@@ -25,7 +25,6 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -366,14 +365,9 @@ fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
-/// `inv_` and 32 hex digits: 64 random bits and the time.
+/// `inv_` and 32 hex digits: a UUIDv7 (the time and 74 random bits).
 fn fresh_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        bytes = COUNTER.fetch_add(1, Ordering::Relaxed).to_be_bytes();
-    }
-    format!("inv_{:016x}{}", now_ms(), hex::encode(bytes))
+    plugd_control::id::fresh("inv")
 }
 
 /// The retention task of `plugd serve`; stopped when dropped.
