@@ -70,6 +70,7 @@ mod tests {
         let children: Vec<_> = (0..3)
             .map(|i| {
                 let out = dir.join(format!("ids-{i}"));
+                #[allow(clippy::disallowed_methods)] // a test's own children
                 let child = std::process::Command::new("unshare")
                     .args(["--pid", "--fork", "--kill-child"])
                     .arg(&exe)
