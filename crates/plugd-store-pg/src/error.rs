@@ -105,6 +105,30 @@ pub enum PgError {
         #[source]
         source: DbError,
     },
+    /// An argument was rejected before reaching the database.
+    #[error("{what}: {problem}")]
+    Invalid {
+        /// What was rejected, e.g. `plugin id ""`.
+        what: String,
+        /// Why, and what to do.
+        problem: &'static str,
+    },
+    /// A stored row could not be decoded.
+    #[error("state database {db}: stored {what} is damaged: {detail}")]
+    Damaged {
+        /// The database concerned.
+        db: String,
+        /// The record, e.g. `approval of plugin "x"`.
+        what: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A write that would break a uniqueness rule; says what to do.
+    #[error("{0}")]
+    Conflict(String),
+    /// The OS random number generator failed.
+    #[error("cannot draw random bytes from the OS: {0}")]
+    Random(String),
     /// A query failed.
     #[error("state database {db}: {action}: {source}")]
     Query {

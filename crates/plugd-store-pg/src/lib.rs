@@ -13,12 +13,15 @@
 //! **API boundary:** no driver type appears in the public API; errors are
 //! [`PgError`] wrapping the opaque [`DbError`].
 
+mod clock;
 mod error;
 pub mod migrations;
 #[cfg(feature = "test-util")]
 pub mod shape;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
+mod tool_state;
+mod trust;
 
 use std::time::Duration;
 

@@ -4,3 +4,31 @@
 mod harness;
 mod migrate;
 mod shape;
+mod tool_state;
+mod trust;
+
+use std::time::Duration;
+
+use plugd_store_pg::test_pg::TestPg;
+use plugd_store_pg::{PgOptions, PgStore};
+
+/// A migrated store on a fresh database of the shared server.
+pub async fn fresh_store() -> PgStore {
+    let url = TestPg::shared().fresh_database();
+    PgStore::connect(&url, &options()).await.unwrap()
+}
+
+/// Two stores on one fresh database: two pools, as two nodes.
+pub async fn two_nodes() -> (PgStore, PgStore) {
+    let url = TestPg::shared().fresh_database();
+    let a = PgStore::connect(&url, &options()).await.unwrap();
+    let b = PgStore::connect(&url, &options()).await.unwrap();
+    (a, b)
+}
+
+fn options() -> PgOptions {
+    PgOptions {
+        pool_size: 4,
+        timeout: Duration::from_secs(10),
+    }
+}
