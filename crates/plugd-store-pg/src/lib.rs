@@ -20,6 +20,7 @@ pub mod migrations;
 pub mod shape;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
+mod tokens;
 mod tool_state;
 mod trust;
 

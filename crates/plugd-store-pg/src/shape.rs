@@ -84,6 +84,17 @@ impl PgStore {
         Ok(lines)
     }
 
+    /// Runs `sql` with one text parameter `$1` and returns its first
+    /// column of the first row as a `bigint`: tests' view of raw rows.
+    pub async fn test_count(&self, sql: &str, param: &str) -> Result<i64, PgError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(sql, &[&param])
+            .await
+            .map_err(|e| self.query_error(format!("run test query {sql:?}"), e))?;
+        Ok(row.get(0))
+    }
+
     /// A server setting (`current_setting(name)`), e.g. `listen_addresses`.
     pub async fn setting(&self, name: &str) -> Result<String, PgError> {
         let client = self.client().await?;

@@ -4,6 +4,7 @@
 mod harness;
 mod migrate;
 mod shape;
+mod tokens;
 mod tool_state;
 mod trust;
 
