@@ -16,6 +16,7 @@
 mod clock;
 mod error;
 pub mod migrations;
+mod outbox;
 #[cfg(feature = "test-util")]
 pub mod shape;
 #[cfg(feature = "test-util")]

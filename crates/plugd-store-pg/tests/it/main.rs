@@ -3,6 +3,7 @@
 
 mod harness;
 mod migrate;
+mod outbox;
 mod shape;
 mod tokens;
 mod tool_state;
