@@ -15,6 +15,7 @@
 
 mod clock;
 mod error;
+mod kv;
 pub mod migrations;
 mod outbox;
 #[cfg(feature = "test-util")]
