@@ -16,6 +16,7 @@
 mod clock;
 mod error;
 mod kv;
+mod memory;
 pub mod migrations;
 mod outbox;
 #[cfg(feature = "test-util")]

@@ -3,6 +3,7 @@
 
 mod harness;
 mod kv;
+mod memory;
 mod migrate;
 mod outbox;
 mod shape;
