@@ -26,6 +26,7 @@ pub mod test_pg;
 mod tokens;
 mod tool_state;
 mod trust;
+mod vectors;
 
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ use tokio_postgres::config::Host;
 
 pub use error::{DbError, PgError};
 pub use migrations::{Migrated, SCHEMA_VERSION};
+pub use vectors::VectorError;
 
 /// How a [`PgStore`] connects.
 #[derive(Debug, Clone)]

@@ -10,6 +10,7 @@ mod shape;
 mod tokens;
 mod tool_state;
 mod trust;
+mod vectors;
 
 use std::time::Duration;
 
