@@ -19,6 +19,7 @@ mod kv;
 mod memory;
 pub mod migrations;
 mod outbox;
+mod packages;
 #[cfg(feature = "test-util")]
 pub mod shape;
 #[cfg(feature = "test-util")]

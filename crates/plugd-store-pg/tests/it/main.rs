@@ -6,6 +6,7 @@ mod kv;
 mod memory;
 mod migrate;
 mod outbox;
+mod packages;
 mod shape;
 mod tokens;
 mod tool_state;
