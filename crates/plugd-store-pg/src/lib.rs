@@ -15,6 +15,7 @@
 
 mod clock;
 mod error;
+mod invocations;
 mod kv;
 mod memory;
 pub mod migrations;
