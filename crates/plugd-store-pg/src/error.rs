@@ -123,6 +123,12 @@ pub enum PgError {
         /// What is wrong with it.
         detail: String,
     },
+    /// A record a write needs does not exist.
+    #[error("{what} does not exist")]
+    NotFound {
+        /// What, e.g. `chain "ch_1"`.
+        what: String,
+    },
     /// A write that would break a uniqueness rule; says what to do.
     #[error("{0}")]
     Conflict(String),

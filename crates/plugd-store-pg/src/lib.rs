@@ -13,6 +13,7 @@
 //! **API boundary:** no driver type appears in the public API; errors are
 //! [`PgError`] wrapping the opaque [`DbError`].
 
+mod chains;
 mod clock;
 mod error;
 mod invocations;

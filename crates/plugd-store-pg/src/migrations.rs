@@ -18,6 +18,9 @@
 //! - SQLite `BLOB` is `bytea` (sealed secrets, token hashes, embeddings).
 //! - Times stay RFC 3339 UTC `text` and epoch-millisecond `bigint` columns as
 //!   on SQLite; on PostgreSQL their values come from the server's clock.
+//! - SQLite's implicit `rowid`, where a query orders by it (ties of equal
+//!   times: chains, runs, compactions), is an explicit `rowid bigint
+//!   GENERATED ALWAYS AS IDENTITY` column.
 //! - SQLite's FTS5 index of memories is a generated `tsvector` column
 //!   (`memories.search`, `simple` configuration: no stemming, as FTS5's
 //!   `unicode61`) with a GIN index; vectors are a plain table (no pgvector).
@@ -281,7 +284,8 @@ const CHAINS: &str = r#"
         parent_chain_id text COLLATE "C" REFERENCES chains (id),
         compaction_id   text COLLATE "C",
         status          text COLLATE "C" NOT NULL,
-        created_at      text COLLATE "C" NOT NULL
+        created_at      text COLLATE "C" NOT NULL,
+        rowid           bigint GENERATED ALWAYS AS IDENTITY
     );
     CREATE INDEX chains_by_session ON chains (session_id, created_at);
     CREATE TABLE chain_blocks (
@@ -310,7 +314,8 @@ const CHAINS: &str = r#"
         error         text COLLATE "C",
         created_by    text COLLATE "C" NOT NULL,
         created_at    text COLLATE "C" NOT NULL,
-        ended_at      text COLLATE "C"
+        ended_at      text COLLATE "C",
+        rowid         bigint GENERATED ALWAYS AS IDENTITY
     );
     CREATE INDEX runs_by_session ON runs (session_id, created_at);
     CREATE INDEX runs_by_parent ON runs (parent_run_id);
@@ -326,7 +331,8 @@ const CHAINS: &str = r#"
         diagnostics      text COLLATE "C" NOT NULL,
         error            text COLLATE "C",
         run_id           text COLLATE "C",
-        created_at       text COLLATE "C" NOT NULL
+        created_at       text COLLATE "C" NOT NULL,
+        rowid            bigint GENERATED ALWAYS AS IDENTITY
     );
     CREATE INDEX compactions_by_session ON compactions (session_id, created_at);
 "#;

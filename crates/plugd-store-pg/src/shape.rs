@@ -9,8 +9,9 @@
 //! column is `not null`.
 //!
 //! Left out (internal to this backend): the table `plugd_schema`, the
-//! `plugd_workspace` identity table, and `tsvector` columns (the full-text
-//! index of `memories`, which SQLite keeps in FTS5 shadow tables).
+//! `plugd_workspace` identity table, `tsvector` columns (the full-text
+//! index of `memories`, which SQLite keeps in FTS5 shadow tables), and
+//! identity columns named `rowid` (SQLite's implicit row id made explicit).
 
 use crate::{PgError, PgStore};
 
@@ -25,7 +26,7 @@ impl PgStore {
         let columns = client
             .query(
                 "SELECT c.table_name::text, c.column_name::text, c.data_type::text,
-                        c.is_nullable = 'YES'
+                        c.is_nullable = 'YES', c.is_identity = 'YES'
                  FROM information_schema.columns c
                  JOIN information_schema.tables t
                    ON t.table_schema = c.table_schema AND t.table_name = c.table_name
@@ -35,9 +36,12 @@ impl PgStore {
             .await
             .map_err(|e| self.query_error("read the columns", e))?;
         for row in columns {
-            let (table, column, ty, nullable): (String, String, String, bool) =
-                (row.get(0), row.get(1), row.get(2), row.get(3));
-            if INTERNAL_TABLES.contains(&table.as_str()) || ty == "tsvector" {
+            let (table, column, ty, nullable, identity): (String, String, String, bool, bool) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+            if INTERNAL_TABLES.contains(&table.as_str())
+                || ty == "tsvector"
+                || (identity && column == "rowid")
+            {
                 continue;
             }
             let ty = match ty.as_str() {

@@ -1,6 +1,7 @@
 //! plugd-store-pg's integration tests, one binary, against a real PostgreSQL 15
 //! started by `TestPg` (one server per run, one fresh database per test).
 
+mod chains;
 mod harness;
 mod invocations;
 mod kv;
