@@ -28,6 +28,7 @@ pub mod shape;
 pub mod test_pg;
 mod tokens;
 mod tool_state;
+mod transcripts;
 mod trust;
 mod vectors;
 

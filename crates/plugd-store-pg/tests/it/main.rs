@@ -12,6 +12,7 @@ mod packages;
 mod shape;
 mod tokens;
 mod tool_state;
+mod transcripts;
 mod trust;
 mod vectors;
 
