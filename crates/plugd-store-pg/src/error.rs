@@ -135,6 +135,9 @@ pub enum PgError {
     /// The OS random number generator failed.
     #[error("cannot draw random bytes from the OS: {0}")]
     Random(String),
+    /// A secret could not be sealed or opened, or the master key not loaded.
+    #[error(transparent)]
+    Secret(Box<dyn std::error::Error + Send + Sync>),
     /// A query failed.
     #[error("state database {db}: {action}: {source}")]
     Query {

@@ -15,6 +15,7 @@
 
 mod chains;
 mod clock;
+mod config;
 mod error;
 mod invocations;
 mod kv;

@@ -2,6 +2,7 @@
 //! started by `TestPg` (one server per run, one fresh database per test).
 
 mod chains;
+mod config;
 mod harness;
 mod invocations;
 mod kv;
