@@ -144,14 +144,15 @@ impl PgStore {
         })
     }
 
-    /// A failed query as [`PgError`]: a broken connection is
-    /// [`PgError::Unavailable`], anything else [`PgError::Query`].
+    /// A failed query as [`PgError`]: a broken connection, or the server
+    /// shutting down or starting up (SQLSTATE class `08`, `57P01`..`57P03`),
+    /// is [`PgError::Unavailable`]; anything else [`PgError::Query`].
     pub(crate) fn query_error(
         &self,
         action: impl Into<String>,
         e: tokio_postgres::Error,
     ) -> PgError {
-        if e.is_closed() || e.code().is_none() && e.as_db_error().is_none() && is_io(&e) {
+        if is_unavailable(&e) {
             PgError::Unavailable {
                 db: self.label.clone(),
                 source: DbError::new(e),
@@ -164,6 +165,25 @@ impl PgStore {
             }
         }
     }
+}
+
+/// Whether `e` says the database cannot be reached now (the operation did
+/// not happen there, or its outcome is unknown): the connection closed or
+/// broke, or the server is shutting down, crashed or starting up.
+fn is_unavailable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(code) => unavailable_code(code.code()),
+        None => e.as_db_error().is_none() && is_io(e),
+    }
+}
+
+/// SQLSTATEs of an unreachable database: class 08 (connection exception),
+/// 57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now.
+fn unavailable_code(code: &str) -> bool {
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
 }
 
 /// Whether the driver error came from the socket (the server went away).
@@ -265,6 +285,16 @@ mod tests {
         assert!(matches!(err, PgError::Url { .. }), "{msg}");
         assert!(!msg.contains("pw@"), "{msg}");
         assert!(msg.contains("u:***@h"), "{msg}");
+    }
+
+    #[test]
+    fn shutdown_and_connection_states_are_unavailable() {
+        for code in ["08006", "08001", "57P01", "57P02", "57P03"] {
+            assert!(unavailable_code(code), "{code}");
+        }
+        for code in ["23505", "40001", "42P01", "57014"] {
+            assert!(!unavailable_code(code), "{code}");
+        }
     }
 
     #[test]
