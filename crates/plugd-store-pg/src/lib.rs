@@ -6,6 +6,11 @@
 //! [`migrations`]): the same logical schema as SQLite's in `plugd-store`,
 //! which a test compares against one checked-in snapshot.
 //!
+//! The state is the SQLite store's, domain by domain (one module each), as
+//! async methods of [`PgStore`] with the same names and meaning; every
+//! transaction that relies on SQLite's single writer is translated with row
+//! locks and has a race test with two connections (`tests/it/`).
+//!
 //! **Architecture invariant:** the database is the truth and its clock
 //! decides: every decision about time (leases, backoff, expiry) is taken with
 //! the server's `now()`, never the node's clock.
