@@ -99,6 +99,16 @@ impl PgStore {
         Ok(row.get(0))
     }
 
+    /// Runs `sql` (statements without parameters): tests' way to damage
+    /// or prepare a database.
+    pub async fn test_execute(&self, sql: &str) -> Result<(), PgError> {
+        let client = self.client().await?;
+        client
+            .batch_execute(sql)
+            .await
+            .map_err(|e| self.query_error(format!("run test statements {sql:?}"), e))
+    }
+
     /// A server setting (`current_setting(name)`), e.g. `listen_addresses`.
     pub async fn setting(&self, name: &str) -> Result<String, PgError> {
         let client = self.client().await?;

@@ -322,3 +322,34 @@ async fn two_nodes_opening_one_session_make_one_first_chain() {
         assert_eq!(a.session_chains(&id).await.unwrap().len(), 1);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_ending_one_run_at_once_record_one_end() {
+    let (a, b) = two_nodes().await;
+    a.session_open("s", None, None).await.unwrap();
+    for n in 0..10 {
+        let id = format!("r{n}");
+        a.run_create(&run(&id, "s", None)).await.unwrap();
+        let ok = RunPatch {
+            status: Some(RunStatus::Succeeded),
+            ..RunPatch::default()
+        };
+        let failed = RunPatch {
+            status: Some(RunStatus::Failed),
+            error: Some("boom".into()),
+            ..RunPatch::default()
+        };
+        let (x, y) = tokio::join!(a.run_update(&id, &ok), b.run_update(&id, &failed));
+        let (x, y) = (x.unwrap().unwrap(), y.unwrap().unwrap());
+        let end = a.run(&id).await.unwrap().unwrap();
+        assert!(end.ended_at.is_some());
+        // The loser saw the winner's end, and the error belongs to the failure only.
+        assert_eq!(x.status, end.status, "round {n}");
+        assert_eq!(y.status, end.status, "round {n}");
+        assert_eq!(
+            end.error.is_some(),
+            end.status == RunStatus::Failed,
+            "round {n}"
+        );
+    }
+}

@@ -86,3 +86,33 @@ async fn an_unreachable_server_is_unavailable_within_the_timeout() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_step_leaves_the_database_as_it_was() {
+    let url = TestPg::shared().fresh_database();
+    let store = PgStore::connect_unmigrated(&url, &opts()).unwrap();
+    // A table in the way of step 1 (its third script).
+    store
+        .test_execute("CREATE TABLE memories (x int)")
+        .await
+        .unwrap();
+    let err = store.migrate().await.unwrap_err();
+    assert!(
+        matches!(err, PgError::Migrate { version: 1, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("migrating to schema version 1"),
+        "{err}"
+    );
+    assert_eq!(store.schema_version().await.unwrap(), 0);
+    let tables = store
+        .test_count(
+            "SELECT count(*) FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_name <> $1",
+            "memories",
+        )
+        .await
+        .unwrap();
+    assert_eq!(tables, 0, "no table of the failed step remains");
+}
