@@ -44,20 +44,28 @@ impl PgStore {
         let statuses = col(|r| r.status.as_str());
         let orgs = opt(|r| r.org_id.as_deref());
         let projects = opt(|r| r.project_id.as_deref());
+        let action = || format!("record {} invocations", batch.len());
         let client = self.client().await?;
-        client
-            .execute(
+        // Cached: every tool call's record comes this way.
+        let stmt = client
+            .prepare_cached(
                 "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
                                           status, org_id, project_id, record)
                  SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                                       $6::text[], $7::text[], $8::text[], $9::text[])
                  ON CONFLICT (invocation_id) DO NOTHING",
+            )
+            .await
+            .map_err(|e| self.query_error(action(), e))?;
+        client
+            .execute(
+                &stmt,
                 &[
                     &ids, &started, &plugins, &tools, &exports, &statuses, &orgs, &projects, &docs,
                 ],
             )
             .await
-            .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))?;
+            .map_err(|e| self.query_error(action(), e))?;
         Ok(())
     }
 

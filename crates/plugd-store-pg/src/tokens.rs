@@ -197,14 +197,16 @@ impl PgStore {
         let Some((id, secret)) = split_token(token) else {
             return Ok(Err(TokenRejection::Invalid));
         };
+        // Every authenticated request runs this: cached statements.
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {TOKEN_COLUMNS}, secret_sha256, {NOW_MS} FROM api_tokens WHERE id = $1"
+            ))
+            .await
+            .map_err(|e| self.query_error("verify a token", e))?;
         let row = client
-            .query_opt(
-                &format!(
-                    "SELECT {TOKEN_COLUMNS}, secret_sha256, {NOW_MS} FROM api_tokens WHERE id = $1"
-                ),
-                &[&id],
-            )
+            .query_opt(&stmt, &[&id])
             .await
             .map_err(|e| self.query_error("verify a token", e))?;
         let Some(row) = row else {
@@ -226,14 +228,15 @@ impl PgStore {
             return Ok(Err(TokenRejection::Expired(at.clone())));
         }
         if last_used.is_none_or(|t| now - t >= LAST_USED_GRANULARITY_MS) {
+            let stmt = client
+                .prepare_cached(&format!(
+                    "UPDATE api_tokens SET last_used_ms = {NOW_MS}
+                     WHERE id = $1 AND (last_used_ms IS NULL OR last_used_ms <= {NOW_MS} - $2)"
+                ))
+                .await
+                .map_err(|e| self.query_error("record a token's use", e))?;
             client
-                .execute(
-                    &format!(
-                        "UPDATE api_tokens SET last_used_ms = {NOW_MS}
-                         WHERE id = $1 AND (last_used_ms IS NULL OR last_used_ms <= {NOW_MS} - $2)"
-                    ),
-                    &[&info.id, &LAST_USED_GRANULARITY_MS],
-                )
+                .execute(&stmt, &[&info.id, &LAST_USED_GRANULARITY_MS])
                 .await
                 .map_err(|e| self.query_error("record a token's use", e))?;
         }
@@ -251,12 +254,16 @@ impl PgStore {
         status: u16,
     ) -> Result<(), PgError> {
         let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "INSERT INTO audit (at, identity, role, method, path, status)
+                 VALUES ({NOW_RFC3339}, $1, $2, $3, $4, $5)"
+            ))
+            .await
+            .map_err(|e| self.query_error("record an audit entry", e))?;
         client
             .execute(
-                &format!(
-                    "INSERT INTO audit (at, identity, role, method, path, status)
-                     VALUES ({NOW_RFC3339}, $1, $2, $3, $4, $5)"
-                ),
+                &stmt,
                 &[
                     &identity,
                     &role.as_str(),

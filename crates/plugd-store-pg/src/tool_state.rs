@@ -72,14 +72,17 @@ impl PgStore {
 
     /// Whether tool `tool` of `plugin_id` is disabled.
     pub async fn tool_disabled(&self, plugin_id: &str, tool: &str) -> Result<bool, PgError> {
+        // Cached: every tool call asks.
+        let action = || format!("read state of tool {tool:?}");
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT 1 FROM disabled_tools WHERE plugin_id = $1 AND tool = $2",
-                &[&plugin_id, &tool],
-            )
+        let stmt = client
+            .prepare_cached("SELECT 1 FROM disabled_tools WHERE plugin_id = $1 AND tool = $2")
             .await
-            .map_err(|e| self.query_error(format!("read state of tool {tool:?}"), e))?;
+            .map_err(|e| self.query_error(action(), e))?;
+        let row = client
+            .query_opt(&stmt, &[&plugin_id, &tool])
+            .await
+            .map_err(|e| self.query_error(action(), e))?;
         Ok(row.is_some())
     }
 

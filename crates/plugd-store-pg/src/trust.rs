@@ -115,14 +115,19 @@ impl PgStore {
 
     /// The approval of `plugin_id`, if any.
     pub async fn approval(&self, plugin_id: &str) -> Result<Option<Approval>, PgError> {
+        // Cached: listing N plugins reads N approvals.
+        let action = || format!("read approval of plugin {plugin_id:?}");
         let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE plugin_id = $1"),
-                &[&plugin_id],
-            )
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE plugin_id = $1"
+            ))
             .await
-            .map_err(|e| self.query_error(format!("read approval of plugin {plugin_id:?}"), e))?;
+            .map_err(|e| self.query_error(action(), e))?;
+        let row = client
+            .query_opt(&stmt, &[&plugin_id])
+            .await
+            .map_err(|e| self.query_error(action(), e))?;
         row.map(|r| self.decode_approval(&r)).transpose()
     }
 
