@@ -282,6 +282,15 @@ mod tests {
     }
 
     #[test]
+    fn tcp_labels_carry_no_password() {
+        let config: tokio_postgres::Config =
+            "postgres://u:pw@db.example:5433/state".parse().unwrap();
+        assert_eq!(label(&config), "postgres://u@db.example:5433/state");
+        let config: tokio_postgres::Config = "postgres://u@a:1,b:2/s".parse().unwrap();
+        assert_eq!(label(&config), "postgres://u@a:1,b:2/s");
+    }
+
+    #[test]
     fn a_bad_url_is_refused_without_its_password() {
         let err =
             PgStore::connect_unmigrated("postgres://u:pw@h:notaport/db", &PgOptions::default())
