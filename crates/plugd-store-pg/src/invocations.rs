@@ -3,6 +3,7 @@
 //! `invocations.rs`. Appending a batch is one `INSERT … SELECT FROM unnest(…)
 //! ON CONFLICT DO NOTHING`, so writing a batch twice changes nothing.
 
+use deadpool_postgres::GenericClient;
 use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
 use tokio_postgres::types::ToSql;
 
@@ -19,10 +20,19 @@ impl PgStore {
 
     /// Appends `batch` (records already stored are left as they are).
     pub async fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), PgError> {
-        if batch.is_empty() {
-            return Ok(());
-        }
-        let docs = batch
+        let docs = self.invocation_docs(batch)?;
+        let client = self.client().await?;
+        insert_invocations(&client, batch, &docs)
+            .await
+            .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))
+    }
+
+    /// Each record of `batch` as the JSON document stored.
+    pub(crate) fn invocation_docs(
+        &self,
+        batch: &[InvocationRecord],
+    ) -> Result<Vec<String>, PgError> {
+        batch
             .iter()
             .map(|r| {
                 serde_json::to_string(r).map_err(|e| PgError::Damaged {
@@ -31,42 +41,7 @@ impl PgStore {
                     detail: format!("cannot encode its record: {e}"),
                 })
             })
-            .collect::<Result<Vec<_>, _>>()?;
-        let col = |f: fn(&InvocationRecord) -> &str| batch.iter().map(f).collect::<Vec<&str>>();
-        let opt = |f: fn(&InvocationRecord) -> Option<&str>| {
-            batch.iter().map(f).collect::<Vec<Option<&str>>>()
-        };
-        let ids = col(|r| &r.invocation_id);
-        let started: Vec<i64> = batch.iter().map(|r| r.started_ms).collect();
-        let plugins = col(|r| &r.plugin_id);
-        let tools = col(|r| &r.tool);
-        let exports = col(|r| &r.export_id);
-        let statuses = col(|r| r.status.as_str());
-        let orgs = opt(|r| r.org_id.as_deref());
-        let projects = opt(|r| r.project_id.as_deref());
-        let action = || format!("record {} invocations", batch.len());
-        let client = self.client().await?;
-        // Cached: every tool call's record comes this way.
-        let stmt = client
-            .prepare_cached(
-                "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
-                                          status, org_id, project_id, record)
-                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
-                                      $6::text[], $7::text[], $8::text[], $9::text[])
-                 ON CONFLICT (invocation_id) DO NOTHING",
-            )
-            .await
-            .map_err(|e| self.query_error(action(), e))?;
-        client
-            .execute(
-                &stmt,
-                &[
-                    &ids, &started, &plugins, &tools, &exports, &statuses, &orgs, &projects, &docs,
-                ],
-            )
-            .await
-            .map_err(|e| self.query_error(action(), e))?;
-        Ok(())
+            .collect()
     }
 
     /// The record of `invocation_id`.
@@ -175,4 +150,47 @@ impl PgStore {
             .await
             .map_err(|e| self.query_error("delete old invocations", e))
     }
+}
+
+/// Inserts `batch` (with its JSON `docs`) in one statement, cached per
+/// connection: every tool call's record comes this way. Records already
+/// stored are left as they are.
+pub(crate) async fn insert_invocations(
+    client: &impl GenericClient,
+    batch: &[InvocationRecord],
+    docs: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&InvocationRecord) -> &str| batch.iter().map(f).collect::<Vec<&str>>();
+    let opt = |f: fn(&InvocationRecord) -> Option<&str>| {
+        batch.iter().map(f).collect::<Vec<Option<&str>>>()
+    };
+    let ids = col(|r| &r.invocation_id);
+    let started: Vec<i64> = batch.iter().map(|r| r.started_ms).collect();
+    let plugins = col(|r| &r.plugin_id);
+    let tools = col(|r| &r.tool);
+    let exports = col(|r| &r.export_id);
+    let statuses = col(|r| r.status.as_str());
+    let orgs = opt(|r| r.org_id.as_deref());
+    let projects = opt(|r| r.project_id.as_deref());
+    let stmt = client
+        .prepare_cached(
+            "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
+                                      status, org_id, project_id, record)
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::text[], $9::text[])
+             ON CONFLICT (invocation_id) DO NOTHING",
+        )
+        .await?;
+    client
+        .execute(
+            &stmt,
+            &[
+                &ids, &started, &plugins, &tools, &exports, &statuses, &orgs, &projects, &docs,
+            ],
+        )
+        .await?;
+    Ok(())
 }

@@ -23,6 +23,7 @@ mod clock;
 mod config;
 mod error;
 mod invocations;
+pub mod journal;
 mod kv;
 mod memory;
 pub mod migrations;
@@ -72,6 +73,12 @@ impl Default for PgOptions {
 pub struct PgStore {
     pool: Pool,
     label: String,
+    /// The connection settings, for the journal's own connection.
+    config: tokio_postgres::Config,
+    timeout: Duration,
+    /// The audit trail's and invocation records' writer, started on first
+    /// use (`journal.rs`); dropping the store writes what it queued.
+    journal: std::sync::OnceLock<journal::Journal>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -106,9 +113,17 @@ impl PgStore {
         if config.get_application_name().is_none() {
             config.application_name("plugd");
         }
+        PgStore::from_config(config, opts)
+    }
+
+    /// A store over an already parsed configuration (no connection yet).
+    pub(crate) fn from_config(
+        config: tokio_postgres::Config,
+        opts: &PgOptions,
+    ) -> Result<PgStore, PgError> {
         let label = label(&config);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 // Fast: a connection the server closed fails its next query
@@ -127,7 +142,13 @@ impl PgStore {
                 db: label.clone(),
                 source: DbError::new(e),
             })?;
-        Ok(PgStore { pool, label })
+        Ok(PgStore {
+            pool,
+            label,
+            config,
+            timeout: opts.timeout,
+            journal: std::sync::OnceLock::new(),
+        })
     }
 
     /// The database's name in messages: user, host(s), port(s) and database,

@@ -5,6 +5,7 @@ mod chains;
 mod config;
 mod harness;
 mod invocations;
+mod journal;
 mod kv;
 mod memory;
 mod migrate;
