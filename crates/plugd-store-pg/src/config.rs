@@ -220,6 +220,26 @@ impl PgStore {
                 problem: "it is the same as the current one; use a fresh key",
             });
         }
+        let reseal = |plugin: &str, key: &str, sealed: &Sealed| {
+            let plain = old.open(plugin, key, sealed)?;
+            new.seal(plugin, key, plain.as_bytes())
+        };
+        self.reseal_secrets(old.id(), new.id(), &reseal).await
+    }
+
+    /// Re-seals every stored secret with `reseal` (plugin, key, the box as
+    /// stored → the new box) in one transaction holding their rows: all
+    /// move or none does (a failing `reseal` rolls back every one).
+    /// `old_key_id` and `new_key_id` are reported back in the [`Rotation`].
+    pub async fn reseal_secrets<E>(
+        &self,
+        old_key_id: &str,
+        new_key_id: &str,
+        reseal: &(dyn Fn(&str, &str, &Sealed) -> Result<Sealed, E> + Send + Sync),
+    ) -> Result<Rotation, PgError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let action = || "rotate the master key".to_owned();
         let err = |e| self.query_error(action(), e);
         let mut client = self.client().await?;
@@ -246,8 +266,7 @@ impl PgStore {
                 nonce: r.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
                 ciphertext: r.get(4),
             };
-            let plain = old.open(plugin, key, &sealed).map_err(secret)?;
-            let fresh = new.seal(plugin, key, plain.as_bytes()).map_err(secret)?;
+            let fresh = reseal(plugin, key, &sealed).map_err(secret)?;
             tx.execute(
                 &update,
                 &[
@@ -264,8 +283,8 @@ impl PgStore {
         tx.commit().await.map_err(err)?;
         Ok(Rotation {
             resealed: rows.len(),
-            old_key_id: old.id().to_owned(),
-            new_key_id: new.id().to_owned(),
+            old_key_id: old_key_id.to_owned(),
+            new_key_id: new_key_id.to_owned(),
         })
     }
 
