@@ -86,9 +86,17 @@ impl TestPg {
             std::env::var_os(PG_BIN_ENV).map_or_else(|| PathBuf::from(PG_BIN_DIR), PathBuf::from);
         check_binaries(&bin)?;
         let as_postgres = rustix::process::geteuid().is_root();
+        // Under /tmp, not $TMPDIR: the `postgres` user must reach it, and a
+        // socket path has at most 107 bytes.
+        let base = Path::new("/tmp");
+        let base = if base.is_dir() {
+            base.to_owned()
+        } else {
+            std::env::temp_dir()
+        };
         let dir = tempfile::Builder::new()
             .prefix("plugd-pg-")
-            .tempdir()
+            .tempdir_in(base)
             .map_err(|e| TestPgError(format!("cannot create a temporary directory: {e}")))?
             .keep();
         let port = free_port();
