@@ -13,9 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use plugd_control::chains::{
-    Block, ChainStore, Compaction, NewBlock, RunPatch, fresh_id, token_estimate,
-};
+use plugd_control::chains::{Block, Compaction, NewBlock, RunPatch, fresh_id, token_estimate};
 use plugd_dialects::vai;
 use plugd_host::dialect::CallContext;
 use plugd_manifest::vai::ExportKind;

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use plugd_control::{Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, Rollout};
+use plugd_control::{Binding, BindingFilter, BindingPatch, BindingStatus, Rollout};
 use plugd_governance::bindings::{NewBinding, create, update, validate, visible};
 use plugd_store::Store;
 

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use plugd_control::chains::{Block, ChainStatus, ChainStore, Run, RunStatus, ScopeFilter};
+use plugd_control::chains::{Block, ChainStatus, Run, RunStatus, ScopeFilter};
 use plugd_runtime::Runtime;
 use plugd_runtime::runs::{HarnessStart, RunPolicy};
 use plugd_store::Store;

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use plugd_control::invocations::{InvocationFilter, InvocationRecord, InvocationStore, MAX_PAGE};
+use plugd_control::invocations::{InvocationFilter, InvocationRecord, MAX_PAGE};
 use plugd_store::Store;
 
 /// `plugd invocations …`.

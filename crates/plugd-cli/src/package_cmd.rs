@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use plugd_control::{Package, PackageSelector, PackageStore};
+use plugd_control::{Package, PackageSelector};
 use plugd_packages::{OciRef, RegistryOptions};
 use plugd_store::Store;
 

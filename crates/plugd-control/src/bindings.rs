@@ -18,6 +18,7 @@
 //! across calls, restarts and machines, and splits follow the percentages
 //! (normalized when they do not add up to 100).
 
+use crate::store::StoreError;
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -479,22 +480,20 @@ impl BindingFilter {
 
 /// Keeps bindings. `plugd-store` implements it on SQLite; a PostgreSQL
 /// backend implements the same.
+#[async_trait::async_trait]
 pub trait BindingStore: Send + Sync {
-    /// The backend's error.
-    type Error: std::error::Error + Send + Sync + 'static;
-
     /// Records a new binding (its `binding_id` must be new).
-    fn insert_binding(&self, b: &Binding) -> Result<(), Self::Error>;
+    async fn insert_binding(&self, b: &Binding) -> Result<(), StoreError>;
 
     /// The binding `binding_id`.
-    fn binding(&self, binding_id: &str) -> Result<Option<Binding>, Self::Error>;
+    async fn binding(&self, binding_id: &str) -> Result<Option<Binding>, StoreError>;
 
     /// The bindings `filter` passes, by org, export, then id.
-    fn bindings(&self, filter: &BindingFilter) -> Result<Vec<Binding>, Self::Error>;
+    async fn bindings(&self, filter: &BindingFilter) -> Result<Vec<Binding>, StoreError>;
 
     /// Replaces the stored binding of `b.binding_id`; `false` when there is
     /// none.
-    fn update_binding(&self, b: &Binding) -> Result<bool, Self::Error>;
+    async fn update_binding(&self, b: &Binding) -> Result<bool, StoreError>;
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! Scope: sessions carry the org and project they belong to (`None` for the
 //! workspace); chains, runs and compactions inherit their session's.
 
+use crate::store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -421,87 +422,90 @@ pub struct Compaction {
 
 /// Where sessions, chains, runs and compactions are kept. Implemented by
 /// plugd-store's SQLite `Store`; a PostgreSQL backend implements the same.
+#[async_trait::async_trait]
 pub trait ChainStore: Send + Sync {
-    /// The backend's error.
-    type Error: std::error::Error + Send + Sync + 'static;
-
     /// Stores session `id` in `org`/`project` unless it exists, with an
     /// empty head chain; returns it and whether this call created it.
-    fn session_open(
+    async fn session_open(
         &self,
         id: &str,
         org: Option<&str>,
         project: Option<&str>,
-    ) -> Result<(SessionInfo, bool), Self::Error>;
+    ) -> Result<(SessionInfo, bool), StoreError>;
 
     /// The session `id`.
-    fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, Self::Error>;
+    async fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError>;
 
     /// Sessions `scope` sees, newest first, at most `limit`, created before
     /// the session `before` (paging).
-    fn sessions(
+    async fn sessions(
         &self,
         scope: &ScopeFilter,
         limit: usize,
         before: Option<&str>,
-    ) -> Result<Vec<SessionInfo>, Self::Error>;
+    ) -> Result<Vec<SessionInfo>, StoreError>;
 
     /// The chains of session `id`, oldest first.
-    fn session_chains(&self, id: &str) -> Result<Vec<Chain>, Self::Error>;
+    async fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError>;
 
     /// The chain `id`.
-    fn chain(&self, id: &str) -> Result<Option<Chain>, Self::Error>;
+    async fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError>;
 
     /// Blocks of chain `id` with `seq > after`, at most `limit`, in order.
-    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Result<Vec<Block>, Self::Error>;
+    async fn chain_blocks(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Block>, StoreError>;
 
     /// Appends `blocks` to chain `id` in one transaction; the new blocks'
     /// seqs. Refused when the chain is superseded.
-    fn chain_append(
+    async fn chain_append(
         &self,
         id: &str,
         blocks: &[NewBlock],
         by: &str,
-    ) -> Result<Vec<u64>, Self::Error>;
+    ) -> Result<Vec<u64>, StoreError>;
 
     /// Creates a chain derived from `source` by `compaction`, seeded with
     /// `seed`, makes it its session's head and marks `source` superseded,
     /// and records the compaction, in one transaction. Refused when
     /// `source` is no longer the head (another compaction won).
-    fn chain_derive(
+    async fn chain_derive(
         &self,
         source: &str,
         seed: &[NewBlock],
         compaction: &Compaction,
-    ) -> Result<Chain, Self::Error>;
+    ) -> Result<Chain, StoreError>;
 
     /// Records a compaction that derived nothing (it failed).
-    fn compaction_failed(&self, compaction: &Compaction) -> Result<(), Self::Error>;
+    async fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError>;
 
     /// The compactions of session `id`, newest first.
-    fn compactions(&self, session: &str) -> Result<Vec<Compaction>, Self::Error>;
+    async fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError>;
 
     /// Stores a new run.
-    fn run_create(&self, run: &Run) -> Result<(), Self::Error>;
+    async fn run_create(&self, run: &Run) -> Result<(), StoreError>;
 
     /// The run `id`.
-    fn run(&self, id: &str) -> Result<Option<Run>, Self::Error>;
+    async fn run(&self, id: &str) -> Result<Option<Run>, StoreError>;
 
     /// Applies `patch` to run `id`; the run after it. A terminal status
     /// sets `ended_at`; a run already ended keeps its status.
-    fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, Self::Error>;
+    async fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError>;
 
     /// Runs of session `session` (any when `None`) that `scope` sees,
     /// newest first, at most `limit`.
-    fn runs(
+    async fn runs(
         &self,
         scope: &ScopeFilter,
         session: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<Run>, Self::Error>;
+    ) -> Result<Vec<Run>, StoreError>;
 
     /// How many runs have `parent` as their parent.
-    fn child_runs(&self, parent: &str) -> Result<u64, Self::Error>;
+    async fn child_runs(&self, parent: &str) -> Result<u64, StoreError>;
 }
 
 /// A fresh id with `prefix`: 16 hex digits mixed from the clock, the

@@ -12,6 +12,7 @@
 //! of the previous one, so pages never repeat or skip a record, even while
 //! new ones arrive.
 
+use crate::store::StoreError;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -248,23 +249,25 @@ impl InvocationPage {
 
 /// Keeps invocation records. `plugd-store` implements it on SQLite; a
 /// PostgreSQL backend implements the same.
+#[async_trait::async_trait]
 pub trait InvocationStore: Send + Sync {
-    /// The backend's error.
-    type Error: std::error::Error + Send + Sync + 'static;
-
     /// Appends `batch` in one transaction; a record whose id is stored
     /// already is skipped (appending is idempotent).
-    fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), Self::Error>;
+    async fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), StoreError>;
 
     /// The record of `invocation_id`.
-    fn invocation(&self, invocation_id: &str) -> Result<Option<InvocationRecord>, Self::Error>;
+    async fn invocation(&self, invocation_id: &str)
+    -> Result<Option<InvocationRecord>, StoreError>;
 
     /// One page of the records `filter` matches, newest first (start time,
     /// then id, both descending).
-    fn list_invocations(&self, filter: &InvocationFilter) -> Result<InvocationPage, Self::Error>;
+    async fn list_invocations(
+        &self,
+        filter: &InvocationFilter,
+    ) -> Result<InvocationPage, StoreError>;
 
     /// Deletes the records started before `before_ms`; how many.
-    fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, Self::Error>;
+    async fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError>;
 }
 
 /// `ms` since the Unix epoch as RFC 3339 UTC with milliseconds

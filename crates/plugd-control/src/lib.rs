@@ -14,12 +14,14 @@
 //! sessions, chains, runs and compactions ([`chains`]) with their
 //! [`ChainStore`](chains::ChainStore) trait; and delegated credentials'
 //! scopes ([`delegation`]); and the one list of error codes with the
-//! [`ServiceError`](error::ServiceError) the services return ([`error`]).
+//! [`ServiceError`](error::ServiceError) the services return ([`error`]);
+//! and every other piece of persisted state behind async, object-safe
+//! traits with one neutral [`StoreError`](store::StoreError) ([`store`]).
 //!
 //! **Architecture invariant**: this crate reads no file, opens no socket and
 //! links no database driver. Backends depend on it, never the reverse:
-//! `plugd-store` implements [`PackageStore`](packages::PackageStore) for its
-//! SQLite `Store`, and a PostgreSQL backend will implement the same trait.
+//! `plugd-store` implements every trait of [`store`] for its SQLite `Store`,
+//! and `plugd-store-pg` the same traits for PostgreSQL.
 
 pub mod bindings;
 pub mod chains;
@@ -28,6 +30,7 @@ pub mod error;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;
+pub mod store;
 
 pub use bindings::{
     Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, ExportContract, Problem,

@@ -10,6 +10,7 @@
 //! installed `package_id@version` is refused ([`Inserted::VersionTaken`]), so
 //! a tag that moves in the registry never changes what is installed.
 
+use crate::store::StoreError;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -261,36 +262,35 @@ pub enum Inserted {
 
 /// Keeps the installed-package inventory. `plugd-store` implements it on
 /// SQLite; a PostgreSQL backend implements the same.
+#[async_trait::async_trait]
 pub trait PackageStore: Send + Sync {
-    /// The backend's error.
-    type Error: std::error::Error + Send + Sync + 'static;
-
     /// Records `p` unless its digest or its `package_id@version` is taken;
     /// both checks and the write are one transaction.
-    fn insert_package(&self, p: &Package) -> Result<Inserted, Self::Error>;
+    async fn insert_package(&self, p: &Package) -> Result<Inserted, StoreError>;
 
     /// The install of `digest`.
-    fn package(&self, digest: &Digest) -> Result<Option<Package>, Self::Error>;
+    async fn package(&self, digest: &Digest) -> Result<Option<Package>, StoreError>;
 
     /// Every installed version of `package_id`, in no set order.
-    fn package_versions(&self, package_id: &str) -> Result<Vec<Package>, Self::Error>;
+    async fn package_versions(&self, package_id: &str) -> Result<Vec<Package>, StoreError>;
 
     /// Every install, by package id then install time.
-    fn packages(&self) -> Result<Vec<Package>, Self::Error>;
+    async fn packages(&self) -> Result<Vec<Package>, StoreError>;
 
     /// The install `sel` names: for [`PackageSelector::Latest`] the highest
     /// version by semver (by text when one does not parse).
-    fn find_package(&self, sel: &PackageSelector) -> Result<Option<Package>, Self::Error> {
+    async fn find_package(&self, sel: &PackageSelector) -> Result<Option<Package>, StoreError> {
         match sel {
-            PackageSelector::Digest(d) => self.package(d),
+            PackageSelector::Digest(d) => self.package(d).await,
             PackageSelector::Version {
                 package_id,
                 version,
             } => Ok(self
-                .package_versions(package_id)?
+                .package_versions(package_id)
+                .await?
                 .into_iter()
                 .find(|p| &p.version == version)),
-            PackageSelector::Latest(id) => Ok(latest(self.package_versions(id)?)),
+            PackageSelector::Latest(id) => Ok(latest(self.package_versions(id).await?)),
         }
     }
 }
@@ -336,23 +336,28 @@ mod tests {
     /// tested in plugd-store).
     struct List(Mutex<Vec<Package>>);
 
+    #[async_trait::async_trait]
     impl PackageStore for List {
-        type Error = std::convert::Infallible;
-        fn insert_package(&self, p: &Package) -> Result<Inserted, Self::Error> {
+        async fn insert_package(&self, p: &Package) -> Result<Inserted, StoreError> {
             self.0.lock().unwrap().push(p.clone());
             Ok(Inserted::New)
         }
-        fn package(&self, digest: &Digest) -> Result<Option<Package>, Self::Error> {
-            Ok(self.packages()?.into_iter().find(|p| &p.digest == digest))
-        }
-        fn package_versions(&self, id: &str) -> Result<Vec<Package>, Self::Error> {
+        async fn package(&self, digest: &Digest) -> Result<Option<Package>, StoreError> {
             Ok(self
-                .packages()?
+                .packages()
+                .await?
+                .into_iter()
+                .find(|p| &p.digest == digest))
+        }
+        async fn package_versions(&self, id: &str) -> Result<Vec<Package>, StoreError> {
+            Ok(self
+                .packages()
+                .await?
                 .into_iter()
                 .filter(|p| p.package_id == id)
                 .collect())
         }
-        fn packages(&self) -> Result<Vec<Package>, Self::Error> {
+        async fn packages(&self) -> Result<Vec<Package>, StoreError> {
             Ok(self.0.lock().unwrap().clone())
         }
     }
@@ -396,24 +401,31 @@ mod tests {
         );
     }
 
-    #[test]
-    fn latest_is_the_highest_semver_not_the_last_text() {
+    #[tokio::test]
+    async fn latest_is_the_highest_semver_not_the_last_text() {
         let store = List(Mutex::new(vec![]));
         for (v, n) in [("0.9.0", 1), ("0.10.0", 2), ("0.2.0", 3)] {
-            store.insert_package(&pkg("acme/devkit", v, n)).unwrap();
+            store
+                .insert_package(&pkg("acme/devkit", v, n))
+                .await
+                .unwrap();
         }
         store
             .insert_package(&pkg("acme/other", "9.0.0", 4))
+            .await
             .unwrap();
         let sel = PackageSelector::Latest("acme/devkit".into());
-        assert_eq!(store.find_package(&sel).unwrap().unwrap().version, "0.10.0");
+        assert_eq!(
+            store.find_package(&sel).await.unwrap().unwrap().version,
+            "0.10.0"
+        );
         let sel = PackageSelector::parse("acme/devkit@0.2.0").unwrap();
         assert_eq!(
-            store.find_package(&sel).unwrap().unwrap().digest,
+            store.find_package(&sel).await.unwrap().unwrap().digest,
             pkg("", "", 3).digest
         );
         let sel = PackageSelector::Latest("acme/none".into());
-        assert_eq!(store.find_package(&sel).unwrap(), None);
+        assert_eq!(store.find_package(&sel).await.unwrap(), None);
     }
 
     #[test]

@@ -18,8 +18,8 @@
 use std::collections::BTreeMap;
 
 use plugd_control::{
-    Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, Code, PackageSelector,
-    PackageStore, Problem, Rollout, Scope, ServiceError,
+    Binding, BindingFilter, BindingPatch, BindingStatus, Code, PackageSelector, Problem, Rollout,
+    Scope, ServiceError,
 };
 use plugd_store::Store;
 use plugd_store::tokens::Tenancy;

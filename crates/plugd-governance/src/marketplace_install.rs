@@ -24,8 +24,8 @@ use std::path::Path;
 
 use plugd_control::marketplace::{Entry, Installability, Mode, installability};
 use plugd_control::{
-    Binding, BindingFilter, BindingPatch, BindingStatus, BindingStore, Code, Package, Scope,
-    ServiceError, SignatureStatus,
+    Binding, BindingFilter, BindingPatch, BindingStatus, Code, Package, Scope, ServiceError,
+    SignatureStatus,
 };
 use plugd_packages::{OciRef, RegistryOptions};
 use plugd_store::Store;

@@ -85,7 +85,7 @@ impl std::fmt::Debug for Request<'_> {
 
 /// Pulls `req.source` and installs it under `state_dir` (the workspace's
 /// `.plugd`), recorded in `store`, within [`PULL_DEADLINE`].
-pub async fn install<S: PackageStore>(
+pub async fn install<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     req: &Request<'_>,
@@ -104,7 +104,7 @@ fn store_error(e: impl std::error::Error + Send + Sync + 'static) -> PackageErro
     PackageError::Store(Box::new(e))
 }
 
-async fn pull<S: PackageStore>(
+async fn pull<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     req: &Request<'_>,
@@ -168,13 +168,13 @@ pub(crate) enum Existing {
     Restore(Option<Package>),
 }
 
-pub(crate) async fn existing<S: PackageStore>(
+pub(crate) async fn existing<S: PackageStore + ?Sized>(
     store: &S,
     digest: &plugd_control::Digest,
     verify: &SignatureCheck,
     reference: &str,
 ) -> Result<Existing, PackageError> {
-    let Some(p) = store.package(digest).map_err(store_error)? else {
+    let Some(p) = store.package(digest).await.map_err(store_error)? else {
         return Ok(Existing::Restore(None));
     };
     if intact(&p).await {
@@ -220,7 +220,7 @@ pub(crate) struct Placement<'a> {
 /// makes them read-only, takes their tree digest, moves them in place and
 /// records the package; nothing is in place or recorded before every check
 /// passed.
-pub(crate) async fn place<S: PackageStore>(
+pub(crate) async fn place<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     p: Placement<'_>,
@@ -264,6 +264,7 @@ pub(crate) async fn place<S: PackageStore>(
     }
     let taken = store
         .package_versions(&info.package_id)
+        .await
         .map_err(store_error)?
         .into_iter()
         .find(|p| p.version == info.version && p.digest != digest);
@@ -325,7 +326,7 @@ pub(crate) async fn place<S: PackageStore>(
         size: extracted.bytes,
         tree_digest: Some(tree),
     };
-    match store.insert_package(&package).map_err(store_error)? {
+    match store.insert_package(&package).await.map_err(store_error)? {
         Inserted::New => Ok(Installed {
             package,
             new: true,

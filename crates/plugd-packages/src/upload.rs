@@ -54,7 +54,7 @@ impl std::fmt::Debug for Local<'_> {
 
 /// Installs the package archive `data` (a tar of the package directory)
 /// under `state_dir`, within [`PULL_DEADLINE`].
-pub async fn install_archive<S: PackageStore>(
+pub async fn install_archive<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     data: Vec<u8>,
@@ -92,7 +92,7 @@ pub async fn install_archive<S: PackageStore>(
 
 /// Installs the package directory `dir` as [`install_archive`] installs
 /// its archive.
-pub async fn install_dir<S: PackageStore>(
+pub async fn install_dir<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     dir: &Path,
@@ -116,7 +116,7 @@ async fn within_deadline(
         })
 }
 
-async fn install_blobs<S: PackageStore>(
+async fn install_blobs<S: PackageStore + ?Sized>(
     store: &S,
     state_dir: &Path,
     blobs: Blobs,

@@ -54,9 +54,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use plugd_control::bindings::{Problem, SecretRef};
-use plugd_control::{
-    Binding, BindingFilter, BindingStatus, BindingStore, Package, PackageSelector, PackageStore,
-};
+use plugd_control::{Binding, BindingFilter, BindingStatus, Package, PackageSelector};
 use plugd_host::dialect::{BoundCall, CallContext, HostServices};
 use plugd_host::{
     CallToolError, HostConfig, Launch, Observer, PluginError, Supervised, ToolDef, ToolError,

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use plugd_control::invocations::{InvocationRecord, InvocationStore, TerminalStatus, rfc3339_ms};
+use plugd_control::invocations::{InvocationRecord, TerminalStatus, rfc3339_ms};
 use plugd_host::CallToolError;
 use plugd_host::dialect::CallContext;
 use plugd_host::model::ToolError;

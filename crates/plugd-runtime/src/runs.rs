@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use plugd_control::chains::{ChainStore, Run, RunKind, RunPatch, RunStatus, fresh_id};
+use plugd_control::chains::{Run, RunKind, RunPatch, RunStatus, fresh_id};
 use plugd_dialects::vai::{self, InvokeError};
 use plugd_host::Supervised;
 use plugd_host::dialect::CallContext;

@@ -33,8 +33,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use plugd_control::chains::{
-    ChainStore, MAX_APPEND_BLOCKS, NewBlock, Run, RunKind, RunPatch, RunStatus, ScopeFilter,
-    SessionInfo, fresh_id,
+    MAX_APPEND_BLOCKS, NewBlock, Run, RunKind, RunPatch, RunStatus, ScopeFilter, SessionInfo,
+    fresh_id,
 };
 use plugd_runtime::runs::{HarnessStart, RunError, RunPolicy};
 use serde::Deserialize;

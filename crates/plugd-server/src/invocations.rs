@@ -17,8 +17,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use plugd_control::invocations::{
-    Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
-    parse_rfc3339_ms,
+    Cursor, InvocationFilter, InvocationPage, InvocationRecord, TerminalStatus, parse_rfc3339_ms,
 };
 use plugd_store::tokens::Tenancy;
 

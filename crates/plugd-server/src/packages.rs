@@ -39,7 +39,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use plugd_control::{Package, PackageSelector, PackageStore};
+use plugd_control::{Package, PackageSelector};
 use plugd_packages::{OciRef, PackageError, RegistryOptions};
 use serde::Deserialize;
 use serde_json::json;

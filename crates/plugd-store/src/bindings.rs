@@ -11,8 +11,7 @@
 //! and no plugin id can start with `@`.
 
 use plugd_control::bindings::{
-    Binding, BindingFilter, BindingStatus, BindingStore, NAME_RULE, is_valid_name,
-    is_valid_secret_name,
+    Binding, BindingFilter, BindingStatus, NAME_RULE, is_valid_name, is_valid_secret_name,
 };
 use rusqlite::params;
 
@@ -119,10 +118,8 @@ impl Store {
     }
 }
 
-impl BindingStore for Store {
-    type Error = StoreError;
-
-    fn insert_binding(&self, b: &Binding) -> Result<(), StoreError> {
+impl Store {
+    pub fn insert_binding(&self, b: &Binding) -> Result<(), StoreError> {
         let result = self.write_binding(
             "INSERT INTO bindings (binding_id, org_id, export_id, package_id, status, record)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -142,7 +139,7 @@ impl BindingStore for Store {
         }
     }
 
-    fn binding(&self, binding_id: &str) -> Result<Option<Binding>, StoreError> {
+    pub fn binding(&self, binding_id: &str) -> Result<Option<Binding>, StoreError> {
         let mut rows = self.select_bindings(
             "WHERE binding_id = ?1",
             &[&binding_id],
@@ -151,7 +148,7 @@ impl BindingStore for Store {
         Ok(rows.pop())
     }
 
-    fn bindings(&self, filter: &BindingFilter) -> Result<Vec<Binding>, StoreError> {
+    pub fn bindings(&self, filter: &BindingFilter) -> Result<Vec<Binding>, StoreError> {
         let status = filter.status.map(BindingStatus::as_str);
         let rows = self.select_bindings(
             "WHERE (?1 IS NULL OR org_id = ?1) AND (?2 IS NULL OR export_id = ?2)
@@ -167,7 +164,7 @@ impl BindingStore for Store {
         Ok(rows)
     }
 
-    fn update_binding(&self, b: &Binding) -> Result<bool, StoreError> {
+    pub fn update_binding(&self, b: &Binding) -> Result<bool, StoreError> {
         let n = self
             .write_binding(
                 "UPDATE bindings SET org_id = ?2, export_id = ?3, package_id = ?4, status = ?5,

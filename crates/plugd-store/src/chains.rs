@@ -9,8 +9,8 @@
 //! chain and moves the session's head in one transaction.
 
 use plugd_control::chains::{
-    Block, BlockKind, Chain, ChainStatus, ChainStore, Compaction, NewBlock, Run, RunKind, RunPatch,
-    RunStatus, ScopeFilter, SessionInfo,
+    Block, BlockKind, Chain, ChainStatus, Compaction, NewBlock, Run, RunKind, RunPatch, RunStatus,
+    ScopeFilter, SessionInfo,
 };
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Map, Value};
@@ -311,10 +311,8 @@ impl Store {
     }
 }
 
-impl ChainStore for Store {
-    type Error = StoreError;
-
-    fn session_open(
+impl Store {
+    pub fn session_open(
         &self,
         id: &str,
         org: Option<&str>,
@@ -361,7 +359,7 @@ impl ChainStore for Store {
         write(&mut conn).map_err(|e| self.query_error(action(), e))
     }
 
-    fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+    pub fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
         crate::sessions::check_session_id(id)?;
         self.lock()
             .query_row(
@@ -373,7 +371,7 @@ impl ChainStore for Store {
             .map_err(|e| self.query_error(format!("read session {id:?}"), e))
     }
 
-    fn sessions(
+    pub fn sessions(
         &self,
         scope: &ScopeFilter,
         limit: usize,
@@ -402,7 +400,7 @@ impl ChainStore for Store {
         read().map_err(|e| self.query_error("list sessions".to_owned(), e))
     }
 
-    fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError> {
+    pub fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError> {
         let conn = self.lock();
         let read = || -> rusqlite::Result<Vec<Chain>> {
             let mut stmt = conn.prepare_cached(&format!(
@@ -413,7 +411,7 @@ impl ChainStore for Store {
         read().map_err(|e| self.query_error(format!("list the chains of session {id:?}"), e))
     }
 
-    fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError> {
+    pub fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError> {
         self.lock()
             .query_row(
                 &format!("SELECT {CHAIN_COLS} FROM chains c WHERE c.id = ?1"),
@@ -424,7 +422,12 @@ impl ChainStore for Store {
             .map_err(|e| self.query_error(format!("read chain {id:?}"), e))
     }
 
-    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Result<Vec<Block>, StoreError> {
+    pub fn chain_blocks(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Block>, StoreError> {
         let rows = {
             let conn = self.lock();
             let read = || -> rusqlite::Result<Vec<RawBlock>> {
@@ -449,7 +452,7 @@ impl ChainStore for Store {
             .collect()
     }
 
-    fn chain_append(
+    pub fn chain_append(
         &self,
         id: &str,
         blocks: &[NewBlock],
@@ -490,7 +493,7 @@ impl ChainStore for Store {
         }
     }
 
-    fn chain_derive(
+    pub fn chain_derive(
         &self,
         source: &str,
         seed: &[NewBlock],
@@ -551,13 +554,13 @@ impl ChainStore for Store {
         })
     }
 
-    fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
+    pub fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
         let conn = self.lock();
         insert_compaction(&conn, compaction)
             .map_err(|e| self.query_error(format!("record compaction {}", compaction.id), e))
     }
 
-    fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError> {
+    pub fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError> {
         let conn = self.lock();
         let read = || -> rusqlite::Result<Vec<Compaction>> {
             let mut stmt = conn.prepare_cached(&format!(
@@ -568,7 +571,7 @@ impl ChainStore for Store {
         read().map_err(|e| self.query_error(format!("list the compactions of {session:?}"), e))
     }
 
-    fn run_create(&self, run: &Run) -> Result<(), StoreError> {
+    pub fn run_create(&self, run: &Run) -> Result<(), StoreError> {
         let conn = self.lock();
         conn.prepare_cached(&format!(
             "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
@@ -602,7 +605,7 @@ impl ChainStore for Store {
         .map_err(|e| self.query_error(format!("record run {}", run.id), e))
     }
 
-    fn run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+    pub fn run(&self, id: &str) -> Result<Option<Run>, StoreError> {
         self.lock()
             .query_row(
                 &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
@@ -613,7 +616,7 @@ impl ChainStore for Store {
             .map_err(|e| self.query_error(format!("read run {id:?}"), e))
     }
 
-    fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
+    pub fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
         let now = crate::now_rfc3339();
         {
             let mut conn = self.lock();
@@ -664,7 +667,7 @@ impl ChainStore for Store {
         self.run(id)
     }
 
-    fn runs(
+    pub fn runs(
         &self,
         scope: &ScopeFilter,
         session: Option<&str>,
@@ -700,7 +703,7 @@ impl ChainStore for Store {
         read().map_err(|e| self.query_error("list runs".to_owned(), e))
     }
 
-    fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
+    pub fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
         self.lock()
             .query_row(
                 "SELECT COUNT(*) FROM runs WHERE parent_run_id = ?1",

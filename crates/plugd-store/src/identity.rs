@@ -239,6 +239,8 @@ pub struct LostDb {
     pub found: Option<String>,
 }
 
+impl std::error::Error for LostDb {}
+
 impl std::fmt::Display for LostDb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

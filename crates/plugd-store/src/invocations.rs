@@ -10,9 +10,7 @@
 //! those three). The whole record is one JSON document.
 //! Appending is `INSERT OR IGNORE`, so writing a batch twice changes nothing.
 
-use plugd_control::invocations::{
-    InvocationFilter, InvocationPage, InvocationRecord, InvocationStore,
-};
+use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
 use rusqlite::{OptionalExtension, params_from_iter};
 
 use crate::error::StoreError;
@@ -56,14 +54,12 @@ impl Store {
     }
 }
 
-impl InvocationStore for Store {
-    type Error = StoreError;
-
-    fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), StoreError> {
+impl Store {
+    pub fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), StoreError> {
         crate::journal::write(&mut self.lock(), self.label(), &[], batch)
     }
 
-    fn invocation(&self, invocation_id: &str) -> Result<Option<InvocationRecord>, StoreError> {
+    pub fn invocation(&self, invocation_id: &str) -> Result<Option<InvocationRecord>, StoreError> {
         let doc: Option<String> = self
             .lock()
             .query_row(
@@ -77,7 +73,7 @@ impl InvocationStore for Store {
             .transpose()
     }
 
-    fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, StoreError> {
+    pub fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, StoreError> {
         let mut sql = String::from("SELECT invocation_id, record FROM invocations WHERE 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
         let mut text = |sql: &mut String, column: &str, v: &Option<String>| {
@@ -151,7 +147,7 @@ impl InvocationStore for Store {
         Ok(InvocationPage::from_rows(records, page))
     }
 
-    fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {
+    pub fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {
         let n = self
             .lock()
             .execute("DELETE FROM invocations WHERE started_ms < ?1", [before_ms])

@@ -385,7 +385,7 @@ impl Store {
 mod tests {
     use std::sync::Arc;
 
-    use plugd_control::invocations::{InvocationFilter, InvocationStore, TerminalStatus};
+    use plugd_control::invocations::{InvocationFilter, TerminalStatus};
 
     use super::*;
 

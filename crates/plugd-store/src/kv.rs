@@ -13,6 +13,8 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::store::Store;
 
+pub use plugd_control::store::kv::{MAX_KEY, MAX_LIST, MAX_VALUE, SPACES};
+
 /// Schema step: the agent key-value store.
 pub(crate) const MIGRATION: &str = "
     CREATE TABLE agent_kv (
@@ -23,18 +25,6 @@ pub(crate) const MIGRATION: &str = "
         PRIMARY KEY (space, key)
     ) STRICT;
 ";
-
-/// The namespaces: Dexto's `storage.database` and `storage.cache`.
-pub const SPACES: [&str; 2] = ["database", "cache"];
-
-/// Longest key, in bytes.
-pub const MAX_KEY: usize = 512;
-
-/// Largest value, in bytes of JSON.
-pub const MAX_VALUE: usize = 1024 * 1024;
-
-/// Most keys one `list` returns.
-pub const MAX_LIST: usize = 1000;
 
 fn check(space: &str, key: &str) -> Result<(), StoreError> {
     if !SPACES.contains(&space) {

@@ -6,13 +6,14 @@
 //! plugins the supervisor gave up on ([`Failure`]), so both survive restarts.
 //!
 //! **API boundary:** nothing from the SQLite binding appears in the public API.
-//! [`Store`] is a plain struct whose methods return [`StoreError`], so a later
-//! PostgreSQL backend can offer the same operations.
+//! [`Store`] implements every trait of `plugd_control::store` (and so
+//! [`StateStore`]); its records and [`StoreError`] are plugd-control's,
+//! re-exported here under their old paths.
 
+mod backend;
 pub mod bindings;
 pub mod chains;
 pub mod digest;
-mod error;
 pub mod identity;
 pub mod invocations;
 pub mod journal;
@@ -32,6 +33,11 @@ pub mod tool_state;
 pub mod users;
 pub mod vectors;
 
-pub use error::{BackendError, StoreError};
+pub use plugd_control::store::{BackendError, StateStore, StoreError};
+
+/// The neutral errors, under the path the modules of this crate use.
+mod error {
+    pub(crate) use plugd_control::store::{BackendError, StoreError};
+}
 pub use store::{Approval, Failure, SCHEMA_VERSION, STATE_DB_FILE, Store};
 pub use time::now_rfc3339;

@@ -10,10 +10,14 @@
 //! SQLite-specific leaks.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 use crate::store::Store;
+
+pub use plugd_control::store::memory::{
+    DEFAULT_RECALL_LIMIT, MAX_AGENT_ID_LEN, MAX_MEMORY_BYTES, MAX_RECALL_LIMIT, MAX_TAG_BYTES,
+    MAX_TAGS, MemoryEntry, valid_agent_id,
+};
 
 /// Schema step: memory entries and their FTS5 index (external content, kept
 /// in step by triggers).
@@ -40,47 +44,11 @@ pub(crate) const MIGRATION: &str = "
     END;
 ";
 
-/// Results returned when a caller gives no limit (§5.2).
-pub const DEFAULT_RECALL_LIMIT: usize = 10;
-/// Hard cap on results, whatever the caller asks (§5.2).
-pub const MAX_RECALL_LIMIT: usize = 1000;
-/// Longest entry content, in bytes.
-pub const MAX_MEMORY_BYTES: usize = 64 * 1024;
-/// Most tags on one entry.
-pub const MAX_TAGS: usize = 32;
-/// Longest tag, in bytes.
-pub const MAX_TAG_BYTES: usize = 64;
-/// Longest agent id.
-pub const MAX_AGENT_ID_LEN: usize = 128;
 /// Most words of a query used for matching (the rest are ignored).
 const MAX_QUERY_TERMS: usize = 32;
 
-/// One memory entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryEntry {
-    /// Its id (`mem_` and 16 hex digits).
-    pub id: String,
-    /// The agent it belongs to.
-    pub agent_id: String,
-    /// What to remember.
-    pub content: String,
-    /// Free-form labels (also searched).
-    pub tags: Vec<String>,
-    /// When it was stored (RFC 3339).
-    pub created_at: String,
-}
-
 fn invalid(what: String, problem: &'static str) -> StoreError {
     StoreError::Invalid { what, problem }
-}
-
-/// Whether `id` is an acceptable agent id: 1-128 of `[A-Za-z0-9_.:-]`.
-pub fn valid_agent_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_AGENT_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }
 
 fn check_agent(agent_id: &str) -> Result<(), StoreError> {

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 
 use plugd_control::packages::{
-    Digest, Inserted, Package, PackageExport, PackageStore, SignatureStatus,
+    Digest, Inserted, Package, PackageExport, PackageSelector, SignatureStatus,
 };
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
@@ -124,10 +124,27 @@ impl Store {
     }
 }
 
-impl PackageStore for Store {
-    type Error = StoreError;
+impl Store {
+    /// The install `sel` names (`PackageStore::find_package`, answered synchronously).
+    pub fn find_package(&self, sel: &PackageSelector) -> Result<Option<Package>, StoreError> {
+        match sel {
+            PackageSelector::Digest(d) => self.package(d),
+            PackageSelector::Version {
+                package_id,
+                version,
+            } => Ok(self
+                .package_versions(package_id)?
+                .into_iter()
+                .find(|p| &p.version == version)),
+            PackageSelector::Latest(id) => {
+                Ok(plugd_control::packages::latest(self.package_versions(id)?))
+            }
+        }
+    }
+}
 
-    fn insert_package(&self, p: &Package) -> Result<Inserted, StoreError> {
+impl Store {
+    pub fn insert_package(&self, p: &Package) -> Result<Inserted, StoreError> {
         let record = serde_json::to_string(&Record {
             manifest: p.manifest.clone(),
             exports: p.exports.clone(),
@@ -201,7 +218,7 @@ impl PackageStore for Store {
         }
     }
 
-    fn package(&self, digest: &Digest) -> Result<Option<Package>, StoreError> {
+    pub fn package(&self, digest: &Digest) -> Result<Option<Package>, StoreError> {
         let mut rows = self.select_packages(
             "WHERE digest = ?1",
             &[&digest.as_str()],
@@ -210,7 +227,7 @@ impl PackageStore for Store {
         Ok(rows.pop())
     }
 
-    fn package_versions(&self, package_id: &str) -> Result<Vec<Package>, StoreError> {
+    pub fn package_versions(&self, package_id: &str) -> Result<Vec<Package>, StoreError> {
         self.select_packages(
             "WHERE package_id = ?1",
             &[&package_id],
@@ -218,7 +235,7 @@ impl PackageStore for Store {
         )
     }
 
-    fn packages(&self) -> Result<Vec<Package>, StoreError> {
+    pub fn packages(&self) -> Result<Vec<Package>, StoreError> {
         self.select_packages("", &[], "list packages")
     }
 }

@@ -36,6 +36,8 @@ use zeroize::Zeroizing;
 use crate::error::StoreError;
 use crate::store::Store;
 
+pub use plugd_control::store::secrets::{ConfigWrite, Rotation, Sealed, StoredValue};
+
 /// Schema step: per-plugin configuration values and sealed secrets.
 pub(crate) const MIGRATION: &str = "
     CREATE TABLE plugin_config (
@@ -130,6 +132,12 @@ pub enum SecretError {
     /// Rotation needs a new key that differs from the current one.
     #[error("{0}")]
     Rotate(String),
+}
+
+impl From<SecretError> for StoreError {
+    fn from(e: SecretError) -> StoreError {
+        StoreError::Secret(Box::new(e))
+    }
 }
 
 /// A 256-bit master key and its id. The bytes are wiped on drop.
@@ -287,37 +295,6 @@ pub fn aad(plugin: &str, field: &str) -> Vec<u8> {
     v
 }
 
-/// A sealed secret as stored: key id, nonce, ciphertext with its tag.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sealed {
-    /// Id of the master key that sealed it ([`MasterKey::id`]).
-    pub key_id: String,
-    /// The 96-bit nonce, fresh for every value.
-    pub nonce: Vec<u8>,
-    /// AES-256-GCM ciphertext followed by the 16-byte tag.
-    pub ciphertext: Vec<u8>,
-}
-
-/// One change of [`Store::config_write_all`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum ConfigWrite {
-    /// Store this plain value.
-    Plain(Value),
-    /// Store this sealed secret ([`MasterKey::seal`]).
-    Sealed(Sealed),
-    /// Remove the value (the default applies again).
-    Unset,
-}
-
-/// One stored configuration value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StoredValue {
-    /// A plain JSON value.
-    Plain(Value),
-    /// A secret, sealed.
-    Secret(Sealed),
-}
-
 /// Where the master key comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {
@@ -469,17 +446,6 @@ fn write_key_file(path: &Path, key: &MasterKey) -> Result<(), SecretError> {
     text.push('\n');
     f.write_all(text.as_bytes()).map_err(io_err(path))?;
     f.sync_all().map_err(io_err(path))
-}
-
-/// The outcome of [`Store::rotate_secrets`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rotation {
-    /// How many secrets were re-sealed.
-    pub resealed: usize,
-    /// Id of the key they were sealed with before.
-    pub old_key_id: String,
-    /// Id of the new key.
-    pub new_key_id: String,
 }
 
 impl Store {
@@ -645,6 +611,24 @@ impl Store {
             )
             .into());
         }
+        self.reseal_secrets(
+            old.id(),
+            new.id(),
+            &|plugin: &str, key: &str, sealed: &Sealed| {
+                let plain = old.open(plugin, key, sealed)?;
+                Ok(new.seal(plugin, key, plain.as_bytes())?)
+            },
+        )
+    }
+
+    /// Re-seals every stored secret with `reseal` in one transaction
+    /// (`ConfigStore::reseal_secrets`).
+    pub fn reseal_secrets(
+        &self,
+        old_key_id: &str,
+        new_key_id: &str,
+        reseal: &plugd_control::store::Reseal<'_>,
+    ) -> Result<Rotation, StoreError> {
         let mut conn = self.lock();
         let action = || "rotate the master key".to_owned();
         let tx = conn
@@ -675,8 +659,7 @@ impl Store {
         };
         let mut resealed = 0;
         for (plugin, key, sealed) in rows {
-            let plain = old.open(&plugin, &key, &sealed)?;
-            let fresh = new.seal(&plugin, &key, plain.as_bytes())?;
+            let fresh = reseal(&plugin, &key, &sealed)?;
             tx.execute(
                 "UPDATE plugin_config SET key_id = ?3, nonce = ?4, ciphertext = ?5
                  WHERE plugin_id = ?1 AND key = ?2",
@@ -688,8 +671,8 @@ impl Store {
         tx.commit().map_err(|e| self.query_error(action(), e))?;
         Ok(Rotation {
             resealed,
-            old_key_id: old.id().to_owned(),
-            new_key_id: new.id().to_owned(),
+            old_key_id: old_key_id.to_owned(),
+            new_key_id: new_key_id.to_owned(),
         })
     }
 

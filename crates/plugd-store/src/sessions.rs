@@ -11,12 +11,13 @@
 //! **API boundary:** plain data in and out ([`SessionRow`], [`serde_json::Value`]
 //! entries); nothing SQLite-specific leaks.
 
-use plugd_control::chains::{Block, BlockKind, ChainStore, NewBlock, ScopeFilter};
-use serde::{Deserialize, Serialize};
+use plugd_control::chains::{Block, BlockKind, NewBlock, ScopeFilter};
 use serde_json::{Map, Value, json};
 
 use crate::error::StoreError;
 use crate::store::Store;
+
+pub use plugd_control::store::transcripts::{MAX_SESSION_ID_LEN, SessionRow, valid_session_id};
 
 /// Schema step 4: sessions and their transcripts.
 pub(crate) const MIGRATION: &str = "
@@ -31,27 +32,6 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
     CREATE INDEX transcript_by_session ON transcript_entries (session_id, id);
 ";
-
-/// Longest session id accepted.
-pub const MAX_SESSION_ID_LEN: usize = 128;
-
-/// Whether `id` is an acceptable session id: 1-128 of `[A-Za-z0-9_.-]`.
-pub fn valid_session_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_SESSION_ID_LEN
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
-/// One stored session (without its transcript).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionRow {
-    /// Its id.
-    pub id: String,
-    /// When it was first stored (RFC 3339).
-    pub created_at: String,
-}
 
 /// Checks a session id ([`valid_session_id`]).
 pub(crate) fn check_session_id(id: &str) -> Result<(), StoreError> {

@@ -7,9 +7,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{BackendError, StoreError};
+
+pub use plugd_control::store::approvals::{Approval, Failure};
 
 /// Name of the database file inside the state directory.
 pub const STATE_DB_FILE: &str = "state.db";
@@ -84,32 +85,6 @@ const UPSERT_APPROVAL: &str =
         approved_by = excluded.approved_by,
         approved_at = excluded.approved_at,
         catalog = excluded.catalog";
-
-/// A person's approval of one plugin's content.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Approval {
-    /// The plugin's id as declared in its manifest.
-    pub plugin_id: String,
-    /// The content digest approved, as made by [`plugin_digest`](crate::digest::plugin_digest).
-    pub digest: String,
-    /// Who approved it (a user name, or e.g. `cli`).
-    pub approved_by: String,
-    /// When, as RFC 3339 UTC (see [`now_rfc3339`](crate::now_rfc3339)).
-    pub approved_at: String,
-    /// The plugin's tool catalog as last seen (a JSON array), cached for listing without starting it.
-    pub catalog: serde_json::Value,
-}
-
-/// The supervisor's record that it gave up restarting a plugin.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Failure {
-    /// The plugin's id.
-    pub plugin_id: String,
-    /// Why the supervisor gave up, for people.
-    pub reason: String,
-    /// When, as RFC 3339 UTC.
-    pub at: String,
-}
 
 /// The trust state of one workspace: approvals and failures.
 ///
@@ -378,7 +353,7 @@ impl Store {
     }
 
     /// The database's name in messages: the file's path, or `:memory:`.
-    pub(crate) fn label(&self) -> &str {
+    pub fn label(&self) -> &str {
         &self.label
     }
 

@@ -10,12 +10,15 @@
 //! **API boundary:** plain data in and out; nothing SQLite-specific leaks.
 
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::StoreError;
 use crate::outbox::now_ms;
 use crate::store::Store;
+
+pub use plugd_control::store::tokens::{
+    AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
+};
 
 /// Schema step: API tokens and the audit trail.
 pub(crate) const MIGRATION: &str = "
@@ -45,140 +48,6 @@ pub(crate) const MIGRATION: &str = "
 /// Schema step: the MCP profiles a token is limited to (JSON array; NULL:
 /// not limited).
 pub(crate) const PROFILES_MIGRATION: &str = "ALTER TABLE api_tokens ADD COLUMN mcp_profiles TEXT;";
-
-/// What a token may do. Roles are sets of rights, not a ladder: an operator
-/// governs (approves, revokes, decides calls) but does not invoke tools, so
-/// nobody but an admin can both ask for a critical call and approve it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Everything, including tokens.
-    Admin,
-    /// Read, plus approve/revoke/restart/reconfigure plugins, enable and
-    /// disable tools, decide pending calls.
-    Operator,
-    /// Read, plus invoke tools, run turns and hooks, publish on the bus within
-    /// its grants.
-    Agent,
-    /// Read only.
-    Viewer,
-}
-
-impl Role {
-    /// Every role, most powerful first.
-    pub const ALL: [Role; 4] = [Role::Admin, Role::Operator, Role::Agent, Role::Viewer];
-
-    /// Its name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Operator => "operator",
-            Role::Agent => "agent",
-            Role::Viewer => "viewer",
-        }
-    }
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Role {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Role, String> {
-        Role::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| format!("unknown role {s:?}; use admin, operator, agent or viewer"))
-    }
-}
-
-/// A stored token (never its secret).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenInfo {
-    /// Its id (16 hex digits; part of the token string).
-    pub id: String,
-    /// The operator's name for it (unique among live tokens).
-    pub name: String,
-    /// What it may do.
-    pub role: Role,
-    /// When it was made (RFC 3339).
-    pub created_at: String,
-    /// Who made it.
-    pub created_by: String,
-    /// When it stops working (RFC 3339), if ever.
-    pub expires_at: Option<String>,
-    /// When it was revoked (RFC 3339).
-    pub revoked_at: Option<String>,
-    /// When it was last accepted (RFC 3339, to the minute).
-    pub last_used_at: Option<String>,
-    /// The MCP gateway profiles it is limited to (`None`: not limited). A
-    /// limited token reaches `/mcp/{profile}` of these profiles only (and
-    /// reads).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp_profiles: Option<Vec<String>>,
-    /// The org it is bound to (`None`: a workspace token that sees every
-    /// org). A bound token sees only its org's bindings, packages in use
-    /// and secrets, and everything else answers it 404.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub org_id: Option<String>,
-    /// The projects of [`TokenInfo::org_id`] it is limited to (empty: all of
-    /// them).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub project_ids: Vec<String>,
-}
-
-/// The org and projects a token is bound to (see [`TokenInfo::org_id`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tenancy {
-    /// The org.
-    pub org_id: String,
-    /// Its projects the token is limited to (empty: all).
-    pub project_ids: Vec<String>,
-}
-
-/// A token just made: the record and the one time its secret is shown.
-#[derive(Debug, Clone)]
-pub struct NewToken {
-    /// The record.
-    pub info: TokenInfo,
-    /// `plugd_<id>_<secret>`: what a client sends as `Authorization: Bearer`.
-    pub token: String,
-}
-
-/// Why a presented token was not accepted (said to the client only as
-/// "invalid token", to give a prober nothing).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenRejection {
-    /// Not of the form `plugd_<16 hex>_<64 hex>`, unknown id, or wrong secret.
-    Invalid,
-    /// Revoked at the given time.
-    Revoked(String),
-    /// Expired at the given time.
-    Expired(String),
-}
-
-/// One state-changing request, as [`Store::audit_record`] keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AuditEntry {
-    /// Order of arrival.
-    pub seq: i64,
-    /// When (RFC 3339).
-    pub at: String,
-    /// Who: `token:NAME` or the Unix user of a socket peer.
-    pub identity: String,
-    /// Their role.
-    pub role: String,
-    /// HTTP method.
-    pub method: String,
-    /// Request path.
-    pub path: String,
-    /// Response status.
-    pub status: u16,
-}
 
 const PREFIX: &str = "plugd_";
 const ID_HEX: usize = 16;

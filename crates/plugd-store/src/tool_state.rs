@@ -13,11 +13,14 @@
 //! **API boundary:** plain data in and out; nothing SQLite-specific leaks.
 
 use rusqlite::{OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
 use crate::error::StoreError;
 use crate::outbox::now_ms;
 use crate::store::Store;
+
+pub use plugd_control::store::tool_state::{
+    ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
+};
 
 /// Schema step: disabled tools and per-call approvals.
 pub(crate) const MIGRATION: &str = "
@@ -43,109 +46,6 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
     CREATE INDEX call_approvals_by_state ON call_approvals (state, requested_at);
 ";
-
-/// One disabled tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DisabledTool {
-    /// The plugin that serves it.
-    pub plugin_id: String,
-    /// Its registry name.
-    pub tool: String,
-    /// Who disabled it.
-    pub disabled_by: String,
-    /// When (RFC 3339).
-    pub disabled_at: String,
-}
-
-/// The state of a call approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalState {
-    /// Waiting for an operator.
-    Pending,
-    /// Approved: the call runs.
-    Approved,
-    /// Denied by an operator: the call fails and never reaches the plugin.
-    Denied,
-    /// Nobody decided in time: denied.
-    TimedOut,
-}
-
-impl ApprovalState {
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalState::Pending => "pending",
-            ApprovalState::Approved => "approved",
-            ApprovalState::Denied => "denied",
-            ApprovalState::TimedOut => "timed_out",
-        }
-    }
-
-    fn parse(s: &str) -> Option<ApprovalState> {
-        [
-            ApprovalState::Pending,
-            ApprovalState::Approved,
-            ApprovalState::Denied,
-            ApprovalState::TimedOut,
-        ]
-        .into_iter()
-        .find(|a| a.as_str() == s)
-    }
-}
-
-/// What a new call approval records.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewCallApproval {
-    /// The tool's registry name.
-    pub tool: String,
-    /// Its plugin.
-    pub plugin_id: String,
-    /// Its effective risk level (`high` or `critical`).
-    pub risk: String,
-    /// The arguments, shortened for people.
-    pub args_preview: String,
-    /// When it stops waiting (ms since the epoch).
-    pub expires_at_ms: i64,
-}
-
-/// A stored call approval.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallApproval {
-    /// Its id (`apr_` and 16 hex digits).
-    pub id: String,
-    /// The tool's registry name.
-    pub tool: String,
-    /// Its plugin.
-    pub plugin: String,
-    /// Its effective risk level.
-    pub risk: String,
-    /// The arguments, shortened.
-    pub args_preview: String,
-    /// When it was requested (RFC 3339).
-    pub requested_at: String,
-    /// When it stops waiting (RFC 3339).
-    pub expires_at: String,
-    /// Its state.
-    pub state: ApprovalState,
-    /// Who decided (`timeout` for timeouts).
-    pub decided_by: Option<String>,
-    /// When (RFC 3339).
-    pub decided_at: Option<String>,
-    /// Why, when denied.
-    pub reason: Option<String>,
-}
-
-/// The result of [`Store::call_approval_decide`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Decide {
-    /// The decision was recorded; the approval as it is now.
-    Decided(CallApproval),
-    /// No approval with that id.
-    Unknown,
-    /// It was decided already (or timed out); the approval as it is.
-    AlreadyDecided(CallApproval),
-}
 
 const COLUMNS: &str = "id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state, decided_by, decided_at, reason";
 

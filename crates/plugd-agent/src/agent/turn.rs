@@ -13,9 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use plugd_control::chains::{
-    ChainStore, Run, RunKind, RunPatch, RunStatus, fresh_id, token_estimate,
-};
+use plugd_control::chains::{Run, RunKind, RunPatch, RunStatus, fresh_id, token_estimate};
 use plugd_host::dialect::CallContext;
 
 use super::names::ToolNames;

@@ -185,7 +185,6 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
 
 /// Every record of `rt`, newest first, once the writer has written them.
 fn records(rt: &plugd_runtime::Runtime) -> Vec<plugd_control::InvocationRecord> {
-    use plugd_control::InvocationStore;
     tokio::task::block_in_place(|| rt.invocations().flush());
     rt.store()
         .list_invocations(&plugd_control::InvocationFilter {

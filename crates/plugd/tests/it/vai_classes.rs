@@ -9,18 +9,16 @@
 //! worker exports, a hook, a compactor, a harness, an export that claims
 //! `inline`, and one that exits in the middle of its call.
 
-use std::collections::BTreeSet;
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use plugd_control::PackageStore as _;
 use plugd_dialects::vai::{self, CompactRequest, HarnessRequest};
 use plugd_host::dialect::CallContext;
 use plugd_host::groups::ProcessInfo;
 use plugd_host::{CallToolError, Status};
 use plugd_runtime::{Runtime, RuntimeError};
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::support::{Ws, eventually, quick, repo, stderr, stdout};
 

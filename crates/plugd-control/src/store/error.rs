@@ -1,4 +1,4 @@
-//! Errors of the state store: [`StoreError`] and the opaque [`BackendError`] it wraps.
+//! Errors of every state store backend: [`StoreError`] and the opaque [`BackendError`] it wraps.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -9,7 +9,8 @@ use std::path::PathBuf;
 pub struct BackendError(Box<dyn std::error::Error + Send + Sync + 'static>);
 
 impl BackendError {
-    pub(crate) fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
+    /// Wraps a backend's own error.
+    pub fn new(err: impl std::error::Error + Send + Sync + 'static) -> Self {
         BackendError(Box::new(err))
     }
 }
@@ -32,7 +33,7 @@ impl std::error::Error for BackendError {
     }
 }
 
-/// Why an operation of [`Store`](crate::Store) failed.
+/// Why an operation of a state store failed, whatever the backend.
 ///
 /// `db` fields name the database: the path of `state.db`, or `:memory:`.
 #[derive(Debug, thiserror::Error)]
@@ -148,8 +149,18 @@ pub enum StoreError {
     /// The database the workspace's marker (`.plugd/state.id`) vouches for is
     /// missing, empty, blank or another workspace's; nothing was created.
     #[error("{0}")]
-    Lost(Box<crate::identity::LostDb>),
+    Lost(Box<dyn std::error::Error + Send + Sync>),
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]
-    Secret(#[from] crate::secrets::SecretError),
+    Secret(Box<dyn std::error::Error + Send + Sync>),
+    /// The database cannot be reached now (a lost connection, a server
+    /// restarting); the operation did not happen and may be retried.
+    #[error("state database {db} is unavailable: {source}")]
+    Unavailable {
+        /// The database concerned (its address without credentials).
+        db: String,
+        /// What the backend reported.
+        #[source]
+        source: BackendError,
+    },
 }

@@ -1,0 +1,77 @@
+//! Long-term agent memory with full-text recall: the record and the [`MemoryStore`] trait.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::StoreError;
+
+/// Results returned when a caller gives no limit (§5.2).
+pub const DEFAULT_RECALL_LIMIT: usize = 10;
+
+/// Hard cap on results, whatever the caller asks (§5.2).
+pub const MAX_RECALL_LIMIT: usize = 1000;
+
+/// Longest entry content, in bytes.
+pub const MAX_MEMORY_BYTES: usize = 64 * 1024;
+
+/// Most tags on one entry.
+pub const MAX_TAGS: usize = 32;
+
+/// Longest tag, in bytes.
+pub const MAX_TAG_BYTES: usize = 64;
+
+/// Longest agent id.
+pub const MAX_AGENT_ID_LEN: usize = 128;
+
+/// One memory entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEntry {
+    /// Its id (`mem_` and 16 hex digits).
+    pub id: String,
+    /// The agent it belongs to.
+    pub agent_id: String,
+    /// What to remember.
+    pub content: String,
+    /// Free-form labels (also searched).
+    pub tags: Vec<String>,
+    /// When it was stored (RFC 3339).
+    pub created_at: String,
+}
+
+/// Whether `id` is an acceptable agent id: 1-128 of `[A-Za-z0-9_.:-]`.
+pub fn valid_agent_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_AGENT_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
+}
+
+/// Memories of agents, searched by words.
+#[async_trait]
+pub trait MemoryStore: Send + Sync {
+    /// Stores one memory of `agent_id`.
+    async fn memory_add(
+        &self,
+        agent_id: &str,
+        content: &str,
+        tags: &[String],
+    ) -> Result<MemoryEntry, StoreError>;
+    /// The memories of `agent_id` that match `query`, best first.
+    async fn memory_search(
+        &self,
+        agent_id: &str,
+        query: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<MemoryEntry>, StoreError>;
+    /// The newest memories of `agent_id`.
+    async fn memory_list(
+        &self,
+        agent_id: &str,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StoreError>;
+    /// One memory.
+    async fn memory_get(&self, id: &str) -> Result<Option<MemoryEntry>, StoreError>;
+    /// Deletes one memory; whether it existed.
+    async fn memory_delete(&self, id: &str) -> Result<bool, StoreError>;
+}
