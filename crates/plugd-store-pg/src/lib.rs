@@ -7,7 +7,10 @@
 //! which a test compares against one checked-in snapshot.
 //!
 //! The state is the SQLite store's, domain by domain (one module each), as
-//! async methods of [`PgStore`] with the same names and meaning; every
+//! async methods of [`PgStore`] with the same names and meaning, and
+//! `store_impl.rs` makes [`PgStore`] a `plugd_control::store::StateStore`
+//! (every trait forwards to them, `PgError` becoming the neutral
+//! `StoreError`, a lost server `StoreError::Unavailable`); every
 //! transaction that relies on SQLite's single writer is translated with row
 //! locks and has a race test with two connections (`tests/it/`).
 //!
@@ -31,6 +34,7 @@ mod outbox;
 mod packages;
 #[cfg(feature = "test-util")]
 pub mod shape;
+mod store_impl;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
 mod tokens;

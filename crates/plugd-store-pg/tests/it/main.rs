@@ -14,6 +14,7 @@ mod packages;
 mod shape;
 mod tokens;
 mod tool_state;
+mod traits;
 mod transcripts;
 mod trust;
 mod vectors;
