@@ -22,7 +22,7 @@ use plugd_control::chains::{
     Block, BlockKind, Chain, ChainStatus, Compaction, NewBlock, Run, RunKind, RunPatch, RunStatus,
     ScopeFilter, SessionInfo,
 };
-use plugd_store::sessions::valid_session_id;
+use plugd_control::store::transcripts::valid_session_id;
 use serde_json::{Map, Value};
 use tokio_postgres::Row;
 

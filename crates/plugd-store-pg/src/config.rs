@@ -10,8 +10,10 @@
 //! created on the spot (several nodes would mint several keys).
 
 use plugd_control::bindings::{NAME_RULE, is_valid_name, is_valid_secret_name};
+use plugd_control::store::secrets::{ConfigWrite, Rotation, Sealed, StoredValue};
 use plugd_store::bindings::{MAX_SECRET_BYTES, org_secret_owner};
-use plugd_store::secrets::{ConfigWrite, KeySource, MasterKey, Rotation, Sealed, StoredValue};
+// The master key and where it is configured are plugd-store's (shared with SQLite).
+use plugd_store::secrets::{KeySource, MasterKey};
 use serde_json::Value;
 
 use crate::clock::NOW_RFC3339;

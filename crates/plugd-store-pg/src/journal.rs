@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::GenericClient;
 use plugd_control::invocations::InvocationRecord;
-use plugd_store::tokens::Role;
+use plugd_control::store::tokens::Role;
 
 use crate::clock::NOW_RFC3339;
 use crate::invocations::insert_invocations;

@@ -1,7 +1,7 @@
 //! The agent's key-value storage on PostgreSQL (Dexto `storage.database` and
 //! `storage.cache`): same spaces, bounds and meaning as `plugd-store`'s `kv.rs`.
 
-use plugd_store::kv::{MAX_KEY, MAX_LIST, MAX_VALUE, SPACES};
+use plugd_control::store::kv::{MAX_KEY, MAX_LIST, MAX_VALUE, SPACES};
 use serde_json::Value;
 
 use crate::clock::NOW_RFC3339;

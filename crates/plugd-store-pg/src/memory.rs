@@ -7,7 +7,7 @@
 //! (`ts_rank`, then newest). Known difference: FTS5's `remove_diacritics`
 //! has no counterpart yet (`ümlaut` does not find `umlaut`).
 
-use plugd_store::memory::{
+use plugd_control::store::memory::{
     DEFAULT_RECALL_LIMIT, MAX_MEMORY_BYTES, MAX_RECALL_LIMIT, MAX_TAG_BYTES, MAX_TAGS, MemoryEntry,
     valid_agent_id,
 };

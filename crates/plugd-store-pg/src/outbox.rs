@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use plugd_store::outbox::{
+use plugd_control::store::outbox::{
     Delivery, DeliveryId, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, RetryOutcome,
     RetryPolicy, Subscriber, valid_event_type,
 };
@@ -37,16 +37,6 @@ fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
 
-fn parse_status(s: &str) -> Option<DeliveryStatus> {
-    [
-        DeliveryStatus::Pending,
-        DeliveryStatus::Delivered,
-        DeliveryStatus::Dead,
-    ]
-    .into_iter()
-    .find(|d| d.as_str() == s)
-}
-
 impl PgStore {
     fn decode_delivery(&self, r: &tokio_postgres::Row) -> Result<Leased, PgError> {
         let delivery_id: String = r.get(1);
@@ -57,7 +47,7 @@ impl PgStore {
             detail,
         };
         let status: String = r.get(6);
-        let status = parse_status(&status).ok_or_else(|| {
+        let status = DeliveryStatus::parse(&status).ok_or_else(|| {
             damaged(
                 format!("outbox delivery {delivery_id}"),
                 format!("unknown status {status:?}"),

@@ -8,7 +8,9 @@
 //! yet): a token revoked through one node is refused by every other at its
 //! next request.
 
-use plugd_store::tokens::{AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection};
+use plugd_control::store::tokens::{
+    AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
+};
 use sha2::{Digest, Sha256};
 
 use crate::clock::{NOW_MS, NOW_RFC3339, ms_rfc3339, random_hex};

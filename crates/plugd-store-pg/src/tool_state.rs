@@ -6,7 +6,9 @@
 //! operators racing on one id exactly one wins and the other is told it was
 //! decided already.
 
-use plugd_store::tool_state::{ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval};
+use plugd_control::store::tool_state::{
+    ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
+};
 
 use crate::clock::{NOW_MS, NOW_RFC3339, ms_rfc3339, random_hex};
 use crate::{PgError, PgStore};
@@ -198,7 +200,7 @@ impl PgStore {
     fn decode_call_approval(&self, r: &tokio_postgres::Row) -> Result<CallApproval, PgError> {
         let id: String = r.get(0);
         let state: String = r.get(7);
-        let state = parse_state(&state).ok_or_else(|| PgError::Damaged {
+        let state = ApprovalState::parse(&state).ok_or_else(|| PgError::Damaged {
             db: self.label().to_owned(),
             what: format!("approval {id}"),
             detail: format!("unknown state {state:?}"),
@@ -218,15 +220,4 @@ impl PgStore {
             reason: r.get(10),
         })
     }
-}
-
-fn parse_state(s: &str) -> Option<ApprovalState> {
-    [
-        ApprovalState::Pending,
-        ApprovalState::Approved,
-        ApprovalState::Denied,
-        ApprovalState::TimedOut,
-    ]
-    .into_iter()
-    .find(|a| a.as_str() == s)
 }

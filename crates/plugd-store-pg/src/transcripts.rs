@@ -3,7 +3,9 @@
 //! entry ↔ block mapping, `entry_blocks` and `block_entries`).
 
 use plugd_control::chains::{NewBlock, ScopeFilter};
-use plugd_store::sessions::{SessionRow, block_entries, entry_blocks};
+use plugd_control::store::transcripts::SessionRow;
+// The entry <-> block mapping is plugd-store's (shared with SQLite).
+use plugd_store::sessions::{block_entries, entry_blocks};
 use serde_json::Value;
 
 use crate::{PgError, PgStore};

@@ -6,7 +6,7 @@
 //! upsert / conditional delete lock that row, so a concurrent writer waits
 //! and then sees the committed row (no lost update, no retry needed).
 
-use plugd_store::{Approval, Failure};
+use plugd_control::store::{Approval, Failure};
 
 use crate::clock::NOW_RFC3339;
 use crate::{PgError, PgStore};

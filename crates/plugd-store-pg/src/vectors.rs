@@ -8,13 +8,15 @@
 //! collection row locked `FOR SHARE`), so two nodes creating one collection
 //! with different dimensions at once cannot both succeed.
 
-use plugd_store::vectors::{MAX_BATCH, MAX_DIMENSION, MAX_LIMIT, VectorMatch, VectorRecord};
+use plugd_control::store::vectors::{
+    MAX_BATCH, MAX_DIMENSION, MAX_LIMIT, VectorMatch, VectorRecord,
+};
 use serde_json::{Map, Value};
 
 use crate::{PgError, PgStore};
 
 /// Why a vector operation failed (the nexo `-33301..-33304` cases), as
-/// `plugd_store::vectors::VectorStoreError` says them.
+/// `plugd_control::store::VectorStoreError` says them (`store_impl.rs` maps one to the other).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VectorError {
