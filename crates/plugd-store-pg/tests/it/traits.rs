@@ -5,8 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use plugd_control::chains::{BlockKind, Compaction, NewBlock};
 use plugd_control::store::outbox::{DeliveryStatus, NewEvent, Subscriber};
 use plugd_control::store::tool_state::{ApprovalState, Decide, NewCallApproval};
+use plugd_control::store::vectors::VectorRecord;
 use plugd_control::store::{Approval, Role, StateStore, StoreError, TokenRejection};
 use plugd_store_pg::test_pg::TestPg;
 use plugd_store_pg::{PgOptions, PgStore};
@@ -123,6 +125,74 @@ async fn scenario(store: Arc<dyn StateStore>) -> Vec<String> {
     seen.push(format!(
         "transcript {}",
         store.session_transcript("s1").await.unwrap().len()
+    ));
+    let head = store.session_head("s1").await.unwrap();
+    let compaction = Compaction {
+        id: "cmp_1".into(),
+        session_id: "s1".into(),
+        source_chain_id: head.clone(),
+        derived_chain_id: None,
+        compactor: "k".into(),
+        status: "succeeded".into(),
+        token_estimate: 1,
+        summary: json!({}),
+        diagnostics: json!({}),
+        error: None,
+        run_id: None,
+        created_at: "2026-01-01T00:00:00Z".into(),
+    };
+    let derived = store
+        .chain_derive(
+            &head,
+            &[NewBlock::text(BlockKind::System, "s")],
+            &compaction,
+        )
+        .await
+        .unwrap();
+    seen.push(format!(
+        "derived {} {:?}",
+        derived.blocks, derived.parent_chain_id
+    ));
+    seen.push(format!(
+        "chains {}",
+        store.session_chains("s1").await.unwrap().len()
+    ));
+    let n = store
+        .vector_upsert(
+            "kb",
+            &[VectorRecord {
+                id: "x".into(),
+                content: "c".into(),
+                embedding: vec![1.0, 0.0],
+                metadata: json!({"t": 1}),
+            }],
+        )
+        .await
+        .unwrap();
+    let hits = store
+        .vector_search("kb", &[1.0, 0.0], 5, None)
+        .await
+        .unwrap();
+    seen.push(format!(
+        "vectors {n} {:?}",
+        hits.iter().map(|h| &h.id).collect::<Vec<_>>()
+    ));
+    let mismatch = store
+        .vector_search("kb", &[1.0], 5, None)
+        .await
+        .unwrap_err();
+    seen.push(format!("vector error {mismatch}"));
+    store
+        .config_set_plain("acme", "units", &json!("si"))
+        .await
+        .unwrap();
+    seen.push(format!(
+        "config {:?}",
+        store.config_values("acme").await.unwrap()
+    ));
+    seen.push(format!(
+        "unknown chain {}",
+        store.chain_append("ch_nope", &[], "t").await.unwrap_err()
     ));
     store.journal_audit("token:ci", Role::Agent, "POST", "/x", 200);
     let flushing = store.clone();
