@@ -24,6 +24,8 @@ pub mod packages;
 pub mod pin;
 pub mod secrets;
 pub mod sessions;
+#[cfg(feature = "test-util")]
+mod shape;
 mod store;
 mod time;
 pub mod tokens;

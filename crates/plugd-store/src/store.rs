@@ -24,6 +24,11 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Schema steps; step `i` takes the database from version `i` to `i + 1`.
 ///
 /// Append only: never edit a step that has shipped, add a new one instead.
+///
+/// Every schema change from now on is a pair (this SQLite step + a PostgreSQL
+/// step in `plugd-store-pg`'s `migrations.rs`) and the shape test
+/// (`crates/plugd-store-pg/tests/it/shape.rs`, snapshot `schema-shape.txt`)
+/// must stay green.
 const MIGRATIONS: &[&str] = &[
     // 1: approvals pinned to a content digest, with the cached tool catalog.
     "CREATE TABLE approvals (

@@ -1,0 +1,196 @@
+//! Invocation records on PostgreSQL (`plugd-control`'s `InvocationStore`
+//! operations): the same columns, indexes and JSON record as `plugd-store`'s
+//! `invocations.rs`. Appending a batch is one `INSERT … SELECT FROM unnest(…)
+//! ON CONFLICT DO NOTHING`, so writing a batch twice changes nothing.
+
+use deadpool_postgres::GenericClient;
+use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
+use tokio_postgres::types::ToSql;
+
+use crate::{PgError, PgStore};
+
+impl PgStore {
+    fn decode_invocation(&self, id: &str, record: &str) -> Result<InvocationRecord, PgError> {
+        serde_json::from_str(record).map_err(|e| PgError::Damaged {
+            db: self.label().to_owned(),
+            what: format!("invocation {id}"),
+            detail: format!("record is not the expected JSON: {e}"),
+        })
+    }
+
+    /// Appends `batch` (records already stored are left as they are).
+    pub async fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), PgError> {
+        let docs = self.invocation_docs(batch)?;
+        let client = self.client().await?;
+        insert_invocations(&client, batch, &docs)
+            .await
+            .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))
+    }
+
+    /// Each record of `batch` as the JSON document stored.
+    pub(crate) fn invocation_docs(
+        &self,
+        batch: &[InvocationRecord],
+    ) -> Result<Vec<String>, PgError> {
+        batch
+            .iter()
+            .map(|r| {
+                serde_json::to_string(r).map_err(|e| PgError::Damaged {
+                    db: self.label().to_owned(),
+                    what: format!("invocation {}", r.invocation_id),
+                    detail: format!("cannot encode its record: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    /// The record of `invocation_id`.
+    pub async fn invocation(
+        &self,
+        invocation_id: &str,
+    ) -> Result<Option<InvocationRecord>, PgError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT record FROM invocations WHERE invocation_id = $1",
+                &[&invocation_id],
+            )
+            .await
+            .map_err(|e| self.query_error(format!("read invocation {invocation_id:?}"), e))?;
+        row.map(|r| self.decode_invocation(invocation_id, r.get(0)))
+            .transpose()
+    }
+
+    /// One page of records matching `f`, newest first.
+    pub async fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, PgError> {
+        let mut sql = String::from("SELECT invocation_id, record FROM invocations WHERE true");
+        let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        let mut push = |sql: &mut String, clause: &str, v: Box<dyn ToSql + Sync + Send>| {
+            args.push(v);
+            sql.push_str(&clause.replace("$?", &format!("${}", args.len())));
+        };
+        for (column, value) in [
+            ("org_id", &f.org_id),
+            ("project_id", &f.project_id),
+            ("plugin_id", &f.plugin_id),
+        ] {
+            if let Some(v) = value {
+                push(
+                    &mut sql,
+                    &format!(" AND {column} = $?"),
+                    Box::new(v.clone()),
+                );
+            }
+        }
+        if let Some(status) = f.status {
+            push(
+                &mut sql,
+                " AND status = $?",
+                Box::new(status.as_str().to_owned()),
+            );
+        }
+        if let Some(projects) = &f.project_in {
+            push(
+                &mut sql,
+                " AND (project_id IS NULL OR project_id = ANY($?::text[]))",
+                Box::new(projects.clone()),
+            );
+        }
+        if let Some(tool) = &f.tool {
+            push(
+                &mut sql,
+                " AND $?::text IN (tool, export_id)",
+                Box::new(tool.clone()),
+            );
+        }
+        if let Some(since) = f.since_ms {
+            push(&mut sql, " AND started_ms >= $?", Box::new(since));
+        }
+        if let Some(until) = f.until_ms {
+            push(&mut sql, " AND started_ms < $?", Box::new(until));
+        }
+        if let Some(c) = &f.cursor {
+            push(
+                &mut sql,
+                " AND (started_ms, invocation_id) < ($?",
+                Box::new(c.started_ms),
+            );
+            push(&mut sql, ", $?::text)", Box::new(c.invocation_id.clone()));
+        }
+        let page = f.page_size();
+        push(
+            &mut sql,
+            " ORDER BY started_ms DESC, invocation_id DESC LIMIT $?",
+            Box::new(page as i64 + 1),
+        );
+        let params: Vec<&(dyn ToSql + Sync)> = args
+            .iter()
+            .map(|a| a.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        let client = self.client().await?;
+        let rows = client
+            .query(&sql, &params)
+            .await
+            .map_err(|e| self.query_error("list invocations", e))?;
+        let records = rows
+            .iter()
+            .map(|r| self.decode_invocation(r.get(0), r.get(1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(InvocationPage::from_rows(records, page))
+    }
+
+    /// Deletes the records started before `before_ms`; how many.
+    pub async fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, PgError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "DELETE FROM invocations WHERE started_ms < $1",
+                &[&before_ms],
+            )
+            .await
+            .map_err(|e| self.query_error("delete old invocations", e))
+    }
+}
+
+/// Inserts `batch` (with its JSON `docs`) in one statement, cached per
+/// connection: every tool call's record comes this way. Records already
+/// stored are left as they are.
+pub(crate) async fn insert_invocations(
+    client: &impl GenericClient,
+    batch: &[InvocationRecord],
+    docs: &[String],
+) -> Result<(), tokio_postgres::Error> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let col = |f: fn(&InvocationRecord) -> &str| batch.iter().map(f).collect::<Vec<&str>>();
+    let opt = |f: fn(&InvocationRecord) -> Option<&str>| {
+        batch.iter().map(f).collect::<Vec<Option<&str>>>()
+    };
+    let ids = col(|r| &r.invocation_id);
+    let started: Vec<i64> = batch.iter().map(|r| r.started_ms).collect();
+    let plugins = col(|r| &r.plugin_id);
+    let tools = col(|r| &r.tool);
+    let exports = col(|r| &r.export_id);
+    let statuses = col(|r| r.status.as_str());
+    let orgs = opt(|r| r.org_id.as_deref());
+    let projects = opt(|r| r.project_id.as_deref());
+    let stmt = client
+        .prepare_cached(
+            "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
+                                      status, org_id, project_id, record)
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::text[], $9::text[])
+             ON CONFLICT (invocation_id) DO NOTHING",
+        )
+        .await?;
+    client
+        .execute(
+            &stmt,
+            &[
+                &ids, &started, &plugins, &tools, &exports, &statuses, &orgs, &projects, &docs,
+            ],
+        )
+        .await?;
+    Ok(())
+}

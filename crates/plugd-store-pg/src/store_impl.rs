@@ -1,0 +1,290 @@
+//! `plugd_control::store`'s traits for [`PgStore`]: each method is the
+//! domain module's async method of the same name, its [`PgError`] turned
+//! into the neutral [`StoreError`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plugd_control::bindings::{Binding, BindingFilter};
+use plugd_control::chains::{
+    Block, Chain, Compaction, NewBlock, Run, RunPatch, ScopeFilter, SessionInfo,
+};
+use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
+use plugd_control::packages::{Digest, Inserted, Package};
+use plugd_control::store::outbox::{
+    Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, RetryOutcome, RetryPolicy,
+    Subscriber,
+};
+use plugd_control::store::tool_state::{
+    ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
+};
+use plugd_control::store::{
+    Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
+    ConfigStore, ConfigWrite, Failure, InvocationStore, KvStore, MemoryEntry, MemoryStore,
+    NewToken, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore,
+    StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore,
+    TranscriptStore, VectorMatch, VectorRecord, VectorStore, VectorStoreError,
+};
+use serde_json::Value;
+
+use crate::{PgError, PgStore, VectorError};
+
+impl From<PgError> for StoreError {
+    fn from(e: PgError) -> StoreError {
+        match e {
+            PgError::Url { url, source } => StoreError::Query {
+                db: url,
+                action: "read the state URL".to_owned(),
+                source: BackendError::new(source),
+            },
+            PgError::Unavailable { db, source } => StoreError::Unavailable {
+                db,
+                source: BackendError::new(source),
+            },
+            PgError::TooNew {
+                db,
+                found,
+                supported,
+            } => StoreError::TooNew {
+                path: PathBuf::from(db),
+                found,
+                supported,
+            },
+            PgError::Migrate {
+                db,
+                version,
+                source,
+            } => StoreError::Migrate {
+                db,
+                version,
+                source: BackendError::new(source),
+            },
+            PgError::Invalid { what, problem } => StoreError::Invalid { what, problem },
+            PgError::Damaged { db, what, detail } => StoreError::Damaged { db, what, detail },
+            PgError::Conflict(m) => StoreError::Conflict(m),
+            PgError::NotFound { what } => StoreError::NotFound { what },
+            PgError::Random(m) => StoreError::Random(m),
+            PgError::Secret(e) => StoreError::Secret(e),
+            PgError::Query { db, action, source } => StoreError::Query {
+                db,
+                action,
+                source: BackendError::new(source),
+            },
+        }
+    }
+}
+
+impl From<VectorError> for VectorStoreError {
+    fn from(e: VectorError) -> VectorStoreError {
+        match e {
+            VectorError::CollectionNotFound { collection } => {
+                VectorStoreError::CollectionNotFound { collection }
+            }
+            VectorError::DimensionMismatch { expected, got } => {
+                VectorStoreError::DimensionMismatch { expected, got }
+            }
+            VectorError::Invalid(m) => VectorStoreError::Invalid(m),
+            VectorError::Store(e) => VectorStoreError::Store(e.into()),
+        }
+    }
+}
+
+/// `impl $trait for PgStore`, each method forwarding to the inherent one.
+macro_rules! forward {
+    ($trait:ident { $( fn $name:ident(&self $(, $arg:ident : $ty:ty)* $(,)?) -> $ret:ty; )* }) => {
+        #[async_trait::async_trait]
+        impl $trait for PgStore {
+            $( async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
+                Ok(PgStore::$name(self $(, $arg)*).await?)
+            } )*
+        }
+    };
+}
+
+forward!(ApprovalStore {
+    fn approve(&self, a: &Approval) -> ();
+    fn approve_clearing_failure(&self, a: &Approval) -> ();
+    fn revoke_exact(&self, a: &Approval) -> bool;
+    fn approval(&self, plugin_id: &str) -> Option<Approval>;
+    fn approvals(&self) -> Vec<Approval>;
+    fn revoke(&self, plugin_id: &str) -> bool;
+    fn update_catalog(&self, plugin_id: &str, digest: &str, catalog: &Value) -> bool;
+    fn mark_failed(&self, plugin_id: &str, reason: &str) -> ();
+    fn failure(&self, plugin_id: &str) -> Option<Failure>;
+    fn clear_failure(&self, plugin_id: &str) -> bool;
+});
+
+forward!(ToolStateStore {
+    fn tool_disable(&self, plugin_id: &str, tool: &str, by: &str) -> bool;
+    fn tool_enable(&self, plugin_id: &str, tool: &str) -> bool;
+    fn disabled_tools(&self) -> Vec<DisabledTool>;
+    fn tool_disabled(&self, plugin_id: &str, tool: &str) -> bool;
+    fn call_approval_request(&self, a: &NewCallApproval) -> CallApproval;
+    fn call_approval(&self, id: &str) -> Option<CallApproval>;
+    fn call_approvals_pending(&self) -> Vec<CallApproval>;
+    fn call_approval_decide(&self, id: &str, state: ApprovalState, by: &str, reason: Option<&str>) -> Decide;
+});
+
+forward!(TokenStore {
+    fn token_create(&self, name: &str, role: Role, expires_at_ms: Option<i64>, created_by: &str) -> NewToken;
+    fn token_create_limited(&self, name: &str, role: Role, expires_at_ms: Option<i64>, created_by: &str, mcp_profiles: Option<&[String]>) -> NewToken;
+    fn token_create_scoped(&self, name: &str, role: Role, expires_at_ms: Option<i64>, created_by: &str, mcp_profiles: Option<&[String]>, tenancy: Option<&Tenancy>) -> NewToken;
+    fn token_list(&self) -> Vec<TokenInfo>;
+    fn token_revoke(&self, id_or_name: &str) -> Option<TokenInfo>;
+    fn token_verify(&self, token: &str) -> Result<TokenInfo, TokenRejection>;
+});
+
+#[async_trait::async_trait]
+impl AuditStore for PgStore {
+    async fn audit_record(
+        &self,
+        identity: &str,
+        role: Role,
+        method: &str,
+        path: &str,
+        status: u16,
+    ) -> Result<(), StoreError> {
+        Ok(PgStore::audit_record(self, identity, role, method, path, status).await?)
+    }
+    async fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
+        Ok(PgStore::audit_list(self, limit).await?)
+    }
+    fn journal_audit(&self, identity: &str, role: Role, method: &str, path: &str, status: u16) {
+        PgStore::journal_audit(self, identity, role, method, path, status);
+    }
+    fn journal_invocation(&self, record: Box<InvocationRecord>) {
+        PgStore::journal_invocation(self, record);
+    }
+    fn flush_journal(&self) {
+        PgStore::flush_journal(self);
+    }
+    fn journal_unwritten(&self) -> (u64, u64) {
+        PgStore::journal_unwritten(self)
+    }
+}
+
+forward!(ConfigStore {
+    fn config_set_plain(&self, plugin: &str, key: &str, value: &Value) -> ();
+    fn put_sealed(&self, plugin: &str, key: &str, sealed: &Sealed) -> ();
+    fn config_write_all(&self, plugin: &str, writes: &[(String, ConfigWrite)]) -> ();
+    fn config_unset(&self, plugin: &str, key: &str) -> bool;
+    fn config_values(&self, plugin: &str) -> Vec<(String, StoredValue)>;
+    fn config_value(&self, plugin: &str, key: &str) -> Option<StoredValue>;
+    fn reseal_secrets(&self, old_key_id: &str, new_key_id: &str, reseal: &Reseal<'_>) -> Rotation;
+    fn secret_key_ids(&self) -> Vec<String>;
+    fn org_secret_names(&self, org_id: &str) -> Vec<String>;
+    fn org_secret_set(&self, org_id: &str, name: &str, value: &str) -> ();
+    fn org_secret_delete(&self, org_id: &str, name: &str) -> bool;
+    fn org_secret_exists(&self, org_id: &str, name: &str) -> bool;
+});
+
+forward!(KvStore {
+    fn kv_get(&self, space: &str, key: &str) -> Option<Value>;
+    fn kv_set(&self, space: &str, key: &str, value: &Value) -> ();
+    fn kv_delete(&self, space: &str, key: &str) -> bool;
+    fn kv_list(&self, space: &str, prefix: &str) -> Vec<String>;
+});
+
+forward!(OutboxStore {
+    fn outbox_enqueue(&self, event: &NewEvent, subscribers: &[Subscriber]) -> Enqueued;
+    fn outbox_lease(&self, worker: &str, lease: Duration, limit: usize, max_attempts: u32) -> Vec<Leased>;
+    fn outbox_renew(&self, id: i64, worker: &str, attempt: u32, lease: Duration) -> bool;
+    fn outbox_ack(&self, id: i64) -> bool;
+    fn outbox_fail(&self, id: i64, worker: &str, attempt: u32, error: &str, retryable: bool, policy: &RetryPolicy) -> FailOutcome;
+    fn outbox_release(&self, id: i64, worker: &str, attempt: u32) -> bool;
+    fn outbox_list(&self, status: Option<DeliveryStatus>) -> Vec<Delivery>;
+    fn outbox_events(&self, event_type: &str) -> Vec<Value>;
+    fn outbox_delivery(&self, key: &str) -> Option<Leased>;
+    fn outbox_retry(&self, key: &str) -> RetryOutcome;
+    fn outbox_next_due_in(&self) -> Option<Duration>;
+});
+
+forward!(MemoryStore {
+    fn memory_add(&self, agent_id: &str, content: &str, tags: &[String]) -> MemoryEntry;
+    fn memory_search(&self, agent_id: &str, query: &str, limit: Option<usize>) -> Vec<MemoryEntry>;
+    fn memory_list(&self, agent_id: &str, limit: usize) -> Vec<MemoryEntry>;
+    fn memory_get(&self, id: &str) -> Option<MemoryEntry>;
+    fn memory_delete(&self, id: &str) -> bool;
+});
+
+#[async_trait::async_trait]
+impl VectorStore for PgStore {
+    async fn vector_upsert(
+        &self,
+        collection: &str,
+        records: &[VectorRecord],
+    ) -> Result<usize, VectorStoreError> {
+        Ok(PgStore::vector_upsert(self, collection, records).await?)
+    }
+    async fn vector_search(
+        &self,
+        collection: &str,
+        embedding: &[f32],
+        limit: usize,
+        filter: Option<&Value>,
+    ) -> Result<Vec<VectorMatch>, VectorStoreError> {
+        Ok(PgStore::vector_search(self, collection, embedding, limit, filter).await?)
+    }
+    async fn vector_delete(
+        &self,
+        collection: &str,
+        ids: &[String],
+    ) -> Result<usize, VectorStoreError> {
+        Ok(PgStore::vector_delete(self, collection, ids).await?)
+    }
+}
+
+forward!(TranscriptStore {
+    fn session_get(&self, id: &str) -> Option<SessionRow>;
+    fn session_ensure(&self, id: &str) -> (SessionRow, bool);
+    fn session_append(&self, id: &str, entries: &[Value]) -> ();
+    fn session_list(&self, limit: usize) -> Vec<SessionRow>;
+    fn session_tail(&self, id: &str, limit: usize) -> (usize, Vec<Value>);
+    fn session_transcript(&self, id: &str) -> Vec<Value>;
+    fn session_head(&self, id: &str) -> String;
+});
+
+forward!(PackageStore {
+    fn insert_package(&self, p: &Package) -> Inserted;
+    fn package(&self, digest: &Digest) -> Option<Package>;
+    fn package_versions(&self, package_id: &str) -> Vec<Package>;
+    fn packages(&self) -> Vec<Package>;
+});
+
+forward!(BindingStore {
+    fn insert_binding(&self, b: &Binding) -> ();
+    fn binding(&self, binding_id: &str) -> Option<Binding>;
+    fn bindings(&self, filter: &BindingFilter) -> Vec<Binding>;
+    fn update_binding(&self, b: &Binding) -> bool;
+});
+
+forward!(InvocationStore {
+    fn append_invocations(&self, batch: &[InvocationRecord]) -> ();
+    fn invocation(&self, invocation_id: &str) -> Option<InvocationRecord>;
+    fn list_invocations(&self, filter: &InvocationFilter) -> InvocationPage;
+    fn delete_invocations_before(&self, before_ms: i64) -> u64;
+});
+
+forward!(ChainStore {
+    fn session_open(&self, id: &str, org: Option<&str>, project: Option<&str>) -> (SessionInfo, bool);
+    fn session_info(&self, id: &str) -> Option<SessionInfo>;
+    fn sessions(&self, scope: &ScopeFilter, limit: usize, before: Option<&str>) -> Vec<SessionInfo>;
+    fn session_chains(&self, id: &str) -> Vec<Chain>;
+    fn chain(&self, id: &str) -> Option<Chain>;
+    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Vec<Block>;
+    fn chain_append(&self, id: &str, blocks: &[NewBlock], by: &str) -> Vec<u64>;
+    fn chain_derive(&self, source: &str, seed: &[NewBlock], compaction: &Compaction) -> Chain;
+    fn compaction_failed(&self, compaction: &Compaction) -> ();
+    fn compactions(&self, session: &str) -> Vec<Compaction>;
+    fn run_create(&self, run: &Run) -> ();
+    fn run(&self, id: &str) -> Option<Run>;
+    fn run_update(&self, id: &str, patch: &RunPatch) -> Option<Run>;
+    fn runs(&self, scope: &ScopeFilter, session: Option<&str>, limit: usize) -> Vec<Run>;
+    fn child_runs(&self, parent: &str) -> u64;
+});
+
+impl StateStore for PgStore {
+    fn describe(&self) -> String {
+        self.label().to_owned()
+    }
+}

@@ -1,0 +1,46 @@
+//! plugd-store-pg's integration tests, one binary, against a real PostgreSQL 15
+//! started by `TestPg` (one server per run, one fresh database per test).
+
+mod chains;
+mod config;
+mod harness;
+mod invocations;
+mod journal;
+mod kv;
+mod memory;
+mod migrate;
+mod outbox;
+mod packages;
+mod shape;
+mod tokens;
+mod tool_state;
+mod traits;
+mod transcripts;
+mod trust;
+mod vectors;
+
+use std::time::Duration;
+
+use plugd_store_pg::test_pg::TestPg;
+use plugd_store_pg::{PgOptions, PgStore};
+
+/// A migrated store on a fresh database of the shared server.
+pub async fn fresh_store() -> PgStore {
+    let url = TestPg::shared().fresh_database();
+    PgStore::connect(&url, &options()).await.unwrap()
+}
+
+/// Two stores on one fresh database: two pools, as two nodes.
+pub async fn two_nodes() -> (PgStore, PgStore) {
+    let url = TestPg::shared().fresh_database();
+    let a = PgStore::connect(&url, &options()).await.unwrap();
+    let b = PgStore::connect(&url, &options()).await.unwrap();
+    (a, b)
+}
+
+fn options() -> PgOptions {
+    PgOptions {
+        pool_size: 4,
+        timeout: Duration::from_secs(10),
+    }
+}

@@ -1,0 +1,118 @@
+//! Schema migrations: several nodes at once, idempotence, a newer schema refused.
+
+use std::time::Duration;
+
+use plugd_store_pg::migrations::force_schema_version;
+use plugd_store_pg::test_pg::TestPg;
+use plugd_store_pg::{PgError, PgOptions, PgStore, SCHEMA_VERSION};
+
+fn opts() -> PgOptions {
+    PgOptions {
+        pool_size: 2,
+        timeout: Duration::from_secs(10),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_nodes_migrating_at_once_migrate_once() {
+    let url = TestPg::shared().fresh_database();
+    // Three pools: three connections, as three nodes starting together.
+    let nodes: Vec<PgStore> = (0..3)
+        .map(|_| PgStore::connect_unmigrated(&url, &opts()).unwrap())
+        .collect();
+    let (a, b, c) = tokio::join!(nodes[0].migrate(), nodes[1].migrate(), nodes[2].migrate());
+    let results = [a.unwrap(), b.unwrap(), c.unwrap()];
+    let applied: Vec<_> = results.iter().filter(|m| m.applied()).collect();
+    assert_eq!(applied.len(), 1, "{results:?}");
+    assert_eq!(applied[0].from, 0, "{results:?}");
+    for m in &results {
+        assert_eq!(m.to, SCHEMA_VERSION, "{results:?}");
+        if !m.applied() {
+            assert_eq!(m.from, SCHEMA_VERSION, "{results:?}");
+        }
+    }
+    for node in &nodes {
+        assert_eq!(node.schema_version().await.unwrap(), SCHEMA_VERSION);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_again_changes_nothing() {
+    let url = TestPg::shared().fresh_database();
+    let store = PgStore::connect(&url, &opts()).await.unwrap();
+    let before = store.schema_shape().await.unwrap();
+    let again = store.migrate().await.unwrap();
+    assert!(!again.applied(), "{again:?}");
+    assert_eq!(store.schema_shape().await.unwrap(), before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_and_left_alone() {
+    let url = TestPg::shared().fresh_database();
+    let store = PgStore::connect(&url, &opts()).await.unwrap();
+    force_schema_version(&store, SCHEMA_VERSION + 1)
+        .await
+        .unwrap();
+    let err = PgStore::connect(&url, &opts()).await.unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, PgError::TooNew { found, supported, .. } if found == SCHEMA_VERSION + 1 && supported == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert!(
+        msg.contains(&format!("schema version {}", SCHEMA_VERSION + 1))
+            && msg.contains(&format!("only up to {SCHEMA_VERSION}"))
+            && msg.contains("upgrade plugd"),
+        "{msg}"
+    );
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_unavailable_within_the_timeout() {
+    // No server has a socket numbered 1 in the temporary directory.
+    let dir = std::env::temp_dir();
+    let url = format!("postgres://plugd@/x?host={}&port=1", dir.display());
+    let started = std::time::Instant::now();
+    let err = PgStore::connect(&url, &opts()).await.unwrap_err();
+    assert!(matches!(err, PgError::Unavailable { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        err.to_string().contains(&dir.display().to_string()),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_step_leaves_the_database_as_it_was() {
+    let url = TestPg::shared().fresh_database();
+    let store = PgStore::connect_unmigrated(&url, &opts()).unwrap();
+    // A table in the way of step 1 (its third script).
+    store
+        .test_execute("CREATE TABLE memories (x int)")
+        .await
+        .unwrap();
+    let err = store.migrate().await.unwrap_err();
+    assert!(
+        matches!(err, PgError::Migrate { version: 1, .. }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("migrating to schema version 1"),
+        "{err}"
+    );
+    assert_eq!(store.schema_version().await.unwrap(), 0);
+    let tables = store
+        .test_count(
+            "SELECT count(*) FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_name <> $1",
+            "memories",
+        )
+        .await
+        .unwrap();
+    assert_eq!(tables, 0, "no table of the failed step remains");
+}
