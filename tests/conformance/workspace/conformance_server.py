@@ -524,7 +524,9 @@ async def test_trigger_prompt_change(ctx: Context) -> list[types.ContentBlock]:
     if "test_changing_prompt" in {p.name for p in server._prompt_manager.list_prompts()}:
         server.remove_prompt("test_changing_prompt")
     else:
-        server.add_prompt(Prompt.from_function(changing_prompt, name="test_changing_prompt"))
+        server.add_prompt(
+            Prompt.from_function(changing_prompt, name="test_changing_prompt", description="Comes and goes")
+        )
     await ctx.session.send_prompt_list_changed()
     await ctx.notify_prompts_changed()
     return [text("The prompt list changed")]
