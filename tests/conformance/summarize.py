@@ -186,6 +186,11 @@ def server_header(args: argparse.Namespace, today: str) -> list[str]:
     return [
         "# MCP conformance results",
         "",
+        "Two eras of the protocol, each by its own pinned runner and baseline: 2025-11-25 (0.1.16, first)",
+        "and the stateless 2026-07-28 (0.2.0, after it).",
+        "",
+        "# MCP 2025-11-25",
+        "",
         f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
         "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
         "`/mcp/conformance` hosting `tests/conformance/workspace/conformance_server.py`,",
