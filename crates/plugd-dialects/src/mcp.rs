@@ -672,22 +672,35 @@ async fn open(
     // handshake after it, so giving up waiting neither cancels it (the
     // spec forbids cancelling it) nor turns a late answer into an unknown
     // id.
-    let mut probe = tokio::spawn(async move {
-        probe_peer
-            .call("server/discover", Some(params), waited + timeout)
-            .await
-    });
-    let pending = match tokio::time::timeout(waited, &mut probe).await {
-        Ok(joined) => match judge_discover(spec, joined)? {
-            Ok((capabilities, server_version)) => {
-                return Ok(adopt(mcp, meta, capabilities, server_version, from));
+    let probe = || {
+        let (peer, params) = (probe_peer.clone(), params.clone());
+        tokio::spawn(async move {
+            peer.call("server/discover", Some(params), waited + timeout)
+                .await
+        })
+    };
+    let mut retried = false;
+    let pending = loop {
+        let mut probe = probe();
+        match tokio::time::timeout(waited, &mut probe).await {
+            // Refused with -32022 naming the stateless revision among the
+            // supported ones: the refusal was of this request, not of the
+            // revision; asked once more (SEP-2575's retry).
+            Ok(joined) if !retried && refused_but_stateless(&joined) => {
+                tracing::debug!(plugin = %spec.id, "server/discover refused with -32022 naming {}; asking again", plugd_mcp::STATELESS);
+                retried = true;
             }
-            Err(fallback) => {
-                note_fallback(spec, fallback, warnings);
-                None
-            }
-        },
-        Err(_) => Some(probe),
+            Ok(joined) => match judge_discover(spec, joined)? {
+                Ok((capabilities, server_version)) => {
+                    return Ok(adopt(mcp, meta, capabilities, server_version, from));
+                }
+                Err(fallback) => {
+                    note_fallback(spec, fallback, warnings);
+                    break None;
+                }
+            },
+            Err(_) => break Some(probe),
+        }
     };
     match initialize(peer, spec, mcp.offered_roots, timeout).await {
         Ok(opened) => {
@@ -724,6 +737,24 @@ async fn open(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Whether a `server/discover` answer is `-32022` (unsupported protocol
+/// version) whose `data.supported` names the stateless revision plugd
+/// asked in: worth asking again rather than falling back.
+fn refused_but_stateless(
+    joined: &Result<Result<Value, CallError>, tokio::task::JoinError>,
+) -> bool {
+    let Ok(Err(CallError::Remote { error, .. })) = joined else {
+        return false;
+    };
+    error.code == plugd_mcp::version::UNSUPPORTED_PROTOCOL_VERSION
+        && error
+            .data
+            .as_ref()
+            .and_then(|d| d.get("supported"))
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|v| v == plugd_mcp::STATELESS))
 }
 
 fn note_fallback(spec: &PluginSpec, fallback: Fallback, warnings: &mut Vec<String>) {
