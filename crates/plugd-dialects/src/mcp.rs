@@ -13,6 +13,8 @@
 //!   `notifications/initialized`, the capabilities of the discover result,
 //!   and every request carrying `io.modelcontextprotocol/protocolVersion`,
 //!   `clientCapabilities` and `clientInfo` in `_meta` ([`McpProtocol`]).
+//!   A `-32022` refusal whose `data.supported` names 2026-07-28 is asked
+//!   once more (the refusal was of that request, SEP-2575's retry).
 //!   Any other answer (an error such as `-32601`, a malformed or oversized
 //!   result, only stateful revisions, silence) falls back to the handshake
 //!   below, which then has its whole timeout; only `-32022` naming

@@ -9,6 +9,8 @@
 //! session, sends the revision of its `_meta` there, with `Mcp-Method` and
 //! `Mcp-Name`); a `404` on a request carrying the session means
 //! the session is gone (the pipe ends, so the supervisor starts a new one);
+//! another `4xx` whose body is a JSON-RPC error (2026-07-28's refusals:
+//! `-32022`, `-32601`, `-32020`) is that request's error reply;
 //! an SSE response that ends before the request's answer is resumed with
 //! `GET` + `Last-Event-ID` after the server's `retry` delay; the GET stream
 //! (server-initiated messages) is opened after `notifications/initialized`,
