@@ -129,10 +129,19 @@ CONFORMANCE_NODE_VERSION=22.23.3
 CONFORMANCE_DIR="$NPM_TOOLS/conformance"
 CONFORMANCE_NODE="$CONFORMANCE_DIR/node_modules/.bin/node"
 CONFORMANCE_CLI="$CONFORMANCE_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
+# The 0.2.0 line, the only one that tests the 2026-07-28 revision (stateless,
+# `server/discover`, input_required round trips): pinned exactly beside
+# 0.1.16 (which keeps testing 2025-11-25), in a directory of its own, run by
+# the same Node 22.
+CONFORMANCE_2026_VERSION=0.2.0-alpha.12
+CONFORMANCE_2026_DIR="$NPM_TOOLS/conformance-2026-07-28"
+CONFORMANCE_2026_CLI="$CONFORMANCE_2026_DIR/node_modules/@modelcontextprotocol/conformance/dist/index.js"
 
 # ensure_conformance: node@$CONFORMANCE_NODE_VERSION and
-# @modelcontextprotocol/conformance@$CONFORMANCE_VERSION in .npm-tools/conformance/
-# (git-ignored), non-interactively; skipped when both are there at those versions.
+# @modelcontextprotocol/conformance@$CONFORMANCE_VERSION in .npm-tools/conformance/,
+# and @modelcontextprotocol/conformance@$CONFORMANCE_2026_VERSION in
+# .npm-tools/conformance-2026-07-28/ (git-ignored), non-interactively; each
+# skipped when it is there at that version.
 ensure_conformance() {
   local want=("node@$CONFORMANCE_NODE_VERSION" "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION")
   local missing=() have
@@ -155,6 +164,17 @@ ensure_conformance() {
     [[ -f $CONFORMANCE_CLI ]] || die "npm left no $CONFORMANCE_CLI"
   fi
   printf 'npm %s and %s in %s\n' "${want[@]}" "$CONFORMANCE_DIR"
+  have=$("$CONFORMANCE_NODE" -p 'require(process.argv[1]).version' \
+    "$CONFORMANCE_2026_DIR/node_modules/@modelcontextprotocol/conformance/package.json" 2>/dev/null || true)
+  if [[ $have != "$CONFORMANCE_2026_VERSION" ]]; then
+    printf 'installing into %s: conformance %s (have: %s)\n' "$CONFORMANCE_2026_DIR" "$CONFORMANCE_2026_VERSION" "${have:-none}"
+    mkdir -p "$CONFORMANCE_2026_DIR"
+    npm install --prefix "$CONFORMANCE_2026_DIR" --save-exact --no-audit --no-fund --no-progress \
+      --loglevel=error "@modelcontextprotocol/conformance@$CONFORMANCE_2026_VERSION" </dev/null
+    [[ -f $CONFORMANCE_2026_CLI ]] || die "npm left no $CONFORMANCE_2026_CLI"
+  fi
+  printf 'npm @modelcontextprotocol/conformance@%s in %s (the 2026-07-28 revision, run by the same node)\n' \
+    "$CONFORMANCE_2026_VERSION" "$CONFORMANCE_2026_DIR"
 }
 
 # mdBook builds the manual (docs/book) in scripts/test: the newest 0.4.x,

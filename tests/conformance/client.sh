@@ -12,6 +12,13 @@
 # `plugd tool list` and the `plugd tool call` the scenario expects. Nothing
 # here answers for plugd: the runner's server judges what plugd sent.
 #
+# CONFORMANCE_ERA=2026-07-28 (scripts/conformance sets it for the 0.2.0
+# suite): plugd.yaml tells plugd to try the stateless revision first with
+# the scenario's server (`stateless: true`, what the official SDKs'
+# clients do), and a scenario this script has no call for gets every tool
+# it lists called: the context's `toolCalls` with their arguments, the
+# others with `{}`.
+#
 # Needs PLUGD (the plugd binary; scripts/conformance sets it). Every step is
 # bounded by $CLIENT_STEP_TIMEOUT seconds (default 30); no stdin is read.
 # Exits non-zero when a step fails (some scenarios expect that: the runner
@@ -84,6 +91,10 @@ with open(path, "w") as f:
     json.dump({"mcpServers": {"srv": entry}}, f, indent=2)
 EOF
 
+if [[ ${CONFORMANCE_ERA:-} == 2026-07-28 ]]; then
+  printf 'mcp:\n  servers:\n    srv:\n      stateless: true\n' >"$ws/plugd.yaml"
+fi
+
 # login: `plugd mcp login srv`, its authorization URL opened by curl (which
 # follows nothing itself: the authorization server's redirect goes to
 # plugd's loopback listener, fetched as a browser would).
@@ -130,5 +141,22 @@ case $scenario in
   elicitation-sep1034-client-defaults) run "call" "$plugd" --workspace "$ws" tool call srv/test_client_elicitation_defaults --args '{}' ;;
   sse-retry) run "call" "$plugd" --workspace "$ws" tool call srv/test_reconnection --args '{}' ;;
   auth/*) run "call" "$plugd" --workspace "$ws" tool call srv/test-tool --args '{}' ;;
+  *)
+    if [[ ${CONFORMANCE_ERA:-} == 2026-07-28 ]]; then
+      # Every listed tool, the context's arguments where it gives some; a
+      # failing call does not stop the others (the runner judges).
+      python3 - "$tmp/out" "$context" >"$tmp/calls" <<'EOF'
+import json, re, sys
+listed = re.findall(r"\bsrv/([A-Za-z0-9_.-]+)", open(sys.argv[1]).read())
+context = json.loads(sys.argv[2]) if sys.argv[2] else {}
+given = {c["name"]: c.get("arguments", {}) for c in context.get("toolCalls", [])}
+for name in dict.fromkeys(list(given) + listed):
+    print(name + "\t" + json.dumps(given.get(name, {})))
+EOF
+      while IFS=$'\t' read -r name args; do
+        (run "call $name" "$plugd" --workspace "$ws" tool call "srv/$name" --args "$args") || true
+      done <"$tmp/calls"
+    fi
+    ;;
 esac
 log "done"

@@ -12,6 +12,11 @@ runner's own rule for the baseline. Exit status 1 when a scenario fails
 that the baseline does not list, when a listed one passes (stale entry),
 or when the run produced no results at all.
 
+With `--requirements FILE` (the runner's `requirements/<revision>.yaml`),
+the scenarios it runs but never scores (`not_scored`: extension, pending,
+added after the release) are marked so in the table; the baseline still
+covers them (a failure there is listed with its reason like any other).
+
 The baseline is the runner's YAML (`server: [scenario, ...]`, `client:
 [...]`; `--suite` says which list applies); the reason
 for each entry is the comment on its line (`- name  # reason`). Parsed
@@ -42,6 +47,29 @@ def baseline(path: Path, suite: str) -> dict[str, str]:
         m = ENTRY.match(line)
         if m and section == suite:
             out[m["name"]] = (m["reason"] or "").strip()
+    return out
+
+
+def not_scored(path: Path | None) -> dict[str, str]:
+    """Scenario -> why the requirement set runs it unscored (its `reason`)."""
+    out: dict[str, str] = {}
+    if path is None or not path.exists():
+        return out
+    scenario = None
+    inside = False
+    for line in path.read_text().splitlines():
+        if re.match(r"^[A-Za-z_]+\s*:", line):
+            inside = line.startswith("not_scored")
+            continue
+        if not inside:
+            continue
+        m = re.match(r"^\s*-\s*scenario:\s*(\S+)", line)
+        if m:
+            scenario = m[1]
+            continue
+        m = re.match(r"^\s*reason:\s*(\S+)", line)
+        if m and scenario:
+            out[scenario] = m[1]
     return out
 
 
@@ -76,16 +104,22 @@ def main() -> int:
     ap.add_argument("--version", required=True, help="the conformance package's version")
     ap.add_argument("--markdown", type=Path, required=True)
     ap.add_argument("--plugd", default="plugd", help="what was tested: plugd's version and commit")
+    ap.add_argument("--era", default="2025-11-25", help="the protocol revision the run tests")
+    ap.add_argument("--requirements", type=Path, help="the runner's requirements/<revision>.yaml")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # keep the closing line last beside stderr
 
     expected = baseline(args.baseline, args.suite)
     runs = results(args.results, args.suite)
+    unscored = not_scored(args.requirements)
     rows = []
     passed = unexpected = stale = expected_failed = 0
+    scored = {"passed": 0, "failed": 0}
     for scenario, checks in runs.items():
         failed = any(c.get("status") in ("FAILURE", "WARNING") for c in checks)
         listed = scenario in expected
+        if scenario not in unscored:
+            scored["failed" if failed else "passed"] += 1
         if failed and listed:
             expected_failed += 1
             rows.append((scenario, "fail (expected)", expected[scenario] or first_problem(checks)))
@@ -101,14 +135,21 @@ def main() -> int:
             rows.append((scenario, "pass", ""))
 
     width = max((len(r[0]) for r in rows), default=0)
+    rows = [(s, f"{r} (not scored: {unscored[s]})" if s in unscored else r, why) for s, r, why in rows]
     for scenario, result, reason in rows:
         print(f"{scenario:<{width}}  {result}{'  ' + reason if reason else ''}")
 
     today = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     md = (client_header if args.suite == "client" else server_header)(args, today)
+    md += [f"**{passed} passed, {expected_failed} failed as expected, {unexpected} failed unexpectedly.**", ""]
+    if unscored:
+        md += [
+            f"Of the {scored['passed'] + scored['failed']} scenarios the {args.era} requirement set scores, "
+            f"**{scored['passed']} pass**; the others are run and reported but never scored "
+            "(extension, pending, added after the release).",
+            "",
+        ]
     md += [
-        f"**{passed} passed, {expected_failed} failed as expected, {unexpected} failed unexpectedly.**",
-        "",
         "| Scenario | Result | Reason |",
         "| --- | --- | --- |",
     ]
@@ -127,8 +168,28 @@ def main() -> int:
 
 
 def server_header(args: argparse.Namespace, today: str) -> list[str]:
+    if args.era != "2025-11-25":
+        return [
+            "",
+            f"# MCP {args.era}",
+            "",
+            f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
+            f"(`--requirements {args.era}`: the revision's frozen requirement set, run at its stateless wire,",
+            "and the extension and pending scenarios it runs unscored), against the same gateway and fixture,",
+            f"run on {today} ({args.plugd}). Each scenario's checks are in",
+            f"`target/conformance/{args.era}/server-<scenario>-<time>/checks.json`; failures the",
+            f"baseline expects are listed, with their reasons, in `expected-failures-{args.era}.yaml`.",
+            "",
+            "## Server suite",
+            "",
+        ]
     return [
         "# MCP conformance results",
+        "",
+        "Two eras of the protocol, each by its own pinned runner and baseline: 2025-11-25 (0.1.16, first)",
+        "and the stateless 2026-07-28 (0.2.0, after it).",
+        "",
+        "# MCP 2025-11-25",
         "",
         f"The official MCP conformance server suite, `@modelcontextprotocol/conformance@{args.version}`",
         "(`--suite all`: the `active` scenarios and the `pending` ones), against `plugd serve`'s Streamable HTTP gateway at",
@@ -146,6 +207,17 @@ def server_header(args: argparse.Namespace, today: str) -> list[str]:
 
 
 def client_header(args: argparse.Namespace, today: str) -> list[str]:
+    if args.era != "2025-11-25":
+        return [
+            "",
+            "## Client suite",
+            "",
+            f"The official MCP conformance client suite, `@modelcontextprotocol/conformance@{args.version}`",
+            f"(`--requirements {args.era}`, its scenarios side by side), against plugd's MCP client the same way",
+            f"as above; run on {today} ({args.plugd}). Each scenario's checks, and the client's output, are in",
+            f"`target/conformance/{args.era}/client/<scenario>-<time>/`.",
+            "",
+        ]
     return [
         "",
         "## Client suite",

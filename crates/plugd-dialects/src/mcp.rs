@@ -13,6 +13,8 @@
 //!   `notifications/initialized`, the capabilities of the discover result,
 //!   and every request carrying `io.modelcontextprotocol/protocolVersion`,
 //!   `clientCapabilities` and `clientInfo` in `_meta` ([`McpProtocol`]).
+//!   A `-32022` refusal whose `data.supported` names 2026-07-28 is asked
+//!   once more (the refusal was of that request, SEP-2575's retry).
 //!   Any other answer (an error such as `-32601`, a malformed or oversized
 //!   result, only stateful revisions, silence) falls back to the handshake
 //!   below, which then has its whole timeout; only `-32022` naming
@@ -21,7 +23,11 @@
 //!   sampling) answered like the same requests sent on their own, and is
 //!   sent again with `inputResponses` and `requestState`, at most
 //!   [`MAX_INPUT_ROUNDS`] times; any other result that is not
-//!   `"complete"` fails, saying what the server asked for.
+//!   `"complete"` fails, saying what the server asked for (unless the
+//!   gateway's client is on 2026-07-28 itself: `CallContext::rounds`, the
+//!   result is returned for it to answer). A stateless server on stdio
+//!   declaring `listChanged` is sent one `subscriptions/listen` for the
+//!   connection's life, where that revision has it send its list changes.
 //! * Handshake: `initialize` (plugd offers [`PROTOCOL_VERSION`], accepts any
 //!   of [`SUPPORTED_VERSIONS`] back and refuses the rest, which kills the
 //!   server), then `notifications/initialized`, then `tools/list` over at most
@@ -164,6 +170,12 @@ impl Protocol for McpProtocol {
                         meta.insert("progressToken".into(), json!(id));
                     }
                     for (k, v) in stateless.into_iter().flatten() {
+                        // The capabilities of the client plugd relays a
+                        // call's input_required to (set by the gateway)
+                        // stand in for plugd's own.
+                        if k == plugd_mcp::META_CLIENT_CAPABILITIES && meta.contains_key(k) {
+                            continue;
+                        }
                         meta.insert(k.clone(), v.clone());
                     }
                 }
@@ -662,22 +674,35 @@ async fn open(
     // handshake after it, so giving up waiting neither cancels it (the
     // spec forbids cancelling it) nor turns a late answer into an unknown
     // id.
-    let mut probe = tokio::spawn(async move {
-        probe_peer
-            .call("server/discover", Some(params), waited + timeout)
-            .await
-    });
-    let pending = match tokio::time::timeout(waited, &mut probe).await {
-        Ok(joined) => match judge_discover(spec, joined)? {
-            Ok((capabilities, server_version)) => {
-                return Ok(adopt(mcp, meta, capabilities, server_version, from));
+    let probe = || {
+        let (peer, params) = (probe_peer.clone(), params.clone());
+        tokio::spawn(async move {
+            peer.call("server/discover", Some(params), waited + timeout)
+                .await
+        })
+    };
+    let mut retried = false;
+    let pending = loop {
+        let mut probe = probe();
+        match tokio::time::timeout(waited, &mut probe).await {
+            // Refused with -32022 naming the stateless revision among the
+            // supported ones: the refusal was of this request, not of the
+            // revision; asked once more (SEP-2575's retry).
+            Ok(joined) if !retried && refused_but_stateless(&joined) => {
+                tracing::debug!(plugin = %spec.id, "server/discover refused with -32022 naming {}; asking again", plugd_mcp::STATELESS);
+                retried = true;
             }
-            Err(fallback) => {
-                note_fallback(spec, fallback, warnings);
-                None
-            }
-        },
-        Err(_) => Some(probe),
+            Ok(joined) => match judge_discover(spec, joined)? {
+                Ok((capabilities, server_version)) => {
+                    return Ok(adopt(mcp, meta, capabilities, server_version, from));
+                }
+                Err(fallback) => {
+                    note_fallback(spec, fallback, warnings);
+                    break None;
+                }
+            },
+            Err(_) => break Some(probe),
+        }
     };
     match initialize(peer, spec, mcp.offered_roots, timeout).await {
         Ok(opened) => {
@@ -714,6 +739,24 @@ async fn open(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Whether a `server/discover` answer is `-32022` (unsupported protocol
+/// version) whose `data.supported` names the stateless revision plugd
+/// asked in: worth asking again rather than falling back.
+fn refused_but_stateless(
+    joined: &Result<Result<Value, CallError>, tokio::task::JoinError>,
+) -> bool {
+    let Ok(Err(CallError::Remote { error, .. })) = joined else {
+        return false;
+    };
+    error.code == plugd_mcp::version::UNSUPPORTED_PROTOCOL_VERSION
+        && error
+            .data
+            .as_ref()
+            .and_then(|d| d.get("supported"))
+            .and_then(Value::as_array)
+            .is_some_and(|s| s.iter().any(|v| v == plugd_mcp::STATELESS))
 }
 
 fn note_fallback(spec: &PluginSpec, fallback: Fallback, warnings: &mut Vec<String>) {
@@ -863,6 +906,57 @@ fn judge_discover(
     Ok(Ok((capabilities, server_version)))
 }
 
+/// How long a `subscriptions/listen` request may stay open: the life of
+/// the connection (the server's exit fails it sooner).
+const LISTEN_FOR: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// The `subscriptions/listen` filter for the list changes a stateless
+/// server declares it sends (`listChanged` of tools, prompts, resources);
+/// `None` when it declares none.
+fn listen_filter(capabilities: &Value) -> Option<Value> {
+    let mut filter = serde_json::Map::new();
+    for (cap, key) in [
+        ("tools", "toolsListChanged"),
+        ("prompts", "promptsListChanged"),
+        ("resources", "resourcesListChanged"),
+    ] {
+        if capabilities
+            .get(cap)
+            .and_then(|c| c.get("listChanged"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            filter.insert(key.into(), json!(true));
+        }
+    }
+    (!filter.is_empty()).then_some(Value::Object(filter))
+}
+
+/// 2026-07-28 has a server send its list changes only on a
+/// `subscriptions/listen` stream: a stateless server on stdio gets one for
+/// the connection's life, so its `notifications/*/list_changed` reach the
+/// handler above as a session's would. It ends with the connection (or at
+/// once, for a server without the method).
+fn listen(peer: &Peer, plugin: &str, filter: Value) {
+    let peer = peer.clone();
+    let plugin = plugin.to_owned();
+    tokio::spawn(async move {
+        let params = json!({"notifications": filter});
+        match peer
+            .call("subscriptions/listen", Some(params), LISTEN_FOR)
+            .await
+        {
+            Ok(_) => tracing::debug!(
+                plugin,
+                "the MCP server ended its subscriptions/listen stream"
+            ),
+            Err(e) => {
+                tracing::debug!(plugin, error = %e, "subscriptions/listen to the MCP server ended")
+            }
+        }
+    });
+}
+
 /// plugd's `clientInfo`.
 fn client_info() -> Value {
     json!({"name": "plugd", "version": env!("CARGO_PKG_VERSION")})
@@ -908,6 +1002,12 @@ pub async fn handshake(
         warnings.push("the server declares no \"tools\" capability; it offers no tools".into());
         Vec::new()
     };
+    if revision == plugd_mcp::STATELESS
+        && spec.mcp.as_ref().is_none_or(|m| !m.is_remote())
+        && let Some(filter) = listen_filter(&capabilities)
+    {
+        listen(peer, &spec.id, filter);
+    }
     // Subscriptions belong to the plugin: a restarted server gets them back.
     if let Some(mcp) = mcp {
         let uris = mcp.subscriptions.of(&spec.id);
@@ -1326,6 +1426,18 @@ impl Dialect for Mcp {
             } else {
                 let deadline = tokio::time::Instant::now() + timeout;
                 let mut params = with_trace(json!({"name": tool.wire(), "arguments": args}));
+                // A 2026-07-28 client of the gateway answers input_required
+                // itself: its answers go along, the question goes back.
+                let passes_input = ctx.rounds.is_some();
+                for (k, v) in ctx.rounds.iter().flatten() {
+                    match (params.get_mut(k).and_then(Value::as_object_mut), v) {
+                        // `_meta`: merged (the trace stays).
+                        (Some(meta), Value::Object(add)) => {
+                            meta.extend(add.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        }
+                        _ => params[k] = v.clone(),
+                    }
+                }
                 let mut rounds = 0;
                 loop {
                     // The first request has the call's own timeout (errors report
@@ -1349,9 +1461,12 @@ impl Dialect for Mcp {
                         .map_err(tools_call_error)?;
                     // 2026-07-28: the server asks for input inside the result and
                     // is asked again with the answers.
-                    if result.get("resultType").and_then(Value::as_str) != Some("input_required")
-                        || rounds >= MAX_INPUT_ROUNDS
-                    {
+                    let asks =
+                        result.get("resultType").and_then(Value::as_str) == Some("input_required");
+                    if passes_input && asks {
+                        return Ok(result);
+                    }
+                    if !asks || rounds >= MAX_INPUT_ROUNDS {
                         break result;
                     }
                     rounds += 1;

@@ -550,6 +550,19 @@ impl<'a> Features<'a> {
         arguments: &BTreeMap<String, String>,
         timeout: Duration,
     ) -> Result<Value, FeatureError> {
+        self.get_prompt_with(name, arguments, None, timeout).await
+    }
+
+    /// [`Features::get_prompt`] with a 2026-07-28 client's `rounds`
+    /// (`inputResponses`, `requestState`) sent along; then an
+    /// `input_required` reply is returned unchecked, for that client.
+    pub async fn get_prompt_with(
+        &self,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+        rounds: Option<&serde_json::Map<String, Value>>,
+        timeout: Duration,
+    ) -> Result<Value, FeatureError> {
         const METHOD: &str = "prompts/get";
         self.require(Capability::Prompts, METHOD)?;
         if name.is_empty() {
@@ -562,7 +575,15 @@ impl<'a> Features<'a> {
         if !arguments.is_empty() {
             params["arguments"] = json!(arguments);
         }
+        for (k, v) in rounds.into_iter().flatten() {
+            params[k] = v.clone();
+        }
         let reply = self.peer.call(METHOD, Some(params), timeout).await?;
+        if rounds.is_some()
+            && reply.get("resultType").and_then(Value::as_str) == Some("input_required")
+        {
+            return Ok(reply);
+        }
         if let Some(why) = crate::mcp::not_complete(&reply) {
             return Err(self.malformed(METHOD, why));
         }

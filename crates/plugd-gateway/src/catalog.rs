@@ -100,7 +100,13 @@ fn rpc_code(c: Code) -> i64 {
     }
 }
 
+/// A runtime error as the client's JSON-RPC error: a hosted server's own
+/// error reply as it sent it ([`crate::hosted::rpc_error`]), anything else
+/// by the table above.
 fn runtime_error(e: RuntimeError) -> Value {
+    if let Some(remote) = crate::hosted::rpc_error(&e) {
+        return remote;
+    }
     let e = ServiceError::from(e);
     error(rpc_code(e.code), e.message)
 }
@@ -163,16 +169,28 @@ fn uri_param(params: &Value) -> Result<&str, Value> {
         .ok_or_else(|| error(code::INVALID_PARAMS, "needs a \"uri\""))
 }
 
-fn unknown_resource(uri: &str) -> Value {
-    json!({"code": -32002, "message": format!("Resource not found: {uri}"), "data": {"uri": uri}})
+/// A URI no server of the session has: `-32002` up to 2025-11-25,
+/// `-32602` (invalid params) from 2026-07-28 (SEP-2164), the URI in `data`.
+fn unknown_resource(uri: &str, stateless: bool) -> Value {
+    let code = if stateless {
+        code::INVALID_PARAMS
+    } else {
+        -32002
+    };
+    json!({"code": code, "message": format!("Resource not found: {uri}"), "data": {"uri": uri}})
 }
 
-/// `resources/read`: the server's result, its URIs in the client's form.
-pub(crate) async fn read(session: &Session, params: &Value) -> Result<Value, Value> {
+/// `resources/read`: the server's result, its URIs in the client's form; a
+/// server's own error names the URI the client sent.
+pub(crate) async fn read(
+    session: &Session,
+    params: &Value,
+    stateless: bool,
+) -> Result<Value, Value> {
     let uri = uri_param(params)?;
     let scope = scope(session);
     let Some((server, original)) = scope.uri_in(uri) else {
-        return Err(unknown_resource(uri));
+        return Err(unknown_resource(uri, stateless));
     };
     let mut out = session
         .inner
@@ -180,7 +198,15 @@ pub(crate) async fn read(session: &Session, params: &Value) -> Result<Value, Val
         .runtime()
         .read_resource(&server, &original)
         .await
-        .map_err(runtime_error)?;
+        .map_err(|e| {
+            let mut e = runtime_error(e);
+            if let Some(data) = e.get_mut("data").and_then(Value::as_object_mut)
+                && data.contains_key("uri")
+            {
+                data.insert("uri".into(), json!(uri));
+            }
+            e
+        })?;
     if let Some(contents) = out.get_mut("contents").and_then(Value::as_array_mut) {
         for c in contents {
             if let Some(u) = c.get("uri").and_then(Value::as_str).map(str::to_owned) {
@@ -196,7 +222,7 @@ pub(crate) async fn subscribe(session: &Session, params: &Value, on: bool) -> Re
     let uri = uri_param(params)?;
     let scope = scope(session);
     let Some((server, original)) = scope.uri_in(uri) else {
-        return Err(unknown_resource(uri));
+        return Err(unknown_resource(uri, false));
     };
     let rt = session.inner.gw.runtime();
     if on {
@@ -275,7 +301,15 @@ fn unknown_prompt(name: &str) -> Value {
 }
 
 /// `prompts/get`.
-pub(crate) async fn get_prompt(session: &Session, params: &Value) -> Result<Value, Value> {
+///
+/// `stateless`: the client is on 2026-07-28, so a server's
+/// `input_required` result passes to it, and its `inputResponses` and
+/// `requestState` on to the server ([`crate::hosted`]).
+pub(crate) async fn get_prompt(
+    session: &Session,
+    params: &Value,
+    stateless: bool,
+) -> Result<Value, Value> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
         return Err(error(code::INVALID_PARAMS, "prompts/get needs a \"name\""));
     };
@@ -295,8 +329,9 @@ pub(crate) async fn get_prompt(session: &Session, params: &Value) -> Result<Valu
                 args.insert(k.clone(), v);
             }
         }
+        let rounds = stateless.then(|| crate::hosted::round_params(params).unwrap_or_default());
         let mut out = rt
-            .get_prompt(&owner, &original, &args)
+            .get_prompt_with(&owner, &original, &args, rounds.as_ref())
             .await
             .map_err(runtime_error)?;
         rewrite_embedded_uris(&scope, &owner, &mut out);
@@ -362,7 +397,7 @@ pub(crate) async fn complete(session: &Session, params: &Value) -> Result<Value,
                 Some((server, original)) => {
                     (server, json!({"type": "ref/resource", "uri": original}))
                 }
-                None => return Err(unknown_resource(uri)),
+                None => return Err(unknown_resource(uri, false)),
             }
         }
         _ => {

@@ -24,6 +24,7 @@
 
 mod approve;
 mod catalog;
+mod hosted;
 mod session;
 pub mod stdio;
 mod tools;

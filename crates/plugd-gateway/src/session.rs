@@ -34,6 +34,16 @@ pub(crate) mod code {
     pub const INTERNAL: i64 = -32603;
 }
 
+/// The methods of the stateful revisions that 2026-07-28 removed: a
+/// stateless request for one is answered `-32601` (HTTP `404`).
+pub(crate) const REMOVED_IN_STATELESS: [&str; 5] = [
+    "initialize",
+    "ping",
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
 /// Most requests of one session in flight at once; beyond, a request is
 /// answered with an error at once (a client cannot pile up tasks).
 pub const MAX_IN_FLIGHT: usize = 1024;
@@ -270,6 +280,14 @@ impl Session {
         }
     }
 
+    /// 2026-07-28 `subscriptions/listen`: this (request-scoped) session
+    /// sends the catalog's list changes to `sink` from now on, as a
+    /// handshake-made session would on its stream.
+    pub fn listen(&self, sink: Sink) {
+        lock(&self.inner.state).version = Some(version::STATELESS);
+        self.set_notifier(sink);
+    }
+
     /// Records that the client subscribed to (or left) `server`'s `uri`,
     /// which it names `client_uri`.
     pub(crate) fn subscribed(&self, server: &str, uri: &str, client_uri: &str, on: bool) {
@@ -422,6 +440,14 @@ impl Session {
         if !params.is_object() {
             return Err(error(code::INVALID_PARAMS, "params must be an object"));
         }
+        let stateless = cx.version == version::STATELESS;
+        if stateless && REMOVED_IN_STATELESS.contains(&method) {
+            return Err(json!({
+                "code": code::METHOD_NOT_FOUND,
+                "message": format!("method {method:?} is not part of MCP revision {} (it has no handshake, no sessions and no server-side log level or subscriptions); see server/discover", version::STATELESS),
+                "data": {"method": method, "revision": version::STATELESS},
+            }));
+        }
         let out = match method {
             "initialize" => self.initialize(&params),
             "server/discover" => Ok(self.discover()),
@@ -437,11 +463,11 @@ impl Session {
             "tools/call" => tools::call(self, &params, &cx).await,
             "resources/list" => catalog::resources(self).await,
             "resources/templates/list" => catalog::templates(self).await,
-            "resources/read" => catalog::read(self, &params).await,
+            "resources/read" => catalog::read(self, &params, stateless).await,
             "resources/subscribe" => catalog::subscribe(self, &params, true).await,
             "resources/unsubscribe" => catalog::subscribe(self, &params, false).await,
             "prompts/list" => catalog::prompts(self).await,
-            "prompts/get" => catalog::get_prompt(self, &params).await,
+            "prompts/get" => catalog::get_prompt(self, &params, stateless).await,
             "completion/complete" => catalog::complete(self, &params).await,
             _ => Err(error(
                 code::METHOD_NOT_FOUND,
@@ -501,6 +527,8 @@ impl Session {
             "capabilities": self.capabilities(),
             "serverInfo": self.server_info(),
             "instructions": self.instructions(),
+            // Where 2026-07-28 has the server identify itself.
+            "_meta": {"io.modelcontextprotocol/serverInfo": self.server_info()},
         })
     }
 
@@ -686,6 +714,7 @@ fn stateless_result(method: &str, mut out: Value) -> Value {
                 | "resources/list"
                 | "resources/templates/list"
                 | "prompts/list"
+                | "resources/read"
         ) {
             obj.entry("cacheScope").or_insert_with(|| json!("private"));
             obj.entry("ttlMs").or_insert_with(|| json!(0));

@@ -303,11 +303,26 @@ pub(crate) async fn call(
             sink,
             capabilities: cx.capabilities.clone(),
             stateless: cx.version == plugd_mcp::STATELESS,
+            // 2026-07-28: log messages only for a request that set a level.
+            logs: cx.version != plugd_mcp::STATELESS
+                || params
+                    .get("_meta")
+                    .is_some_and(|m| m.get("io.modelcontextprotocol/logLevel").is_some()),
             timeout: rt
                 .risk_config()
                 .map(|p| p.approval_timeout)
                 .unwrap_or(Duration::from_secs(120)),
         }))
+    });
+    // A 2026-07-28 client answers a server's input_required itself: its
+    // answers and its capabilities go to the server with the call.
+    let rounds = (cx.version == plugd_mcp::STATELESS).then(|| {
+        let mut r = crate::hosted::round_params(params).unwrap_or_default();
+        r.insert(
+            "_meta".into(),
+            json!({(plugd_mcp::META_CLIENT_CAPABILITIES): cx.capabilities}),
+        );
+        r
     });
     let ctx = CallContext {
         session_id: hook_cx.session_id.clone(),
@@ -317,6 +332,7 @@ pub(crate) async fn call(
         progress,
         client,
         caller: Some(session.caller().name.clone()),
+        rounds,
         ..CallContext::default()
     };
 
@@ -353,7 +369,14 @@ pub(crate) async fn call(
             };
             (false, tool_error(message), how)
         }
-        Err(e) => (false, tool_error(e.to_string()), "failed"),
+        Err(e) => match crate::hosted::rpc_error(&e) {
+            // The hosted server's own error reply, code and data kept.
+            Some(remote) => {
+                log_call(session, &entry, false, started, "error reply");
+                return Err(remote);
+            }
+            None => (false, tool_error(e.to_string()), "failed"),
+        },
     };
     log_call(session, &entry, ok, started, how);
     Ok(result)
@@ -368,6 +391,7 @@ struct GatewayLink {
     sink: crate::Sink,
     capabilities: Value,
     stateless: bool,
+    logs: bool,
     timeout: Duration,
 }
 
@@ -397,6 +421,9 @@ impl ClientLink for GatewayLink {
     }
 
     fn notify(&self, method: &str, params: Value) {
+        if method == "notifications/message" && !self.logs {
+            return;
+        }
         let _ = self
             .sink
             .send(json!({"jsonrpc": "2.0", "method": method, "params": params}));
@@ -463,7 +490,10 @@ fn as_call_result(rt: &plugd_runtime::Runtime, entry: &ToolEntry, value: Value) 
             .capabilities()
             .mcp_results
     });
-    if from_mcp && value.get("content").is_some_and(Value::is_array) {
+    if from_mcp
+        && (value.get("content").is_some_and(Value::is_array)
+            || crate::hosted::is_input_required(&value))
+    {
         return value;
     }
     as_result_shape(value)

@@ -78,6 +78,12 @@ pub struct CallContext {
     /// The delegated credentials minted for this invocation (VAI
     /// `context.gateway`); the runtime mints them, a dialect only sends them.
     pub gateway: Option<GatewayGrant>,
+    /// Set by the MCP gateway for a client on the stateless revision
+    /// (2026-07-28), which answers a server's `input_required` result
+    /// itself: these params of its request (`inputResponses`,
+    /// `requestState`, often none) go to an MCP server with the call, and
+    /// an `input_required` result comes back as the call's result.
+    pub rounds: Option<serde_json::Map<String, Value>>,
 }
 
 /// VAI `context.gateway`: where the plugin reaches plugd's API, the

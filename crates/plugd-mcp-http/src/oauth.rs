@@ -571,6 +571,10 @@ pub async fn register(
         };
     let mut body = json!({
         "client_name": "plugd",
+        // A CLI on the operator's machine with a loopback redirect: a
+        // native application (RFC 7591 via OpenID DCR; MCP SEP-837 has
+        // clients say which).
+        "application_type": "native",
         "redirect_uris": [redirect_uri],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],

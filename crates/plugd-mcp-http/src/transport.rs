@@ -9,6 +9,8 @@
 //! session, sends the revision of its `_meta` there, with `Mcp-Method` and
 //! `Mcp-Name`); a `404` on a request carrying the session means
 //! the session is gone (the pipe ends, so the supervisor starts a new one);
+//! another `4xx` whose body is a JSON-RPC error (2026-07-28's refusals:
+//! `-32022`, `-32601`, `-32020`) is that request's error reply;
 //! an SSE response that ends before the request's answer is resumed with
 //! `GET` + `Last-Event-ID` after the server's `retry` delay; the GET stream
 //! (server-initiated messages) is opened after `notifications/initialized`,
@@ -541,6 +543,20 @@ async fn post(
             .await;
         }
         if !status.is_success() {
+            // 2026-07-28 answers a refused request with a 4xx whose body is
+            // its JSON-RPC error (-32022 with the supported versions,
+            // -32601, -32020): that error is the reply, kept whole.
+            if status.is_client_error() && id.is_some() && content_type(&resp) == "application/json"
+            {
+                let bytes = read_bounded(resp, 4096).await.unwrap_or_default();
+                let is_error = serde_json::from_slice::<Value>(&bytes)
+                    .is_ok_and(|v| v.get("error").is_some_and(Value::is_object));
+                if is_error && deliver(shared, &bytes, id.as_ref(), false).await {
+                    return;
+                }
+                let text: String = String::from_utf8_lossy(&bytes).chars().take(300).collect();
+                return fail(shared, id.as_ref(), format!("HTTP {status}: {text}")).await;
+            }
             let excerpt = excerpt(resp).await;
             return fail(shared, id.as_ref(), format!("HTTP {status}: {excerpt}")).await;
         }

@@ -187,9 +187,23 @@ impl Runtime {
         name: &str,
         arguments: &BTreeMap<String, String>,
     ) -> Result<Value, RuntimeError> {
+        self.get_prompt_with(server, name, arguments, None).await
+    }
+
+    /// [`Runtime::get_prompt`] for a client on the 2026-07-28 revision
+    /// when `rounds` is set: those params (`inputResponses`,
+    /// `requestState`) go to the server too, and an `input_required`
+    /// result is returned as it is, for the client to answer.
+    pub async fn get_prompt_with(
+        &self,
+        server: &str,
+        name: &str,
+        arguments: &BTreeMap<String, String>,
+        rounds: Option<&serde_json::Map<String, Value>>,
+    ) -> Result<Value, RuntimeError> {
         let (conn, timeout) = self.mcp_conn(server, "prompts").await?;
         let f = plugd_dialects::features(&conn, &conn.spec, "prompts")?;
-        Ok(f.get_prompt(name, arguments, timeout).await?)
+        Ok(f.get_prompt_with(name, arguments, rounds, timeout).await?)
     }
 
     /// `completion/complete` on `server` for `reference` (`{"type":

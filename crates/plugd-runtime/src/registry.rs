@@ -113,7 +113,8 @@ impl ToolEntry {
     /// Checks a result's `structuredContent` (a VAI result's
     /// `structured_output`) against the tool's declared output schema (MCP
     /// `outputSchema`, VAI `output_schema`): `Ok` when it declares none or
-    /// the result is an error result; otherwise why it does not conform,
+    /// the result is an error result or a 2026-07-28 `input_required` one;
+    /// otherwise why it does not conform,
     /// each offending place named by its JSON Pointer under the field.
     pub fn check_output(&self, result: &Value) -> Result<(), String> {
         let Some(schema) = self.def.output_schema() else {
@@ -121,6 +122,11 @@ impl ToolEntry {
         };
         let flag = result.get("isError").or_else(|| result.get("is_error"));
         if flag.and_then(Value::as_bool) == Some(true) {
+            return Ok(());
+        }
+        // A 2026-07-28 question for the client (passed through the gateway)
+        // is not the tool's result yet.
+        if result.get("resultType").and_then(Value::as_str) == Some("input_required") {
             return Ok(());
         }
         let validator = self

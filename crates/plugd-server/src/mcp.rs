@@ -11,8 +11,13 @@
 //!   to approve through elicitation) carrying the request's notifications
 //!   and server requests, then its response. Client responses and
 //!   notifications: `202 Accepted`.
-//! - A request naming the stateless revision (`2026-07-28`) in its `_meta`
-//!   needs no session.
+//! - A request naming the stateless revision (`2026-07-28`) in its `_meta`,
+//!   or sent with `MCP-Protocol-Version: 2026-07-28`, needs no session. Its
+//!   envelope is checked first ([`check_stateless`]: `400` with a JSON-RPC
+//!   error carrying its id), its errors get the revision's HTTP status
+//!   ([`stateless_status`]), it is a stream only when it asked for progress
+//!   or log messages, and `subscriptions/listen` is a stream of the list
+//!   changes it asked for ([`listen_stream`]).
 //! - `GET` with the header: the session's stream for `tools/list_changed`.
 //!   With `Last-Event-ID` as well: that stream (the `GET` stream or a
 //!   request's) resumed, what the client missed first (see
@@ -31,8 +36,9 @@
 //! - `Mcp-Method` and `Mcp-Name` (2026-07-28 routing headers), when sent,
 //!   must say what the body says (its `method`; the `name` of `tools/call`
 //!   and `prompts/get`, the `uri` of `resources/read`, plain or
-//!   `=?base64?…?=`): otherwise `400` with a JSON-RPC error, and nothing
-//!   runs.
+//!   `=?base64?…?=`): otherwise `400` with a JSON-RPC error (`-32020`,
+//!   HeaderMismatch), and nothing runs. A 2026-07-28 request must send
+//!   them (`Mcp-Name` when the body names a tool, prompt or resource).
 //!
 //! Sessions idle for [`SESSION_IDLE`] are dropped; at most
 //! [`MAX_SESSIONS`] live at once, and at most
@@ -325,6 +331,16 @@ async fn post(
     body: Value,
 ) -> Result<Response, ApiError> {
     let mcp = mcp_state(&state)?.clone();
+    let stateless = is_stateless(&headers, &body);
+    let modern = header_text(&headers, VERSION_HEADER) == Some(version::STATELESS)
+        || version::meta_revision(body.get("params")).and_then(Value::as_str)
+            == Some(version::STATELESS);
+    if let Err(resp) = check_routing_headers(&headers, &body, modern) {
+        return Ok(*resp);
+    }
+    if stateless && let Err(resp) = check_stateless(&headers, &body) {
+        return Ok(*resp);
+    }
     if let Some(v) = headers.get(VERSION_HEADER).and_then(|v| v.to_str().ok())
         && !version::is_supported(v)
     {
@@ -337,9 +353,6 @@ async fn post(
             ),
         ));
     }
-    if let Err(resp) = check_routing_headers(&headers, &body) {
-        return Ok(*resp);
-    }
     if let Value::Array(batch) = &body
         && let Err(resp) = check_batch_size(batch, &mcp.limits)
     {
@@ -347,9 +360,8 @@ async fn post(
     }
     let profile = profile.as_deref();
     let is_initialize = body.get("method").and_then(Value::as_str) == Some("initialize");
-    let stateless = version::meta_revision(body.get("params")).is_some();
     let session = match session_header(&headers) {
-        _ if is_initialize => {
+        _ if is_initialize && !stateless => {
             let session = mcp
                 .gateway
                 .session(caller(&identity), profile)
@@ -426,9 +438,238 @@ async fn post(
             session.handle(msg, None).await;
             Ok(StatusCode::ACCEPTED.into_response())
         }
+        msg if stateless
+            && msg.get("method").and_then(Value::as_str) == Some("subscriptions/listen") =>
+        {
+            Ok(listen_stream(session, &msg))
+        }
+        msg if stateless => {
+            // 2026-07-28: a stream only for what the request asked to hear
+            // (progress, log messages), so an error keeps its HTTP status.
+            let asked = msg
+                .get("params")
+                .and_then(|p| p.get("_meta"))
+                .is_some_and(|m| {
+                    m.get("progressToken").is_some() || m.get(META_LOG_LEVEL).is_some()
+                });
+            if accepts_sse(&headers) && asked && session.may_stream(&msg) {
+                return Ok(stream(session, &hub, msg));
+            }
+            let reply = session.handle(msg, None).await;
+            let status = reply
+                .as_ref()
+                .map_or(StatusCode::ACCEPTED, stateless_status);
+            let mut resp = json_response(reply);
+            *resp.status_mut() = status;
+            Ok(resp)
+        }
         msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, &hub, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
     }
+}
+
+/// The `_meta` key tagging each notification of a listen stream with the
+/// id of its `subscriptions/listen` request.
+const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// The list changes `subscriptions/listen` can ask for: its filter's key,
+/// and the notification.
+const LISTEN_KINDS: [(&str, &str); 3] = [
+    ("toolsListChanged", "notifications/tools/list_changed"),
+    ("promptsListChanged", "notifications/prompts/list_changed"),
+    (
+        "resourcesListChanged",
+        "notifications/resources/list_changed",
+    ),
+];
+
+/// 2026-07-28 `subscriptions/listen`: an SSE stream that opens with
+/// `notifications/subscriptions/acknowledged` (the filter's kinds plugd
+/// honours: the three list changes; resource updates are not offered), then
+/// carries the catalog's list changes the filter asked for, each tagged
+/// with the request's id in `_meta`. It lasts until the client goes.
+fn listen_stream(session: Session, msg: &Value) -> Response {
+    use futures_util::StreamExt as _;
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let filter = msg
+        .get("params")
+        .and_then(|p| p.get("notifications"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let mut honoured = serde_json::Map::new();
+    for (key, _) in LISTEN_KINDS {
+        if filter.get(key).and_then(Value::as_bool) == Some(true) {
+            honoured.insert(key.into(), json!(true));
+        }
+    }
+    let tag = json!({(META_SUBSCRIPTION_ID): id});
+    let ack = json!({
+        "jsonrpc": "2.0",
+        "method": "notifications/subscriptions/acknowledged",
+        "params": {"notifications": honoured, "_meta": tag},
+    });
+    let (tx, rx) = mpsc::unbounded_channel::<Value>();
+    session.listen(tx);
+    let wanted: Vec<&'static str> = LISTEN_KINDS
+        .iter()
+        .filter(|(key, _)| honoured.contains_key(*key))
+        .map(|(_, method)| *method)
+        .collect();
+    let changes = futures_util::stream::unfold((rx, session), |(mut rx, session)| async move {
+        let m = rx.recv().await?;
+        Some((m, (rx, session)))
+    })
+    .filter_map(move |mut m: Value| {
+        let keep = m
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|method| wanted.contains(&method));
+        if keep {
+            let params = m
+                .as_object_mut()
+                .map(|o| o.entry("params").or_insert_with(|| json!({})));
+            if let Some(Value::Object(p)) = params {
+                let meta = p.entry("_meta").or_insert_with(|| json!({}));
+                if let Some(meta) = meta.as_object_mut() {
+                    meta.insert(META_SUBSCRIPTION_ID.into(), id.clone());
+                }
+            }
+        }
+        std::future::ready(keep.then_some(m))
+    });
+    let frames = futures_util::stream::once(std::future::ready(ack))
+        .chain(changes)
+        .map(|m| Ok::<_, std::convert::Infallible>(format!("data: {m}\n\n")));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(frames),
+    )
+        .into_response()
+}
+
+/// The `_meta` key of a 2026-07-28 request asking for log messages.
+const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+
+/// 2026-07-28: the protocol version header disagrees with `_meta`.
+const HEADER_MISMATCH: i64 = -32020;
+
+/// JSON-RPC's "invalid params".
+const INVALID_PARAMS: i64 = -32602;
+
+/// Whether a message is on the stateless revision: its `_meta` names a
+/// protocol version (any: the session-less path), or it comes with
+/// `MCP-Protocol-Version: 2026-07-28`.
+fn is_stateless(headers: &HeaderMap, body: &Value) -> bool {
+    body.is_object()
+        && (version::meta_revision(body.get("params")).is_some()
+            || header_text(headers, VERSION_HEADER) == Some(version::STATELESS))
+}
+
+/// The HTTP status of a 2026-07-28 JSON response: `404` for a method the
+/// server does not have, `400` for the revision's own refusals (header
+/// mismatch, a capability the client did not declare, an unsupported
+/// version), `200` otherwise.
+fn stateless_status(reply: &Value) -> StatusCode {
+    match reply
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+    {
+        Some(-32601) => StatusCode::NOT_FOUND,
+        Some(-32020 | -32021) => StatusCode::BAD_REQUEST,
+        Some(c) if c == version::UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
+        _ => StatusCode::OK,
+    }
+}
+
+/// The checks of a 2026-07-28 request's envelope, before anything runs, each
+/// answered `400` with a JSON-RPC error carrying the request's id: a
+/// version plugd does not speak (`-32022`, with the versions it does), a
+/// `_meta` without `protocolVersion` or `clientCapabilities` (`-32602`),
+/// a header that says another version than `_meta` (`-32020`).
+/// Notifications and responses pass.
+fn check_stateless(headers: &HeaderMap, body: &Value) -> Result<(), Box<Response>> {
+    if body.get("method").is_none() || body.get("id").is_none() {
+        return Ok(());
+    }
+    let id = body.get("id").cloned().unwrap_or(Value::Null);
+    let unsupported = |v: &str| {
+        Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id.clone(),
+            version::UNSUPPORTED_PROTOCOL_VERSION,
+            format!(
+                "unsupported MCP protocol version {v:?}; plugd speaks {}",
+                version::SUPPORTED.join(", ")
+            ),
+            json!({"supported": version::SUPPORTED, "requested": v}),
+        ))
+    };
+    let header = header_text(headers, VERSION_HEADER);
+    if let Some(v) = header
+        && !version::is_supported(v)
+    {
+        return Err(unsupported(v));
+    }
+    let invalid_params = |message: String| {
+        Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id.clone(),
+            INVALID_PARAMS,
+            message,
+            json!({"code": "invalid_meta"}),
+        ))
+    };
+    let Some(meta) = body
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+    else {
+        return Err(invalid_params(format!(
+            "a request of MCP revision {} needs params._meta with {} and {}",
+            version::STATELESS,
+            version::META_PROTOCOL_VERSION,
+            version::META_CLIENT_CAPABILITIES
+        )));
+    };
+    let Some(meta_version) = meta.get(version::META_PROTOCOL_VERSION) else {
+        return Err(invalid_params(format!(
+            "params._meta has no {}; name the protocol version of the request there",
+            version::META_PROTOCOL_VERSION
+        )));
+    };
+    let meta_version = meta_version.as_str().unwrap_or("(not text)");
+    if meta_version == version::STATELESS
+        && !meta
+            .get(version::META_CLIENT_CAPABILITIES)
+            .is_some_and(Value::is_object)
+    {
+        return Err(invalid_params(format!(
+            "params._meta has no {} object; send the client's capabilities ({{}} for none)",
+            version::META_CLIENT_CAPABILITIES
+        )));
+    }
+    if let Some(h) = header
+        && h != meta_version
+    {
+        return Err(Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id.clone(),
+            HEADER_MISMATCH,
+            format!(
+                "MCP-Protocol-Version {h:?} does not match params._meta {} {meta_version:?}; send the same version in both",
+                version::META_PROTOCOL_VERSION
+            ),
+            json!({"header": h, "meta": meta_version}),
+        )));
+    }
+    if !version::is_supported(meta_version) {
+        return Err(unsupported(meta_version));
+    }
+    Ok(())
 }
 
 /// Bytes `v` takes as JSON, counted without writing it anywhere.
@@ -510,43 +751,63 @@ fn decode_name(value: &str) -> Option<String> {
     }
 }
 
-/// `400` when `Mcp-Method` or `Mcp-Name` disagree with the body (a batch
-/// carries neither: they route one message).
-fn check_routing_headers(headers: &HeaderMap, body: &Value) -> Result<(), Box<Response>> {
+/// `400` with `-32020` (HeaderMismatch) when `Mcp-Method` or `Mcp-Name`
+/// disagree with the body (a batch carries neither: they route one
+/// message); on the stateless revision (`stateless`) a request must send
+/// them: `Mcp-Method` always, `Mcp-Name` when the body names a tool, prompt
+/// or resource.
+fn check_routing_headers(
+    headers: &HeaderMap,
+    body: &Value,
+    stateless: bool,
+) -> Result<(), Box<Response>> {
     let method_h = header_text(headers, METHOD_HEADER);
     let name_h = header_text(headers, NAME_HEADER);
-    if method_h.is_none() && name_h.is_none() {
+    let required = stateless && body.get("id").is_some() && body.get("method").is_some();
+    if method_h.is_none() && name_h.is_none() && !required {
         return Ok(());
     }
     let id = body.get("id").cloned().unwrap_or(Value::Null);
-    let mismatch = |what: String, sent: &str, body_says: Option<&str>| {
-        Box::new(invalid(
-            id.clone(),
-            format!(
+    let mismatch = |what: &str, sent: Option<&str>, body_says: Option<&str>| {
+        let message = match sent {
+            Some(sent) => format!(
                 "{what} {sent:?} does not match the body ({}); send the headers of the message in the body, or none",
                 body_says.map_or("which names none".to_owned(), |b| format!("{b:?}"))
             ),
+            None => format!(
+                "a request of MCP revision {} must send the {what} header ({})",
+                version::STATELESS,
+                body_says.map_or("the body's method".to_owned(), |b| format!("{b:?}"))
+            ),
+        };
+        Box::new(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id.clone(),
+            HEADER_MISMATCH,
+            message,
             json!({"code": "header_mismatch", "header": sent, "body": body_says}),
         ))
     };
     let method = body.get("method").and_then(Value::as_str);
-    if let Some(m) = method_h
-        && Some(m) != method
-    {
-        return Err(mismatch("Mcp-Method".into(), m, method));
+    match method_h {
+        Some(m) if Some(m) != method => return Err(mismatch("Mcp-Method", Some(m), method)),
+        None if required => return Err(mismatch("Mcp-Method", None, method)),
+        _ => {}
     }
-    if let Some(n) = name_h {
-        let key = match method {
-            Some("tools/call" | "prompts/get") => Some("name"),
-            Some("resources/read") => Some("uri"),
-            _ => None,
-        };
-        let named = key
-            .and_then(|k| body.get("params").and_then(|p| p.get(k)))
-            .and_then(Value::as_str);
-        if decode_name(n).as_deref() != named || named.is_none() {
-            return Err(mismatch("Mcp-Name".into(), n, named));
+    let key = match method {
+        Some("tools/call" | "prompts/get") => Some("name"),
+        Some("resources/read") => Some("uri"),
+        _ => None,
+    };
+    let named = key
+        .and_then(|k| body.get("params").and_then(|p| p.get(k)))
+        .and_then(Value::as_str);
+    match name_h {
+        Some(n) if decode_name(n).as_deref() != named || named.is_none() => {
+            return Err(mismatch("Mcp-Name", Some(n), named));
         }
+        None if required && named.is_some() => return Err(mismatch("Mcp-Name", None, named)),
+        _ => {}
     }
     Ok(())
 }

@@ -4,9 +4,11 @@ plugd serves this server's tools, resources, prompts and completions at
 `/mcp/conformance` (plugd.yaml's profile with bare names), and the official
 conformance runner (`scripts/conformance`) checks plugd's gateway by calling
 them. So everything here is written to the letter of the scenario texts of
-@modelcontextprotocol/conformance 0.1.16 (`conformance list`, each
-scenario's "Server Implementation Requirements"): a scenario that fails
-then fails because of the gateway, not because of this fixture.
+@modelcontextprotocol/conformance 0.1.16 and, for the 2026-07-28 revision,
+0.2.0-alpha.12 (`conformance list`, each scenario's "Server Implementation
+Requirements"; the second hosting of this script, spoken to statelessly,
+at `/mcp/conformance-2026-07-28`): a scenario that fails then fails because
+of the gateway, not because of this fixture.
 
 Written with the official Python SDK (mcp==2.3.0, its high-level
 `MCPServer`), on stdio: plugd starts it from `.mcp.json`.
@@ -21,6 +23,8 @@ from typing import Any
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer, UserMessage
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts import Prompt
+from mcp.shared.exceptions import MCPError
 
 # logging/setLevel and resources/subscribe are deprecated by the 2026-07-28
 # revision, but the 2025-11-25 scenarios still exercise them.
@@ -255,21 +259,285 @@ def json_schema_2020_12_tool(name: str | None = None, address: dict[str, Any] | 
     return [text(f"name={name!r}, address={json.dumps(address)}")]
 
 
-# The scenario checks that $schema, $defs and additionalProperties reach the
-# client unchanged, so the listed schema is this one, not the one the SDK
-# derives from the signature (which still validates the arguments).
+# The scenario checks that $schema, $defs and additionalProperties (SEP-1613)
+# and, from 2026-07-28, $anchor, allOf/anyOf and if/then/else (SEP-2106)
+# reach the client unchanged, so the listed schema is the suite's own, not
+# the one the SDK derives from the signature (which still validates the
+# arguments).
 server._tool_manager.get_tool("json_schema_2020_12_tool").parameters = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "$defs": {
         "address": {
+            "$anchor": "addressDef",
             "type": "object",
             "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
         }
     },
-    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
     "additionalProperties": False,
 }
+
+
+@tool("Echoes its region, which clients mirror into the Mcp-Param-Region header (SEP-2243).")
+def test_custom_header_param(region: str = "", priority: int = 0) -> list[types.ContentBlock]:
+    return [text(f"region={region!r}, priority={priority}")]
+
+
+# The x-mcp-header annotations are in the listed schema only (the SDK's own
+# schema does not carry them).
+server._tool_manager.get_tool("test_custom_header_param").parameters = {
+    "type": "object",
+    "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "priority": {"type": "integer", "x-mcp-header": "Priority"},
+    },
+}
+
+
+# Multi-round-trip requests (2026-07-28, SEP-2322) ---------------------------
+#
+# Served through the stateless hosting of this script (`.mcp.json`'s
+# conformance-stateless, plugd.yaml `stateless: true`): plugd speaks
+# 2026-07-28 to it, so what these return reaches the suite's client through
+# plugd, and the client's `inputResponses` and `requestState` reach these
+# through plugd. The SDK seals every `requestState` (AES-GCM, process key),
+# so a tampered one is refused with -32602 before a handler runs.
+
+Answers = dict[str, Any]
+
+
+def answers(ctx: Context) -> Answers:
+    """The call's inputResponses as plain JSON (the SDK parses them)."""
+    out: Answers = {}
+    for key, value in (ctx.input_responses or {}).items():
+        out[key] = value.model_dump(by_alias=True, exclude_none=True) if hasattr(value, "model_dump") else value
+    return out
+
+
+def ask_name(key: str = "user_name", message: str = "What is your name?", field: str = "name") -> dict[str, Any]:
+    return {
+        key: {
+            "method": "elicitation/create",
+            "params": {
+                "message": message,
+                "requestedSchema": {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]},
+            },
+        }
+    }
+
+
+def accepted(answer: Any, field: str) -> Any:
+    """The accepted elicitation's `field`, or None for anything else."""
+    if not isinstance(answer, dict) or answer.get("action") != "accept":
+        return None
+    content = answer.get("content")
+    return content.get(field) if isinstance(content, dict) else None
+
+
+def sampled_text(answer: Any) -> str | None:
+    content = answer.get("content") if isinstance(answer, dict) else None
+    if isinstance(content, list):
+        content = next((c for c in content if isinstance(c, dict)), None)
+    return content.get("text") if isinstance(content, dict) else None
+
+
+def input_required(requests: dict[str, Any], state: str = "round-1") -> types.InputRequiredResult:
+    # Always with a requestState: the SDK (mcp 2.3.0) answers nothing at all
+    # to a tools/call whose InputRequiredResult has none.
+    return types.InputRequiredResult.model_validate({"inputRequests": requests, "requestState": state})
+
+
+SAMPLE_CAPITAL = {
+    "capital_question": {
+        "method": "sampling/createMessage",
+        "params": {
+            "messages": [{"role": "user", "content": {"type": "text", "text": "What is the capital of France?"}}],
+            "maxTokens": 100,
+        },
+    }
+}
+ROOTS = {"client_roots": {"method": "roots/list", "params": {}}}
+
+
+@tool("Asks the user's name with input_required, then greets them (input-required-result-*).")
+def test_input_required_result_elicitation(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    name = accepted(answers(ctx).get("user_name"), "name")
+    if not isinstance(name, str):
+        return input_required(ask_name())
+    return [text(f"Hello, {name}!")]
+
+
+@tool("Asks a sampling question with input_required, then returns the answer.")
+def test_input_required_result_sampling(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    said = sampled_text(answers(ctx).get("capital_question"))
+    if said is None:
+        return input_required(SAMPLE_CAPITAL)
+    return [text(f"The model said: {said}")]
+
+
+@tool("Asks for the client's roots with input_required, then lists them.")
+def test_input_required_result_list_roots(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    roots = answers(ctx).get("client_roots")
+    if not isinstance(roots, dict) or not isinstance(roots.get("roots"), list):
+        return input_required(ROOTS)
+    uris = [r.get("uri") for r in roots["roots"] if isinstance(r, dict)]
+    return [text(f"Client roots: {', '.join(map(str, uris)) or '(none)'}")]
+
+
+@tool("Asks for confirmation with requestState, then checks the state came back.")
+def test_input_required_result_request_state(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    ok = accepted(answers(ctx).get("confirm"), "ok")
+    if ctx.request_state != "confirm-round-1" or not isinstance(ok, bool):
+        request = ask_name("confirm", "Please confirm", "ok")
+        request["confirm"]["params"]["requestedSchema"]["properties"]["ok"] = {"type": "boolean"}
+        return input_required(request, "confirm-round-1")
+    return [text(f"state-ok: confirmed={ok}")]
+
+
+@tool("Asks three things at once (elicitation, sampling, roots) with requestState.")
+def test_input_required_result_multiple_inputs(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    got = answers(ctx)
+    name = accepted(got.get("user_name"), "name")
+    greeting = sampled_text(got.get("greeting"))
+    roots = got.get("client_roots")
+    if ctx.request_state != "multiple-round-1" or name is None or greeting is None or not isinstance(roots, dict):
+        requests = {
+            **ask_name(),
+            "greeting": {
+                "method": "sampling/createMessage",
+                "params": {
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}],
+                    "maxTokens": 50,
+                },
+            },
+            **ROOTS,
+        }
+        return input_required(requests, "multiple-round-1")
+    return [text(f"name={name}, greeting={greeting}, roots={len(roots.get('roots') or [])}")]
+
+
+@tool("Two rounds of questions, the requestState changing between them.")
+def test_input_required_result_multi_round(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    got = answers(ctx)
+    if ctx.request_state == "round-2":
+        color = accepted(got.get("step2"), "color")
+        if isinstance(color, str):
+            return [text(f"Multi-round complete: favorite color {color}")]
+    if ctx.request_state == "round-1":
+        name = accepted(got.get("step1"), "name")
+        if isinstance(name, str):
+            return input_required(ask_name("step2", "Step 2: What is your favorite color?", "color"), "round-2")
+    return input_required(ask_name("step1", "Step 1: What is your name?"), "round-1")
+
+
+@tool("Asks with integrity-protected requestState; a tampered state is refused (-32602).")
+def test_input_required_result_tampered_state(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    name = accepted(answers(ctx).get("user_name"), "name")
+    if ctx.request_state != "tamper-round-1" or not isinstance(name, str):
+        return input_required(ask_name(), "tamper-round-1")
+    return [text(f"Hello, {name}! (state verified)")]
+
+
+def client_has(ctx: Context, capability: str) -> bool:
+    """Whether the request's client declared `capability` (2026-07-28:
+    the client plugd relays the call for, in `_meta`)."""
+    caps = ctx.client_capabilities
+    return caps is not None and getattr(caps, capability, None) is not None
+
+
+@tool("Asks only what the client declared it can answer (sampling, elicitation).")
+def test_input_required_result_capabilities(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    got = answers(ctx)
+    requests: dict[str, Any] = {}
+    if client_has(ctx, "sampling") and sampled_text(got.get("capital_question")) is None:
+        requests.update(SAMPLE_CAPITAL)
+    if client_has(ctx, "elicitation") and accepted(got.get("user_name"), "name") is None:
+        requests.update(ask_name())
+    if requests:
+        return input_required(requests)
+    return [text("Asked only what the client can answer")]
+
+
+# server-stateless (SEP-2575) --------------------------------------------------
+
+
+@tool("Needs sampling: refused with -32021 when the client did not declare it.")
+def test_missing_capability(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    if not client_has(ctx, "sampling"):
+        raise MCPError(
+            code=-32021,
+            message="test_missing_capability needs the sampling capability, which the client did not declare",
+            data={"requiredCapabilities": {"sampling": {}}},
+        )
+    said = sampled_text(answers(ctx).get("capital_question"))
+    if said is None:
+        return input_required(SAMPLE_CAPITAL)
+    return [text(f"The model said: {said}")]
+
+
+@tool("Asks the user's name; on 2026-07-28 that is an input_required result, never a request.")
+def test_streaming_elicitation(ctx: Context) -> list[types.ContentBlock] | types.InputRequiredResult:
+    name = accepted(answers(ctx).get("user_name"), "name")
+    if not isinstance(name, str):
+        return input_required(ask_name())
+    return [text(f"Hello, {name}!")]
+
+
+@tool("Logs one message, then answers (sent only to a client that set a log level).")
+async def test_logging_tool(ctx: Context) -> list[types.ContentBlock]:
+    await ctx.info("test_logging_tool ran")
+    return [text("Logged one message")]
+
+
+def changing_tool() -> list[types.ContentBlock]:
+    return [text("A tool that comes and goes")]
+
+
+def changing_prompt() -> list[UserMessage]:
+    return [UserMessage(text("A prompt that comes and goes"))]
+
+
+@tool("Adds or removes a tool, so the tool list changes (tools/list_changed).")
+async def test_trigger_tool_change(ctx: Context) -> list[types.ContentBlock]:
+    if server._tool_manager.get_tool("test_changing_tool") is None:
+        server.add_tool(changing_tool, name="test_changing_tool", description="Comes and goes")
+    else:
+        server.remove_tool("test_changing_tool")
+    await ctx.session.send_tool_list_changed()  # a session's stream (2025-11-25)
+    await ctx.notify_tools_changed()  # subscriptions/listen streams (2026-07-28)
+    return [text("The tool list changed")]
+
+
+@tool("Adds or removes a prompt, so the prompt list changes (prompts/list_changed).")
+async def test_trigger_prompt_change(ctx: Context) -> list[types.ContentBlock]:
+    if "test_changing_prompt" in {p.name for p in server._prompt_manager.list_prompts()}:
+        server.remove_prompt("test_changing_prompt")
+    else:
+        server.add_prompt(
+            Prompt.from_function(changing_prompt, name="test_changing_prompt", description="Comes and goes")
+        )
+    await ctx.session.send_prompt_list_changed()
+    await ctx.notify_prompts_changed()
+    return [text("The prompt list changed")]
+
+
+@server.prompt(description="A prompt that asks for its context with input_required (SEP-2322)")
+def test_input_required_result_prompt(ctx: Context) -> list[UserMessage] | types.InputRequiredResult:
+    context = accepted(answers(ctx).get("user_context"), "context")
+    if not isinstance(context, str):
+        return input_required(ask_name("user_context", "What context should the prompt use?", "context"))
+    return [UserMessage(text(f"Use this context: {context}"))]
 
 
 # Resources ------------------------------------------------------------------

@@ -6,13 +6,17 @@ the stateless revision 2026-07-28: `MCPServer` as it comes, over stdio
 
 The tool `revision` reports what the SDK made of the request that called
 it (its protocol revision, the client capabilities it carried, and on HTTP
-the routing headers), so the test asserts on what went over the wire.
+the routing headers), so the test asserts on what went over the wire;
+`refuse` answers with a JSON-RPC error of its own, `ask_name` with a
+2026-07-28 `input_required` result (the gateway's pass-through tests).
 """
 
 import socket
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp_types import InputRequiredResult
 
 app = MCPServer("stateless", instructions="a 2026-07-28 test server")
 
@@ -44,6 +48,37 @@ async def revision(ctx: Context) -> dict:
 async def fail(ctx: Context) -> str:
     """Always fails."""
     raise ValueError("failed on purpose")
+
+
+@app.tool()
+async def refuse() -> str:
+    """Answers with a JSON-RPC error of its own (code and data)."""
+    raise MCPError(code=-32042, message="refused on purpose", data={"why": "a test", "retry": False})
+
+
+@app.tool()
+async def ask_name(ctx: Context) -> str | InputRequiredResult:
+    """2026-07-28: asks the caller's name with input_required, then greets."""
+    answer = (ctx.input_responses or {}).get("name")
+    content = getattr(answer, "content", None) or {}
+    if ctx.request_state != "asked" or "name" not in content:
+        return InputRequiredResult.model_validate(
+            {
+                "inputRequests": {
+                    "name": {
+                        "method": "elicitation/create",
+                        "params": {
+                            "message": "Your name?",
+                            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+                        },
+                    }
+                },
+                "requestState": "asked",
+            }
+        )
+    caps = ctx.client_capabilities
+    asked_of = "an elicitation client" if caps is not None and caps.elicitation is not None else "someone"
+    return f"Hello, {content['name']}! (asked of {asked_of})"
 
 
 @app.resource("note://stateless", mime_type="text/plain")

@@ -520,10 +520,17 @@ fn a_hosted_servers_questions_and_log_lines_reach_the_gateways_client() {
     );
 
     // A client without those capabilities: the server is told no one can
-    // answer, and its tool fails saying so, without hanging.
+    // answer, and its tool fails saying so; the sampling refusal, which the
+    // SDK server answers as a JSON-RPC error, reaches the client as one,
+    // the server's message kept.
     let (report, _) = client(stdio_plan(&ws, &[], None, steps));
     assert_eq!(step(&report, 0)["is_error"], true, "{report}");
-    assert_eq!(step(&report, 1)["is_error"], true, "{report}");
+    assert!(
+        step(&report, 1)["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("plugd does not sample")),
+        "{report}"
+    );
     assert_eq!(step(&report, 2)["is_error"], false, "{report}");
 }
 

@@ -60,7 +60,12 @@ fn rpc_400(r: &Resp, data_code: &str) -> Value {
     assert_eq!(r.status, 400, "{}", r.text());
     let body = r.json();
     assert_eq!(body["jsonrpc"], "2.0", "{body}");
-    assert_eq!(body["error"]["code"], -32600, "{body}");
+    let code = if data_code == "header_mismatch" {
+        -32020 // 2026-07-28's HeaderMismatch
+    } else {
+        -32600
+    };
+    assert_eq!(body["error"]["code"], code, "{body}");
     assert_eq!(body["error"]["data"]["code"], data_code, "{body}");
     body["error"].clone()
 }
@@ -205,7 +210,8 @@ fn routing_headers_must_say_what_the_body_says_and_a_mismatch_runs_nothing() {
     let call = |name: &str| {
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
             "name": name, "arguments": {"said": "hi"},
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}}})
     };
     let post = |body: &Value, method: &str, name: &str| {
         request_as(

@@ -298,3 +298,269 @@ fn an_input_required_result_fails_the_call_saying_what_was_asked() {
         "{err}"
     );
 }
+
+// The gateway (`plugd serve`'s `/mcp`) on the stateless revision, in front
+// of the same Python SDK server on stdio: its envelope checks, the HTTP
+// status of its errors, a hosted server's JSON-RPC error kept whole, and
+// `input_required` passed through to the client and its answers back.
+
+/// `_meta` of a 2026-07-28 request from a client declaring `caps`.
+fn meta(caps: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps,
+        "io.modelcontextprotocol/clientInfo": {"name": "it", "version": "1"},
+    })
+}
+
+/// A 2026-07-28 POST to `/mcp` of `body`, its header version `version`.
+fn post_stateless(
+    serve: &crate::http::Serve,
+    token: &str,
+    version: &str,
+    body: &Value,
+) -> crate::http::Resp {
+    let method = body["method"].as_str().unwrap_or_default().to_owned();
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", version),
+        ("Mcp-Method", &method),
+    ];
+    // The routing header 2026-07-28 requires when the body names something.
+    let named = ["name", "uri"]
+        .iter()
+        .find_map(|k| body["params"][*k].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    if !named.is_empty() {
+        headers.push(("Mcp-Name", &named));
+    }
+    crate::http::request_as(
+        serve,
+        token,
+        "POST",
+        "/mcp",
+        &headers,
+        Some(body.to_string().as_bytes()),
+    )
+}
+
+/// `plugd serve` hosting the stateless server as `s` (spoken to at
+/// 2026-07-28: `stateless: true`), and an agent token.
+fn serve_stateless() -> (Ws, crate::http::Serve, String) {
+    let ws = ws_with(json!({"command": python(), "args": [fixture("stateless_server.py")]}));
+    ok(&ws.plugd(&["plugin", "approve", "s"]));
+    let serve = crate::http::Serve::start(&ws, "127.0.0.1:0");
+    let token = crate::http::make_token(&ws, "agent");
+    (ws, serve, token)
+}
+
+#[test]
+fn stateless_requests_get_their_envelope_checked_and_the_revisions_statuses() {
+    let (_ws, serve, token) = serve_stateless();
+    let discover = |params: Value, id: i64| json!({"jsonrpc": "2.0", "id": id, "method": "server/discover", "params": params});
+    // No _meta, no clientCapabilities: -32602, 400, the id kept.
+    for (params, id) in [
+        (json!({}), 101),
+        (
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}),
+            104,
+        ),
+    ] {
+        let r = post_stateless(&serve, &token, "2026-07-28", &discover(params, id));
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+        assert_eq!(r.json()["id"], id, "{}", r.text());
+    }
+    // A version plugd lacks: -32022 naming what it speaks and echoing the ask.
+    let mut m = meta(json!({}));
+    m["io.modelcontextprotocol/protocolVersion"] = json!("v999.0.0");
+    let r = post_stateless(
+        &serve,
+        &token,
+        "v999.0.0",
+        &discover(json!({"_meta": m}), 301),
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], -32022, "{e}");
+    assert_eq!(e["data"]["requested"], "v999.0.0", "{e}");
+    assert!(
+        e["data"]["supported"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("2026-07-28")),
+        "{e}"
+    );
+    // The header says another version than _meta: -32020.
+    let r = post_stateless(
+        &serve,
+        &token,
+        "2026-07-28",
+        &discover(json!({"_meta": m}), 302),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{}",
+        r.text()
+    );
+    // Discover identifies plugd in the result's _meta; no clientInfo needed.
+    let mut m = meta(json!({}));
+    m.as_object_mut()
+        .unwrap()
+        .remove("io.modelcontextprotocol/clientInfo");
+    let r = post_stateless(
+        &serve,
+        &token,
+        "2026-07-28",
+        &discover(json!({"_meta": m}), 105),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "plugd",
+        "{}",
+        r.text()
+    );
+    // Methods 2026-07-28 removed, and unknown ones: 404 with -32601.
+    for method in [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "no/such",
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 500, "method": method, "params": {"_meta": meta(json!({}))}});
+        let r = post_stateless(&serve, &token, "2026-07-28", &body);
+        assert_eq!(r.status, 404, "{method}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], -32601, "{method}: {}", r.text());
+        assert_eq!(r.json()["id"], 500, "{method}: {}", r.text());
+    }
+    // The routing headers are required on this revision: none, 400 -32020.
+    let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {"_meta": meta(json!({}))}});
+    let r = crate::http::request_as(
+        &serve,
+        &token,
+        "POST",
+        "/mcp",
+        &[
+            ("Content-Type", "application/json"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+        ],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(
+        (r.status, r.json()["error"]["code"].clone()),
+        (400, json!(-32020)),
+        "{}",
+        r.text()
+    );
+    // Cacheable results carry the revision's cache hints, resources/read too.
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "resources/read", "params": {"uri": "plugd:///s/note://stateless", "_meta": meta(json!({}))}});
+    let r = post_stateless(&serve, &token, "2026-07-28", &body);
+    let res = &r.json()["result"];
+    assert_eq!(
+        (res["cacheScope"].clone(), res["ttlMs"].clone()),
+        (json!("private"), json!(0)),
+        "{}",
+        r.text()
+    );
+    // A URI no server has: -32602 with the URI (SEP-2164).
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "resources/read", "params": {"uri": "plugd:///nobody/x", "_meta": meta(json!({}))}});
+    let r = post_stateless(&serve, &token, "2026-07-28", &body);
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+    assert_eq!(
+        r.json()["error"]["data"]["uri"],
+        "plugd:///nobody/x",
+        "{}",
+        r.text()
+    );
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn a_hosted_servers_error_reply_keeps_its_code_and_data_through_the_gateway() {
+    let (_ws, serve, token) = serve_stateless();
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "s__refuse", "arguments": {}, "_meta": meta(json!({}))}});
+    let r = post_stateless(&serve, &token, "2026-07-28", &call);
+    let e = &r.json()["error"];
+    assert_eq!(e["code"], -32042, "{}", r.text());
+    assert_eq!(e["message"], "refused on purpose", "{}", r.text());
+    assert_eq!(
+        e["data"],
+        json!({"why": "a test", "retry": false}),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["id"], 3, "{}", r.text());
+    // The same on a 2025-11-25 session.
+    let r = crate::gateway::mcp_post(&serve, &token, "/mcp", None, &crate::gateway::initialize());
+    let session = r.header("mcp-session-id").expect("a session").to_owned();
+    let mut call = call.clone();
+    call["params"].as_object_mut().unwrap().remove("_meta");
+    let r = crate::gateway::mcp_post(&serve, &token, "/mcp", Some(&session), &call);
+    let reply = if r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("text/event-stream"))
+    {
+        let data = r
+            .text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .find(|m| m["id"] == 3);
+        data.unwrap_or_else(|| panic!("{}", r.text()))
+    } else {
+        r.json()
+    };
+    assert_eq!(reply["error"]["code"], -32042, "{reply}");
+    assert_eq!(reply["error"]["data"]["why"], "a test", "{reply}");
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
+
+#[test]
+fn input_required_passes_through_the_gateway_and_the_answers_come_back() {
+    let (_ws, serve, token) = serve_stateless();
+    let call = |extra: Value| {
+        let mut params = json!({"name": "s__ask_name", "arguments": {}, "_meta": meta(json!({"elicitation": {}}))});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        json!({"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": params})
+    };
+    // Round 1: the server's question reaches the client as it asked it.
+    let r = post_stateless(&serve, &token, "2026-07-28", &call(json!({})));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let first = r.json()["result"].clone();
+    assert_eq!(first["resultType"], "input_required", "{first}");
+    assert_eq!(
+        first["inputRequests"]["name"]["method"], "elicitation/create",
+        "{first}"
+    );
+    let state = first["requestState"]
+        .as_str()
+        .expect("the server's sealed state")
+        .to_owned();
+    // Round 2: the answer and the state go back; the server saw the
+    // client's own capabilities, not plugd's.
+    let answer = json!({"inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}, "requestState": state});
+    let r = post_stateless(&serve, &token, "2026-07-28", &call(answer));
+    let done = &r.json()["result"];
+    assert_eq!(done["resultType"], "complete", "{}", r.text());
+    assert_eq!(
+        done["content"][0]["text"],
+        "Hello, Ada! (asked of an elicitation client)",
+        "{}",
+        r.text()
+    );
+    // A tampered state is the server's -32602, kept.
+    let answer = json!({"inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}}, "requestState": format!("{state}x")});
+    let r = post_stateless(&serve, &token, "2026-07-28", &call(answer));
+    assert_eq!(r.json()["error"]["code"], -32602, "{}", r.text());
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
