@@ -29,8 +29,8 @@ use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
 use plugd_runtime::outbox::OutboxExt;
 
-/// A new session id: `s_` and 16 hex digits mixed from the clock, the
-/// process id and a counter.
+/// A new session id: `s_` and a UUIDv7 in 32 hex digits
+/// (`plugd_control::id::fresh`).
 pub fn new_session_id() -> String {
     fresh_id("s")
 }
