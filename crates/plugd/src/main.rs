@@ -404,7 +404,7 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::Binding(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return binding_cmd::run(&dir, cmd).map(|()| 0);
+            return binding_cmd::run(&dir, cmd).await.map(|()| 0);
         }
         Command::Marketplace(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
