@@ -185,7 +185,7 @@ async fn pull(
         };
         let state_dir = state.runtime.dir().join(".plugd");
         let done =
-            plugd_packages::install_archive(state.runtime.store().as_ref(), &state_dir, data, &how)
+            plugd_packages::install_archive(state.runtime.state().as_ref(), &state_dir, data, &how)
                 .await
                 .map_err(package_error)?;
         return Ok(installed(&done));
@@ -219,7 +219,7 @@ async fn pull(
         at: &at,
         verify: &verify,
     };
-    let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
+    let done = plugd_packages::install(state.runtime.state().as_ref(), &state_dir, &req)
         .await
         .map_err(package_error)?;
     Ok(installed(&done))
