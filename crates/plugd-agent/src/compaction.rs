@@ -63,17 +63,21 @@ pub async fn compact_session(
     cfg: &CompactorConfig,
     run_id: Option<&str>,
 ) -> Result<Compaction, CompactionError> {
-    let store = rt.store();
+    let store = rt.state();
     let serr = |e: plugd_store::StoreError| CompactionError::Store(e.to_string());
     let info = store
         .session_info(session_id)
+        .await
         .map_err(serr)?
         .ok_or_else(|| CompactionError::Store(format!("session {session_id:?} does not exist")))?;
     let source = info
         .head_chain_id
         .clone()
         .ok_or_else(|| CompactionError::Store(format!("session {session_id:?} has no chain")))?;
-    let blocks = store.chain_blocks(&source, 0, usize::MAX).map_err(serr)?;
+    let blocks = store
+        .chain_blocks(&source, 0, usize::MAX)
+        .await
+        .map_err(serr)?;
     let estimate = token_estimate(&blocks);
     let (sup, export_id) = rt
         .resolve_export(&cfg.export, ExportKind::Compactor)
@@ -189,7 +193,7 @@ pub async fn compact_session(
         Err(reason) => {
             record.status = "failed".into();
             record.error = Some(reason.clone());
-            if let Err(e) = store.compaction_failed(&record) {
+            if let Err(e) = store.compaction_failed(&record).await {
                 tracing::warn!(error = %e, "could not record a failed compaction");
             }
             return Err(CompactionError::Failed {
@@ -198,14 +202,17 @@ pub async fn compact_session(
             });
         }
     };
-    let derived = store.chain_derive(&source, &seed, &record).map_err(serr)?;
+    let derived = store
+        .chain_derive(&source, &seed, &record)
+        .await
+        .map_err(serr)?;
     record.derived_chain_id = Some(derived.id.clone());
     if let Some(run) = run_id {
         let patch = RunPatch {
             chain_id: Some(derived.id.clone()),
             ..RunPatch::default()
         };
-        if let Err(e) = store.run_update(run, &patch) {
+        if let Err(e) = store.run_update(run, &patch).await {
             tracing::warn!(run, error = %e, "could not move the run to the derived chain");
         }
     }

@@ -119,7 +119,7 @@ impl Providers {
         if legacy.as_deref() == Some(name) {
             return Ok(self.provider(runtime).await?.0);
         }
-        let plugins = plugin_providers(runtime);
+        let plugins = plugin_providers(runtime).await;
         if let Some((plugin, _)) = plugins.iter().find(|(_, n)| n == name) {
             let p = crate::llm::plugin::PluginProvider::new(runtime, plugin, name, model)
                 .map_err(|e| ServiceError::NotConfigured(e.to_string()))?;
@@ -151,7 +151,7 @@ impl Providers {
 
 /// `(plugin, provider)` for each provider an approved native plugin declares
 /// in `[plugin.extends].llm_providers`, sorted by plugin id.
-fn plugin_providers(runtime: &Runtime) -> Vec<(String, String)> {
+async fn plugin_providers(runtime: &Runtime) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (id, sup) in runtime.supervised_plugins() {
         let spec = sup.spec();
@@ -159,7 +159,7 @@ fn plugin_providers(runtime: &Runtime) -> Vec<(String, String)> {
             continue;
         };
         if native.extends.llm_providers.is_empty()
-            || !matches!(runtime.store().approval(&id), Ok(Some(_)))
+            || !matches!(runtime.state().approval(&id).await, Ok(Some(_)))
         {
             continue;
         }

@@ -338,8 +338,9 @@ pub async fn admin(
                     .min(MAX_TRANSCRIPT_READ as u64) as usize,
             };
             let rows = rt
-                .store()
+                .state()
                 .session_transcript(session)
+                .await
                 .map_err(|e| internal(method, e))?;
             let entries: Vec<Value> = rows
                 .iter()

@@ -165,7 +165,7 @@ fn print(b: &Binding, json: bool) -> Result<()> {
 }
 
 /// Runs `plugd binding …` for the workspace `dir` (as its operator).
-pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
+pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
     let store = Store::open(&dir.join(".plugd"))?;
     match cmd {
         BindingCmd::Create {
@@ -195,7 +195,7 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                     .map(|traffic_percent| Rollout { traffic_percent }),
                 gateway_api_scopes: settings.scopes.clone(),
             };
-            let b = create(&store, req, &who()).map_err(Failure::from)?;
+            let b = create(&store, req, &who()).await.map_err(Failure::from)?;
             print(&b, settings.json)?;
         }
         BindingCmd::List { org, export, json } => {
@@ -226,9 +226,10 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 }
             }
         }
-        BindingCmd::Show { id, json } => {
-            print(&visible(&store, None, id).map_err(Failure::from)?, *json)?
-        }
+        BindingCmd::Show { id, json } => print(
+            &visible(&store, None, id).await.map_err(Failure::from)?,
+            *json,
+        )?,
         BindingCmd::Update {
             id,
             package_version,
@@ -252,12 +253,16 @@ pub fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 );
             }
             print(
-                &update(&store, None, id, &patch).map_err(Failure::from)?,
+                &update(&store, None, id, &patch)
+                    .await
+                    .map_err(Failure::from)?,
                 settings.json,
             )?;
         }
         BindingCmd::Validate { id, json } => {
-            let v = validate(&store, None, id, None).map_err(Failure::from)?;
+            let v = validate(&store, None, id, None)
+                .await
+                .map_err(Failure::from)?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else if v["valid"] == true {

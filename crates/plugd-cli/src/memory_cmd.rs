@@ -194,7 +194,7 @@ pub async fn vector(rt: &Runtime, cmd: &VectorCmd) -> Result<()> {
 
 /// Runs `plugd memory …`.
 pub async fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
-    let store = rt.store();
+    let store = rt.state();
     match cmd {
         MemoryCmd::Vector(v) => vector(rt, v).await?,
         MemoryCmd::Add { agent, text, tags } => {
@@ -216,7 +216,9 @@ pub async fn run(rt: &Runtime, cmd: &MemoryCmd) -> Result<()> {
             print_entries(&hits, *json)?;
         }
         MemoryCmd::List { agent, limit, json } => {
-            let entries = store.memory_list(agent, limit.unwrap_or(MAX_RECALL_LIMIT))?;
+            let entries = store
+                .memory_list(agent, limit.unwrap_or(MAX_RECALL_LIMIT))
+                .await?;
             print_entries(&entries, *json)?;
         }
     }

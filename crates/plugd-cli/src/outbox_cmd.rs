@@ -79,18 +79,20 @@ pub fn events(rt: &Runtime, cmd: &EventsCmd) -> Result<()> {
 }
 
 /// Runs `plugd outbox …`.
-pub fn outbox(rt: &Runtime, cmd: &OutboxCmd) -> Result<()> {
-    let store = rt.store();
+pub async fn outbox(rt: &Runtime, cmd: &OutboxCmd) -> Result<()> {
+    let store = rt.state();
     match cmd {
         OutboxCmd::List { dead, json } => {
-            let rows = store.outbox_list(dead.then_some(DeliveryStatus::Dead))?;
+            let rows = store
+                .outbox_list(dead.then_some(DeliveryStatus::Dead))
+                .await?;
             if *json {
                 println!("{}", serde_json::to_string(&rows)?);
             } else {
                 print_table(&rows, *dead);
             }
         }
-        OutboxCmd::Retry { id } => match store.outbox_retry(id)? {
+        OutboxCmd::Retry { id } => match store.outbox_retry(id).await? {
             RetryOutcome::Retried(d) => println!(
                 "delivery {} ({}) is pending again with a fresh budget of attempts; `plugd serve` delivers it",
                 d.id, d.delivery_id

@@ -61,11 +61,11 @@ impl Space {
 }
 
 /// Runs `plugd storage`.
-pub fn run(rt: &Runtime, cmd: &StorageCmd) -> Result<()> {
-    let store = rt.store();
+pub async fn run(rt: &Runtime, cmd: &StorageCmd) -> Result<()> {
+    let store = rt.state();
     match cmd {
         StorageCmd::Get { key, space } => {
-            let v = store.kv_get(space.name(), key)?;
+            let v = store.kv_get(space.name(), key).await?;
             println!("{}", v.unwrap_or(Value::Null));
         }
         StorageCmd::Set { key, value, space } => {
@@ -73,11 +73,12 @@ pub fn run(rt: &Runtime, cmd: &StorageCmd) -> Result<()> {
                 serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.clone()));
             store
                 .kv_set(space.name(), key, &v)
+                .await
                 .with_context(|| format!("cannot set {key}"))?;
             println!("set {} {key}", space.name());
         }
         StorageCmd::Delete { key, space } => {
-            if store.kv_delete(space.name(), key)? {
+            if store.kv_delete(space.name(), key).await? {
                 println!("deleted {} {key}", space.name());
             } else {
                 println!("{} {key} was not set", space.name());
@@ -88,7 +89,7 @@ pub fn run(rt: &Runtime, cmd: &StorageCmd) -> Result<()> {
             space,
             json,
         } => {
-            let keys = store.kv_list(space.name(), prefix)?;
+            let keys = store.kv_list(space.name(), prefix).await?;
             if *json {
                 println!("{}", serde_json::json!(keys));
             } else {

@@ -1,5 +1,5 @@
 //! The binding service: create, update, validate and show Binding Records
-//! over a [`Store`], with the tenancy rules, so `POST /v1/plugin-bindings`
+//! over a [`StateStore`] (any backend), with the tenancy rules, so `POST /v1/plugin-bindings`
 //! and `plugd binding` run the very same code.
 //!
 //! **Tenancy**: a caller bound to an org ([`Tenancy`]) sees only bindings
@@ -17,11 +17,11 @@
 
 use std::collections::BTreeMap;
 
+use plugd_control::store::StateStore;
 use plugd_control::{
     Binding, BindingFilter, BindingPatch, BindingStatus, Code, PackageSelector, Problem, Rollout,
     Scope, ServiceError,
 };
-use plugd_store::Store;
 use plugd_store::tokens::Tenancy;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -105,12 +105,16 @@ pub fn invalid(problems: &[Problem]) -> ServiceError {
 
 /// Every problem of `b`: the package version must be installed, the export
 /// must be one of it, and [`plugd_control::bindings::check`] must pass.
-pub fn problems(store: &Store, b: &Binding) -> Result<Vec<Problem>, ServiceError> {
+pub async fn problems(store: &dyn StateStore, b: &Binding) -> Result<Vec<Problem>, ServiceError> {
     let sel = PackageSelector::Version {
         package_id: b.package_id.clone(),
         version: b.package_version.clone(),
     };
-    let Some(pkg) = store.find_package(&sel).map_err(ServiceError::internal)? else {
+    let Some(pkg) = store
+        .find_package(&sel)
+        .await
+        .map_err(ServiceError::internal)?
+    else {
         return Err(ServiceError::new(
             Code::UnknownPackage,
             format!(
@@ -129,18 +133,35 @@ pub fn problems(store: &Store, b: &Binding) -> Result<Vec<Problem>, ServiceError
             ),
         )
     })?;
-    let exists =
-        |r: &plugd_control::SecretRef| store.org_secret_exists(&r.org_id, &r.name).unwrap_or(false);
+    // `check` asks synchronously: every secret the binding names is
+    // looked up first (a lookup that fails counts as missing).
+    let mut present = std::collections::HashSet::new();
+    for reference in b.secrets.values() {
+        if let Ok(r) = plugd_control::SecretRef::parse(reference)
+            && store
+                .org_secret_exists(&r.org_id, &r.name)
+                .await
+                .unwrap_or(false)
+        {
+            present.insert(r);
+        }
+    }
+    let exists = |r: &plugd_control::SecretRef| present.contains(r);
     Ok(plugd_control::bindings::check(b, &contract, &exists))
 }
 
 /// Creates a binding from `req` for `by` (checked first; nothing is stored
 /// when a check fails).
-pub fn create(store: &Store, req: NewBinding, by: &str) -> Result<Binding, ServiceError> {
+pub async fn create(
+    store: &dyn StateStore,
+    req: NewBinding,
+    by: &str,
+) -> Result<Binding, ServiceError> {
     let package_version = match req.package_version {
         Some(v) => v,
         None => store
             .find_package(&PackageSelector::Latest(req.package_id.clone()))
+            .await
             .map_err(ServiceError::internal)?
             .map(|p| p.version)
             .ok_or_else(|| {
@@ -169,31 +190,39 @@ pub fn create(store: &Store, req: NewBinding, by: &str) -> Result<Binding, Servi
         created_by: by.to_owned(),
         gateway_api_scopes: req.gateway_api_scopes,
     };
-    let found = problems(store, &b)?;
+    let found = problems(store, &b).await?;
     if !found.is_empty() {
         return Err(invalid(&found));
     }
-    store.insert_binding(&b).map_err(ServiceError::internal)?;
+    store
+        .insert_binding(&b)
+        .await
+        .map_err(ServiceError::internal)?;
     Ok(b)
 }
 
 /// The binding `id` as `t` may see it (`unknown_binding` otherwise).
-pub fn visible(store: &Store, t: Option<&Tenancy>, id: &str) -> Result<Binding, ServiceError> {
+pub async fn visible(
+    store: &dyn StateStore,
+    t: Option<&Tenancy>,
+    id: &str,
+) -> Result<Binding, ServiceError> {
     store
         .binding(id)
+        .await
         .map_err(ServiceError::internal)?
         .filter(|b| sees(t, &b.scope))
         .ok_or_else(|| unknown_binding(id))
 }
 
 /// Applies `patch` to binding `id` (checked first).
-pub fn update(
-    store: &Store,
+pub async fn update(
+    store: &dyn StateStore,
     t: Option<&Tenancy>,
     id: &str,
     patch: &BindingPatch,
 ) -> Result<Binding, ServiceError> {
-    let old = visible(store, t, id)?;
+    let old = visible(store, t, id).await?;
     if !owns(t, &old.scope) {
         return Err(ServiceError::new(
             Code::Forbidden,
@@ -204,11 +233,15 @@ pub fn update(
     }
     let mut b = patch.apply(&old);
     b.updated_at = plugd_store::now_rfc3339();
-    let found = problems(store, &b)?;
+    let found = problems(store, &b).await?;
     if !found.is_empty() {
         return Err(invalid(&found));
     }
-    if !store.update_binding(&b).map_err(ServiceError::internal)? {
+    if !store
+        .update_binding(&b)
+        .await
+        .map_err(ServiceError::internal)?
+    {
         return Err(unknown_binding(id));
     }
     Ok(b)
@@ -216,24 +249,24 @@ pub fn update(
 
 /// `{"binding_id", "valid", "problems"}` for binding `id`, with `patch`
 /// tried on it (not stored) when given.
-pub fn validate(
-    store: &Store,
+pub async fn validate(
+    store: &dyn StateStore,
     t: Option<&Tenancy>,
     id: &str,
     patch: Option<&BindingPatch>,
 ) -> Result<Value, ServiceError> {
-    let old = visible(store, t, id)?;
+    let old = visible(store, t, id).await?;
     let b = match patch {
         Some(p) => p.apply(&old),
         None => old,
     };
-    let found = problems(store, &b)?;
+    let found = problems(store, &b).await?;
     Ok(json!({"binding_id": id, "valid": found.is_empty(), "problems": found}))
 }
 
 /// The bindings `t` sees that `filter` passes.
-pub fn seen(
-    store: &Store,
+pub async fn seen(
+    store: &dyn StateStore,
     t: Option<&Tenancy>,
     filter: &BindingFilter,
 ) -> Result<Vec<Binding>, ServiceError> {
@@ -246,6 +279,7 @@ pub fn seen(
     }
     Ok(store
         .bindings(&filter)
+        .await
         .map_err(ServiceError::internal)?
         .into_iter()
         .filter(|b| sees(t, &b.scope))
@@ -254,8 +288,8 @@ pub fn seen(
 
 /// The exports of `kind` with an active binding the caller sees: one row
 /// per package version and export, naming its bindings.
-pub fn discover(
-    store: &Store,
+pub async fn discover(
+    store: &dyn StateStore,
     t: Option<&Tenancy>,
     kind: &str,
 ) -> Result<Vec<Value>, ServiceError> {
@@ -264,7 +298,7 @@ pub fn discover(
         ..BindingFilter::default()
     };
     let mut rows: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
-    for b in seen(store, t, &active)? {
+    for b in seen(store, t, &active).await? {
         rows.entry((b.package_id, b.package_version, b.export_id))
             .or_default()
             .push(b.binding_id);
@@ -275,7 +309,11 @@ pub fn discover(
             package_id: package_id.clone(),
             version: version.clone(),
         };
-        let Some(pkg) = store.find_package(&sel).map_err(ServiceError::internal)? else {
+        let Some(pkg) = store
+            .find_package(&sel)
+            .await
+            .map_err(ServiceError::internal)?
+        else {
             continue;
         };
         let Some(e) = pkg
@@ -300,8 +338,12 @@ pub fn discover(
 }
 
 /// The packages a caller bound to `t` sees: those with a binding it sees.
-pub fn packages_in_use(store: &Store, t: &Tenancy) -> Result<Vec<(String, String)>, ServiceError> {
-    Ok(seen(store, Some(t), &BindingFilter::default())?
+pub async fn packages_in_use(
+    store: &dyn StateStore,
+    t: &Tenancy,
+) -> Result<Vec<(String, String)>, ServiceError> {
+    Ok(seen(store, Some(t), &BindingFilter::default())
+        .await?
         .into_iter()
         .map(|b| (b.package_id, b.package_version))
         .collect())

@@ -23,12 +23,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use plugd_control::marketplace::{Entry, Installability, Mode, installability};
+use plugd_control::store::StateStore;
 use plugd_control::{
     Binding, BindingFilter, BindingPatch, BindingStatus, Code, Package, Scope, ServiceError,
     SignatureStatus,
 };
 use plugd_packages::{OciRef, RegistryOptions};
-use plugd_store::Store;
 use plugd_store::tokens::Tenancy;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -138,7 +138,7 @@ pub fn find<'a>(index: &'a LoadedIndex, id: &str) -> Result<&'a Entry, ServiceEr
 #[derive(Debug, Clone, Copy)]
 pub struct Installer<'a> {
     /// The state database.
-    pub store: &'a Store,
+    pub store: &'a dyn StateStore,
     /// The workspace's `.plugd`.
     pub state_dir: &'a Path,
     /// plugd.yaml's `marketplace:` (`None`: not set).
@@ -286,7 +286,7 @@ pub async fn install(
             ));
         }
     }
-    let bindings = bind(who, &entry, &package, &scope, &req)?;
+    let bindings = bind(who, &entry, &package, &scope, &req).await?;
     Ok(Outcome {
         entry_id: entry.id,
         package,
@@ -297,7 +297,7 @@ pub async fn install(
 
 /// Creates or updates one binding per export of `entry` in `scope`: every
 /// one is checked before any is written, so a failed check writes nothing.
-fn bind(
+async fn bind(
     who: &Installer<'_>,
     entry: &Entry,
     package: &Package,
@@ -318,6 +318,7 @@ fn bind(
         // one an install updates (a second install never duplicates it).
         let existing = store
             .bindings(&filter)
+            .await
             .map_err(ServiceError::internal)?
             .into_iter()
             .filter(|b| &b.scope == scope)
@@ -356,7 +357,7 @@ fn bind(
                 true,
             ),
         };
-        let found = crate::bindings::problems(store, &b.0)?;
+        let found = crate::bindings::problems(store, &b.0).await?;
         if !found.is_empty() {
             return Err(crate::bindings::invalid(&found));
         }
@@ -364,9 +365,15 @@ fn bind(
     }
     for (b, created) in &planned {
         if *created {
-            store.insert_binding(b).map_err(ServiceError::internal)?;
+            store
+                .insert_binding(b)
+                .await
+                .map_err(ServiceError::internal)?;
         } else {
-            store.update_binding(b).map_err(ServiceError::internal)?;
+            store
+                .update_binding(b)
+                .await
+                .map_err(ServiceError::internal)?;
         }
     }
     Ok(planned)

@@ -436,6 +436,9 @@ struct RtInner {
     risk: risk::RiskState,
     dir: PathBuf,
     store: Arc<Store>,
+    /// `store` as the backend-neutral trait object (the same object):
+    /// what callers move to (issue 26).
+    state: Arc<dyn plugd_store::StateStore>,
     /// The discovered plugins; [`Runtime::rescan`] adds new directories.
     plugins: plugin_set::PluginMap,
     /// What a plugin discovered later is supervised with.
@@ -606,6 +609,7 @@ impl Runtime {
                 channels: channels::CounterMap::default(),
                 dir,
                 store: store.clone(),
+                state: store.clone(),
                 plugins,
                 observer,
                 host_config: config.clone(),
@@ -679,6 +683,12 @@ impl Runtime {
     /// The state store.
     pub fn store(&self) -> &Arc<Store> {
         &self.inner.store
+    }
+
+    /// The state store as the backend-neutral trait object (the same
+    /// object as [`Runtime::store`]); callers `.await` its trait methods.
+    pub fn state(&self) -> &Arc<dyn plugd_store::StateStore> {
+        &self.inner.state
     }
 
     /// The agent side this runtime was opened with ([`agent_seam`]).

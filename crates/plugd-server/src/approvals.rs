@@ -110,7 +110,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
         let pending = rt
-            .store()
+            .state()
             .call_approval_request(&NewCallApproval {
                 tool: "p/t".into(),
                 plugin_id: "p".into(),
@@ -118,6 +118,7 @@ mod tests {
                 args_preview: "{}".into(),
                 expires_at_ms: plugd_store::outbox::now_ms() + 60_000,
             })
+            .await
             .unwrap();
         let state = AppState::new(
             rt,

@@ -482,8 +482,9 @@ pub(crate) async fn token_identity(
     }
     let verdict = state
         .runtime
-        .store()
+        .state()
         .token_verify(token)
+        .await
         .map_err(|e| ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response())?;
     match verdict {
         Ok(info) => Ok(Identity {

@@ -138,7 +138,8 @@ async fn create_route(
             ),
         ));
     }
-    let b = plugd_governance::bindings::create(state.runtime.store(), req, who.by())?;
+    let b =
+        plugd_governance::bindings::create(state.runtime.state().as_ref(), req, who.by()).await?;
     Ok((StatusCode::CREATED, Json(b)).into_response())
 }
 
@@ -171,7 +172,9 @@ async fn list(
     RawQuery(q): RawQuery,
 ) -> Result<Json<Vec<Binding>>, ApiError> {
     let filter = list_filter(q.as_deref())?;
-    Ok(Json(seen(state.runtime.store(), tenancy(&who), &filter)?))
+    Ok(Json(
+        seen(state.runtime.state().as_ref(), tenancy(&who), &filter).await?,
+    ))
 }
 
 async fn show(
@@ -179,7 +182,9 @@ async fn show(
     Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<Binding>, ApiError> {
-    Ok(Json(visible(state.runtime.store(), tenancy(&who), &id)?))
+    Ok(Json(
+        visible(state.runtime.state().as_ref(), tenancy(&who), &id).await?,
+    ))
 }
 
 async fn update_route(
@@ -188,12 +193,9 @@ async fn update_route(
     Path(id): Path<String>,
     JsonBody(patch): JsonBody<BindingPatch>,
 ) -> Result<Json<Binding>, ApiError> {
-    Ok(Json(update(
-        state.runtime.store(),
-        tenancy(&who),
-        &id,
-        &patch,
-    )?))
+    Ok(Json(
+        update(state.runtime.state().as_ref(), tenancy(&who), &id, &patch).await?,
+    ))
 }
 
 /// `POST /v1/plugin-bindings/{id}:validate`.
@@ -210,12 +212,9 @@ async fn action(
         ));
     };
     let patch = (patch != BindingPatch::default()).then_some(&patch);
-    Ok(Json(validate(
-        state.runtime.store(),
-        tenancy(&who),
-        id,
-        patch,
-    )?))
+    Ok(Json(
+        validate(state.runtime.state().as_ref(), tenancy(&who), id, patch).await?,
+    ))
 }
 
 async fn exports(
@@ -223,7 +222,9 @@ async fn exports(
     Extension(who): Extension<Identity>,
     kind: &'static str,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    Ok(Json(discover(state.runtime.store(), tenancy(&who), kind)?))
+    Ok(Json(
+        discover(state.runtime.state().as_ref(), tenancy(&who), kind).await?,
+    ))
 }
 
 /// Whether `t` may reach org `org`'s secrets (404 otherwise).
@@ -247,8 +248,9 @@ async fn secret_names(
     org_of(tenancy(&who), &org)?;
     let names = state
         .runtime
-        .store()
+        .state()
         .org_secret_names(&org)
+        .await
         .map_err(store_error)?;
     Ok(Json(json!({"org_id": org, "names": names})))
 }
@@ -269,8 +271,9 @@ async fn secret_set(
     org_of(tenancy(&who), &org)?;
     state
         .runtime
-        .store()
+        .state()
         .org_secret_set(&org, &name, &body.value)
+        .await
         .map_err(|e| match e {
             plugd_store::StoreError::Invalid { .. } => {
                 ApiError::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, e.to_string())

@@ -97,12 +97,12 @@ fn outside(d: &plugd_control::delegation::Delegation, what: &str) -> ApiError {
 /// For a delegation token, the chain `id` when it belongs to its session
 /// (`403` otherwise, or when it does not exist); for anyone else, nothing
 /// to check here.
-fn bound_chain(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
+async fn bound_chain(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
     let Some(d) = &who.delegation else {
         return Ok(());
     };
     let what = format!("chain {id:?}");
-    let chain = state.runtime.store().chain(id).map_err(store_error)?;
+    let chain = state.runtime.state().chain(id).await.map_err(store_error)?;
     match chain {
         Some(c) if d.session_id.as_deref() == Some(c.session_id.as_str()) => Ok(()),
         _ => Err(outside(d, &what)),
@@ -110,12 +110,12 @@ fn bound_chain(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiErro
 }
 
 /// For a delegation token, the run `id` when it belongs to its session.
-fn bound_run(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
+async fn bound_run(state: &AppState, who: &Identity, id: &str) -> Result<(), ApiError> {
     let Some(d) = &who.delegation else {
         return Ok(());
     };
     let what = format!("run {id:?}");
-    let run = state.runtime.store().run(id).map_err(store_error)?;
+    let run = state.runtime.state().run(id).await.map_err(store_error)?;
     match run {
         Some(r) if d.session_id.as_deref() == Some(r.session_id.as_str()) => Ok(()),
         _ => Err(outside(d, &what)),
@@ -158,45 +158,55 @@ fn param<'a>(q: &[(&str, &'a str)], key: &str) -> Option<&'a str> {
 }
 
 /// The session `id` when `who` may see it.
-fn visible_session(state: &AppState, who: &Identity, id: &str) -> Result<SessionInfo, ApiError> {
+async fn visible_session(
+    state: &AppState,
+    who: &Identity,
+    id: &str,
+) -> Result<SessionInfo, ApiError> {
     if !plugd_store::sessions::valid_session_id(id) {
         return Err(not_found(&format!("session {id:?}")));
     }
     let info = state
         .runtime
-        .store()
+        .state()
         .session_info(id)
+        .await
         .map_err(store_error)?;
     info.filter(|s| scope_of(who).sees(s.org_id.as_deref(), s.project_id.as_deref()))
         .ok_or_else(|| not_found(&format!("session {id:?}")))
 }
 
 /// The chain `id` and its session when `who` may see them.
-fn visible_chain(
+async fn visible_chain(
     state: &AppState,
     who: &Identity,
     id: &str,
 ) -> Result<(plugd_control::chains::Chain, SessionInfo), ApiError> {
     let chain = state
         .runtime
-        .store()
+        .state()
         .chain(id)
+        .await
         .map_err(store_error)?
         .ok_or_else(|| not_found(&format!("chain {id:?}")))?;
     let session = visible_session(state, who, &chain.session_id)
+        .await
         .map_err(|_| not_found(&format!("chain {id:?}")))?;
     Ok((chain, session))
 }
 
 /// The run `id` when `who` may see it.
-fn visible_run(state: &AppState, who: &Identity, id: &str) -> Result<Run, ApiError> {
+async fn visible_run(state: &AppState, who: &Identity, id: &str) -> Result<Run, ApiError> {
     let run = state
         .runtime
-        .store()
+        .state()
         .run(id)
+        .await
         .map_err(store_error)?
         .ok_or_else(|| not_found(&format!("run {id:?}")))?;
-    visible_session(state, who, &run.session_id).map_err(|_| not_found(&format!("run {id:?}")))?;
+    visible_session(state, who, &run.session_id)
+        .await
+        .map_err(|_| not_found(&format!("run {id:?}")))?;
     Ok(run)
 }
 
@@ -210,8 +220,9 @@ pub(crate) async fn list_sessions(
     let limit = number(&q, "limit", 100)?.clamp(1, MAX_LIMIT);
     let list = state
         .runtime
-        .store()
+        .state()
         .sessions(&scope_of(&who), limit, param(&q, "before"))
+        .await
         .map_err(store_error)?;
     // A delegation token lists its own session only.
     let list = match &who.delegation {
@@ -232,10 +243,12 @@ pub(crate) async fn get_session(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     bound_session(&who, &id, &format!("session {id:?}"))?;
-    let info = visible_session(&state, &who, &id).map_err(|_| ApiError::unknown_session(&id))?;
-    let store = state.runtime.store();
-    let chains = store.session_chains(&id).map_err(store_error)?;
-    let transcript = store.session_transcript(&id).map_err(store_error)?;
+    let info = visible_session(&state, &who, &id)
+        .await
+        .map_err(|_| ApiError::unknown_session(&id))?;
+    let store = state.runtime.state();
+    let chains = store.session_chains(&id).await.map_err(store_error)?;
+    let transcript = store.session_transcript(&id).await.map_err(store_error)?;
     let mut body = serde_json::to_value(&info).unwrap_or_default();
     body["chains"] = json!(chains);
     body["transcript"] = json!(transcript);
@@ -249,11 +262,12 @@ pub(crate) async fn list_compactions(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     bound_session(&who, &id, &format!("session {id:?}"))?;
-    visible_session(&state, &who, &id)?;
+    visible_session(&state, &who, &id).await?;
     let list = state
         .runtime
-        .store()
+        .state()
         .compactions(&id)
+        .await
         .map_err(store_error)?;
     Ok(Json(json!({"compactions": list})).into_response())
 }
@@ -265,15 +279,16 @@ pub(crate) async fn get_chain(
     Path(id): Path<String>,
     RawQuery(q): RawQuery,
 ) -> Result<Response, ApiError> {
-    bound_chain(&state, &who, &id)?;
-    let (chain, _) = visible_chain(&state, &who, &id)?;
+    bound_chain(&state, &who, &id).await?;
+    let (chain, _) = visible_chain(&state, &who, &id).await?;
     let q = query(q.as_deref());
     let after = number(&q, "after", 0)? as u64;
     let limit = number(&q, "limit", 1000)?.clamp(1, 10_000);
     let blocks = state
         .runtime
-        .store()
+        .state()
         .chain_blocks(&id, after, limit)
+        .await
         .map_err(store_error)?;
     let mut body = serde_json::to_value(&chain).unwrap_or_default();
     body["blocks"] = json!(blocks);
@@ -300,8 +315,8 @@ pub(crate) async fn append_blocks(
     {
         return Err(outside(d, &format!("chain {id:?}")));
     }
-    bound_chain(&state, &who, &id)?;
-    visible_chain(&state, &who, &id)?;
+    bound_chain(&state, &who, &id).await?;
+    visible_chain(&state, &who, &id).await?;
     if req.blocks.is_empty() || req.blocks.len() > MAX_APPEND_BLOCKS {
         return Err(bad(format!(
             "send 1 to {MAX_APPEND_BLOCKS} blocks; got {}",
@@ -317,8 +332,9 @@ pub(crate) async fn append_blocks(
         .map_err(bad)?;
     let seqs = state
         .runtime
-        .store()
+        .state()
         .chain_append(&id, &blocks, who.by())
+        .await
         .map_err(|e| match e {
             plugd_store::StoreError::Invalid { .. } => {
                 ApiError::new(StatusCode::CONFLICT, code::CONFLICT, e.to_string())
@@ -355,8 +371,9 @@ pub(crate) async fn list_runs(
     };
     let list = state
         .runtime
-        .store()
+        .state()
         .runs(&scope_of(&who), session, limit)
+        .await
         .map_err(store_error)?;
     Ok(Json(json!({"runs": list})).into_response())
 }
@@ -367,8 +384,8 @@ pub(crate) async fn get_run(
     Extension(who): Extension<Identity>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    bound_run(&state, &who, &id)?;
-    Ok(Json(visible_run(&state, &who, &id)?).into_response())
+    bound_run(&state, &who, &id).await?;
+    Ok(Json(visible_run(&state, &who, &id).await?).into_response())
 }
 
 /// `POST /v1/runs` body.
@@ -483,10 +500,13 @@ pub(crate) async fn create_run(
     };
     let scope = scope_of(&who);
     let rt = &state.runtime;
-    let store = rt.store();
+    let store = rt.state();
     // The session must be visible when it exists; a new one is created in
     // the caller's scope.
-    let existing = store.session_info(&req.session_id).map_err(store_error)?;
+    let existing = store
+        .session_info(&req.session_id)
+        .await
+        .map_err(store_error)?;
     if let Some(s) = &existing
         && !scope.sees(s.org_id.as_deref(), s.project_id.as_deref())
     {
@@ -538,12 +558,13 @@ pub(crate) async fn create_run(
     let depth = match &parent {
         None => 0,
         Some(p) => {
-            let parent = visible_run(&state, &who, p)?;
+            let parent = visible_run(&state, &who, p).await?;
             rt.check_child(&parent).map_err(run_error)?
         }
     };
     let (session, _) = store
         .session_open(&req.session_id, org.as_deref(), project.as_deref())
+        .await
         .map_err(store_error)?;
     let run = Run {
         id: fresh_id("run"),
@@ -564,7 +585,7 @@ pub(crate) async fn create_run(
         created_at: plugd_store::now_rfc3339(),
         ended_at: None,
     };
-    store.run_create(&run).map_err(store_error)?;
+    store.run_create(&run).await.map_err(store_error)?;
     Ok((StatusCode::CREATED, Json(run)).into_response())
 }
 
@@ -592,8 +613,8 @@ pub(crate) async fn patch_run(
     Path(id): Path<String>,
     JsonBody(req): JsonBody<PatchRun>,
 ) -> Result<Response, ApiError> {
-    bound_run(&state, &who, &id)?;
-    let run = visible_run(&state, &who, &id)?;
+    bound_run(&state, &who, &id).await?;
+    let run = visible_run(&state, &who, &id).await?;
     if let Some(d) = &who.delegation {
         let own = d.run_id.as_deref() == Some(run.id.as_str());
         let child = d.run_id.is_some() && run.parent_run_id == d.run_id;
@@ -625,8 +646,9 @@ pub(crate) async fn patch_run(
     };
     let run = state
         .runtime
-        .store()
+        .state()
         .run_update(&id, &patch)
+        .await
         .map_err(store_error)?
         .ok_or_else(|| not_found(&format!("run {id:?}")))?;
     Ok(Json(run).into_response())
@@ -651,7 +673,7 @@ pub(crate) async fn compact(
         &req.session_id,
         &format!("session {:?}", req.session_id),
     )?;
-    visible_session(&state, &who, &req.session_id)?;
+    visible_session(&state, &who, &req.session_id).await?;
     let Some(cfg) = state.config.agent.compactor.clone() else {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -661,7 +683,7 @@ pub(crate) async fn compact(
     };
     let run = who.delegation.as_ref().and_then(|d| d.run_id.clone());
     if let Some(r) = &run {
-        let parent = visible_run(&state, &who, r)?;
+        let parent = visible_run(&state, &who, r).await?;
         let allowed = parent
             .input
             .get("policy")

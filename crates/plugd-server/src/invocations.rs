@@ -204,10 +204,11 @@ async fn list(
     let Some(filter) = within_tenancy(filter, who.tenant.as_ref()) else {
         return Ok(Json(InvocationPage::from_rows(Vec::new(), 1)));
     };
-    let store = state.runtime.store();
+    let store = state.runtime.state();
     Ok(Json(
         store
             .list_invocations(&filter)
+            .await
             .map_err(crate::packages::store_error)?,
     ))
 }
@@ -219,8 +220,9 @@ async fn show(
 ) -> Result<Json<InvocationRecord>, ApiError> {
     let found = state
         .runtime
-        .store()
+        .state()
         .invocation(&id)
+        .await
         .map_err(crate::packages::store_error)?
         .filter(|r| sees(who.tenant.as_ref(), r));
     found.map(Json).ok_or_else(|| {

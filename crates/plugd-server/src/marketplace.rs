@@ -72,7 +72,7 @@ async fn action(
     };
     let state_dir = state.runtime.dir().join(".plugd");
     let installer = Installer {
-        store: state.runtime.store(),
+        store: state.runtime.state().as_ref(),
         state_dir: &state_dir,
         marketplace: state.config.marketplace.as_ref(),
         signing: &state.config.signing,

@@ -62,7 +62,11 @@ pub(crate) fn routes() -> Router<AppState> {
 pub struct RestartRequest {}
 
 /// The package `id` names, as `who` may see it (404 otherwise).
-fn visible(state: &AppState, who: &crate::auth::Identity, id: &str) -> Result<Package, ApiError> {
+async fn visible(
+    state: &AppState,
+    who: &crate::auth::Identity,
+    id: &str,
+) -> Result<Package, ApiError> {
     let sel = PackageSelector::parse(id).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -72,13 +76,16 @@ fn visible(state: &AppState, who: &crate::auth::Identity, id: &str) -> Result<Pa
     })?;
     let found = state
         .runtime
-        .store()
+        .state()
         .find_package(&sel)
+        .await
         .map_err(store_error)?;
     // A token bound to an org sees only the packages its bindings use.
     let found = match (&who.tenant, found) {
         (Some(t), Some(p)) => {
-            let used = plugd_governance::bindings::packages_in_use(state.runtime.store(), t)?;
+            let used =
+                plugd_governance::bindings::packages_in_use(state.runtime.state().as_ref(), t)
+                    .await?;
             used.contains(&(p.package_id.clone(), p.version.clone()))
                 .then_some(p)
         }
@@ -105,7 +112,7 @@ async fn action(
     else {
         return Err(ApiError::no_route(method.as_str(), uri.path()));
     };
-    let p = visible(&state, &who, id)?;
+    let p = visible(&state, &who, id).await?;
     if who.tenant.is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -137,10 +144,10 @@ async fn list(
     State(state): State<AppState>,
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
 ) -> Result<Json<Vec<Package>>, ApiError> {
-    let store = state.runtime.store();
-    let mut all = store.packages().map_err(store_error)?;
+    let store = state.runtime.state().as_ref();
+    let mut all = store.packages().await.map_err(store_error)?;
     if let Some(t) = &who.tenant {
-        let used = plugd_governance::bindings::packages_in_use(store, t)?;
+        let used = plugd_governance::bindings::packages_in_use(store, t).await?;
         all.retain(|p| used.contains(&(p.package_id.clone(), p.version.clone())));
     }
     Ok(Json(all))
@@ -151,7 +158,7 @@ async fn show(
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
     Path(id): Path<String>,
 ) -> Result<Json<Package>, ApiError> {
-    visible(&state, &who, &id).map(Json)
+    visible(&state, &who, &id).await.map(Json)
 }
 
 async fn pull(
@@ -178,7 +185,7 @@ async fn pull(
         };
         let state_dir = state.runtime.dir().join(".plugd");
         let done =
-            plugd_packages::install_archive(state.runtime.store().as_ref(), &state_dir, data, &how)
+            plugd_packages::install_archive(state.runtime.state().as_ref(), &state_dir, data, &how)
                 .await
                 .map_err(package_error)?;
         return Ok(installed(&done));
@@ -212,7 +219,7 @@ async fn pull(
         at: &at,
         verify: &verify,
     };
-    let done = plugd_packages::install(state.runtime.store().as_ref(), &state_dir, &req)
+    let done = plugd_packages::install(state.runtime.state().as_ref(), &state_dir, &req)
         .await
         .map_err(package_error)?;
     Ok(installed(&done))

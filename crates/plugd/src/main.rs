@@ -404,7 +404,7 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::Binding(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return binding_cmd::run(&dir, cmd).map(|()| 0);
+            return binding_cmd::run(&dir, cmd).await.map(|()| 0);
         }
         Command::Marketplace(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
@@ -563,14 +563,14 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             ..
         }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
         Command::Events(c) => outbox_cmd::events(rt, c)?,
-        Command::Outbox(c) => outbox_cmd::outbox(rt, c)?,
+        Command::Outbox(c) => outbox_cmd::outbox(rt, c).await?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Run(args) => agent_cmd::run(rt, args, plugd_node::delegated_api).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
         Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
-        Command::Storage(cmd) => storage_cmd::run(rt, cmd)?,
+        Command::Storage(cmd) => storage_cmd::run(rt, cmd).await?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
         Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
         Command::Mcp(args) => mcp_cmd::run(rt, args).await?,

@@ -314,20 +314,21 @@ impl Agent {
     }
 
     /// The stored session `id`, if any.
-    pub fn session(&self, id: &str) -> Result<Option<Session>, AgentError> {
+    pub async fn session(&self, id: &str) -> Result<Option<Session>, AgentError> {
         if !plugd_store::sessions::valid_session_id(id) {
             return Err(AgentError::BadSession(id.to_owned()));
         }
         let row = self
             .runtime
-            .store()
+            .state()
             .session_get(id)
+            .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
         let Some(row) = row else { return Ok(None) };
         Ok(Some(Session {
             id: row.id,
             created_at: row.created_at,
-            transcript: self.load(id)?,
+            transcript: self.load(id).await?,
         }))
     }
 }

@@ -103,11 +103,12 @@ impl Agent {
         if !plugd_store::sessions::valid_session_id(session_id) {
             return Err(AgentError::BadSession(session_id.to_owned()));
         }
-        let prior = self.load(session_id)?;
+        let prior = self.load(session_id).await?;
         let (_, created) = self
             .runtime
-            .store()
+            .state()
             .session_ensure(session_id)
+            .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
         if created {
             self.emit(
@@ -118,9 +119,10 @@ impl Agent {
         }
         let mut ctx = overlay(&self.settings.defaults, ctx);
         ctx.session_id = Some(session_id.to_owned());
-        let store = self.runtime.store();
+        let store = self.runtime.state();
         let chain_id = store
             .session_head(session_id)
+            .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
         let run = Run {
             id: fresh_id("run"),
@@ -148,6 +150,7 @@ impl Agent {
         };
         store
             .run_create(&run)
+            .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
         let registry = self.runtime.tools();
         let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
@@ -182,15 +185,16 @@ impl Agent {
             Ok(()) => turn.steps().await,
             Err(stop) => Err(stop),
         };
-        turn.finish(result)
+        turn.finish(result).await
     }
 
     /// The stored transcript of `id` (empty when unknown).
-    pub(super) fn load(&self, id: &str) -> Result<Vec<TranscriptEntry>, AgentError> {
+    pub(super) async fn load(&self, id: &str) -> Result<Vec<TranscriptEntry>, AgentError> {
         let rows = self
             .runtime
-            .store()
+            .state()
             .session_transcript(id)
+            .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
         rows.into_iter()
             .map(|v| {
@@ -218,9 +222,10 @@ impl Turn<'_> {
         let Some(cfg) = self.agent.settings.compactor.clone() else {
             return Ok(());
         };
-        let store = self.agent.runtime.store();
+        let store = self.agent.runtime.state();
         let blocks = store
             .chain_blocks(&self.chain_id, 0, usize::MAX)
+            .await
             .map_err(|e| Stop::Failed(AgentError::Store(e.to_string())))?;
         let estimate = token_estimate(&blocks) + (self.input.len() as u64).div_ceil(4);
         if estimate <= cfg.max_input_tokens {
@@ -243,7 +248,11 @@ impl Turn<'_> {
         {
             Ok(c) => {
                 let derived = c.derived_chain_id.clone().unwrap_or_default();
-                self.prior = self.agent.load(&self.session_id).map_err(Stop::Failed)?;
+                self.prior = self
+                    .agent
+                    .load(&self.session_id)
+                    .await
+                    .map_err(Stop::Failed)?;
                 let n = notice(
                     NoticeKind::Info,
                     "CHAIN_COMPACTED",
@@ -575,7 +584,7 @@ impl Turn<'_> {
     }
 
     /// Stores the turn's entries, records the events, and builds the outcome.
-    fn finish(mut self, result: Result<String, Stop>) -> Result<TurnOutcome, AgentError> {
+    async fn finish(mut self, result: Result<String, Stop>) -> Result<TurnOutcome, AgentError> {
         let (status, reply, message, blocked_at, error) = match result {
             Ok(reply) => (TurnStatus::Completed, Some(reply), None, None, None),
             Err(Stop::Blocked { point, message }) => {
@@ -624,17 +633,26 @@ impl Turn<'_> {
                 ..RunPatch::default()
             },
         };
-        if let Err(e) = self.agent.runtime.store().run_update(&self.run_id, &patch) {
+        if let Err(e) = self
+            .agent
+            .runtime
+            .state()
+            .run_update(&self.run_id, &patch)
+            .await
+        {
             tracing::warn!(run = %self.run_id, error = %e, "could not record the end of the turn's run");
         }
-        let stored = self.agent.runtime.store().session_append(
-            &self.session_id,
-            &self
-                .new
-                .iter()
-                .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-                .collect::<Vec<_>>(),
-        );
+        let rows: Vec<Value> = self
+            .new
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+            .collect();
+        let stored = self
+            .agent
+            .runtime
+            .state()
+            .session_append(&self.session_id, &rows)
+            .await;
         let agent = plugd_runtime::microapp::agent_id(&self.ctx);
         if stored.is_ok() {
             let entries: Vec<(&str, &str)> = self

@@ -546,12 +546,12 @@ async fn turn_events_stream_deltas_then_done_and_the_session_is_readable() {
     assert_eq!(deltas.concat(), "echo[echo_llm/m1]: one two three four");
     assert!(matches!(events.last(), Some(TurnEvent::Done { outcome: o }) if **o == outcome));
 
-    let session = agent.session("st-1").unwrap().unwrap();
+    let session = agent.session("st-1").await.unwrap().unwrap();
     let roles: Vec<&str> = session.transcript.iter().map(|e| e.role.as_str()).collect();
     assert_eq!(roles, ["user", "assistant"]);
-    assert!(agent.session("unknown").unwrap().is_none());
+    assert!(agent.session("unknown").await.unwrap().is_none());
     assert!(matches!(
-        agent.session("bad id"),
+        agent.session("bad id").await,
         Err(AgentError::BadSession(_))
     ));
     rt.shutdown().await;
