@@ -964,6 +964,11 @@ mod tests {
         assert_eq!(r(&post, "/mcp/{profile}", Some("readonly")), Right::Invoke);
         assert_eq!(r(&Method::DELETE, "/mcp", None), Right::Invoke);
         assert_eq!(r(&Method::GET, "/mcp", None), Right::Read);
+        // Opening the legacy stream opens a session: the agent's right.
+        assert_eq!(r(&Method::GET, "/sse", None), Right::Invoke);
+        assert_eq!(r(&Method::GET, "/sse/{profile}", Some("p")), Right::Invoke);
+        assert_eq!(r(&post, "/messages", None), Right::Invoke);
+        assert_eq!(r(&post, "/messages/{profile}", Some("p")), Right::Invoke);
         let bind = "/v1/plugin-bindings/{id}";
         assert_eq!(r(&post, bind, Some("b:validate")), Right::Read);
         assert_eq!(r(&Method::PATCH, bind, Some("b")), Right::Govern);
@@ -980,6 +985,58 @@ mod tests {
             "/v1/plugin-packages/a/b"
         );
         assert_eq!(shape("/v1/chains/{id}/blocks"), "/v1/chains/_/blocks");
+    }
+
+    #[test]
+    fn cors_is_for_the_listed_origins_on_the_mcp_paths_only() {
+        let cfg = AuthConfig::current(Vec::new()).with_cors(&["HTTPS://App.Example".into()]);
+        let with = |origin: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            h
+        };
+        for path in ["/mcp", "/mcp/p", "/sse", "/sse/p", "/messages"] {
+            let h = with("https://app.example:443");
+            assert!(cfg.cors_origin(path, &h).is_some(), "{path}");
+        }
+        for path in ["/mcpx", "/v1/tools/x:invoke", "/ssex", "/"] {
+            assert!(
+                cfg.cors_origin(path, &with("https://app.example"))
+                    .is_none(),
+                "{path}"
+            );
+        }
+        for origin in [
+            "http://app.example",
+            "https://app.example:8443",
+            "null",
+            "https://evil.example",
+        ] {
+            assert!(cfg.cors_origin("/mcp", &with(origin)).is_none(), "{origin}");
+        }
+        assert!(cfg.cors_origin("/mcp", &HeaderMap::new()).is_none());
+        let off = AuthConfig::current(Vec::new());
+        assert!(
+            off.cors_origin("/mcp", &with("https://app.example"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_profile_token_reaches_its_profiles_on_every_mcp_transport() {
+        let id = Identity {
+            name: "token:t".into(),
+            role: Role::Agent,
+            mcp_profiles: Some(vec!["ro".into()]),
+            tenant: None,
+            delegation: None,
+        };
+        for path in ["/mcp/ro", "/sse/ro", "/messages/ro"] {
+            assert!(id.may_reach(path), "{path}");
+        }
+        for path in ["/mcp", "/sse", "/messages", "/sse/rw", "/v1/tools/x:invoke"] {
+            assert!(!id.may_reach(path), "{path}");
+        }
     }
 
     #[test]
