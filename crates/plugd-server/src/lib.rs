@@ -430,10 +430,7 @@ pub fn router(state: AppState) -> Router {
                 .get(mcp::get_mcp)
                 .delete(mcp::delete_mcp),
         )
-        .route("/sse", get(mcp_sse::get_sse))
-        .route("/sse/{profile}", get(mcp_sse::get_sse))
-        .route("/messages", post(mcp_sse::post_messages))
-        .route("/messages/{profile}", post(mcp_sse::post_messages))
+        .merge(mcp_sse::routes(state.config.mcp.http.legacy_sse))
         .merge(approvals::routes())
         .merge(mcp_features::routes())
         .merge(packages::routes())

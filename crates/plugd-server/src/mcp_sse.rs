@@ -87,6 +87,21 @@ fn enabled(state: &AppState, method: &Method, path: &str) -> Result<Arc<McpHttp>
     }
 }
 
+/// The transport's routes when `on` (plugd.yaml `mcp.http.legacy_sse`,
+/// read at start); none otherwise, so that its paths stay unknown (`404`
+/// for everyone, as without the transport).
+pub fn routes(on: bool) -> axum::Router<AppState> {
+    use axum::routing::{get, post};
+    if !on {
+        return axum::Router::new();
+    }
+    axum::Router::new()
+        .route("/sse", get(get_sse))
+        .route("/sse/{profile}", get(get_sse))
+        .route("/messages", post(post_messages))
+        .route("/messages/{profile}", post(post_messages))
+}
+
 /// `GET /sse` and `GET /sse/{profile}`: a new session and its stream.
 pub async fn get_sse(
     State(state): State<AppState>,

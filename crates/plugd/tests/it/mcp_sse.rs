@@ -224,7 +224,9 @@ fn legacy_sse_and_cors_are_off_by_default() {
     let ws = workspace("");
     let serve = Serve::start(&ws, "127.0.0.1:0");
     let alice = make_token(&ws, "agent");
+    let viewer = make_token(&ws, "viewer");
     assert_eq!(Stream::open(&serve, &alice, "/sse", &[]).0, 404);
+    assert_eq!(Stream::open(&serve, &viewer, "/sse", &[]).0, 404);
     post(&serve, &alice, "/messages?sessionId=x", &initialize()).error(404, "not_found");
     let r = request_as(
         &serve,
