@@ -20,6 +20,8 @@
 //!     stream_retry_ms: 1000          #   long; the client resumes after this
 //!     max_batch_items: 32            # JSON-RPC batches (2025-03-26 only):
 //!     max_batch_bytes: 262144        #   most messages and body bytes of one
+//!     legacy_sse: false              # GET /sse + POST /messages (2024-11-05)
+//!     cors_allowed_origins: []       # browser origins let in, with CORS headers
 //! ```
 //!
 //! `resources: false` under a server refuses every resource request to it
@@ -206,6 +208,29 @@ pub struct McpHttpConfig {
     /// still applies to every request).
     #[serde(default = "default_batch_bytes")]
     pub max_batch_bytes: usize,
+    /// Serve the deprecated HTTP+SSE transport of MCP 2024-11-05 as well
+    /// (`GET /sse` + `POST /messages?sessionId=…`, and `/sse/{profile}`),
+    /// with `/mcp`'s authentication, profiles and limits (default off:
+    /// those paths answer `404`).
+    #[serde(default)]
+    pub legacy_sse: bool,
+    /// Browser origins (`https://host[:port]`) let in on the MCP paths
+    /// (`/mcp`, `/sse`, `/messages`) despite being another site: their
+    /// preflights are answered and their responses carry CORS headers.
+    /// Any other origin is refused as before (default none: no CORS).
+    #[serde(default)]
+    pub cors_allowed_origins: Vec<String>,
+}
+
+/// Whether `origin` is a plain browser origin `http(s)://host[:port]` (no
+/// path, query, userinfo, wildcard), as `cors_allowed_origins` needs.
+pub fn is_plain_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    matches!(scheme, "http" | "https")
+        && !rest.is_empty()
+        && !rest.contains(['/', '@', '?', '#', ' ', '*'])
 }
 
 fn default_sessions() -> usize {
@@ -232,6 +257,8 @@ impl Default for McpHttpConfig {
             stream_retry_ms: DEFAULT_STREAM_RETRY_MS,
             max_batch_items: DEFAULT_MAX_BATCH_ITEMS,
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            legacy_sse: false,
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -445,6 +472,15 @@ pub fn parse_config(
                 "must be at least 1024".into(),
             ));
         }
+        if let Some(bad) = h.cors_allowed_origins.iter().find(|o| !is_plain_origin(o)) {
+            return Err(invalid(
+                "mcp.http.cors_allowed_origins".into(),
+                line,
+                format!(
+                    "{bad:?} is not an origin; write http://host[:port] or https://host[:port], without a path or wildcard"
+                ),
+            ));
+        }
         config.http = h;
     }
     Ok(config)
@@ -485,6 +521,36 @@ mod tests {
 
     fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
         PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
+    }
+
+    #[test]
+    fn legacy_sse_and_cors_are_off_unless_set_and_origins_are_checked() {
+        let c = parse("mcp: {}\n").unwrap();
+        assert!(!c.mcp.http.legacy_sse);
+        assert!(c.mcp.http.cors_allowed_origins.is_empty());
+        let c = parse(
+            "mcp:\n  http:\n    legacy_sse: true\n    cors_allowed_origins: [\"https://app.example\", \"http://localhost:5173\"]\n",
+        )
+        .unwrap();
+        assert!(c.mcp.http.legacy_sse);
+        assert_eq!(c.mcp.http.cors_allowed_origins.len(), 2);
+        for bad in [
+            "\"*\"",
+            "\"https://a.example/path\"",
+            "\"ftp://a\"",
+            "\"null\"",
+        ] {
+            let e = parse(&format!(
+                "mcp:\n  http:\n    cors_allowed_origins: [{bad}]\n"
+            ))
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("cors_allowed_origins"), "{bad}: {e}");
+        }
+        let e = parse("mcp:\n  http:\n    legacy_sse_on: true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("legacy_sse_on"), "{e}");
     }
 
     #[test]

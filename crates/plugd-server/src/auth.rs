@@ -29,7 +29,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use plugd_store::tokens::{Role, TokenRejection};
@@ -89,8 +89,9 @@ impl Identity {
     pub fn may_reach(&self, path: &str) -> bool {
         match &self.mcp_profiles {
             None => true,
-            Some(allowed) => path
-                .strip_prefix("/mcp/")
+            Some(allowed) => ["/mcp/", "/sse/", "/messages/"]
+                .iter()
+                .find_map(|prefix| path.strip_prefix(prefix))
                 .is_some_and(|p| allowed.iter().any(|a| a == p)),
         }
     }
@@ -152,6 +153,14 @@ pub fn action_of(segment: &str) -> Option<(&str, &str)> {
 pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right {
     // The MCP gateway: listing and calling is the agent's right; its GET
     // stream and DELETE belong to a session the caller opened with POST.
+    // The legacy HTTP+SSE transport: opening its stream opens a session,
+    // as `initialize` does on `/mcp`.
+    if matches!(
+        template,
+        "/sse" | "/sse/{profile}" | "/messages" | "/messages/{profile}"
+    ) {
+        return Right::Invoke;
+    }
     if template == "/mcp" || template == "/mcp/{profile}" {
         return if *method == Method::GET || *method == Method::HEAD {
             Right::Read
@@ -269,6 +278,9 @@ pub struct AuthConfig {
     pub owner_uid: u32,
     /// Extra `Host` names accepted on TCP (`http.allowed_hosts`).
     pub allowed_hosts: Vec<String>,
+    /// Browser origins let in on the MCP paths, with CORS headers
+    /// (`mcp.http.cors_allowed_origins`, as [`origin_key`]s).
+    pub cors_origins: Vec<String>,
 }
 
 impl AuthConfig {
@@ -277,8 +289,81 @@ impl AuthConfig {
         AuthConfig {
             owner_uid: rustix::process::geteuid().as_raw(),
             allowed_hosts,
+            cors_origins: Vec::new(),
         }
     }
+
+    /// Lets `origins` (plugd.yaml `mcp.http.cors_allowed_origins`) in on
+    /// the MCP paths.
+    pub fn with_cors(mut self, origins: &[String]) -> AuthConfig {
+        self.cors_origins = origins.iter().filter_map(|o| origin_key(o)).collect();
+        self
+    }
+
+    /// The allowed CORS origin `headers` carry on `path`, if any.
+    fn cors_origin(&self, path: &str, headers: &HeaderMap) -> Option<HeaderValue> {
+        if self.cors_origins.is_empty() || !is_mcp_path(path) {
+            return None;
+        }
+        let origin = headers.get(header::ORIGIN)?;
+        let key = origin_key(origin.to_str().ok()?)?;
+        self.cors_origins.contains(&key).then(|| origin.clone())
+    }
+}
+
+/// The paths of the MCP gateway's transports, where CORS may be on.
+fn is_mcp_path(path: &str) -> bool {
+    ["/mcp", "/sse", "/messages"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// The paths of the legacy HTTP+SSE transport, whose `GET` (it opens a
+/// session) has its `Origin` checked too.
+fn is_legacy_sse_path(path: &str) -> bool {
+    path == "/sse" || path.starts_with("/sse/")
+}
+
+/// An origin as `scheme://host:port`, lower case, default port added
+/// (`None` when it is not a plain http(s) origin).
+fn origin_key(origin: &str) -> Option<String> {
+    let scheme = origin.split_once("://")?.0.to_ascii_lowercase();
+    Some(format!("{scheme}://{}", origin_host(origin)?))
+}
+
+/// The request headers a browser client of `/mcp` may send.
+const CORS_ALLOW_HEADERS: &str = "Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Mcp-Method, Mcp-Name, Last-Event-ID";
+
+/// Adds the CORS headers of an allowed `origin` to `resp`.
+fn with_cors_headers(mut resp: Response, origin: HeaderValue) -> Response {
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Mcp-Session-Id"),
+    );
+    resp
+}
+
+/// The answer to an allowed origin's preflight.
+fn preflight(origin: HeaderValue) -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(CORS_ALLOW_HEADERS),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    with_cors_headers(resp, origin)
 }
 
 pub use plugd_store::users::user_name;
@@ -335,8 +420,10 @@ fn forbidden(code: &'static str, message: String) -> Response {
 fn check_browser_rules(
     peer: &Peer,
     method: &Method,
+    path: &str,
     headers: &HeaderMap,
     cfg: &AuthConfig,
+    cors_allowed: bool,
 ) -> Result<(), Box<Response>> {
     let text = |name: header::HeaderName| {
         headers
@@ -365,8 +452,8 @@ fn check_browser_rules(
         }
         Peer::Unix { .. } => Vec::new(),
     };
-    let safe = *method == Method::GET || *method == Method::HEAD;
-    if safe {
+    let safe = (*method == Method::GET || *method == Method::HEAD) && !is_legacy_sse_path(path);
+    if safe || cors_allowed {
         return Ok(());
     }
     if text(header::HeaderName::from_static("sec-fetch-site"))
@@ -606,7 +693,39 @@ fn check_csrf(
 /// documentation (peer, `Host`/`Origin`, identity, CSRF). The identity goes
 /// into the request's extensions; the route's right is checked after
 /// routing, by [`authorize_route`], on the route the request matched.
-pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+pub async fn authorize(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let cors = state.auth.cors_origin(req.uri().path(), req.headers());
+    match cors {
+        None => authorize_request(state, req, next, false).await,
+        Some(origin) => {
+            if req.method() == Method::OPTIONS
+                && let Some(peer) = req.extensions().get::<Peer>()
+            {
+                // The Host check still applies (DNS rebinding).
+                let path = req.uri().path();
+                return match check_browser_rules(
+                    peer,
+                    req.method(),
+                    path,
+                    req.headers(),
+                    &state.auth,
+                    true,
+                ) {
+                    Ok(()) => preflight(origin),
+                    Err(resp) => *resp,
+                };
+            }
+            with_cors_headers(authorize_request(state, req, next, true).await, origin)
+        }
+    }
+}
+
+async fn authorize_request(
+    state: AppState,
+    mut req: Request,
+    next: Next,
+    cors_allowed: bool,
+) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let Some(peer) = req.extensions().get::<Peer>().cloned() else {
@@ -615,7 +734,14 @@ pub async fn authorize(State(state): State<AppState>, mut req: Request, next: Ne
             "the request did not come through a plugd listener".into(),
         );
     };
-    if let Err(resp) = check_browser_rules(&peer, &method, req.headers(), &state.auth) {
+    if let Err(resp) = check_browser_rules(
+        &peer,
+        &method,
+        &path,
+        req.headers(),
+        &state.auth,
+        cors_allowed,
+    ) {
         return *resp;
     }
     if is_public(&method, &path) {
@@ -839,6 +965,11 @@ mod tests {
         assert_eq!(r(&post, "/mcp/{profile}", Some("readonly")), Right::Invoke);
         assert_eq!(r(&Method::DELETE, "/mcp", None), Right::Invoke);
         assert_eq!(r(&Method::GET, "/mcp", None), Right::Read);
+        // Opening the legacy stream opens a session: the agent's right.
+        assert_eq!(r(&Method::GET, "/sse", None), Right::Invoke);
+        assert_eq!(r(&Method::GET, "/sse/{profile}", Some("p")), Right::Invoke);
+        assert_eq!(r(&post, "/messages", None), Right::Invoke);
+        assert_eq!(r(&post, "/messages/{profile}", Some("p")), Right::Invoke);
         let bind = "/v1/plugin-bindings/{id}";
         assert_eq!(r(&post, bind, Some("b:validate")), Right::Read);
         assert_eq!(r(&Method::PATCH, bind, Some("b")), Right::Govern);
@@ -855,6 +986,58 @@ mod tests {
             "/v1/plugin-packages/a/b"
         );
         assert_eq!(shape("/v1/chains/{id}/blocks"), "/v1/chains/_/blocks");
+    }
+
+    #[test]
+    fn cors_is_for_the_listed_origins_on_the_mcp_paths_only() {
+        let cfg = AuthConfig::current(Vec::new()).with_cors(&["HTTPS://App.Example".into()]);
+        let with = |origin: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ORIGIN, HeaderValue::from_str(origin).unwrap());
+            h
+        };
+        for path in ["/mcp", "/mcp/p", "/sse", "/sse/p", "/messages"] {
+            let h = with("https://app.example:443");
+            assert!(cfg.cors_origin(path, &h).is_some(), "{path}");
+        }
+        for path in ["/mcpx", "/v1/tools/x:invoke", "/ssex", "/"] {
+            assert!(
+                cfg.cors_origin(path, &with("https://app.example"))
+                    .is_none(),
+                "{path}"
+            );
+        }
+        for origin in [
+            "http://app.example",
+            "https://app.example:8443",
+            "null",
+            "https://evil.example",
+        ] {
+            assert!(cfg.cors_origin("/mcp", &with(origin)).is_none(), "{origin}");
+        }
+        assert!(cfg.cors_origin("/mcp", &HeaderMap::new()).is_none());
+        let off = AuthConfig::current(Vec::new());
+        assert!(
+            off.cors_origin("/mcp", &with("https://app.example"))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_profile_token_reaches_its_profiles_on_every_mcp_transport() {
+        let id = Identity {
+            name: "token:t".into(),
+            role: Role::Agent,
+            mcp_profiles: Some(vec!["ro".into()]),
+            tenant: None,
+            delegation: None,
+        };
+        for path in ["/mcp/ro", "/sse/ro", "/messages/ro"] {
+            assert!(id.may_reach(path), "{path}");
+        }
+        for path in ["/mcp", "/sse", "/messages", "/sse/rw", "/v1/tools/x:invoke"] {
+            assert!(!id.may_reach(path), "{path}");
+        }
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub mod listen;
 pub mod marketplace;
 pub mod mcp;
 pub mod mcp_features;
+pub mod mcp_sse;
 pub mod mcp_stream;
 pub mod packages;
 
@@ -317,7 +318,10 @@ impl AppState {
         config: Arc<PlugdConfig>,
         agent: Option<Agent>,
     ) -> AppState {
-        let auth = Arc::new(auth::AuthConfig::current(config.http.allowed_hosts.clone()));
+        let auth = Arc::new(
+            auth::AuthConfig::current(config.http.allowed_hosts.clone())
+                .with_cors(&config.mcp.http.cors_allowed_origins),
+        );
         let body_timeout = Duration::from_secs(config.http.body_timeout_secs);
         let gateway =
             plugd_gateway::Gateway::new(runtime.clone(), config.clone(), env!("CARGO_PKG_VERSION"));
@@ -426,6 +430,7 @@ pub fn router(state: AppState) -> Router {
                 .get(mcp::get_mcp)
                 .delete(mcp::delete_mcp),
         )
+        .merge(mcp_sse::routes(state.config.mcp.http.legacy_sse))
         .merge(approvals::routes())
         .merge(mcp_features::routes())
         .merge(packages::routes())

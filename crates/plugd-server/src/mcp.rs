@@ -96,6 +96,8 @@ pub struct McpHttp {
     gateway: Gateway,
     limits: McpHttpConfig,
     sessions: Mutex<HashMap<String, Live>>,
+    /// The sessions of the legacy HTTP+SSE transport ([`crate::mcp_sse`]).
+    legacy: crate::mcp_sse::Legacy,
 }
 
 #[derive(Debug)]
@@ -129,7 +131,28 @@ impl McpHttp {
             gateway,
             limits: limits.clone(),
             sessions: Mutex::new(HashMap::new()),
+            legacy: crate::mcp_sse::Legacy::default(),
         }
+    }
+
+    /// plugd.yaml `mcp.http`.
+    pub fn limits(&self) -> &McpHttpConfig {
+        &self.limits
+    }
+
+    /// The gateway the sessions run on.
+    pub fn gateway(&self) -> &Gateway {
+        &self.gateway
+    }
+
+    /// The legacy HTTP+SSE transport's sessions.
+    pub fn legacy(&self) -> &crate::mcp_sse::Legacy {
+        &self.legacy
+    }
+
+    /// Streamable HTTP sessions `owner` holds.
+    pub(crate) fn held_by(&self, owner: &str) -> usize {
+        self.lock().values().filter(|l| l.owner == owner).count()
     }
 
     fn stream_options(&self, version: Option<&str>) -> mcp_stream::Options {
@@ -161,7 +184,10 @@ impl McpHttp {
     fn insert(&self, session: Session, owner: &str, profile: Option<&str>) -> Result<(), Refused> {
         let per_identity = self.limits.max_sessions_per_identity;
         let mut map = self.lock();
-        let held = |map: &HashMap<String, Live>| map.values().filter(|l| l.owner == owner).count();
+        let legacy = self.legacy.held_by(owner);
+        let held = |map: &HashMap<String, Live>| {
+            map.values().filter(|l| l.owner == owner).count() + legacy
+        };
         if map.len() >= MAX_SESSIONS || held(&map) >= per_identity {
             map.retain(|_, l| {
                 let keep = l.used.elapsed() < SESSION_IDLE;
@@ -252,7 +278,7 @@ fn refused(why: Refused, identity: &Identity, id: Value) -> Response {
     }
 }
 
-fn caller(identity: &Identity) -> Caller {
+pub(crate) fn caller(identity: &Identity) -> Caller {
     Caller {
         name: identity.name.clone(),
         may_approve_critical: identity.role == Role::Admin,
@@ -269,7 +295,7 @@ fn mcp_state(state: &AppState) -> Result<&Arc<McpHttp>, ApiError> {
     })
 }
 
-fn gateway_error(e: GatewayError) -> ApiError {
+pub(crate) fn gateway_error(e: GatewayError) -> ApiError {
     match e {
         GatewayError::UnknownProfile { .. } => {
             ApiError::new(StatusCode::NOT_FOUND, error::code::NOT_FOUND, e.to_string())

@@ -839,7 +839,9 @@ fn spellings(path: &str) -> Vec<String> {
 #[tokio::test]
 async fn no_spelling_of_a_route_reaches_it_with_less_right() {
     use plugd_store::tokens::Role;
-    let (tmp, app) = app("", DEFAULT_BODY_LIMIT).await;
+    // The opt-in routes mounted too, so that every declared one is walked.
+    const LEGACY_SSE_ON: &str = "mcp:\n  http:\n    legacy_sse: true\n";
+    let (tmp, app) = app(LEGACY_SSE_ON, DEFAULT_BODY_LIMIT).await;
     let store = plugd_store::Store::open(&tmp.path().join(".plugd")).unwrap();
     let token =
         |name: &str, role: Role| store.token_create(name, role, None, "test").unwrap().token;

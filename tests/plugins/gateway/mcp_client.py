@@ -16,6 +16,7 @@ steps; the script runs them in order and prints one JSON report on stdout:
              {"op": "touch", "path": P},       # tells the test to act
              {"op": "wait_changed", "timeout": 10}]}
   {"transport": "http", "url": U, "token": T, ...}
+  {"transport": "sse", "url": U, "token": T, ...}   # the 2024-11-05 HTTP+SSE transport
 """
 
 import json
@@ -26,6 +27,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import Client, StdioServerParameters
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 
 
@@ -54,6 +56,8 @@ async def main() -> None:
 
     if plan["transport"] == "stdio":
         server = StdioServerParameters(command=plan["command"], args=plan["args"], cwd=plan.get("cwd"), env=plan.get("env"))
+    elif plan["transport"] == "sse":
+        server = sse_client(plan["url"], headers={"Authorization": f"Bearer {plan['token']}"})
     else:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {plan['token']}"}, timeout=30)
         server = streamable_http_client(plan["url"], http_client=http)

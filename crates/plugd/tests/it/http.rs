@@ -185,7 +185,7 @@ impl Resp {
     }
 }
 
-fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     s
@@ -203,7 +203,7 @@ fn write_head(
 }
 
 /// Writes a request head to `serve` with `token`.
-fn write_head_as(
+pub(crate) fn write_head_as(
     s: &mut TcpStream,
     method: &str,
     path: &str,
@@ -227,7 +227,7 @@ fn write_head_as(
 }
 
 /// Status line and headers.
-fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
+pub(crate) fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     let status = line
@@ -250,7 +250,7 @@ fn read_head(r: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
 }
 
 /// One chunk of a chunked body (`None` at the end).
-fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
+pub(crate) fn read_chunk(r: &mut impl BufRead) -> Option<Vec<u8>> {
     let mut size = String::new();
     r.read_line(&mut size).unwrap();
     let size = usize::from_str_radix(size.trim().split(';').next().unwrap(), 16)

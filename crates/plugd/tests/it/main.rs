@@ -35,6 +35,7 @@ mod mcp_bounds;
 mod mcp_remote;
 mod mcp_requests;
 mod mcp_resources;
+mod mcp_sse;
 mod mcp_stateless;
 mod mcp_tasks;
 mod memory;
