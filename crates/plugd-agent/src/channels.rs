@@ -184,7 +184,7 @@ impl ChannelService {
     /// logged and retried, the others go on). `agent` is
     /// `None` without an `llm:` section: inbound events are then logged as
     /// unhandled.
-    pub fn start(
+    pub async fn start(
         runtime: &Runtime,
         agent: Option<Arc<dyn ChannelTurn>>,
         pipeline: Arc<Pipeline>,
@@ -202,7 +202,7 @@ impl ChannelService {
             {
                 tracing::warn!(%plugin, %kind, "the plugin declares channel {kind:?} in [plugin.extends].channels but not in [[plugin.channels.register]], so it may not publish plugin.inbound.{kind}; add [[plugin.channels.register]] kind = {kind:?}");
             }
-            match runtime.plugin(&plugin) {
+            match runtime.plugin(&plugin).await {
                 Ok(info) if !info.approved => {
                     tracing::warn!(%plugin, %kind, state = %info.state, "channel waits for approval: `plugd plugin approve {plugin}` starts it");
                 }
@@ -329,6 +329,7 @@ async fn keep_started(runtime: Runtime, a: Arc<dyn ChannelAdapter>) {
             // starts it, which lands in the arm above).
             Status::Idle | Status::Stopped => runtime
                 .plugin(a.owner())
+                .await
                 .map(|i| i.approved)
                 .unwrap_or(false),
             _ => false,

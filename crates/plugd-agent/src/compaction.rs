@@ -81,6 +81,7 @@ pub async fn compact_session(
     let estimate = token_estimate(&blocks);
     let (sup, export_id) = rt
         .resolve_export(&cfg.export, ExportKind::Compactor)
+        .await
         .map_err(|reason| CompactionError::Export {
             export: cfg.export.clone(),
             reason,
@@ -230,7 +231,9 @@ pub async fn compact_session(
             "seed_blocks": seed.len(),
             "summary": record.summary,
         }),
-    ) {
+    )
+    .await
+    {
         tracing::warn!(error = %e, "could not record chain.compacted in the outbox");
     }
     Ok(record)

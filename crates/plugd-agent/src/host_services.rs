@@ -75,6 +75,7 @@ impl Providers {
                     LlmConfig::Scripted { .. } => "scripted".to_owned(),
                 };
                 let provider = crate::llm::build_provider(llm, runtime, runtime.dir())
+                    .await
                     .map_err(|e| e.to_string())?;
                 Ok::<Provider, String>((provider, kind))
             })
@@ -104,6 +105,7 @@ impl Providers {
                 return Ok(p.clone());
             }
             let built = crate::llm::build_provider(llm, runtime, runtime.dir())
+                .await
                 .map_err(|e| ServiceError::NotConfigured(format!("llm_providers.{name}: {e}")))?;
             self.named
                 .lock()

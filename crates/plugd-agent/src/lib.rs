@@ -37,6 +37,6 @@ pub use host_services::parts;
 
 /// Opens the workspace at `dir` with the agent side installed: what every
 /// product path (serve, the CLI, bench, tests) opens a runtime with.
-pub fn open(dir: &Path, config: HostConfig) -> Result<Runtime, RuntimeError> {
-    Runtime::open(dir, config, parts())
+pub async fn open(dir: &Path, config: HostConfig) -> Result<Runtime, RuntimeError> {
+    Runtime::open(dir, config, parts()).await
 }

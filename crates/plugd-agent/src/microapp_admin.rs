@@ -50,7 +50,7 @@ fn req_str<'a>(method: &str, p: &'a Value, key: &str) -> Result<&'a str, ErrorOb
 
 /// One provider of `llm_providers/list`: how it is reached and whether its
 /// key is there (never the key).
-fn provider_view(rt: &Runtime, id: &str, llm: &LlmConfig, active: bool) -> Value {
+async fn provider_view(rt: &Runtime, id: &str, llm: &LlmConfig, active: bool) -> Value {
     match llm {
         LlmConfig::Openai {
             base_url,
@@ -60,7 +60,7 @@ fn provider_view(rt: &Runtime, id: &str, llm: &LlmConfig, active: bool) -> Value
             ..
         } => {
             let key_present = match (api_key_env, api_key_secret) {
-                (_, Some(name)) => rt.secret(name).is_ok_and(|v| v.is_some()),
+                (_, Some(name)) => rt.secret(name).await.is_ok_and(|v| v.is_some()),
                 (Some(var), None) => std::env::var_os(var).is_some_and(|s| !s.is_empty()),
                 (None, None) => false,
             };
@@ -145,7 +145,10 @@ pub async fn admin(
                 .map(|c| rt.agents(&c).into_iter().map(|a| a["id"].clone()).collect())
                 .unwrap_or_default();
             for (kind, owner) in rt.channel_kinds() {
-                let entries = rt.config_show(&owner).map_err(|e| internal(method, e))?;
+                let entries = rt
+                    .config_show(&owner)
+                    .await
+                    .map_err(|e| internal(method, e))?;
                 let keys: Vec<&str> = entries
                     .iter()
                     .filter(|e| e.secret && e.source == "set")
@@ -249,10 +252,10 @@ pub async fn admin(
             for (name, llm) in &config.llm_providers {
                 entries.push((name.clone(), llm, false));
             }
-            let providers: Vec<Value> = entries
-                .into_iter()
-                .map(|(id, llm, active)| provider_view(rt, &id, llm, active))
-                .collect();
+            let mut providers: Vec<Value> = Vec::new();
+            for (id, llm, active) in entries {
+                providers.push(provider_view(rt, &id, llm, active).await);
+            }
             Ok(json!({"providers": providers}))
         }
         "llm_providers/upsert" | "llm_providers/delete" => Err(not_backed(
@@ -266,7 +269,7 @@ pub async fn admin(
         "channels/list" => {
             let mut out = Vec::new();
             for (i, (kind, owner)) in rt.channel_kinds().into_iter().enumerate() {
-                let info = rt.plugin(&owner).map_err(|e| internal(method, e))?;
+                let info = rt.plugin(&owner).await.map_err(|e| internal(method, e))?;
                 out.push(json!({
                     "channel": kind,
                     "plugin": owner,
@@ -282,7 +285,7 @@ pub async fn admin(
             let mut out = Vec::new();
             for (kind, owner) in rt.channel_kinds() {
                 let mut issues = Vec::new();
-                match rt.plugin(&owner) {
+                match rt.plugin(&owner).await {
                     Ok(info) => {
                         if !info.approved {
                             issues.push(format!(
@@ -301,7 +304,7 @@ pub async fn admin(
                 {
                     issues.push(format!("plugin {owner:?} does not register channel {kind:?} in [[plugin.channels.register]], so it may not publish plugin.inbound.{kind}"));
                 }
-                if let Ok(entries) = rt.config_show(&owner) {
+                if let Ok(entries) = rt.config_show(&owner).await {
                     for e in entries.iter().filter(|e| e.required && e.source == "unset") {
                         issues.push(format!("required setting {:?} is not set", e.key));
                     }

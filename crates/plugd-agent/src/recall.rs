@@ -106,20 +106,6 @@ impl Semantic {
     }
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
-) -> Result<T, RecallError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| {
-            RecallError::Store(StoreError::Invalid {
-                what: format!("the store task ({e})"),
-                problem: "it failed; see the log",
-            })
-        })?
-        .map_err(RecallError::Store)
-}
-
 /// The semantic side, when an embedder is configured; errors when memory
 /// is disabled.
 fn semantic(rt: &Runtime) -> Result<Option<Semantic>, RecallError> {
@@ -187,9 +173,7 @@ impl MemoryExt for Runtime {
         tags: &[String],
     ) -> Result<MemoryEntry, RecallError> {
         let semantic = semantic(self)?;
-        let store = self.store().clone();
-        let (agent, text, labels) = (agent_id.to_owned(), content.to_owned(), tags.to_vec());
-        let entry = blocking(move || store.memory_add(&agent, &text, &labels)).await?;
+        let entry = self.state().memory_add(agent_id, content, tags).await?;
         let Some(sem) = semantic else {
             return Ok(entry);
         };
@@ -208,9 +192,7 @@ impl MemoryExt for Runtime {
         }
         .await;
         if let Err(e) = written {
-            let store = self.store().clone();
-            let id = entry.id.clone();
-            if let Err(undo) = blocking(move || store.memory_delete(&id)).await {
+            if let Err(undo) = self.state().memory_delete(&entry.id).await {
                 tracing::warn!(id = %entry.id, error = %undo, "could not undo a memory add");
             }
             return Err(e);
@@ -231,16 +213,14 @@ impl MemoryExt for Runtime {
             .unwrap_or(DEFAULT_RECALL_LIMIT)
             .clamp(1, MAX_RECALL_LIMIT);
         let semantic = semantic(self)?;
-        let store = self.store().clone();
-        let agent = agent_id.to_owned();
+        let store = self.state();
         let Some(sem) = semantic else {
-            let query = query.to_owned();
-            return blocking(move || store.memory_search(&agent, &query, Some(limit))).await;
+            return Ok(store.memory_search(agent_id, query, Some(limit)).await?);
         };
         // A bad agent id gets the store's own refusal (a -32602 for plugins):
         // keyword search checks the id before it looks at the query.
         if !plugd_store::memory::valid_agent_id(agent_id) {
-            return blocking(move || store.memory_search(&agent, "", Some(limit))).await;
+            return Ok(store.memory_search(agent_id, "", Some(limit)).await?);
         }
         if query.trim().is_empty() {
             return Ok(Vec::new());
@@ -266,17 +246,14 @@ impl MemoryExt for Runtime {
             .filter(|m| m.score > 0.0)
             .map(|m| m.id)
             .collect();
-        blocking(move || {
-            let mut out = Vec::with_capacity(ids.len());
-            for id in ids {
-                if let Some(e) = store.memory_get(&id)?
-                    && e.agent_id == agent
-                {
-                    out.push(e);
-                }
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(e) = store.memory_get(&id).await?
+                && e.agent_id == agent_id
+            {
+                out.push(e);
             }
-            Ok(out)
-        })
-        .await
+        }
+        Ok(out)
     }
 }

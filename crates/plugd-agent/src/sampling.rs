@@ -37,6 +37,7 @@ pub async fn sample(
         )));
     };
     let provider = crate::llm::build_provider(llm, rt, rt.dir())
+        .await
         .map_err(|e| ErrorObject::new(codes::INTERNAL_ERROR, format!("sampling failed: {e}")))?;
     tracing::info!(plugin = %server, messages = request.messages.len(), max_tokens = ?request.max_tokens, "sampling for an MCP server");
     let reply = provider.chat(&request, None).await.map_err(|e| {

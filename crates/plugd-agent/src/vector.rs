@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use plugd_host::extensions::{
     self, MEMORY_TIMEOUT_ENV, VECTOR_SEARCH_TIMEOUT, VECTOR_WRITE_TIMEOUT, VectorError,
 };
-use plugd_store::Store;
+use plugd_store::StateStore;
 use plugd_store::vectors::{VectorMatch, VectorRecord, VectorStoreError};
 use serde_json::{Value, json};
 
@@ -67,25 +67,14 @@ fn from_store(e: VectorStoreError) -> VectorError {
 /// exact search reads the whole collection (see `plugd_store::vectors`).
 #[derive(Debug, Clone)]
 pub struct StoreBackend {
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
 }
 
 impl StoreBackend {
     /// The backend over `store`.
-    pub fn new(store: Arc<Store>) -> Self {
+    pub fn new(store: Arc<dyn StateStore>) -> Self {
         StoreBackend { store }
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, VectorStoreError> + Send + 'static,
-) -> Result<T, VectorError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| VectorError::Other {
-            message: format!("the store task failed: {e}"),
-        })?
-        .map_err(from_store)
 }
 
 impl VectorBackend for StoreBackend {
@@ -98,10 +87,12 @@ impl VectorBackend for StoreBackend {
         collection: &'a str,
         records: Vec<VectorRecord>,
     ) -> VectorFuture<'a, u64> {
-        let store = self.store.clone();
-        let collection = collection.to_owned();
         Box::pin(async move {
-            blocking(move || store.vector_upsert(&collection, &records).map(|n| n as u64)).await
+            self.store
+                .vector_upsert(collection, &records)
+                .await
+                .map(|n| n as u64)
+                .map_err(from_store)
         })
     }
 
@@ -112,19 +103,21 @@ impl VectorBackend for StoreBackend {
         limit: usize,
         filter: Option<Value>,
     ) -> VectorFuture<'a, Vec<VectorMatch>> {
-        let store = self.store.clone();
-        let collection = collection.to_owned();
         Box::pin(async move {
-            blocking(move || store.vector_search(&collection, &embedding, limit, filter.as_ref()))
+            self.store
+                .vector_search(collection, &embedding, limit, filter.as_ref())
                 .await
+                .map_err(from_store)
         })
     }
 
     fn delete<'a>(&'a self, collection: &'a str, ids: Vec<String>) -> VectorFuture<'a, u64> {
-        let store = self.store.clone();
-        let collection = collection.to_owned();
         Box::pin(async move {
-            blocking(move || store.vector_delete(&collection, &ids).map(|n| n as u64)).await
+            self.store
+                .vector_delete(collection, &ids)
+                .await
+                .map(|n| n as u64)
+                .map_err(from_store)
         })
     }
 }
@@ -225,7 +218,7 @@ pub trait VectorExt {
 impl VectorExt for Runtime {
     fn vector_backend(&self, name: &str) -> Result<Arc<dyn VectorBackend>, RuntimeError> {
         if name == BUILTIN_BACKEND {
-            return Ok(Arc::new(StoreBackend::new(self.store().clone())));
+            return Ok(Arc::new(StoreBackend::new(self.state().clone())));
         }
         let mut declared = vec![BUILTIN_BACKEND.to_owned()];
         for (id, sup) in self.supervised_plugins() {

@@ -201,7 +201,7 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
         json!({"jsonrpc":"2.0","id":1,"method":"tool.invoke","params":{"plugin_id":"hello_rust","tool_name":"hello_rust_echo","args":payload,"agent_id":null}})
     );
 
-    let rt = plugd_agent::open(ws, HostConfig::default())?;
+    let rt = plugd_agent::open(ws, HostConfig::default()).await?;
     rt.approve("hello_rust", "bench").await?;
     eprintln!(
         "bench: raw pipe and plugd round trips, interleaved ({} each)",

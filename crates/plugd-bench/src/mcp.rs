@@ -182,7 +182,7 @@ pub async fn run(b: McpBench<'_>, json_out: bool) -> Result<()> {
         json!({"mcpServers": {"srv": {"command": program, "args": args}}}).to_string(),
     )?;
     {
-        let rt = plugd_agent::open(ws, HostConfig::default())?;
+        let rt = plugd_agent::open(ws, HostConfig::default()).await?;
         rt.approve("srv", "plugd bench").await?;
         rt.shutdown().await;
     }

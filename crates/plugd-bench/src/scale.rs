@@ -140,7 +140,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     // Approve all (each approval starts the plugin once for its catalog),
     // as many at once as the start gate allows.
     eprintln!("bench: approving {n} plugins");
-    let rt = plugd_agent::open(ws, config.clone())?;
+    let rt = plugd_agent::open(ws, config.clone()).await?;
     let t = Instant::now();
     let gate = Arc::new(tokio::sync::Semaphore::new(concurrency));
     let mut set = tokio::task::JoinSet::new();
@@ -162,7 +162,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     // A fresh runtime, started the way serve starts.
     eprintln!("bench: opening the workspace and starting {n} eager plugins");
     let t = Instant::now();
-    let rt = plugd_agent::open(ws, HostConfig::from_env().map_err(anyhow::Error::msg)?)?;
+    let rt = plugd_agent::open(ws, HostConfig::from_env().map_err(anyhow::Error::msg)?).await?;
     let open_s = t.elapsed().as_secs_f64();
     let (fds0, rss0) = (fds()?, rss_kib()?);
     let restarts = Arc::new(AtomicU64::new(0));
@@ -192,7 +192,7 @@ pub async fn scale(n: u32, json_out: bool) -> Result<()> {
     http.get(&url).send().await?.error_for_status()?;
     let api_up_after_ms = t.elapsed().as_secs_f64() * 1e3;
     let t = Instant::now();
-    rt.start_eager();
+    rt.start_eager().await;
     let mut while_starting = Vec::new();
     let running = |rt: &Runtime| {
         ids.iter()
@@ -303,7 +303,7 @@ pub async fn flood(samples: u32, json_out: bool) -> Result<()> {
     let ws = tmp.path();
     flood_plugin(ws, "flood")?;
     flood_plugin(ws, "calm")?;
-    let rt = plugd_agent::open(ws, HostConfig::from_env().map_err(anyhow::Error::msg)?)?;
+    let rt = plugd_agent::open(ws, HostConfig::from_env().map_err(anyhow::Error::msg)?).await?;
     rt.approve("flood", "bench").await?;
     rt.approve("calm", "bench").await?;
     let call = |n: u32| {
@@ -340,7 +340,8 @@ pub async fn flood(samples: u32, json_out: bool) -> Result<()> {
     }
     let flood_s = t.elapsed().as_secs_f64();
     let dropped = rt
-        .plugin("flood")?
+        .plugin("flood")
+        .await?
         .broker
         .map(|b| b.dropped)
         .unwrap_or_default();

@@ -137,7 +137,7 @@ fn report_block(outcome: &TurnOutcome) {
 /// after shutting the plugins down.
 pub async fn run(rt: &Runtime, args: &RunArgs, api: DelegatedApi) -> Result<()> {
     if let Some(cmd) = &args.cmd {
-        return crate::chains_cmd::run_cmd(rt.dir(), cmd);
+        return crate::chains_cmd::run_cmd(rt.dir(), cmd).await;
     }
     if let (Some(harness), Some(session)) = (&args.harness, &args.session) {
         return crate::chains_cmd::harness(

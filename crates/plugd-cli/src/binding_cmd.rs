@@ -12,7 +12,6 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use plugd_control::{Binding, BindingFilter, BindingPatch, BindingStatus, Rollout};
 use plugd_governance::bindings::{NewBinding, create, update, validate, visible};
-use plugd_store::Store;
 
 use crate::errors::Failure;
 
@@ -166,7 +165,7 @@ fn print(b: &Binding, json: bool) -> Result<()> {
 
 /// Runs `plugd binding …` for the workspace `dir` (as its operator).
 pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
-    let store = Store::open(&dir.join(".plugd"))?;
+    let store = crate::state::open(dir)?;
     match cmd {
         BindingCmd::Create {
             package,
@@ -195,15 +194,17 @@ pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                     .map(|traffic_percent| Rollout { traffic_percent }),
                 gateway_api_scopes: settings.scopes.clone(),
             };
-            let b = create(&store, req, &who()).await.map_err(Failure::from)?;
+            let b = create(&*store, req, &who()).await.map_err(Failure::from)?;
             print(&b, settings.json)?;
         }
         BindingCmd::List { org, export, json } => {
-            let all = store.bindings(&BindingFilter {
-                org_id: org.clone(),
-                export_id: export.clone(),
-                ..BindingFilter::default()
-            })?;
+            let all = store
+                .bindings(&BindingFilter {
+                    org_id: org.clone(),
+                    export_id: export.clone(),
+                    ..BindingFilter::default()
+                })
+                .await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else if all.is_empty() {
@@ -227,7 +228,7 @@ pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
             }
         }
         BindingCmd::Show { id, json } => print(
-            &visible(&store, None, id).await.map_err(Failure::from)?,
+            &visible(&*store, None, id).await.map_err(Failure::from)?,
             *json,
         )?,
         BindingCmd::Update {
@@ -253,14 +254,14 @@ pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
                 );
             }
             print(
-                &update(&store, None, id, &patch)
+                &update(&*store, None, id, &patch)
                     .await
                     .map_err(Failure::from)?,
                 settings.json,
             )?;
         }
         BindingCmd::Validate { id, json } => {
-            let v = validate(&store, None, id, None)
+            let v = validate(&*store, None, id, None)
                 .await
                 .map_err(Failure::from)?;
             if *json {
@@ -283,8 +284,8 @@ pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
 }
 
 /// Runs `plugd secret …` for the workspace `dir`.
-pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
-    let store = Store::open(&dir.join(".plugd"))?;
+pub async fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
+    let store = crate::state::open(dir)?;
     match cmd {
         SecretCmd::Set { name } => {
             let Some((org, secret)) = name.split_once('/') else {
@@ -293,7 +294,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
                 );
             };
             let value = crate::config_cmd::read_stdin_value()?;
-            store.org_secret_set(org, secret, &value)?;
+            store.org_secret_set(org, secret, &value).await?;
             println!(
                 "stored secret {org}/{secret} (sealed with the master key); bind it as secret://{org}/{secret}"
             );
@@ -302,7 +303,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
             let Some((org, secret)) = name.split_once('/') else {
                 bail!("{name:?} names no org; write ORG/NAME");
             };
-            if store.org_secret_delete(org, secret)? {
+            if store.org_secret_delete(org, secret).await? {
                 println!("deleted secret {org}/{secret}");
             } else {
                 bail!(
@@ -311,7 +312,7 @@ pub fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
             }
         }
         SecretCmd::List { org, json } => {
-            let names = store.org_secret_names(org)?;
+            let names = store.org_secret_names(org).await?;
             if *json {
                 println!("{}", serde_json::json!(names));
             } else if names.is_empty() {

@@ -10,7 +10,6 @@ use clap::Subcommand;
 use plugd_control::chains::{Block, ChainStatus, Run, RunStatus, ScopeFilter};
 use plugd_runtime::Runtime;
 use plugd_runtime::runs::{HarnessStart, RunPolicy};
-use plugd_store::Store;
 use serde_json::{Value, json};
 
 use crate::DelegatedApi;
@@ -75,8 +74,8 @@ pub enum RunCmd {
     },
 }
 
-fn open(dir: &Path) -> Result<Store> {
-    Ok(Store::open(&dir.join(".plugd"))?)
+fn open(dir: &Path) -> Result<std::sync::Arc<dyn plugd_store::StateStore>> {
+    Ok(crate::state::open(dir)?)
 }
 
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
@@ -117,11 +116,13 @@ fn run_line(r: &Run) -> String {
 }
 
 /// Runs `plugd session …`.
-pub fn session(dir: &Path, cmd: &SessionCmd) -> Result<()> {
+pub async fn session(dir: &Path, cmd: &SessionCmd) -> Result<()> {
     let store = open(dir)?;
     match cmd {
         SessionCmd::List { limit, json } => {
-            let list = store.sessions(&ScopeFilter::default(), (*limit).clamp(1, 10_000), None)?;
+            let list = store
+                .sessions(&ScopeFilter::default(), (*limit).clamp(1, 10_000), None)
+                .await?;
             if *json {
                 return print_json(&json!({"sessions": list}));
             }
@@ -144,12 +145,12 @@ pub fn session(dir: &Path, cmd: &SessionCmd) -> Result<()> {
             }
         }
         SessionCmd::Show { id, json } => {
-            let Some(info) = store.session_info(id)? else {
+            let Some(info) = store.session_info(id).await? else {
                 bail!("no session {id:?}; `plugd session list` lists them");
             };
-            let chains = store.session_chains(id)?;
-            let runs = store.runs(&ScopeFilter::default(), Some(id), 1000)?;
-            let compactions = store.compactions(id)?;
+            let chains = store.session_chains(id).await?;
+            let runs = store.runs(&ScopeFilter::default(), Some(id), 1000).await?;
+            let compactions = store.compactions(id).await?;
             if *json {
                 return print_json(
                     &json!({"session": info, "chains": chains, "runs": runs, "compactions": compactions}),
@@ -232,14 +233,14 @@ fn block_line(b: &Block) -> String {
 }
 
 /// Runs `plugd chain …`.
-pub fn chain(dir: &Path, cmd: &ChainCmd) -> Result<()> {
+pub async fn chain(dir: &Path, cmd: &ChainCmd) -> Result<()> {
     let store = open(dir)?;
     match cmd {
         ChainCmd::Show { id, json } => {
-            let Some(chain) = store.chain(id)? else {
+            let Some(chain) = store.chain(id).await? else {
                 bail!("no chain {id:?}; `plugd session show SESSION` lists a session's chains");
             };
-            let blocks = store.chain_blocks(id, 0, usize::MAX)?;
+            let blocks = store.chain_blocks(id, 0, usize::MAX).await?;
             if *json {
                 let mut v = serde_json::to_value(&chain)?;
                 v["blocks"] = json!(blocks);
@@ -264,7 +265,7 @@ pub fn chain(dir: &Path, cmd: &ChainCmd) -> Result<()> {
 }
 
 /// Runs `plugd run list|show`.
-pub fn run_cmd(dir: &Path, cmd: &RunCmd) -> Result<()> {
+pub async fn run_cmd(dir: &Path, cmd: &RunCmd) -> Result<()> {
     let store = open(dir)?;
     match cmd {
         RunCmd::List {
@@ -272,11 +273,13 @@ pub fn run_cmd(dir: &Path, cmd: &RunCmd) -> Result<()> {
             limit,
             json,
         } => {
-            let runs = store.runs(
-                &ScopeFilter::default(),
-                session.as_deref(),
-                (*limit).clamp(1, 10_000),
-            )?;
+            let runs = store
+                .runs(
+                    &ScopeFilter::default(),
+                    session.as_deref(),
+                    (*limit).clamp(1, 10_000),
+                )
+                .await?;
             if *json {
                 return print_json(&json!({"runs": runs}));
             }
@@ -288,7 +291,7 @@ pub fn run_cmd(dir: &Path, cmd: &RunCmd) -> Result<()> {
             }
         }
         RunCmd::Show { id, json } => {
-            let Some(run) = store.run(id)? else {
+            let Some(run) = store.run(id).await? else {
                 bail!("no run {id:?}; `plugd run list` lists them");
             };
             if *json {

@@ -78,7 +78,8 @@ impl<'a> Client<'a> {
                     .collect()
             }
             Client::Local(rt) => rt
-                .plugin_list()?
+                .plugin_list()
+                .await?
                 .into_iter()
                 .filter(|p| !p.approved)
                 .map(|p| p.id)
@@ -203,7 +204,7 @@ impl<'a> Client<'a> {
                 )
             }
             Client::Local(rt) => {
-                let (view, changed) = rt.set_tool_enabled(name, enabled, by)?;
+                let (view, changed) = rt.set_tool_enabled(name, enabled, by).await?;
                 (view.entry.plugin.clone(), changed)
             }
         })

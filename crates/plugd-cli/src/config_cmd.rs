@@ -99,7 +99,7 @@ pub async fn run(rt: &Runtime, args: &ConfigArgs) -> Result<()> {
             report(rt, id, &format!("unset {id} {key}"), applied).await?;
         }
         ConfigCmd::Get { key, json } => {
-            let e = rt.config_get(id, key)?;
+            let e = rt.config_get(id, key).await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&e)?);
             } else {
@@ -107,7 +107,7 @@ pub async fn run(rt: &Runtime, args: &ConfigArgs) -> Result<()> {
             }
         }
         ConfigCmd::Show { json } => {
-            let entries = rt.config_show(id)?;
+            let entries = rt.config_show(id).await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&entries)?);
             } else if entries.is_empty() {
@@ -137,22 +137,22 @@ pub async fn run(rt: &Runtime, args: &ConfigArgs) -> Result<()> {
 }
 
 /// Runs `plugd secrets`.
-pub fn secrets(rt: &Runtime, cmd: &SecretsCmd) -> Result<()> {
+pub async fn secrets(rt: &Runtime, cmd: &SecretsCmd) -> Result<()> {
     match cmd {
         SecretsCmd::Set { name } => {
             let value = read_stdin_value()?;
-            rt.secret_set(name, &value)?;
+            rt.secret_set(name, &value).await?;
             println!("stored secret {name} (sealed with the master key)");
         }
         SecretsCmd::Unset { name } => {
-            if rt.secret_unset(name)? {
+            if rt.secret_unset(name).await? {
                 println!("removed secret {name}");
             } else {
                 println!("secret {name} was not set");
             }
         }
         SecretsCmd::List { json } => {
-            let names = rt.secret_names()?;
+            let names = rt.secret_names().await?;
             if *json {
                 println!("{}", serde_json::json!(names));
             } else if names.is_empty() {
@@ -164,7 +164,7 @@ pub fn secrets(rt: &Runtime, cmd: &SecretsCmd) -> Result<()> {
             }
         }
         SecretsCmd::Rotate => {
-            let r = rt.rotate_secrets()?;
+            let r = rt.rotate_secrets().await?;
             println!(
                 "rotated the master key {} -> {}: {} secret(s) re-encrypted",
                 r.old_key_id, r.new_key_id, r.resealed

@@ -7,7 +7,6 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use plugd_control::invocations::{InvocationFilter, InvocationRecord, MAX_PAGE};
-use plugd_store::Store;
 
 /// `plugd invocations …`.
 #[derive(Subcommand, Debug)]
@@ -50,8 +49,8 @@ pub enum InvocationsCmd {
 }
 
 /// Runs `plugd invocations …` for the workspace `dir`.
-pub fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
-    let store = Store::open(&dir.join(".plugd"))?;
+pub async fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
+    let store = crate::state::open(dir)?;
     match cmd {
         InvocationsCmd::List {
             plugin,
@@ -66,22 +65,24 @@ pub fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
             if !(1..=MAX_PAGE).contains(limit) {
                 bail!("--limit {limit} is out of range; use 1 to {MAX_PAGE}");
             }
-            let page = store.list_invocations(&InvocationFilter {
-                plugin_id: plugin.clone(),
-                tool: tool.clone(),
-                status: *status,
-                org_id: org.clone(),
-                project_id: project.clone(),
-                cursor: cursor
-                    .as_deref()
-                    .map(plugd_control::invocations::Cursor::decode)
-                    .transpose()
-                    .map_err(|e| {
-                        anyhow::anyhow!("--cursor {:?} is not a cursor plugd gave", e.0)
-                    })?,
-                limit: *limit,
-                ..InvocationFilter::default()
-            })?;
+            let page = store
+                .list_invocations(&InvocationFilter {
+                    plugin_id: plugin.clone(),
+                    tool: tool.clone(),
+                    status: *status,
+                    org_id: org.clone(),
+                    project_id: project.clone(),
+                    cursor: cursor
+                        .as_deref()
+                        .map(plugd_control::invocations::Cursor::decode)
+                        .transpose()
+                        .map_err(|e| {
+                            anyhow::anyhow!("--cursor {:?} is not a cursor plugd gave", e.0)
+                        })?,
+                    limit: *limit,
+                    ..InvocationFilter::default()
+                })
+                .await?;
             if *json {
                 return crate::print_json(&page, false);
             }
@@ -107,7 +108,7 @@ pub fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
             Ok(())
         }
         InvocationsCmd::Show { id, json } => {
-            let r = store.invocation(id)?.with_context(|| {
+            let r = store.invocation(id).await?.with_context(|| {
                 format!("no invocation {id:?}; `plugd invocations list` shows them")
             })?;
             if *json {

@@ -37,6 +37,7 @@ pub mod resource_cmd;
 pub mod risk_cmd;
 pub mod sign_cmd;
 pub mod skill_cmd;
+pub mod state;
 pub mod state_cmd;
 pub mod storage_cmd;
 pub mod token_cmd;

@@ -314,12 +314,12 @@ async fn listen_stream(
 }
 
 async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) -> Result<()> {
-    let mut target = rt.mcp_login_target(server)?;
+    let mut target = rt.mcp_login_target(server).await?;
     if let Some(s) = scope {
         target.settings.scope = Some(s.to_owned());
     }
     // A login may contact the server of an entry not approved (yet): say so first.
-    let info = rt.plugin(server)?;
+    let info = rt.plugin(server).await?;
     let caveat = if info.approved {
         String::new()
     } else {
@@ -380,7 +380,7 @@ async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) ->
 }
 
 async fn logout(rt: &Runtime, server: &str) -> Result<()> {
-    rt.mcp_login_target(server)?;
+    rt.mcp_login_target(server).await?;
     let applied = rt
         .config_unset(server, plugd_runtime::mcp_remote::OAUTH_KEY)
         .await?;

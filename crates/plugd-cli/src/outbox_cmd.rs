@@ -56,7 +56,7 @@ fn object(flag: &str, text: &str) -> Result<Value> {
 }
 
 /// Runs `plugd events …`.
-pub fn events(rt: &Runtime, cmd: &EventsCmd) -> Result<()> {
+pub async fn events(rt: &Runtime, cmd: &EventsCmd) -> Result<()> {
     match cmd {
         EventsCmd::Emit {
             event_type,
@@ -68,7 +68,7 @@ pub fn events(rt: &Runtime, cmd: &EventsCmd) -> Result<()> {
                 Some(s) => object("--subject", s)?,
                 None => json!({"kind": "cli"}),
             };
-            let ids = rt.emit(event_type, subject, summary)?;
+            let ids = rt.emit(event_type, subject, summary).await?;
             if ids.is_empty() {
                 tracing::info!(event_type, "no hook export subscribes to this event type");
             }

@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::print_json;
 
 /// `plugd plugin list`.
-pub fn list(rt: &Runtime, json: bool) -> Result<()> {
-    let plugins = rt.plugin_list()?;
+pub async fn list(rt: &Runtime, json: bool) -> Result<()> {
+    let plugins = rt.plugin_list().await?;
     if json {
         print_json(&plugin_rows(&plugins), false)?;
     } else {
@@ -21,7 +21,7 @@ pub fn list(rt: &Runtime, json: bool) -> Result<()> {
 /// `plugd plugin show ID`: this process's view of the plugin, with the
 /// live state and counters of the serve that runs it, if one does.
 pub async fn show(rt: &Runtime, id: &str, json: bool) -> Result<()> {
-    let mut info = rt.plugin(id)?;
+    let mut info = rt.plugin(id).await?;
     let mut via = None;
     let mut live_json = None;
     // The live counters belong to the process running the plugin.

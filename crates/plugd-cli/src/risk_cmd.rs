@@ -168,10 +168,10 @@ pub fn print_tool_risks(p: &plugd_runtime::PluginInfo) {
 }
 
 /// Runs `plugd approvals …` on the workspace's store.
-pub fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
+pub async fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
     match cmd {
         ApprovalsCmd::List { json } => {
-            let pending = rt.pending_approvals()?;
+            let pending = rt.pending_approvals().await?;
             if *json {
                 print_json(&pending, false)?;
             } else if pending.is_empty() {
@@ -191,14 +191,18 @@ pub fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
             }
         }
         ApprovalsCmd::Approve { id, by, content } => {
-            let a = rt.decide_approval(id, true, &approver(by.as_deref()), content.as_deref())?;
+            let a = rt
+                .decide_approval(id, true, &approver(by.as_deref()), content.as_deref())
+                .await?;
             report(&a);
         }
         ApprovalsCmd::Deny { id, by, reason } => {
             let reason = reason
                 .clone()
                 .unwrap_or_else(|| "denied by an operator with `plugd approvals deny`".into());
-            let a = rt.decide_approval(id, false, &approver(by.as_deref()), Some(&reason))?;
+            let a = rt
+                .decide_approval(id, false, &approver(by.as_deref()), Some(&reason))
+                .await?;
             report(&a);
         }
     }

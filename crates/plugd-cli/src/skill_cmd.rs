@@ -25,10 +25,10 @@ pub enum SkillCmd {
 }
 
 /// Runs `plugd skill`.
-pub fn run(rt: &Runtime, cmd: &SkillCmd) -> Result<()> {
+pub async fn run(rt: &Runtime, cmd: &SkillCmd) -> Result<()> {
     match cmd {
         SkillCmd::List { json } => {
-            let skills = rt.skills();
+            let skills = rt.skills().await;
             if *json {
                 return crate::print_json(&skills, false);
             }
@@ -50,7 +50,7 @@ pub fn run(rt: &Runtime, cmd: &SkillCmd) -> Result<()> {
             let Some((plugin, name)) = skill.rsplit_once('/') else {
                 bail!("{skill:?} is not PLUGIN/NAME; `plugd skill list` shows the skills");
             };
-            let s = rt.skill(plugin, name)?;
+            let s = rt.skill(plugin, name).await?;
             if *json {
                 return crate::print_json(&s, false);
             }

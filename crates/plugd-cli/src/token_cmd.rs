@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use plugd_store::Store;
+
 use plugd_store::tokens::{Role, Tenancy, TokenInfo};
 
 /// `plugd token …`.
@@ -92,8 +92,8 @@ fn who() -> String {
 }
 
 /// Runs `plugd token …` on the workspace's state database.
-pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
-    let store = Store::open(&workspace.join(".plugd"))?;
+pub async fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
+    let store = crate::state::open(workspace)?;
     match cmd {
         TokenCmd::Create {
             name,
@@ -132,14 +132,16 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
                 .transpose()
                 .context("--expires is too long")?;
             let limited = (!mcp_profiles.is_empty()).then_some(mcp_profiles.as_slice());
-            let t = store.token_create_scoped(
-                name,
-                *role,
-                expires_at_ms,
-                &who(),
-                limited,
-                tenancy.as_ref(),
-            )?;
+            let t = store
+                .token_create_scoped(
+                    name,
+                    *role,
+                    expires_at_ms,
+                    &who(),
+                    limited,
+                    tenancy.as_ref(),
+                )
+                .await?;
             if *json {
                 let v = serde_json::json!({
                     "id": t.info.id,
@@ -168,14 +170,14 @@ pub fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
             }
         }
         TokenCmd::List { json } => {
-            let tokens = store.token_list()?;
+            let tokens = store.token_list().await?;
             if *json {
                 println!("{}", serde_json::to_string(&tokens)?);
             } else {
                 print_table(&tokens);
             }
         }
-        TokenCmd::Revoke { id } => match store.token_revoke(id)? {
+        TokenCmd::Revoke { id } => match store.token_revoke(id).await? {
             Some(t) => println!(
                 "revoked token {} ({}) at {}",
                 t.id,

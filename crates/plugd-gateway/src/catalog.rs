@@ -33,9 +33,9 @@ pub(crate) struct Scope {
     bare: Option<String>,
 }
 
-pub(crate) fn scope(session: &Session) -> Scope {
+pub(crate) async fn scope(session: &Session) -> Scope {
     let rt = session.inner.gw.runtime();
-    let all: BTreeSet<String> = rt.mcp_servers().into_iter().collect();
+    let all: BTreeSet<String> = rt.mcp_servers().await.into_iter().collect();
     let Some((_, m)) = &session.inner.profile else {
         return Scope {
             servers: all,
@@ -142,7 +142,7 @@ fn served(
 
 /// `resources/list`.
 pub(crate) async fn resources(session: &Session) -> Result<Value, Value> {
-    let scope = scope(session);
+    let scope = scope(session).await;
     let listing = session.inner.gw.runtime().all_resources().await;
     let out = served(&scope, listing, "resources", "uri", Scope::uri_out);
     Ok(json!({"resources": out}))
@@ -150,7 +150,7 @@ pub(crate) async fn resources(session: &Session) -> Result<Value, Value> {
 
 /// `resources/templates/list`.
 pub(crate) async fn templates(session: &Session) -> Result<Value, Value> {
-    let scope = scope(session);
+    let scope = scope(session).await;
     let listing = session.inner.gw.runtime().all_resource_templates().await;
     let out = served(
         &scope,
@@ -188,7 +188,7 @@ pub(crate) async fn read(
     stateless: bool,
 ) -> Result<Value, Value> {
     let uri = uri_param(params)?;
-    let scope = scope(session);
+    let scope = scope(session).await;
     let Some((server, original)) = scope.uri_in(uri) else {
         return Err(unknown_resource(uri, stateless));
     };
@@ -220,7 +220,7 @@ pub(crate) async fn read(
 /// `resources/subscribe` and `resources/unsubscribe`.
 pub(crate) async fn subscribe(session: &Session, params: &Value, on: bool) -> Result<Value, Value> {
     let uri = uri_param(params)?;
-    let scope = scope(session);
+    let scope = scope(session).await;
     let Some((server, original)) = scope.uri_in(uri) else {
         return Err(unknown_resource(uri, false));
     };
@@ -243,12 +243,12 @@ pub(crate) async fn subscribe(session: &Session, params: &Value, on: bool) -> Re
 
 /// `prompts/list`: the hosted servers' prompts and the Salmex skills.
 pub(crate) async fn prompts(session: &Session) -> Result<Value, Value> {
-    let scope = scope(session);
+    let scope = scope(session).await;
     let rt = session.inner.gw.runtime();
     let listing = rt.all_prompts().await;
     let mut out = served(&scope, listing, "prompts", "name", Scope::prompt_out);
     if scope.bare.is_none() {
-        for skill in skills(session) {
+        for skill in skills(session).await {
             out.push(json!({
                 "name": mcp_name(&format!("{}/{}", skill.plugin, skill.name)),
                 "title": format!("{} skill {}", skill.plugin, skill.name),
@@ -260,9 +260,10 @@ pub(crate) async fn prompts(session: &Session) -> Result<Value, Value> {
 }
 
 /// The skills `session` may see (of plugins in its profile).
-fn skills(session: &Session) -> Vec<plugd_runtime::skills::SkillInfo> {
+async fn skills(session: &Session) -> Vec<plugd_runtime::skills::SkillInfo> {
     let rt = session.inner.gw.runtime();
     rt.skills()
+        .await
         .into_iter()
         .filter(|s| s.error.is_none())
         .filter(|s| match &session.inner.profile {
@@ -290,7 +291,10 @@ async fn prompt_in(session: &Session, scope: &Scope, name: &str) -> Option<(Stri
         let n = i.item.get("name")?.as_str()?.to_owned();
         Some((i.server, n))
     });
-    let from_skills = skills(session).into_iter().map(|s| (s.plugin, s.name));
+    let from_skills = skills(session)
+        .await
+        .into_iter()
+        .map(|s| (s.plugin, s.name));
     from_servers
         .chain(from_skills)
         .find(|(owner, n)| mcp_name(&format!("{owner}/{n}")) == name)
@@ -313,7 +317,7 @@ pub(crate) async fn get_prompt(
     let Some(name) = params.get("name").and_then(Value::as_str) else {
         return Err(error(code::INVALID_PARAMS, "prompts/get needs a \"name\""));
     };
-    let scope = scope(session);
+    let scope = scope(session).await;
     let Some((owner, original)) = prompt_in(session, &scope, name).await else {
         return Err(unknown_prompt(name));
     };
@@ -338,11 +342,13 @@ pub(crate) async fn get_prompt(
         return Ok(out);
     }
     if skills(session)
+        .await
         .iter()
         .any(|s| s.plugin == owner && s.name == original)
     {
         let skill = rt
             .skill(&owner, &original)
+            .await
             .map_err(|e| error(code::INTERNAL, e.to_string()))?;
         return Ok(json!({
             "description": format!("The {} skill of plugin {}", skill.name, skill.plugin),
@@ -377,7 +383,7 @@ pub(crate) async fn complete(session: &Session, params: &Value) -> Result<Value,
             "completion/complete needs an \"argument\"",
         )
     })?;
-    let scope = scope(session);
+    let scope = scope(session).await;
     let empty = json!({"completion": {"values": [], "hasMore": false}});
     let (server, reference) = match reference.get("type").and_then(Value::as_str) {
         Some("ref/prompt") => {

@@ -757,10 +757,10 @@ async fn watch_servers(
                     s.notify_with("notifications/resources/updated", Some(json!({"uri": uri})));
                 }
             }
-            McpEvent::ResourcesListChanged { server } if catalog::scope(&s).has(&server) => {
+            McpEvent::ResourcesListChanged { server } if catalog::scope(&s).await.has(&server) => {
                 s.notify("notifications/resources/list_changed");
             }
-            McpEvent::PromptsListChanged { server } if catalog::scope(&s).has(&server) => {
+            McpEvent::PromptsListChanged { server } if catalog::scope(&s).await.has(&server) => {
                 s.notify("notifications/prompts/list_changed");
             }
             #[allow(unreachable_patterns)]

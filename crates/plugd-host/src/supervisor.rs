@@ -180,17 +180,23 @@ impl HostConfig {
 }
 
 /// What the runtime around the supervisor wants to know and decide.
+///
+/// `may_start` and `started` are async: the runtime reads and writes its
+/// state store there (which may be a database across the network).
+/// `failed` is called under the supervisor's lock and stays synchronous: an
+/// observer that records it hands the write to a task.
+#[async_trait::async_trait]
 pub trait Observer: Send + Sync + 'static {
     /// Called before every start; an `Err` refuses the start with that reason
     /// (e.g. the plugin lost its approval). `Ok` carries what the host decided
     /// for this start ([`Launch`]: configuration, containment, secrets to
     /// scrub).
-    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+    async fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
         let _ = spec;
         Ok(Launch::default())
     }
     /// Called after each successful handshake.
-    fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
+    async fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
         let _ = (spec, handshake);
     }
     /// Called when the supervisor gives up on a plugin.
@@ -214,9 +220,10 @@ struct GroupObserver {
     parent: Arc<dyn Observer>,
 }
 
+#[async_trait::async_trait]
 impl Observer for GroupObserver {
-    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
-        self.parent.may_start(spec)
+    async fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+        self.parent.may_start(spec).await
     }
     fn failed(&self, spec: &PluginSpec, reason: &str) {
         let group = spec.process_role().map(|r| r.group).unwrap_or_default();
@@ -230,6 +237,7 @@ impl Observer for GroupObserver {
 /// An observer that allows everything and records nothing.
 #[derive(Debug, Default)]
 pub struct NoObserver;
+#[async_trait::async_trait]
 impl Observer for NoObserver {}
 
 /// Why a plugin could not be used.
@@ -1107,7 +1115,7 @@ impl Supervised {
             tools: tools.clone(),
             ..conn.handshake.clone()
         };
-        self.inner.observer.started(spec, &handshake);
+        self.inner.observer.started(spec, &handshake).await;
         Ok(tools)
     }
 
@@ -1300,15 +1308,12 @@ impl SupInner {
         } else {
             None
         };
-        let launch =
-            Arc::new(
-                self.observer
-                    .may_start(spec)
-                    .map_err(|reason| PluginError::Refused {
-                        plugin: plugin.clone(),
-                        reason,
-                    })?,
-            );
+        let launch = Arc::new(self.observer.may_start(spec).await.map_err(|reason| {
+            PluginError::Refused {
+                plugin: plugin.clone(),
+                reason,
+            }
+        })?);
         // What runs is the launch's spec (rebased onto the approval's pin)
         // when the observer gave one: never a path into the mutable source.
         let run = launch.run_spec.clone().unwrap_or_else(|| spec.clone());
@@ -1474,16 +1479,43 @@ impl SupInner {
             }
             return;
         }
-        self.settle_start(epoch, result);
+        self.settle_start(epoch, result).await;
     }
 
-    fn settle_start(self: &Arc<Self>, epoch: u64, result: Result<Arc<Conn>, PluginError>) {
+    async fn settle_start(self: &Arc<Self>, epoch: u64, result: Result<Arc<Conn>, PluginError>) {
+        // The lock is released before the observer is awaited.
+        let Some((conn, status)) = self.settle_locked(epoch, result) else {
+            return;
+        };
+        self.observer.started(&self.spec, &conn.handshake).await;
+        self.publish(status);
+        if self
+            .catalog_dirty
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+        {
+            let sup = Supervised {
+                inner: self.clone(),
+            };
+            tokio::spawn(async move { sup.refresh_in_background().await });
+        }
+        let this = self.clone();
+        tokio::spawn(async move { this.monitor(epoch, conn).await });
+    }
+
+    /// The part of `settle_start` under the lock: a running
+    /// connection and its status to publish, or `None` (stale, failed or
+    /// restarting).
+    fn settle_locked(
+        self: &Arc<Self>,
+        epoch: u64,
+        result: Result<Arc<Conn>, PluginError>,
+    ) -> Option<(Arc<Conn>, Status)> {
         let mut ctl = self.lock();
         if ctl.epoch != epoch {
             if let Ok(conn) = result {
                 conn.process.kill_group();
             }
-            return;
+            return None;
         }
         match result {
             Ok(conn) => {
@@ -1495,20 +1527,7 @@ impl SupInner {
                         .unwrap_or(0),
                 };
                 ctl.slot = Slot::Running(conn.clone());
-                drop(ctl);
-                self.observer.started(&self.spec, &conn.handshake);
-                self.publish(status);
-                if self
-                    .catalog_dirty
-                    .swap(false, std::sync::atomic::Ordering::Relaxed)
-                {
-                    let sup = Supervised {
-                        inner: self.clone(),
-                    };
-                    tokio::spawn(async move { sup.refresh_in_background().await });
-                }
-                let this = self.clone();
-                tokio::spawn(async move { this.monitor(epoch, conn).await });
+                Some((conn, status))
             }
             Err(e) => {
                 let permanent = match &e {
@@ -1521,6 +1540,7 @@ impl SupInner {
                 } else {
                     self.schedule_restart(&mut ctl, e.to_string());
                 }
+                None
             }
         }
     }

@@ -3,14 +3,14 @@
 //! bus plugs in here and nowhere else.
 //!
 //! **Architecture invariant**: only [`crate::run`] chooses backends; the
-//! runtime and the surfaces use the [`Store`] and the
+//! runtime and the surfaces use the [`StateStore`] and the
 //! [`plugd_host::bus::Bus`] they were opened with.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use plugd_host::bus::{Bus, LocalBus};
-use plugd_store::{Store, StoreError};
+use plugd_store::{StateStore, Store, StoreError};
 
 /// Where a node keeps its state (approvals, tokens, audit, outbox, sessions,
 /// secrets, invocation records).
@@ -19,7 +19,7 @@ pub trait StateBackend: Send + Sync {
     fn name(&self) -> &str;
     /// Opens the store of the workspace whose state directory is `state_dir`
     /// (`DIR/.plugd`), migrated to this build's schema.
-    fn open(&self, state_dir: &Path) -> Result<Store, StoreError>;
+    fn open(&self, state_dir: &Path) -> Result<Arc<dyn StateStore>, StoreError>;
 }
 
 /// The state database of the workspace: `.plugd/state.db` (SQLite).
@@ -31,8 +31,8 @@ impl StateBackend for SqliteState {
         "sqlite"
     }
 
-    fn open(&self, state_dir: &Path) -> Result<Store, StoreError> {
-        Store::open(state_dir)
+    fn open(&self, state_dir: &Path) -> Result<Arc<dyn StateStore>, StoreError> {
+        Ok(Arc::new(Store::open(state_dir)?))
     }
 }
 

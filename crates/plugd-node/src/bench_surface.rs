@@ -16,7 +16,7 @@ use plugd_runtime::Runtime;
 pub async fn api_on_socket(rt: &Runtime) -> Result<(PathBuf, tokio::task::JoinHandle<()>)> {
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     let pipeline = Arc::new(plugd_agent::hooks::build::build_pipeline(&config, rt).await?);
-    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
+    let agent = plugd_server::agent_for(rt, &pipeline, &config).await?;
     let limits = plugd_server::listen::Limits::from_config(&config.http);
     let state = plugd_server::AppState::new(rt.clone(), pipeline, Arc::new(config), agent);
     let mut socket = plugd_server::listen::UnixSocket::bind(&rt.dir().join(".plugd"))?;

@@ -10,11 +10,11 @@ use anyhow::Result;
 use plugd_runtime::Runtime;
 
 /// Queues every eager start; returns the ids queued.
-pub fn start(rt: &Runtime, extra: &[String]) -> Result<Vec<String>> {
-    let mut started = rt.start_eager();
+pub async fn start(rt: &Runtime, extra: &[String]) -> Result<Vec<String>> {
+    let mut started = rt.start_eager().await;
     // Channel plugins (nexo §2, §6): started like eager ones, when approved.
     let mut wanted: Vec<String> = extra.to_vec();
-    for info in rt.plugin_list()? {
+    for info in rt.plugin_list().await? {
         let Ok(sup) = rt.supervised(&info.id) else {
             continue;
         };
@@ -32,7 +32,7 @@ pub fn start(rt: &Runtime, extra: &[String]) -> Result<Vec<String>> {
         if started.contains(id) {
             continue;
         }
-        match rt.plugin(id) {
+        match rt.plugin(id).await {
             Ok(info) if info.approved => {
                 rt.supervised(id)?.start();
                 started.push(id.clone());

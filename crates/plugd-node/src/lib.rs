@@ -48,7 +48,8 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
     let _serve_lock = ServeLock::acquire(&dir)?;
     let host = HostConfig::from_env().map_err(anyhow::Error::msg)?;
     let Backends { state, bus } = backends;
-    let rt = Runtime::open_with(&dir, host, |d| state.open(d), bus, plugd_agent::parts())?;
+    let store = state.open(&dir.canonicalize()?.join(".plugd"))?;
+    let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
     tracing::debug!(state = state.name(), "state backend open");
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).

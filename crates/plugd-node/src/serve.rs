@@ -21,7 +21,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     let gate = plugd_runtime::config_gate::ConfigGate::start(rt)?;
     let config = plugd_runtime::config::PlugdConfig::load(rt.dir())?;
     rt.set_risk_config(config.risk.clone());
-    let plugins = rt.plugin_list()?;
+    let plugins = rt.plugin_list().await?;
     let approved = plugins.iter().filter(|p| p.approved).count();
     let _log_report = log_writer::spawn_reporter();
     let eager_extra = config.eager.clone();
@@ -32,7 +32,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     let _retention =
         plugd_runtime::invocations::spawn_retention(rt, config.invocations.retention_days);
     // The HTTP API shares that pipeline (Dexto modules load once).
-    let agent = plugd_server::agent_for(rt, &pipeline, &config)?;
+    let agent = plugd_server::agent_for(rt, &pipeline, &config).await?;
     let channel_agent = agent.clone().map(|a| {
         std::sync::Arc::new(a) as std::sync::Arc<dyn plugd_runtime::channels::ChannelTurn>
     });
@@ -79,7 +79,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
             .map(|_| ())
     });
     // Eager plugins start once the API is up, a bounded number at a time.
-    let started = eager::start(rt, &eager_extra)?;
+    let started = eager::start(rt, &eager_extra).await?;
     tracing::info!(
         workspace = %rt.dir().display(),
         plugins = plugins.len(),
@@ -102,7 +102,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
     let channels =
-        plugd_agent::channels::ChannelService::start(rt, channel_agent, pipeline.clone());
+        plugd_agent::channels::ChannelService::start(rt, channel_agent, pipeline.clone()).await;
     // Microapps get agents/updated (and a tools/list refresh) when plugd.yaml's agent changes.
     let agents_watch = tokio::spawn(rt.clone().watch_config(gate));
     // A changed Dexto module file is reloaded; a broken new version is not.

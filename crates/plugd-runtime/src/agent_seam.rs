@@ -190,17 +190,19 @@ mod tests {
 
     /// A runtime over a workspace whose plugd.yaml is `yaml`, opened with
     /// no agent side.
-    fn open(yaml: &str) -> (tempfile::TempDir, Runtime, PlugdConfig) {
+    async fn open(yaml: &str) -> (tempfile::TempDir, Runtime, PlugdConfig) {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("plugd.yaml"), yaml).unwrap();
-        let rt = Runtime::open(dir.path(), HostConfig::default(), no_agent()).unwrap();
+        let rt = Runtime::open(dir.path(), HostConfig::default(), no_agent())
+            .await
+            .unwrap();
         let config = PlugdConfig::load(dir.path()).unwrap();
         (dir, rt, config)
     }
 
     #[tokio::test]
     async fn a_runtime_without_the_agent_side_refuses_hook_handlers_naming_them() {
-        let (_dir, rt, config) = open("plugins:\n  contentPolicy:\n    priority: 10\n");
+        let (_dir, rt, config) = open("plugins:\n  contentPolicy:\n    priority: 10\n").await;
         let err = rt
             .agent_parts()
             .build_pipeline(&rt, &config)
@@ -217,7 +219,7 @@ mod tests {
 
     #[tokio::test]
     async fn without_hook_handlers_an_empty_pipeline_is_installed() {
-        let (_dir, rt, config) = open("tenant:\n  agent_id: a1\n");
+        let (_dir, rt, config) = open("tenant:\n  agent_id: a1\n").await;
         let pipeline = rt.agent_parts().build_pipeline(&rt, &config).await.unwrap();
         assert!(pipeline.chain(HookPoint::BeforeToolCall).is_empty());
         assert!(rt.hooks().is_some());
@@ -225,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn sampling_admin_and_services_are_refused_naming_what_is_missing() {
-        let (_dir, rt, _config) = open("tenant:\n  agent_id: a1\n");
+        let (_dir, rt, _config) = open("tenant:\n  agent_id: a1\n").await;
         let llm = LlmConfig::Scripted {
             script: "/nonexistent".into(),
         };

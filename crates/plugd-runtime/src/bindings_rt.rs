@@ -60,7 +60,7 @@ use plugd_host::{
     CallToolError, HostConfig, Launch, Observer, PluginError, Supervised, ToolDef, ToolError,
 };
 use plugd_manifest::{LoadOptions, PluginSpec};
-use plugd_store::Store;
+use plugd_store::StateStore;
 use plugd_store::digest::{DigestLimits, plugin_digest};
 use plugd_store::secrets::{KeySource, StoredValue};
 use serde_json::{Map, Value};
@@ -97,7 +97,7 @@ struct PackageProc {
 /// The processes of installed packages, by digest, filled as calls come.
 pub struct PackageProcs {
     dir: PathBuf,
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
     config: Arc<HostConfig>,
     services: HostServices,
     procs: Mutex<HashMap<String, Arc<PackageProc>>>,
@@ -114,7 +114,7 @@ impl PackageProcs {
     /// Empty, for the workspace at `dir`.
     pub(crate) fn new(
         dir: &Path,
-        store: Arc<Store>,
+        store: Arc<dyn StateStore>,
         config: Arc<HostConfig>,
         services: HostServices,
         delegations: Arc<crate::delegation::Delegations>,
@@ -290,15 +290,16 @@ fn check_tree(pkg: &Package, expected: &str, now: &str) -> Result<(), String> {
 /// digest), and the containment of its permissions.
 struct PackageObserver {
     workspace: PathBuf,
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
     package: Package,
     tree: String,
     delegations: Arc<crate::delegation::Delegations>,
 }
 
+#[async_trait::async_trait]
 impl Observer for PackageObserver {
-    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
-        match self.store.package(&self.package.digest) {
+    async fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+        match self.store.package(&self.package.digest).await {
             Ok(Some(p)) if p.path == self.package.path => {}
             Ok(_) => {
                 return Err(format!(
@@ -359,8 +360,31 @@ fn declared_slots<'a>(spec: &'a PluginSpec, export_id: &str) -> Option<&'a [Stri
 /// The binding's secrets for the slots `declared`, decrypted; every slot
 /// that cannot be resolved is a problem at `/secrets/SLOT` (never with its
 /// value).
+/// The stored (sealed) values of the org secrets `b` refers to, by owner
+/// and name, read before the call's record opens: [`resolve_secrets`]
+/// decrypts them without touching the store.
+async fn read_secrets(store: &dyn StateStore, b: &Binding) -> StoredSecrets {
+    let mut out = StoredSecrets::new();
+    for reference in b.secrets.values() {
+        let Ok(r) = SecretRef::parse(reference) else {
+            continue;
+        };
+        let owner = plugd_store::bindings::org_secret_owner(&r.org_id);
+        let value = store
+            .config_value(&owner, &r.name)
+            .await
+            .map_err(|e| e.to_string());
+        out.insert((owner, r.name.clone()), value);
+    }
+    out
+}
+
+/// What [`read_secrets`] read: a stored value (or `None`) or why it could
+/// not be read, by (owner, name).
+type StoredSecrets = HashMap<(String, String), Result<Option<StoredValue>, String>>;
+
 fn resolve_secrets(
-    store: &Store,
+    stored: &StoredSecrets,
     b: &Binding,
     declared: &[String],
 ) -> Result<Map<String, Value>, Vec<Problem>> {
@@ -393,7 +417,11 @@ fn resolve_secrets(
             }
         };
         let owner = plugd_store::bindings::org_secret_owner(&r.org_id);
-        let sealed = match store.config_value(&owner, &r.name) {
+        let read = stored
+            .get(&(owner.clone(), r.name.clone()))
+            .cloned()
+            .unwrap_or(Ok(None));
+        let sealed = match read {
             Ok(Some(StoredValue::Secret(s))) => s,
             Ok(Some(StoredValue::Plain(_))) | Ok(None) => {
                 problem(format!(
@@ -562,11 +590,15 @@ impl Runtime {
     /// version), made on first use; `None` when no version is installed.
     /// The tamper check runs before its first start, as for calls through
     /// bindings.
-    pub fn installed_package(&self, package_id: &str) -> Result<Option<Supervised>, RuntimeError> {
+    pub async fn installed_package(
+        &self,
+        package_id: &str,
+    ) -> Result<Option<Supervised>, RuntimeError> {
         let Some(pkg) = self
             .inner
-            .store
-            .find_package(&PackageSelector::Latest(package_id.to_owned()))?
+            .state
+            .find_package(&PackageSelector::Latest(package_id.to_owned()))
+            .await?
         else {
             return Ok(None);
         };
@@ -597,13 +629,15 @@ impl Runtime {
             export: export_id.to_owned(),
             org: call.org_id.clone(),
         };
-        let store = &self.inner.store;
-        let bindings = store.bindings(&BindingFilter {
-            org_id: Some(call.org_id.clone()),
-            export_id: Some(export_id.to_owned()),
-            package_id: None,
-            status: Some(BindingStatus::Active),
-        })?;
+        let store = &self.inner.state;
+        let bindings = store
+            .bindings(&BindingFilter {
+                org_id: Some(call.org_id.clone()),
+                export_id: Some(export_id.to_owned()),
+                package_id: None,
+                status: Some(BindingStatus::Active),
+            })
+            .await?;
         let key = call.session_id.clone().unwrap_or_else(fresh_session_key);
         let binding = plugd_control::bindings::resolve(
             &bindings,
@@ -618,7 +652,7 @@ impl Runtime {
             package_id: binding.package_id.clone(),
             version: binding.package_version.clone(),
         };
-        let Some(pkg) = store.find_package(&sel)? else {
+        let Some(pkg) = store.find_package(&sel).await? else {
             return Err(RuntimeError::InvalidBinding {
                 binding_id: binding.binding_id.clone(),
                 problems: vec![Problem {
@@ -737,6 +771,9 @@ impl Runtime {
             approver,
             ..crate::governed::Governed::new(crate::governed::Surface::Binding)
         };
+        // The sealed values are read first (no decryption yet), so the
+        // synchronous `prepare` below does not wait on the store.
+        let stored_secrets = read_secrets(&*self.inner.state, binding).await;
         // The record opens first; then the binding's secrets are resolved
         // (a native package has no per-call context: they are not
         // decrypted for it) and masked before `after_tool_result` sees the
@@ -744,7 +781,7 @@ impl Runtime {
         let prepare = |mut call_ctx: CallContext| {
             let declared = declared_slots(spec, entry.def.wire()).unwrap_or_default();
             bound.secrets =
-                resolve_secrets(&self.inner.store, binding, declared).map_err(|problems| {
+                resolve_secrets(&stored_secrets, binding, declared).map_err(|problems| {
                     RuntimeError::InvalidBinding {
                         binding_id: binding.binding_id.clone(),
                         problems,

@@ -53,8 +53,7 @@ impl Runtime {
             let now = crate::workspace::fingerprint(self.dir());
             if now != seen {
                 seen = now;
-                let rt = self.clone();
-                let _ = tokio::task::spawn_blocking(move || rt.rescan()).await;
+                self.rescan().await;
             }
             let config = match PlugdConfig::load(self.dir()) {
                 Ok(config) => config,

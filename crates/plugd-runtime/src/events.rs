@@ -139,13 +139,9 @@ impl Runtime {
                 notified.as_mut().enable();
                 let Some(inner) = weak.upgrade() else { return };
                 if tx.receiver_count() > 0 {
-                    let store = inner.store.clone();
+                    let store = inner.state.clone();
                     drop(inner);
-                    let count = tokio::task::spawn_blocking(move || store.call_approvals_pending())
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .map(|p| p.len());
+                    let count = store.call_approvals_pending().await.ok().map(|p| p.len());
                     if let Some(n) = count
                         && last != Some(n)
                     {

@@ -215,7 +215,7 @@ impl Runtime {
         let Some(entry) = self.tool(name) else {
             return Called {
                 args,
-                outcome: Err(self.unknown_tool(name)),
+                outcome: Err(self.unknown_tool(name).await),
                 notices: Vec::new(),
             };
         };

@@ -46,7 +46,7 @@ fn invalid(name: &str) -> RuntimeError {
 impl Runtime {
     /// Stores secret `name` (sealed with the master key, created when there
     /// is none yet), replacing any earlier value.
-    pub fn secret_set(&self, name: &str, value: &str) -> Result<(), RuntimeError> {
+    pub async fn secret_set(&self, name: &str, value: &str) -> Result<(), RuntimeError> {
         if !valid_name(name) {
             return Err(invalid(name));
         }
@@ -58,26 +58,32 @@ impl Runtime {
         let master = KeySource::from_env()
             .and_then(|s| s.load_or_create())
             .map_err(|e| RuntimeError::Workspace(format!("cannot store secret {name:?}: {e}")))?;
+        // Sealed here: the store only sees the sealed box.
+        let sealed = master
+            .seal(HOST_SECRETS, name, value.as_bytes())
+            .map_err(plugd_store::StoreError::from)?;
         self.inner
-            .store
-            .config_set_secret(HOST_SECRETS, name, value, &master)?;
+            .state
+            .put_sealed(HOST_SECRETS, name, &sealed)
+            .await?;
         Ok(())
     }
 
     /// Removes secret `name`; `false` when it was not set.
-    pub fn secret_unset(&self, name: &str) -> Result<bool, RuntimeError> {
+    pub async fn secret_unset(&self, name: &str) -> Result<bool, RuntimeError> {
         if !valid_name(name) {
             return Err(invalid(name));
         }
-        Ok(self.inner.store.config_unset(HOST_SECRETS, name)?)
+        Ok(self.inner.state.config_unset(HOST_SECRETS, name).await?)
     }
 
     /// The names of the stored secrets, sorted.
-    pub fn secret_names(&self) -> Result<Vec<String>, RuntimeError> {
+    pub async fn secret_names(&self) -> Result<Vec<String>, RuntimeError> {
         let mut names: Vec<String> = self
             .inner
-            .store
-            .config_values(HOST_SECRETS)?
+            .state
+            .config_values(HOST_SECRETS)
+            .await?
             .into_iter()
             .map(|(k, _)| k)
             .collect();
@@ -88,19 +94,28 @@ impl Runtime {
     /// The value of secret `name`, decrypted; `Ok(None)` when it is not set.
     /// The error says why a stored value cannot be opened (no master key,
     /// another key, a tampered box).
-    pub fn secret(&self, name: &str) -> Result<Option<String>, String> {
-        open_secret(&self.inner.store, name)
+    pub async fn secret(&self, name: &str) -> Result<Option<String>, String> {
+        open_secret(&*self.inner.state, name).await
     }
 }
 
 /// [`Runtime::secret`] on a store (for a start, which has no runtime).
-pub(crate) fn open_secret(
-    store: &plugd_store::Store,
+pub(crate) async fn open_secret(
+    store: &dyn plugd_store::StateStore,
     name: &str,
 ) -> Result<Option<String>, String> {
     let stored = store
         .config_value(HOST_SECRETS, name)
+        .await
         .map_err(|e| e.to_string())?;
+    open_stored(name, stored)
+}
+
+/// Secret `name` as read from the store (`None`: not set), decrypted.
+pub(crate) fn open_stored(
+    name: &str,
+    stored: Option<StoredValue>,
+) -> Result<Option<String>, String> {
     let sealed = match stored {
         None => return Ok(None),
         Some(StoredValue::Secret(sealed)) => sealed,

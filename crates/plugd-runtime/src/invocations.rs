@@ -34,7 +34,7 @@ use plugd_host::dialect::CallContext;
 use plugd_host::model::ToolError;
 use plugd_host::peer::CallError;
 use plugd_manifest::PluginSpec;
-use plugd_store::Store;
+use plugd_store::StateStore;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -77,7 +77,7 @@ pub struct Counts {
 #[derive(Debug)]
 pub struct InvocationStats {
     by: Mutex<BTreeMap<(String, TerminalStatus), Counts>>,
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
 }
 
 impl InvocationStats {
@@ -105,7 +105,7 @@ impl InvocationStats {
 
 /// Takes invocation records; see the module docs.
 pub struct Recorder {
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
     /// Live surfaces: each record as it is taken ([`crate::events`]).
     events: Option<tokio::sync::broadcast::Sender<crate::events::RtEvent>>,
     stats: Arc<InvocationStats>,
@@ -120,7 +120,7 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder into the database of `store` (written by its journal
     /// writer).
-    pub fn start(store: &Arc<Store>) -> Recorder {
+    pub fn start(store: &Arc<dyn StateStore>) -> Recorder {
         Recorder {
             store: store.clone(),
             events: None,
@@ -187,9 +187,9 @@ impl Recorder {
     }
 
     /// Deletes the records older than `days`; how many.
-    pub fn prune(&self, days: u32) -> Result<u64, plugd_store::StoreError> {
+    pub async fn prune(&self, days: u32) -> Result<u64, plugd_store::StoreError> {
         let before = now_ms() - i64::from(days) * 86_400_000;
-        self.store.delete_invocations_before(before)
+        self.store.delete_invocations_before(before).await
     }
 }
 
@@ -390,12 +390,10 @@ async fn retention_task(rt: crate::Runtime, days: u32) {
     let mut every = tokio::time::interval(RETENTION_EVERY);
     loop {
         every.tick().await;
-        let rt2 = rt.clone();
-        match tokio::task::spawn_blocking(move || rt2.invocations().prune(days)).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(n)) => tracing::info!("deleted {n} invocation records older than {days} days"),
-            Ok(Err(e)) => tracing::warn!("cannot apply the invocation retention: {e}"),
-            Err(e) => tracing::warn!("the invocation retention task failed: {e}"),
+        match rt.invocations().prune(days).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("deleted {n} invocation records older than {days} days"),
+            Err(e) => tracing::warn!("cannot apply the invocation retention: {e}"),
         }
     }
 }
@@ -415,8 +413,9 @@ mod tests {
     #[test]
     fn the_writer_loses_nothing_past_its_queue_and_counts_what_it_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Arc::new(Store::open(&dir.path().join(".plugd")).unwrap());
-        let rec = Recorder::start(&store);
+        let sqlite = Arc::new(plugd_store::Store::open(&dir.path().join(".plugd")).unwrap());
+        let rec = Recorder::start(&(sqlite.clone() as Arc<dyn StateStore>));
+        let store = sqlite;
         let n = plugd_store::journal::QUEUE + 500;
         std::thread::scope(|s| {
             for t in 0..4 {

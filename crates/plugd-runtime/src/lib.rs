@@ -75,7 +75,7 @@ use plugd_host::{
 };
 use plugd_manifest::{LoadOptions, PluginSpec};
 use plugd_store::digest::{DigestLimits, plugin_digest};
-use plugd_store::{Approval, Store};
+use plugd_store::{Approval, StateStore};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -318,7 +318,7 @@ pub struct ApprovalInfo {
 struct TrustObserver {
     dir: PathBuf,
     pins: pin::Pins,
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
     registry: Arc<RwLock<ToolRegistry>>,
     signing: SharedSigning,
     redactions: Arc<plugin_config::Redactions>,
@@ -326,11 +326,13 @@ struct TrustObserver {
     delegations: Arc<delegation::Delegations>,
 }
 
+#[async_trait::async_trait]
 impl Observer for TrustObserver {
-    fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
+    async fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
         let approval = self
             .store
             .approval(&spec.id)
+            .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| {
                 format!(
@@ -359,10 +361,10 @@ impl Observer for TrustObserver {
         let run_spec = run.as_deref().unwrap_or(spec);
         let (mut containment, perms) = containment::effective(run_spec, &self.dir)?;
         self.delegations.route_gateway(run_spec, &mut containment);
-        let mut launch = plugin_config::launch_for(&self.store, run_spec)?;
+        let mut launch = plugin_config::launch_for(&*self.store, run_spec).await?;
         self.redactions.remember(&spec.id, &launch.redact);
         launch.containment = containment;
-        mcp_remote::prepare(&self.store, run_spec, &mut launch)?;
+        mcp_remote::prepare(&self.store, run_spec, &mut launch).await?;
         self.redactions.remember(&spec.id, &launch.redact);
         // `interpreter: "deno"`: Deno's permissions follow the effective ones.
         let deno =
@@ -378,21 +380,22 @@ impl Observer for TrustObserver {
         containment::group_plan(spec, &self.dir)
     }
 
-    fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
+    async fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
         write(&self.registry).set_plugin_tools(&spec.id, &handshake.tools);
         // A failure recorded earlier (a start storm's timed-out handshakes,
         // retried on demand) is over once it runs.
-        if let Ok(Some(_)) = self.store.failure(&spec.id)
-            && let Err(e) = self.store.clear_failure(&spec.id)
+        if let Ok(Some(_)) = self.store.failure(&spec.id).await
+            && let Err(e) = self.store.clear_failure(&spec.id).await
         {
             tracing::warn!(plugin = %spec.id, error = %e, "could not clear the recorded failure");
         }
-        if let Ok(Some(approval)) = self.store.approval(&spec.id) {
+        if let Ok(Some(approval)) = self.store.approval(&spec.id).await {
             let catalog = serde_json::to_value(&handshake.tools).unwrap_or(Value::Null);
             if catalog != approval.catalog
                 && let Err(e) = self
                     .store
                     .update_catalog(&spec.id, &approval.digest, &catalog)
+                    .await
             {
                 tracing::warn!(plugin = %spec.id, error = %e, "could not cache the tool catalog");
             }
@@ -400,9 +403,21 @@ impl Observer for TrustObserver {
     }
 
     fn failed(&self, spec: &PluginSpec, reason: &str) {
+        // Called under the supervisor's lock: the write goes to a task.
         let reason = self.redactions.scrub(&spec.id, reason);
-        if let Err(e) = self.store.mark_failed(&spec.id, &reason) {
-            tracing::warn!(plugin = %spec.id, error = %e, "could not record the failure");
+        let (store, id) = (self.store.clone(), spec.id.clone());
+        let record = async move {
+            if let Err(e) = store.mark_failed(&id, &reason).await {
+                tracing::warn!(plugin = %id, error = %e, "could not record the failure");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(record);
+            }
+            Err(_) => {
+                tracing::warn!(plugin = %spec.id, "could not record the failure: no async runtime")
+            }
         }
     }
 }
@@ -435,10 +450,8 @@ pub struct Runtime {
 struct RtInner {
     risk: risk::RiskState,
     dir: PathBuf,
-    store: Arc<Store>,
-    /// `store` as the backend-neutral trait object (the same object):
-    /// what callers move to (issue 26).
-    state: Arc<dyn plugd_store::StateStore>,
+    /// The state store (SQLite or PostgreSQL): the runtime names no backend.
+    state: Arc<dyn StateStore>,
     /// The discovered plugins; [`Runtime::rescan`] adds new directories.
     plugins: plugin_set::PluginMap,
     /// What a plugin discovered later is supervised with.
@@ -490,38 +503,44 @@ impl std::fmt::Debug for Runtime {
 }
 
 impl Runtime {
-    /// Opens the workspace at `dir` (state in `dir/.plugd/`), with `agent`
-    /// as its agent side (plugd-agent's `parts()`; [`agent_seam::no_agent`]
-    /// for a runtime without one, which refuses what needs it).
-    pub fn open(
+    /// Opens the workspace at `dir` (state in `dir/.plugd/`, SQLite), with
+    /// `agent` as its agent side (plugd-agent's `parts()`;
+    /// [`agent_seam::no_agent`] for a runtime without one, which refuses
+    /// what needs it).
+    pub async fn open(
         dir: &Path,
         config: HostConfig,
         agent: Arc<dyn agent_seam::AgentParts>,
     ) -> Result<Runtime, RuntimeError> {
-        Runtime::open_with(
-            dir,
-            config,
-            Store::open,
-            Arc::new(plugd_host::bus::LocalBus::new()),
-            agent,
-        )
+        let state = plugd_store::Store::open(&workspace_state_dir(dir)?)?;
+        Runtime::open_on(dir, Arc::new(state), config, agent).await
     }
 
-    /// [`Runtime::open`] on chosen backends: `open_store` opens the state
-    /// store in the workspace's state directory (`DIR/.plugd`), `bus` is
-    /// what plugins publish on and receive from. `plugd-node` chooses them;
-    /// everything else uses [`Runtime::open`] (SQLite, the in-process bus).
-    pub fn open_with(
+    /// [`Runtime::open`] on the state store `state` (SQLite or PostgreSQL),
+    /// with the in-process bus.
+    pub async fn open_on(
         dir: &Path,
+        state: Arc<dyn StateStore>,
         config: HostConfig,
-        open_store: impl FnOnce(&Path) -> Result<Store, plugd_store::StoreError>,
+        agent: Arc<dyn agent_seam::AgentParts>,
+    ) -> Result<Runtime, RuntimeError> {
+        let bus = Arc::new(plugd_host::bus::LocalBus::new());
+        Runtime::open_with(dir, state, config, bus, agent).await
+    }
+
+    /// [`Runtime::open_on`] with `bus` as what plugins publish on and
+    /// receive from. `plugd-node` chooses both backends.
+    pub async fn open_with(
+        dir: &Path,
+        state: Arc<dyn StateStore>,
+        config: HostConfig,
         bus: Arc<dyn plugd_host::bus::Bus>,
         agent: Arc<dyn agent_seam::AgentParts>,
     ) -> Result<Runtime, RuntimeError> {
         let dir = dir
             .canonicalize()
             .map_err(|e| RuntimeError::Workspace(format!("workspace {}: {e}", dir.display())))?;
-        let store = Arc::new(open_store(&dir.join(".plugd"))?);
+        let store = state;
         // Whatever a plugd that died without stopping its plugins (kill -9)
         // left behind is killed before anything new starts.
         plugd_host::procs::cleanup_stale(&dir.join(".plugd").join("procs"));
@@ -572,7 +591,7 @@ impl Runtime {
         let withheld = WithheldMap::default();
         let state_dir = dir.join(".plugd");
         for (id, spec) in discovery.plugins {
-            let approval = store.approval(&id)?;
+            let approval = store.approval(&id).await?;
             let digest = changes::display_digest(&spec, approval.as_ref(), &state_dir);
             match (approval, &digest) {
                 (Some(approval), Ok(d)) if &approval.digest == d => {
@@ -591,7 +610,7 @@ impl Runtime {
             }
             let supervised =
                 Supervised::new(spec, config.clone(), observer.clone(), services.clone());
-            if let Some(failure) = store.failure(&id)? {
+            if let Some(failure) = store.failure(&id).await? {
                 supervised.mark_failed(failure.reason);
             }
             digests.insert(id.clone(), digest);
@@ -608,7 +627,6 @@ impl Runtime {
                 risk: risk::RiskState::default(),
                 channels: channels::CounterMap::default(),
                 dir,
-                store: store.clone(),
                 state: store.clone(),
                 plugins,
                 observer,
@@ -641,6 +659,10 @@ impl Runtime {
             }),
         };
         runtime.inner.api.bind(&runtime);
+        if let Err(e) = runtime.refresh_disabled().await {
+            tracing::warn!(error = %e, "cannot read which tools are disabled; listing none until it can");
+        }
+        risk::watch_disabled(&runtime);
         services.mcp_requests.set(Arc::new(mcp_requests::Answerer {
             rt: Arc::downgrade(&runtime.inner),
         }));
@@ -680,14 +702,9 @@ impl Runtime {
         &self.inner.dir
     }
 
-    /// The state store.
-    pub fn store(&self) -> &Arc<Store> {
-        &self.inner.store
-    }
-
-    /// The state store as the backend-neutral trait object (the same
-    /// object as [`Runtime::store`]); callers `.await` its trait methods.
-    pub fn state(&self) -> &Arc<dyn plugd_store::StateStore> {
+    /// The state store (SQLite or PostgreSQL); callers `.await` its trait
+    /// methods.
+    pub fn state(&self) -> &Arc<dyn StateStore> {
         &self.inner.state
     }
 
@@ -740,11 +757,11 @@ impl Runtime {
 
     /// Every plugin, valid or not, sorted by id, with the whole report of
     /// each ([`Runtime::plugin_list`] is the cheap listing).
-    pub fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+    pub async fn plugins(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
         let mut out = Vec::new();
         let set = self.inner.plugins.snapshot();
         for id in set.map.keys() {
-            out.push(self.plugin(id)?);
+            out.push(self.plugin(id).await?);
         }
         for b in &set.broken {
             out.push(broken_info(b));
@@ -758,18 +775,19 @@ impl Runtime {
     /// approved, version, dir, error, tools, digest, approval, status); the
     /// rest is left empty ([`Runtime::plugin`] fills it). Reads the approvals
     /// in one query and no plugin file, so it stays fast with many plugins.
-    pub fn plugin_list(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
+    pub async fn plugin_list(&self) -> Result<Vec<PluginInfo>, RuntimeError> {
         let mut approvals: HashMap<String, Approval> = self
             .inner
-            .store
-            .approvals()?
+            .state
+            .approvals()
+            .await?
             .into_iter()
             .map(|a| (a.plugin_id.clone(), a))
             .collect();
         let mut out = Vec::new();
         let set = self.inner.plugins.snapshot();
         for id in set.map.keys() {
-            out.push(self.brief(id, approvals.remove(id))?);
+            out.push(self.brief(id, approvals.remove(id)).await?);
         }
         for b in &set.broken {
             out.push(broken_info(b));
@@ -780,15 +798,15 @@ impl Runtime {
 
     /// One plugin with only what [`Runtime::plugin_list`] fills in (its row
     /// of `GET /v1/plugins`).
-    pub fn plugin_brief(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
-        let approval = self.inner.store.approval(id)?;
-        self.brief(id, approval)
+    pub async fn plugin_brief(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.state.approval(id).await?;
+        self.brief(id, approval).await
     }
 
     /// One plugin's report.
-    pub fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
-        let approval = self.inner.store.approval(id)?;
-        let mut info = self.brief(id, approval)?;
+    pub async fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
+        let approval = self.inner.state.approval(id).await?;
+        let mut info = self.brief(id, approval).await?;
         let sup = self.supervised(id)?;
         let spec = sup.spec();
         // What a start runs: the approval's pin while the approval holds.
@@ -834,13 +852,17 @@ impl Runtime {
             .and_then(|v| v.get(spec.dialect.to_string()).cloned())
             .unwrap_or(Value::Null);
         info.signature = signing::status(&self.inner.signing.get(), spec);
-        info.config = self.config_show(id).unwrap_or_default();
+        info.config = self.config_show(id).await.unwrap_or_default();
         info.processes = sup.processes();
         Ok(info)
     }
 
     /// The state part of a plugin's report, from its `approval`.
-    fn brief(&self, id: &str, approval: Option<Approval>) -> Result<PluginInfo, RuntimeError> {
+    async fn brief(
+        &self,
+        id: &str,
+        approval: Option<Approval>,
+    ) -> Result<PluginInfo, RuntimeError> {
         let sup = self.supervised(id)?;
         let spec = sup.spec();
         let digest = self.digest_now(id, false);
@@ -864,12 +886,14 @@ impl Runtime {
                 )
             }
             _ => {
-                let waiting = matches!(
+                let waiting = if matches!(
                     status,
                     Status::Idle | Status::Stopped | Status::Failed { .. }
-                )
-                .then(|| plugin_config::missing_required(&self.inner.store, spec))
-                .flatten();
+                ) {
+                    plugin_config::missing_required(&*self.inner.state, spec).await
+                } else {
+                    None
+                };
                 let err = match &status {
                     Status::Failed { reason } if reason.starts_with(OPERATOR_STOP) => {
                         Some(reason.clone())
@@ -943,7 +967,7 @@ impl Runtime {
         let sup = match self.supervised(id) {
             Err(RuntimeError::UnknownPlugin(_)) => {
                 let rt = self.clone();
-                let _ = tokio::task::spawn_blocking(move || rt.rescan()).await;
+                rt.rescan().await;
                 self.supervised(id)?
             }
             other => other?,
@@ -954,7 +978,7 @@ impl Runtime {
         };
         signing::check(&self.inner.signing.get(), sup.spec()).map_err(failed)?;
         let (digest, pin) = self.pin_now(id, sup.spec()).await.map_err(failed)?;
-        let store = &self.inner.store;
+        let store = &self.inner.state;
         let approval = Approval {
             plugin_id: id.to_owned(),
             digest,
@@ -962,7 +986,7 @@ impl Runtime {
             approved_at: plugd_store::now_rfc3339(),
             catalog: Value::Array(Vec::new()),
         };
-        if let Err(e) = store.approve_clearing_failure(&approval) {
+        if let Err(e) = store.approve_clearing_failure(&approval).await {
             if let Some(pin) = &pin {
                 let _ = self.inner.pins.restore(id, pin);
             }
@@ -980,20 +1004,24 @@ impl Runtime {
         // approved on its plugin.json catalog and waits, unconfigured, for
         // `plugd plugin config ID set`; its first call then starts it.
         let declared = plugd_dialects::of(sup.spec().dialect).declared_catalog(sup.spec());
-        if let Some(tools) =
-            declared.filter(|_| plugin_config::missing_required(store, sup.spec()).is_some())
-        {
+        let waits = match declared {
+            Some(_) => plugin_config::missing_required(&**store, sup.spec())
+                .await
+                .is_some(),
+            None => false,
+        };
+        if let Some(tools) = declared.filter(|_| waits) {
             let catalog = serde_json::to_value(&tools).unwrap_or(Value::Null);
-            store.update_catalog(id, &approval.digest, &catalog)?;
+            store.update_catalog(id, &approval.digest, &catalog).await?;
             sup.stop().await;
             sup.clear_failure();
             write(&self.inner.registry).set_plugin_tools(id, &tools);
-            return self.plugin(id);
+            return self.plugin(id).await;
         }
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         if let Err(e) = sup.connection(deadline).await {
-            store.revoke_exact(&approval)?;
+            store.revoke_exact(&approval).await?;
             write(&self.inner.registry).remove_plugin(id);
             sup.stop().await;
             sup.clear_failure();
@@ -1003,7 +1031,7 @@ impl Runtime {
                 reason: format!("its handshake failed, so the approval was not kept: {e}"),
             });
         }
-        self.plugin(id)
+        self.plugin(id).await
     }
 
     /// Pins the plugin's directory (when its dialect keeps its code there)
@@ -1050,7 +1078,7 @@ impl Runtime {
         let lock = self.approval_lock(id);
         let _serial = lock.lock().await;
         let sup = self.supervised(id)?.clone();
-        let had = self.inner.store.revoke(id)?;
+        let had = self.inner.state.revoke(id).await?;
         write(&self.inner.registry).remove_plugin(id);
         self.inner.withheld.remove(id);
         sup.stop().await;
@@ -1061,7 +1089,7 @@ impl Runtime {
     /// Clears a failed state and restarts (eager) or re-arms (lazy) the plugin.
     pub async fn restart(&self, id: &str) -> Result<(), RuntimeError> {
         let sup = self.supervised(id)?.clone();
-        self.inner.store.clear_failure(id)?;
+        self.inner.state.clear_failure(id).await?;
         sup.reset().await;
         Ok(())
     }
@@ -1203,7 +1231,7 @@ impl Runtime {
             "{OPERATOR_STOP} ({by}, {}); run `plugd plugin start {id}` to start it",
             plugd_store::now_rfc3339()
         );
-        self.inner.store.mark_failed(id, &reason)?;
+        self.inner.state.mark_failed(id, &reason).await?;
         sup.stop().await;
         sup.mark_failed(reason);
         Ok(())
@@ -1215,7 +1243,7 @@ impl Runtime {
     /// cannot succeed (not approved, settings missing) says why.
     pub async fn start(&self, id: &str) -> Result<(), RuntimeError> {
         let sup = self.supervised(id)?.clone();
-        self.inner.store.clear_failure(id)?;
+        self.inner.state.clear_failure(id).await?;
         sup.reset().await;
         let deadline = Instant::now() + Duration::from_secs(30);
         sup.connection(deadline)
@@ -1231,7 +1259,7 @@ impl Runtime {
 
     /// Why there is no tool `name`: withheld because its plugin changed
     /// since approval (the files named), or unknown.
-    fn unknown_tool(&self, name: &str) -> RuntimeError {
+    async fn unknown_tool(&self, name: &str) -> RuntimeError {
         match self.inner.withheld.owner_of(name) {
             Some((plugin, files)) => RuntimeError::Changed {
                 plugin,
@@ -1240,6 +1268,7 @@ impl Runtime {
             },
             None => self
                 .declared_not_advertised(name)
+                .await
                 .unwrap_or_else(|| RuntimeError::UnknownTool(name.to_owned())),
         }
     }
@@ -1247,15 +1276,21 @@ impl Runtime {
     /// nexo §4.1.1: a tool an approved native plugin declares in
     /// `[plugin.extends].tools` but did not advertise answers `-33401`
     /// (ToolNotFound), not "unknown tool".
-    fn declared_not_advertised(&self, name: &str) -> Option<RuntimeError> {
-        let (id, _) = self.inner.plugins.iter().find(|(id, sup)| {
+    async fn declared_not_advertised(&self, name: &str) -> Option<RuntimeError> {
+        let mut found = None;
+        for (id, sup) in self.inner.plugins.iter() {
             let spec = sup.spec();
-            plugd_dialects::of(spec.dialect)
+            if plugd_dialects::of(spec.dialect)
                 .capabilities()
                 .declared_tool_not_found
                 && spec.declared_tools.iter().any(|t| t == name)
-                && matches!(self.inner.store.approval(id), Ok(Some(_)))
-        })?;
+                && matches!(self.inner.state.approval(&id).await, Ok(Some(_)))
+            {
+                found = Some(id);
+                break;
+            }
+        }
+        let id = found?;
         Some(RuntimeError::Call(CallToolError::Tool(
             plugd_host::model::ToolError::NotFound {
                 plugin: std::sync::Arc::from(id.as_str()),
@@ -1268,7 +1303,7 @@ impl Runtime {
     /// Starts every approved plugin whose manifest asks for an eager start;
     /// each start waits its turn at the host's start gate
     /// (`PLUGD_START_CONCURRENCY`) before its initialize deadline runs.
-    pub fn start_eager(&self) -> Vec<String> {
+    pub async fn start_eager(&self) -> Vec<String> {
         let mut started = Vec::new();
         for (id, sup) in self.inner.plugins.iter() {
             if !sup.is_eager() {
@@ -1276,7 +1311,7 @@ impl Runtime {
             }
             // Approved as its files are now (the full report is not needed).
             let approved = matches!(
-                (self.inner.store.approval(&id), self.digest_now(&id, false)),
+                (self.inner.state.approval(&id).await, self.digest_now(&id, false)),
                 (Ok(Some(a)), Ok(d)) if a.digest == d
             );
             if approved && !matches!(sup.status(), Status::Failed { .. }) {
@@ -1332,10 +1367,23 @@ impl Runtime {
     /// longer load are listed as broken. A plugin already known keeps its
     /// `Supervised` (its changes are the watcher's and the start gate's
     /// business). Returns the ids added.
-    pub fn rescan(&self) -> Vec<String> {
+    pub async fn rescan(&self) -> Vec<String> {
         let discovery = workspace::discover(&self.inner.dir, &LoadOptions::from_env());
         let state_dir = self.inner.dir.join(".plugd");
         let inner = &self.inner;
+        // What the store says about the new plugins, read before the set
+        // is updated (the update itself does not wait).
+        let known = inner.plugins.snapshot();
+        let mut stored: HashMap<String, (Option<Approval>, Option<plugd_store::Failure>)> =
+            HashMap::new();
+        for id in discovery.plugins.keys() {
+            if known.map.contains_key(id) {
+                continue;
+            }
+            let approval = inner.state.approval(id).await.ok().flatten();
+            let failure = inner.state.failure(id).await.ok().flatten();
+            stored.insert(id.clone(), (approval, failure));
+        }
         let added = inner.plugins.update(|current| {
             let mut map = current.map.clone();
             let mut added = Vec::new();
@@ -1343,7 +1391,7 @@ impl Runtime {
                 if map.contains_key(&id) {
                     continue;
                 }
-                let approval = inner.store.approval(&id).ok().flatten();
+                let (approval, failure) = stored.remove(&id).unwrap_or_default();
                 let digest = changes::display_digest(&spec, approval.as_ref(), &state_dir);
                 match (approval, &digest) {
                     (Some(approval), Ok(d)) if &approval.digest == d => {
@@ -1366,7 +1414,7 @@ impl Runtime {
                     inner.observer.clone(),
                     inner.services.clone(),
                 );
-                if let Ok(Some(failure)) = inner.store.failure(&id) {
+                if let Some(failure) = failure {
                     sup.mark_failed(failure.reason);
                 }
                 inner
@@ -1390,6 +1438,14 @@ impl Runtime {
         }
         added
     }
+}
+
+/// The state directory of the workspace at `dir` (`DIR/.plugd`).
+fn workspace_state_dir(dir: &Path) -> Result<PathBuf, RuntimeError> {
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| RuntimeError::Workspace(format!("workspace {}: {e}", dir.display())))?;
+    Ok(dir.join(".plugd"))
 }
 
 fn broken_info(b: &BrokenPlugin) -> PluginInfo {

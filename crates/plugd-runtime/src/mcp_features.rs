@@ -262,18 +262,19 @@ impl Runtime {
 
     /// The MCP servers of the workspace that are approved, unchanged and
     /// not stopped by an operator, sorted.
-    pub fn mcp_servers(&self) -> Vec<String> {
-        self.inner
-            .plugins
-            .iter()
-            .filter(|(_, sup)| {
-                plugd_dialects::of(sup.spec().dialect)
-                    .capabilities()
-                    .server_features
-            })
-            .filter(|(id, sup)| self.check_approved(id).is_ok() && operator_stop(sup).is_none())
-            .map(|(id, _)| id.clone())
-            .collect()
+    pub async fn mcp_servers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (id, sup) in self.inner.plugins.iter() {
+            if plugd_dialects::of(sup.spec().dialect)
+                .capabilities()
+                .server_features
+                && operator_stop(&sup).is_none()
+                && self.check_approved(&id).await.is_ok()
+            {
+                out.push(id);
+            }
+        }
+        out
     }
 
     async fn mcp_list(&self, server: &str, kind: ListKind) -> Result<Vec<Value>, RuntimeError> {
@@ -287,6 +288,7 @@ impl Runtime {
         let feature = feature_of(kind);
         let servers: Vec<String> = self
             .mcp_servers()
+            .await
             .into_iter()
             .filter(|s| {
                 feature != "resources" || self.inner.mcp_features.resources_refused(s).is_none()
@@ -329,7 +331,7 @@ impl Runtime {
     ) -> Result<(Arc<Conn>, Duration), RuntimeError> {
         let sup = self.supervised(server)?;
         plugd_dialects::features_supported(sup.spec(), feature)?;
-        self.check_approved(server)?;
+        self.check_approved(server).await?;
         if feature == "resources"
             && let Some(why) = self.inner.mcp_features.resources_refused(server)
         {
@@ -350,14 +352,15 @@ impl Runtime {
     }
 
     /// Approved, and unchanged since (as last digested).
-    fn check_approved(&self, id: &str) -> Result<(), RuntimeError> {
-        let approval = self
-            .inner
-            .store
-            .approval(id)?
-            .ok_or_else(|| RuntimeError::NotApproved {
-                plugin: id.to_owned(),
-            })?;
+    async fn check_approved(&self, id: &str) -> Result<(), RuntimeError> {
+        let approval =
+            self.inner
+                .state
+                .approval(id)
+                .await?
+                .ok_or_else(|| RuntimeError::NotApproved {
+                    plugin: id.to_owned(),
+                })?;
         match self.digest_now(id, false) {
             Ok(d) if d == approval.digest => Ok(()),
             Ok(_) => Err(RuntimeError::PluginChanged {

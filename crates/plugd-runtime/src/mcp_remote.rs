@@ -10,7 +10,7 @@ use std::sync::Arc;
 use plugd_host::launch::{Launch, RemoteLaunch};
 use plugd_manifest::PluginSpec;
 use plugd_mcp_http::oauth::{ClientSettings, OAuthCredentials, Stored};
-use plugd_store::Store;
+use plugd_store::StateStore;
 use plugd_store::secrets::KeySource;
 use serde_json::Value;
 
@@ -39,8 +39,8 @@ pub(crate) fn fields(spec: &PluginSpec) -> Vec<Field> {
 
 /// Fills `launch.remote` for a remote server from the values `launch.config`
 /// holds (decrypted by [`crate::plugin_config::launch_for`]).
-pub(crate) fn prepare(
-    store: &Arc<Store>,
+pub(crate) async fn prepare(
+    store: &Arc<dyn StateStore>,
     spec: &PluginSpec,
     launch: &mut Launch,
 ) -> Result<(), String> {
@@ -50,7 +50,7 @@ pub(crate) fn prepare(
     let config = launch.config.as_object().cloned().unwrap_or_default();
     let mut opened = std::collections::BTreeMap::new();
     for name in mcp.secret_names() {
-        match crate::host_secrets::open_secret(store, &name)? {
+        match crate::host_secrets::open_secret(&**store, &name).await? {
             Some(v) => {
                 launch.redact.push(v.clone());
                 opened.insert(name, v);
@@ -94,18 +94,44 @@ pub(crate) fn prepare(
     Ok(())
 }
 
-/// Writes refreshed tokens back, sealed.
-fn persister(store: Arc<Store>, id: String) -> plugd_mcp_http::oauth::Persist {
-    Arc::new(move |stored: &Stored| store_credentials(&store, &id, stored))
+/// Writes refreshed tokens back, sealed. The refresh callback is
+/// synchronous: the tokens are sealed in it and the write goes to a task
+/// (the tokens in use are the refreshed ones either way).
+fn persister(store: Arc<dyn StateStore>, id: String) -> plugd_mcp_http::oauth::Persist {
+    Arc::new(move |stored: &Stored| {
+        let sealed = seal_credentials(&id, stored)?;
+        let (store, id) = (store.clone(), id.clone());
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| "cannot store the OAuth tokens: no async runtime".to_owned())?;
+        handle.spawn(async move {
+            if let Err(e) = store.put_sealed(&id, OAUTH_KEY, &sealed).await {
+                tracing::warn!(plugin = %id, error = %e, "could not store the refreshed OAuth tokens");
+            }
+        });
+        Ok(())
+    })
 }
 
-fn store_credentials(store: &Store, id: &str, stored: &Stored) -> Result<(), String> {
+/// The credentials of `id`, sealed with the master key.
+fn seal_credentials(id: &str, stored: &Stored) -> Result<plugd_store::secrets::Sealed, String> {
     let master = KeySource::from_env()
         .and_then(|s| s.load_or_create())
         .map_err(|e| format!("cannot seal the OAuth tokens: {e}"))?;
     let text = serde_json::to_string(stored).map_err(|e| e.to_string())?;
+    master
+        .seal(id, OAUTH_KEY, text.as_bytes())
+        .map_err(|e| e.to_string())
+}
+
+async fn store_credentials(
+    store: &dyn StateStore,
+    id: &str,
+    stored: &Stored,
+) -> Result<(), String> {
+    let sealed = seal_credentials(id, stored)?;
     store
-        .config_set_secret(id, OAUTH_KEY, &text, &master)
+        .put_sealed(id, OAUTH_KEY, &sealed)
+        .await
         .map_err(|e| e.to_string())
 }
 
@@ -120,7 +146,7 @@ pub struct LoginTarget {
 
 impl Runtime {
     /// The remote server `id` and its client settings, for a login.
-    pub fn mcp_login_target(&self, id: &str) -> Result<LoginTarget, RuntimeError> {
+    pub async fn mcp_login_target(&self, id: &str) -> Result<LoginTarget, RuntimeError> {
         let sup = self.supervised(id)?;
         let spec = sup.spec();
         let not_remote = || RuntimeError::Config {
@@ -144,12 +170,20 @@ impl Runtime {
         let client_secret = match &oauth.client_secret {
             None => None,
             Some(template) => {
-                let store = &self.inner.store;
+                // The host secrets, read once; only those the template
+                // names are opened.
+                let stored: std::collections::HashMap<String, _> = self
+                    .inner
+                    .state
+                    .config_values(crate::host_secrets::HOST_SECRETS)
+                    .await?
+                    .into_iter()
+                    .collect();
                 let mut failure = None;
                 let value =
                     plugd_manifest::mcp::expand(
                         template,
-                        |n| match crate::host_secrets::open_secret(store, n) {
+                        |n| match crate::host_secrets::open_stored(n, stored.get(n).cloned()) {
                             Ok(v) => v,
                             Err(e) => {
                                 failure = Some(e);
@@ -185,12 +219,12 @@ impl Runtime {
         id: &str,
         stored: &Stored,
     ) -> Result<crate::plugin_config::Applied, RuntimeError> {
-        store_credentials(&self.inner.store, id, stored).map_err(|message| {
-            RuntimeError::Config {
+        store_credentials(&*self.inner.state, id, stored)
+            .await
+            .map_err(|message| RuntimeError::Config {
                 plugin: id.to_owned(),
                 message,
-            }
-        })?;
+            })?;
         self.config_apply(id).await
     }
 }

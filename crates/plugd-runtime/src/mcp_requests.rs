@@ -427,15 +427,18 @@ impl Elicitor for Queue {
                     json!({"mode": "url", "message": question.message, "url": url})
                 }
             };
-            let store = &rt.inner.store;
-            let record = match store.call_approval_request(&NewCallApproval {
-                tool: ELICITATION_TOOL.into(),
-                plugin_id: question.server.clone(),
-                risk: ELICITATION_RISK.into(),
-                args_preview: shown.to_string(),
-                expires_at_ms: plugd_store::outbox::now_ms()
-                    + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2),
-            }) {
+            let store = &rt.inner.state;
+            let record = match store
+                .call_approval_request(&NewCallApproval {
+                    tool: ELICITATION_TOOL.into(),
+                    plugin_id: question.server.clone(),
+                    risk: ELICITATION_RISK.into(),
+                    args_preview: shown.to_string(),
+                    expires_at_ms: plugd_store::outbox::now_ms()
+                        + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2),
+                })
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     return Asked::Unavailable(format!(
@@ -449,7 +452,7 @@ impl Elicitor for Queue {
                 "MCP server asks a person: `plugd approvals approve {id} --content JSON` (accept), `plugd approvals deny {id}` (decline), or POST /v1/approvals/{id}:approve"
             );
             let mut guard = Abandon {
-                rt: &rt,
+                store: store.clone(),
                 id: id.clone(),
                 armed: true,
             };
@@ -463,21 +466,18 @@ impl Elicitor for Queue {
                 let notified = decided.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                match store.call_approval(&id) {
+                match store.call_approval(&id).await {
                     Ok(Some(a)) if a.state != ApprovalState::Pending => {
                         guard.armed = false;
                         return Asked::Answered(answer_of(&a));
                     }
                     Ok(Some(_)) if Instant::now() >= deadline => {
-                        let _ = store.call_approval_decide(
-                            &id,
-                            ApprovalState::TimedOut,
-                            "timeout",
-                            None,
-                        );
+                        let _ = store
+                            .call_approval_decide(&id, ApprovalState::TimedOut, "timeout", None)
+                            .await;
                         guard.armed = false;
                         // Decided in the same instant: that answer counts.
-                        if let Ok(Some(a)) = store.call_approval(&id)
+                        if let Ok(Some(a)) = store.call_approval(&id).await
                             && a.state == ApprovalState::Approved
                         {
                             return Asked::Answered(answer_of(&a));
@@ -538,22 +538,26 @@ fn answer_of(a: &CallApproval) -> ElicitAnswer {
     }
 }
 
-/// Withdraws a still-pending question when the server stops waiting.
-struct Abandon<'a> {
-    rt: &'a Runtime,
+/// Withdraws a still-pending question when the server stops waiting (the
+/// write goes to a task: `drop` cannot wait).
+struct Abandon {
+    store: Arc<dyn plugd_store::StateStore>,
     id: String,
     armed: bool,
 }
 
-impl Drop for Abandon<'_> {
+impl Drop for Abandon {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = self.rt.inner.store.call_approval_decide(
-                &self.id,
-                ApprovalState::Denied,
-                "plugd",
-                Some("cancel"),
-            );
+        if !self.armed {
+            return;
+        }
+        let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = store
+                    .call_approval_decide(&id, ApprovalState::Denied, "plugd", Some("cancel"))
+                    .await;
+            });
         }
     }
 }
@@ -568,7 +572,7 @@ pub fn is_elicitation(a: &CallApproval) -> bool {
 /// content as JSON (checked against the requested schema first: a mismatch
 /// is refused and the question stays pending), or a denial (`reason`
 /// `cancel` cancels, anything else declines).
-pub(crate) fn decide(
+pub(crate) async fn decide(
     rt: &Runtime,
     a: &CallApproval,
     approve: bool,
@@ -608,8 +612,9 @@ pub(crate) fn decide(
     };
     match rt
         .inner
-        .store
+        .state
         .call_approval_decide(&a.id, state, by, reason)
+        .await
         .map_err(|e| DecideError::Store(e.to_string()))?
     {
         Decide::Decided(d) => {

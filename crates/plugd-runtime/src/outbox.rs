@@ -33,7 +33,7 @@ use plugd_dialects::vai::{self, InvokeError};
 use plugd_host::dialect::CallContext;
 use plugd_manifest::vai::ExportKind;
 use plugd_store::outbox::{DeliveryId, FailOutcome, Leased, NewEvent, RetryPolicy, Subscriber};
-use plugd_store::{Store, StoreError};
+use plugd_store::{StateStore, StoreError};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
@@ -157,6 +157,7 @@ pub enum OutboxError {
 }
 
 /// The outbox operations of a [`Runtime`].
+#[async_trait::async_trait]
 pub trait OutboxExt {
     /// Every hook export of the workspace's VAI plugins (approved or not)
     /// that subscribes to `event_type`, in plugin and manifest order.
@@ -166,7 +167,7 @@ pub trait OutboxExt {
     /// transaction, and wakes this process's workers. Returns the delivery
     /// ids (none when nothing subscribes). Delivery happens later, in a
     /// worker ([`OutboxWorker`], run by `plugd serve`).
-    fn emit(
+    async fn emit(
         &self,
         event_type: &str,
         subject: Value,
@@ -174,6 +175,7 @@ pub trait OutboxExt {
     ) -> Result<Vec<DeliveryId>, OutboxError>;
 }
 
+#[async_trait::async_trait]
 impl OutboxExt for Runtime {
     fn subscribers(&self, event_type: &str) -> Vec<Subscriber> {
         let mut out = Vec::new();
@@ -196,7 +198,7 @@ impl OutboxExt for Runtime {
         out
     }
 
-    fn emit(
+    async fn emit(
         &self,
         event_type: &str,
         subject: Value,
@@ -208,7 +210,7 @@ impl OutboxExt for Runtime {
             subject,
             summary,
         };
-        let q = self.store().outbox_enqueue(&event, &subscribers)?;
+        let q = self.state().outbox_enqueue(&event, &subscribers).await?;
         tracing::debug!(event = %q.event_id, event_type, deliveries = q.deliveries.len(), "event recorded in the outbox");
         if !q.deliveries.is_empty() {
             WAKE.notify_waiters();
@@ -279,7 +281,7 @@ async fn run(
     worker: String,
     mut stopped: watch::Receiver<bool>,
 ) {
-    let store = rt.store().clone();
+    let store = rt.state().clone();
     let holding: Held = Arc::default();
     let mut inflight = JoinSet::new();
     let config = Arc::new(config);
@@ -291,7 +293,10 @@ async fn run(
         let room = config.max_in_flight.saturating_sub(inflight.len());
         let mut wait = config.poll;
         if room > 0 {
-            match store.outbox_lease(&worker, config.lease, room, config.retry.max_attempts) {
+            match store
+                .outbox_lease(&worker, config.lease, room, config.retry.max_attempts)
+                .await
+            {
                 Ok(leased) => {
                     for l in leased {
                         held(&holding).insert(l.delivery.id, l.delivery.attempt);
@@ -304,7 +309,7 @@ async fn run(
                         ));
                     }
                     if inflight.len() < config.max_in_flight {
-                        match store.outbox_next_due_in() {
+                        match store.outbox_next_due_in().await {
                             Ok(Some(due)) => wait = wait.min(due),
                             Ok(None) => {}
                             Err(e) => {
@@ -332,7 +337,7 @@ async fn run(
     while inflight.join_next().await.is_some() {}
     let left: Vec<(i64, u32)> = held(&holding).drain().collect();
     for (id, attempt) in left {
-        if let Err(e) = store.outbox_release(id, &worker, attempt) {
+        if let Err(e) = store.outbox_release(id, &worker, attempt).await {
             tracing::warn!(worker, delivery = id, error = %e, "outbox: cannot give a lease back; it runs out by itself");
         }
     }
@@ -353,7 +358,7 @@ fn retry(message: impl std::fmt::Display) -> Failed {
 }
 
 async fn deliver(rt: Runtime, config: Arc<OutboxConfig>, worker: String, holding: Held, l: Leased) {
-    let store: Arc<Store> = rt.store().clone();
+    let store: Arc<dyn StateStore> = rt.state().clone();
     let d = &l.delivery;
     let renew = {
         let (store, worker, every) = (store.clone(), worker.clone(), config.lease / 3);
@@ -361,7 +366,7 @@ async fn deliver(rt: Runtime, config: Arc<OutboxConfig>, worker: String, holding
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(every.max(Duration::from_millis(5))).await;
-                match store.outbox_renew(id, &worker, attempt, lease) {
+                match store.outbox_renew(id, &worker, attempt, lease).await {
                     Ok(true) => {}
                     Ok(false) => {
                         tracing::warn!(
@@ -391,7 +396,7 @@ async fn deliver(rt: Runtime, config: Arc<OutboxConfig>, worker: String, holding
     );
     let (delivery, attempt_no, plugin, export, event_type) = span;
     match outcome {
-        Ok(()) => match store.outbox_ack(d.id) {
+        Ok(()) => match store.outbox_ack(d.id).await {
             Ok(_) => tracing::info!(
                 delivery,
                 attempt = attempt_no,
@@ -406,14 +411,17 @@ async fn deliver(rt: Runtime, config: Arc<OutboxConfig>, worker: String, holding
             }
         },
         Err(f) => {
-            match store.outbox_fail(
-                d.id,
-                &worker,
-                d.attempt,
-                &f.message,
-                f.retryable,
-                &config.retry,
-            ) {
+            match store
+                .outbox_fail(
+                    d.id,
+                    &worker,
+                    d.attempt,
+                    &f.message,
+                    f.retryable,
+                    &config.retry,
+                )
+                .await
+            {
                 Ok(FailOutcome::Retry { at, delay }) => {
                     tracing::warn!(delivery, attempt = attempt_no, plugin, export, event_type, error = %f.message, retry_at = %at, delay_ms = delay.as_millis() as u64, "hook delivery failed; will retry")
                 }

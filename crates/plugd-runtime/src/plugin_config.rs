@@ -38,7 +38,7 @@ use plugd_host::{Launch, Status};
 use plugd_manifest::config_schema::is_secret_property;
 use plugd_manifest::salmex::show_when_holds;
 use plugd_manifest::{Dialect, PluginSpec};
-use plugd_store::Store;
+use plugd_store::StateStore;
 use plugd_store::secrets::{KeySource, MasterKey, StoredValue};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -518,12 +518,12 @@ fn first_missing(
 /// Whether `spec` still waits for configuration: the sentence naming the
 /// first required setting that is not set, or `None` when every required
 /// setting has a value (or cannot be read: the start then says why).
-pub(crate) fn missing_required(store: &Store, spec: &PluginSpec) -> Option<String> {
+pub(crate) async fn missing_required(store: &dyn StateStore, spec: &PluginSpec) -> Option<String> {
     let schema = schema_of(spec);
     if !schema.fields.iter().any(|f| f.required) {
         return None;
     }
-    let stored = store.config_values(&spec.id).ok()?;
+    let stored = store.config_values(&spec.id).await.ok()?;
     let (cfg, _) = effective(spec, &schema, stored).ok()?;
     first_missing(spec, &schema, &cfg)
 }
@@ -531,9 +531,20 @@ pub(crate) fn missing_required(store: &Store, spec: &PluginSpec) -> Option<Strin
 /// The configuration and secrets for one start of `spec`, or why it may not
 /// start (a required setting missing, a secret that does not decrypt, the
 /// effective object failing the native schema).
-pub(crate) fn launch_for(store: &Store, spec: &PluginSpec) -> Result<Launch, String> {
+pub(crate) async fn launch_for(
+    store: &dyn StateStore,
+    spec: &PluginSpec,
+) -> Result<Launch, String> {
+    let stored = store
+        .config_values(&spec.id)
+        .await
+        .map_err(|e| e.to_string())?;
+    launch_from(spec, stored)
+}
+
+/// [`launch_for`] on the values read from the store.
+fn launch_from(spec: &PluginSpec, stored: Vec<(String, StoredValue)>) -> Result<Launch, String> {
     let schema = schema_of(spec);
-    let stored = store.config_values(&spec.id).map_err(|e| e.to_string())?;
     if schema.fields.is_empty() && stored.is_empty() {
         return Ok(Launch::default());
     }
@@ -685,10 +696,15 @@ impl Runtime {
     }
 
     /// Every setting of `id` with its value (secrets as [`MASK`]).
-    pub fn config_show(&self, id: &str) -> Result<Vec<ConfigEntry>, RuntimeError> {
+    pub async fn config_show(&self, id: &str) -> Result<Vec<ConfigEntry>, RuntimeError> {
         let schema = self.config_schema(id)?;
-        let stored: BTreeMap<String, StoredValue> =
-            self.inner.store.config_values(id)?.into_iter().collect();
+        let stored: BTreeMap<String, StoredValue> = self
+            .inner
+            .state
+            .config_values(id)
+            .await?
+            .into_iter()
+            .collect();
         Ok(schema
             .fields
             .iter()
@@ -719,12 +735,13 @@ impl Runtime {
     }
 
     /// One setting of `id` (a secret as [`MASK`]).
-    pub fn config_get(&self, id: &str, key: &str) -> Result<ConfigEntry, RuntimeError> {
+    pub async fn config_get(&self, id: &str, key: &str) -> Result<ConfigEntry, RuntimeError> {
         let schema = self.config_schema(id)?;
         if schema.field(key).is_none() {
             return Err(unknown_key(id, key, &schema));
         }
-        self.config_show(id)?
+        self.config_show(id)
+            .await?
             .into_iter()
             .find(|e| e.key == key)
             .ok_or_else(|| unknown_key(id, key, &schema))
@@ -743,14 +760,19 @@ impl Runtime {
             .field(key)
             .ok_or_else(|| unknown_key(id, key, &schema))?;
         let value = coerce(id, field, raw)?;
-        let store = &self.inner.store;
+        let store = &self.inner.state;
         if field.kind == Kind::Secret {
+            // Sealed here, with the master key this process loads: the
+            // store only ever sees the sealed box.
             let master = KeySource::from_env()
                 .and_then(|s| s.load_or_create())
                 .map_err(|e| config_err(id, format!("cannot store secret {key:?}: {e}")))?;
-            store.config_set_secret(id, key, raw, &master)?;
+            let sealed = master
+                .seal(id, key, raw.as_bytes())
+                .map_err(plugd_store::StoreError::from)?;
+            store.put_sealed(id, key, &sealed).await?;
         } else {
-            store.config_set_plain(id, key, &value)?;
+            store.config_set_plain(id, key, &value).await?;
         }
         self.config_apply(id).await
     }
@@ -762,7 +784,7 @@ impl Runtime {
         if schema.field(key).is_none() {
             return Err(unknown_key(id, key, &schema));
         }
-        self.inner.store.config_unset(id, key)?;
+        self.inner.state.config_unset(id, key).await?;
         self.config_apply(id).await
     }
 
@@ -788,7 +810,7 @@ impl Runtime {
         let spec = sup.spec().clone();
         let dialect = plugd_dialects::of(spec.dialect);
         if dialect.capabilities().live_config {
-            match launch_for(&self.inner.store, &spec) {
+            match launch_for(&*self.inner.state, &spec).await {
                 Ok(launch) => {
                     conn.stderr.redact_more(&launch.redact);
                     self.inner.redactions.remember(id, &launch.redact);
@@ -817,12 +839,41 @@ impl Runtime {
     /// replaced atomically after the database commits; with
     /// `PLUGD_MASTER_KEY`, the new key comes from `PLUGD_NEW_MASTER_KEY` and
     /// the operator swaps the variables afterwards.
-    pub fn rotate_secrets(&self) -> Result<plugd_store::secrets::Rotation, RuntimeError> {
-        Ok(rotate(&self.inner.store)?)
+    pub async fn rotate_secrets(&self) -> Result<plugd_store::secrets::Rotation, RuntimeError> {
+        Ok(rotate(&*self.inner.state).await?)
     }
 }
 
-fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, plugd_store::StoreError> {
+/// Re-seals every secret from `old` to `new` through
+/// [`plugd_control::store::ConfigStore::reseal_secrets`] (one transaction):
+/// the keys stay in this process.
+async fn reseal(
+    store: &dyn StateStore,
+    old: &MasterKey,
+    new: &MasterKey,
+) -> Result<plugd_store::secrets::Rotation, plugd_store::StoreError> {
+    use plugd_store::secrets::{Sealed, SecretError};
+    if old.id() == new.id() {
+        return Err(SecretError::Rotate(
+            "the new master key is the same as the current one; use a fresh key".to_owned(),
+        )
+        .into());
+    }
+    store
+        .reseal_secrets(
+            old.id(),
+            new.id(),
+            &|plugin: &str, key: &str, sealed: &Sealed| {
+                let plain = old.open(plugin, key, sealed)?;
+                Ok(new.seal(plugin, key, plain.as_bytes())?)
+            },
+        )
+        .await
+}
+
+async fn rotate(
+    store: &dyn StateStore,
+) -> Result<plugd_store::secrets::Rotation, plugd_store::StoreError> {
     use plugd_store::secrets::{
         NEW_MASTER_KEY_ENV, SecretError, commit_key_file, load_staged, stage_key_file, staged_path,
     };
@@ -836,12 +887,12 @@ fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, plugd_store::
                 ))
             })?;
             let new = MasterKey::from_hex(&new_hex, NEW_MASTER_KEY_ENV)?;
-            store.rotate_secrets(&old, &new)
+            reseal(store, &old, &new).await
         }
         KeySource::File(path) => {
             // An earlier rotation committed but did not rename: finish it.
             if let Some(staged) = load_staged(path)? {
-                let used = store.secret_key_ids()?;
+                let used = store.secret_key_ids().await?;
                 if used.iter().any(|k| k == staged.id()) {
                     commit_key_file(path)?;
                 }
@@ -849,7 +900,7 @@ fn rotate(store: &Store) -> Result<plugd_store::secrets::Rotation, plugd_store::
             let old = source.load_or_create()?;
             let new = MasterKey::generate(path.display().to_string())?;
             stage_key_file(path, &new)?;
-            let r = store.rotate_secrets(&old, &new)?;
+            let r = reseal(store, &old, &new).await?;
             commit_key_file(path).map_err(|e| {
                 SecretError::Rotate(format!(
                     "the secrets were re-encrypted with key {} but {} could not replace the key file ({e}); rename it over {} by hand",
@@ -870,6 +921,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use plugd_store::Store;
+
+    /// [`launch_for`] on the SQLite store's synchronous read.
+    fn launch(store: &Store, spec: &PluginSpec) -> Result<Launch, String> {
+        launch_from(spec, store.config_values(&spec.id).unwrap())
+    }
 
     fn salmex(props: Value) -> PluginSpec {
         let m = json!({
@@ -951,7 +1008,7 @@ mod tests {
             {"key": "path", "type": "string", "required": true,
              "show_when": {"mode": "file"}}
         ]));
-        let e = launch_for(&store, &spec).unwrap_err();
+        let e = launch(&store, &spec).unwrap_err();
         assert_eq!(
             e,
             "required setting \"url\" is not set; set it with `plugd plugin config p set url VALUE`"
@@ -959,24 +1016,18 @@ mod tests {
         store
             .config_set_plain("p", "url", &json!("http://x"))
             .unwrap();
-        let l = launch_for(&store, &spec).unwrap();
+        let l = launch(&store, &spec).unwrap();
         assert_eq!(l.config, json!({"units": "metric", "url": "http://x"}));
         assert!(l.redact.is_empty());
         // `path` is required only while `mode` is "file".
         store.config_set_plain("p", "mode", &json!("file")).unwrap();
-        let e = launch_for(&store, &spec).unwrap_err();
+        let e = launch(&store, &spec).unwrap_err();
         assert!(e.contains("\"path\" is not set"), "{e}");
         store.config_set_plain("p", "mode", &json!("net")).unwrap();
-        assert!(launch_for(&store, &spec).is_ok());
+        assert!(launch(&store, &spec).is_ok());
         // A stored key the manifest no longer declares is ignored.
         store.config_set_plain("p", "gone", &json!(1)).unwrap();
-        assert!(
-            launch_for(&store, &spec)
-                .unwrap()
-                .config
-                .get("gone")
-                .is_none()
-        );
+        assert!(launch(&store, &spec).unwrap().config.get("gone").is_none());
     }
 
     #[test]
@@ -1032,7 +1083,7 @@ mod tests {
     fn plugins_without_settings_get_an_empty_launch() {
         let store = Store::open_in_memory().unwrap();
         let spec = salmex(json!([]));
-        let l = launch_for(&store, &spec).unwrap();
+        let l = launch(&store, &spec).unwrap();
         assert!(l.config.is_null() && l.redact.is_empty());
     }
 }

@@ -38,7 +38,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use plugd_host::dialect::CallContext;
-use plugd_store::Store;
+use plugd_store::StateStore;
 pub use plugd_store::tool_state::{ApprovalState, CallApproval};
 use plugd_store::tool_state::{Decide, NewCallApproval};
 use serde::{Serialize, Serializer};
@@ -61,9 +61,9 @@ pub const NOTICE_EVENT: &str = "tool.risk_notice";
 /// window per process; each says how many calls it covers.
 pub const NOTICE_WINDOW: Duration = Duration::from_secs(60);
 
-/// How long the disabled tools read from the store are trusted before they
-/// are read again: a `plugd tool disable` in another process reaches a
-/// running serve within this time.
+/// How often the disabled tools are read again from the store (by a task
+/// of the runtime, so that no call waits on the store): a `plugd tool
+/// disable` in another process reaches a running serve within this time.
 pub const DISABLED_TTL: Duration = Duration::from_millis(200);
 
 /// Disabled (plugin, tool) pairs.
@@ -283,8 +283,12 @@ pub(crate) struct RiskState {
     policy: RwLock<Option<Arc<RiskConfig>>>,
     approver: RwLock<Option<Arc<dyn Approver>>>,
     pub(crate) decided: Arc<Notify>,
-    /// The disabled tools as last read, and when.
-    disabled: std::sync::Mutex<Option<(Instant, Arc<DisabledSet>)>>,
+    /// The disabled tools as last read, with the number of the read (a
+    /// read that began earlier never replaces a later one); `None` before
+    /// the first read and after a read failed (nothing is listed then).
+    disabled: std::sync::Mutex<Option<(u64, Arc<DisabledSet>)>>,
+    /// Numbers the reads of the disabled tools.
+    disabled_reads: std::sync::atomic::AtomicU64,
     /// Per medium tool: when its last notice event was recorded and how
     /// many calls happened since.
     notices: std::sync::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
@@ -380,7 +384,7 @@ impl Runtime {
     /// (what `plugd serve` does).
     pub fn use_approval_queue(&self) {
         let queue = ApprovalQueue {
-            store: self.inner.store.clone(),
+            store: self.inner.state.clone(),
             decided: self.inner.risk.decided.clone(),
             runtime_policy: PolicyHandle(Arc::downgrade(&self.inner)),
         };
@@ -456,31 +460,48 @@ impl Runtime {
         }
     }
 
-    /// The disabled (plugin, tool) pairs: re-read from the store when the
-    /// cached copy is older than [`DISABLED_TTL`] (another process may have
-    /// changed them) or this runtime changed them.
+    /// Reads the disabled (plugin, tool) pairs from the store into the
+    /// cache the calls and listings use.
+    pub(crate) async fn refresh_disabled(&self) -> Result<(), RuntimeError> {
+        let risk = &self.inner.risk;
+        let n = risk
+            .disabled_reads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        let read = self.inner.state.disabled_tools().await;
+        let mut cache = risk.disabled.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.as_ref().is_some_and(|(m, _)| *m > n) {
+            return Ok(()); // a later read already answered
+        }
+        match read {
+            Ok(rows) => {
+                let set: DisabledSet = rows.into_iter().map(|d| (d.plugin_id, d.tool)).collect();
+                *cache = Some((n, Arc::new(set)));
+                Ok(())
+            }
+            Err(e) => {
+                *cache = None;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The disabled (plugin, tool) pairs as last read (see
+    /// [`Runtime::refresh_disabled`]; [`watch_disabled`] re-reads them
+    /// every [`DISABLED_TTL`]).
     fn disabled_set(&self) -> Result<Arc<DisabledSet>, RuntimeError> {
-        let mut cache = self
+        let cache = self
             .inner
             .risk
             .disabled
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some((at, set)) = cache.as_ref()
-            && at.elapsed() < DISABLED_TTL
-        {
-            return Ok(set.clone());
+        match cache.as_ref() {
+            Some((_, set)) => Ok(set.clone()),
+            None => Err(RuntimeError::Workspace(
+                "the disabled tools could not be read from the state store".to_owned(),
+            )),
         }
-        let set: Arc<DisabledSet> = Arc::new(
-            self.inner
-                .store
-                .disabled_tools()?
-                .into_iter()
-                .map(|d| (d.plugin_id, d.tool))
-                .collect(),
-        );
-        *cache = Some((Instant::now(), set.clone()));
-        Ok(set)
     }
 
     /// The enabled tools (what the agent and `GET /v1/tools` see). When the
@@ -502,7 +523,7 @@ impl Runtime {
 
     /// Enables or disables tool `name` (`by` is recorded when disabling);
     /// returns the tool as it is now and whether anything changed.
-    pub fn set_tool_enabled(
+    pub async fn set_tool_enabled(
         &self,
         name: &str,
         enabled: bool,
@@ -511,18 +532,14 @@ impl Runtime {
         let entry = crate::read(&self.inner.registry)
             .get(name)
             .ok_or_else(|| RuntimeError::UnknownTool(name.to_owned()))?;
-        let store = &self.inner.store;
+        let store = &self.inner.state;
         let changed = if enabled {
-            store.tool_enable(&entry.plugin, &entry.name)?
+            store.tool_enable(&entry.plugin, &entry.name).await?
         } else {
-            store.tool_disable(&entry.plugin, &entry.name, by)?
+            store.tool_disable(&entry.plugin, &entry.name, by).await?
         };
-        *self
-            .inner
-            .risk
-            .disabled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
+        // The next call sees the change: the cache is read again now.
+        self.refresh_disabled().await?;
         if changed {
             crate::read(&self.inner.registry).touch();
         }
@@ -555,13 +572,13 @@ impl Runtime {
     }
 
     /// Pending call approvals (not decided, not expired), oldest first.
-    pub fn pending_approvals(&self) -> Result<Vec<CallApproval>, RuntimeError> {
-        Ok(self.inner.store.call_approvals_pending()?)
+    pub async fn pending_approvals(&self) -> Result<Vec<CallApproval>, RuntimeError> {
+        Ok(self.inner.state.call_approvals_pending().await?)
     }
 
     /// Approves or denies the pending call approval `id`; the waiting call
     /// (in this process or another on the same store) resumes.
-    pub fn decide_approval(
+    pub async fn decide_approval(
         &self,
         id: &str,
         approve: bool,
@@ -569,10 +586,10 @@ impl Runtime {
         reason: Option<&str>,
     ) -> Result<CallApproval, DecideError> {
         // An MCP server's question: `reason` of an approval is its content.
-        if let Ok(Some(a)) = self.inner.store.call_approval(id)
+        if let Ok(Some(a)) = self.inner.state.call_approval(id).await
             && crate::mcp_requests::is_elicitation(&a)
         {
-            return crate::mcp_requests::decide(self, &a, approve, by, reason);
+            return crate::mcp_requests::decide(self, &a, approve, by, reason).await;
         }
         let state = if approve {
             ApprovalState::Approved
@@ -581,8 +598,9 @@ impl Runtime {
         };
         let out = self
             .inner
-            .store
+            .state
             .call_approval_decide(id, state, by, reason)
+            .await
             .map_err(|e| DecideError::Store(e.to_string()))?;
         match out {
             Decide::Decided(a) => {
@@ -594,6 +612,23 @@ impl Runtime {
             Decide::AlreadyDecided(a) => Err(DecideError::AlreadyDecided(Box::new(a))),
         }
     }
+}
+
+/// Re-reads the disabled tools every [`DISABLED_TTL`] while the runtime
+/// lives (a change made through another process or node shows within that
+/// time; this runtime's own changes show at once).
+pub(crate) fn watch_disabled(rt: &Runtime) {
+    let weak = Arc::downgrade(&rt.inner);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(DISABLED_TTL).await;
+            let Some(inner) = weak.upgrade() else { return };
+            let rt = Runtime { inner };
+            if let Err(e) = rt.refresh_disabled().await {
+                tracing::warn!(error = %e, "cannot read which tools are disabled; listing none until it can");
+            }
+        }
+    });
 }
 
 /// Refuses a call of a disabled tool (before its arguments are checked).
@@ -638,7 +673,10 @@ pub(crate) async fn gate(
                 "session_id": ctx.session_id,
                 "calls": calls,
             });
-            if let Err(e) = rt.emit(NOTICE_EVENT, json!({"kind": "tool", "id": tool}), summary) {
+            if let Err(e) = rt
+                .emit(NOTICE_EVENT, json!({"kind": "tool", "id": tool}), summary)
+                .await
+            {
                 tracing::warn!(tool = %tool, error = %e, "could not record the risk notice in the outbox");
             }
             Ok(())
@@ -715,7 +753,7 @@ impl PolicyHandle {
 /// The approver of `plugd serve`: each call gets a pending record in the
 /// store and waits until it is decided or times out (then it is denied).
 pub struct ApprovalQueue {
-    store: Arc<Store>,
+    store: Arc<dyn StateStore>,
     decided: Arc<Notify>,
     runtime_policy: PolicyHandle,
 }
@@ -726,22 +764,31 @@ impl fmt::Debug for ApprovalQueue {
     }
 }
 
-/// Marks a still-pending record denied when the waiting call goes away.
-struct Abandon<'a> {
-    store: &'a Store,
+/// Marks a still-pending record denied when the waiting call goes away
+/// (the write goes to a task: `drop` cannot wait).
+struct Abandon {
+    store: Arc<dyn StateStore>,
     id: String,
     armed: bool,
 }
 
-impl Drop for Abandon<'_> {
+impl Drop for Abandon {
     fn drop(&mut self) {
-        if self.armed {
-            let _ = self.store.call_approval_decide(
-                &self.id,
-                ApprovalState::Denied,
-                "plugd",
-                Some("the caller stopped waiting"),
-            );
+        if !self.armed {
+            return;
+        }
+        let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+        if let Ok(h) = tokio::runtime::Handle::try_current() {
+            h.spawn(async move {
+                let _ = store
+                    .call_approval_decide(
+                        &id,
+                        ApprovalState::Denied,
+                        "plugd",
+                        Some("the caller stopped waiting"),
+                    )
+                    .await;
+            });
         }
     }
 }
@@ -752,13 +799,17 @@ impl Approver for ApprovalQueue {
             let timeout = self.runtime_policy.timeout();
             let expires = plugd_store::outbox::now_ms()
                 + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2);
-            let record = match self.store.call_approval_request(&NewCallApproval {
-                tool: request.tool.clone(),
-                plugin_id: request.plugin.clone(),
-                risk: request.risk.as_str().to_owned(),
-                args_preview: request.args_preview(),
-                expires_at_ms: expires,
-            }) {
+            let record = match self
+                .store
+                .call_approval_request(&NewCallApproval {
+                    tool: request.tool.clone(),
+                    plugin_id: request.plugin.clone(),
+                    risk: request.risk.as_str().to_owned(),
+                    args_preview: request.args_preview(),
+                    expires_at_ms: expires,
+                })
+                .await
+            {
                 Ok(r) => r,
                 Err(e) => {
                     return Decision::Unavailable {
@@ -774,7 +825,7 @@ impl Approver for ApprovalQueue {
                 "call waits for approval: POST /v1/approvals/{id}:approve or :deny (or `plugd approvals approve {id}`)"
             );
             let mut guard = Abandon {
-                store: &self.store,
+                store: self.store.clone(),
                 id: id.clone(),
                 armed: true,
             };
@@ -783,7 +834,7 @@ impl Approver for ApprovalQueue {
                 let notified = self.decided.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
-                let now = match self.store.call_approval(&id) {
+                let now = match self.store.call_approval(&id).await {
                     Ok(Some(a)) => a,
                     Ok(None) => {
                         guard.armed = false;
@@ -805,12 +856,11 @@ impl Approver for ApprovalQueue {
                 };
                 let decided = match now.state {
                     ApprovalState::Pending if Instant::now() >= deadline => {
-                        match self.store.call_approval_decide(
-                            &id,
-                            ApprovalState::TimedOut,
-                            "timeout",
-                            None,
-                        ) {
+                        match self
+                            .store
+                            .call_approval_decide(&id, ApprovalState::TimedOut, "timeout", None)
+                            .await
+                        {
                             Ok(Decide::AlreadyDecided(a)) if a.state != ApprovalState::TimedOut => {
                                 Some(a)
                             }

@@ -103,7 +103,7 @@ impl Runtime {
     /// be a VAI export of `kind` of an approved workspace plugin or, when the
     /// workspace has no plugin of that id, of an installed package (its
     /// highest version).
-    pub fn resolve_export(
+    pub async fn resolve_export(
         &self,
         name: &str,
         kind: ExportKind,
@@ -115,7 +115,7 @@ impl Runtime {
         };
         let sup = match self.supervised(plugin) {
             Ok(sup) => sup.clone(),
-            Err(workspace) => match self.installed_package(plugin) {
+            Err(workspace) => match self.installed_package(plugin).await {
                 Ok(Some(sup)) => sup,
                 Ok(None) => {
                     return Err(format!(
@@ -144,7 +144,7 @@ impl Runtime {
     /// Checks whether `parent` may have one more child run: its depth + 1
     /// within its policy's `max_depth`, and fewer than `max_child_runs`
     /// children so far. Returns the child's depth.
-    pub fn check_child(&self, parent: &Run) -> Result<u32, RunError> {
+    pub async fn check_child(&self, parent: &Run) -> Result<u32, RunError> {
         let policy: RunPolicy = parent
             .input
             .get("policy")
@@ -157,7 +157,11 @@ impl Runtime {
                 parent.id, parent.depth, policy.max_depth
             )));
         }
-        let children = self.store().child_runs(&parent.id).map_err(store_err)?;
+        let children = self
+            .state()
+            .child_runs(&parent.id)
+            .await
+            .map_err(store_err)?;
         if children >= u64::from(policy.max_child_runs) {
             return Err(RunError::Policy(format!(
                 "run {} has started {children} child runs, its policy's max_child_runs",
@@ -178,6 +182,7 @@ impl Runtime {
     ) -> Result<Run, RunError> {
         let (sup, export_id) = self
             .resolve_export(&start.harness, ExportKind::Harness)
+            .await
             .map_err(RunError::Invalid)?;
         let spec = sup.spec().clone();
         let export = spec
@@ -207,13 +212,14 @@ impl Runtime {
                 )));
             }
         }
-        let store = self.store();
+        let store = self.state();
         let (session, _) = store
             .session_open(
                 &start.session_id,
                 start.org_id.as_deref(),
                 start.project_id.as_deref(),
             )
+            .await
             .map_err(|e| RunError::Invalid(e.to_string()))?;
         if session.org_id != start.org_id
             || (start.project_id.is_some() && session.project_id != start.project_id)
@@ -228,9 +234,10 @@ impl Runtime {
             Some(p) => {
                 let parent = store
                     .run(p)
+                    .await
                     .map_err(store_err)?
                     .ok_or_else(|| RunError::NotFound(format!("run {p:?} does not exist")))?;
-                self.check_child(&parent)?
+                self.check_child(&parent).await?
             }
         };
         let trigger = json!({
@@ -256,7 +263,7 @@ impl Runtime {
             created_at: plugd_store::now_rfc3339(),
             ended_at: None,
         };
-        store.run_create(&run).map_err(store_err)?;
+        store.run_create(&run).await.map_err(store_err)?;
         let timeout = export.default_timeout.unwrap_or(DEFAULT_HARNESS_TIMEOUT);
         let ctx = CallContext {
             session_id: Some(session.id.clone()),
@@ -335,19 +342,23 @@ impl Runtime {
         };
         let ended = store
             .run_update(&run.id, &patch)
+            .await
             .map_err(store_err)?
             .ok_or_else(|| RunError::Store(format!("run {} vanished", run.id)))?;
-        if let Err(e) = self.emit(
-            "run.completed",
-            json!({"kind": "run", "id": ended.id}),
-            json!({
-                "session_id": ended.session_id,
-                "harness": start.harness,
-                "status": ended.status.as_str(),
-                "task": start.input,
-                "output": ended.summary.get("text"),
-            }),
-        ) {
+        if let Err(e) = self
+            .emit(
+                "run.completed",
+                json!({"kind": "run", "id": ended.id}),
+                json!({
+                    "session_id": ended.session_id,
+                    "harness": start.harness,
+                    "status": ended.status.as_str(),
+                    "task": start.input,
+                    "output": ended.summary.get("text"),
+                }),
+            )
+            .await
+        {
             tracing::warn!(error = %e, "could not record run.completed in the outbox");
         }
         Ok(ended)

@@ -175,9 +175,14 @@ pub fn check_value(field: &Field, value: &Value) -> Result<Value, String> {
     }
 }
 
-fn form_of(rt: &Runtime, id: &str, schema: &ConfigSchema) -> Result<SettingsForm, RuntimeError> {
+async fn form_of(
+    rt: &Runtime,
+    id: &str,
+    schema: &ConfigSchema,
+) -> Result<SettingsForm, RuntimeError> {
     let sup = rt.supervised(id)?;
-    let stored: BTreeMap<String, StoredValue> = rt.store().config_values(id)?.into_iter().collect();
+    let stored: BTreeMap<String, StoredValue> =
+        rt.state().config_values(id).await?.into_iter().collect();
     let mut groups: Vec<String> = Vec::new();
     let fields = schema
         .fields
@@ -237,9 +242,9 @@ fn form_of(rt: &Runtime, id: &str, schema: &ConfigSchema) -> Result<SettingsForm
 
 impl Runtime {
     /// The settings form of `id` (secrets without their values).
-    pub fn config_form(&self, id: &str) -> Result<SettingsForm, RuntimeError> {
+    pub async fn config_form(&self, id: &str) -> Result<SettingsForm, RuntimeError> {
         let schema = self.config_schema(id)?;
-        form_of(self, id, &schema)
+        form_of(self, id, &schema).await
     }
 
     /// Validates every value of `values` (`null`: unset; `""` for a secret:
@@ -317,10 +322,10 @@ impl Runtime {
                 writes.push((key, ConfigWrite::Sealed(sealed)));
             }
         }
-        self.store().config_write_all(id, &writes)?;
+        self.state().config_write_all(id, &writes).await?;
         self.plugin_changed(id);
         let applied = self.config_apply(id).await?;
-        Ok((form_of(self, id, &schema)?, applied))
+        Ok((form_of(self, id, &schema).await?, applied))
     }
 }
 

@@ -93,13 +93,13 @@ pub fn valid_name(name: &str) -> bool {
 impl Runtime {
     /// The `.skills/` directory of approved plugin `id` as approved (its
     /// pin), when it declares `skills: true`.
-    fn skills_dir(&self, id: &str) -> Option<PathBuf> {
+    async fn skills_dir(&self, id: &str) -> Option<PathBuf> {
         let sup = self.supervised(id).ok()?;
         let spec = sup.spec();
         if !spec.salmex.as_ref().is_some_and(|s| s.skills) {
             return None;
         }
-        let approval = self.inner.store.approval(id).ok()??;
+        let approval = self.inner.state.approval(id).await.ok()??;
         let digest = self.digest_now(id, false).ok()?;
         if approval.digest != digest {
             return None;
@@ -113,10 +113,10 @@ impl Runtime {
     }
 
     /// Every skill of every approved plugin, sorted by plugin and name.
-    pub fn skills(&self) -> Vec<SkillInfo> {
+    pub async fn skills(&self) -> Vec<SkillInfo> {
         let mut out = Vec::new();
         for id in self.inner.plugins.keys() {
-            if let Some(dir) = self.skills_dir(&id) {
+            if let Some(dir) = self.skills_dir(&id).await {
                 out.extend(list_dir(&id, &dir));
             }
         }
@@ -125,7 +125,7 @@ impl Runtime {
     }
 
     /// Reads skill `name` of plugin `plugin`.
-    pub fn skill(&self, plugin: &str, name: &str) -> Result<Skill, SkillError> {
+    pub async fn skill(&self, plugin: &str, name: &str) -> Result<Skill, SkillError> {
         if !valid_name(name) {
             return Err(SkillError::BadName(name.to_owned()));
         }
@@ -133,7 +133,7 @@ impl Runtime {
             plugin: plugin.to_owned(),
             name: name.to_owned(),
         };
-        let dir = self.skills_dir(plugin).ok_or_else(unknown)?;
+        let dir = self.skills_dir(plugin).await.ok_or_else(unknown)?;
         let refused = |reason: String| SkillError::Refused {
             plugin: plugin.to_owned(),
             name: name.to_owned(),
@@ -154,12 +154,12 @@ impl Runtime {
     /// under a `## Skill PLUGIN/NAME` heading; a reference that cannot be
     /// read is skipped with a warning (a revoked plugin must not stop the
     /// agent), and returned in the second list.
-    pub fn skill_instructions(&self, refs: &[String]) -> (String, Vec<String>) {
+    pub async fn skill_instructions(&self, refs: &[String]) -> (String, Vec<String>) {
         let mut text = String::new();
         let mut skipped = Vec::new();
         for r in refs {
             let read = match r.rsplit_once('/') {
-                Some((plugin, name)) => self.skill(plugin, name),
+                Some((plugin, name)) => self.skill(plugin, name).await,
                 None => Err(SkillError::BadName(r.clone())),
             };
             match read {
@@ -179,7 +179,7 @@ impl Runtime {
     }
 
     /// `system_prompt` followed by the skills of `refs`.
-    pub fn system_prompt_with_skills(
+    pub async fn system_prompt_with_skills(
         &self,
         system_prompt: Option<&str>,
         refs: &[String],
@@ -187,7 +187,7 @@ impl Runtime {
         if refs.is_empty() {
             return system_prompt.map(str::to_owned);
         }
-        let (skills, _) = self.skill_instructions(refs);
+        let (skills, _) = self.skill_instructions(refs).await;
         let base = system_prompt.unwrap_or_default();
         let all = format!("{base}{skills}");
         let all = all.trim_start().to_owned();

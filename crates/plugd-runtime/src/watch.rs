@@ -124,7 +124,7 @@ impl Runtime {
         let spec = sup.spec().clone();
         let digest = hash(&spec).await;
         self.set_digest(id, digest.clone());
-        let approval = match self.inner.store.approval(id) {
+        let approval = match self.inner.state.approval(id).await {
             Ok(Some(a)) => a,
             Ok(None) => return,
             Err(e) => {
@@ -178,7 +178,7 @@ impl Runtime {
         sup.stop().await;
         // An approval that landed while this ran covers the files as they
         // are: undo the withholding instead of stopping a fresh approval.
-        if let (Ok(Some(now)), Ok(d)) = (self.inner.store.approval(id), &digest)
+        if let (Ok(Some(now)), Ok(d)) = (self.inner.state.approval(id).await, &digest)
             && now.digest == *d
             && now.approved_at != approval.approved_at
         {

@@ -23,7 +23,7 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 async fn list(State(state): State<AppState>) -> Result<Json<Vec<CallApproval>>, ApiError> {
-    Ok(Json(state.runtime.pending_approvals()?))
+    Ok(Json(state.runtime.pending_approvals().await?))
 }
 
 /// The body of `POST /v1/approvals/{id}:approve|deny` (both optional).
@@ -69,7 +69,10 @@ async fn decide(
         (_, r) => r,
     };
     Ok(Json(
-        state.runtime.decide_approval(id, approve, by, reason)?,
+        state
+            .runtime
+            .decide_approval(id, approve, by, reason)
+            .await?,
     ))
 }
 
@@ -108,7 +111,9 @@ mod tests {
     #[tokio::test]
     async fn approvals_answer_with_fixed_statuses_and_codes() {
         let tmp = tempfile::tempdir().unwrap();
-        let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
+        let rt = plugd_agent::open(tmp.path(), HostConfig::default())
+            .await
+            .unwrap();
         let pending = rt
             .state()
             .call_approval_request(&NewCallApproval {

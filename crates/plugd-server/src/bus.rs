@@ -116,7 +116,7 @@ pub(crate) async fn tail(
 
 /// `GET /metrics`: per-plugin counters in the Prometheus text format.
 pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
-    let plugins = state.runtime.plugins().unwrap_or_default();
+    let plugins = state.runtime.plugins().await.unwrap_or_default();
     let mut out = String::new();
     let mut family = |name: &str, help: &str, rows: &[(String, u64)]| {
         out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n"));

@@ -559,7 +559,7 @@ pub(crate) async fn create_run(
         None => 0,
         Some(p) => {
             let parent = visible_run(&state, &who, p).await?;
-            rt.check_child(&parent).map_err(run_error)?
+            rt.check_child(&parent).await.map_err(run_error)?
         }
     };
     let (session, _) = store

@@ -78,8 +78,8 @@ fn internal(what: &str, e: impl std::fmt::Display) -> ApiError {
 }
 
 /// `GET /v1/plugins/{id}/config`.
-pub(crate) fn config_get(state: &AppState, id: &str) -> Result<Response, ApiError> {
-    Ok(Json(state.runtime.config_form(id)?).into_response())
+pub(crate) async fn config_get(state: &AppState, id: &str) -> Result<Response, ApiError> {
+    Ok(Json(state.runtime.config_form(id).await?).into_response())
 }
 
 /// `PUT /v1/plugins/{*rest}`: only `{id}/config`, body `{"values": {KEY:
@@ -226,13 +226,16 @@ fn sse<S: Stream<Item = Result<Event, Infallible>> + Send + 'static>(stream: S) 
 }
 
 /// `POST /v1/tools/{name}:enable|disable`.
-pub(crate) fn set_enabled(
+pub(crate) async fn set_enabled(
     state: &AppState,
     name: &str,
     enabled: bool,
     who: &auth::Identity,
 ) -> Result<Json<Value>, ApiError> {
-    let (view, changed) = state.runtime.set_tool_enabled(name, enabled, who.by())?;
+    let (view, changed) = state
+        .runtime
+        .set_tool_enabled(name, enabled, who.by())
+        .await?;
     let mut row = serde_json::to_value(&view).map_err(|e| internal("the tool row", e))?;
     if let Some(map) = row.as_object_mut() {
         map.insert("changed".into(), Value::Bool(changed));
@@ -243,7 +246,11 @@ pub(crate) fn set_enabled(
 /// `GET /v1/events`.
 pub(crate) async fn events(State(state): State<AppState>) -> Response {
     let rx = state.runtime.subscribe_events();
-    let pending = state.runtime.pending_approvals().map_or(0, |p| p.len());
+    let pending = state
+        .runtime
+        .pending_approvals()
+        .await
+        .map_or(0, |p| p.len());
     let first = futures_util::stream::iter([Ok::<_, Infallible>(
         Event::default()
             .event("approvals")
@@ -253,7 +260,7 @@ pub(crate) async fn events(State(state): State<AppState>) -> Response {
     let rest = futures_util::stream::unfold((rx, rt), |(mut rx, rt)| async move {
         loop {
             let event = match rx.recv().await {
-                Ok(ev) => match translate(&rt, &ev) {
+                Ok(ev) => match translate(&rt, &ev).await {
                     Some(e) => e,
                     None => continue,
                 },
@@ -268,10 +275,10 @@ pub(crate) async fn events(State(state): State<AppState>) -> Response {
 
 /// The SSE event of one runtime change, read as it is now (`None`: nothing
 /// to say, e.g. a plugin row that cannot be read).
-fn translate(rt: &plugd_runtime::Runtime, ev: &RtEvent) -> Option<Event> {
+async fn translate(rt: &plugd_runtime::Runtime, ev: &RtEvent) -> Option<Event> {
     let (kind, data) = match ev {
         RtEvent::Plugin(id) => {
-            let info = rt.plugin_brief(id).ok()?;
+            let info = rt.plugin_brief(id).await.ok()?;
             ("plugin", serde_json::to_value(PluginRow::live(&info)).ok()?)
         }
         RtEvent::Tools => ("tools", json!({})),
@@ -316,7 +323,9 @@ mod tests {
     #[tokio::test]
     async fn an_events_client_that_does_not_read_skips_instead_of_buffering() {
         let tmp = tempfile::tempdir().unwrap();
-        let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
+        let rt = plugd_agent::open(tmp.path(), HostConfig::default())
+            .await
+            .unwrap();
         let config = PlugdConfig::load(tmp.path()).unwrap();
         let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
         let app = router(AppState::new(rt.clone(), pipeline, Arc::new(config), None));

@@ -248,7 +248,7 @@ pub async fn delegated_api(
     let pipeline = Arc::new(Pipeline::new(Vec::new()).unwrap_or_else(|_| unreachable!()));
     let limits = listen::Limits::from_config(&config.http);
     // `llm:complete` needs the provider; no hooks run on this API.
-    let agent = agent_for(runtime, &pipeline, &config)?;
+    let agent = agent_for(runtime, &pipeline, &config).await?;
     let state = AppState::new(runtime.clone(), pipeline, config, agent);
     let (addr, _task) = serve_delegated(runtime, router(state), limits, stop).await?;
     Ok(addr)
@@ -257,7 +257,7 @@ pub async fn delegated_api(
 /// Builds the agent of the sessions endpoints from plugd.yaml's `llm:`
 /// section over the pipeline `plugd serve` already built (Dexto modules are
 /// not loaded twice). `None` without an `llm:` section.
-pub fn agent_for(
+pub async fn agent_for(
     runtime: &Runtime,
     pipeline: &Arc<Pipeline>,
     config: &PlugdConfig,
@@ -265,17 +265,19 @@ pub fn agent_for(
     let Some(llm) = &config.llm else {
         return Ok(None);
     };
-    let provider = plugd_agent::llm::build_provider(llm, runtime, runtime.dir())?;
+    let provider = plugd_agent::llm::build_provider(llm, runtime, runtime.dir()).await?;
     Ok(Some(Agent::new(
         runtime.clone(),
         pipeline.clone(),
         provider,
         AgentSettings {
             max_tool_rounds: config.agent.max_tool_rounds.max(1),
-            system_prompt: runtime.system_prompt_with_skills(
-                config.agent.system_prompt.as_deref(),
-                &config.agent.skills,
-            ),
+            system_prompt: runtime
+                .system_prompt_with_skills(
+                    config.agent.system_prompt.as_deref(),
+                    &config.agent.skills,
+                )
+                .await,
             defaults: config.tenant.clone(),
             compactor: config.agent.compactor.clone(),
         },
@@ -326,7 +328,7 @@ impl AppState {
         let gateway =
             plugd_gateway::Gateway::new(runtime.clone(), config.clone(), env!("CARGO_PKG_VERSION"));
         let audit = Arc::new(plugd_store::tokens::AuditWriter::start(
-            runtime.store().clone(),
+            runtime.state().clone(),
         ));
         let mcp = Some(Arc::new(mcp::McpHttp::new(gateway, &config.mcp.http)));
         AppState {
@@ -551,7 +553,7 @@ fn body_rejection(e: &BytesRejection, limit: usize) -> ApiError {
 }
 
 async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let plugins = state.runtime.plugin_list()?;
+    let plugins = state.runtime.plugin_list().await?;
     let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::live).collect();
     Ok(Json(rows).into_response())
 }
@@ -637,23 +639,23 @@ async fn plugin_action(
         PluginAction::Approve => rt.approve(id, who.by()).await?,
         PluginAction::Revoke => {
             was_approved = Some(rt.revoke(id).await?);
-            rt.plugin(id)?
+            rt.plugin(id).await?
         }
         PluginAction::Restart => {
             rt.restart(id).await?;
-            rt.plugin(id)?
+            rt.plugin(id).await?
         }
         PluginAction::Reconfigure => {
             applied = Some(rt.config_apply(id).await?);
-            rt.plugin(id)?
+            rt.plugin(id).await?
         }
         PluginAction::Stop => {
             rt.stop(id, who.by()).await?;
-            rt.plugin(id)?
+            rt.plugin(id).await?
         }
         PluginAction::Start => {
             rt.start(id).await?;
-            rt.plugin(id)?
+            rt.plugin(id).await?
         }
     };
     // Approvals and settings change a row without a status change.
@@ -699,8 +701,10 @@ async fn plugin_get(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     match console_api::split_get(&state, &rest) {
-        console_api::PluginGet::Show(id) => Ok(Json(state.runtime.plugin(id)?).into_response()),
-        console_api::PluginGet::Config(id) => console_api::config_get(&state, id),
+        console_api::PluginGet::Show(id) => {
+            Ok(Json(state.runtime.plugin(id).await?).into_response())
+        }
+        console_api::PluginGet::Config(id) => console_api::config_get(&state, id).await,
         console_api::PluginGet::Logs(id) => {
             console_api::logs(&state, id, query.as_deref(), &headers)
         }
@@ -726,7 +730,7 @@ async fn list_tools(
 }
 
 async fn list_skills(State(state): State<AppState>) -> Json<Value> {
-    Json(json!(state.runtime.skills()))
+    Json(json!(state.runtime.skills().await))
 }
 
 /// `GET /v1/skills/{plugin}/{name}`: the plugin id is everything before the
@@ -738,7 +742,7 @@ async fn show_skill(
     let (plugin, name) = path
         .rsplit_once('/')
         .ok_or_else(|| ApiError::from(plugd_runtime::skills::SkillError::BadName(path.clone())))?;
-    let skill = state.runtime.skill(plugin, name)?;
+    let skill = state.runtime.skill(plugin, name).await?;
     Ok(Json(json!(skill)))
 }
 
@@ -776,6 +780,7 @@ async fn invoke_tool(
                 ));
             }
             return console_api::set_enabled(&state, name, enabled, &who)
+                .await
                 .map(IntoResponse::into_response);
         }
     }

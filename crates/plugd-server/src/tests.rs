@@ -24,10 +24,12 @@ async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
     if !yaml.is_empty() {
         std::fs::write(tmp.path().join("plugd.yaml"), yaml).unwrap();
     }
-    let rt = plugd_agent::open(tmp.path(), HostConfig::default()).unwrap();
+    let rt = plugd_agent::open(tmp.path(), HostConfig::default())
+        .await
+        .unwrap();
     let config = PlugdConfig::load(tmp.path()).unwrap();
     let pipeline = Arc::new(build_pipeline(&config, &rt).await.unwrap());
-    let agent = agent_for(&rt, &pipeline, &config).unwrap();
+    let agent = agent_for(&rt, &pipeline, &config).await.unwrap();
     let state = AppState::new(rt, pipeline, Arc::new(config), agent).with_body_limit(limit);
     (tmp, router(state))
 }

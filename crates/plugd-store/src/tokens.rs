@@ -640,12 +640,13 @@ pub(crate) struct PendingAudit {
 /// what it queued is written.
 #[derive(Debug)]
 pub struct AuditWriter {
-    store: std::sync::Arc<Store>,
+    store: std::sync::Arc<dyn crate::StateStore>,
 }
 
 impl AuditWriter {
-    /// A writer into `store`.
-    pub fn start(store: std::sync::Arc<Store>) -> AuditWriter {
+    /// A writer into `store` (any backend: it queues to the backend's
+    /// journal, [`plugd_control::store::AuditStore::journal_audit`]).
+    pub fn start(store: std::sync::Arc<dyn crate::StateStore>) -> AuditWriter {
         AuditWriter { store }
     }
 

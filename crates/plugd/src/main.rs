@@ -342,10 +342,10 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
     }
 }
 
-fn open(cli: &Cli) -> Result<Runtime> {
+async fn open(cli: &Cli) -> Result<Runtime> {
     let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
     let config = HostConfig::from_env().map_err(anyhow::Error::msg)?;
-    Ok(plugd_agent::open(&dir, config)?)
+    Ok(plugd_agent::open(&dir, config).await?)
 }
 
 /// Runs `fut`; on Ctrl-C or SIGTERM shuts the plugins down and exits 130.
@@ -392,7 +392,7 @@ async fn run(cli: Cli) -> Result<i32> {
         Command::Bench(args) => return plugd_bench::run(args).await.map(|()| 0),
         Command::Token(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return token_cmd::run(&dir, cmd).map(|()| 0);
+            return token_cmd::run(&dir, cmd).await.map(|()| 0);
         }
         Command::Bus(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
@@ -412,23 +412,23 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::Secret(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return binding_cmd::secret(&dir, cmd).map(|()| 0);
+            return binding_cmd::secret(&dir, cmd).await.map(|()| 0);
         }
         Command::Invocations(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return invocations_cmd::run(&dir, cmd).map(|()| 0);
+            return invocations_cmd::run(&dir, cmd).await.map(|()| 0);
         }
         Command::Session(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return chains_cmd::session(&dir, cmd).map(|()| 0);
+            return chains_cmd::session(&dir, cmd).await.map(|()| 0);
         }
         Command::Chain(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return chains_cmd::chain(&dir, cmd).map(|()| 0);
+            return chains_cmd::chain(&dir, cmd).await.map(|()| 0);
         }
         Command::Run(agent_cmd::RunArgs { cmd: Some(cmd), .. }) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            return chains_cmd::run_cmd(&dir, cmd).map(|()| 0);
+            return chains_cmd::run_cmd(&dir, cmd).await.map(|()| 0);
         }
         Command::Console => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
@@ -471,7 +471,7 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         _ => {}
     }
-    let rt = open(&cli)?;
+    let rt = open(&cli).await?;
     risk_cmd::install_approver(
         &rt,
         match &cli.command {
@@ -512,7 +512,7 @@ fn plugin_action(cmd: &PluginCmd) -> PluginAction<'_> {
 
 async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
     match command {
-        Command::Plugin(PluginCmd::List(f)) => plugin_view::list(rt, f.json)?,
+        Command::Plugin(PluginCmd::List(f)) => plugin_view::list(rt, f.json).await?,
         Command::Plugin(PluginCmd::Show { id, json }) => {
             plugin_view::show(rt, id, json.json).await?
         }
@@ -538,7 +538,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
                 .map_or(Client::Local(rt), Client::Serve);
             risk_cmd::set_enabled(&client, name, false, by.as_deref()).await?
         }
-        Command::Approvals(c) => risk_cmd::approvals(rt, c)?,
+        Command::Approvals(c) => risk_cmd::approvals(rt, c).await?,
         Command::Tool(ToolCmd::Call {
             name,
             args,
@@ -562,17 +562,17 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             json,
             ..
         }) => tool_call_cmd::run(rt, name, args, agent.as_deref(), json.json).await?,
-        Command::Events(c) => outbox_cmd::events(rt, c)?,
+        Command::Events(c) => outbox_cmd::events(rt, c).await?,
         Command::Outbox(c) => outbox_cmd::outbox(rt, c).await?,
         Command::Hook(cmd) => hook_cmd::run(rt, cmd).await?,
         Command::Run(args) => agent_cmd::run(rt, args, plugd_node::delegated_api).await?,
         Command::Chat(args) => agent_cmd::chat(rt, args).await?,
         Command::Memory(c) => memory_cmd::run(rt, c).await?,
         Command::Plugin(PluginCmd::Config(args)) => config_cmd::run(rt, args).await?,
-        Command::Secrets(cmd) => config_cmd::secrets(rt, cmd)?,
+        Command::Secrets(cmd) => config_cmd::secrets(rt, cmd).await?,
         Command::Storage(cmd) => storage_cmd::run(rt, cmd).await?,
         Command::Channel(cmd) => channel_cmd::run(rt, cmd).await?,
-        Command::Skill(cmd) => skill_cmd::run(rt, cmd)?,
+        Command::Skill(cmd) => skill_cmd::run(rt, cmd).await?,
         Command::Mcp(args) => mcp_cmd::run(rt, args).await?,
         Command::Resource(cmd) => resource_cmd::resource(rt, cmd).await?,
         Command::Prompt(cmd) => resource_cmd::prompt(rt, cmd).await?,

@@ -247,7 +247,7 @@ impl Agent {
                     .display()
             ))
         })?;
-        let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir())?;
+        let llm = crate::llm::build_provider(llm_config, runtime, runtime.dir()).await?;
         let pipeline = crate::hooks::build::build_pipeline(config, runtime).await?;
         Ok(Agent::new(
             runtime.clone(),
@@ -255,10 +255,12 @@ impl Agent {
             llm,
             AgentSettings {
                 max_tool_rounds: config.agent.max_tool_rounds.max(1),
-                system_prompt: runtime.system_prompt_with_skills(
-                    config.agent.system_prompt.as_deref(),
-                    &config.agent.skills,
-                ),
+                system_prompt: runtime
+                    .system_prompt_with_skills(
+                        config.agent.system_prompt.as_deref(),
+                        &config.agent.skills,
+                    )
+                    .await,
                 defaults: config.tenant.clone(),
                 compactor: config.agent.compactor.clone(),
             },

@@ -115,7 +115,8 @@ impl Agent {
                 "session.created",
                 json!({"kind": "session", "id": session_id}),
                 json!({"session_id": session_id}),
-            );
+            )
+            .await;
         }
         let mut ctx = overlay(&self.settings.defaults, ctx);
         ctx.session_id = Some(session_id.to_owned());
@@ -208,8 +209,8 @@ impl Agent {
     }
 
     /// Records an outbox event; a failure is logged, never fails the turn.
-    fn emit(&self, event_type: &str, subject: Value, summary: Value) {
-        if let Err(e) = self.runtime.emit(event_type, subject, summary) {
+    async fn emit(&self, event_type: &str, subject: Value, summary: Value) {
+        if let Err(e) = self.runtime.emit(event_type, subject, summary).await {
             tracing::warn!(event_type, error = %e, "could not record the event in the outbox");
         }
     }
@@ -529,11 +530,13 @@ impl Turn<'_> {
             ok,
             result: result.clone(),
         });
-        self.agent.emit(
-            "tool.completed",
-            json!({"kind": "session", "id": self.session_id}),
-            json!({"tool": call.name, "call_id": call.id, "success": ok}),
-        );
+        self.agent
+            .emit(
+                "tool.completed",
+                json!({"kind": "session", "id": self.session_id}),
+                json!({"tool": call.name, "call_id": call.id, "success": ok}),
+            )
+            .await;
         let mut message = entry("tool", result_text(&result));
         message.tool_call_id = Some(call.id.clone());
         self.new.push(message);
@@ -692,7 +695,7 @@ impl Turn<'_> {
                 "run.completed",
                 json!({"kind": "run", "id": self.run_id}),
                 json!({"session_id": self.session_id, "task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
-            );
+            ).await;
         }
         let outcome = TurnOutcome {
             session_id: self.session_id.clone(),

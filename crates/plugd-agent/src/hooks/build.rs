@@ -118,11 +118,12 @@ async fn registered_microapp_hooks(
     runtime: &Runtime,
     configured: &[(HandlerSpec, Arc<dyn HookHandler>)],
 ) -> Vec<(HandlerSpec, Arc<dyn HookHandler>)> {
-    let apps: Vec<String> = runtime
-        .microapp_ids()
-        .into_iter()
-        .filter(|id| runtime.plugin(id).is_ok_and(|i| i.approved))
-        .collect();
+    let mut apps: Vec<String> = Vec::new();
+    for id in runtime.microapp_ids() {
+        if runtime.plugin(&id).await.is_ok_and(|i| i.approved) {
+            apps.push(id);
+        }
+    }
     let starts = apps.iter().map(|id| async move {
         let sup = runtime.supervised(id).ok()?;
         match sup.connection(Instant::now() + START_TIMEOUT).await {
@@ -263,10 +264,11 @@ fn dexto_llm_config(config: &PlugdConfig) -> Value {
 /// What `context.agent.stateManager.getRuntimeConfig()` answers: the
 /// agent's effective configuration in Dexto's names, without secrets (no
 /// API key sources, provider URLs, plugin commands or environments).
-pub fn dexto_runtime_config(config: &PlugdConfig, runtime: &Runtime) -> Value {
+pub async fn dexto_runtime_config(config: &PlugdConfig, runtime: &Runtime) -> Value {
     use serde_json::json;
     let mcp_servers: serde_json::Map<String, Value> = runtime
         .plugin_list()
+        .await
         .unwrap_or_default()
         .into_iter()
         .filter(|p| p.dialect == "mcp" && p.approved)
@@ -337,10 +339,10 @@ async fn load_dexto(
     runtime: &Runtime,
 ) -> Result<Arc<dyn HookHandler>, PipelineError> {
     let options = dexto::DextoOptions {
-        storage: Some(runtime.store().clone()),
+        storage: Some(runtime.state().clone()),
         llm_config: dexto_llm_config(config),
         runtime: Some(runtime.clone()),
-        runtime_config: dexto_runtime_config(config, runtime),
+        runtime_config: dexto_runtime_config(config, runtime).await,
         ..dexto::DextoOptions::default()
     };
     let m = dexto::load_module(
@@ -401,6 +403,7 @@ async fn load(
         .map_err(|e| init(entry, e.to_string()))?;
     let info = runtime
         .plugin(plugin)
+        .await
         .map_err(|e| init(entry, e.to_string()))?;
     if !info.approved {
         return Err(init(

@@ -173,7 +173,7 @@ pub struct DextoOptions {
     /// The agent's key-value storage behind `context.agent.storage`
     /// (`database` and `cache`); `None`: every storage call fails saying
     /// plugd gave the module none.
-    pub storage: Option<Arc<plugd_store::Store>>,
+    pub storage: Option<Arc<dyn plugd_store::StateStore>>,
     /// `context.llmConfig`: provider, model and limits of the running
     /// agent (`null` when it has no LLM).
     pub llm_config: Value,
@@ -698,7 +698,7 @@ impl DextoModule {
                     .options
                     .storage
                     .clone()
-                    .or_else(|| self.options.runtime.as_ref().map(|r| r.store().clone())),
+                    .or_else(|| self.options.runtime.as_ref().map(|r| r.state().clone())),
                 runtime: self.options.runtime.clone(),
             },
             bridge: Default::default(),

@@ -70,7 +70,7 @@ pub const EVENT_QUEUE: usize = 256;
 #[derive(Clone, Default)]
 pub struct AgentServices {
     /// The agent's state store: storage and sessions.
-    pub store: Option<Arc<plugd_store::Store>>,
+    pub store: Option<Arc<dyn plugd_store::StateStore>>,
     /// The runtime: tools, MCP servers, bus.
     pub runtime: Option<Runtime>,
 }
@@ -132,16 +132,11 @@ pub(super) async fn serve(
                     "{method}: plugd gave dexto handler {handler} no agent storage"
                 )));
             };
-            let method = method.to_owned();
-            tokio::task::spawn_blocking(move || {
-                if method.starts_with("storage.") {
-                    storage_call(&store, &method, &params)
-                } else {
-                    sessions_call(&store, &method, &params)
-                }
-            })
-            .await
-            .unwrap_or_else(|e| Err(internal(format!("storage call failed: {e}"))))
+            if method.starts_with("storage.") {
+                storage_call(&*store, method, &params).await
+            } else {
+                sessions_call(&*store, method, &params).await
+            }
         }
         "tools" | "mcp" | "events" => {
             let Some(runtime) = services.runtime.clone() else {
@@ -151,12 +146,7 @@ pub(super) async fn serve(
             };
             match method {
                 "tools.list" => Ok(json!({"tools": tools_list(&runtime, None)})),
-                "mcp.list" => {
-                    let rt = runtime.clone();
-                    tokio::task::spawn_blocking(move || mcp_list(&rt))
-                        .await
-                        .unwrap_or_else(|e| Err(internal(format!("mcp.list failed: {e}"))))
-                }
+                "mcp.list" => mcp_list(&runtime).await,
                 "events.subscribe" => subscribe(&runtime, bridge, handler, &params, notifier),
                 "events.unsubscribe" => {
                     let name = event_name(method, &params)?;
@@ -182,8 +172,8 @@ fn lock(bridge: &Mutex<EventBridge>) -> std::sync::MutexGuard<'_, EventBridge> {
 }
 
 /// One `storage.*` request of a module's `context.agent.storage`.
-pub(super) fn storage_call(
-    store: &plugd_store::Store,
+pub(super) async fn storage_call(
+    store: &dyn plugd_store::StateStore,
     method: &str,
     p: &Value,
 ) -> Result<Value, ErrorObject> {
@@ -195,15 +185,20 @@ pub(super) fn storage_call(
             .ok_or_else(|| invalid(format!("{method} needs a string key")))
     };
     match method {
-        "storage.get" => Ok(json!({"value": store.kv_get(space, key()?).map_err(failed)?})),
+        "storage.get" => Ok(json!({"value": store.kv_get(space, key()?).await.map_err(failed)?})),
         "storage.set" => {
-            store.kv_set(space, key()?, &p["value"]).map_err(failed)?;
+            store
+                .kv_set(space, key()?, &p["value"])
+                .await
+                .map_err(failed)?;
             Ok(json!({}))
         }
-        "storage.delete" => Ok(json!({"deleted": store.kv_delete(space, key()?).map_err(failed)?})),
+        "storage.delete" => {
+            Ok(json!({"deleted": store.kv_delete(space, key()?).await.map_err(failed)?}))
+        }
         "storage.list" => {
             let prefix = p["prefix"].as_str().unwrap_or_default();
-            Ok(json!({"keys": store.kv_list(space, prefix).map_err(failed)?}))
+            Ok(json!({"keys": store.kv_list(space, prefix).await.map_err(failed)?}))
         }
         other => Err(not_found(other)),
     }
@@ -211,12 +206,15 @@ pub(super) fn storage_call(
 
 /// `{id, createdAt, lastActivity, messageCount}` of session `id` (times in
 /// RFC 3339; the host turns them into Dexto's epoch milliseconds).
-fn session_summary(store: &plugd_store::Store, id: &str) -> Result<Value, ErrorObject> {
+async fn session_summary(
+    store: &dyn plugd_store::StateStore,
+    id: &str,
+) -> Result<Value, ErrorObject> {
     let failed = |e: plugd_store::StoreError| internal(format!("sessions.get: {e}"));
-    let Some(row) = store.session_get(id).map_err(failed)? else {
+    let Some(row) = store.session_get(id).await.map_err(failed)? else {
         return Ok(Value::Null);
     };
-    let (total, last) = store.session_tail(id, 1).map_err(failed)?;
+    let (total, last) = store.session_tail(id, 1).await.map_err(failed)?;
     let last_at = last
         .first()
         .and_then(|e| e["at"].as_str())
@@ -267,8 +265,8 @@ fn session_id<'a>(method: &str, p: &'a Value) -> Result<&'a str, ErrorObject> {
 }
 
 /// One `sessions.*` request of `context.agent.sessionManager` (read-only).
-fn sessions_call(
-    store: &plugd_store::Store,
+async fn sessions_call(
+    store: &dyn plugd_store::StateStore,
     method: &str,
     p: &Value,
 ) -> Result<Value, ErrorObject> {
@@ -277,6 +275,7 @@ fn sessions_call(
         "sessions.list" => {
             let ids: Vec<String> = store
                 .session_list(MAX_SESSIONS)
+                .await
                 .map_err(failed)?
                 .into_iter()
                 .map(|r| r.id)
@@ -290,7 +289,7 @@ fn sessions_call(
             if !plugd_store::sessions::valid_session_id(id) {
                 return Ok(json!({"session": null}));
             }
-            Ok(json!({"session": session_summary(store, id)?}))
+            Ok(json!({"session": session_summary(store, id).await?}))
         }
         "sessions.history" => {
             let id = session_id(method, p)?;
@@ -306,14 +305,14 @@ fn sessions_call(
                 },
             };
             let exists = plugd_store::sessions::valid_session_id(id)
-                && store.session_get(id).map_err(failed)?.is_some();
+                && store.session_get(id).await.map_err(failed)?.is_some();
             if !exists {
                 return Err(invalid(format!(
                     "session {:?} not found; sessionManager.listSessions() names the stored ones",
                     id.chars().take(128).collect::<String>()
                 )));
             }
-            let (total, entries) = store.session_tail(id, limit).map_err(failed)?;
+            let (total, entries) = store.session_tail(id, limit).await.map_err(failed)?;
             let mut messages: Vec<Value> = entries.iter().map(dexto_message).collect();
             // Newest kept: drop from the front until the answer fits.
             let mut size: usize = messages.iter().map(|m| m.to_string().len() + 1).sum();
@@ -345,9 +344,10 @@ fn tools_list(runtime: &Runtime, plugin: Option<&str>) -> Vec<Value> {
 
 /// The approved MCP servers plugd hosts (`.mcp.json`), with their state and
 /// enabled tools. Unapproved servers are not the agent's and are left out.
-fn mcp_list(runtime: &Runtime) -> Result<Value, ErrorObject> {
+async fn mcp_list(runtime: &Runtime) -> Result<Value, ErrorObject> {
     let plugins = runtime
         .plugin_list()
+        .await
         .map_err(|e| internal(format!("mcp.list: {e}")))?;
     let servers: Vec<Value> = plugins
         .iter()
@@ -479,8 +479,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sessions_read_back_as_dexto_messages_bounded() {
+    #[tokio::test]
+    async fn sessions_read_back_as_dexto_messages_bounded() {
         let store = plugd_store::Store::open_in_memory().unwrap();
         store.session_ensure("s1").unwrap();
         store
@@ -494,13 +494,18 @@ mod tests {
                 ],
             )
             .unwrap();
-        let s = sessions_call(&store, "sessions.get", &json!({"id": "s1"})).unwrap();
+        let s = sessions_call(&store, "sessions.get", &json!({"id": "s1"}))
+            .await
+            .unwrap();
         assert_eq!(s["session"]["messageCount"], 3);
         assert_eq!(s["session"]["lastActivity"], "2025-01-01T00:00:02Z");
-        let none = sessions_call(&store, "sessions.get", &json!({"id": "../x"})).unwrap();
+        let none = sessions_call(&store, "sessions.get", &json!({"id": "../x"}))
+            .await
+            .unwrap();
         assert_eq!(none["session"], Value::Null);
-        let h =
-            sessions_call(&store, "sessions.history", &json!({"id": "s1", "limit": 2})).unwrap();
+        let h = sessions_call(&store, "sessions.history", &json!({"id": "s1", "limit": 2}))
+            .await
+            .unwrap();
         assert_eq!(h["total"], 3);
         assert_eq!(
             h["messages"][0]["toolCalls"][0],
@@ -508,24 +513,29 @@ mod tests {
         );
         assert_eq!(h["messages"][1]["toolCallId"], "c1");
         let e = sessions_call(&store, "sessions.history", &json!({"id": "s1", "limit": 0}))
+            .await
             .unwrap_err();
         assert!(
             e.message.contains("limit 0 is not 1 to 500"),
             "{}",
             e.message
         );
-        let e = sessions_call(&store, "sessions.history", &json!({"id": "nope"})).unwrap_err();
+        let e = sessions_call(&store, "sessions.history", &json!({"id": "nope"}))
+            .await
+            .unwrap_err();
         assert!(
             e.message.contains("session \"nope\" not found"),
             "{}",
             e.message
         );
-        let l = sessions_call(&store, "sessions.list", &json!({})).unwrap();
+        let l = sessions_call(&store, "sessions.list", &json!({}))
+            .await
+            .unwrap();
         assert_eq!(l["ids"], json!(["s1"]));
     }
 
-    #[test]
-    fn a_long_history_keeps_the_newest_messages_within_the_byte_bound() {
+    #[tokio::test]
+    async fn a_long_history_keeps_the_newest_messages_within_the_byte_bound() {
         let store = plugd_store::Store::open_in_memory().unwrap();
         store.session_ensure("big").unwrap();
         let chunk = "x".repeat(100 * 1024);
@@ -533,7 +543,9 @@ mod tests {
             .map(|i| json!({"role": "user", "content": format!("{i}:{chunk}")}))
             .collect();
         store.session_append("big", &entries).unwrap();
-        let h = sessions_call(&store, "sessions.history", &json!({"id": "big"})).unwrap();
+        let h = sessions_call(&store, "sessions.history", &json!({"id": "big"}))
+            .await
+            .unwrap();
         let messages = h["messages"].as_array().unwrap();
         assert!(h.to_string().len() <= MAX_HISTORY_BYTES + 1024);
         assert!(messages.len() < 60 && !messages.is_empty());

@@ -19,14 +19,14 @@ use plugd_runtime::Runtime;
 /// that still carries them; the path must then be absolute. The section's
 /// `stop_sequences`, `tool_choice` and `cache_tools` are applied to every
 /// request ([`super::WithRequestOptions`]).
-pub fn build_provider(
+pub async fn build_provider(
     config: &LlmConfig,
     runtime: &Runtime,
     workspace: &Path,
 ) -> Result<Arc<dyn LlmProvider>, LlmError> {
     let options = config.request_options();
     options.check().map_err(LlmError::NotConfigured)?;
-    let provider = build_bare(config, runtime, workspace)?;
+    let provider = build_bare(config, runtime, workspace).await?;
     if options.is_empty() {
         return Ok(provider);
     }
@@ -34,7 +34,7 @@ pub fn build_provider(
 }
 
 /// The provider of `config`, without its request options.
-fn build_bare(
+async fn build_bare(
     config: &LlmConfig,
     runtime: &Runtime,
     workspace: &Path,
@@ -55,7 +55,7 @@ fn build_bare(
                         "api_key_env and api_key_secret are both set; keep one".into(),
                     ));
                 }
-                (_, Some(name)) => Some(secret_key(runtime, name)?),
+                (_, Some(name)) => Some(secret_key(runtime, name).await?),
                 (env, None) => {
                     api_key("llm.api_key_env", env.as_deref()).map_err(LlmError::NotConfigured)?
                 }
@@ -87,8 +87,8 @@ fn build_bare(
 }
 
 /// The API key stored as operator secret `name`.
-fn secret_key(runtime: &Runtime, name: &str) -> Result<String, LlmError> {
-    match runtime.secret(name) {
+async fn secret_key(runtime: &Runtime, name: &str) -> Result<String, LlmError> {
+    match runtime.secret(name).await {
         Ok(Some(key)) if !key.trim().is_empty() => Ok(key.trim().to_owned()),
         Ok(_) => Err(LlmError::NotConfigured(format!(
             "api_key_secret names secret {name:?}, which is not set; run `plugd secrets set {name}` (the value is read from standard input)"

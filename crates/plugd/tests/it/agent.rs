@@ -505,7 +505,7 @@ async fn echo_llm_agent(ws: &Ws, extra: &str) -> (plugd_runtime::Runtime, Agent)
         format!("llm: {{provider: plugin, plugin: llmplug, name: echo_llm, model: m1}}\n{extra}"),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("llmplug", "test").await.unwrap();
     let config = PlugdConfig::load(ws.dir()).unwrap();
     let agent = Agent::from_config(&rt, &config).await.unwrap();

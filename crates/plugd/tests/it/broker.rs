@@ -77,7 +77,7 @@ async fn call(rt: &Runtime, tool: &str, args: Value) -> Result<String, String> {
 async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
     let ws = Ws::new();
     services_plugin(&ws, "svc", &["broker"], None);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let mut inbound = rt.bus().subscribe("plugin.inbound.>", 64).unwrap();
     let mut core = rt.bus().subscribe("agent.>", 64).unwrap();
     rt.approve("svc", "test").await.unwrap();
@@ -132,7 +132,7 @@ async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
     assert!(inbound.try_recv().is_none());
     let stats = rt.broker_stats("svc").unwrap();
     assert_eq!(stats.published, 2);
-    assert_eq!(rt.plugin("svc").unwrap().broker.unwrap().dropped, 4);
+    assert_eq!(rt.plugin("svc").await.unwrap().broker.unwrap().dropped, 4);
     rt.shutdown().await;
 }
 
@@ -140,7 +140,7 @@ async fn publish_is_completed_checked_against_the_allowlist_and_counted() {
 async fn a_flood_on_a_forbidden_subject_is_dropped_and_counted_exactly() {
     let ws = Ws::new();
     services_plugin(&ws, "flooder", &["broker"], None);
-    let rt = ws.runtime(quick(60_000));
+    let rt = ws.runtime(quick(60_000)).await;
     let mut all = rt.bus().subscribe(">", 64).unwrap();
     rt.approve("flooder", "test").await.unwrap();
     call(
@@ -170,7 +170,7 @@ async fn a_flood_on_a_forbidden_subject_is_dropped_and_counted_exactly() {
 async fn outbound_events_are_delivered_and_the_plugin_answers_inbound() {
     let ws = Ws::new();
     services_plugin(&ws, "chan", &["broker"], None);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let mut inbound = rt.bus().subscribe("plugin.inbound.loop", 64).unwrap();
     rt.approve("chan", "test").await.unwrap();
 
@@ -202,7 +202,7 @@ async fn outbound_events_are_delivered_and_the_plugin_answers_inbound() {
 async fn backpressure_sheds_broker_events_and_counts_each_one() {
     let ws = Ws::new();
     services_plugin(&ws, "slow", &["broker"], None);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("slow", "test").await.unwrap();
     // 5000 events at once cannot all fit the 64-frame queue of a Python
     // child; every one is either delivered or shed, none blocks.
@@ -224,7 +224,12 @@ async fn backpressure_sheds_broker_events_and_counts_each_one() {
     assert_eq!(stats.shed as usize, shed);
     assert_eq!(stats.delivered as usize, delivered);
     assert_eq!(
-        rt.plugin("slow").unwrap().stats.unwrap().shed_notifications as usize,
+        rt.plugin("slow")
+            .await
+            .unwrap()
+            .stats
+            .unwrap()
+            .shed_notifications as usize,
         shed
     );
     assert!(
@@ -238,19 +243,24 @@ async fn backpressure_sheds_broker_events_and_counts_each_one() {
 async fn memory_recall_reads_the_agents_memory_from_inside_a_tool() {
     let ws = Ws::new();
     services_plugin(&ws, "mem", &["memory"], None);
-    let rt = ws.runtime(quick(30_000));
-    let store = rt.store().clone();
+    let rt = ws.runtime(quick(30_000)).await;
+    let store = rt.state().clone();
     store
         .memory_add(
             "ventas_v1",
             "user prefers concise answers",
             &["preference".into()],
         )
+        .await
         .unwrap();
     store
         .memory_add("ventas_v1", "the deploy is on Friday", &[])
+        .await
         .unwrap();
-    store.memory_add("other", "concise is good", &[]).unwrap();
+    store
+        .memory_add("other", "concise is good", &[])
+        .await
+        .unwrap();
     rt.approve("mem", "test").await.unwrap();
     let got = call(
         &rt,
@@ -282,9 +292,12 @@ async fn host_services_are_served_without_any_requires() {
     // plugin requiring nothing still gets every host service (issue 11).
     let ws = Ws::new();
     services_plugin(&ws, "bare", &[], None);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let mut inbound = rt.bus().subscribe("plugin.inbound.loop", 64).unwrap();
-    rt.store().memory_add("a", "x marks the spot", &[]).unwrap();
+    rt.state()
+        .memory_add("a", "x marks the spot", &[])
+        .await
+        .unwrap();
     rt.approve("bare", "test").await.unwrap();
     let got = call(&rt, "bare_recall", json!({"agent": "a", "query": "spot"}))
         .await
@@ -308,7 +321,7 @@ async fn llm_complete_plain_and_streamed_through_the_configured_provider() {
     let (base, _seen) = crate::llm::double().await;
     let ws = Ws::new();
     services_plugin(&ws, "brain", &["llm"], Some(&base));
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("brain", "test").await.unwrap();
 
     let plain: Value = serde_json::from_str(
@@ -365,7 +378,7 @@ async fn a_slow_llm_complete_never_delays_a_concurrent_tool_reply() {
     let (base, _seen) = crate::llm::double().await;
     let ws = Ws::new();
     services_plugin(&ws, "busy", &["llm"], Some(&base));
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("busy", "test").await.unwrap();
     let slow = {
         let rt = rt.clone();
@@ -385,7 +398,7 @@ async fn a_slow_llm_complete_never_delays_a_concurrent_tool_reply() {
 async fn llm_complete_without_an_llm_section_is_not_configured() {
     let ws = Ws::new();
     services_plugin(&ws, "nollm", &["llm"], None);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("nollm", "test").await.unwrap();
     let err = call(&rt, "nollm_complete", json!({"prompt": "x"}))
         .await
@@ -540,7 +553,7 @@ async fn operator_grants_extend_what_a_plugin_may_publish_and_receive() {
         "broker:\n  grants:\n    granted:\n      publish: [\"alerts.granted.>\"]\n      subscribe: [\"ops.notice\"]\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let mut alerts = rt.bus().subscribe("alerts.>", 64).unwrap();
     let mut inbound = rt.bus().subscribe("plugin.inbound.loop", 64).unwrap();
     rt.approve("granted", "test").await.unwrap();

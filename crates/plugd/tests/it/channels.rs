@@ -716,7 +716,7 @@ async fn the_webhook_channel_maps_its_failures_to_typed_errors() {
     let rx = Receiver::start();
     let dead = format!("http://127.0.0.1:{}/outbound", free_port());
     let (ws, _) = webhook_ws(&rx.url());
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let ch = rt.channel("webhook").unwrap();
     assert_eq!(ch.owner(), "webhook_channel");
     let r = ch
@@ -782,7 +782,7 @@ async fn the_webhook_channel_maps_its_failures_to_typed_errors() {
 async fn every_typed_channel_error_is_mapped() {
     let ws = Ws::new();
     errchan(&ws, "errchan", "fake");
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("errchan", "test").await.unwrap();
     let kind = || "fake".to_owned();
     assert_eq!(
@@ -916,7 +916,7 @@ async fn microapp_dispatch_goes_out_through_the_channel_when_granted() {
         yaml.push_str(&format!("  {id}: {{path: extensions/{id}/app.py{rest}}}\n"));
     }
     std::fs::write(ws.dir().join("extensions.yaml"), yaml).unwrap();
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("granted", "test").await.unwrap();
     rt.approve("bare", "test").await.unwrap();
     let requests = json!({"requests": [

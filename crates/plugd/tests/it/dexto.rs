@@ -955,13 +955,13 @@ plugins:
         ),
     )
     .unwrap();
-    let rt = ws.runtime(crate::support::quick(10_000));
+    let rt = ws.runtime(crate::support::quick(10_000)).await;
     rt.approve("tk", "test").await.unwrap();
     rt.approve("guard", "test").await.unwrap();
     // "hidden" stays unapproved: not the agent's, so not the module's.
 
-    let store = rt.store().clone();
-    store.session_ensure("seeded").unwrap();
+    let store = rt.state().clone();
+    store.session_ensure("seeded").await.unwrap();
     store
         .session_append(
             "seeded",
@@ -973,8 +973,9 @@ plugins:
                        "at": "2025-03-01T10:00:02Z"}),
             ],
         )
+        .await
         .unwrap();
-    store.session_ensure("other").unwrap();
+    store.session_ensure("other").await.unwrap();
 
     let mut on_bus = rt.bus().subscribe("dexto.agent.>", 16).unwrap();
     let config = PlugdConfig::load(rt.dir()).unwrap();
@@ -1020,7 +1021,11 @@ plugins:
     assert_eq!(out.outcome, OutcomeKind::Continue, "{out:?}");
     pipeline.cleanup().await;
 
-    let seen = store.kv_get("database", "probe:a:seen").unwrap().unwrap();
+    let seen = store
+        .kv_get("database", "probe:a:seen")
+        .await
+        .unwrap()
+        .unwrap();
     // sessionManager: this workspace's sessions, read-only, bounded.
     let mut sessions: Vec<&str> = seen["sessions"]
         .as_array()
@@ -1143,14 +1148,22 @@ plugins:
 
     // agentEventBus: a's own emit and plugd's publish reached a; b got a's.
     assert_eq!(
-        store.kv_get("database", "probe:a:events").unwrap().unwrap(),
+        store
+            .kv_get("database", "probe:a:events")
+            .await
+            .unwrap()
+            .unwrap(),
         json!([
             {"name": "probe:ping", "payload": {"n": 1}},
             {"name": "probe:from-plugd", "payload": {"hello": "plugd"}}
         ])
     );
     assert_eq!(
-        store.kv_get("database", "probe:b:events").unwrap().unwrap(),
+        store
+            .kv_get("database", "probe:b:events")
+            .await
+            .unwrap()
+            .unwrap(),
         json!([{"name": "probe:ping", "payload": {"n": 1}}])
     );
 }
@@ -1206,7 +1219,7 @@ async fn a_module_naming_an_npm_package_loads_from_the_workspaces_node_modules()
     write_config(
         "    - {name: tenant, priority: 1, module: \"@mycompany/dexto-tenant-plugin\", config: {tag: scoped}}\n    - {name: audit, priority: 2, module: audit-plugin, config: {tag: main}}\n",
     );
-    let rt = ws.runtime(crate::support::quick(10_000));
+    let rt = ws.runtime(crate::support::quick(10_000)).await;
     let config = PlugdConfig::load(rt.dir()).unwrap();
     let pipeline = build_pipeline(&config, &rt).await.unwrap();
     let out = pipeline

@@ -830,7 +830,7 @@ async fn remote_handlers_survive_a_plugin_restart() {
         &["tool_guard", "crash"],
         json!({"tool_guard": {"block_tools": ["shell_rm"], "reason": "no"}, "crash": {"crash": true}}),
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("compliance", "test").await.unwrap();
     valid_config(
         &ws,

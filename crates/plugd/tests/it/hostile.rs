@@ -20,7 +20,7 @@ fn pid_of(v: &Value) -> (u64, u64) {
 async fn crash_mid_call_fails_every_caller_at_once_and_restart_keeps_tool_handles() {
     let ws = Ws::new();
     ws.misbehave("crashy", "good", None, FAST_RESTART);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("crashy", "test").await.unwrap();
     let before = rt.call_tool("crashy_pid", json!({}), None).await.unwrap();
 
@@ -82,7 +82,7 @@ async fn crash_mid_call_fails_every_caller_at_once_and_restart_keeps_tool_handle
 async fn a_hung_call_times_out_and_the_plugin_stays_alive() {
     let ws = Ws::new();
     ws.misbehave("slow", "good", None, "");
-    let rt = ws.runtime(quick(400));
+    let rt = ws.runtime(quick(400)).await;
     rt.approve("slow", "test").await.unwrap();
     let before = rt.call_tool("slow_pid", json!({}), None).await.unwrap();
     let err = rt
@@ -112,7 +112,7 @@ async fn a_hung_call_times_out_and_the_plugin_stays_alive() {
 async fn a_plugin_that_never_answers_tool_calls_times_out_each_call() {
     let ws = Ws::new();
     ws.misbehave("mute", "hang", None, "");
-    let rt = ws.runtime(quick(300));
+    let rt = ws.runtime(quick(300)).await;
     rt.approve("mute", "test").await.unwrap();
     for _ in 0..3 {
         let err = rt
@@ -135,7 +135,7 @@ async fn a_plugin_that_never_answers_tool_calls_times_out_each_call() {
 async fn a_plugin_that_stops_reading_stdin_cannot_hang_callers() {
     let ws = Ws::new();
     ws.misbehave("deaf", "no_read", None, "");
-    let rt = ws.runtime(quick(500));
+    let rt = ws.runtime(quick(500)).await;
     rt.approve("deaf", "test").await.unwrap();
     // 1 MiB of arguments per call: the pipe (64 KiB) fills, the writer blocks,
     // the queue fills; every caller still gets its timeout.
@@ -169,14 +169,14 @@ async fn a_plugin_that_stops_reading_stdin_cannot_hang_callers() {
 async fn junk_on_stdout_is_logged_and_skipped() {
     let ws = Ws::new();
     ws.misbehave("junky", "junk", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("junky", "test").await.unwrap();
     let got = rt
         .call_tool("junky_echo", json!({"a": [1, 2]}), None)
         .await
         .unwrap();
     assert_eq!(got, json!({"echo": {"a": [1, 2]}}));
-    let stats = rt.plugin("junky").unwrap().stats.unwrap();
+    let stats = rt.plugin("junky").await.unwrap().stats.unwrap();
     assert!(stats.junk_frames >= 3, "{stats:?}");
     rt.shutdown().await;
 }
@@ -185,7 +185,7 @@ async fn junk_on_stdout_is_logged_and_skipped() {
 async fn a_100_mib_line_is_refused_without_buffering_and_the_call_fails_fast() {
     let ws = Ws::new();
     ws.misbehave("huge", "huge_line", None, "");
-    let rt = ws.runtime(quick(60_000));
+    let rt = ws.runtime(quick(60_000)).await;
     rt.approve("huge", "test").await.unwrap();
     let t = Instant::now();
     let err = rt
@@ -208,7 +208,12 @@ async fn a_100_mib_line_is_refused_without_buffering_and_the_call_fails_fast() {
         .unwrap();
     assert_eq!(ok, json!({"echo": {"after": true}}));
     assert_eq!(
-        rt.plugin("huge").unwrap().stats.unwrap().oversized_frames,
+        rt.plugin("huge")
+            .await
+            .unwrap()
+            .stats
+            .unwrap()
+            .oversized_frames,
         1
     );
     rt.shutdown().await;
@@ -219,7 +224,7 @@ async fn unknown_and_duplicate_response_ids_are_dropped() {
     let ws = Ws::new();
     ws.misbehave("liar", "unknown_ids", None, "");
     ws.misbehave("twice", "duplicate_ids", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("liar", "test").await.unwrap();
     rt.approve("twice", "test").await.unwrap();
     for i in 0..5 {
@@ -236,8 +241,8 @@ async fn unknown_and_duplicate_response_ids_are_dropped() {
             json!({"echo": {"i": i}})
         );
     }
-    assert!(rt.plugin("liar").unwrap().stats.unwrap().unknown_ids >= 10);
-    assert!(rt.plugin("twice").unwrap().stats.unwrap().unknown_ids >= 5);
+    assert!(rt.plugin("liar").await.unwrap().stats.unwrap().unknown_ids >= 10);
+    assert!(rt.plugin("twice").await.unwrap().stats.unwrap().unknown_ids >= 5);
     rt.shutdown().await;
 }
 
@@ -249,12 +254,12 @@ async fn approval_error(mode: &str, arg: Option<&str>) -> String {
         arg,
         "[plugin.supervisor]\ninit_timeout_ms = 3000\n",
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt.approve("shady", "test").await.unwrap_err().to_string();
     // Refused: not approved, no tools, nothing left running.
-    let info = rt.plugin("shady").unwrap();
+    let info = rt.plugin("shady").await.unwrap();
     assert!(!info.approved && info.tools.is_empty(), "{info:?}");
-    assert!(rt.store().approval("shady").unwrap().is_none());
+    assert!(rt.state().approval("shady").await.unwrap().is_none());
     rt.shutdown().await;
     err
 }
@@ -306,7 +311,7 @@ async fn a_slow_initialize_is_killed_at_the_init_deadline() {
         Some("30000"),
         "[plugin.supervisor]\ninit_timeout_ms = 300\n",
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let t = Instant::now();
     let err = rt.approve("sloth", "test").await.unwrap_err().to_string();
     assert!(
@@ -321,7 +326,7 @@ async fn a_slow_initialize_is_killed_at_the_init_deadline() {
 async fn a_plugin_ignoring_shutdown_is_killed_with_its_whole_process_group() {
     let ws = Ws::new();
     ws.misbehave("stubborn", "ignore_shutdown", None, FAST_RESTART);
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("stubborn", "test").await.unwrap();
     let (_, pgid) = pid_of(&rt.call_tool("stubborn_pid", json!({}), None).await.unwrap());
     assert!(process_group_alive(pgid as u32));
@@ -344,7 +349,7 @@ async fn a_plugin_ignoring_shutdown_is_killed_with_its_whole_process_group() {
 async fn typed_tool_errors_reach_the_caller() {
     let ws = Ws::new();
     ws.misbehave("typed", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("typed", "test").await.unwrap();
     let fail = |code: i64, data: Value| json!({"code": code, "message": "nope", "data": data});
     let err = rt
@@ -395,10 +400,10 @@ async fn typed_tool_errors_reach_the_caller() {
 async fn schema_violations_are_refused_before_the_plugin_is_started() {
     let ws = Ws::new();
     ws.example("hello-python");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("hello_python", "test").await.unwrap();
     rt.shutdown().await;
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt
         .call_tool("hello_python_add", json!({"a": "one", "c": 3}), None)
         .await
@@ -425,9 +430,9 @@ async fn schema_violations_are_refused_before_the_plugin_is_started() {
 async fn a_changed_plugin_loses_its_approval() {
     let ws = Ws::new();
     let dir = ws.misbehave("drift", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("drift", "test").await.unwrap();
-    assert!(rt.plugin("drift").unwrap().approved);
+    assert!(rt.plugin("drift").await.unwrap().approved);
     rt.shutdown().await;
 
     std::fs::write(
@@ -435,8 +440,8 @@ async fn a_changed_plugin_loses_its_approval() {
         "import os; os.system('echo pwned')\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
-    let info = rt.plugin("drift").unwrap();
+    let rt = ws.runtime(quick(10_000)).await;
+    let info = rt.plugin("drift").await.unwrap();
     assert_eq!(info.state, "changed");
     assert!(!info.approved && info.tools.is_empty(), "{info:?}");
     let err = rt
@@ -456,9 +461,9 @@ async fn a_changed_plugin_loses_its_approval() {
         dir.join("misbehave.py"),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     assert!(
-        rt.plugin("drift").unwrap().approved,
+        rt.plugin("drift").await.unwrap().approved,
         "restoring the files restores the approval"
     );
     rt.call_tool("drift_echo", json!({}), None).await.unwrap();
@@ -482,7 +487,7 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
         None,
         "[plugin.supervisor]\nbackoff_base_ms = 50\nbackoff_max_ms = 100\nrestart_attempts = 2\n",
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("loop", "test").await.unwrap();
     rt.shutdown().await;
     // Now make it die shortly after every handshake (late enough that the
@@ -493,7 +498,7 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
         manifest.replace("\"good\"", "\"crash_after_init\", \"300\""),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("loop", "test").await.unwrap();
     let sup = rt.supervised("loop").unwrap().clone();
     assert!(
@@ -517,8 +522,8 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
     rt.shutdown().await;
 
     // The failure survives a new plugd process, until `plugin restart`.
-    let rt = ws.runtime(quick(10_000));
-    assert_eq!(rt.plugin("loop").unwrap().state, "failed");
+    let rt = ws.runtime(quick(10_000)).await;
+    assert_eq!(rt.plugin("loop").await.unwrap().state, "failed");
     let err = rt
         .call_tool("loop_echo", json!({}), None)
         .await
@@ -526,7 +531,7 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
         .to_string();
     assert!(err.contains("plugd plugin restart loop"), "{err}");
     rt.restart("loop").await.unwrap();
-    assert_eq!(rt.plugin("loop").unwrap().state, "idle");
+    assert_eq!(rt.plugin("loop").await.unwrap().state, "idle");
     rt.shutdown().await;
 }
 
@@ -534,7 +539,7 @@ async fn a_crash_loop_ends_failed_persists_and_a_manual_restart_resets_it() {
 async fn a_stderr_flood_is_bounded_and_the_plugin_works() {
     let ws = Ws::new();
     ws.misbehave("noisy", "stderr_flood", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("noisy", "test").await.unwrap();
     assert_eq!(
         rt.call_tool("noisy_echo", json!(1), None).await.ok(),

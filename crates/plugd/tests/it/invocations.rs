@@ -184,13 +184,14 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
 }
 
 /// Every record of `rt`, newest first, once the writer has written them.
-fn records(rt: &plugd_runtime::Runtime) -> Vec<plugd_control::InvocationRecord> {
+async fn records(rt: &plugd_runtime::Runtime) -> Vec<plugd_control::InvocationRecord> {
     tokio::task::block_in_place(|| rt.invocations().flush());
-    rt.store()
+    rt.state()
         .list_invocations(&plugd_control::InvocationFilter {
             limit: 500,
             ..Default::default()
         })
+        .await
         .unwrap()
         .invocations
 }
@@ -230,7 +231,7 @@ async fn vai_calls_record_their_context_timeouts_and_cancels() {
     gone.abort();
     let _ = gone.await;
 
-    let all = records(&rt);
+    let all = records(&rt).await;
     assert_eq!(all.len(), 3, "{all:#?}");
     let (cancelled, timed_out, echo) = (&all[0], &all[1], &all[2]);
     assert_eq!(echo.status, TerminalStatus::Succeeded);
@@ -265,14 +266,14 @@ async fn mcp_calls_are_recorded_like_any_other() {
     use plugd_control::TerminalStatus;
 
     let ws = crate::mcp::mcp_ws(json!({"everything": crate::mcp::everything()}));
-    let rt = ws.runtime(crate::support::quick(10_000));
+    let rt = ws.runtime(crate::support::quick(10_000)).await;
     rt.approve("everything", "test").await.unwrap();
     rt.call_tool("everything/echo", json!({"message": "hi"}), None)
         .await
         .unwrap();
     let bad = rt.call_tool("everything/echo", json!({}), None).await;
     assert!(bad.is_err());
-    let all = records(&rt);
+    let all = records(&rt).await;
     assert_eq!(all.len(), 2, "{all:#?}");
     assert!(
         all.iter()

@@ -528,7 +528,7 @@ async fn llm_plugin() -> (Ws, plugd_runtime::Runtime) {
         "[plugin]\nid = \"llmplug\"\nversion = \"0.1.0\"\n\n[plugin.entrypoint]\ncommand = \"python3\"\nargs = [\"llm_plugin.py\"]\n\n[plugin.extends]\nllm_providers = [\"echo_llm\"]\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("llmplug", "test").await.unwrap();
     (ws, rt)
 }
@@ -716,7 +716,7 @@ async fn plugin_provider_undeclared_name_and_timeouts() {
         tool_choice: None,
         cache_tools: false,
     };
-    assert!(build_provider(&config, &rt, rt.dir()).is_err());
+    assert!(build_provider(&config, &rt, rt.dir()).await.is_err());
 
     let p = PluginProvider::with_timeouts(
         &rt,
@@ -750,11 +750,11 @@ async fn scripted_provider_replays_a_file_through_build_provider() {
         ws.dir().join("scripts/demo.yaml"),
     )
     .unwrap();
-    let rt = ws.runtime(quick(5_000));
+    let rt = ws.runtime(quick(5_000)).await;
     let config = LlmConfig::Scripted {
         script: "${{workspace_dir}}/scripts/demo.yaml".into(),
     };
-    let p = build_provider(&config, &rt, ws.dir()).unwrap();
+    let p = build_provider(&config, &rt, ws.dir()).await.unwrap();
     assert_eq!(p.name(), "scripted");
 
     let mut req = ask("Please greet Ada and add 2 and 3");
@@ -809,7 +809,7 @@ async fn scripted_provider_replays_a_file_through_build_provider() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_provider_refuses_bad_configs_with_the_reason() {
     let ws = Ws::new();
-    let rt = ws.runtime(quick(5_000));
+    let rt = ws.runtime(quick(5_000)).await;
     let e = build_provider(
         &LlmConfig::Scripted {
             script: "scripts/demo.yaml".into(),
@@ -817,6 +817,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
         &rt,
         ws.dir(),
     )
+    .await
     .err()
     .unwrap();
     assert!(
@@ -836,6 +837,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
         &rt,
         ws.dir(),
     )
+    .await
     .err()
     .unwrap();
     assert!(e.to_string().contains("bad.yaml"), "{e}");
@@ -854,6 +856,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
         &rt,
         ws.dir(),
     )
+    .await
     .err()
     .unwrap();
     assert!(
@@ -875,6 +878,7 @@ async fn build_provider_refuses_bad_configs_with_the_reason() {
         &rt,
         ws.dir(),
     )
+    .await
     .unwrap();
     assert_eq!(p.name(), "openai");
     // The shipped example script is valid.

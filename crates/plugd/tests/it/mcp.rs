@@ -56,7 +56,7 @@ pub(crate) fn mcp_ws(servers: Value) -> Ws {
 /// A workspace with one hostile server `h`, approved, in a runtime.
 async fn approved(mode: &str, arg: Option<&str>, tool_timeout_ms: u64) -> (Ws, Runtime) {
     let ws = mcp_ws(json!({"h": hostile(mode, arg)}));
-    let rt = ws.runtime(quick(tool_timeout_ms));
+    let rt = ws.runtime(quick(tool_timeout_ms)).await;
     rt.approve("h", "test").await.unwrap();
     (ws, rt)
 }
@@ -115,7 +115,7 @@ async fn handshake_negotiates_and_lists_namespaced_tools() {
         "the MCP tool name goes on the wire"
     );
     assert_eq!(echo.def.input_schema["required"], json!(["message"]));
-    let info = rt.plugin("h").unwrap();
+    let info = rt.plugin("h").await.unwrap();
     assert_eq!(info.dialect, "mcp");
     assert!(info.approved);
 
@@ -326,14 +326,14 @@ async fn an_unsupported_protocol_version_is_refused_and_the_server_killed() {
         .to_string(),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt.approve("h", "test").await.unwrap_err().to_string();
     assert!(
         err.contains("unsupported MCP protocol version \"1999-01-01\"")
             && err.contains("2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05"),
         "{err}"
     );
-    let info = rt.plugin("h").unwrap();
+    let info = rt.plugin("h").await.unwrap();
     assert!(!info.approved && info.tools.is_empty(), "{info:?}");
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
@@ -365,7 +365,7 @@ async fn junk_on_stdout_is_counted_and_skipped() {
         .await
         .unwrap();
     assert_eq!(got["content"][0]["text"], "Echo: through junk");
-    let stats = rt.plugin("h").unwrap().stats.unwrap();
+    let stats = rt.plugin("h").await.unwrap().stats.unwrap();
     assert!(stats.junk_frames >= 3, "{stats:?}");
     rt.shutdown().await;
 }
@@ -379,7 +379,7 @@ async fn tools_list_pages_are_followed_and_endless_paging_is_refused() {
     rt.shutdown().await;
 
     let ws = mcp_ws(json!({"h": hostile("endless_pages", None)}));
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt.approve("h", "test").await.unwrap_err().to_string();
     assert!(err.contains("still had more pages after 100"), "{err}");
     rt.shutdown().await;
@@ -469,7 +469,7 @@ async fn configured_roots_are_declared_and_answered_in_order() {
         "mcp:\n  servers:\n    h:\n      roots: [data, link]\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("h", "test").await.unwrap();
     rt.approve("other", "test").await.unwrap();
     let client = rt.call_tool("h/client", json!({}), None).await.unwrap();
@@ -529,8 +529,8 @@ async fn a_bad_entry_is_listed_broken_and_the_others_work() {
         "h": hostile("good", None),
         "remote": {"type": "sse", "url": "https://example.com/sse"},
     }));
-    let rt = ws.runtime(quick(10_000));
-    let plugins = rt.plugins().unwrap();
+    let rt = ws.runtime(quick(10_000)).await;
+    let plugins = rt.plugins().await.unwrap();
     let remote = plugins.iter().find(|p| p.id == "remote").unwrap();
     assert!(
         remote
@@ -551,8 +551,8 @@ async fn a_bad_entry_is_listed_broken_and_the_others_work() {
         json!({"mcpServers": {"h": hostile("junk", None)}}).to_string(),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
-    assert_eq!(rt.plugin("h").unwrap().state, "changed");
+    let rt = ws.runtime(quick(10_000)).await;
+    assert_eq!(rt.plugin("h").await.unwrap().state, "changed");
     rt.shutdown().await;
 }
 
@@ -568,7 +568,7 @@ async fn server_everything_tools_are_listed_and_callable() {
         "mcp:\n  servers:\n    everything:\n      roots: [shared]\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     rt.approve("everything", "test").await.unwrap();
     let names = tool_names(&rt);
     for t in [
@@ -660,7 +660,7 @@ async fn server_everything_tools_are_listed_and_callable() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_keeps_reporting_progress_after_cancel_and_is_killed() {
     let ws = mcp_ws(json!({"everything": everything()}));
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     rt.approve("everything", "test").await.unwrap();
     let sup = rt.supervised("everything").unwrap().clone();
     let Status::Running { pid, .. } = sup.status() else {

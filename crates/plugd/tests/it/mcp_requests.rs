@@ -37,7 +37,7 @@ fn workspace(yaml: &str) -> Ws {
 }
 
 async fn approved(ws: &Ws) -> Runtime {
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("req", "test").await.unwrap();
     rt
 }

@@ -50,7 +50,7 @@ fn mcp_ws(servers: Value, yaml: &str) -> Ws {
 /// One lying server `r` in `mode`, approved.
 async fn lying_rt(mode: &str, config: HostConfig) -> (Ws, Runtime) {
     let ws = mcp_ws(json!({"r": lying(mode)}), "");
-    let rt = ws.runtime(config);
+    let rt = ws.runtime(config).await;
     rt.approve("r", "test").await.unwrap();
     (ws, rt)
 }
@@ -89,7 +89,7 @@ fn names_r(e: &RuntimeError) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_resources_templates_and_reads() {
     let ws = mcp_ws(json!({"everything": everything()}), "");
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     rt.approve("everything", "test").await.unwrap();
 
     let resources = rt.resources("everything").await.unwrap();
@@ -176,7 +176,7 @@ async fn server_everything_resources_templates_and_reads() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_prompts_and_completion() {
     let ws = mcp_ws(json!({"everything": everything()}), "");
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     rt.approve("everything", "test").await.unwrap();
 
     let prompts = rt.prompts("everything").await.unwrap();
@@ -594,7 +594,7 @@ async fn a_server_without_the_capability_is_refused_without_a_round_trip() {
     let ws = mcp_ws(json!({"r": lying("no_caps")}), "");
     // A native plugin: not an MCP server, refused without being started.
     ws.misbehave("native", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("r", "test").await.unwrap();
     for e in [
         rt.resources("r").await.unwrap_err(),
@@ -782,7 +782,7 @@ async fn only_approved_unchanged_servers_answer_and_plugd_yaml_may_deny_resource
         json!({"open": lying("good"), "closed": lying("good"), "broken": lying("huge_page"), "new": lying("good")}),
         "mcp:\n  servers:\n    closed:\n      resources: false\n",
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     for id in ["open", "closed", "broken"] {
         rt.approve(id, "test").await.unwrap();
     }
@@ -839,7 +839,7 @@ async fn only_approved_unchanged_servers_answer_and_plugd_yaml_may_deny_resource
         serde_json::to_vec(&servers).unwrap(),
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let e = rt.resources("open").await.unwrap_err();
     assert!(matches!(e, RuntimeError::PluginChanged { .. }), "{e:?}");
     assert!(e.to_string().contains("plugd plugin approve open"), "{e}");

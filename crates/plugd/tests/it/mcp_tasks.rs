@@ -46,7 +46,7 @@ fn mcp_ws(servers: Value) -> Ws {
 /// The fixture server `t`, approved, in a runtime with a 10 s call timeout.
 async fn fixture(arg: Option<&str>) -> (Ws, Runtime) {
     let ws = mcp_ws(json!({"t": tasks_server(arg)}));
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("t", "test").await.unwrap();
     (ws, rt)
 }
@@ -312,7 +312,7 @@ async fn a_server_without_tasks_cancel_is_not_sent_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_everything_research_runs_as_a_task_with_its_input_required_step() {
     let ws = mcp_ws(json!({"everything": everything()}));
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("everything", "test").await.unwrap();
     // Registered once the server knows its client (after initialized).
     let name = "everything/simulate-research-query";

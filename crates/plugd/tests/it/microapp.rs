@@ -40,7 +40,7 @@ fn apps(ws: &Ws, entries: &[(&str, &str)]) {
 async fn one(id: &str, rest: &str) -> (Ws, Runtime) {
     let ws = Ws::new();
     apps(&ws, &[(id, rest)]);
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve(id, "test").await.unwrap();
     (ws, rt)
 }
@@ -76,7 +76,7 @@ async fn handshake_sends_id_state_dir_and_config_and_lists_prefixed_tools() {
             .join(".plugd/state/agent-creator")
     );
     assert!(state_dir.is_dir(), "the state directory is created");
-    let info = rt.plugin("agent-creator").unwrap();
+    let info = rt.plugin("agent-creator").await.unwrap();
     assert_eq!(info.dialect, "microapp");
     assert_eq!(
         info.dir,
@@ -294,7 +294,7 @@ async fn an_impostor_and_tools_outside_the_prefix_are_refused() {
             ("drifting", "config: {mode: list_outside}"),
         ],
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt
         .approve("impostor", "test")
         .await
@@ -317,7 +317,10 @@ async fn an_impostor_and_tools_outside_the_prefix_are_refused() {
         "{err}"
     );
     for id in ["impostor", "outside", "garbled"] {
-        assert!(!rt.plugin(id).unwrap().approved, "{id} stays unapproved");
+        assert!(
+            !rt.plugin(id).await.unwrap().approved,
+            "{id} stays unapproved"
+        );
     }
     // tools/list is held to the same rule.
     rt.approve("drifting", "test").await.unwrap();
@@ -338,7 +341,7 @@ async fn malformed_frames_are_skipped_and_counted() {
         .await
         .unwrap();
     assert_eq!(got, json!({"echo": {"a": 1}}));
-    let stats = rt.plugin("junky").unwrap().stats.unwrap();
+    let stats = rt.plugin("junky").await.unwrap().stats.unwrap();
     assert!(stats.junk_frames >= 6, "{stats:?}");
     assert!(stats.unknown_ids >= 2, "{stats:?}");
     rt.shutdown().await;
@@ -393,7 +396,7 @@ async fn outbound_requests_are_answered_by_capability() {
             ("bare", ""),
         ],
     );
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("granted", "test").await.unwrap();
     rt.approve("bare", "test").await.unwrap();
     let requests = json!({"requests": [
@@ -542,7 +545,7 @@ async fn hook_votes_are_typed_and_garbage_is_an_error() {
 async fn changing_config_or_capabilities_needs_a_new_approval() {
     let ws = Ws::new();
     apps(&ws, &[("pinned", "config: {a: 1}")]);
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("pinned", "test").await.unwrap();
     rt.shutdown().await;
     drop(rt);
@@ -555,16 +558,16 @@ async fn changing_config_or_capabilities_needs_a_new_approval() {
         ),
     ] {
         std::fs::write(ws.dir().join("extensions.yaml"), &changed).unwrap();
-        let rt = ws.runtime(quick(10_000));
-        let info = rt.plugin("pinned").unwrap();
+        let rt = ws.runtime(quick(10_000)).await;
+        let info = rt.plugin("pinned").await.unwrap();
         assert_eq!(info.state, "changed", "{changed}");
         assert!(!info.approved);
         drop(rt);
     }
     std::fs::write(ws.dir().join("extensions.yaml"), &yaml).unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     assert!(
-        rt.plugin("pinned").unwrap().approved,
+        rt.plugin("pinned").await.unwrap().approved,
         "the original entry is still approved"
     );
 }
@@ -660,7 +663,7 @@ async fn the_seed_hello_world_passes_the_prefix_rule_under_matching_ids_only() {
             format!("entries:\n  {id}:\n    path: extensions/hello/main.py\n"),
         )
         .unwrap();
-        let rt = ws.runtime(quick(10_000));
+        let rt = ws.runtime(quick(10_000)).await;
         match rt.approve(id, "test").await {
             Ok(_) if ok => {
                 let out = rt
@@ -1225,13 +1228,13 @@ async fn hooks_registered_in_initialize_are_dispatched_and_a_deny_blocks_the_tur
         "llm: {provider: scripted, script: \"${{workspace_dir}}/script.yaml\"}\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("guard", "test").await.unwrap();
     rt.approve("quiet", "test").await.unwrap();
     // Approval starts nothing for good: the pipeline start launches them.
     rt.shutdown().await;
     drop(rt);
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let config = PlugdConfig::load(ws.dir()).unwrap();
     let agent = Agent::from_config(&rt, &config).await.unwrap();
     assert_eq!(
@@ -1282,7 +1285,7 @@ async fn hooks_registered_in_initialize_are_dispatched_and_a_deny_blocks_the_tur
 async fn a_malformed_hooks_registration_fails_the_handshake_naming_the_field() {
     let ws = Ws::new();
     apps(&ws, &[("liar", "config: {hooks: before_message}")]);
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt.approve("liar", "test").await.unwrap_err().to_string();
     assert!(
         err.contains("\"hooks\" must be a list of hook names"),

@@ -55,9 +55,10 @@ async fn a_broker_only_plugin_recalls_memory_and_completes_through_a_named_plugi
     let ws = Ws::new();
     services_plugin(&ws, "svc", &["broker"], None);
     provider_plugin(&ws, "mm", &["minimax"]);
-    let rt = ws.runtime(quick(30_000));
-    rt.store()
+    let rt = ws.runtime(quick(30_000)).await;
+    rt.state()
         .memory_add("ventas_v1", "user prefers concise answers", &[])
+        .await
         .unwrap();
     rt.approve("mm", "test").await.unwrap();
     rt.approve("svc", "test").await.unwrap();
@@ -132,7 +133,7 @@ async fn named_providers_in_plugd_yaml_sit_beside_the_legacy_llm_section() {
         "llm_providers:\n  minimax:\n    provider: openai\n    base_url: \"{base}\"\n    model: minimax-m2.5\n"
     ));
     std::fs::write(ws.dir().join("plugd.yaml"), yaml).unwrap();
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("named", "test").await.unwrap();
     for provider in ["openai", "minimax"] {
         let done: Value = serde_json::from_str(
@@ -178,7 +179,7 @@ async fn the_operator_can_deny_a_host_service_to_one_plugin() {
         "host_services:\n  deny:\n    narrow: [memory, broker]\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     let mut inbound = rt.bus().subscribe("plugin.inbound.>", 64).unwrap();
     rt.approve("narrow", "test").await.unwrap();
     rt.approve("wide", "test").await.unwrap();
@@ -354,7 +355,7 @@ async fn a_declared_tool_the_plugin_does_not_advertise_is_tool_not_found() {
         .unwrap()
         .replace("tools = [", "tools = [\"decl_ghost\", ");
     std::fs::write(&manifest, text).unwrap();
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("decl", "test").await.unwrap();
     let err = call(&rt, "decl_ghost", json!({})).await.unwrap_err();
     assert!(err.contains("tool \"decl_ghost\" not found"), "{err}");
@@ -378,7 +379,7 @@ async fn llm_yaml_request_options_reach_the_plugin_providers_wire() {
     let ws = Ws::new();
     provider_plugin(&ws, "mm", &["minimax"]);
     ws.misbehave("tk", "good", None, "");
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("mm", "test").await.unwrap();
     rt.approve("tk", "test").await.unwrap();
     let options_seen = |yaml: &'static str| {

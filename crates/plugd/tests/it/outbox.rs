@@ -96,13 +96,16 @@ fn fast(max_attempts: u32) -> OutboxConfig {
 }
 
 async fn approved(ws: &Ws) -> Runtime {
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve(PACKAGE, "test").await.unwrap();
     rt
 }
 
+/// Read through a second connection to the workspace's SQLite file: the
+/// polls of `eventually` are synchronous.
 fn status_of(rt: &Runtime, delivery: &str) -> Option<DeliveryStatus> {
-    rt.store()
+    plugd_store::Store::open(&rt.dir().join(".plugd"))
+        .unwrap()
         .outbox_delivery(delivery)
         .unwrap()
         .map(|l| l.delivery.status)
@@ -121,9 +124,10 @@ async fn emitted_events_reach_every_subscribed_export_once_and_are_acknowledged(
             json!({"kind": "run", "id": "run_1"}),
             json!({"task": "Fix auth redirect bug", "output": "Patched"}),
         )
+        .await
         .unwrap();
     assert_eq!(ids.len(), 2, "recorder and audit subscribe: {ids:?}");
-    let pending = rt.store().outbox_list(None).unwrap();
+    let pending = rt.state().outbox_list(None).await.unwrap();
     let exports: Vec<&str> = pending.iter().map(|d| d.export_id.as_str()).collect();
     assert_eq!(exports, ["recorder", "audit"]);
     assert!(
@@ -136,10 +140,11 @@ async fn emitted_events_reach_every_subscribed_export_once_and_are_acknowledged(
     // An event type nobody subscribes to creates no deliveries.
     assert!(
         rt.emit("chain.compacted", json!({}), json!({}))
+            .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(rt.store().outbox_list(None).unwrap().len(), 2);
+    assert_eq!(rt.state().outbox_list(None).await.unwrap().len(), 2);
 
     let worker = OutboxWorker::spawn(&rt, fast(3));
     let session = rt
@@ -148,6 +153,7 @@ async fn emitted_events_reach_every_subscribed_export_once_and_are_acknowledged(
             json!({"kind": "session", "id": "s_1"}),
             json!({}),
         )
+        .await
         .unwrap();
     assert_eq!(session.len(), 1, "only audit subscribes to session.created");
     let all: Vec<String> = ids.iter().chain(&session).map(|d| d.0.clone()).collect();
@@ -159,7 +165,7 @@ async fn emitted_events_reach_every_subscribed_export_once_and_are_acknowledged(
         )))
         .await,
         "{:?}",
-        rt.store().outbox_list(None).unwrap()
+        rt.state().outbox_list(None).await.unwrap()
     );
     worker.stop().await;
 
@@ -196,6 +202,7 @@ async fn a_retryable_outcome_is_retried_with_the_same_delivery_id_then_acknowled
             json!({"kind": "tool", "id": "t1"}),
             json!({}),
         )
+        .await
         .unwrap();
     assert_eq!(ids.len(), 1);
     let id = ids[0].0.clone();
@@ -213,7 +220,13 @@ async fn a_retryable_outcome_is_retried_with_the_same_delivery_id_then_acknowled
     assert_eq!(attempts, [(&json!(id), &json!(1)), (&json!(id), &json!(2))]);
     let gap = got[1]["t"].as_f64().unwrap() - got[0]["t"].as_f64().unwrap();
     assert!(gap >= 0.08, "the retry waited its 100 ms backoff: {gap}");
-    let d = rt.store().outbox_delivery(&id).unwrap().unwrap().delivery;
+    let d = rt
+        .state()
+        .outbox_delivery(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .delivery;
     assert_eq!(d.attempt, 2);
     assert!(
         d.last_error
@@ -237,6 +250,7 @@ async fn failures_back_off_then_park_as_a_dead_letter_that_the_cli_shows_and_ret
             json!({"kind": "tool", "id": "t1"}),
             json!({}),
         )
+        .await
         .unwrap();
     let id = ids[0].0.clone();
     assert!(
@@ -244,7 +258,7 @@ async fn failures_back_off_then_park_as_a_dead_letter_that_the_cli_shows_and_ret
             == Some(DeliveryStatus::Dead))
         .await,
         "{:?}",
-        rt.store().outbox_list(None).unwrap()
+        rt.state().outbox_list(None).await.unwrap()
     );
     // Nothing more is attempted once dead.
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -331,7 +345,10 @@ async fn a_failure_marked_not_retryable_and_an_unapproved_plugin() {
     let rec = package(&ws, "fatal");
     let rt = approved(&ws).await;
     let worker = OutboxWorker::spawn(&rt, fast(5));
-    let id = rt.emit("tool.completed", json!({}), json!({})).unwrap()[0]
+    let id = rt
+        .emit("tool.completed", json!({}), json!({}))
+        .await
+        .unwrap()[0]
         .0
         .clone();
     assert!(
@@ -339,7 +356,13 @@ async fn a_failure_marked_not_retryable_and_an_unapproved_plugin() {
             == Some(DeliveryStatus::Dead))
         .await
     );
-    let d = rt.store().outbox_delivery(&id).unwrap().unwrap().delivery;
+    let d = rt
+        .state()
+        .outbox_delivery(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .delivery;
     assert_eq!(d.attempt, 1);
     assert!(d.last_error.unwrap().contains("event rejected"));
     assert_eq!(of_export(&rec, "recorder").len(), 1);
@@ -347,7 +370,10 @@ async fn a_failure_marked_not_retryable_and_an_unapproved_plugin() {
     // A plugin that lost its approval is never started; the delivery is
     // retried and parked, with the reason.
     rt.revoke(PACKAGE).await.unwrap();
-    let id = rt.emit("tool.completed", json!({}), json!({})).unwrap()[0]
+    let id = rt
+        .emit("tool.completed", json!({}), json!({}))
+        .await
+        .unwrap()[0]
         .0
         .clone();
     assert!(
@@ -356,7 +382,13 @@ async fn a_failure_marked_not_retryable_and_an_unapproved_plugin() {
         .await
     );
     worker.stop().await;
-    let d = rt.store().outbox_delivery(&id).unwrap().unwrap().delivery;
+    let d = rt
+        .state()
+        .outbox_delivery(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .delivery;
     assert_eq!(d.attempt, 5);
     assert!(
         d.last_error.as_deref().unwrap().contains("not approved"),
@@ -392,7 +424,9 @@ fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
         let w = OutboxWorker::spawn(&rt, config.clone());
         (rt, w)
     });
-    let id = rt_a.emit("tool.completed", json!({}), json!({})).unwrap()[0]
+    let id = node_a
+        .block_on(rt_a.emit("tool.completed", json!({}), json!({})))
+        .unwrap()[0]
         .0
         .clone();
 
@@ -402,7 +436,7 @@ fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
         .build()
         .unwrap();
     node_b.block_on(async {
-        let rt_b = ws.runtime(quick(10_000));
+        let rt_b = ws.runtime(quick(10_000)).await;
         assert!(
             eventually(Duration::from_secs(20), || of_export(&rec, "recorder")
                 .len()
@@ -414,7 +448,13 @@ fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
         // although three lease periods pass.
         tokio::time::sleep(lease * 3).await;
         assert_eq!(of_export(&rec, "recorder").len(), 1, "{:?}", records(&rec));
-        let d = rt_b.store().outbox_delivery(&id).unwrap().unwrap().delivery;
+        let d = rt_b
+            .state()
+            .outbox_delivery(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .delivery;
         assert_eq!(d.leased_by.as_deref(), Some(worker_a.id()));
 
         // Node A dies: no release, no more renewals.
@@ -427,7 +467,7 @@ fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
                 == Some(DeliveryStatus::Delivered))
             .await,
             "{:?}",
-            rt_b.store().outbox_list(None).unwrap()
+            rt_b.state().outbox_list(None).await.unwrap()
         );
         let got = of_export(&rec, "recorder");
         let attempts: Vec<(&Value, &Value)> = got
@@ -436,7 +476,13 @@ fn lease_expiry_lets_a_second_worker_redeliver_with_the_same_delivery_id() {
             .collect();
         assert_eq!(attempts, [(&json!(id), &json!(1)), (&json!(id), &json!(2))]);
         assert_ne!(got[0]["pid"], got[1]["pid"], "node B's own plugin process");
-        let d = rt_b.store().outbox_delivery(&id).unwrap().unwrap().delivery;
+        let d = rt_b
+            .state()
+            .outbox_delivery(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .delivery;
         let err = d.last_error.unwrap();
         assert!(err.contains(&a_id) && err.contains("attempt 1"), "{err}");
         worker_b.stop().await;

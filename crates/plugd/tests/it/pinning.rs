@@ -54,7 +54,7 @@ async fn entry_swapped_after_approval_never_runs_while_starting_in_a_loop() {
     let dir = ws.misbehave("racer", "good", None, "");
     let marker = ws.dir().join("MARKER-racer");
     let (good, evil) = good_and_evil(&marker);
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let info = rt.approve("racer", "test").await.unwrap();
     assert!(info.approved, "{info:?}");
     let cwd = info.cwd.clone().unwrap();
@@ -130,7 +130,7 @@ async fn entry_swapped_after_approval_never_runs_while_starting_in_a_loop() {
 async fn a_tampered_or_missing_pin_refuses_the_start_naming_it() {
     let ws = Ws::new();
     ws.misbehave("tamper", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let info = rt.approve("tamper", "test").await.unwrap();
     let pin = info.cwd.clone().unwrap();
     rt.shutdown().await;
@@ -155,9 +155,9 @@ async fn a_tampered_or_missing_pin_refuses_the_start_naming_it() {
     let out = ws.plugd(&["plugin", "revoke", "tamper"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(!pin.exists(), "revoke removes the pin");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("tamper", "test").await.unwrap();
-    let pin = rt.plugin("tamper").unwrap().cwd.unwrap();
+    let pin = rt.plugin("tamper").await.unwrap().cwd.unwrap();
     rt.shutdown().await;
     make_writable(&pin);
     std::fs::remove_dir_all(&pin).unwrap();
@@ -179,7 +179,7 @@ async fn pins_are_read_only_shared_by_content_and_removed_with_their_last_approv
     ws.misbehave("twin_a", "good", None, "");
     // Its own id, so its own manifest and its own pin.
     ws.misbehave("twin_b", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let a = rt.approve("twin_a", "test").await.unwrap().cwd.unwrap();
     let b = rt.approve("twin_b", "test").await.unwrap().cwd.unwrap();
     assert_ne!(a, b);
@@ -268,7 +268,7 @@ async fn symlinks_inside_the_plugin_are_kept_and_point_into_the_pin() {
     // An absolute link into the plugin itself, and a relative one.
     std::os::unix::fs::symlink(dir.join("lib/real.py"), dir.join("misbehave.py")).unwrap();
     std::os::unix::fs::symlink("real.py", dir.join("lib/alias.py")).unwrap();
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let pin = rt.approve("inlink", "test").await.unwrap().cwd.unwrap();
     assert_eq!(
         std::fs::read_link(pin.join("misbehave.py")).unwrap(),
@@ -300,7 +300,7 @@ async fn symlinks_inside_the_plugin_are_kept_and_point_into_the_pin() {
 async fn fifty_parallel_approvals_leave_the_plugin_approved_once() {
     let ws = Ws::new();
     ws.misbehave("many", "good", None, "");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("many", "first").await.unwrap();
     let tasks: Vec<_> = (0..50)
         .map(|i| {
@@ -312,10 +312,10 @@ async fn fifty_parallel_approvals_leave_the_plugin_approved_once() {
         let info = t.await.unwrap().unwrap();
         assert!(info.approved, "{info:?}");
     }
-    let info = rt.plugin("many").unwrap();
+    let info = rt.plugin("many").await.unwrap();
     assert!(info.approved, "{info:?}");
     assert!(info.tools.iter().any(|t| t == "many_echo"), "{info:?}");
-    let approvals = rt.store().approvals().unwrap();
+    let approvals = rt.state().approvals().await.unwrap();
     assert_eq!(
         approvals.iter().filter(|a| a.plugin_id == "many").count(),
         1
@@ -336,8 +336,8 @@ async fn fifty_parallel_approvals_leave_the_plugin_approved_once() {
     rt.shutdown().await;
 }
 
-#[test]
-fn fifty_parallel_approvals_through_serve_leave_the_plugin_approved_once() {
+#[tokio::test]
+async fn fifty_parallel_approvals_through_serve_leave_the_plugin_approved_once() {
     let ws = Ws::new();
     ws.misbehave("viaserve", "good", None, "");
     let serve = Serve::start(&ws, "127.0.0.1:0");

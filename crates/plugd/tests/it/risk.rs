@@ -163,7 +163,7 @@ fn a_critical_tool_with_no_terminal_never_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_without_an_approver_denies_high_calls() {
     let ws = workspace("");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt
         .call_tool("risky/hi", json!({}), None)
         .await
@@ -392,8 +392,8 @@ fn plugd_yaml_raises_a_low_tool_to_critical() {
     assert_eq!(runs(&ws, "lo"), 0);
 }
 
-#[test]
-fn disable_and_enable_a_tool_round_trip() {
+#[tokio::test]
+async fn disable_and_enable_a_tool_round_trip() {
     let ws = workspace("");
     let out = ws.plugd(&["tool", "disable", "risky/lo"]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -421,7 +421,7 @@ fn disable_and_enable_a_tool_round_trip() {
         &["no tool \"risky/nope\"", "plugd tool list"],
     );
     // The agent's tool list (Runtime::tools) leaves it out.
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let names: Vec<String> = rt.tools().iter().map(|t| t.name.clone()).collect();
     assert!(!names.contains(&"risky/lo".to_owned()), "{names:?}");
     assert!(names.contains(&"risky/med".to_owned()), "{names:?}");

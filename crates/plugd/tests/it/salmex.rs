@@ -91,7 +91,7 @@ async fn pid_of(rt: &Runtime, plugin: &str) -> (u64, u64) {
 async fn handshake_registers_the_manifest_tools_namespaced_with_risk_levels() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let info = rt.approve("sx", "test").await.unwrap();
     assert_eq!(info.dialect, "salmex");
     let tools = rt.tools();
@@ -119,7 +119,7 @@ async fn handshake_registers_the_manifest_tools_namespaced_with_risk_levels() {
 async fn a_successful_call_returns_the_result_as_sent_and_config_defaults_arrive() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("sx", "test").await.unwrap();
     let v = rt
         .call_tool("sx/echo", json!({"a": 1, "b": "two"}), None)
@@ -142,7 +142,7 @@ async fn a_successful_call_returns_the_result_as_sent_and_config_defaults_arrive
 async fn is_error_results_are_tool_level_failures() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("sx", "test").await.unwrap();
     let err = rt.call_tool("sx/fail", json!({}), None).await.unwrap_err();
     match &err {
@@ -166,7 +166,7 @@ async fn is_error_results_are_tool_level_failures() {
 async fn json_rpc_errors_are_call_errors_with_the_plugins_message() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("sx", "test").await.unwrap();
     let err = rt
         .call_tool("sx/rpc_error", json!({}), None)
@@ -192,7 +192,7 @@ async fn json_rpc_errors_are_call_errors_with_the_plugins_message() {
 async fn a_hung_call_times_out_and_the_same_process_serves_the_next() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(500));
+    let rt = ws.runtime(quick(500)).await;
     rt.approve("sx", "test").await.unwrap();
     let before = pid_of(&rt, "sx").await;
     let err = rt
@@ -220,7 +220,7 @@ async fn a_hung_call_times_out_and_the_same_process_serves_the_next() {
 async fn a_crash_is_reported_and_the_restart_keeps_tool_handles() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     // `crash` is a high-risk tool: approve its calls.
     rt.set_approver(std::sync::Arc::new(crate::risk::ApproveAll));
     rt.approve("sx", "test").await.unwrap();
@@ -307,13 +307,13 @@ async fn identity_and_impersonation_are_permanent_refusals() {
     // Through the runtime: the approval is not kept.
     let ws = Ws::new();
     hostile(&ws, "liar", "impostor");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let err = rt.approve("liar", "test").await.unwrap_err();
     assert!(
         err.to_string().contains("\"other-plugin/say_hello\""),
         "{err}"
     );
-    assert!(!rt.plugin("liar").unwrap().approved);
+    assert!(!rt.plugin("liar").await.unwrap().approved);
     assert!(rt.tools().is_empty());
 }
 
@@ -345,7 +345,7 @@ async fn malformed_frames_kill_the_plugin_fail_callers_fast_and_spare_the_others
         hostile(&ws, &format!("bad-{}", kind.replace('_', "-")), "good");
     }
     ws.example("hello-salmex-python");
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     for (kind, _) in cases {
         rt.approve(&format!("bad-{}", kind.replace('_', "-")), "test")
             .await
@@ -420,7 +420,7 @@ async fn malformed_frames_kill_the_plugin_fail_callers_fast_and_spare_the_others
 async fn a_malformed_initialize_reply_refuses_the_approval_with_the_cause() {
     let ws = Ws::new();
     hostile(&ws, "sx", "init_frame:negative");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let t = Instant::now();
     let err = rt.approve("sx", "test").await.unwrap_err().to_string();
     assert!(
@@ -432,7 +432,7 @@ async fn a_malformed_initialize_reply_refuses_the_approval_with_the_cause() {
         "took {:?}",
         t.elapsed()
     );
-    assert!(!rt.plugin("sx").unwrap().approved);
+    assert!(!rt.plugin("sx").await.unwrap().approved);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -442,7 +442,7 @@ async fn shutdown_leaves_no_process_behind() {
     hostile(&ws, "sx", "good");
     // One that ignores it: killed after the grace period.
     hostile(&ws, "stubborn", "ignore_shutdown");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     // `spawn_child` is a critical-risk tool: approve its calls.
     rt.set_approver(std::sync::Arc::new(crate::risk::ApproveAll));
     rt.approve("sx", "test").await.unwrap();
@@ -476,7 +476,7 @@ async fn config_changed_reaches_the_running_plugin() {
     let ws = Ws::new();
     hostile(&ws, "sx", "good");
     ws.example("hello-salmex-python");
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     rt.approve("sx", "test").await.unwrap();
     rt.approve("hello-salmex-python", "test").await.unwrap();
     for (plugin, tool) in [

@@ -344,7 +344,7 @@ async fn memory_recall_from_a_plugin_is_semantic_and_refused_when_disabled() {
     let base = double();
     crate::broker::services_plugin(&ws, "mem", &["memory"], None);
     openai_config(&ws, &base, "bow", "");
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.memory_add("a", KITTEN, &[]).await.unwrap();
     rt.memory_add("a", INVOICE, &[]).await.unwrap();
     rt.approve("mem", "test").await.unwrap();
@@ -406,7 +406,7 @@ async fn a_plugin_embedder_and_a_plugin_backend_serve_semantic_recall() {
         &ws,
         "memory:\n  vector: {backend: pysem, collection: kb}\n  embedder: {provider: plugin, plugin: pysem, dimensions: 4}\n",
     );
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     rt.approve("pysem", "test").await.unwrap();
     rt.approve("pyvec", "test").await.unwrap();
 
@@ -449,7 +449,7 @@ async fn a_plugin_embedder_and_a_plugin_backend_serve_semantic_recall() {
         e.to_string(),
         r#"semantic memory: embedder "plugin:pysem": malformed reply: embedding 0[0] is not a number: "a""#
     );
-    assert_eq!(rt.store().memory_list("a", 100).unwrap().len(), 2);
+    assert_eq!(rt.state().memory_list("a", 100).await.unwrap().len(), 2);
 
     // A plugin without embed.texts, and one that does not exist.
     write_config(

@@ -158,26 +158,27 @@ fn a_skill_symlinked_outside_the_plugin_is_refused_at_approval() {
     assert_eq!(list(&ws), json!([]));
 }
 
-#[test]
-fn agent_skills_are_appended_to_the_system_prompt() {
+#[tokio::test]
+async fn agent_skills_are_appended_to_the_system_prompt() {
     let ws = skills_ws();
     approve(&ws);
-    let rt = ws.runtime(quick(5000));
+    let rt = ws.runtime(quick(5000)).await;
     let refs = vec!["hello-node/review".to_owned(), "hello-node/big".to_owned()];
     let prompt = rt
         .system_prompt_with_skills(Some("be brief"), &refs)
+        .await
         .unwrap();
     assert_eq!(
         prompt,
         format!("be brief\n\n## Skill hello-node/review\n\n{REVIEW}")
     );
-    let (_, skipped) = rt.skill_instructions(&refs);
+    let (_, skipped) = rt.skill_instructions(&refs).await;
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert!(
         skipped[0].contains("over the 65536-byte cap"),
         "{skipped:?}"
     );
-    assert_eq!(rt.system_prompt_with_skills(None, &[]), None);
+    assert_eq!(rt.system_prompt_with_skills(None, &[]).await, None);
     // plugd.yaml accepts the key.
     std::fs::write(
         ws.dir().join("plugd.yaml"),

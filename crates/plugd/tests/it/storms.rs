@@ -21,14 +21,14 @@ async fn lazy_starts_wait_their_turn_and_their_deadline_counts_from_it() {
     let mut config = quick(30_000);
     config.init_timeout = Duration::from_millis(1_500);
     for id in &ids {
-        let rt = ws.runtime(config.clone());
+        let rt = ws.runtime(config.clone()).await;
         rt.approve(id, "test").await.unwrap();
         rt.shutdown().await;
     }
     // One permit in the queue and one in the callers' lane: at most two
     // handshakes at once.
     config.start_gate = StartGate::new(1);
-    let rt = ws.runtime(config);
+    let rt = ws.runtime(config).await;
     let began = Instant::now();
     let calls = ids.iter().map(|id| {
         let rt = rt.clone();
@@ -59,12 +59,12 @@ async fn a_plugin_failed_by_timed_out_handshakes_starts_again_on_the_next_demand
     );
     let mut config = quick(30_000);
     config.init_timeout = Duration::from_millis(300);
-    let rt = ws.runtime(config.clone());
+    let rt = ws.runtime(config.clone()).await;
     rt.approve("slowpoke", "test").await.unwrap();
     rt.shutdown().await;
 
     std::fs::write(&busy, "").unwrap();
-    let rt = ws.runtime(config.clone());
+    let rt = ws.runtime(config.clone()).await;
     assert!(
         rt.call_tool("slowpoke_echo", json!({"message": "x"}), None)
             .await
@@ -99,7 +99,7 @@ async fn a_plugin_failed_by_timed_out_handshakes_starts_again_on_the_next_demand
     // The failure is on record; the next runtime (the next serve) retries
     // it on demand once the host has room, and the record is cleared.
     std::fs::remove_file(&busy).unwrap();
-    let rt = ws.runtime(config);
+    let rt = ws.runtime(config).await;
     assert!(matches!(
         rt.supervised("slowpoke").unwrap().status(),
         Status::Failed { .. }
@@ -109,6 +109,6 @@ async fn a_plugin_failed_by_timed_out_handshakes_starts_again_on_the_next_demand
         .await
         .unwrap();
     assert_eq!(v["echo"]["message"], "x", "{v}");
-    assert!(rt.store().failure("slowpoke").unwrap().is_none());
+    assert!(rt.state().failure("slowpoke").await.unwrap().is_none());
     rt.shutdown().await;
 }

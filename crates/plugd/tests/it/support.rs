@@ -104,8 +104,8 @@ impl Ws {
     }
 
     /// Opens the runtime with `config`.
-    pub fn runtime(&self, config: HostConfig) -> Runtime {
-        plugd_agent::open(self.dir(), config).unwrap()
+    pub async fn runtime(&self, config: HostConfig) -> Runtime {
+        plugd_agent::open(self.dir(), config).await.unwrap()
     }
 
     /// Runs the plugd binary on this workspace.

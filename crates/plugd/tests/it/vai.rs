@@ -74,7 +74,7 @@ pub(crate) fn package(ws: &Ws, name: &str, mode: &str, extra_args: &[&str]) -> P
 
 /// A runtime over `ws` with `tool_ms` as the tool deadline, and `id` approved.
 pub(crate) async fn approved(ws: &Ws, id: &str, config: HostConfig) -> Runtime {
-    let rt = ws.runtime(config);
+    let rt = ws.runtime(config).await;
     rt.approve(id, "test").await.unwrap();
     rt
 }
@@ -388,10 +388,12 @@ async fn an_impostor_or_another_version_is_refused_and_killed() {
     package(&ws, "liar", "impostor", &[]);
     package(&ws, "stale", "old_version", &[]);
     package(&ws, "mute", "no_hello", &[]);
-    let rt = ws.runtime(HostConfig {
-        init_timeout: Duration::from_millis(700),
-        ..quick(5_000)
-    });
+    let rt = ws
+        .runtime(HostConfig {
+            init_timeout: Duration::from_millis(700),
+            ..quick(5_000)
+        })
+        .await;
     let e = rt
         .approve("test/liar", "test")
         .await
@@ -410,7 +412,7 @@ async fn an_impostor_or_another_version_is_refused_and_killed() {
         .to_string();
     assert!(e.contains("\"test/stale@9.9.9\""), "{e}");
     for id in ["test/liar", "test/stale"] {
-        let info = rt.plugin(id).unwrap();
+        let info = rt.plugin(id).await.unwrap();
         assert!(!info.approved, "{id}");
         assert!(rt.supervised(id).unwrap().current().is_none(), "{id}");
     }
@@ -433,7 +435,7 @@ async fn junk_frames_wrong_protocols_and_unknown_ids_are_skipped() {
         .await
         .unwrap();
     assert_eq!(got["structured_output"]["input"], json!({"a": [1, 2]}));
-    let stats = rt.plugin("test/junky").unwrap().stats.unwrap();
+    let stats = rt.plugin("test/junky").await.unwrap().stats.unwrap();
     // Non-JSON, missing protocol, wrong protocol, unknown type (an event
     // for a request nobody waits on is dropped by the peer, not counted).
     assert!(stats.junk_frames >= 4, "{stats:?}");
@@ -455,7 +457,7 @@ async fn broken_framing_drops_the_connection_fast_and_the_plugin_restarts() {
     for kind in kinds {
         package(&ws, &format!("atk-{kind}"), "good", &[]);
     }
-    let rt = ws.runtime(quick(30_000));
+    let rt = ws.runtime(quick(30_000)).await;
     for kind in kinds {
         let id = format!("test/atk-{kind}");
         rt.approve(&id, "test").await.unwrap();
@@ -503,7 +505,7 @@ async fn an_oversized_response_fails_its_call_at_once_and_the_stream_recovers() 
         t.elapsed() < Duration::from_secs(20),
         "failed at the deadline, not at once"
     );
-    let stats = rt.plugin("test/huge").unwrap().stats.unwrap();
+    let stats = rt.plugin("test/huge").await.unwrap().stats.unwrap();
     assert_eq!(stats.oversized_frames, 1, "{stats:?}");
     // The stream resynchronised: the same process answers the next call.
     let ok = rt.call_tool("test/huge/pid", json!({}), None).await;
@@ -520,7 +522,7 @@ async fn shutdown_leaves_no_process_behind_even_when_the_plugin_lingers() {
         &["test/polite", "test/linger"],
         "the test compares process groups the plugins report with host ones",
     );
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let mut groups = Vec::new();
     for id in ["test/polite", "test/linger"] {
         rt.approve(id, "test").await.unwrap();
@@ -774,7 +776,7 @@ async fn the_vai_devkit_example_works_from_the_cli_and_the_internal_api() {
     );
 
     // The hook and the compactor, through the internal API.
-    let rt = ws.runtime(quick(10_000));
+    let rt = ws.runtime(quick(10_000)).await;
     let conn = conn(&rt, "acme/devkit").await;
     let ctx = CallContext::default();
     let body = vai::handle_hook(

@@ -96,7 +96,7 @@ fn write_package(dir: &Path, package_id: &str) {
 
 async fn approved(ws: &Ws) -> Runtime {
     write_package(&ws.plugin_dir("classes"), ID);
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     rt.approve(ID, "test").await.unwrap();
     rt
 }
@@ -278,7 +278,7 @@ async fn each_export_runs_in_the_process_of_its_class_with_that_process_sandbox(
 
     // plugin show: every export with its class and group, every group with
     // its pid and sandbox.
-    let info = rt.plugin(ID).unwrap();
+    let info = rt.plugin(ID).await.unwrap();
     let procs = &info.processes;
     assert_eq!(group(procs, "worker").pids, vec![worker_host_pid as u32]);
     assert_eq!(group(procs, "isolated:triage").pids, vec![harness_host_pid]);
@@ -469,7 +469,7 @@ async fn a_lying_inline_class_runs_isolated_unless_the_operator_trusts_the_packa
     assert_eq!(inline["connect"], "ok", "its own grant (egress)");
     let a = call(&rt, "work_a", json!({"port": port})).await;
     assert_eq!(a["connect"], REFUSED, "{a}");
-    let info = rt.plugin(ID).unwrap();
+    let info = rt.plugin(ID).await.unwrap();
     let e = info
         .permissions
         .as_ref()
@@ -496,13 +496,13 @@ async fn a_lying_inline_class_runs_isolated_unless_the_operator_trusts_the_packa
         "sandbox:\n  plugins:\n    test/classes: {trusted: true}\n",
     )
     .unwrap();
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     let inline = call(&rt, "claims_inline", json!({"port": port})).await;
     let b = call(&rt, "work_b", json!({"port": port})).await;
     assert_eq!(pid(&inline), pid(&b));
     assert!(worker_pid(&rt) > 0);
     assert_eq!(b["connect"], "ok", "{b}");
-    let procs = rt.plugin(ID).unwrap().processes;
+    let procs = rt.plugin(ID).await.unwrap().processes;
     assert!(
         group(&procs, "worker")
             .exports
@@ -675,7 +675,7 @@ async fn an_installed_package_called_through_bindings_runs_each_export_in_its_cl
         "{show}"
     );
 
-    let rt = ws.runtime(quick(20_000));
+    let rt = ws.runtime(quick(20_000)).await;
     let caller = plugd_runtime::bindings_rt::ExportCall {
         org_id: "org_1".into(),
         ..Default::default()
