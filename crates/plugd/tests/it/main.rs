@@ -57,6 +57,7 @@ mod semantic;
 mod shutdown;
 mod signatures;
 mod skills;
+mod state_pg;
 mod storms;
 mod support;
 mod teams;
