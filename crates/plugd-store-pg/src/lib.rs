@@ -28,6 +28,7 @@ mod error;
 mod invocations;
 pub mod journal;
 mod kv;
+mod live;
 mod memory;
 pub mod migrations;
 mod outbox;

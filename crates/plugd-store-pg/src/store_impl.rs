@@ -20,10 +20,11 @@ use plugd_control::store::tool_state::{
 };
 use plugd_control::store::{
     Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
-    ConfigStore, ConfigWrite, Failure, InvocationStore, KvStore, MemoryEntry, MemoryStore,
-    NewToken, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore,
-    StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore,
-    TranscriptStore, VectorMatch, VectorRecord, VectorStore, VectorStoreError,
+    ConfigStore, ConfigWrite, ControlEpoch, Failure, InvocationStore, KvStore, Lifetime, LiveKind,
+    LiveSession, LiveSessionStore, MemoryEntry, MemoryStore, NewToken, OutboxStore, PackageStore,
+    Reseal, Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue, Tenancy,
+    TokenInfo, TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch,
+    VectorRecord, VectorStore, VectorStoreError,
 };
 use serde_json::Value;
 
@@ -131,6 +132,7 @@ forward!(TokenStore {
     fn token_create_scoped(&self, name: &str, role: Role, expires_at_ms: Option<i64>, created_by: &str, mcp_profiles: Option<&[String]>, tenancy: Option<&Tenancy>) -> NewToken;
     fn token_list(&self) -> Vec<TokenInfo>;
     fn token_revoke(&self, id_or_name: &str) -> Option<TokenInfo>;
+    fn token_live(&self, id: &str) -> Result<TokenInfo, TokenRejection>;
     fn token_verify(&self, token: &str) -> Result<TokenInfo, TokenRejection>;
 });
 
@@ -281,6 +283,22 @@ forward!(ChainStore {
     fn run_update(&self, id: &str, patch: &RunPatch) -> Option<Run>;
     fn runs(&self, scope: &ScopeFilter, session: Option<&str>, limit: usize) -> Vec<Run>;
     fn child_runs(&self, parent: &str) -> u64;
+});
+
+forward!(LiveSessionStore {
+    fn live_session_put(&self, kind: LiveKind, id: &str, owner: &str, profile: Option<&str>, data: &Value) -> ();
+    fn live_session_get(&self, kind: LiveKind, id: &str, life: Lifetime) -> Option<LiveSession>;
+    fn live_session_touch(&self, kind: LiveKind, id: &str) -> bool;
+    fn live_session_delete(&self, kind: LiveKind, id: &str) -> bool;
+    fn live_sessions_sweep(&self, kind: LiveKind, life: Lifetime) -> u64;
+    fn live_sessions_trim(&self, kind: LiveKind, keep: u64) -> u64;
+    fn live_sessions_held(&self, kind: LiveKind, owner: &str, life: Lifetime) -> u64;
+    fn login_code_put(&self, code: &str, name: &str, lifetime_ms: i64) -> ();
+    fn login_code_redeem(&self, code: &str) -> Option<String>;
+});
+
+forward!(ControlEpoch {
+    fn control_epoch(&self) -> i64;
 });
 
 impl StateStore for PgStore {

@@ -245,6 +245,34 @@ impl PgStore {
         Ok(Ok(info))
     }
 
+    /// The record of token `id` when it is live (not revoked, not expired by
+    /// the database's clock), else why not. The secret is not checked (the
+    /// caller did, earlier) and the last use is not stamped.
+    pub async fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, PgError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {TOKEN_COLUMNS}, {NOW_MS} FROM api_tokens WHERE id = $1"),
+                &[&id],
+            )
+            .await
+            .map_err(|e| self.query_error("read a token", e))?;
+        let Some(row) = row else {
+            return Ok(Err(TokenRejection::Invalid));
+        };
+        let (expires_ms, now): (Option<i64>, i64) = (row.get(5), row.get(11));
+        let info = self.token_info(&row)?;
+        if let Some(at) = &info.revoked_at {
+            return Ok(Err(TokenRejection::Revoked(at.clone())));
+        }
+        if let (Some(at), Some(ms)) = (&info.expires_at, expires_ms)
+            && ms <= now
+        {
+            return Ok(Err(TokenRejection::Expired(at.clone())));
+        }
+        Ok(Ok(info))
+    }
+
     /// Appends one state-changing request to the audit trail, stamped by the
     /// database's clock.
     pub async fn audit_record(

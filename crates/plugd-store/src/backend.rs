@@ -144,6 +144,9 @@ impl TokenStore for Store {
     ) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
         Store::token_verify(self, token)
     }
+    async fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
+        Store::token_live(self, id)
+    }
 }
 
 #[async_trait]
@@ -542,6 +545,66 @@ impl ChainStore for Store {
     }
     async fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
         Store::child_runs(self, parent)
+    }
+}
+
+#[async_trait]
+impl LiveSessionStore for Store {
+    async fn live_session_put(
+        &self,
+        kind: LiveKind,
+        id: &str,
+        owner: &str,
+        profile: Option<&str>,
+        data: &Value,
+    ) -> Result<(), StoreError> {
+        Store::live_session_put(self, kind, id, owner, profile, data)
+    }
+    async fn live_session_get(
+        &self,
+        kind: LiveKind,
+        id: &str,
+        life: Lifetime,
+    ) -> Result<Option<LiveSession>, StoreError> {
+        Store::live_session_get(self, kind, id, life)
+    }
+    async fn live_session_touch(&self, kind: LiveKind, id: &str) -> Result<bool, StoreError> {
+        Store::live_session_touch(self, kind, id)
+    }
+    async fn live_session_delete(&self, kind: LiveKind, id: &str) -> Result<bool, StoreError> {
+        Store::live_session_delete(self, kind, id)
+    }
+    async fn live_sessions_sweep(&self, kind: LiveKind, life: Lifetime) -> Result<u64, StoreError> {
+        Store::live_sessions_sweep(self, kind, life)
+    }
+    async fn live_sessions_trim(&self, kind: LiveKind, keep: u64) -> Result<u64, StoreError> {
+        Store::live_sessions_trim(self, kind, keep)
+    }
+    async fn live_sessions_held(
+        &self,
+        kind: LiveKind,
+        owner: &str,
+        life: Lifetime,
+    ) -> Result<u64, StoreError> {
+        Store::live_sessions_held(self, kind, owner, life)
+    }
+    async fn login_code_put(
+        &self,
+        code: &str,
+        name: &str,
+        lifetime_ms: i64,
+    ) -> Result<(), StoreError> {
+        Store::login_code_put(self, code, name, lifetime_ms)
+    }
+    async fn login_code_redeem(&self, code: &str) -> Result<Option<String>, StoreError> {
+        Store::login_code_redeem(self, code)
+    }
+}
+
+#[async_trait]
+impl ControlEpoch for Store {
+    async fn control_epoch(&self) -> Result<i64, StoreError> {
+        Store::control_epoch(self)
     }
 }
 

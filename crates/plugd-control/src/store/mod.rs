@@ -16,6 +16,7 @@
 //! | [`TranscriptStore`] | agent sessions as transcripts |
 //! | [`MemoryStore`], [`VectorStore`], [`KvStore`] | agent memory, vectors, key-value storage |
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
+//! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
 //! Traits are written with `async_trait` so that `dyn` works; a backend
 //! whose driver is synchronous (SQLite) answers without awaiting anything.
@@ -23,6 +24,7 @@
 pub mod approvals;
 mod error;
 pub mod kv;
+pub mod live;
 pub mod memory;
 pub mod outbox;
 pub mod secrets;
@@ -34,6 +36,7 @@ pub mod vectors;
 pub use approvals::{Approval, ApprovalStore, Failure};
 pub use error::{BackendError, StoreError};
 pub use kv::KvStore;
+pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use outbox::OutboxStore;
 pub use secrets::{ConfigStore, ConfigWrite, Reseal, Rotation, Sealed, StoredValue};
@@ -69,6 +72,8 @@ pub trait StateStore:
     + BindingStore
     + InvocationStore
     + ChainStore
+    + LiveSessionStore
+    + ControlEpoch
     + std::fmt::Debug
 {
     /// The database, for people and logs: a file path, `:memory:`, or a

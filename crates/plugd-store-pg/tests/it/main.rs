@@ -7,6 +7,7 @@ mod harness;
 mod invocations;
 mod journal;
 mod kv;
+mod live;
 mod memory;
 mod migrate;
 mod outbox;

@@ -28,6 +28,7 @@ mod http;
 mod insider;
 mod invocations;
 mod live_config;
+mod live_sessions;
 mod llm;
 mod marketplace;
 mod mcp;
