@@ -23,8 +23,10 @@
 
 mod chains;
 mod clock;
+mod cluster;
 mod config;
 mod error;
+mod import;
 mod invocations;
 pub mod journal;
 mod kv;
@@ -50,7 +52,9 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
+pub use cluster::ClusterInfo;
 pub use error::{DbError, PgError};
+pub use import::ImportReport;
 pub use migrations::{Migrated, SCHEMA_VERSION};
 pub use vectors::VectorError;
 

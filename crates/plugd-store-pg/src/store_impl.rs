@@ -71,6 +71,13 @@ impl From<PgError> for StoreError {
                 action,
                 source: BackendError::new(source),
             },
+            // Cluster set-up and workspace export: never from a trait method.
+            e @ (PgError::AlreadyInitialised { .. }
+            | PgError::NotInitialised { .. }
+            | PgError::KeyMismatch { .. }
+            | PgError::NotEmpty { .. }
+            | PgError::ForeignSecret { .. }
+            | PgError::ExportMismatch { .. }) => StoreError::Conflict(e.to_string()),
         }
     }
 }

@@ -14,6 +14,7 @@ mod backend;
 pub mod bindings;
 pub mod chains;
 pub mod digest;
+pub mod dump;
 pub mod identity;
 pub mod invocations;
 pub mod journal;

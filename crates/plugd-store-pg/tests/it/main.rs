@@ -2,7 +2,9 @@
 //! started by `TestPg` (one server per run, one fresh database per test).
 
 mod chains;
+mod cluster;
 mod config;
+mod export;
 mod harness;
 mod invocations;
 mod journal;
@@ -39,7 +41,7 @@ pub async fn two_nodes() -> (PgStore, PgStore) {
     (a, b)
 }
 
-fn options() -> PgOptions {
+pub fn options() -> PgOptions {
     PgOptions {
         pool_size: 4,
         timeout: Duration::from_secs(10),

@@ -13,6 +13,7 @@ mod cgroup;
 mod chains;
 mod channels;
 mod cli;
+mod cluster;
 mod console;
 mod console_api;
 mod console_login;
