@@ -71,6 +71,11 @@ enum Source {
     Column(usize),
 }
 
+/// Tables each database keeps for itself and an export does not copy: the
+/// control epoch is a counter of changes (the copied rows bump the
+/// cluster's own), not state.
+const OWN_COUNTERS: &[&str] = &["control_epoch"];
+
 impl PgStore {
     /// Copies `dump` into this cluster database in one transaction (see the
     /// module documentation for what is refused). The SQLite file is not
@@ -102,9 +107,14 @@ impl PgStore {
             });
         };
 
-        let columns = self.columns(&tx).await?;
-        let sources: BTreeMap<&str, &TableDump> =
-            dump.tables.iter().map(|t| (t.table.as_str(), t)).collect();
+        let mut columns = self.columns(&tx).await?;
+        columns.retain(|table, _| !OWN_COUNTERS.contains(&table.as_str()));
+        let sources: BTreeMap<&str, &TableDump> = dump
+            .tables
+            .iter()
+            .filter(|t| !OWN_COUNTERS.contains(&t.table.as_str()))
+            .map(|t| (t.table.as_str(), t))
+            .collect();
         for table in columns.keys() {
             if !sources.contains_key(table.as_str()) {
                 return Err(PgError::ExportMismatch {

@@ -12,8 +12,8 @@ use plugd_control::chains::{
 use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
 use plugd_control::packages::{Digest, Inserted, Package};
 use plugd_control::store::outbox::{
-    Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, RetryOutcome, RetryPolicy,
-    Subscriber,
+    Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, Reporter, RetryOutcome,
+    RetryPolicy, Subscriber,
 };
 use plugd_control::store::tool_state::{
     ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
@@ -274,23 +274,120 @@ forward!(InvocationStore {
     fn delete_invocations_before(&self, before_ms: i64) -> u64;
 });
 
-forward!(ChainStore {
-    fn session_open(&self, id: &str, org: Option<&str>, project: Option<&str>) -> (SessionInfo, bool);
-    fn session_info(&self, id: &str) -> Option<SessionInfo>;
-    fn sessions(&self, scope: &ScopeFilter, limit: usize, before: Option<&str>) -> Vec<SessionInfo>;
-    fn session_chains(&self, id: &str) -> Vec<Chain>;
-    fn chain(&self, id: &str) -> Option<Chain>;
-    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Vec<Block>;
-    fn chain_append(&self, id: &str, blocks: &[NewBlock], by: &str) -> Vec<u64>;
-    fn chain_derive(&self, source: &str, seed: &[NewBlock], compaction: &Compaction) -> Chain;
-    fn compaction_failed(&self, compaction: &Compaction) -> ();
-    fn compactions(&self, session: &str) -> Vec<Compaction>;
-    fn run_create(&self, run: &Run) -> ();
-    fn run(&self, id: &str) -> Option<Run>;
-    fn run_update(&self, id: &str, patch: &RunPatch) -> Option<Run>;
-    fn runs(&self, scope: &ScopeFilter, session: Option<&str>, limit: usize) -> Vec<Run>;
-    fn child_runs(&self, parent: &str) -> u64;
-});
+#[async_trait::async_trait]
+impl ChainStore for PgStore {
+    async fn session_open(
+        &self,
+        id: &str,
+        org: Option<&str>,
+        project: Option<&str>,
+    ) -> Result<(SessionInfo, bool), StoreError> {
+        Ok(PgStore::session_open(self, id, org, project).await?)
+    }
+    async fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        Ok(PgStore::session_info(self, id).await?)
+    }
+    async fn sessions(
+        &self,
+        scope: &ScopeFilter,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, StoreError> {
+        Ok(PgStore::sessions(self, scope, limit, before).await?)
+    }
+    async fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError> {
+        Ok(PgStore::session_chains(self, id).await?)
+    }
+    async fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError> {
+        Ok(PgStore::chain(self, id).await?)
+    }
+    async fn chain_blocks(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Block>, StoreError> {
+        Ok(PgStore::chain_blocks(self, id, after, limit).await?)
+    }
+    async fn chain_append(
+        &self,
+        id: &str,
+        blocks: &[NewBlock],
+        by: &str,
+    ) -> Result<Vec<u64>, StoreError> {
+        Ok(PgStore::chain_append(self, id, blocks, by).await?)
+    }
+    async fn chain_derive(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+    ) -> Result<Chain, StoreError> {
+        Ok(PgStore::chain_derive(self, source, seed, compaction).await?)
+    }
+    async fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
+        Ok(PgStore::compaction_failed(self, compaction).await?)
+    }
+    async fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError> {
+        Ok(PgStore::compactions(self, session).await?)
+    }
+    async fn run_create(&self, run: &Run) -> Result<(), StoreError> {
+        Ok(PgStore::run_create(self, run).await?)
+    }
+    async fn run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        Ok(PgStore::run(self, id).await?)
+    }
+    async fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
+        Ok(PgStore::run_update(self, id, patch).await?)
+    }
+    async fn runs(
+        &self,
+        scope: &ScopeFilter,
+        session: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        Ok(PgStore::runs(self, scope, session, limit).await?)
+    }
+    async fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
+        Ok(PgStore::child_runs(self, parent).await?)
+    }
+    async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: &Reporter<'_, Chain>,
+        subscribers: &[Subscriber],
+    ) -> Result<(Chain, Enqueued), StoreError> {
+        match PgStore::chain_derive_reporting(
+            self,
+            source,
+            seed,
+            compaction,
+            Some((report, subscribers)),
+        )
+        .await?
+        {
+            (chain, Some(queued)) => Ok((chain, queued)),
+            (chain, None) => Err(StoreError::NotFound {
+                what: format!("the event of chain {:?}", chain.id),
+            }),
+        }
+    }
+    async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: &Reporter<'_, Run>,
+        subscribers: &[Subscriber],
+    ) -> Result<Option<(Run, Enqueued)>, StoreError> {
+        Ok(
+            PgStore::run_finish(self, id, patch, Some((report, subscribers)))
+                .await?
+                .and_then(|(run, queued)| queued.map(|q| (run, q))),
+        )
+    }
+}
 
 forward!(LiveSessionStore {
     fn live_session_put(&self, kind: LiveKind, id: &str, owner: &str, profile: Option<&str>, data: &Value) -> ();

@@ -546,6 +546,40 @@ impl ChainStore for Store {
     async fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
         Store::child_runs(self, parent)
     }
+    async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: &Reporter<'_, Chain>,
+        subscribers: &[Subscriber],
+    ) -> Result<(Chain, Enqueued), StoreError> {
+        let (chain, queued) = Store::chain_derive_reporting(
+            self,
+            source,
+            seed,
+            compaction,
+            Some((report, subscribers)),
+        )?;
+        let queued = queued.ok_or_else(|| StoreError::NotFound {
+            what: "the event of the derived chain".to_owned(),
+        })?;
+        Ok((chain, queued))
+    }
+    async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: &Reporter<'_, Run>,
+        subscribers: &[Subscriber],
+    ) -> Result<Option<(Run, Enqueued)>, StoreError> {
+        Ok(
+            match Store::run_finish(self, id, patch, Some((report, subscribers)))? {
+                (Some(run), Some(queued)) => Some((run, queued)),
+                _ => None,
+            },
+        )
+    }
 }
 
 #[async_trait]

@@ -131,6 +131,11 @@ pub fn read_workspace(state_dir: &Path) -> Result<WorkspaceDump, StoreError> {
     for (table, without_rowid) in
         logical_tables(&tx).map_err(|e| query_error("list the tables", e))?
     {
+        // Each database keeps its own control epoch: a counter of changes
+        // (the copied rows move the cluster's), not state to copy.
+        if table == "control_epoch" {
+            continue;
+        }
         tables.push(
             read_table(&tx, &table, without_rowid)
                 .map_err(|e| query_error(&format!("read table {table}"), e))?,

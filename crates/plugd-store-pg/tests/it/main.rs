@@ -14,6 +14,7 @@ mod memory;
 mod migrate;
 mod outbox;
 mod packages;
+mod reporting;
 mod shape;
 mod tokens;
 mod tool_state;
