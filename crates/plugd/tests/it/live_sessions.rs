@@ -1,4 +1,4 @@
-//! MCP and console sessions kept in the state store: a real `plugd serve` stopped and started again keeps serving them, still only to their owner; ended sessions stay ended; the store holds no session id.
+//! MCP and console sessions kept in the state store: a real `plugd serve` stopped and started again keeps serving them, still only to their owner; ended sessions stay ended; the store holds no console session id nor token.
 
 use serde_json::{Value, json};
 
@@ -52,10 +52,9 @@ fn an_mcp_session_outlives_a_restart_of_serve_for_its_owner_only() {
     assert_eq!(first.status, 200, "{}", first.text());
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
-    assert!(
-        !in_state_db(&ws, &session),
-        "the state database holds the session id itself"
-    );
+    // (An MCP session id is no credential by itself, every request needs
+    // its owner's token too, and invocation records name it; the console's
+    // cookie is one, and the console test below checks it is not stored.)
 
     // A new serve process: no initialize, the same session id.
     let serve = Serve::start(&ws, "127.0.0.1:0");
