@@ -40,7 +40,7 @@ pub mod shape;
 mod store_impl;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
-mod tokens;
+pub(crate) mod tokens;
 mod tool_state;
 mod transcripts;
 mod trust;
@@ -56,6 +56,7 @@ pub use cluster::ClusterInfo;
 pub use error::{DbError, PgError};
 pub use import::ImportReport;
 pub use migrations::{Migrated, SCHEMA_VERSION};
+pub use tokens::TOKEN_RECHECK;
 pub use vectors::VectorError;
 
 /// How a [`PgStore`] connects.
@@ -88,6 +89,8 @@ pub struct PgStore {
     /// The audit trail's and invocation records' writer, started on first
     /// use (`journal.rs`); dropping the store writes what it queued.
     journal: std::sync::OnceLock<journal::Journal>,
+    /// Token checks under the control epoch (`tokens.rs`).
+    token_cache: std::sync::Mutex<tokens::TokenCache>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -157,6 +160,7 @@ impl PgStore {
             config,
             timeout: opts.timeout,
             journal: std::sync::OnceLock::new(),
+            token_cache: std::sync::Mutex::default(),
         })
     }
 
