@@ -30,6 +30,7 @@ mod import;
 mod invocations;
 pub mod journal;
 mod kv;
+mod leases;
 mod live;
 mod memory;
 pub mod migrations;

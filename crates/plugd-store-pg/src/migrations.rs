@@ -61,7 +61,19 @@ const MIGRATIONS: &[&[&str]] = &[
     ],
     // 2: live sessions, login codes and the control epoch (SQLite's 17).
     &[LIVE],
+    // 3: leases of singleton jobs with fencing numbers (SQLite's 18).
+    &[LEASES],
 ];
+
+/// Leases of singleton jobs (SQLite step 18, `plugd-store` `leases.rs`).
+const LEASES: &str = r#"
+    CREATE TABLE leases (
+        name     text COLLATE "C" PRIMARY KEY,
+        holder   text COLLATE "C" NOT NULL,
+        fence    bigint NOT NULL,
+        until_ms bigint NOT NULL
+    );
+"#;
 
 /// Live MCP and console sessions, login codes, and the control epoch with
 /// the triggers that bump it (SQLite step 17, `plugd-store` `live.rs`).

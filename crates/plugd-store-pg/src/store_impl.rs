@@ -20,11 +20,11 @@ use plugd_control::store::tool_state::{
 };
 use plugd_control::store::{
     Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
-    ConfigStore, ConfigWrite, ControlEpoch, Failure, InvocationStore, KvStore, Lifetime, LiveKind,
-    LiveSession, LiveSessionStore, MemoryEntry, MemoryStore, NewToken, OutboxStore, PackageStore,
-    Reseal, Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue, Tenancy,
-    TokenInfo, TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch,
-    VectorRecord, VectorStore, VectorStoreError,
+    ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence, InvocationStore, KvStore, Lease,
+    LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore, MemoryEntry, MemoryStore,
+    NewToken, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore,
+    StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore,
+    TranscriptStore, VectorMatch, VectorRecord, VectorStore, VectorStoreError,
 };
 use serde_json::Value;
 
@@ -399,6 +399,13 @@ forward!(LiveSessionStore {
     fn live_sessions_held(&self, kind: LiveKind, owner: &str, life: Lifetime) -> u64;
     fn login_code_put(&self, code: &str, name: &str, lifetime_ms: i64) -> ();
     fn login_code_redeem(&self, code: &str) -> Option<String>;
+});
+
+forward!(LeaseStore {
+    fn lease_acquire(&self, name: &str, holder: &str, ttl_ms: i64) -> Option<Lease>;
+    fn lease_release(&self, fence: &Fence) -> bool;
+    fn lease_holder(&self, name: &str) -> Option<Lease>;
+    fn delete_invocations_before_fenced(&self, before_ms: i64, fence: &Fence) -> u64;
 });
 
 forward!(ControlEpoch {

@@ -636,6 +636,31 @@ impl LiveSessionStore for Store {
 }
 
 #[async_trait]
+impl LeaseStore for Store {
+    async fn lease_acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: i64,
+    ) -> Result<Option<Lease>, StoreError> {
+        Store::lease_acquire(self, name, holder, ttl_ms)
+    }
+    async fn lease_release(&self, fence: &Fence) -> Result<bool, StoreError> {
+        Store::lease_release(self, fence)
+    }
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>, StoreError> {
+        Store::lease_holder(self, name)
+    }
+    async fn delete_invocations_before_fenced(
+        &self,
+        before_ms: i64,
+        fence: &Fence,
+    ) -> Result<u64, StoreError> {
+        Store::delete_invocations_before_fenced(self, before_ms, fence)
+    }
+}
+
+#[async_trait]
 impl ControlEpoch for Store {
     async fn control_epoch(&self) -> Result<i64, StoreError> {
         Store::control_epoch(self)

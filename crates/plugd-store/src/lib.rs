@@ -19,6 +19,7 @@ pub mod identity;
 pub mod invocations;
 pub mod journal;
 pub mod kv;
+pub mod leases;
 pub mod live;
 pub mod memory;
 pub mod outbox;

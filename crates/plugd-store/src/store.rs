@@ -77,6 +77,8 @@ const MIGRATIONS: &[&str] = &[
     // 17: live MCP and console sessions, login codes, and the control epoch
     // with its triggers (see `crate::live`).
     crate::live::MIGRATION,
+    // 18: leases of singleton jobs, with fencing numbers (see `crate::leases`).
+    crate::leases::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

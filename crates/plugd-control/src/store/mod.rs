@@ -16,6 +16,7 @@
 //! | [`TranscriptStore`] | agent sessions as transcripts |
 //! | [`MemoryStore`], [`VectorStore`], [`KvStore`] | agent memory, vectors, key-value storage |
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
+//! | [`LeaseStore`] | singleton leases with fencing numbers |
 //! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
 //! Traits are written with `async_trait` so that `dyn` works; a backend
@@ -24,6 +25,7 @@
 pub mod approvals;
 mod error;
 pub mod kv;
+pub mod leases;
 pub mod live;
 pub mod memory;
 pub mod outbox;
@@ -36,6 +38,7 @@ pub mod vectors;
 pub use approvals::{Approval, ApprovalStore, Failure};
 pub use error::{BackendError, StoreError};
 pub use kv::KvStore;
+pub use leases::{Fence, Lease, LeaseStore};
 pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use outbox::OutboxStore;
@@ -74,6 +77,7 @@ pub trait StateStore:
     + ChainStore
     + LiveSessionStore
     + ControlEpoch
+    + LeaseStore
     + std::fmt::Debug
 {
     /// The database, for people and logs: a file path, `:memory:`, or a

@@ -9,6 +9,7 @@ mod harness;
 mod invocations;
 mod journal;
 mod kv;
+mod leases;
 mod live;
 mod memory;
 mod migrate;
