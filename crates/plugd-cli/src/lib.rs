@@ -19,6 +19,7 @@ pub mod bus_cmd;
 pub mod chains_cmd;
 pub mod channel_cmd;
 pub mod client;
+pub mod cluster_cmd;
 pub mod config_cmd;
 pub mod console_cmd;
 pub mod errors;

@@ -1,5 +1,6 @@
 //! `plugd state reset`: start a workspace's state over on purpose, moving the
-//! old database and its marker aside (never deleting them).
+//! old database and its marker aside (never deleting them); `plugd state
+//! export --to URL`: copy it into an empty PostgreSQL cluster.
 
 use std::path::Path;
 
@@ -15,10 +16,57 @@ pub enum StateCmd {
         #[arg(long)]
         yes: bool,
     },
+    /// Copy the workspace's state (approvals, tokens, secrets still sealed,
+    /// audit, sessions, memory, packages, bindings, …) into an initialised
+    /// and empty cluster database, in one transaction; the workspace is only read.
+    Export {
+        /// The cluster's PostgreSQL database (see `plugd cluster init`).
+        #[arg(long, value_name = "URL")]
+        to: String,
+    },
 }
 
-pub fn run(workspace: &Path, cmd: &StateCmd) -> Result<()> {
-    let StateCmd::Reset { yes } = cmd;
+pub async fn run(workspace: &Path, cmd: &StateCmd) -> Result<()> {
+    match cmd {
+        StateCmd::Reset { yes } => reset(workspace, *yes),
+        StateCmd::Export { to } => export(workspace, to).await,
+    }
+}
+
+/// Copies the workspace's state into the cluster at `url`.
+async fn export(workspace: &Path, url: &str) -> Result<()> {
+    let dump = plugd_store::dump::read_workspace(&workspace.join(".plugd"))?;
+    let store = crate::cluster_cmd::connect(url)?;
+    // A cluster made by an older plugd gets this build's schema first; an
+    // uninitialised database is refused by the import, untouched.
+    if store.cluster_info().await?.is_some() {
+        store.migrate().await?;
+    }
+    let report = store.import_workspace(&dump).await?;
+    println!(
+        "exported {} into cluster {} ({})",
+        dump.path.display(),
+        report.cluster_id,
+        store.label()
+    );
+    let width = report
+        .tables
+        .iter()
+        .map(|(t, _)| t.len())
+        .max()
+        .unwrap_or(0);
+    for (table, rows) in &report.tables {
+        println!("  {table:<width$}  {rows}");
+    }
+    let total: u64 = report.tables.iter().map(|(_, n)| n).sum();
+    println!(
+        "{total} rows in {} tables; the workspace's own state is unchanged",
+        report.tables.len()
+    );
+    Ok(())
+}
+
+fn reset(workspace: &Path, yes: bool) -> Result<()> {
     let state_dir = workspace.join(".plugd");
     if !yes {
         let present: Vec<&str> = plugd_store::identity::STATE_FILES

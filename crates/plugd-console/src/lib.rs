@@ -15,14 +15,15 @@
 //!   `GET /console/session`); the HTTP layer's `Origin` and `Host` checks
 //!   apply as well.
 //!
-//! Sessions and codes live in memory only: a restart of serve logs everybody
-//! out, and nothing here is ever written to disk. Both are bounded (the
-//! oldest session is dropped first) and expire.
+//! Sessions and codes are kept in the state store (SQLite or PostgreSQL), as
+//! SHA-256 hashes of their ids only: a session outlives a restart of serve
+//! and, with several nodes, any node serves it. Both are bounded (the least
+//! recently used session is dropped first) and expire by the database's clock.
 
 pub mod assets;
 pub mod sessions;
 
-pub use sessions::{Login, Sessions};
+pub use sessions::{Login, SessionError, Sessions};
 
 /// The header that carries the CSRF token of a cookie session.
 pub const CSRF_HEADER: &str = "x-plugd-csrf";

@@ -1,11 +1,17 @@
-//! Console logins held in serve's memory: session ids (cookies), their CSRF
-//! tokens, and one-time login codes. Bounded and expiring; never on disk.
+//! Console logins: session ids (cookies), their CSRF tokens and one-time login codes, kept in the state store so a session outlives the serve that opened it.
+//!
+//! The store keeps only each session id's and code's SHA-256, never the
+//! secret itself, and no bearer token: a session opened with a token holds
+//! the token's id and the token is checked again (live, not revoked, not
+//! expired) on every request, so revoking it ends the session at once.
+//! Lifetimes are decided by the database's clock.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use zeroize::Zeroizing;
+use plugd_control::store::{Lifetime, LiveKind, LiveSessionStore, StoreError};
+use serde_json::{Value, json};
 
 /// A session unused this long is gone (the cookie's `Max-Age` too).
 pub const IDLE_LIMIT: Duration = Duration::from_secs(12 * 3600);
@@ -17,17 +23,25 @@ pub const AGE_LIMIT: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const CODE_LIFETIME: Duration = Duration::from_secs(10 * 60);
 
 /// Sessions kept at most; a login beyond drops the least recently used.
-pub const MAX_SESSIONS: usize = 256;
+pub const MAX_SESSIONS: u64 = 256;
 
-/// Codes waiting at most; minting one beyond drops the oldest.
-pub const MAX_CODES: usize = 16;
+/// How often a session in use is marked used in the store (its idle clock).
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+const LIFETIME: Lifetime = Lifetime {
+    idle_ms: IDLE_LIMIT.as_millis() as i64,
+    max_age_ms: Some(AGE_LIMIT.as_millis() as i64),
+};
 
 /// What a session stands for.
-#[derive(Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Login {
-    /// A bearer token, verified again on every request (revocation and
-    /// expiry end the session at once).
-    Token(Zeroizing<String>),
+    /// A bearer token, by its id; checked again on every request
+    /// (revocation and expiry end the session at once).
+    Token {
+        /// The token's id (not its secret).
+        id: String,
+    },
     /// The serve owner, logged in by a one-time code (admin, like the
     /// socket's users); `name` is the user name.
     Owner {
@@ -36,12 +50,33 @@ pub enum Login {
     },
 }
 
-impl std::fmt::Debug for Login {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Login {
+    fn owner(&self) -> String {
         match self {
-            Login::Token(_) => f.write_str("Login::Token(••••)"),
-            Login::Owner { name } => write!(f, "Login::Owner({name})"),
+            Login::Token { id } => format!("token-id:{id}"),
+            Login::Owner { name } => format!("owner:{name}"),
         }
+    }
+
+    fn data(&self, csrf: &str) -> Value {
+        match self {
+            Login::Token { id } => json!({"login": "token", "token_id": id, "csrf": csrf}),
+            Login::Owner { name } => json!({"login": "owner", "name": name, "csrf": csrf}),
+        }
+    }
+
+    fn from_data(data: &Value) -> Option<(Login, String)> {
+        let csrf = data.get("csrf")?.as_str()?.to_owned();
+        let login = match data.get("login")?.as_str()? {
+            "token" => Login::Token {
+                id: data.get("token_id")?.as_str()?.to_owned(),
+            },
+            "owner" => Login::Owner {
+                name: data.get("name")?.as_str()?.to_owned(),
+            },
+            _ => return None,
+        };
+        Some((login, csrf))
     }
 }
 
@@ -54,36 +89,16 @@ pub struct Session {
     pub csrf: String,
 }
 
-struct Entry {
-    session: Session,
-    created: Instant,
-    used: Instant,
-}
-
-struct Code {
-    name: String,
-    minted: Instant,
-}
-
-#[derive(Default)]
-struct State {
-    sessions: HashMap<String, Entry>,
-    codes: HashMap<String, Code>,
-}
-
-/// Every console session and login code of one serve.
-#[derive(Default)]
+/// Every console session and login code, in the state store.
 pub struct Sessions {
-    state: Mutex<State>,
+    store: Arc<dyn LiveSessionStore>,
+    /// When this serve last marked each session used in the store.
+    touched: Mutex<HashMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.lock();
-        f.debug_struct("Sessions")
-            .field("sessions", &s.sessions.len())
-            .field("codes", &s.codes.len())
-            .finish()
+        f.debug_struct("Sessions").finish_non_exhaustive()
     }
 }
 
@@ -94,111 +109,105 @@ fn random_id() -> Option<String> {
     Some(hex::encode(bytes))
 }
 
+/// Why a session or code could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The operating system gave no randomness.
+    #[error("the operating system gave no randomness for a session id or login code")]
+    NoRandomness,
+    /// The state store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 impl Sessions {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    /// Sessions kept in `store`.
+    pub fn new(store: Arc<dyn LiveSessionStore>) -> Sessions {
+        Sessions {
+            store,
+            touched: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.touched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Starts a session for `login`: its id (the cookie's value) and CSRF
-    /// token. `None` only when the OS has no randomness to give.
-    pub fn create(&self, login: Login) -> Option<(String, Session)> {
-        let id = random_id()?;
-        let session = Session {
-            login,
-            csrf: random_id()?,
-        };
-        let now = Instant::now();
-        let mut s = self.lock();
-        prune(&mut s, now);
-        if s.sessions.len() >= MAX_SESSIONS {
-            drop_oldest(&mut s.sessions, |e| e.used);
-        }
-        s.sessions.insert(
-            id.clone(),
-            Entry {
-                session: session.clone(),
-                created: now,
-                used: now,
-            },
-        );
-        Some((id, session))
+    /// token.
+    pub async fn create(&self, login: Login) -> Result<(String, Session), SessionError> {
+        let id = random_id().ok_or(SessionError::NoRandomness)?;
+        let csrf = random_id().ok_or(SessionError::NoRandomness)?;
+        self.store
+            .live_sessions_sweep(LiveKind::Console, LIFETIME)
+            .await?;
+        self.store
+            .live_session_put(
+                LiveKind::Console,
+                &id,
+                &login.owner(),
+                None,
+                &login.data(&csrf),
+            )
+            .await?;
+        self.store
+            .live_sessions_trim(LiveKind::Console, MAX_SESSIONS)
+            .await?;
+        self.touched().insert(id.clone(), Instant::now());
+        Ok((id, Session { login, csrf }))
     }
 
-    /// The live session `id`, marked as used now.
-    pub fn get(&self, id: &str) -> Option<Session> {
-        let now = Instant::now();
-        let mut s = self.lock();
-        let entry = s.sessions.get_mut(id)?;
-        if expired(entry, now) {
-            s.sessions.remove(id);
-            return None;
+    /// The live session `id`, marked as used (in the store at most once per
+    /// minute).
+    pub async fn get(&self, id: &str) -> Result<Option<Session>, StoreError> {
+        let Some(stored) = self
+            .store
+            .live_session_get(LiveKind::Console, id, LIFETIME)
+            .await?
+        else {
+            self.touched().remove(id);
+            return Ok(None);
+        };
+        let Some((login, csrf)) = Login::from_data(&stored.data) else {
+            return Ok(None);
+        };
+        let due = {
+            let mut t = self.touched();
+            let due = t.get(id).is_none_or(|at| at.elapsed() >= TOUCH_EVERY);
+            if due {
+                if t.len() >= 4 * MAX_SESSIONS as usize {
+                    t.clear();
+                }
+                t.insert(id.to_owned(), Instant::now());
+            }
+            due
+        };
+        if due {
+            self.store.live_session_touch(LiveKind::Console, id).await?;
         }
-        entry.used = now;
-        Some(entry.session.clone())
+        Ok(Some(Session { login, csrf }))
     }
 
     /// Ends session `id` (logout); whether it existed.
-    pub fn remove(&self, id: &str) -> bool {
-        self.lock().sessions.remove(id).is_some()
-    }
-
-    /// How many sessions are live.
-    pub fn len(&self) -> usize {
-        let mut s = self.lock();
-        prune(&mut s, Instant::now());
-        s.sessions.len()
-    }
-
-    /// Whether no session is live.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    pub async fn remove(&self, id: &str) -> Result<bool, StoreError> {
+        self.touched().remove(id);
+        self.store.live_session_delete(LiveKind::Console, id).await
     }
 
     /// A one-time login code for the serve owner `name`, good for
     /// [`CODE_LIFETIME`].
-    pub fn mint_code(&self, name: &str) -> Option<String> {
-        let code = random_id()?;
-        let now = Instant::now();
-        let mut s = self.lock();
-        s.codes
-            .retain(|_, c| now.duration_since(c.minted) < CODE_LIFETIME);
-        if s.codes.len() >= MAX_CODES {
-            drop_oldest(&mut s.codes, |c| c.minted);
-        }
-        s.codes.insert(
-            code.clone(),
-            Code {
-                name: name.to_owned(),
-                minted: now,
-            },
-        );
-        Some(code)
+    pub async fn mint_code(&self, name: &str) -> Result<String, SessionError> {
+        let code = random_id().ok_or(SessionError::NoRandomness)?;
+        self.store
+            .login_code_put(&code, name, CODE_LIFETIME.as_millis() as i64)
+            .await?;
+        Ok(code)
     }
 
     /// Spends `code`: the owner it was minted for, once, while it is fresh.
-    pub fn redeem_code(&self, code: &str) -> Option<String> {
-        let c = self.lock().codes.remove(code)?;
-        (c.minted.elapsed() < CODE_LIFETIME).then_some(c.name)
+    pub async fn redeem_code(&self, code: &str) -> Result<Option<String>, StoreError> {
+        self.store.login_code_redeem(code).await
     }
-}
-
-/// Removes the entry of `map` whose `at` is earliest.
-fn drop_oldest<V>(map: &mut HashMap<String, V>, at: impl Fn(&V) -> Instant) {
-    if let Some(oldest) = map
-        .iter()
-        .min_by_key(|(_, v)| at(v))
-        .map(|(k, _)| k.clone())
-    {
-        map.remove(&oldest);
-    }
-}
-
-fn expired(e: &Entry, now: Instant) -> bool {
-    now.duration_since(e.used) >= IDLE_LIMIT || now.duration_since(e.created) >= AGE_LIMIT
-}
-
-fn prune(s: &mut State, now: Instant) {
-    s.sessions.retain(|_, e| !expired(e, now));
 }
 
 #[cfg(test)]
@@ -211,57 +220,109 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_session_is_found_by_its_id_until_it_is_removed() {
-        let s = Sessions::default();
-        let (id, session) = s.create(owner()).unwrap();
+    fn sessions() -> Sessions {
+        Sessions::new(Arc::new(plugd_store::Store::open_in_memory().unwrap()))
+    }
+
+    #[tokio::test]
+    async fn a_session_is_found_by_its_id_until_it_is_removed() {
+        let s = sessions();
+        let (id, session) = s.create(owner()).await.unwrap();
         assert_eq!(id.len(), 64);
         assert_ne!(id, session.csrf);
-        assert_eq!(s.get(&id).unwrap().csrf, session.csrf);
-        assert!(s.get("nope").is_none());
-        assert!(s.remove(&id));
-        assert!(s.get(&id).is_none());
-        assert!(!s.remove(&id));
+        let got = s.get(&id).await.unwrap().unwrap();
+        assert_eq!(got.csrf, session.csrf);
+        assert_eq!(got.login, owner());
+        assert!(s.get("nope").await.unwrap().is_none());
+        assert!(s.remove(&id).await.unwrap());
+        assert!(s.get(&id).await.unwrap().is_none());
+        assert!(!s.remove(&id).await.unwrap());
     }
 
-    #[test]
-    fn sessions_are_bounded_and_the_least_recently_used_goes_first() {
-        let s = Sessions::default();
-        let (first, _) = s.create(owner()).unwrap();
-        let (second, _) = s.create(owner()).unwrap();
+    #[tokio::test]
+    async fn a_session_outlives_the_serve_that_opened_it() {
+        let store: Arc<dyn LiveSessionStore> =
+            Arc::new(plugd_store::Store::open_in_memory().unwrap());
+        let (id, session) = Sessions::new(store.clone())
+            .create(Login::Token {
+                id: "0123456789abcdef".into(),
+            })
+            .await
+            .unwrap();
+        let again = Sessions::new(store).get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            again.login,
+            Login::Token {
+                id: "0123456789abcdef".into()
+            }
+        );
+        assert_eq!(again.csrf, session.csrf);
+    }
+
+    #[tokio::test]
+    async fn sessions_are_bounded_and_the_least_recently_used_goes_first() {
+        let store = Arc::new(plugd_store::Store::open_in_memory().unwrap());
+        let s = Sessions::new(store.clone());
+        let (first, _) = s.create(owner()).await.unwrap();
+        let (second, _) = s.create(owner()).await.unwrap();
         // The first is used again: the second is now the least recent.
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(s.get(&first).is_some());
+        std::thread::sleep(Duration::from_millis(5));
+        store.live_session_touch(LiveKind::Console, &first).unwrap();
         for _ in 0..MAX_SESSIONS - 1 {
-            s.create(owner()).unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+            s.create(owner()).await.unwrap();
         }
-        assert_eq!(s.len(), MAX_SESSIONS);
-        assert!(s.get(&first).is_some(), "used recently, kept");
-        assert!(s.get(&second).is_none(), "least recently used, dropped");
+        assert!(
+            s.get(&first).await.unwrap().is_some(),
+            "used recently, kept"
+        );
+        assert!(
+            s.get(&second).await.unwrap().is_none(),
+            "least recently used, dropped"
+        );
     }
 
-    #[test]
-    fn a_code_is_good_once() {
-        let s = Sessions::default();
-        let code = s.mint_code("alice").unwrap();
-        assert_eq!(s.redeem_code(&code).as_deref(), Some("alice"));
-        assert_eq!(s.redeem_code(&code), None);
-        assert_eq!(s.redeem_code("forged"), None);
+    #[tokio::test]
+    async fn a_code_is_good_once() {
+        let s = sessions();
+        let code = s.mint_code("alice").await.unwrap();
+        assert_eq!(
+            s.redeem_code(&code).await.unwrap().as_deref(),
+            Some("alice")
+        );
+        assert_eq!(s.redeem_code(&code).await.unwrap(), None);
+        assert_eq!(s.redeem_code("forged").await.unwrap(), None);
     }
 
-    #[test]
-    fn codes_are_bounded() {
-        let s = Sessions::default();
-        let first = s.mint_code("alice").unwrap();
-        for _ in 0..MAX_CODES {
-            s.mint_code("alice").unwrap();
+    #[tokio::test]
+    async fn codes_are_bounded() {
+        let s = sessions();
+        let first = s.mint_code("alice").await.unwrap();
+        for _ in 0..plugd_control::store::live::MAX_CODES {
+            std::thread::sleep(Duration::from_millis(1));
+            s.mint_code("alice").await.unwrap();
         }
-        assert_eq!(s.redeem_code(&first), None, "the oldest code was dropped");
+        assert_eq!(
+            s.redeem_code(&first).await.unwrap(),
+            None,
+            "the oldest code was dropped"
+        );
     }
 
     #[test]
-    fn a_token_never_shows_in_debug_output() {
-        let login = Login::Token(Zeroizing::new("plugd_secret".into()));
-        assert!(!format!("{login:?}").contains("plugd_secret"));
+    fn stored_data_holds_no_secret_but_the_csrf_token() {
+        let data = Login::Token { id: "abc".into() }.data("csrf1");
+        assert_eq!(
+            data,
+            json!({"login": "token", "token_id": "abc", "csrf": "csrf1"})
+        );
+        assert_eq!(
+            Login::from_data(&data),
+            Some((Login::Token { id: "abc".into() }, "csrf1".into()))
+        );
+        assert_eq!(
+            Login::from_data(&json!({"login": "root", "csrf": "x"})),
+            None
+        );
     }
 }

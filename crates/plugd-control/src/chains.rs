@@ -19,6 +19,7 @@
 //! workspace); chains, runs and compactions inherit their session's.
 
 use crate::store::StoreError;
+use crate::store::outbox::{Enqueued, Reporter, Subscriber};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -479,6 +480,18 @@ pub trait ChainStore: Send + Sync {
         compaction: &Compaction,
     ) -> Result<Chain, StoreError>;
 
+    /// [`ChainStore::chain_derive`], and the event `report` makes of the
+    /// derived chain (`chain.compacted`) recorded for `subscribers` in the
+    /// same transaction: both are written or neither.
+    async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: &Reporter<'_, Chain>,
+        subscribers: &[Subscriber],
+    ) -> Result<(Chain, Enqueued), StoreError>;
+
     /// Records a compaction that derived nothing (it failed).
     async fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError>;
 
@@ -494,6 +507,18 @@ pub trait ChainStore: Send + Sync {
     /// Applies `patch` to run `id`; the run after it. A terminal status
     /// sets `ended_at`; a run already ended keeps its status.
     async fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError>;
+
+    /// [`ChainStore::run_update`], and the event `report` makes of the run
+    /// after it (`run.completed`) recorded for `subscribers` in the same
+    /// transaction: a run's final status and its event are both written or
+    /// neither. `None` when there is no run `id` (and no event).
+    async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: &Reporter<'_, Run>,
+        subscribers: &[Subscriber],
+    ) -> Result<Option<(Run, Enqueued)>, StoreError>;
 
     /// Runs of session `session` (any when `None`) that `scope` sees,
     /// newest first, at most `limit`.

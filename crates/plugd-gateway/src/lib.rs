@@ -34,6 +34,7 @@ use std::sync::Arc;
 use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::mcp_config::ProfileMatcher;
+use serde_json::Value;
 
 pub use session::{Session, Sink};
 
@@ -133,6 +134,29 @@ impl Gateway {
             Some(name) => Some((name.to_owned(), self.profile(name)?)),
         };
         Ok(Session::new(self.clone(), caller, profile))
+    }
+
+    /// Session `id` of `caller` over `profile`, rebuilt from the snapshot
+    /// the state store kept ([`Session::snapshot`]); `Ok(None)` when the
+    /// snapshot is not usable.
+    pub fn restore_session(
+        &self,
+        id: &str,
+        caller: Caller,
+        profile: Option<&str>,
+        snapshot: &Value,
+    ) -> Result<Option<Session>, GatewayError> {
+        let profile = match profile {
+            None => None,
+            Some(name) => Some((name.to_owned(), self.profile(name)?)),
+        };
+        Ok(Session::restore(
+            self.clone(),
+            id,
+            caller,
+            profile,
+            snapshot,
+        ))
     }
 
     fn profile(&self, name: &str) -> Result<ProfileMatcher, GatewayError> {

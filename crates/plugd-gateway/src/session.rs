@@ -194,18 +194,76 @@ impl Session {
         caller: Caller,
         profile: Option<(String, ProfileMatcher)>,
     ) -> Session {
+        Session::with_state(
+            gw,
+            random_id(),
+            caller,
+            profile,
+            State {
+                version: None,
+                initialized: false,
+                capabilities: json!({}),
+                client: Value::Null,
+            },
+        )
+    }
+
+    /// The session `id` rebuilt from its [`Session::snapshot`] (kept in the
+    /// state store): `None` when the snapshot is not one this build wrote.
+    pub(crate) fn restore(
+        gw: Gateway,
+        id: &str,
+        caller: Caller,
+        profile: Option<(String, ProfileMatcher)>,
+        snapshot: &Value,
+    ) -> Option<Session> {
+        let version = snapshot.get("version")?.as_str()?;
+        let version = version::SUPPORTED.iter().copied().find(|v| *v == version)?;
+        let capabilities = snapshot.get("capabilities")?.clone();
+        if !capabilities.is_object() {
+            return None;
+        }
+        Some(Session::with_state(
+            gw,
+            id.to_owned(),
+            caller,
+            profile,
+            State {
+                version: Some(version),
+                initialized: snapshot.get("initialized").and_then(Value::as_bool) == Some(true),
+                capabilities,
+                client: snapshot.get("client").cloned().unwrap_or(Value::Null),
+            },
+        ))
+    }
+
+    /// What rebuilds this session elsewhere (another serve, another node):
+    /// the negotiated revision, the client's capabilities and info. `None`
+    /// before `initialize` settled a revision.
+    pub fn snapshot(&self) -> Option<Value> {
+        let state = lock(&self.inner.state);
+        Some(json!({
+            "version": state.version?,
+            "initialized": state.initialized,
+            "capabilities": state.capabilities,
+            "client": state.client,
+        }))
+    }
+
+    fn with_state(
+        gw: Gateway,
+        id: String,
+        caller: Caller,
+        profile: Option<(String, ProfileMatcher)>,
+        state: State,
+    ) -> Session {
         Session {
             inner: Arc::new(SessionInner {
                 gw,
-                id: random_id(),
+                id,
                 caller,
                 profile,
-                state: Mutex::new(State {
-                    version: None,
-                    initialized: false,
-                    capabilities: json!({}),
-                    client: Value::Null,
-                }),
+                state: Mutex::new(state),
                 inflight: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),

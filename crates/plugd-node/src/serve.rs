@@ -118,7 +118,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
         use std::io::IsTerminal as _;
         let mut out = std::io::stdout();
         if out.is_terminal() {
-            if let Some(path) = console.console_link_path() {
+            if let Ok(path) = console.console_link_path().await {
                 use std::io::Write as _;
                 let _ = writeln!(out, "plugd console: http://{bound}{path}");
             }

@@ -573,6 +573,29 @@ pub(crate) async fn token_identity(
         .token_verify(token)
         .await
         .map_err(|e| ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response())?;
+    token_verdict(remote, verdict).await
+}
+
+/// The identity of a console session opened with API token `id`: the token
+/// checked again (live, not revoked, not expired), else `401`.
+async fn token_id_identity(
+    state: &AppState,
+    remote: SocketAddr,
+    id: &str,
+) -> Result<Identity, Response> {
+    let verdict = state
+        .runtime
+        .state()
+        .token_live(id)
+        .await
+        .map_err(|e| ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response())?;
+    token_verdict(remote, verdict).await
+}
+
+async fn token_verdict(
+    remote: SocketAddr,
+    verdict: Result<plugd_store::tokens::TokenInfo, TokenRejection>,
+) -> Result<Identity, Response> {
     match verdict {
         Ok(info) => Ok(Identity {
             name: format!("token:{}", info.name),
@@ -629,18 +652,25 @@ async fn console_identity(
             "this request needs a bearer token: {HOW_TO_GET_A_TOKEN}"
         )));
     };
-    let Some(session) = state.console.get(&id) else {
-        tokio::time::sleep(FAILURE_DELAY).await;
-        return Err(unauthenticated(
-            "the console session ended (logged out, expired, or serve restarted); log in again at /console/login".into(),
-        ));
+    let session = match state.console.get(&id).await {
+        Ok(Some(session)) => session,
+        Ok(None) => {
+            tokio::time::sleep(FAILURE_DELAY).await;
+            return Err(unauthenticated(
+                "the console session ended (logged out or expired); log in again at /console/login"
+                    .into(),
+            ));
+        }
+        Err(e) => {
+            return Err(ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response());
+        }
     };
     let identity = match &session.login {
-        plugd_console::Login::Token(token) => {
-            let identity = token_identity(state, remote, token).await;
+        plugd_console::Login::Token { id: token_id } => {
+            let identity = token_id_identity(state, remote, token_id).await;
             if identity.is_err() {
                 // The token is gone: so is every session it opened.
-                state.console.remove(&id);
+                let _ = state.console.remove(&id).await;
             }
             identity?
         }

@@ -73,15 +73,27 @@ async fn login(
                 Ok(i) => i,
                 Err(resp) => return resp,
             };
+            // A session holds the token's id and checks it again on every
+            // request; a delegation token lives only as long as its
+            // invocation and opens no session.
+            let Some(id) = plugd_store::tokens::token_id(token.trim()) else {
+                return ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    error::code::BAD_REQUEST,
+                    "only an API token (plugd token create) opens a console session".to_owned(),
+                )
+                .into_response();
+            };
             tracing::info!(identity = %identity.name, %remote, "console login");
-            plugd_console::Login::Token(Zeroizing::new(token.trim().to_owned()))
+            plugd_console::Login::Token { id: id.to_owned() }
         }
-        (None, Some(code)) => match state.console.redeem_code(code.trim()) {
-            Some(name) => {
+        (None, Some(code)) => match state.console.redeem_code(code.trim()).await {
+            Err(e) => return store_error(e),
+            Ok(Some(name)) => {
                 tracing::info!(identity = %name, %remote, "console login by a one-time link");
                 plugd_console::Login::Owner { name }
             }
-            None => {
+            Ok(None) => {
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 return ApiError::new(
                     StatusCode::UNAUTHORIZED,
@@ -100,13 +112,17 @@ async fn login(
             .into_response();
         }
     };
-    let Some((id, _)) = state.console.create(login) else {
-        return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            error::code::SERVER_ERROR,
-            "the operating system gave no randomness for a session id".to_owned(),
-        )
-        .into_response();
+    let id = match state.console.create(login).await {
+        Ok((id, _)) => id,
+        Err(plugd_console::SessionError::Store(e)) => return store_error(e),
+        Err(e) => {
+            return ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                error::code::SERVER_ERROR,
+                e.to_string(),
+            )
+            .into_response();
+        }
     };
     let cookie = plugd_console::set_cookie(&plugd_console::cookie_name(local.port()), &id);
     let mut resp = StatusCode::NO_CONTENT.into_response();
@@ -147,7 +163,9 @@ async fn logout(
         )
         .into_response();
     };
-    state.console.remove(&c.id);
+    if let Err(e) = state.console.remove(&c.id).await {
+        return store_error(e);
+    }
     let mut resp = StatusCode::NO_CONTENT.into_response();
     if let Ok(v) = HeaderValue::from_str(&plugd_console::clear_cookie(&c.cookie)) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
@@ -158,15 +176,22 @@ async fn logout(
 /// `POST /console/links` (admin): a one-time login code for the serve
 /// owner, and the path that spends it.
 async fn links(State(state): State<AppState>) -> Response {
-    match state.console_link_path() {
-        Some(path) => (StatusCode::CREATED, Json(json!({"path": path}))).into_response(),
-        None => ApiError::new(
+    match state.console_link_path().await {
+        Ok(path) => (StatusCode::CREATED, Json(json!({"path": path}))).into_response(),
+        Err(plugd_console::SessionError::Store(e)) => store_error(e),
+        Err(e) => ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             error::code::SERVER_ERROR,
-            "the operating system gave no randomness for a login code".to_owned(),
+            e.to_string(),
         )
         .into_response(),
     }
+}
+
+/// A failure of the state store as the API's error (503 `store_unavailable`
+/// when the database is unreachable).
+fn store_error(e: plugd_store::StoreError) -> Response {
+    ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response()
 }
 
 impl AppState {
@@ -174,8 +199,11 @@ impl AppState {
     /// serve runs as: what `plugd serve` prints at start and `plugd
     /// console` asks for. The code is in the fragment, so it never reaches
     /// a server log or a `Referer`.
-    pub fn console_link_path(&self) -> Option<String> {
-        let code = self.console.mint_code(&user_name(self.auth.owner_uid))?;
-        Some(format!("/console/login#code={code}"))
+    pub async fn console_link_path(&self) -> Result<String, plugd_console::SessionError> {
+        let code = self
+            .console
+            .mint_code(&user_name(self.auth.owner_uid))
+            .await?;
+        Ok(format!("/console/login#code={code}"))
     }
 }

@@ -325,12 +325,17 @@ impl AppState {
                 .with_cors(&config.mcp.http.cors_allowed_origins),
         );
         let body_timeout = Duration::from_secs(config.http.body_timeout_secs);
+        let runtime_state = runtime.state().clone();
         let gateway =
             plugd_gateway::Gateway::new(runtime.clone(), config.clone(), env!("CARGO_PKG_VERSION"));
         let audit = Arc::new(plugd_store::tokens::AuditWriter::start(
             runtime.state().clone(),
         ));
-        let mcp = Some(Arc::new(mcp::McpHttp::new(gateway, &config.mcp.http)));
+        let mcp = Some(Arc::new(mcp::McpHttp::new(
+            gateway,
+            &config.mcp.http,
+            runtime_state.clone(),
+        )));
         AppState {
             runtime,
             pipeline,
@@ -341,7 +346,7 @@ impl AppState {
             auth,
             mcp,
             audit,
-            console: Arc::default(),
+            console: Arc::new(plugd_console::Sessions::new(runtime_state)),
             config_gate: None,
         }
     }

@@ -67,12 +67,22 @@ use tokio::sync::mpsc;
 use crate::auth::Identity;
 use crate::mcp_stream::{self, Hub, STANDALONE};
 use crate::{ApiError, AppState, JsonBody, error};
+use plugd_store::{Lifetime, LiveKind};
 
 /// Most MCP sessions alive at once.
 pub const MAX_SESSIONS: usize = 4096;
 
 /// A session unused this long is dropped.
 pub const SESSION_IDLE: Duration = Duration::from_secs(3600);
+
+/// The lifetime of a session kept in the state store: [`SESSION_IDLE`].
+const STORED_LIFETIME: Lifetime = Lifetime {
+    idle_ms: SESSION_IDLE.as_millis() as i64,
+    max_age_ms: None,
+};
+
+/// How often a session in use is marked used in the state store.
+const STORE_TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
@@ -96,6 +106,9 @@ pub struct McpHttp {
     gateway: Gateway,
     limits: McpHttpConfig,
     sessions: Mutex<HashMap<String, Live>>,
+    /// Where sessions are kept beyond this process (the state store): a
+    /// session this serve does not hold is rebuilt from there.
+    store: Arc<dyn plugd_store::StateStore>,
     /// The sessions of the legacy HTTP+SSE transport ([`crate::mcp_sse`]).
     legacy: crate::mcp_sse::Legacy,
 }
@@ -107,6 +120,8 @@ struct Live {
     owner: String,
     profile: Option<String>,
     used: Instant,
+    /// When the store last heard the session was used.
+    stored_used: Instant,
 }
 
 impl Live {
@@ -126,11 +141,16 @@ enum Refused {
 
 impl McpHttp {
     /// Sessions over `gateway`, within `limits` (plugd.yaml `mcp.http`).
-    pub fn new(gateway: Gateway, limits: &McpHttpConfig) -> McpHttp {
+    pub fn new(
+        gateway: Gateway,
+        limits: &McpHttpConfig,
+        store: Arc<dyn plugd_store::StateStore>,
+    ) -> McpHttp {
         McpHttp {
             gateway,
             limits: limits.clone(),
             sessions: Mutex::new(HashMap::new()),
+            store,
             legacy: crate::mcp_sse::Legacy::default(),
         }
     }
@@ -170,15 +190,107 @@ impl McpHttp {
     }
 
     /// The live session `id` of `owner` under `profile`, with its streams;
-    /// `None` also when it belongs to someone else.
-    fn find(&self, id: &str, owner: &str, profile: Option<&str>) -> Option<(Session, Arc<Hub>)> {
-        let mut map = self.lock();
-        let live = map.get_mut(id)?;
-        if live.owner != owner || live.profile.as_deref() != profile {
-            return None;
+    /// `None` also when it belongs to someone else. A session this serve
+    /// does not hold (opened before a restart, or on another node) is
+    /// rebuilt from the state store.
+    async fn find(
+        &self,
+        id: &str,
+        owner: &str,
+        profile: Option<&str>,
+    ) -> Result<Option<(Session, Arc<Hub>)>, ApiError> {
+        let touch = {
+            let mut map = self.lock();
+            if let Some(live) = map.get_mut(id) {
+                if live.owner != owner || live.profile.as_deref() != profile {
+                    return Ok(None);
+                }
+                live.used = Instant::now();
+                let touch = live.stored_used.elapsed() >= STORE_TOUCH_EVERY;
+                if touch {
+                    live.stored_used = live.used;
+                }
+                let found = (live.session.clone(), live.hub.clone());
+                if !touch {
+                    return Ok(Some(found));
+                }
+                Some(found)
+            } else {
+                None
+            }
+        };
+        if let Some(found) = touch {
+            self.store
+                .live_session_touch(LiveKind::Mcp, id)
+                .await
+                .map_err(store_error)?;
+            return Ok(Some(found));
         }
-        live.used = Instant::now();
-        Some((live.session.clone(), live.hub.clone()))
+        let Some(stored) = self
+            .store
+            .live_session_get(LiveKind::Mcp, id, STORED_LIFETIME)
+            .await
+            .map_err(store_error)?
+        else {
+            return Ok(None);
+        };
+        if stored.owner != owner || stored.profile.as_deref() != profile {
+            return Ok(None);
+        }
+        let caller = Caller {
+            name: owner.to_owned(),
+            may_approve_critical: stored
+                .data
+                .get("may_approve_critical")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        };
+        let Some(session) = self
+            .gateway
+            .restore_session(id, caller, profile, &stored.data)
+            .map_err(gateway_error)?
+        else {
+            tracing::warn!(session = %id, "a stored MCP session could not be rebuilt; the client must initialize again");
+            return Ok(None);
+        };
+        tracing::info!(session = %id, owner, "MCP session rebuilt from the state store");
+        let hub = Hub::new(self.stream_options(session.protocol_version()));
+        let mut map = self.lock();
+        // Another request may have rebuilt it meanwhile: keep that one.
+        let live = map.entry(id.to_owned()).or_insert_with(|| Live {
+            session,
+            hub,
+            owner: owner.to_owned(),
+            profile: profile.map(str::to_owned),
+            used: Instant::now(),
+            stored_used: Instant::now(),
+        });
+        Ok(Some((live.session.clone(), live.hub.clone())))
+    }
+
+    /// Drops session `id` from this serve only (it could not be stored).
+    fn forget(&self, id: &str) {
+        if let Some(l) = self.lock().remove(id) {
+            l.end();
+        }
+    }
+
+    /// Keeps session `session` of `owner` in the state store.
+    async fn store_session(
+        &self,
+        session: &Session,
+        owner: &str,
+        profile: Option<&str>,
+        may_approve_critical: bool,
+    ) -> Result<(), ApiError> {
+        let Some(mut snapshot) = session.snapshot() else {
+            return Ok(());
+        };
+        snapshot["may_approve_critical"] = Value::Bool(may_approve_critical);
+        self.store
+            .live_session_put(LiveKind::Mcp, session.id(), owner, profile, &snapshot)
+            .await
+            .map_err(store_error)
     }
 
     fn insert(&self, session: Session, owner: &str, profile: Option<&str>) -> Result<(), Refused> {
@@ -212,23 +324,60 @@ impl McpHttp {
                 owner: owner.to_owned(),
                 profile: profile.map(str::to_owned),
                 used: Instant::now(),
+                stored_used: Instant::now(),
             },
         );
         Ok(())
     }
 
-    fn remove(&self, id: &str, owner: &str, profile: Option<&str>) -> bool {
-        let mut map = self.lock();
-        match map.get(id) {
-            Some(l) if l.owner == owner && l.profile.as_deref() == profile => {
-                if let Some(l) = map.remove(id) {
-                    l.end();
+    /// Ends session `id` of `owner` here and in the state store; whether
+    /// it was theirs.
+    async fn remove(&self, id: &str, owner: &str, profile: Option<&str>) -> Result<bool, ApiError> {
+        let local = {
+            let mut map = self.lock();
+            match map.get(id) {
+                Some(l) if l.owner == owner && l.profile.as_deref() == profile => {
+                    if let Some(l) = map.remove(id) {
+                        l.end();
+                    }
+                    Some(true)
                 }
-                true
+                Some(_) => Some(false),
+                None => None,
             }
-            _ => false,
+        };
+        match local {
+            Some(false) => Ok(false),
+            Some(true) => {
+                self.store
+                    .live_session_delete(LiveKind::Mcp, id)
+                    .await
+                    .map_err(store_error)?;
+                Ok(true)
+            }
+            None => {
+                let stored = self
+                    .store
+                    .live_session_get(LiveKind::Mcp, id, STORED_LIFETIME)
+                    .await
+                    .map_err(store_error)?;
+                match stored {
+                    Some(s) if s.owner == owner && s.profile.as_deref() == profile => self
+                        .store
+                        .live_session_delete(LiveKind::Mcp, id)
+                        .await
+                        .map_err(store_error),
+                    _ => Ok(false),
+                }
+            }
         }
     }
+}
+
+/// A failure of the state store as the API's error (503
+/// `store_unavailable` when the database is unreachable).
+fn store_error(e: plugd_store::StoreError) -> ApiError {
+    ApiError::from(plugd_runtime::RuntimeError::from(e))
 }
 
 /// An HTTP refusal whose body is a JSON-RPC error response (`id`: the
@@ -401,6 +550,14 @@ async fn post(
                     session.close();
                     return Ok(refused(why, &identity, request_id));
                 }
+                let may_approve = caller(&identity).may_approve_critical;
+                if let Err(e) = mcp
+                    .store_session(&session, &identity.name, profile, may_approve)
+                    .await
+                {
+                    mcp.forget(session.id());
+                    return Err(e);
+                }
                 if let Ok(v) = HeaderValue::from_str(session.id()) {
                     resp.headers_mut().insert(SESSION_HEADER, v);
                 }
@@ -409,6 +566,7 @@ async fn post(
         }
         Some(id) => mcp
             .find(&id, &identity.name, profile)
+            .await?
             .ok_or_else(|| no_session(&id))?,
         None if stateless => (
             mcp.gateway
@@ -886,10 +1044,10 @@ pub async fn get_mcp(
     profile: Option<Path<String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    listen(state, identity, profile.map(|Path(p)| p), headers)
+    listen(state, identity, profile.map(|Path(p)| p), headers).await
 }
 
-fn listen(
+async fn listen(
     state: AppState,
     identity: Identity,
     profile: Option<String>,
@@ -906,6 +1064,7 @@ fn listen(
     let id = required_session(&headers, "GET")?;
     let (session, hub) = mcp
         .find(&id, &identity.name, profile.as_deref())
+        .await?
         .ok_or_else(|| no_session(&id))?;
     if let Some(last) = headers.get(LAST_EVENT_ID) {
         let last = String::from_utf8_lossy(last.as_bytes());
@@ -942,10 +1101,10 @@ pub async fn delete_mcp(
     profile: Option<Path<String>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    end(state, identity, profile.map(|Path(p)| p), headers)
+    end(state, identity, profile.map(|Path(p)| p), headers).await
 }
 
-fn end(
+async fn end(
     state: AppState,
     identity: Identity,
     profile: Option<String>,
@@ -953,7 +1112,7 @@ fn end(
 ) -> Result<Response, ApiError> {
     let mcp = mcp_state(&state)?;
     let id = required_session(&headers, "DELETE")?;
-    if mcp.remove(&id, &identity.name, profile.as_deref()) {
+    if mcp.remove(&id, &identity.name, profile.as_deref()).await? {
         Ok(StatusCode::NO_CONTENT.into_response())
     } else {
         Err(no_session(&id))

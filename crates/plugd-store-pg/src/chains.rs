@@ -22,6 +22,7 @@ use plugd_control::chains::{
     Block, BlockKind, Chain, ChainStatus, Compaction, NewBlock, Run, RunKind, RunPatch, RunStatus,
     ScopeFilter, SessionInfo,
 };
+use plugd_control::store::outbox::{Enqueued, Reporter, Subscriber};
 use plugd_control::store::transcripts::valid_session_id;
 use serde_json::{Map, Value};
 use tokio_postgres::Row;
@@ -442,6 +443,21 @@ impl PgStore {
         seed: &[NewBlock],
         compaction: &Compaction,
     ) -> Result<Chain, PgError> {
+        Ok(self
+            .chain_derive_reporting(source, seed, compaction, None)
+            .await?
+            .0)
+    }
+
+    /// [`PgStore::chain_derive`], and the event `report` makes of the
+    /// derived chain recorded for `subscribers` in the same transaction.
+    pub async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: Option<(&Reporter<'_, Chain>, &[Subscriber])>,
+    ) -> Result<(Chain, Option<Enqueued>), PgError> {
         let derived = match &compaction.derived_chain_id {
             Some(id) => id.clone(),
             None => format!("ch_{}", random_hex(8)?),
@@ -494,12 +510,22 @@ impl PgStore {
         let mut c = compaction.clone();
         c.derived_chain_id = Some(derived.clone());
         insert_compaction(&tx, &c).await.map_err(err)?;
+        let chain = tx
+            .query_one(
+                &format!("SELECT {CHAIN_COLS} FROM chains c WHERE c.id = $1"),
+                &[&derived],
+            )
+            .await
+            .map_err(err)?;
+        let chain = chain_row(&chain);
+        let queued = match report {
+            Some((report, subscribers)) => {
+                Some(self.enqueue_in(&tx, &report(&chain), subscribers).await?)
+            }
+            None => None,
+        };
         tx.commit().await.map_err(err)?;
-        self.chain(&derived)
-            .await?
-            .ok_or_else(|| PgError::NotFound {
-                what: format!("chain {derived:?}"),
-            })
+        Ok((chain, queued))
     }
 
     /// Records a compaction that failed (no chain changed).
@@ -583,6 +609,17 @@ impl PgStore {
     /// database's clock, is recorded once); outputs always. The run as it is
     /// now.
     pub async fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, PgError> {
+        Ok(self.run_finish(id, patch, None).await?.map(|(run, _)| run))
+    }
+
+    /// [`PgStore::run_update`], and the event `report` makes of the run
+    /// after it recorded for `subscribers` in the same transaction.
+    pub async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: Option<(&Reporter<'_, Run>, &[Subscriber])>,
+    ) -> Result<Option<(Run, Option<Enqueued>)>, PgError> {
         let action = || format!("update run {id:?}");
         let err = |e| self.query_error(action(), e);
         {
@@ -634,9 +671,23 @@ impl PgStore {
                     .map_err(err)?;
                 }
             }
+            let run = tx
+                .query_one(
+                    &format!("SELECT {RUN_COLS} FROM runs WHERE id = $1"),
+                    &[&id],
+                )
+                .await
+                .map_err(err)?;
+            let run = run_row(&run);
+            let queued = match report {
+                Some((report, subscribers)) => {
+                    Some(self.enqueue_in(&tx, &report(&run), subscribers).await?)
+                }
+                None => None,
+            };
             tx.commit().await.map_err(err)?;
+            Ok(Some((run, queued)))
         }
-        self.run(id).await
     }
 
     /// The runs `scope` sees (by their session's scope), of `session` when

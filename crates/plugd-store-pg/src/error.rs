@@ -138,6 +138,76 @@ pub enum PgError {
     /// A secret could not be sealed or opened, or the master key not loaded.
     #[error(transparent)]
     Secret(Box<dyn std::error::Error + Send + Sync>),
+    /// `plugd cluster init` ran on this database before: a second init is refused.
+    #[error(
+        "state database {db} is already initialised as cluster {cluster_id} (master key {key_id}, created {created_at}); nodes join it with `plugd serve --state URL`"
+    )]
+    AlreadyInitialised {
+        /// The database concerned.
+        db: String,
+        /// The cluster it holds.
+        cluster_id: String,
+        /// The cluster's master key id.
+        key_id: String,
+        /// When that cluster was created (RFC 3339 UTC).
+        created_at: String,
+    },
+    /// The database holds no cluster record.
+    #[error(
+        "state database {db} is not a plugd cluster yet; run `plugd cluster init --state URL` first"
+    )]
+    NotInitialised {
+        /// The database concerned.
+        db: String,
+    },
+    /// A node's master key is not the one the cluster was created with.
+    #[error(
+        "state database {db} belongs to cluster {cluster_id} whose master key is {cluster_key_id}, but this node's master key is {node_key_id}; start every node with the cluster's key (PLUGD_MASTER_KEY or the key file)"
+    )]
+    KeyMismatch {
+        /// The database concerned.
+        db: String,
+        /// The cluster it holds.
+        cluster_id: String,
+        /// The master key id recorded by `plugd cluster init`.
+        cluster_key_id: String,
+        /// The master key id of this node.
+        node_key_id: String,
+    },
+    /// A workspace export into a cluster that already holds state.
+    #[error(
+        "state database {db} is not empty (table {table} has {rows} rows); export a workspace only into a freshly initialised cluster"
+    )]
+    NotEmpty {
+        /// The database concerned.
+        db: String,
+        /// The first table found with rows.
+        table: String,
+        /// How many rows it has.
+        rows: i64,
+    },
+    /// A workspace export with a secret sealed by another master key than the cluster's.
+    #[error(
+        "secret {field:?} of plugin {plugin:?} is sealed with master key {key_id}, but the cluster's master key is {cluster_key_id}; rotate the workspace's secrets to the cluster's key (`plugd secrets rotate`) before exporting, or init the cluster with the workspace's key"
+    )]
+    ForeignSecret {
+        /// The plugin whose setting it is.
+        plugin: String,
+        /// The setting.
+        field: String,
+        /// The key id the secret is sealed with.
+        key_id: String,
+        /// The cluster's master key id.
+        cluster_key_id: String,
+    },
+    /// A workspace export whose tables or columns do not match this schema.
+    #[error("cannot export table {table}: {detail}")]
+    ExportMismatch {
+        /// The table concerned.
+        table: String,
+        /// What does not match, and what to do.
+        detail: String,
+    },
     /// A query failed.
     #[error("state database {db}: {action}: {source}")]
     Query {

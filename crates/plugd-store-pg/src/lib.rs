@@ -23,11 +23,15 @@
 
 mod chains;
 mod clock;
+mod cluster;
 mod config;
 mod error;
+mod import;
 mod invocations;
 pub mod journal;
 mod kv;
+mod leases;
+mod live;
 mod memory;
 pub mod migrations;
 mod outbox;
@@ -37,7 +41,7 @@ pub mod shape;
 mod store_impl;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
-mod tokens;
+pub(crate) mod tokens;
 mod tool_state;
 mod transcripts;
 mod trust;
@@ -49,8 +53,11 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use tokio_postgres::config::Host;
 
+pub use cluster::ClusterInfo;
 pub use error::{DbError, PgError};
+pub use import::ImportReport;
 pub use migrations::{Migrated, SCHEMA_VERSION};
+pub use tokens::TOKEN_RECHECK;
 pub use vectors::VectorError;
 
 /// How a [`PgStore`] connects.
@@ -83,6 +90,8 @@ pub struct PgStore {
     /// The audit trail's and invocation records' writer, started on first
     /// use (`journal.rs`); dropping the store writes what it queued.
     journal: std::sync::OnceLock<journal::Journal>,
+    /// Token checks under the control epoch (`tokens.rs`).
+    token_cache: std::sync::Mutex<tokens::TokenCache>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -152,6 +161,7 @@ impl PgStore {
             config,
             timeout: opts.timeout,
             journal: std::sync::OnceLock::new(),
+            token_cache: std::sync::Mutex::default(),
         })
     }
 

@@ -59,7 +59,71 @@ const MIGRATIONS: &[&[&str]] = &[
         INVOCATIONS,
         CHAINS,
     ],
+    // 2: live sessions, login codes and the control epoch (SQLite's 17).
+    &[LIVE],
+    // 3: leases of singleton jobs with fencing numbers (SQLite's 18).
+    &[LEASES],
 ];
+
+/// Leases of singleton jobs (SQLite step 18, `plugd-store` `leases.rs`).
+const LEASES: &str = r#"
+    CREATE TABLE leases (
+        name     text COLLATE "C" PRIMARY KEY,
+        holder   text COLLATE "C" NOT NULL,
+        fence    bigint NOT NULL,
+        until_ms bigint NOT NULL
+    );
+"#;
+
+/// Live MCP and console sessions, login codes, and the control epoch with
+/// the triggers that bump it (SQLite step 17, `plugd-store` `live.rs`).
+/// Statement-level triggers: one bump per statement, in its transaction.
+const LIVE: &str = r#"
+    CREATE TABLE live_sessions (
+        kind       text COLLATE "C" NOT NULL,
+        id_sha256  bytea NOT NULL,
+        owner      text COLLATE "C" NOT NULL,
+        profile    text COLLATE "C",
+        data       text COLLATE "C" NOT NULL,
+        created_ms bigint NOT NULL,
+        used_ms    bigint NOT NULL,
+        PRIMARY KEY (kind, id_sha256)
+    );
+    CREATE INDEX live_sessions_owner ON live_sessions (kind, owner);
+    CREATE TABLE login_codes (
+        code_sha256 bytea PRIMARY KEY,
+        name        text COLLATE "C" NOT NULL,
+        minted_ms   bigint NOT NULL,
+        expires_ms  bigint NOT NULL
+    );
+    CREATE TABLE control_epoch (
+        id bigint PRIMARY KEY CHECK (id = 1),
+        n  bigint NOT NULL
+    );
+    INSERT INTO control_epoch (id, n) VALUES (1, 0);
+    CREATE FUNCTION plugd_bump_epoch() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE control_epoch SET n = n + 1 WHERE id = 1;
+        RETURN NULL;
+    END
+    $$;
+    CREATE TRIGGER epoch_api_tokens AFTER INSERT OR DELETE OR UPDATE OF
+        id, name, role, secret_sha256, created_at, created_by, expires_at_ms,
+        revoked_at, mcp_profiles, org_id, project_ids ON api_tokens
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_approvals AFTER INSERT OR UPDATE OR DELETE ON approvals
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_disabled_tools AFTER INSERT OR UPDATE OR DELETE ON disabled_tools
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_plugin_config AFTER INSERT OR UPDATE OR DELETE ON plugin_config
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_packages AFTER INSERT OR UPDATE OR DELETE ON packages
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_bindings AFTER INSERT OR UPDATE OR DELETE ON bindings
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+    CREATE TRIGGER epoch_call_approvals AFTER INSERT OR UPDATE OR DELETE ON call_approvals
+        FOR EACH STATEMENT EXECUTE FUNCTION plugd_bump_epoch();
+"#;
 
 /// Approvals pinned to a content digest, and plugins the supervisor gave up on
 /// (SQLite steps 1 and 2).

@@ -37,6 +37,17 @@ fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
 
+/// Refuses an event whose type is not a valid name.
+fn check_event(event: &NewEvent) -> Result<(), PgError> {
+    if !valid_event_type(&event.event_type) {
+        return Err(PgError::Invalid {
+            what: format!("event type {:?}", event.event_type),
+            problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
+        });
+    }
+    Ok(())
+}
+
 impl PgStore {
     fn decode_delivery(&self, r: &tokio_postgres::Row) -> Result<Leased, PgError> {
         let delivery_id: String = r.get(1);
@@ -98,23 +109,36 @@ impl PgStore {
         event: &NewEvent,
         subscribers: &[Subscriber],
     ) -> Result<Enqueued, PgError> {
-        if !valid_event_type(&event.event_type) {
-            return Err(PgError::Invalid {
-                what: format!("event type {:?}", event.event_type),
-                problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
-            });
-        }
+        check_event(event)?;
+        let action = || format!("record event {:?}", event.event_type);
+        let mut client = self.client().await?;
+        let tx = client
+            .transaction()
+            .await
+            .map_err(|e| self.query_error(action(), e))?;
+        let out = self.enqueue_in(&tx, event, subscribers).await?;
+        tx.commit()
+            .await
+            .map_err(|e| self.query_error(action(), e))?;
+        Ok(out)
+    }
+
+    /// Records `event` and one pending delivery per subscriber inside `tx`,
+    /// the transaction of the state change it reports, stamped by the
+    /// database's clock.
+    pub(crate) async fn enqueue_in(
+        &self,
+        tx: &tokio_postgres::Transaction<'_>,
+        event: &NewEvent,
+        subscribers: &[Subscriber],
+    ) -> Result<Enqueued, PgError> {
+        check_event(event)?;
         let action = || format!("record event {:?}", event.event_type);
         let event_id = format!("evt_{}", random_hex(8)?);
         let delivery_ids = subscribers
             .iter()
             .map(|_| random_hex(8).map(|h| format!("del_{h}")))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut client = self.client().await?;
-        let tx = client
-            .transaction()
-            .await
-            .map_err(|e| self.query_error(action(), e))?;
         let now = tx
             .query_one(&format!("SELECT {NOW_RFC3339}, {NOW_MS}"), &[])
             .await
@@ -163,9 +187,6 @@ impl PgStore {
             .await
             .map_err(|e| self.query_error(action(), e))?;
         }
-        tx.commit()
-            .await
-            .map_err(|e| self.query_error(action(), e))?;
         Ok(Enqueued {
             event_id,
             event: body,

@@ -8,15 +8,14 @@
 //! else is written as `other(PG_TYPE)` so a mismatch shows it. A primary-key
 //! column is `not null`.
 //!
-//! Left out (internal to this backend): the table `plugd_schema`, the
+//! Left out (internal to this backend): the tables `plugd_schema` and
+//! `plugd_cluster` (the cluster record, `cluster.rs`), the
 //! `plugd_workspace` identity table, `tsvector` columns (the full-text
 //! index of `memories`, which SQLite keeps in FTS5 shadow tables), and
 //! identity columns named `rowid` (SQLite's implicit row id made explicit).
 
+use crate::cluster::INTERNAL_TABLES;
 use crate::{PgError, PgStore};
-
-/// The tables left out of the shape.
-const INTERNAL_TABLES: &[&str] = &["plugd_schema", "plugd_workspace"];
 
 impl PgStore {
     /// The schema's logical shape, one line per fact, sorted.

@@ -12,15 +12,16 @@ use plugd_control::chains::{
 use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
 use plugd_control::packages::{Digest, Inserted, Package};
 use plugd_control::store::outbox::{
-    Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, RetryOutcome, RetryPolicy,
-    Subscriber,
+    Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, Reporter, RetryOutcome,
+    RetryPolicy, Subscriber,
 };
 use plugd_control::store::tool_state::{
     ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
 };
 use plugd_control::store::{
     Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
-    ConfigStore, ConfigWrite, Failure, InvocationStore, KvStore, MemoryEntry, MemoryStore,
+    ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence, InvocationStore, KvStore, Lease,
+    LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore, MemoryEntry, MemoryStore,
     NewToken, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore,
     StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore,
     TranscriptStore, VectorMatch, VectorRecord, VectorStore, VectorStoreError,
@@ -70,6 +71,13 @@ impl From<PgError> for StoreError {
                 action,
                 source: BackendError::new(source),
             },
+            // Cluster set-up and workspace export: never from a trait method.
+            e @ (PgError::AlreadyInitialised { .. }
+            | PgError::NotInitialised { .. }
+            | PgError::KeyMismatch { .. }
+            | PgError::NotEmpty { .. }
+            | PgError::ForeignSecret { .. }
+            | PgError::ExportMismatch { .. }) => StoreError::Conflict(e.to_string()),
         }
     }
 }
@@ -131,6 +139,7 @@ forward!(TokenStore {
     fn token_create_scoped(&self, name: &str, role: Role, expires_at_ms: Option<i64>, created_by: &str, mcp_profiles: Option<&[String]>, tenancy: Option<&Tenancy>) -> NewToken;
     fn token_list(&self) -> Vec<TokenInfo>;
     fn token_revoke(&self, id_or_name: &str) -> Option<TokenInfo>;
+    fn token_live(&self, id: &str) -> Result<TokenInfo, TokenRejection>;
     fn token_verify(&self, token: &str) -> Result<TokenInfo, TokenRejection>;
 });
 
@@ -265,22 +274,142 @@ forward!(InvocationStore {
     fn delete_invocations_before(&self, before_ms: i64) -> u64;
 });
 
-forward!(ChainStore {
-    fn session_open(&self, id: &str, org: Option<&str>, project: Option<&str>) -> (SessionInfo, bool);
-    fn session_info(&self, id: &str) -> Option<SessionInfo>;
-    fn sessions(&self, scope: &ScopeFilter, limit: usize, before: Option<&str>) -> Vec<SessionInfo>;
-    fn session_chains(&self, id: &str) -> Vec<Chain>;
-    fn chain(&self, id: &str) -> Option<Chain>;
-    fn chain_blocks(&self, id: &str, after: u64, limit: usize) -> Vec<Block>;
-    fn chain_append(&self, id: &str, blocks: &[NewBlock], by: &str) -> Vec<u64>;
-    fn chain_derive(&self, source: &str, seed: &[NewBlock], compaction: &Compaction) -> Chain;
-    fn compaction_failed(&self, compaction: &Compaction) -> ();
-    fn compactions(&self, session: &str) -> Vec<Compaction>;
-    fn run_create(&self, run: &Run) -> ();
-    fn run(&self, id: &str) -> Option<Run>;
-    fn run_update(&self, id: &str, patch: &RunPatch) -> Option<Run>;
-    fn runs(&self, scope: &ScopeFilter, session: Option<&str>, limit: usize) -> Vec<Run>;
-    fn child_runs(&self, parent: &str) -> u64;
+#[async_trait::async_trait]
+impl ChainStore for PgStore {
+    async fn session_open(
+        &self,
+        id: &str,
+        org: Option<&str>,
+        project: Option<&str>,
+    ) -> Result<(SessionInfo, bool), StoreError> {
+        Ok(PgStore::session_open(self, id, org, project).await?)
+    }
+    async fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        Ok(PgStore::session_info(self, id).await?)
+    }
+    async fn sessions(
+        &self,
+        scope: &ScopeFilter,
+        limit: usize,
+        before: Option<&str>,
+    ) -> Result<Vec<SessionInfo>, StoreError> {
+        Ok(PgStore::sessions(self, scope, limit, before).await?)
+    }
+    async fn session_chains(&self, id: &str) -> Result<Vec<Chain>, StoreError> {
+        Ok(PgStore::session_chains(self, id).await?)
+    }
+    async fn chain(&self, id: &str) -> Result<Option<Chain>, StoreError> {
+        Ok(PgStore::chain(self, id).await?)
+    }
+    async fn chain_blocks(
+        &self,
+        id: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<Block>, StoreError> {
+        Ok(PgStore::chain_blocks(self, id, after, limit).await?)
+    }
+    async fn chain_append(
+        &self,
+        id: &str,
+        blocks: &[NewBlock],
+        by: &str,
+    ) -> Result<Vec<u64>, StoreError> {
+        Ok(PgStore::chain_append(self, id, blocks, by).await?)
+    }
+    async fn chain_derive(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+    ) -> Result<Chain, StoreError> {
+        Ok(PgStore::chain_derive(self, source, seed, compaction).await?)
+    }
+    async fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
+        Ok(PgStore::compaction_failed(self, compaction).await?)
+    }
+    async fn compactions(&self, session: &str) -> Result<Vec<Compaction>, StoreError> {
+        Ok(PgStore::compactions(self, session).await?)
+    }
+    async fn run_create(&self, run: &Run) -> Result<(), StoreError> {
+        Ok(PgStore::run_create(self, run).await?)
+    }
+    async fn run(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        Ok(PgStore::run(self, id).await?)
+    }
+    async fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
+        Ok(PgStore::run_update(self, id, patch).await?)
+    }
+    async fn runs(
+        &self,
+        scope: &ScopeFilter,
+        session: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        Ok(PgStore::runs(self, scope, session, limit).await?)
+    }
+    async fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
+        Ok(PgStore::child_runs(self, parent).await?)
+    }
+    async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: &Reporter<'_, Chain>,
+        subscribers: &[Subscriber],
+    ) -> Result<(Chain, Enqueued), StoreError> {
+        match PgStore::chain_derive_reporting(
+            self,
+            source,
+            seed,
+            compaction,
+            Some((report, subscribers)),
+        )
+        .await?
+        {
+            (chain, Some(queued)) => Ok((chain, queued)),
+            (chain, None) => Err(StoreError::NotFound {
+                what: format!("the event of chain {:?}", chain.id),
+            }),
+        }
+    }
+    async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: &Reporter<'_, Run>,
+        subscribers: &[Subscriber],
+    ) -> Result<Option<(Run, Enqueued)>, StoreError> {
+        Ok(
+            PgStore::run_finish(self, id, patch, Some((report, subscribers)))
+                .await?
+                .and_then(|(run, queued)| queued.map(|q| (run, q))),
+        )
+    }
+}
+
+forward!(LiveSessionStore {
+    fn live_session_put(&self, kind: LiveKind, id: &str, owner: &str, profile: Option<&str>, data: &Value) -> ();
+    fn live_session_get(&self, kind: LiveKind, id: &str, life: Lifetime) -> Option<LiveSession>;
+    fn live_session_touch(&self, kind: LiveKind, id: &str) -> bool;
+    fn live_session_delete(&self, kind: LiveKind, id: &str) -> bool;
+    fn live_sessions_sweep(&self, kind: LiveKind, life: Lifetime) -> u64;
+    fn live_sessions_trim(&self, kind: LiveKind, keep: u64) -> u64;
+    fn live_sessions_held(&self, kind: LiveKind, owner: &str, life: Lifetime) -> u64;
+    fn login_code_put(&self, code: &str, name: &str, lifetime_ms: i64) -> ();
+    fn login_code_redeem(&self, code: &str) -> Option<String>;
+});
+
+forward!(LeaseStore {
+    fn lease_acquire(&self, name: &str, holder: &str, ttl_ms: i64) -> Option<Lease>;
+    fn lease_release(&self, fence: &Fence) -> bool;
+    fn lease_holder(&self, name: &str) -> Option<Lease>;
+    fn delete_invocations_before_fenced(&self, before_ms: i64, fence: &Fence) -> u64;
+});
+
+forward!(ControlEpoch {
+    fn control_epoch(&self) -> i64;
 });
 
 impl StateStore for PgStore {

@@ -4,14 +4,22 @@
 //! `id` 16 hex digits (the row's key), `secret` 64 hex digits from the OS
 //! RNG; the database keeps `sha256(secret)` and the check compares hashes in
 //! constant time. Creation, revocation, expiry and "last used" are judged
-//! and stamped by the database's clock. Every check reads the row (no cache
-//! yet): a token revoked through one node is refused by every other at its
-//! next request.
+//! and stamped by the database's clock.
+//!
+//! **Checks are cached under the control epoch.** A check reads the epoch
+//! (one round trip, at most once per [`TOKEN_RECHECK`] for all requests) and
+//! serves token rows from the cache while it has not moved; every change to
+//! a token bumps it in the changing transaction (`migrations.rs`), so a
+//! token revoked through any node or connection is refused at the next
+//! request after that millisecond. Between epoch reads, expiry is judged by
+//! the database's clock as read with the epoch plus the time elapsed here.
 
 use plugd_control::store::tokens::{
     AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
 };
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use crate::clock::{NOW_MS, NOW_RFC3339, ms_rfc3339, random_hex};
 use crate::{PgError, PgStore};
@@ -21,6 +29,30 @@ const ID_HEX: usize = 16;
 const SECRET_HEX: usize = 64;
 /// `last_used` is written at most once a minute per token.
 const LAST_USED_GRANULARITY_MS: i64 = 60_000;
+
+/// How long a read of the control epoch serves token checks.
+pub const TOKEN_RECHECK: Duration = Duration::from_millis(1);
+
+/// Rows kept at most; beyond, the cache starts over.
+const TOKEN_CACHE_MAX: usize = 4096;
+
+/// A token row as a check needs it.
+#[derive(Clone)]
+struct Cached {
+    info: TokenInfo,
+    secret_sha256: Vec<u8>,
+    expires_ms: Option<i64>,
+    last_used: Option<i64>,
+}
+
+/// Token rows under the control epoch they were read under.
+#[derive(Default)]
+pub(crate) struct TokenCache {
+    epoch: Option<i64>,
+    /// When the epoch was read here, and the database's time then (ms).
+    checked: Option<(Instant, i64)>,
+    rows: HashMap<String, Cached>,
+}
 
 const TOKEN_COLUMNS: &str = "id, name, role, created_at, created_by, expires_at_ms, revoked_at, last_used_ms, mcp_profiles, org_id, project_ids";
 
@@ -169,6 +201,8 @@ impl PgStore {
             )
             .await
             .map_err(|e| self.query_error(format!("revoke token {id_or_name:?}"), e))?;
+        // This node's next check reads the moved epoch, whatever the time.
+        self.forget_tokens();
         let by_id = revoked.iter().find(|r| r.get::<_, &str>(0) == id_or_name);
         if let Some(row) = by_id.or(revoked.first()) {
             return self.token_info(row).map(Some);
@@ -199,37 +233,66 @@ impl PgStore {
         let Some((id, secret)) = split_token(token) else {
             return Ok(Err(TokenRejection::Invalid));
         };
-        // Every authenticated request runs this: cached statements.
-        let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(&format!(
-                "SELECT {TOKEN_COLUMNS}, secret_sha256, {NOW_MS} FROM api_tokens WHERE id = $1"
-            ))
-            .await
-            .map_err(|e| self.query_error("verify a token", e))?;
-        let row = client
-            .query_opt(&stmt, &[&id])
-            .await
-            .map_err(|e| self.query_error("verify a token", e))?;
-        let Some(row) = row else {
-            return Ok(Err(TokenRejection::Invalid));
+        let (hit, now, epoch) = self.token_cached(id).await?;
+        let cached = match hit {
+            Some(hit) => hit,
+            None => {
+                // Every authenticated request may run this: cached statements.
+                let client = self.client().await?;
+                let stmt = client
+                    .prepare_cached(&format!(
+                        "SELECT {TOKEN_COLUMNS}, secret_sha256 FROM api_tokens WHERE id = $1"
+                    ))
+                    .await
+                    .map_err(|e| self.query_error("verify a token", e))?;
+                let row = client
+                    .query_opt(&stmt, &[&id])
+                    .await
+                    .map_err(|e| self.query_error("verify a token", e))?;
+                let Some(row) = row else {
+                    return Ok(Err(TokenRejection::Invalid));
+                };
+                let cached = Cached {
+                    info: self.token_info(&row)?,
+                    secret_sha256: row.get(11),
+                    expires_ms: row.get(5),
+                    last_used: row.get(7),
+                };
+                let mut cache = self.token_cache();
+                // Only under the epoch it was read after: had another check
+                // seen the epoch move meanwhile, this row may predate that
+                // change.
+                if cache.epoch == Some(epoch) {
+                    if cache.rows.len() >= TOKEN_CACHE_MAX {
+                        cache.rows.clear();
+                    }
+                    cache.rows.insert(id.to_owned(), cached.clone());
+                }
+                cached
+            }
         };
-        let stored: Vec<u8> = row.get(11);
-        if !ct_eq(&stored, &secret_hash(secret)) {
+        if !ct_eq(&cached.secret_sha256, &secret_hash(secret)) {
             return Ok(Err(TokenRejection::Invalid));
         }
-        let (expires_ms, last_used, now): (Option<i64>, Option<i64>, i64) =
-            (row.get(5), row.get(7), row.get(12));
-        let info = self.token_info(&row)?;
+        let info = cached.info;
         if let Some(at) = &info.revoked_at {
             return Ok(Err(TokenRejection::Revoked(at.clone())));
         }
-        if let (Some(at), Some(ms)) = (&info.expires_at, expires_ms)
+        if let (Some(at), Some(ms)) = (&info.expires_at, cached.expires_ms)
             && ms <= now
         {
             return Ok(Err(TokenRejection::Expired(at.clone())));
         }
-        if last_used.is_none_or(|t| now - t >= LAST_USED_GRANULARITY_MS) {
+        if cached
+            .last_used
+            .is_none_or(|t| now - t >= LAST_USED_GRANULARITY_MS)
+        {
+            // The stamp moves no epoch (its trigger leaves it out): the
+            // cached row is updated here.
+            if let Some(row) = self.token_cache().rows.get_mut(id) {
+                row.last_used = Some(now);
+            }
+            let client = self.client().await?;
             let stmt = client
                 .prepare_cached(&format!(
                     "UPDATE api_tokens SET last_used_ms = {NOW_MS}
@@ -241,6 +304,87 @@ impl PgStore {
                 .execute(&stmt, &[&info.id, &LAST_USED_GRANULARITY_MS])
                 .await
                 .map_err(|e| self.query_error("record a token's use", e))?;
+        }
+        Ok(Ok(info))
+    }
+
+    /// Makes the next check read the control epoch (after a token write
+    /// here: no window of [`TOKEN_RECHECK`] for this node's own changes).
+    pub(crate) fn forget_tokens(&self) {
+        self.token_cache().checked = None;
+    }
+
+    fn token_cache(&self) -> std::sync::MutexGuard<'_, TokenCache> {
+        self.token_cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached row of token `id` if the control epoch has not moved
+    /// since it was read, the database's time now (ms) and the epoch. Reads
+    /// the epoch when the last read is older than [`TOKEN_RECHECK`].
+    async fn token_cached(&self, id: &str) -> Result<(Option<Cached>, i64, i64), PgError> {
+        {
+            let cache = self.token_cache();
+            if let (Some(epoch), Some((at, db_ms))) = (cache.epoch, cache.checked)
+                && at.elapsed() < TOKEN_RECHECK
+            {
+                let now = db_ms + at.elapsed().as_millis() as i64;
+                return Ok((cache.rows.get(id).cloned(), now, epoch));
+            }
+        }
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&format!(
+                "SELECT n, {NOW_MS} FROM control_epoch WHERE id = 1"
+            ))
+            .await
+            .map_err(|e| self.query_error("read the control epoch", e))?;
+        let row = client
+            .query_one(&stmt, &[])
+            .await
+            .map_err(|e| self.query_error("read the control epoch", e))?;
+        let (epoch, now): (i64, i64) = (row.get(0), row.get(1));
+        let mut cache = self.token_cache();
+        // Epochs only grow: a read that lost the race to a newer one leaves
+        // the cache to it.
+        if cache.epoch.is_none_or(|e| e < epoch) {
+            cache.rows.clear();
+            cache.epoch = Some(epoch);
+            cache.checked = Some((Instant::now(), now));
+        } else if cache.epoch == Some(epoch) {
+            cache.checked = Some((Instant::now(), now));
+        }
+        let hit = if cache.epoch == Some(epoch) {
+            cache.rows.get(id).cloned()
+        } else {
+            None
+        };
+        Ok((hit, now, epoch))
+    }
+
+    /// The record of token `id` when it is live (not revoked, not expired by
+    /// the database's clock), else why not. The secret is not checked (the
+    /// caller did, earlier) and the last use is not stamped.
+    pub async fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, PgError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {TOKEN_COLUMNS}, {NOW_MS} FROM api_tokens WHERE id = $1"),
+                &[&id],
+            )
+            .await
+            .map_err(|e| self.query_error("read a token", e))?;
+        let Some(row) = row else {
+            return Ok(Err(TokenRejection::Invalid));
+        };
+        let (expires_ms, now): (Option<i64>, i64) = (row.get(5), row.get(11));
+        let info = self.token_info(&row)?;
+        if let Some(at) = &info.revoked_at {
+            return Ok(Err(TokenRejection::Revoked(at.clone())));
+        }
+        if let (Some(at), Some(ms)) = (&info.expires_at, expires_ms)
+            && ms <= now
+        {
+            return Ok(Err(TokenRejection::Expired(at.clone())));
         }
         Ok(Ok(info))
     }

@@ -144,6 +144,9 @@ impl TokenStore for Store {
     ) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
         Store::token_verify(self, token)
     }
+    async fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
+        Store::token_live(self, id)
+    }
 }
 
 #[async_trait]
@@ -542,6 +545,125 @@ impl ChainStore for Store {
     }
     async fn child_runs(&self, parent: &str) -> Result<u64, StoreError> {
         Store::child_runs(self, parent)
+    }
+    async fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: &Reporter<'_, Chain>,
+        subscribers: &[Subscriber],
+    ) -> Result<(Chain, Enqueued), StoreError> {
+        let (chain, queued) = Store::chain_derive_reporting(
+            self,
+            source,
+            seed,
+            compaction,
+            Some((report, subscribers)),
+        )?;
+        let queued = queued.ok_or_else(|| StoreError::NotFound {
+            what: "the event of the derived chain".to_owned(),
+        })?;
+        Ok((chain, queued))
+    }
+    async fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: &Reporter<'_, Run>,
+        subscribers: &[Subscriber],
+    ) -> Result<Option<(Run, Enqueued)>, StoreError> {
+        Ok(
+            match Store::run_finish(self, id, patch, Some((report, subscribers)))? {
+                (Some(run), Some(queued)) => Some((run, queued)),
+                _ => None,
+            },
+        )
+    }
+}
+
+#[async_trait]
+impl LiveSessionStore for Store {
+    async fn live_session_put(
+        &self,
+        kind: LiveKind,
+        id: &str,
+        owner: &str,
+        profile: Option<&str>,
+        data: &Value,
+    ) -> Result<(), StoreError> {
+        Store::live_session_put(self, kind, id, owner, profile, data)
+    }
+    async fn live_session_get(
+        &self,
+        kind: LiveKind,
+        id: &str,
+        life: Lifetime,
+    ) -> Result<Option<LiveSession>, StoreError> {
+        Store::live_session_get(self, kind, id, life)
+    }
+    async fn live_session_touch(&self, kind: LiveKind, id: &str) -> Result<bool, StoreError> {
+        Store::live_session_touch(self, kind, id)
+    }
+    async fn live_session_delete(&self, kind: LiveKind, id: &str) -> Result<bool, StoreError> {
+        Store::live_session_delete(self, kind, id)
+    }
+    async fn live_sessions_sweep(&self, kind: LiveKind, life: Lifetime) -> Result<u64, StoreError> {
+        Store::live_sessions_sweep(self, kind, life)
+    }
+    async fn live_sessions_trim(&self, kind: LiveKind, keep: u64) -> Result<u64, StoreError> {
+        Store::live_sessions_trim(self, kind, keep)
+    }
+    async fn live_sessions_held(
+        &self,
+        kind: LiveKind,
+        owner: &str,
+        life: Lifetime,
+    ) -> Result<u64, StoreError> {
+        Store::live_sessions_held(self, kind, owner, life)
+    }
+    async fn login_code_put(
+        &self,
+        code: &str,
+        name: &str,
+        lifetime_ms: i64,
+    ) -> Result<(), StoreError> {
+        Store::login_code_put(self, code, name, lifetime_ms)
+    }
+    async fn login_code_redeem(&self, code: &str) -> Result<Option<String>, StoreError> {
+        Store::login_code_redeem(self, code)
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Store {
+    async fn lease_acquire(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl_ms: i64,
+    ) -> Result<Option<Lease>, StoreError> {
+        Store::lease_acquire(self, name, holder, ttl_ms)
+    }
+    async fn lease_release(&self, fence: &Fence) -> Result<bool, StoreError> {
+        Store::lease_release(self, fence)
+    }
+    async fn lease_holder(&self, name: &str) -> Result<Option<Lease>, StoreError> {
+        Store::lease_holder(self, name)
+    }
+    async fn delete_invocations_before_fenced(
+        &self,
+        before_ms: i64,
+        fence: &Fence,
+    ) -> Result<u64, StoreError> {
+        Store::delete_invocations_before_fenced(self, before_ms, fence)
+    }
+}
+
+#[async_trait]
+impl ControlEpoch for Store {
+    async fn control_epoch(&self) -> Result<i64, StoreError> {
+        Store::control_epoch(self)
     }
 }
 

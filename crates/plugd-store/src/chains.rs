@@ -16,6 +16,7 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
 use crate::error::StoreError;
+use crate::outbox::{Enqueued, Reporter, Subscriber, check_event, enqueue_in};
 use crate::store::Store;
 
 /// Schema step 16: chains, blocks, runs, compactions; transcripts become chains.
@@ -499,6 +500,20 @@ impl Store {
         seed: &[NewBlock],
         compaction: &Compaction,
     ) -> Result<Chain, StoreError> {
+        self.chain_derive_reporting(source, seed, compaction, None)
+            .map(|(chain, _)| chain)
+    }
+
+    /// [`Store::chain_derive`], and the event `report` makes of the derived
+    /// chain recorded for `subscribers` in the same transaction: both or
+    /// neither.
+    pub fn chain_derive_reporting(
+        &self,
+        source: &str,
+        seed: &[NewBlock],
+        compaction: &Compaction,
+        report: Option<(&Reporter<'_, Chain>, &[Subscriber])>,
+    ) -> Result<(Chain, Option<Enqueued>), StoreError> {
         let now = crate::now_rfc3339();
         let derived = compaction
             .derived_chain_id
@@ -508,7 +523,7 @@ impl Store {
         let by = format!("compactor:{}", compaction.compactor);
         {
             let mut conn = self.lock();
-            let write = |conn: &mut Connection| -> rusqlite::Result<Result<(), &'static str>> {
+            let write = |conn: &mut Connection| -> rusqlite::Result<Result<(Chain, Option<Enqueued>), &'static str>> {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let head: Option<Option<String>> = tx
                     .query_row(
@@ -539,19 +554,34 @@ impl Store {
                 let mut c = compaction.clone();
                 c.derived_chain_id = Some(derived.clone());
                 insert_compaction(&tx, &c)?;
+                let chain = tx.query_row(
+                    &format!("SELECT {CHAIN_COLS} FROM chains c WHERE c.id = ?1"),
+                    params![derived],
+                    chain_row,
+                )?;
+                let queued = match report {
+                    Some((report, subscribers)) => {
+                        let event = report(&chain);
+                        if check_event(&event).is_err() {
+                            return Ok(Err(
+                                "cannot be derived with an event whose type is not a valid name; nothing was changed",
+                            ));
+                        }
+                        Some(enqueue_in(&tx, &event, subscribers)?)
+                    }
+                    None => None,
+                };
                 tx.commit()?;
-                Ok(Ok(()))
+                Ok(Ok((chain, queued)))
             };
-            if let Err(problem) = write(&mut conn).map_err(|e| self.query_error(action(), e))? {
-                return Err(StoreError::Invalid {
+            match write(&mut conn).map_err(|e| self.query_error(action(), e))? {
+                Ok(done) => Ok(done),
+                Err(problem) => Err(StoreError::Invalid {
                     what: format!("chain {source:?}"),
                     problem,
-                });
+                }),
             }
         }
-        self.chain(&derived)?.ok_or_else(|| StoreError::NotFound {
-            what: format!("chain {derived:?}"),
-        })
     }
 
     pub fn compaction_failed(&self, compaction: &Compaction) -> Result<(), StoreError> {
@@ -617,54 +647,92 @@ impl Store {
     }
 
     pub fn run_update(&self, id: &str, patch: &RunPatch) -> Result<Option<Run>, StoreError> {
+        self.run_finish(id, patch, None).map(|(run, _)| run)
+    }
+
+    /// [`Store::run_update`], and the event `report` makes of the run after
+    /// it (`None`: no event) recorded for `subscribers` in the same
+    /// transaction: a run's final status and its `run.completed` are both
+    /// written or neither.
+    pub fn run_finish(
+        &self,
+        id: &str,
+        patch: &RunPatch,
+        report: Option<(&Reporter<'_, Run>, &[Subscriber])>,
+    ) -> Result<(Option<Run>, Option<Enqueued>), StoreError> {
         let now = crate::now_rfc3339();
         {
             let mut conn = self.lock();
-            let write = |conn: &mut Connection| -> rusqlite::Result<()> {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let status: Option<String> = tx
-                    .query_row("SELECT status FROM runs WHERE id = ?1", params![id], |r| {
-                        r.get(0)
-                    })
-                    .optional()?;
-                let Some(status) = status else { return Ok(()) };
-                let ended = RunStatus::parse(&status).is_some_and(RunStatus::is_terminal);
-                if !ended {
-                    if let Some(s) = patch.status {
-                        tx.execute(
+            let write =
+                |conn: &mut Connection| -> Result<(Option<Run>, Option<Enqueued>), StoreError> {
+                    let sql = |e| self.query_error(format!("update run {id:?}"), e);
+                    let tx = conn
+                        .transaction_with_behavior(TransactionBehavior::Immediate)
+                        .map_err(sql)?;
+                    let status: Option<String> = tx
+                        .query_row("SELECT status FROM runs WHERE id = ?1", params![id], |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                        .map_err(sql)?;
+                    let Some(status) = status else {
+                        return Ok((None, None));
+                    };
+                    let ended = RunStatus::parse(&status).is_some_and(RunStatus::is_terminal);
+                    if !ended {
+                        if let Some(s) = patch.status {
+                            tx.execute(
                             "UPDATE runs SET status = ?1, ended_at = CASE WHEN ?2 THEN ?3 ELSE ended_at END WHERE id = ?4",
                             params![s.as_str(), s.is_terminal(), now, id],
-                        )?;
+                        ).map_err(sql)?;
+                        }
+                        if let Some(e) = &patch.error {
+                            tx.execute("UPDATE runs SET error = ?1 WHERE id = ?2", params![e, id])
+                                .map_err(sql)?;
+                        }
+                        if let Some(c) = &patch.chain_id {
+                            tx.execute(
+                                "UPDATE runs SET chain_id = ?1 WHERE id = ?2",
+                                params![c, id],
+                            )
+                            .map_err(sql)?;
+                        }
                     }
-                    if let Some(e) = &patch.error {
-                        tx.execute("UPDATE runs SET error = ?1 WHERE id = ?2", params![e, id])?;
+                    // Outputs may still be recorded on an ended run (a harness's
+                    // result lands with its terminal status).
+                    for (col, v) in [
+                        ("checkpoint", &patch.checkpoint),
+                        ("summary", &patch.summary),
+                        ("artifacts", &patch.artifacts),
+                    ] {
+                        if let Some(v) = v {
+                            tx.execute(
+                                &format!("UPDATE runs SET {col} = ?1 WHERE id = ?2"),
+                                params![json_text(v), id],
+                            )
+                            .map_err(sql)?;
+                        }
                     }
-                    if let Some(c) = &patch.chain_id {
-                        tx.execute(
-                            "UPDATE runs SET chain_id = ?1 WHERE id = ?2",
-                            params![c, id],
-                        )?;
-                    }
-                }
-                // Outputs may still be recorded on an ended run (a harness's
-                // result lands with its terminal status).
-                for (col, v) in [
-                    ("checkpoint", &patch.checkpoint),
-                    ("summary", &patch.summary),
-                    ("artifacts", &patch.artifacts),
-                ] {
-                    if let Some(v) = v {
-                        tx.execute(
-                            &format!("UPDATE runs SET {col} = ?1 WHERE id = ?2"),
-                            params![json_text(v), id],
-                        )?;
-                    }
-                }
-                tx.commit()
-            };
-            write(&mut conn).map_err(|e| self.query_error(format!("update run {id:?}"), e))?;
+                    let run = tx
+                        .query_row(
+                            &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+                            params![id],
+                            run_row,
+                        )
+                        .map_err(sql)?;
+                    let queued = match report {
+                        Some((report, subscribers)) => {
+                            let event = report(&run);
+                            check_event(&event)?;
+                            Some(enqueue_in(&tx, &event, subscribers).map_err(sql)?)
+                        }
+                        None => None,
+                    };
+                    tx.commit().map_err(sql)?;
+                    Ok((Some(run), queued))
+                };
+            write(&mut conn)
         }
-        self.run(id)
     }
 
     pub fn runs(

@@ -14,10 +14,13 @@ mod backend;
 pub mod bindings;
 pub mod chains;
 pub mod digest;
+pub mod dump;
 pub mod identity;
 pub mod invocations;
 pub mod journal;
 pub mod kv;
+pub mod leases;
+pub mod live;
 pub mod memory;
 pub mod outbox;
 pub mod packages;
@@ -33,7 +36,10 @@ pub mod tool_state;
 pub mod users;
 pub mod vectors;
 
-pub use plugd_control::store::{BackendError, StateStore, StoreError};
+pub use plugd_control::store::{
+    BackendError, ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore, StateStore,
+    StoreError,
+};
 
 /// The neutral errors, under the path the modules of this crate use.
 mod error {

@@ -34,7 +34,7 @@ use crate::time::format_unix_secs;
 
 pub use plugd_control::store::outbox::{
     Delivery, DeliveryId, DeliveryStatus, Enqueued, FailOutcome, Leased, MAX_EVENT_TYPE_LEN,
-    NewEvent, RetryOutcome, RetryPolicy, Subscriber, valid_event_type,
+    NewEvent, Reporter, RetryOutcome, RetryPolicy, Subscriber, valid_event_type,
 };
 
 /// Schema step 3: the outbox tables.
@@ -131,6 +131,63 @@ fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
 }
 
+/// Refuses an event whose type is not a valid name.
+pub(crate) fn check_event(event: &NewEvent) -> Result<(), StoreError> {
+    if !valid_event_type(&event.event_type) {
+        return Err(StoreError::Invalid {
+            what: format!("event type {:?}", event.event_type),
+            problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
+        });
+    }
+    Ok(())
+}
+
+/// Records `event` and one pending delivery per subscriber inside `tx`, the
+/// transaction of the state change it reports (checked by [`check_event`]).
+pub(crate) fn enqueue_in(
+    tx: &rusqlite::Transaction<'_>,
+    event: &NewEvent,
+    subscribers: &[Subscriber],
+) -> rusqlite::Result<Enqueued> {
+    let occurred_at = crate::now_rfc3339();
+    let event_id: String = tx.query_row("SELECT 'evt_' || lower(hex(randomblob(8)))", [], |r| {
+        r.get(0)
+    })?;
+    let body = json!({
+        "id": event_id,
+        "type": event.event_type,
+        "occurred_at": occurred_at,
+        "subject": event.subject,
+        "summary": event.summary,
+    });
+    tx.execute(
+        "INSERT INTO outbox_events (event_id, event_type, occurred_at, body)
+         VALUES (?1, ?2, ?3, ?4)",
+        params![event_id, event.event_type, occurred_at, body.to_string()],
+    )?;
+    let row = tx.last_insert_rowid();
+    let now = now_ms();
+    let mut deliveries = Vec::with_capacity(subscribers.len());
+    let mut insert = tx.prepare(
+        "INSERT INTO outbox_deliveries
+            (delivery_id, event, plugin_id, export_id, status, next_attempt_ms, created_at)
+         VALUES ('del_' || lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5)
+         RETURNING delivery_id",
+    )?;
+    for s in subscribers {
+        let id: String = insert.query_row(
+            params![row, s.plugin_id, s.export_id, now, occurred_at],
+            |r| r.get(0),
+        )?;
+        deliveries.push(DeliveryId(id));
+    }
+    Ok(Enqueued {
+        event_id,
+        event: body,
+        deliveries,
+    })
+}
+
 impl Store {
     fn decode_delivery(&self, r: RawDelivery) -> Result<Leased, StoreError> {
         let corrupt = |detail: String| StoreError::Corrupt {
@@ -188,58 +245,13 @@ impl Store {
         event: &NewEvent,
         subscribers: &[Subscriber],
     ) -> Result<Enqueued, StoreError> {
-        if !valid_event_type(&event.event_type) {
-            return Err(StoreError::Invalid {
-                what: format!("event type {:?}", event.event_type),
-                problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
-            });
-        }
+        check_event(event)?;
         let action = || format!("record event {:?}", event.event_type);
         let mut conn = self.lock();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.query_error(action(), e))?;
-        let occurred_at = crate::now_rfc3339();
-        let write = || -> rusqlite::Result<Enqueued> {
-            let event_id: String =
-                tx.query_row("SELECT 'evt_' || lower(hex(randomblob(8)))", [], |r| {
-                    r.get(0)
-                })?;
-            let body = json!({
-                "id": event_id,
-                "type": event.event_type,
-                "occurred_at": occurred_at,
-                "subject": event.subject,
-                "summary": event.summary,
-            });
-            tx.execute(
-                "INSERT INTO outbox_events (event_id, event_type, occurred_at, body)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![event_id, event.event_type, occurred_at, body.to_string()],
-            )?;
-            let row = tx.last_insert_rowid();
-            let now = now_ms();
-            let mut deliveries = Vec::with_capacity(subscribers.len());
-            let mut insert = tx.prepare(
-                "INSERT INTO outbox_deliveries
-                    (delivery_id, event, plugin_id, export_id, status, next_attempt_ms, created_at)
-                 VALUES ('del_' || lower(hex(randomblob(8))), ?1, ?2, ?3, 'pending', ?4, ?5)
-                 RETURNING delivery_id",
-            )?;
-            for s in subscribers {
-                let id: String = insert.query_row(
-                    params![row, s.plugin_id, s.export_id, now, occurred_at],
-                    |r| r.get(0),
-                )?;
-                deliveries.push(DeliveryId(id));
-            }
-            Ok(Enqueued {
-                event_id,
-                event: body,
-                deliveries,
-            })
-        };
-        let out = write().map_err(|e| self.query_error(action(), e))?;
+        let out = enqueue_in(&tx, event, subscribers).map_err(|e| self.query_error(action(), e))?;
         tx.commit().map_err(|e| self.query_error(action(), e))?;
         Ok(out)
     }

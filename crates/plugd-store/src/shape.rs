@@ -26,22 +26,8 @@ impl Store {
 }
 
 fn shape(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut tables: Vec<(String, String)> = conn
-        .prepare("SELECT name, COALESCE(sql, '') FROM sqlite_master WHERE type = 'table'")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    let virtual_tables: Vec<String> = tables
-        .iter()
-        .filter(|(_, sql)| sql.to_ascii_uppercase().starts_with("CREATE VIRTUAL TABLE"))
-        .map(|(name, _)| name.clone())
-        .collect();
-    tables.retain(|(name, _)| {
-        !name.starts_with("sqlite_")
-            && name != "plugd_workspace"
-            && !virtual_tables
-                .iter()
-                .any(|v| name == v || name.starts_with(&format!("{v}_")))
-    });
+    // The same tables `plugd state export` copies.
+    let tables = crate::dump::logical_tables(conn)?;
     let mut lines = Vec::new();
     for (table, _) in &tables {
         // (name, type, notnull, pk position)

@@ -74,6 +74,11 @@ const MIGRATIONS: &[&str] = &[
     // 16: sessions hold chains of blocks; runs and compactions; transcripts
     // become each session's first chain (see `crate::chains`).
     crate::chains::MIGRATION,
+    // 17: live MCP and console sessions, login codes, and the control epoch
+    // with its triggers (see `crate::live`).
+    crate::live::MIGRATION,
+    // 18: leases of singleton jobs, with fencing numbers (see `crate::leases`).
+    crate::leases::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

@@ -67,6 +67,12 @@ fn secret_hash(secret: &str) -> [u8; 32] {
 
 /// Splits `plugd_<id>_<secret>` into its id and secret; `None` when the
 /// shape is wrong.
+/// The id part of an API token string (`plugd_ID_SECRET`), when it has the
+/// shape of one; nothing is checked against the store.
+pub fn token_id(token: &str) -> Option<&str> {
+    split_token(token).map(|(id, _)| id)
+}
+
 fn split_token(token: &str) -> Option<(&str, &str)> {
     let rest = token.strip_prefix(PREFIX)?;
     let (id, secret) = rest.split_once('_')?;
@@ -390,6 +396,33 @@ impl Store {
             if let Some(hit) = cache.rows.get_mut(id) {
                 hit.0.7 = Some(now);
             }
+        }
+        Ok(Ok(info))
+    }
+
+    /// The record of token `id` when it is live (not revoked, not expired),
+    /// else why not. The secret is not checked (the caller did, earlier) and
+    /// the last use is not stamped.
+    pub fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, StoreError> {
+        let raw = self
+            .lock()
+            .prepare_cached(&format!(
+                "SELECT {TOKEN_COLUMNS} FROM api_tokens WHERE id = ?1"
+            ))
+            .and_then(|mut st| st.query_row(params![id], raw_token).optional())
+            .map_err(|e| self.query_error("read a token".into(), e))?;
+        let Some(raw) = raw else {
+            return Ok(Err(TokenRejection::Invalid));
+        };
+        let expires_ms = raw.5;
+        let info = token_info(self.label(), raw)?;
+        if let Some(at) = &info.revoked_at {
+            return Ok(Err(TokenRejection::Revoked(at.clone())));
+        }
+        if let (Some(at), Some(ms)) = (&info.expires_at, expires_ms)
+            && ms <= now_ms()
+        {
+            return Ok(Err(TokenRejection::Expired(at.clone())));
         }
         Ok(Ok(info))
     }

@@ -16,10 +16,10 @@ use plugd_cli::plugin_ctl_cmd::{self, PluginAction};
 use plugd_cli::remote::Remote;
 use plugd_cli::risk_cmd::{self, Approvals};
 use plugd_cli::{
-    agent_cmd, approve_cmd, binding_cmd, bus_cmd, chains_cmd, channel_cmd, config_cmd, console_cmd,
-    hook_cmd, invocations_cmd, marketplace_cmd, mcp_cmd, memory_cmd, outbox_cmd, package_cmd,
-    plugin_view, policy_cmd, resource_cmd, sign_cmd, skill_cmd, state_cmd, storage_cmd, token_cmd,
-    tool_call_cmd,
+    agent_cmd, approve_cmd, binding_cmd, bus_cmd, chains_cmd, channel_cmd, cluster_cmd, config_cmd,
+    console_cmd, hook_cmd, invocations_cmd, marketplace_cmd, mcp_cmd, memory_cmd, outbox_cmd,
+    package_cmd, plugin_view, policy_cmd, resource_cmd, sign_cmd, skill_cmd, state_cmd,
+    storage_cmd, token_cmd, tool_call_cmd,
 };
 use plugd_host::HostConfig;
 use plugd_runtime::Runtime;
@@ -110,9 +110,12 @@ enum Command {
     /// The prompts of hosted MCP servers: list, get.
     #[command(subcommand)]
     Prompt(resource_cmd::PromptCmd),
-    /// The workspace's state database: start it over on purpose.
+    /// The workspace's state database: start it over on purpose, export it into a cluster.
     #[command(subcommand)]
     State(state_cmd::StateCmd),
+    /// A cluster of nodes sharing one PostgreSQL state: init.
+    #[command(subcommand)]
+    Cluster(cluster_cmd::ClusterCmd),
     /// Plugin packages in OCI registries: push, pull (installed read-only by digest), list, show.
     #[command(subcommand)]
     Package(package_cmd::PackageCmd),
@@ -447,9 +450,10 @@ async fn run(cli: Cli) -> Result<i32> {
         }
         Command::State(cmd) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
-            state_cmd::run(&dir, cmd)?;
+            state_cmd::run(&dir, cmd).await?;
             return Ok(0);
         }
+        Command::Cluster(cmd) => return cluster_cmd::run(cmd).await.map(|()| 0),
         Command::Plugin(PluginCmd::Signing(cmd)) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             sign_cmd::run(cmd, &dir)?;
@@ -591,6 +595,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
         | Command::Console
         | Command::Config(_)
         | Command::State(_)
+        | Command::Cluster(_)
         | Command::Plugin(PluginCmd::Signing(_)) => {
             unreachable!("handled before the workspace opens")
         }

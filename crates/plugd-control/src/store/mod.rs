@@ -16,6 +16,8 @@
 //! | [`TranscriptStore`] | agent sessions as transcripts |
 //! | [`MemoryStore`], [`VectorStore`], [`KvStore`] | agent memory, vectors, key-value storage |
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
+//! | [`LeaseStore`] | singleton leases with fencing numbers |
+//! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
 //! Traits are written with `async_trait` so that `dyn` works; a backend
 //! whose driver is synchronous (SQLite) answers without awaiting anything.
@@ -23,6 +25,8 @@
 pub mod approvals;
 mod error;
 pub mod kv;
+pub mod leases;
+pub mod live;
 pub mod memory;
 pub mod outbox;
 pub mod secrets;
@@ -34,6 +38,8 @@ pub mod vectors;
 pub use approvals::{Approval, ApprovalStore, Failure};
 pub use error::{BackendError, StoreError};
 pub use kv::KvStore;
+pub use leases::{Fence, Lease, LeaseStore};
+pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use outbox::OutboxStore;
 pub use secrets::{ConfigStore, ConfigWrite, Reseal, Rotation, Sealed, StoredValue};
@@ -69,6 +75,9 @@ pub trait StateStore:
     + BindingStore
     + InvocationStore
     + ChainStore
+    + LiveSessionStore
+    + ControlEpoch
+    + LeaseStore
     + std::fmt::Debug
 {
     /// The database, for people and logs: a file path, `:memory:`, or a

@@ -193,6 +193,12 @@ pub fn valid_event_type(t: &str) -> bool {
 
 /// Events written with their deliveries in one transaction, then leased,
 /// acknowledged, retried with backoff and dead-lettered.
+/// Makes the event that reports a state change from the state after it
+/// (the run as it ended, the chain as derived): the store calls it inside
+/// the change's transaction and records the event there, so both are
+/// written or neither.
+pub type Reporter<'a, T> = dyn Fn(&T) -> NewEvent + Send + Sync + 'a;
+
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
     /// Writes `event` and one delivery per subscriber, in one transaction.

@@ -182,6 +182,11 @@ pub trait TokenStore: Send + Sync {
         &self,
         token: &str,
     ) -> Result<Result<TokenInfo, TokenRejection>, StoreError>;
+    /// The record of token `id` when it is live (not revoked, not expired by
+    /// the database's clock), else why not; for a holder that checked the
+    /// secret earlier (a console session opened with the token). Does not
+    /// stamp the token's last use.
+    async fn token_live(&self, id: &str) -> Result<Result<TokenInfo, TokenRejection>, StoreError>;
 }
 
 /// The audit trail of state-changing requests.

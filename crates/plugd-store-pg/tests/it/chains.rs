@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::{fresh_store, two_nodes};
 
-fn compaction(session: &str, source: &str, n: u32) -> Compaction {
+pub(crate) fn compaction(session: &str, source: &str, n: u32) -> Compaction {
     Compaction {
         id: format!("cmp_{source}_{n}"),
         session_id: session.into(),
@@ -110,7 +110,7 @@ async fn chains_append_derive_and_keep_lineage() {
     ));
 }
 
-fn run(id: &str, session: &str, parent: Option<&str>) -> Run {
+pub(crate) fn run(id: &str, session: &str, parent: Option<&str>) -> Run {
     Run {
         id: id.into(),
         session_id: session.into(),

@@ -9,7 +9,7 @@ use plugd_store_pg::PgStore;
 
 use crate::{fresh_store, two_nodes};
 
-fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
+pub(crate) fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
     InvocationRecord {
         invocation_id: format!("inv_{n:04}"),
         export_kind: "tool".into(),

@@ -2,15 +2,20 @@
 //! started by `TestPg` (one server per run, one fresh database per test).
 
 mod chains;
+mod cluster;
 mod config;
+mod export;
 mod harness;
 mod invocations;
 mod journal;
 mod kv;
+mod leases;
+mod live;
 mod memory;
 mod migrate;
 mod outbox;
 mod packages;
+mod reporting;
 mod shape;
 mod tokens;
 mod tool_state;
@@ -38,7 +43,7 @@ pub async fn two_nodes() -> (PgStore, PgStore) {
     (a, b)
 }
 
-fn options() -> PgOptions {
+pub fn options() -> PgOptions {
     PgOptions {
         pool_size: 4,
         timeout: Duration::from_secs(10),
