@@ -165,7 +165,7 @@ fn print(b: &Binding, json: bool) -> Result<()> {
 
 /// Runs `plugd binding …` for the workspace `dir` (as its operator).
 pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
-    let store = crate::state::open(dir)?;
+    let store = crate::state::open(dir).await?;
     match cmd {
         BindingCmd::Create {
             package,
@@ -285,7 +285,7 @@ pub async fn run(dir: &Path, cmd: &BindingCmd) -> Result<()> {
 
 /// Runs `plugd secret …` for the workspace `dir`.
 pub async fn secret(dir: &Path, cmd: &SecretCmd) -> Result<()> {
-    let store = crate::state::open(dir)?;
+    let store = crate::state::open(dir).await?;
     match cmd {
         SecretCmd::Set { name } => {
             let Some((org, secret)) = name.split_once('/') else {

@@ -74,8 +74,8 @@ pub enum RunCmd {
     },
 }
 
-fn open(dir: &Path) -> Result<std::sync::Arc<dyn plugd_store::StateStore>> {
-    Ok(crate::state::open(dir)?)
+async fn open(dir: &Path) -> Result<std::sync::Arc<dyn plugd_store::StateStore>> {
+    crate::state::open(dir).await
 }
 
 fn print_json(v: &impl serde::Serialize) -> Result<()> {
@@ -117,7 +117,7 @@ fn run_line(r: &Run) -> String {
 
 /// Runs `plugd session …`.
 pub async fn session(dir: &Path, cmd: &SessionCmd) -> Result<()> {
-    let store = open(dir)?;
+    let store = open(dir).await?;
     match cmd {
         SessionCmd::List { limit, json } => {
             let list = store
@@ -234,7 +234,7 @@ fn block_line(b: &Block) -> String {
 
 /// Runs `plugd chain …`.
 pub async fn chain(dir: &Path, cmd: &ChainCmd) -> Result<()> {
-    let store = open(dir)?;
+    let store = open(dir).await?;
     match cmd {
         ChainCmd::Show { id, json } => {
             let Some(chain) = store.chain(id).await? else {
@@ -266,7 +266,7 @@ pub async fn chain(dir: &Path, cmd: &ChainCmd) -> Result<()> {
 
 /// Runs `plugd run list|show`.
 pub async fn run_cmd(dir: &Path, cmd: &RunCmd) -> Result<()> {
-    let store = open(dir)?;
+    let store = open(dir).await?;
     match cmd {
         RunCmd::List {
             session,

@@ -50,7 +50,7 @@ pub enum InvocationsCmd {
 
 /// Runs `plugd invocations …` for the workspace `dir`.
 pub async fn run(dir: &Path, cmd: &InvocationsCmd) -> Result<()> {
-    let store = crate::state::open(dir)?;
+    let store = crate::state::open(dir).await?;
     match cmd {
         InvocationsCmd::List {
             plugin,

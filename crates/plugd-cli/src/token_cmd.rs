@@ -93,7 +93,7 @@ fn who() -> String {
 
 /// Runs `plugd token …` on the workspace's state database.
 pub async fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
-    let store = crate::state::open(workspace)?;
+    let store = crate::state::open(workspace).await?;
     match cmd {
         TokenCmd::Create {
             name,

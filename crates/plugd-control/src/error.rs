@@ -57,6 +57,9 @@ codes! {
     Csrf = CSRF, "csrf", 403;
     /// No such route.
     NotFound = NOT_FOUND, "not_found", 404;
+    /// The state database is unreachable (restarting, failing over): retry
+    /// shortly; nothing was written.
+    StoreUnavailable = STORE_UNAVAILABLE, "store_unavailable", 503;
     /// The MCP gateway has too many sessions open.
     TooManySessions = TOO_MANY_SESSIONS, "too_many_sessions", 503;
     /// This serve has no MCP gateway.
@@ -275,6 +278,19 @@ impl ServiceError {
     /// `internal` for a failure of plugd itself (the state store, a file).
     pub fn internal(e: impl std::fmt::Display) -> ServiceError {
         ServiceError::new(Code::Internal, e.to_string())
+    }
+
+    /// A failure of the state store: `store_unavailable` (503, retry in a
+    /// second) while its database is unreachable, else `internal`.
+    pub fn store(e: crate::store::StoreError) -> ServiceError {
+        match e {
+            crate::store::StoreError::Unavailable { .. } => {
+                let mut err = ServiceError::new(Code::StoreUnavailable, e.to_string());
+                err.retry_after_secs = Some(1);
+                err
+            }
+            e => ServiceError::internal(e),
+        }
     }
 }
 

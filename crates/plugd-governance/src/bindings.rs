@@ -113,7 +113,7 @@ pub async fn problems(store: &dyn StateStore, b: &Binding) -> Result<Vec<Problem
     let Some(pkg) = store
         .find_package(&sel)
         .await
-        .map_err(ServiceError::internal)?
+        .map_err(ServiceError::store)?
     else {
         return Err(ServiceError::new(
             Code::UnknownPackage,
@@ -162,7 +162,7 @@ pub async fn create(
         None => store
             .find_package(&PackageSelector::Latest(req.package_id.clone()))
             .await
-            .map_err(ServiceError::internal)?
+            .map_err(ServiceError::store)?
             .map(|p| p.version)
             .ok_or_else(|| {
                 ServiceError::new(
@@ -176,7 +176,7 @@ pub async fn create(
     };
     let now = plugd_store::now_rfc3339();
     let b = Binding {
-        binding_id: plugd_store::bindings::new_binding_id().map_err(ServiceError::internal)?,
+        binding_id: plugd_store::bindings::new_binding_id().map_err(ServiceError::store)?,
         package_id: req.package_id,
         package_version,
         export_id: req.export_id,
@@ -197,7 +197,7 @@ pub async fn create(
     store
         .insert_binding(&b)
         .await
-        .map_err(ServiceError::internal)?;
+        .map_err(ServiceError::store)?;
     Ok(b)
 }
 
@@ -210,7 +210,7 @@ pub async fn visible(
     store
         .binding(id)
         .await
-        .map_err(ServiceError::internal)?
+        .map_err(ServiceError::store)?
         .filter(|b| sees(t, &b.scope))
         .ok_or_else(|| unknown_binding(id))
 }
@@ -240,7 +240,7 @@ pub async fn update(
     if !store
         .update_binding(&b)
         .await
-        .map_err(ServiceError::internal)?
+        .map_err(ServiceError::store)?
     {
         return Err(unknown_binding(id));
     }
@@ -280,7 +280,7 @@ pub async fn seen(
     Ok(store
         .bindings(&filter)
         .await
-        .map_err(ServiceError::internal)?
+        .map_err(ServiceError::store)?
         .into_iter()
         .filter(|b| sees(t, &b.scope))
         .collect())
@@ -312,7 +312,7 @@ pub async fn discover(
         let Some(pkg) = store
             .find_package(&sel)
             .await
-            .map_err(ServiceError::internal)?
+            .map_err(ServiceError::store)?
         else {
             continue;
         };

@@ -319,7 +319,7 @@ async fn bind(
         let existing = store
             .bindings(&filter)
             .await
-            .map_err(ServiceError::internal)?
+            .map_err(ServiceError::store)?
             .into_iter()
             .filter(|b| &b.scope == scope)
             .min_by(|a, b| a.created_at.cmp(&b.created_at));
@@ -340,7 +340,7 @@ async fn bind(
             None => (
                 Binding {
                     binding_id: plugd_store::bindings::new_binding_id()
-                        .map_err(ServiceError::internal)?,
+                        .map_err(ServiceError::store)?,
                     package_id: package.package_id.clone(),
                     package_version: package.version.clone(),
                     export_id: x.id.clone(),
@@ -365,15 +365,9 @@ async fn bind(
     }
     for (b, created) in &planned {
         if *created {
-            store
-                .insert_binding(b)
-                .await
-                .map_err(ServiceError::internal)?;
+            store.insert_binding(b).await.map_err(ServiceError::store)?;
         } else {
-            store
-                .update_binding(b)
-                .await
-                .map_err(ServiceError::internal)?;
+            store.update_binding(b).await.map_err(ServiceError::store)?;
         }
     }
     Ok(planned)

@@ -10,29 +10,84 @@ use std::path::Path;
 use std::sync::Arc;
 
 use plugd_host::bus::{Bus, LocalBus};
-use plugd_store::{StateStore, Store, StoreError};
+use plugd_store::{StateStore, Store};
 
 /// Where a node keeps its state (approvals, tokens, audit, outbox, sessions,
 /// secrets, invocation records).
+#[async_trait::async_trait]
 pub trait StateBackend: Send + Sync {
-    /// The backend's name, for the serving log line (`sqlite`).
+    /// The backend's name, for the serving log line (`sqlite`, `postgres`).
     fn name(&self) -> &str;
     /// Opens the store of the workspace whose state directory is `state_dir`
     /// (`DIR/.plugd`), migrated to this build's schema.
-    fn open(&self, state_dir: &Path) -> Result<Arc<dyn StateStore>, StoreError>;
+    async fn open(&self, state_dir: &Path) -> anyhow::Result<Arc<dyn StateStore>>;
 }
 
 /// The state database of the workspace: `.plugd/state.db` (SQLite).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SqliteState;
 
+#[async_trait::async_trait]
 impl StateBackend for SqliteState {
     fn name(&self) -> &str {
         "sqlite"
     }
 
-    fn open(&self, state_dir: &Path) -> Result<Arc<dyn StateStore>, StoreError> {
+    async fn open(&self, state_dir: &Path) -> anyhow::Result<Arc<dyn StateStore>> {
         Ok(Arc::new(Store::open(state_dir)?))
+    }
+}
+
+/// A cluster's PostgreSQL database (`plugd serve --state postgres://…`),
+/// shared by every node: initialised by `plugd cluster init`, and opened
+/// only with the master key whose id the cluster recorded.
+#[derive(Debug, Clone)]
+pub struct PostgresState {
+    url: String,
+}
+
+impl PostgresState {
+    /// The database at `url`.
+    pub fn new(url: impl Into<String>) -> PostgresState {
+        PostgresState { url: url.into() }
+    }
+}
+
+#[async_trait::async_trait]
+impl StateBackend for PostgresState {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    async fn open(&self, _state_dir: &Path) -> anyhow::Result<Arc<dyn StateStore>> {
+        Ok(Arc::new(open_postgres(&self.url).await?))
+    }
+}
+
+/// Opens the cluster database at `url` for this node: the master key from
+/// its usual sources (never created here: a node without the cluster's key
+/// is refused), then connect, migrate and check the cluster record.
+pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore> {
+    let key = plugd_store::secrets::KeySource::from_env()
+        .and_then(|source| source.require())
+        .map_err(|e| anyhow::anyhow!("the state database {}: {e}", redacted(url)))?;
+    let store =
+        plugd_store_pg::PgStore::open_node(url, &plugd_store_pg::PgOptions::default(), key.id())
+            .await?;
+    Ok(store)
+}
+
+/// `url` without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.split_once(':') {
+                Some((user, _)) => format!("{}{user}:•••{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
     }
 }
 

@@ -27,7 +27,7 @@ use plugd_runtime::Runtime;
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::serve_lock::ServeLock;
 
-pub use backends::{Backends, SqliteState, StateBackend};
+pub use backends::{Backends, PostgresState, SqliteState, StateBackend, open_postgres};
 
 /// What `plugd serve` is asked to do.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +37,9 @@ pub struct NodeConfig {
     pub workspace: Option<PathBuf>,
     /// Also serve the HTTP API on this TCP address (loopback only).
     pub listen: Option<SocketAddr>,
+    /// `--state` (or `PLUGD_STATE`): a `postgres://` URL; `None`: plugd.yaml's
+    /// `state:`, else the workspace's SQLite file.
+    pub state: Option<String>,
 }
 
 /// Runs a node on `config`'s workspace until Ctrl-C or SIGTERM (then `Ok`),
@@ -48,9 +51,17 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
     let _serve_lock = ServeLock::acquire(&dir)?;
     let host = HostConfig::from_env().map_err(anyhow::Error::msg)?;
     let Backends { state, bus } = backends;
-    let store = state.open(&dir.canonicalize()?.join(".plugd"))?;
+    // `--state`, `PLUGD_STATE`, plugd.yaml's `state:`: a shared database
+    // replaces the workspace's file; read once, at start.
+    let yaml = PlugdConfig::load(&dir).ok();
+    let state: Box<dyn StateBackend> =
+        match plugd_runtime::config::state_url(config.state.as_deref(), yaml.as_ref()) {
+            Some(url) => Box::new(PostgresState::new(url)),
+            None => state,
+        };
+    let store = state.open(&dir.canonicalize()?.join(".plugd")).await?;
+    tracing::info!(state = state.name(), db = %store.describe(), "state backend open");
     let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
-    tracing::debug!(state = state.name(), "state backend open");
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).
     rt.use_approval_queue();

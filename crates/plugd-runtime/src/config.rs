@@ -99,6 +99,11 @@ pub struct PlugdConfig {
     /// `marketplace:`: the signed index and its mode
     /// ([`crate::marketplace`]); `None` when not set.
     pub marketplace: Option<crate::marketplace::MarketplaceConfig>,
+    /// `state:`: where the state is kept when neither `plugd serve --state`
+    /// nor `PLUGD_STATE` says (a `postgres://` URL); `None`: the
+    /// workspace's SQLite file. Read when a node or command opens the
+    /// store, never live.
+    pub state: Option<String>,
 }
 
 /// `http:`: how `plugd serve` treats connections, on its Unix socket and
@@ -418,6 +423,8 @@ struct RawDoc {
     invocations: Option<Spanned<crate::invocations::InvocationsConfig>>,
     #[serde(default)]
     marketplace: Option<Spanned<crate::marketplace::RawMarketplace>>,
+    #[serde(default)]
+    state: Option<Spanned<String>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -722,6 +729,16 @@ impl PlugdConfig {
         }
         if let Some(m) = raw.marketplace {
             config.marketplace = Some(crate::marketplace::parse_config(m, path, workspace)?);
+        }
+        if let Some(url) = raw.state {
+            if !is_state_url(&url.value) {
+                return Err(cx.invalid(
+                    "state",
+                    url.referenced.line(),
+                    "a postgres:// (or postgresql://) URL; leave `state:` out for the workspace's SQLite file",
+                ));
+            }
+            config.state = Some(url.value);
         }
         Ok(config)
     }
@@ -1034,6 +1051,21 @@ fn binding(
     }
 }
 
+/// Whether `url` names a PostgreSQL database (`postgres://` or
+/// `postgresql://`), the one shared backend.
+pub fn is_state_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Where the state of the workspace whose configuration is `config` is
+/// kept: `flag` (`plugd serve --state`), else `PLUGD_STATE`, else
+/// plugd.yaml's `state:`; `None`: the workspace's SQLite file.
+pub fn state_url(flag: Option<&str>, config: Option<&PlugdConfig>) -> Option<String> {
+    flag.map(str::to_owned)
+        .or_else(|| std::env::var("PLUGD_STATE").ok().filter(|v| !v.is_empty()))
+        .or_else(|| config.and_then(|c| c.state.clone()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1055,6 +1087,27 @@ mod tests {
         let config = parse(text).unwrap_or_else(|e| panic!("{e}"));
         schema_accepts(text);
         config
+    }
+
+    #[test]
+    fn state_names_a_postgres_url_and_nothing_else() {
+        let c = valid("state: postgres://plugd@/plugd?host=/run/postgresql\n");
+        assert_eq!(
+            c.state.as_deref(),
+            Some("postgres://plugd@/plugd?host=/run/postgresql")
+        );
+        assert_eq!(valid("eager: []\n").state, None);
+        let e = err("state: sqlite:///tmp/x.db\n");
+        assert!(e.contains("state") && e.contains("postgres://"), "{e}");
+        // The flag wins, then PLUGD_STATE (unset here), then the file.
+        assert_eq!(
+            state_url(Some("postgres://a/b"), Some(&c)).as_deref(),
+            Some("postgres://a/b")
+        );
+        if std::env::var_os("PLUGD_STATE").is_none() {
+            assert_eq!(state_url(None, Some(&c)), c.state);
+            assert_eq!(state_url(None, None), None);
+        }
     }
 
     fn schema_accepts(text: &str) {

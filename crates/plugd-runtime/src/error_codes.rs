@@ -67,6 +67,11 @@ impl From<RuntimeError> for ServiceError {
                     .with_details(json!({ "server": server }));
             }
             RuntimeError::UnknownExport { .. } => Code::NotFound,
+            RuntimeError::Store(e @ plugd_store::StoreError::Unavailable { .. }) => {
+                let mut err = ServiceError::new(Code::StoreUnavailable, e.to_string());
+                err.retry_after_secs = Some(1);
+                return err;
+            }
             RuntimeError::BlockedByHook {
                 point,
                 message: hook_message,

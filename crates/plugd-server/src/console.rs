@@ -191,7 +191,7 @@ async fn links(State(state): State<AppState>) -> Response {
 /// A failure of the state store as the API's error (503 `store_unavailable`
 /// when the database is unreachable).
 fn store_error(e: plugd_store::StoreError) -> Response {
-    ApiError::from(plugd_runtime::RuntimeError::from(e)).into_response()
+    crate::error::store_error(e).into_response()
 }
 
 impl AppState {

@@ -213,6 +213,12 @@ impl ApiError {
     }
 }
 
+/// A failure of the state store as the API's error: 503 `store_unavailable`
+/// (with `Retry-After`) while the database is unreachable, else 500.
+pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {
+    ApiError::from(ServiceError::store(e))
+}
+
 impl From<ServiceError> for ApiError {
     fn from(err: ServiceError) -> ApiError {
         ApiError {

@@ -374,11 +374,7 @@ impl McpHttp {
     }
 }
 
-/// A failure of the state store as the API's error (503
-/// `store_unavailable` when the database is unreachable).
-fn store_error(e: plugd_store::StoreError) -> ApiError {
-    ApiError::from(plugd_runtime::RuntimeError::from(e))
-}
+use crate::error::store_error;
 
 /// An HTTP refusal whose body is a JSON-RPC error response (`id`: the
 /// request's, or null), so an MCP client shows its message.

@@ -278,13 +278,7 @@ async fn archive_body(req: axum::extract::Request) -> Result<Vec<u8>, ApiError> 
     }
 }
 
-pub(crate) fn store_error(e: plugd_store::StoreError) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        code::INTERNAL,
-        e.to_string(),
-    )
-}
+pub(crate) use crate::error::store_error;
 
 /// The status and code of a package error (its code from plugd-packages,
 /// its status from the code's table).

@@ -233,6 +233,11 @@ struct ServeArgs {
     /// create`). Without it, serve listens on .plugd/serve.sock only.
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
+    /// Keep the state in this PostgreSQL database (`postgres://…`, made a
+    /// cluster by `plugd cluster init`) instead of .plugd/state.db; also
+    /// PLUGD_STATE, else plugd.yaml's `state:`.
+    #[arg(long, value_name = "URL", env = "PLUGD_STATE")]
+    state: Option<String>,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -348,7 +353,10 @@ fn init_logging(flag: Option<&str>, serve: bool, non_blocking: bool) {
 async fn open(cli: &Cli) -> Result<Runtime> {
     let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
     let config = HostConfig::from_env().map_err(anyhow::Error::msg)?;
-    Ok(plugd_agent::open(&dir, config).await?)
+    // The state as serve would keep it: PLUGD_STATE, plugd.yaml's `state:`,
+    // else the workspace's SQLite file.
+    let state = plugd_cli::state::open(&dir).await?;
+    Ok(Runtime::open_on(&dir, state, config, plugd_agent::parts()).await?)
 }
 
 /// Runs `fut`; on Ctrl-C or SIGTERM shuts the plugins down and exits 130.
@@ -387,6 +395,7 @@ async fn run(cli: Cli) -> Result<i32> {
             let config = plugd_node::NodeConfig {
                 workspace: cli.workspace.clone(),
                 listen: args.listen,
+                state: args.state.clone(),
             };
             return plugd_node::run(config, plugd_node::Backends::local())
                 .await

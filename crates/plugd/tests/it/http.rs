@@ -28,10 +28,19 @@ pub(crate) struct Serve {
 
 /// Makes a token of `role` in `ws` with `plugd token create`; its secret.
 pub(crate) fn make_token(ws: &Ws, role: &str) -> String {
+    make_token_env(ws, role, &[])
+}
+
+/// [`make_token`] with extra environment (the state's, the master key's).
+pub(crate) fn make_token_env(ws: &Ws, role: &str, env: &[(&str, &str)]) -> String {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
     let name = format!("test-{role}-{}", N.fetch_add(1, Ordering::Relaxed));
-    let out = ws.plugd(&["token", "create", "--name", &name, "--role", role, "--json"]);
+    let out = plugd_cmd(ws.dir())
+        .envs(env.iter().copied())
+        .args(["token", "create", "--name", &name, "--role", role, "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "token create: {}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["token"].as_str().unwrap().to_owned()
@@ -49,7 +58,7 @@ impl Serve {
     }
 
     fn start_env(ws: &Ws, listen: &str, env: &[(&str, &str)]) -> Serve {
-        let token = make_token(ws, "admin");
+        let token = make_token_env(ws, "admin", env);
         let log = ws
             .dir()
             .join(format!("serve-{}.log", listen.replace(':', "_")));
