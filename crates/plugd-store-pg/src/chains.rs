@@ -23,7 +23,7 @@ use plugd_control::chains::{
     ScopeFilter, SessionInfo,
 };
 use plugd_control::store::outbox::{Enqueued, Reporter, Subscriber};
-use plugd_control::store::transcripts::valid_session_id;
+use plugd_control::store::transcripts::check_session_id;
 use serde_json::{Map, Value};
 use tokio_postgres::Row;
 
@@ -54,17 +54,6 @@ fn scope_sql(org: &str, project: &str) -> String {
         "(($1::text IS NULL AND (NOT $2::bool OR {org} IS NULL))
           OR ({org} = $1 AND (cardinality($3::text[]) = 0 OR {project} = ANY($3))))"
     )
-}
-
-fn check_session_id(id: &str) -> Result<(), PgError> {
-    if valid_session_id(id) {
-        Ok(())
-    } else {
-        Err(PgError::Invalid {
-            what: format!("session id {id:?}"),
-            problem: "use 1-128 characters of letters, digits, '-', '_' and '.'",
-        })
-    }
 }
 
 fn parse_json(s: &str) -> Value {

@@ -10,9 +10,7 @@
 //! its org and name, so a ciphertext copied into another org fails to open,
 //! and no plugin id can start with `@`.
 
-use plugd_control::bindings::{
-    Binding, BindingFilter, BindingStatus, NAME_RULE, is_valid_name, is_valid_secret_name,
-};
+use plugd_control::bindings::{Binding, BindingFilter, BindingStatus};
 use rusqlite::params;
 
 use crate::error::StoreError;
@@ -34,8 +32,7 @@ pub(crate) const MIGRATION: &str = "
     ALTER TABLE api_tokens ADD COLUMN project_ids TEXT;
 ";
 
-/// Largest org secret value, in bytes.
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+pub use plugd_control::bindings::MAX_SECRET_BYTES;
 
 /// A fresh binding id: `bind_` and 16 hex digits from the OS RNG.
 pub fn new_binding_id() -> Result<String, StoreError> {
@@ -81,24 +78,7 @@ impl Store {
     /// (created when there is none yet, as `plugd secrets set` does),
     /// replacing an earlier value.
     pub fn org_secret_set(&self, org_id: &str, name: &str, value: &str) -> Result<(), StoreError> {
-        if !is_valid_name(org_id) {
-            return Err(StoreError::Invalid {
-                what: format!("org id {org_id:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if !is_valid_secret_name(name) {
-            return Err(StoreError::Invalid {
-                what: format!("secret name {name:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if value.is_empty() || value.len() > MAX_SECRET_BYTES {
-            return Err(StoreError::Invalid {
-                what: format!("the value of secret {org_id}/{name}"),
-                problem: "a secret value must be 1 byte to 64 KiB",
-            });
-        }
+        plugd_control::bindings::check_org_secret(org_id, name, value)?;
         let master = KeySource::from_env().and_then(|s| s.load_or_create())?;
         self.config_set_secret(&org_secret_owner(org_id), name, value, &master)
     }

@@ -15,6 +15,8 @@ use plugd_control::chains::{
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
+use plugd_control::store::transcripts::check_session_id;
+
 use crate::error::StoreError;
 use crate::outbox::{Enqueued, Reporter, Subscriber, check_event, enqueue_in};
 use crate::store::Store;
@@ -319,7 +321,7 @@ impl Store {
         org: Option<&str>,
         project: Option<&str>,
     ) -> Result<(SessionInfo, bool), StoreError> {
-        crate::sessions::check_session_id(id)?;
+        check_session_id(id)?;
         let now = crate::now_rfc3339();
         let chain = format!("ch_{id}");
         let action = || format!("open session {id:?}");
@@ -361,7 +363,7 @@ impl Store {
     }
 
     pub fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
-        crate::sessions::check_session_id(id)?;
+        check_session_id(id)?;
         self.lock()
             .query_row(
                 &format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?1"),

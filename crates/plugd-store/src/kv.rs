@@ -10,6 +10,8 @@
 use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
+use plugd_control::store::kv::{check_key, check_value};
+
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -26,26 +28,10 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
 ";
 
-fn check(space: &str, key: &str) -> Result<(), StoreError> {
-    if !SPACES.contains(&space) {
-        return Err(StoreError::Invalid {
-            what: format!("storage {space:?}"),
-            problem: "the agent's storage is \"database\" or \"cache\"",
-        });
-    }
-    if key.is_empty() || key.len() > MAX_KEY || key.contains('\0') {
-        return Err(StoreError::Invalid {
-            what: format!("key {:?}", key.chars().take(64).collect::<String>()),
-            problem: "a storage key is 1 to 512 bytes without NUL",
-        });
-    }
-    Ok(())
-}
-
 impl Store {
     /// The value of `key` in `space`, `None` when unset.
     pub fn kv_get(&self, space: &str, key: &str) -> Result<Option<Value>, StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let conn = self.lock();
         let text: Option<String> = conn
             .query_row(
@@ -60,14 +46,9 @@ impl Store {
 
     /// Sets `key` in `space` to `value` (at most [`MAX_VALUE`] bytes of JSON).
     pub fn kv_set(&self, space: &str, key: &str, value: &Value) -> Result<(), StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let text = value.to_string();
-        if text.len() > MAX_VALUE {
-            return Err(StoreError::Invalid {
-                what: format!("the value of {key:?} ({} bytes)", text.len()),
-                problem: "a storage value is at most 1 MiB of JSON",
-            });
-        }
+        check_value(key, &text)?;
         let conn = self.lock();
         conn.execute(
             "INSERT INTO agent_kv (space, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
@@ -80,7 +61,7 @@ impl Store {
 
     /// Removes `key` from `space`; `false` when it was not set.
     pub fn kv_delete(&self, space: &str, key: &str) -> Result<bool, StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let conn = self.lock();
         let n = conn
             .execute(
@@ -94,7 +75,7 @@ impl Store {
     /// The keys of `space` starting with `prefix`, sorted, at most
     /// [`MAX_LIST`].
     pub fn kv_list(&self, space: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
-        check(space, "x")?;
+        check_key(space, "x")?;
         let conn = self.lock();
         let read = || -> rusqlite::Result<Vec<String>> {
             // substr keeps `%` and `_` in the prefix literal (no LIKE).

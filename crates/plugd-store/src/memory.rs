@@ -11,6 +11,8 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
+use plugd_control::store::memory::{check_agent, check_memory, clip};
+
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -47,25 +49,6 @@ pub(crate) const MIGRATION: &str = "
 /// Most words of a query used for matching (the rest are ignored).
 const MAX_QUERY_TERMS: usize = 32;
 
-fn invalid(what: String, problem: &'static str) -> StoreError {
-    StoreError::Invalid { what, problem }
-}
-
-fn check_agent(agent_id: &str) -> Result<(), StoreError> {
-    if valid_agent_id(agent_id) {
-        Ok(())
-    } else {
-        Err(invalid(
-            format!("agent id {:?}", clip(agent_id)),
-            "use 1-128 characters of letters, digits, '-', '_', '.' and ':'",
-        ))
-    }
-}
-
-fn clip(s: &str) -> String {
-    s.chars().take(64).collect()
-}
-
 /// The FTS5 query for `text`: each word quoted, joined with OR; `None` when
 /// the text has no word at all.
 fn match_expr(text: &str) -> Option<String> {
@@ -97,31 +80,7 @@ impl Store {
         content: &str,
         tags: &[String],
     ) -> Result<MemoryEntry, StoreError> {
-        check_agent(agent_id)?;
-        if content.trim().is_empty() {
-            return Err(invalid(
-                "memory content".into(),
-                "it is empty; say what to remember",
-            ));
-        }
-        if content.len() > MAX_MEMORY_BYTES {
-            return Err(invalid(
-                format!("memory content of {} bytes", content.len()),
-                "it is over the 64 KiB limit; store a shorter text",
-            ));
-        }
-        if tags.len() > MAX_TAGS {
-            return Err(invalid(format!("{} tags", tags.len()), "at most 32 tags"));
-        }
-        if let Some(t) = tags
-            .iter()
-            .find(|t| t.trim().is_empty() || t.len() > MAX_TAG_BYTES)
-        {
-            return Err(invalid(
-                format!("tag {:?}", clip(t)),
-                "tags are 1-64 bytes and not blank",
-            ));
-        }
+        check_memory(agent_id, content, tags)?;
         let tags_json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
         let now = crate::now_rfc3339();
         let action = || format!("store a memory for agent {agent_id:?}");

@@ -28,6 +28,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 
+pub(crate) use plugd_control::store::outbox::check_event;
+
 use crate::error::StoreError;
 use crate::store::Store;
 use crate::time::format_unix_secs;
@@ -129,17 +131,6 @@ fn raw_delivery(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawDelivery> {
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
-}
-
-/// Refuses an event whose type is not a valid name.
-pub(crate) fn check_event(event: &NewEvent) -> Result<(), StoreError> {
-    if !valid_event_type(&event.event_type) {
-        return Err(StoreError::Invalid {
-            what: format!("event type {:?}", event.event_type),
-            problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
-        });
-    }
-    Ok(())
 }
 
 /// Records `event` and one pending delivery per subscriber inside `tx`, the

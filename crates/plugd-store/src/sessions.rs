@@ -33,18 +33,6 @@ pub(crate) const MIGRATION: &str = "
     CREATE INDEX transcript_by_session ON transcript_entries (session_id, id);
 ";
 
-/// Checks a session id ([`valid_session_id`]).
-pub(crate) fn check_session_id(id: &str) -> Result<(), StoreError> {
-    if valid_session_id(id) {
-        Ok(())
-    } else {
-        Err(StoreError::Invalid {
-            what: format!("session id {id:?}"),
-            problem: "use 1-128 characters of letters, digits, '-', '_' and '.'",
-        })
-    }
-}
-
 /// The blocks one transcript entry is stored as: `user` → `input`,
 /// `assistant` → `output` (when it has text or no tool calls) and one
 /// `tool_call` per call, `tool` → `tool_result`, `system` (a note for
