@@ -4,26 +4,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use plugd_store::outbox::{DeliveryStatus, NewEvent, Subscriber};
+use crate::suite::outbox::{event, subs};
+use plugd_store::outbox::DeliveryStatus;
 use plugd_store_pg::{PgError, PgStore};
-use serde_json::json;
-
-fn subs(n: usize) -> Vec<Subscriber> {
-    (0..n)
-        .map(|i| Subscriber {
-            plugin_id: "acme/kit".into(),
-            export_id: format!("h{i}"),
-        })
-        .collect()
-}
-
-fn event(t: &str) -> NewEvent {
-    NewEvent {
-        event_type: t.into(),
-        subject: json!({"kind": "run", "id": "run_1"}),
-        summary: json!({"task": "x"}),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_outbox_drains_across_server_restarts_with_nothing_lost() {

@@ -21,7 +21,8 @@ const POLICY: RetryPolicy = RetryPolicy {
     max_attempts: 3,
 };
 
-fn subs(n: usize) -> Vec<Subscriber> {
+/// `n` subscribers of one plugin.
+pub(crate) fn subs(n: usize) -> Vec<Subscriber> {
     (0..n)
         .map(|i| Subscriber {
             plugin_id: "acme/kit".into(),
@@ -30,7 +31,8 @@ fn subs(n: usize) -> Vec<Subscriber> {
         .collect()
 }
 
-fn event(t: &str) -> NewEvent {
+/// An event of type `t` about a run.
+pub(crate) fn event(t: &str) -> NewEvent {
     NewEvent {
         event_type: t.into(),
         subject: json!({"kind": "run", "id": "run_1"}),
