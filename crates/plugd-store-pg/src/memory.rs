@@ -9,13 +9,11 @@
 
 use plugd_control::store::memory::{
     DEFAULT_RECALL_LIMIT, MAX_RECALL_LIMIT, MemoryEntry, check_agent, check_memory, clip,
+    query_words,
 };
 
 use crate::clock::{NOW_RFC3339, random_hex};
 use crate::{PgError, PgStore};
-
-/// Most words of a query used for matching (the rest are ignored).
-const MAX_QUERY_TERMS: usize = 32;
 
 const COLUMNS: &str = "id, agent_id, content, tags, created_at";
 
@@ -23,11 +21,7 @@ const COLUMNS: &str = "id, agent_id, content, tags, created_at";
 /// it has no word. Words are letters and digits only, so nothing in them is
 /// tsquery syntax.
 fn query_text(text: &str) -> Option<String> {
-    let words: Vec<&str> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_QUERY_TERMS)
-        .collect();
+    let words = query_words(text);
     (!words.is_empty()).then(|| words.join(" | "))
 }
 

@@ -11,7 +11,7 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
-use plugd_control::store::memory::{check_agent, check_memory, clip};
+use plugd_control::store::memory::{check_agent, check_memory, clip, query_words};
 
 use crate::error::StoreError;
 use crate::store::Store;
@@ -46,16 +46,11 @@ pub(crate) const MIGRATION: &str = "
     END;
 ";
 
-/// Most words of a query used for matching (the rest are ignored).
-const MAX_QUERY_TERMS: usize = 32;
-
 /// The FTS5 query for `text`: each word quoted, joined with OR; `None` when
 /// the text has no word at all.
 fn match_expr(text: &str) -> Option<String> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_QUERY_TERMS)
+    let words: Vec<String> = query_words(text)
+        .into_iter()
         .map(|w| format!("\"{w}\""))
         .collect();
     (!words.is_empty()).then(|| words.join(" OR "))

@@ -47,6 +47,18 @@ pub fn valid_agent_id(id: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
 }
 
+/// Most words of a recall query used for matching (the rest are ignored).
+pub const MAX_QUERY_TERMS: usize = 32;
+
+/// The words a recall query matches on: runs of letters and digits (so none
+/// is query syntax on either backend), at most [`MAX_QUERY_TERMS`].
+pub fn query_words(text: &str) -> Vec<&str> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(MAX_QUERY_TERMS)
+        .collect()
+}
+
 /// The first 64 characters of `s`, for messages.
 pub fn clip(s: &str) -> String {
     s.chars().take(64).collect()
