@@ -27,7 +27,7 @@ use plugd_control::store::transcripts::check_session_id;
 use serde_json::{Map, Value};
 use tokio_postgres::Row;
 
-use crate::clock::{NOW_RFC3339, random_hex};
+use crate::clock::NOW_RFC3339;
 use crate::{PgError, PgStore};
 
 const SESSION_COLS: &str = "id, created_at, org_id, project_id, head_chain_id";
@@ -449,7 +449,7 @@ impl PgStore {
     ) -> Result<(Chain, Option<Enqueued>), PgError> {
         let derived = match &compaction.derived_chain_id {
             Some(id) => id.clone(),
-            None => format!("ch_{}", random_hex(8)?),
+            None => plugd_control::chains::fresh_id("ch"),
         };
         let action = || format!("derive a chain from {source:?}");
         let err = |e| self.query_error(action(), e);

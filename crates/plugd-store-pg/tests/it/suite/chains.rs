@@ -68,7 +68,7 @@ async fn chains_append_derive_and_keep_lineage() {
             .await
             .unwrap();
         assert!(
-            derived.id.starts_with("ch_") && derived.id.len() >= 19,
+            derived.id.starts_with("ch_") && derived.id.len() == 35,
             "{}",
             derived.id
         );
