@@ -20,6 +20,14 @@ async fn approvals_round_trip_in_byte_order() {
     for be in backends().await {
         let s = &be.a;
         assert_eq!(s.approval("b").await.unwrap(), None);
+        assert!(s.approvals().await.unwrap().is_empty());
+        assert!(
+            !s.update_catalog("b", "sha256:1", &serde_json::json!([]))
+                .await
+                .unwrap(),
+            "{}: no approval, no catalog",
+            be.name
+        );
         for id in ["b", "B", "a", "é"] {
             s.approve(&approval(id, "sha256:1")).await.unwrap();
         }
@@ -62,6 +70,8 @@ async fn approvals_round_trip_in_byte_order() {
 async fn failures_are_stamped_replaced_and_cleared() {
     for be in backends().await {
         let s = &be.a;
+        assert_eq!(s.failure("p").await.unwrap(), None);
+        assert!(!s.clear_failure("p").await.unwrap());
         s.mark_failed("p", "crashed 3 times").await.unwrap();
         let Failure {
             plugin_id,
@@ -82,7 +92,10 @@ async fn failures_are_stamped_replaced_and_cleared() {
             .await
             .unwrap();
         assert!(s.failure("p").await.unwrap().is_none());
+        // Failures and approvals are otherwise independent: a revoke keeps it.
         s.mark_failed("p", "x").await.unwrap();
+        assert!(s.revoke("p").await.unwrap());
+        assert!(s.failure("p").await.unwrap().is_some(), "{}", be.name);
         assert!(s.clear_failure("p").await.unwrap());
         assert!(!s.clear_failure("p").await.unwrap());
     }
@@ -106,7 +119,15 @@ async fn revoke_exact_never_withdraws_a_newer_approval() {
             s.failure("p").await.unwrap().is_some(),
             "kept when nothing was withdrawn"
         );
-        assert!(s.revoke_exact(&newer).await.unwrap());
+        // Another approver of the same digest is another approval too.
+        let theirs = Approval {
+            approved_by: "bob".into(),
+            ..newer.clone()
+        };
+        s.approve_clearing_failure(&theirs).await.unwrap();
+        assert!(!s.revoke_exact(&newer).await.unwrap(), "{}", be.name);
+        s.mark_failed("p", "x").await.unwrap();
+        assert!(s.revoke_exact(&theirs).await.unwrap());
         assert_eq!(s.approval("p").await.unwrap(), None);
         assert!(s.failure("p").await.unwrap().is_none());
     }
