@@ -18,7 +18,7 @@
 //! across calls, restarts and machines, and splits follow the percentages
 //! (normalized when they do not add up to 100).
 
-use crate::store::StoreError;
+use crate::store::{Invalid, StoreError};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -263,6 +263,27 @@ pub fn is_valid_name(s: &str) -> bool {
         && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b))
+}
+
+/// Largest org secret value, in bytes.
+pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+
+/// Checks an org secret about to be stored: org id, secret name and a value
+/// of 1 byte to [`MAX_SECRET_BYTES`].
+pub fn check_org_secret(org_id: &str, name: &str, value: &str) -> Result<(), Invalid> {
+    if !is_valid_name(org_id) {
+        return Err(Invalid::new(format!("org id {org_id:?}"), NAME_RULE));
+    }
+    if !is_valid_secret_name(name) {
+        return Err(Invalid::new(format!("secret name {name:?}"), NAME_RULE));
+    }
+    if value.is_empty() || value.len() > MAX_SECRET_BYTES {
+        return Err(Invalid::new(
+            format!("the value of secret {org_id}/{name}"),
+            "a secret value must be 1 byte to 64 KiB",
+        ));
+    }
+    Ok(())
 }
 
 /// [`is_valid_name`], `.` allowed after the first character (secret names).

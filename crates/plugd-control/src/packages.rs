@@ -10,7 +10,7 @@
 //! installed `package_id@version` is refused ([`Inserted::VersionTaken`]), so
 //! a tag that moves in the registry never changes what is installed.
 
-use crate::store::StoreError;
+use crate::store::{Invalid, StoreError};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -258,6 +258,16 @@ pub enum Inserted {
     /// Another digest is installed as this `package_id@version`; nothing
     /// changed. The installed record.
     VersionTaken(Package),
+}
+
+/// The package's path as stored: UTF-8 only.
+pub fn package_path(p: &Package) -> Result<&str, Invalid> {
+    p.path.to_str().ok_or_else(|| {
+        Invalid::new(
+            format!("package path {}", p.path.display()),
+            "is not UTF-8; install packages under a UTF-8 workspace path",
+        )
+    })
 }
 
 /// Keeps the installed-package inventory. `plugd-store` implements it on

@@ -23,11 +23,11 @@ use plugd_control::chains::{
     ScopeFilter, SessionInfo,
 };
 use plugd_control::store::outbox::{Enqueued, Reporter, Subscriber};
-use plugd_control::store::transcripts::valid_session_id;
+use plugd_control::store::transcripts::check_session_id;
 use serde_json::{Map, Value};
 use tokio_postgres::Row;
 
-use crate::clock::{NOW_RFC3339, random_hex};
+use crate::clock::NOW_RFC3339;
 use crate::{PgError, PgStore};
 
 const SESSION_COLS: &str = "id, created_at, org_id, project_id, head_chain_id";
@@ -54,17 +54,6 @@ fn scope_sql(org: &str, project: &str) -> String {
         "(($1::text IS NULL AND (NOT $2::bool OR {org} IS NULL))
           OR ({org} = $1 AND (cardinality($3::text[]) = 0 OR {project} = ANY($3))))"
     )
-}
-
-fn check_session_id(id: &str) -> Result<(), PgError> {
-    if valid_session_id(id) {
-        Ok(())
-    } else {
-        Err(PgError::Invalid {
-            what: format!("session id {id:?}"),
-            problem: "use 1-128 characters of letters, digits, '-', '_' and '.'",
-        })
-    }
 }
 
 fn parse_json(s: &str) -> Value {
@@ -460,7 +449,7 @@ impl PgStore {
     ) -> Result<(Chain, Option<Enqueued>), PgError> {
         let derived = match &compaction.derived_chain_id {
             Some(id) => id.clone(),
-            None => format!("ch_{}", random_hex(8)?),
+            None => plugd_control::chains::fresh_id("ch"),
         };
         let action = || format!("derive a chain from {source:?}");
         let err = |e| self.query_error(action(), e);

@@ -9,31 +9,17 @@
 //! An org secret is sealed with the configured master key, never a key
 //! created on the spot (several nodes would mint several keys).
 
-use plugd_control::bindings::{NAME_RULE, is_valid_name, is_valid_secret_name};
-use plugd_control::store::secrets::{ConfigWrite, Rotation, Sealed, StoredValue};
-use plugd_store::bindings::{MAX_SECRET_BYTES, org_secret_owner};
+use plugd_control::bindings::check_org_secret;
+use plugd_control::store::secrets::{
+    ConfigWrite, Rotation, Sealed, StoredValue, check_config_names,
+};
+use plugd_store::bindings::org_secret_owner;
 // The master key and where it is configured are plugd-store's (shared with SQLite).
 use plugd_store::secrets::{KeySource, MasterKey};
 use serde_json::Value;
 
 use crate::clock::NOW_RFC3339;
 use crate::{PgError, PgStore};
-
-fn check_names(plugin: &str, key: &str) -> Result<(), PgError> {
-    if plugin.is_empty() || plugin.contains('\0') {
-        return Err(PgError::Invalid {
-            what: format!("plugin id {plugin:?}"),
-            problem: "a plugin id must be non-empty and contain no NUL",
-        });
-    }
-    if key.is_empty() || key.contains('\0') {
-        return Err(PgError::Invalid {
-            what: format!("config key {key:?}"),
-            problem: "a config key must be non-empty and contain no NUL",
-        });
-    }
-    Ok(())
-}
 
 fn secret(e: impl std::error::Error + Send + Sync + 'static) -> PgError {
     PgError::Secret(Box::new(e))
@@ -69,7 +55,7 @@ impl PgStore {
         key: &str,
         value: &Value,
     ) -> Result<(), PgError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         let client = self.client().await?;
         client
             .execute(&upsert_plain(), &[&plugin, &key, &value.to_string()])
@@ -86,7 +72,7 @@ impl PgStore {
         plaintext: &str,
         master: &MasterKey,
     ) -> Result<(), PgError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         let sealed = master
             .seal(plugin, key, plaintext.as_bytes())
             .map_err(secret)?;
@@ -100,7 +86,7 @@ impl PgStore {
         key: &str,
         sealed: &Sealed,
     ) -> Result<(), PgError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         let client = self.client().await?;
         client
             .execute(
@@ -126,7 +112,7 @@ impl PgStore {
         writes: &[(String, ConfigWrite)],
     ) -> Result<(), PgError> {
         for (key, _) in writes {
-            check_names(plugin, key)?;
+            check_config_names(plugin, key)?;
         }
         let action = || format!("set the config of plugin {plugin:?}");
         let err = |e| self.query_error(action(), e);
@@ -160,7 +146,7 @@ impl PgStore {
 
     /// Removes the value of `key`; `false` if none was set.
     pub async fn config_unset(&self, plugin: &str, key: &str) -> Result<bool, PgError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         let client = self.client().await?;
         let n = client
             .execute(
@@ -322,24 +308,7 @@ impl PgStore {
         name: &str,
         value: &str,
     ) -> Result<(), PgError> {
-        if !is_valid_name(org_id) {
-            return Err(PgError::Invalid {
-                what: format!("org id {org_id:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if !is_valid_secret_name(name) {
-            return Err(PgError::Invalid {
-                what: format!("secret name {name:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if value.is_empty() || value.len() > MAX_SECRET_BYTES {
-            return Err(PgError::Invalid {
-                what: format!("the value of secret {org_id}/{name}"),
-                problem: "a secret value must be 1 byte to 64 KiB",
-            });
-        }
+        check_org_secret(org_id, name, value)?;
         let master = KeySource::from_env()
             .and_then(|s| s.require())
             .map_err(secret)?;

@@ -220,3 +220,12 @@ pub enum PgError {
         source: DbError,
     },
 }
+
+impl From<plugd_control::store::Invalid> for PgError {
+    fn from(e: plugd_control::store::Invalid) -> Self {
+        PgError::Invalid {
+            what: e.what,
+            problem: e.problem,
+        }
+    }
+}

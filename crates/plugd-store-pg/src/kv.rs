@@ -1,32 +1,16 @@
 //! The agent's key-value storage on PostgreSQL (Dexto `storage.database` and
 //! `storage.cache`): same spaces, bounds and meaning as `plugd-store`'s `kv.rs`.
 
-use plugd_control::store::kv::{MAX_KEY, MAX_LIST, MAX_VALUE, SPACES};
+use plugd_control::store::kv::{MAX_LIST, check_key, check_value};
 use serde_json::Value;
 
 use crate::clock::NOW_RFC3339;
 use crate::{PgError, PgStore};
 
-fn check(space: &str, key: &str) -> Result<(), PgError> {
-    if !SPACES.contains(&space) {
-        return Err(PgError::Invalid {
-            what: format!("storage {space:?}"),
-            problem: "the agent's storage is \"database\" or \"cache\"",
-        });
-    }
-    if key.is_empty() || key.len() > MAX_KEY || key.contains('\0') {
-        return Err(PgError::Invalid {
-            what: format!("key {:?}", key.chars().take(64).collect::<String>()),
-            problem: "a storage key is 1 to 512 bytes without NUL",
-        });
-    }
-    Ok(())
-}
-
 impl PgStore {
     /// The value of `key` in `space`, `None` when unset.
     pub async fn kv_get(&self, space: &str, key: &str) -> Result<Option<Value>, PgError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let client = self.client().await?;
         let row = client
             .query_opt(
@@ -40,14 +24,9 @@ impl PgStore {
 
     /// Sets `key` in `space` to `value` (at most [`MAX_VALUE`] bytes of JSON).
     pub async fn kv_set(&self, space: &str, key: &str, value: &Value) -> Result<(), PgError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let text = value.to_string();
-        if text.len() > MAX_VALUE {
-            return Err(PgError::Invalid {
-                what: format!("the value of {key:?} ({} bytes)", text.len()),
-                problem: "a storage value is at most 1 MiB of JSON",
-            });
-        }
+        check_value(key, &text)?;
         let client = self.client().await?;
         client
             .execute(
@@ -65,7 +44,7 @@ impl PgStore {
 
     /// Removes `key` from `space`; `false` when it was not set.
     pub async fn kv_delete(&self, space: &str, key: &str) -> Result<bool, PgError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let client = self.client().await?;
         let n = client
             .execute(
@@ -80,7 +59,7 @@ impl PgStore {
     /// The keys of `space` starting with `prefix` (literally: no pattern),
     /// in byte order, at most [`MAX_LIST`].
     pub async fn kv_list(&self, space: &str, prefix: &str) -> Result<Vec<String>, PgError> {
-        check(space, "x")?;
+        check_key(space, "x")?;
         if prefix.contains('\0') {
             return Ok(Vec::new());
         }

@@ -1,20 +1,9 @@
 //! Singleton leases with fencing numbers on PostgreSQL: one atomic upsert takes or renews a lease by the database's clock; fenced writes check the lease in their own transaction.
 
-use plugd_control::store::StoreError;
 use plugd_control::store::leases::{Fence, Lease, check_lease};
 
 use crate::clock::NOW_MS;
 use crate::{PgError, PgStore};
-
-fn checked(name: &str, holder: &str) -> Result<(), PgError> {
-    check_lease(name, holder).map_err(|e| match e {
-        StoreError::Invalid { what, problem } => PgError::Invalid { what, problem },
-        other => PgError::Invalid {
-            what: other.to_string(),
-            problem: "the lease was refused",
-        },
-    })
-}
 
 impl PgStore {
     /// Takes or renews lease `name` for `holder` (see `LeaseStore`): one
@@ -25,7 +14,7 @@ impl PgStore {
         holder: &str,
         ttl_ms: i64,
     ) -> Result<Option<Lease>, PgError> {
-        checked(name, holder)?;
+        check_lease(name, holder)?;
         let client = self.client().await?;
         let row = client
             .query_opt(

@@ -5,7 +5,6 @@
 //! same code at once exactly one gets it. The control epoch is bumped by
 //! statement-level triggers in the writing transaction (`migrations.rs`).
 
-use plugd_control::store::StoreError;
 use plugd_control::store::live::{
     Lifetime, LiveKind, LiveSession, MAX_CODES, check_session, session_key,
 };
@@ -13,16 +12,6 @@ use serde_json::Value;
 
 use crate::clock::NOW_MS;
 use crate::{PgError, PgStore};
-
-fn checked(owner: &str, profile: Option<&str>, data: &Value) -> Result<String, PgError> {
-    check_session(owner, profile, data).map_err(|e| match e {
-        StoreError::Invalid { what, problem } => PgError::Invalid { what, problem },
-        other => PgError::Invalid {
-            what: other.to_string(),
-            problem: "the session was refused",
-        },
-    })
-}
 
 impl PgStore {
     /// Stores live session `id` of `kind`, opened and used now.
@@ -34,7 +23,7 @@ impl PgStore {
         profile: Option<&str>,
         data: &Value,
     ) -> Result<(), PgError> {
-        let text = checked(owner, profile, data)?;
+        let text = check_session(owner, profile, data)?;
         let key = session_key(id).to_vec();
         let client = self.client().await?;
         client
@@ -189,7 +178,7 @@ impl PgStore {
         name: &str,
         lifetime_ms: i64,
     ) -> Result<(), PgError> {
-        checked(name, None, &Value::Null)?;
+        check_session(name, None, &Value::Null)?;
         let key = session_key(code).to_vec();
         let mut client = self.client().await?;
         let err = |e| self.query_error("store a login code", e);

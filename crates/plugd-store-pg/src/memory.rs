@@ -8,46 +8,20 @@
 //! has no counterpart yet (`ümlaut` does not find `umlaut`).
 
 use plugd_control::store::memory::{
-    DEFAULT_RECALL_LIMIT, MAX_MEMORY_BYTES, MAX_RECALL_LIMIT, MAX_TAG_BYTES, MAX_TAGS, MemoryEntry,
-    valid_agent_id,
+    DEFAULT_RECALL_LIMIT, MAX_RECALL_LIMIT, MemoryEntry, check_agent, check_memory, clip,
+    query_words,
 };
 
 use crate::clock::{NOW_RFC3339, random_hex};
 use crate::{PgError, PgStore};
 
-/// Most words of a query used for matching (the rest are ignored).
-const MAX_QUERY_TERMS: usize = 32;
-
 const COLUMNS: &str = "id, agent_id, content, tags, created_at";
-
-fn invalid(what: String, problem: &'static str) -> PgError {
-    PgError::Invalid { what, problem }
-}
-
-fn clip(s: &str) -> String {
-    s.chars().take(64).collect()
-}
-
-fn check_agent(agent_id: &str) -> Result<(), PgError> {
-    if valid_agent_id(agent_id) {
-        Ok(())
-    } else {
-        Err(invalid(
-            format!("agent id {:?}", clip(agent_id)),
-            "use 1-128 characters of letters, digits, '-', '_', '.' and ':'",
-        ))
-    }
-}
 
 /// The `to_tsquery` text for `text`: its words joined with `|`; `None` when
 /// it has no word. Words are letters and digits only, so nothing in them is
 /// tsquery syntax.
 fn query_text(text: &str) -> Option<String> {
-    let words: Vec<&str> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_QUERY_TERMS)
-        .collect();
+    let words = query_words(text);
     (!words.is_empty()).then(|| words.join(" | "))
 }
 
@@ -70,37 +44,7 @@ impl PgStore {
         content: &str,
         tags: &[String],
     ) -> Result<MemoryEntry, PgError> {
-        check_agent(agent_id)?;
-        if content.trim().is_empty() {
-            return Err(invalid(
-                "memory content".into(),
-                "it is empty; say what to remember",
-            ));
-        }
-        if content.len() > MAX_MEMORY_BYTES {
-            return Err(invalid(
-                format!("memory content of {} bytes", content.len()),
-                "it is over the 64 KiB limit; store a shorter text",
-            ));
-        }
-        if content.contains('\0') {
-            return Err(invalid(
-                "memory content".into(),
-                "it contains a NUL character; remove it",
-            ));
-        }
-        if tags.len() > MAX_TAGS {
-            return Err(invalid(format!("{} tags", tags.len()), "at most 32 tags"));
-        }
-        if let Some(t) = tags
-            .iter()
-            .find(|t| t.trim().is_empty() || t.len() > MAX_TAG_BYTES)
-        {
-            return Err(invalid(
-                format!("tag {:?}", clip(t)),
-                "tags are 1-64 bytes and not blank",
-            ));
-        }
+        check_memory(agent_id, content, tags)?;
         let tags_json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
         let id = format!("mem_{}", random_hex(8)?);
         let client = self.client().await?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use plugd_control::store::outbox::{
     Delivery, DeliveryId, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, RetryOutcome,
-    RetryPolicy, Subscriber, valid_event_type,
+    RetryPolicy, Subscriber, check_event,
 };
 use serde_json::{Value, json};
 
@@ -35,17 +35,6 @@ fn ms(d: Duration) -> i64 {
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
-}
-
-/// Refuses an event whose type is not a valid name.
-fn check_event(event: &NewEvent) -> Result<(), PgError> {
-    if !valid_event_type(&event.event_type) {
-        return Err(PgError::Invalid {
-            what: format!("event type {:?}", event.event_type),
-            problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
-        });
-    }
-    Ok(())
 }
 
 impl PgStore {

@@ -73,10 +73,7 @@ impl PgStore {
             what: format!("package {}", p.digest),
             detail: format!("cannot encode its record: {e}"),
         })?;
-        let path = p.path.to_str().ok_or(PgError::Invalid {
-            what: format!("package path {}", p.path.display()),
-            problem: "is not UTF-8; install packages under a UTF-8 workspace path",
-        })?;
+        let path = plugd_control::packages::package_path(p)?;
         let action = || {
             format!(
                 "install package {}@{} ({})",

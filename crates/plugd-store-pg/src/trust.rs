@@ -6,6 +6,7 @@
 //! upsert / conditional delete lock that row, so a concurrent writer waits
 //! and then sees the committed row (no lost update, no retry needed).
 
+use plugd_control::store::approvals::check_plugin_id;
 use plugd_control::store::{Approval, Failure};
 
 use crate::clock::NOW_RFC3339;
@@ -23,20 +24,10 @@ const UPSERT_APPROVAL: &str =
 
 const APPROVAL_COLUMNS: &str = "plugin_id, digest, approved_by, approved_at, catalog";
 
-fn check_id(plugin_id: &str) -> Result<(), PgError> {
-    if plugin_id.is_empty() {
-        return Err(PgError::Invalid {
-            what: "plugin id \"\"".to_owned(),
-            problem: "a plugin id must not be empty",
-        });
-    }
-    Ok(())
-}
-
 impl PgStore {
     /// Records an approval, replacing any earlier one for the same plugin.
     pub async fn approve(&self, a: &Approval) -> Result<(), PgError> {
-        check_id(&a.plugin_id)?;
+        check_plugin_id(&a.plugin_id)?;
         let catalog = a.catalog.to_string();
         let client = self.client().await?;
         client
@@ -58,7 +49,7 @@ impl PgStore {
     /// Records an approval and forgets the plugin's failure mark, in one
     /// transaction: a concurrent reader sees either neither or both.
     pub async fn approve_clearing_failure(&self, a: &Approval) -> Result<(), PgError> {
-        check_id(&a.plugin_id)?;
+        check_plugin_id(&a.plugin_id)?;
         let catalog = a.catalog.to_string();
         let action = || format!("approve plugin {:?}", a.plugin_id);
         let mut client = self.client().await?;
@@ -177,7 +168,7 @@ impl PgStore {
     /// Records that the supervisor gave up on `plugin_id`, stamped with the
     /// database's clock; replaces an earlier failure of the same plugin.
     pub async fn mark_failed(&self, plugin_id: &str, reason: &str) -> Result<(), PgError> {
-        check_id(plugin_id)?;
+        check_plugin_id(plugin_id)?;
         let client = self.client().await?;
         client
             .execute(

@@ -9,9 +9,10 @@
 //! with different dimensions at once cannot both succeed.
 
 use plugd_control::store::vectors::{
-    MAX_BATCH, MAX_DIMENSION, MAX_LIMIT, VectorMatch, VectorRecord,
+    MAX_LIMIT, VectorMatch, VectorRecord, VectorStoreError, check_name, check_search, check_upsert,
+    cosine, from_blob, matches_filter, to_blob,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::{PgError, PgStore};
 
@@ -42,59 +43,12 @@ pub enum VectorError {
     Store(#[from] PgError),
 }
 
-fn to_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn from_blob(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn check_embedding(e: &[f32], what: &str) -> Result<(), VectorError> {
-    if e.is_empty() || e.len() > MAX_DIMENSION {
-        return Err(VectorError::Invalid(format!(
-            "{what}: an embedding has 1 to {MAX_DIMENSION} numbers, got {}",
-            e.len()
-        )));
+/// A shared check's refusal as this module's error.
+fn checked(e: VectorStoreError) -> VectorError {
+    match e {
+        VectorStoreError::Invalid(m) => VectorError::Invalid(m),
+        other => VectorError::Invalid(other.to_string()),
     }
-    if e.iter().any(|x| !x.is_finite()) {
-        return Err(VectorError::Invalid(format!(
-            "{what}: an embedding holds finite numbers only"
-        )));
-    }
-    Ok(())
-}
-
-fn check_name(name: &str, what: &str) -> Result<(), VectorError> {
-    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-        return Err(VectorError::Invalid(format!(
-            "{what} {:?}: use 1-128 characters without control characters",
-            name.chars().take(64).collect::<String>()
-        )));
-    }
-    Ok(())
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    if na == 0.0 || nb == 0.0 {
-        return 0.0;
-    }
-    (dot / (na.sqrt() * nb.sqrt())) as f32
-}
-
-fn matches_filter(metadata: &Value, filter: &Map<String, Value>) -> bool {
-    filter
-        .iter()
-        .all(|(k, v)| metadata.get(k).is_some_and(|m| m == v))
 }
 
 impl PgStore {
@@ -118,32 +72,10 @@ impl PgStore {
         collection: &str,
         records: &[VectorRecord],
     ) -> Result<usize, VectorError> {
-        check_name(collection, "collection")?;
-        if records.len() > MAX_BATCH {
-            return Err(VectorError::Invalid(format!(
-                "at most {MAX_BATCH} records per upsert, got {}",
-                records.len()
-            )));
-        }
+        check_upsert(collection, records).map_err(checked)?;
         let Some(first) = records.first() else {
             return Ok(0);
         };
-        for r in records {
-            check_name(&r.id, "record id")?;
-            if r.content.contains('\0') {
-                return Err(VectorError::Invalid(format!(
-                    "record {:?}: content must not contain NUL",
-                    r.id
-                )));
-            }
-            check_embedding(&r.embedding, &format!("record {:?}", r.id))?;
-            if !(r.metadata.is_object() || r.metadata.is_null()) {
-                return Err(VectorError::Invalid(format!(
-                    "record {:?}: metadata must be a JSON object",
-                    r.id
-                )));
-            }
-        }
         let action = || format!("upsert into vector collection {collection:?}");
         let mut client = self.client().await?;
         let tx = client
@@ -215,17 +147,7 @@ impl PgStore {
         limit: usize,
         filter: Option<&Value>,
     ) -> Result<Vec<VectorMatch>, VectorError> {
-        check_name(collection, "collection")?;
-        check_embedding(embedding, "query")?;
-        let filter = match filter {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => {
-                return Err(VectorError::Invalid(
-                    "filter must be a JSON object of metadata keys and values".into(),
-                ));
-            }
-        };
+        let filter = check_search(collection, embedding, filter).map_err(checked)?;
         let expected = self
             .collection_dimension(collection)
             .await?
@@ -270,7 +192,7 @@ impl PgStore {
         collection: &str,
         ids: &[String],
     ) -> Result<usize, VectorError> {
-        check_name(collection, "collection")?;
+        check_name(collection, "collection").map_err(checked)?;
         if self.collection_dimension(collection).await?.is_none() {
             return Err(VectorError::CollectionNotFound {
                 collection: collection.to_owned(),

@@ -10,9 +10,7 @@
 //! its org and name, so a ciphertext copied into another org fails to open,
 //! and no plugin id can start with `@`.
 
-use plugd_control::bindings::{
-    Binding, BindingFilter, BindingStatus, NAME_RULE, is_valid_name, is_valid_secret_name,
-};
+use plugd_control::bindings::{Binding, BindingFilter, BindingStatus};
 use rusqlite::params;
 
 use crate::error::StoreError;
@@ -34,8 +32,7 @@ pub(crate) const MIGRATION: &str = "
     ALTER TABLE api_tokens ADD COLUMN project_ids TEXT;
 ";
 
-/// Largest org secret value, in bytes.
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+pub use plugd_control::bindings::MAX_SECRET_BYTES;
 
 /// A fresh binding id: `bind_` and 16 hex digits from the OS RNG.
 pub fn new_binding_id() -> Result<String, StoreError> {
@@ -81,24 +78,7 @@ impl Store {
     /// (created when there is none yet, as `plugd secrets set` does),
     /// replacing an earlier value.
     pub fn org_secret_set(&self, org_id: &str, name: &str, value: &str) -> Result<(), StoreError> {
-        if !is_valid_name(org_id) {
-            return Err(StoreError::Invalid {
-                what: format!("org id {org_id:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if !is_valid_secret_name(name) {
-            return Err(StoreError::Invalid {
-                what: format!("secret name {name:?}"),
-                problem: NAME_RULE,
-            });
-        }
-        if value.is_empty() || value.len() > MAX_SECRET_BYTES {
-            return Err(StoreError::Invalid {
-                what: format!("the value of secret {org_id}/{name}"),
-                problem: "a secret value must be 1 byte to 64 KiB",
-            });
-        }
+        plugd_control::bindings::check_org_secret(org_id, name, value)?;
         let master = KeySource::from_env().and_then(|s| s.load_or_create())?;
         self.config_set_secret(&org_secret_owner(org_id), name, value, &master)
     }
@@ -208,76 +188,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use plugd_control::bindings::{Rollout, Scope};
-    use serde_json::json;
-
     use super::*;
-
-    fn binding(org: &str, export: &str) -> Binding {
-        Binding {
-            binding_id: new_binding_id().unwrap(),
-            package_id: "acme/devkit".into(),
-            package_version: "0.1.0".into(),
-            export_id: export.into(),
-            scope: Scope {
-                org_id: org.into(),
-                project_id: None,
-            },
-            config: json!({"max_results": 10}),
-            secrets: BTreeMap::from([("t".to_owned(), format!("secret://{org}/t"))]),
-            status: BindingStatus::Active,
-            rollout: Rollout::default(),
-            created_at: crate::now_rfc3339(),
-            updated_at: crate::now_rfc3339(),
-            created_by: "cli".into(),
-            gateway_api_scopes: None,
-        }
-    }
-
-    #[test]
-    fn bindings_round_trip_filter_and_update() {
-        let store = Store::open_in_memory().unwrap();
-        let a = binding("org_a", "jira_search");
-        let b = binding("org_b", "jira_search");
-        let c = binding("org_a", "slack_notify");
-        for x in [&a, &b, &c] {
-            store.insert_binding(x).unwrap();
-        }
-        assert!(matches!(
-            store.insert_binding(&a),
-            Err(StoreError::Conflict(_))
-        ));
-        assert_eq!(store.binding(&a.binding_id).unwrap().as_ref(), Some(&a));
-        assert_eq!(store.binding("bind_none").unwrap(), None);
-        let all = store.bindings(&BindingFilter::default()).unwrap();
-        assert_eq!(all.len(), 3);
-        let org_a = BindingFilter {
-            org_id: Some("org_a".into()),
-            ..BindingFilter::default()
-        };
-        assert_eq!(store.bindings(&org_a).unwrap().len(), 2);
-        let jira_a = BindingFilter {
-            export_id: Some("jira_search".into()),
-            ..org_a.clone()
-        };
-        assert_eq!(store.bindings(&jira_a).unwrap(), vec![a.clone()]);
-
-        let mut changed = a.clone();
-        changed.status = BindingStatus::Disabled;
-        changed.rollout.traffic_percent = 10;
-        assert!(store.update_binding(&changed).unwrap());
-        let active_a = BindingFilter {
-            status: Some(BindingStatus::Active),
-            ..org_a
-        };
-        assert_eq!(store.bindings(&active_a).unwrap(), vec![c]);
-        assert_eq!(store.binding(&a.binding_id).unwrap(), Some(changed));
-        let mut ghost = a;
-        ghost.binding_id = "bind_ghost".into();
-        assert!(!store.update_binding(&ghost).unwrap());
-    }
 
     #[test]
     fn binding_ids_are_fresh_and_shaped() {
@@ -311,18 +222,5 @@ mod tests {
         assert_eq!(by_name("a").org_id.as_deref(), Some("org_a"));
         let v = serde_json::to_value(by_name("ops")).unwrap();
         assert!(v.get("org_id").is_none(), "{v}");
-    }
-
-    #[test]
-    fn org_secrets_are_kept_apart_per_org() {
-        let store = Store::open_in_memory().unwrap();
-        let key = crate::secrets::MasterKey::from_bytes([7; 32], "test");
-        store
-            .config_set_secret(&org_secret_owner("org_a"), "jira_token", "s3cret", &key)
-            .unwrap();
-        assert_eq!(store.org_secret_names("org_a").unwrap(), ["jira_token"]);
-        assert!(store.org_secret_names("org_b").unwrap().is_empty());
-        assert!(store.org_secret_exists("org_a", "jira_token").unwrap());
-        assert!(!store.org_secret_exists("org_b", "jira_token").unwrap());
     }
 }

@@ -15,6 +15,8 @@ use plugd_control::chains::{
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
+use plugd_control::store::transcripts::check_session_id;
+
 use crate::error::StoreError;
 use crate::outbox::{Enqueued, Reporter, Subscriber, check_event, enqueue_in};
 use crate::store::Store;
@@ -319,7 +321,7 @@ impl Store {
         org: Option<&str>,
         project: Option<&str>,
     ) -> Result<(SessionInfo, bool), StoreError> {
-        crate::sessions::check_session_id(id)?;
+        check_session_id(id)?;
         let now = crate::now_rfc3339();
         let chain = format!("ch_{id}");
         let action = || format!("open session {id:?}");
@@ -361,7 +363,7 @@ impl Store {
     }
 
     pub fn session_info(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
-        crate::sessions::check_session_id(id)?;
+        check_session_id(id)?;
         self.lock()
             .query_row(
                 &format!("SELECT {SESSION_COLS} FROM sessions WHERE id = ?1"),
@@ -780,244 +782,5 @@ impl Store {
             )
             .map(|n| n.max(0) as u64)
             .map_err(|e| self.query_error(format!("count the child runs of {parent:?}"), e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn compaction(session: &str, source: &str) -> Compaction {
-        Compaction {
-            id: plugd_control::chains::fresh_id("cmp"),
-            session_id: session.into(),
-            source_chain_id: source.into(),
-            derived_chain_id: None,
-            compactor: "acme/kit/window".into(),
-            status: "succeeded".into(),
-            token_estimate: 99,
-            summary: json!({"text": "s"}),
-            diagnostics: json!({}),
-            error: None,
-            run_id: None,
-            created_at: crate::now_rfc3339(),
-        }
-    }
-
-    #[test]
-    fn chains_append_derive_and_keep_lineage() {
-        let store = Store::open_in_memory().unwrap();
-        let (s, created) = store.session_open("s1", Some("org"), None).unwrap();
-        assert!(created);
-        let head = s.head_chain_id.clone().unwrap();
-        let seqs = store
-            .chain_append(
-                &head,
-                &[
-                    NewBlock::text(BlockKind::Input, "hi"),
-                    NewBlock::text(BlockKind::Output, "yo"),
-                ],
-                "agent",
-            )
-            .unwrap();
-        assert_eq!(seqs, [1, 2]);
-        let more = store
-            .chain_append(&head, &[NewBlock::text(BlockKind::Input, "again")], "t")
-            .unwrap();
-        assert_eq!(more, [3]);
-        let blocks = store.chain_blocks(&head, 1, 10).unwrap();
-        assert_eq!(blocks.len(), 2);
-        assert_eq!(blocks[0].text(), "yo");
-        assert_eq!(blocks[1].created_by.as_deref(), Some("t"));
-
-        let c = compaction("s1", &head);
-        let derived = store
-            .chain_derive(&head, &[NewBlock::text(BlockKind::System, "seed")], &c)
-            .unwrap();
-        assert_eq!(derived.parent_chain_id.as_deref(), Some(head.as_str()));
-        assert_eq!(derived.blocks, 1);
-        let info = store.session_info("s1").unwrap().unwrap();
-        assert_eq!(info.head_chain_id.as_deref(), Some(derived.id.as_str()));
-        let old = store.chain(&head).unwrap().unwrap();
-        assert_eq!(old.status, ChainStatus::Superseded);
-        assert_eq!(old.blocks, 3, "the source is never rewritten");
-        // The old chain is read-only; a second compaction of it loses.
-        let e = store
-            .chain_append(&head, &[NewBlock::text(BlockKind::Input, "x")], "t")
-            .unwrap_err();
-        assert!(e.to_string().contains("compacted"), "{e}");
-        let e = store
-            .chain_derive(&head, &[], &compaction("s1", &head))
-            .unwrap_err();
-        assert!(e.to_string().contains("no longer"), "{e}");
-        let list = store.compactions("s1").unwrap();
-        assert_eq!(list.len(), 1);
-        assert_eq!(
-            list[0].derived_chain_id.as_deref(),
-            Some(derived.id.as_str())
-        );
-        assert_eq!(store.session_chains("s1").unwrap().len(), 2);
-        assert!(matches!(
-            store.chain_append("ch_nope", &[], "t"),
-            Err(StoreError::NotFound { .. })
-        ));
-    }
-
-    #[test]
-    fn runs_end_once_and_filter_by_scope() {
-        let store = Store::open_in_memory().unwrap();
-        store.session_open("a", Some("o1"), Some("p1")).unwrap();
-        store.session_open("b", Some("o2"), None).unwrap();
-        let run = |id: &str, session: &str, parent: Option<&str>| Run {
-            id: id.into(),
-            session_id: session.into(),
-            chain_id: None,
-            parent_run_id: parent.map(str::to_owned),
-            depth: u32::from(parent.is_some()),
-            kind: RunKind::External,
-            harness: None,
-            mode: None,
-            status: RunStatus::Running,
-            input: json!({}),
-            checkpoint: Value::Null,
-            summary: Value::Null,
-            artifacts: json!([]),
-            error: None,
-            created_by: "t".into(),
-            created_at: crate::now_rfc3339(),
-            ended_at: None,
-        };
-        store.run_create(&run("r1", "a", None)).unwrap();
-        store.run_create(&run("r2", "a", Some("r1"))).unwrap();
-        store.run_create(&run("r3", "b", None)).unwrap();
-        assert_eq!(store.child_runs("r1").unwrap(), 1);
-        let done = store
-            .run_update(
-                "r1",
-                &RunPatch {
-                    status: Some(RunStatus::Succeeded),
-                    summary: Some(json!({"text": "ok"})),
-                    ..RunPatch::default()
-                },
-            )
-            .unwrap()
-            .unwrap();
-        assert_eq!(done.status, RunStatus::Succeeded);
-        assert!(done.ended_at.is_some());
-        let again = store
-            .run_update(
-                "r1",
-                &RunPatch {
-                    status: Some(RunStatus::Failed),
-                    ..RunPatch::default()
-                },
-            )
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            again.status,
-            RunStatus::Succeeded,
-            "an ended run stays ended"
-        );
-        let o1 = ScopeFilter {
-            org_id: Some("o1".into()),
-            ..ScopeFilter::default()
-        };
-        let ids: Vec<String> = store
-            .runs(&o1, None, 10)
-            .unwrap()
-            .into_iter()
-            .map(|r| r.id)
-            .collect();
-        assert_eq!(ids.len(), 2);
-        assert!(!ids.contains(&"r3".to_owned()));
-        assert_eq!(
-            store
-                .runs(&ScopeFilter::default(), Some("b"), 10)
-                .unwrap()
-                .len(),
-            1
-        );
-        assert!(
-            store
-                .run_update("nope", &RunPatch::default())
-                .unwrap()
-                .is_none()
-        );
-        let seen: Vec<String> = store
-            .sessions(&o1, 10, None)
-            .unwrap()
-            .into_iter()
-            .map(|s| s.id)
-            .collect();
-        assert_eq!(seen, ["a"]);
-    }
-
-    #[test]
-    fn raced_appends_and_compactions_keep_order_and_one_winner() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
-        let (s, _) = store.session_open("race", None, None).unwrap();
-        let head = s.head_chain_id.unwrap();
-        let threads: Vec<_> = (0..8)
-            .map(|t| {
-                let store = store.clone();
-                let head = head.clone();
-                std::thread::spawn(move || {
-                    (0..25)
-                        .flat_map(|i| {
-                            store
-                                .chain_append(
-                                    &head,
-                                    &[
-                                        NewBlock::text(BlockKind::Input, format!("{t}/{i}")),
-                                        NewBlock::text(BlockKind::Output, format!("{t}/{i}")),
-                                    ],
-                                    "t",
-                                )
-                                .unwrap()
-                        })
-                        .collect::<Vec<u64>>()
-                })
-            })
-            .collect();
-        let mut seqs: Vec<u64> = threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect();
-        seqs.sort_unstable();
-        assert_eq!(
-            seqs,
-            (1..=400).collect::<Vec<u64>>(),
-            "every seq once, none lost"
-        );
-        // A pair appended together stays together.
-        let blocks = store.chain_blocks(&head, 0, 1000).unwrap();
-        for pair in blocks.chunks(2) {
-            assert_eq!(pair[0].text(), pair[1].text());
-        }
-        // Two compactions of the same head at once: exactly one wins.
-        let racers: Vec<_> = (0..2)
-            .map(|_| {
-                let store = store.clone();
-                let head = head.clone();
-                std::thread::spawn(move || {
-                    store
-                        .chain_derive(
-                            &head,
-                            &[NewBlock::text(BlockKind::System, "s")],
-                            &compaction("race", &head),
-                        )
-                        .is_ok()
-                })
-            })
-            .collect();
-        let won: usize = racers
-            .into_iter()
-            .map(|r| usize::from(r.join().unwrap()))
-            .sum();
-        assert_eq!(won, 1);
-        assert_eq!(store.session_chains("race").unwrap().len(), 2);
     }
 }

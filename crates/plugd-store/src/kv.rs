@@ -10,6 +10,8 @@
 use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 
+use plugd_control::store::kv::{check_key, check_value};
+
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -26,26 +28,10 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
 ";
 
-fn check(space: &str, key: &str) -> Result<(), StoreError> {
-    if !SPACES.contains(&space) {
-        return Err(StoreError::Invalid {
-            what: format!("storage {space:?}"),
-            problem: "the agent's storage is \"database\" or \"cache\"",
-        });
-    }
-    if key.is_empty() || key.len() > MAX_KEY || key.contains('\0') {
-        return Err(StoreError::Invalid {
-            what: format!("key {:?}", key.chars().take(64).collect::<String>()),
-            problem: "a storage key is 1 to 512 bytes without NUL",
-        });
-    }
-    Ok(())
-}
-
 impl Store {
     /// The value of `key` in `space`, `None` when unset.
     pub fn kv_get(&self, space: &str, key: &str) -> Result<Option<Value>, StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let conn = self.lock();
         let text: Option<String> = conn
             .query_row(
@@ -60,14 +46,9 @@ impl Store {
 
     /// Sets `key` in `space` to `value` (at most [`MAX_VALUE`] bytes of JSON).
     pub fn kv_set(&self, space: &str, key: &str, value: &Value) -> Result<(), StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let text = value.to_string();
-        if text.len() > MAX_VALUE {
-            return Err(StoreError::Invalid {
-                what: format!("the value of {key:?} ({} bytes)", text.len()),
-                problem: "a storage value is at most 1 MiB of JSON",
-            });
-        }
+        check_value(key, &text)?;
         let conn = self.lock();
         conn.execute(
             "INSERT INTO agent_kv (space, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
@@ -80,7 +61,7 @@ impl Store {
 
     /// Removes `key` from `space`; `false` when it was not set.
     pub fn kv_delete(&self, space: &str, key: &str) -> Result<bool, StoreError> {
-        check(space, key)?;
+        check_key(space, key)?;
         let conn = self.lock();
         let n = conn
             .execute(
@@ -94,7 +75,7 @@ impl Store {
     /// The keys of `space` starting with `prefix`, sorted, at most
     /// [`MAX_LIST`].
     pub fn kv_list(&self, space: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
-        check(space, "x")?;
+        check_key(space, "x")?;
         let conn = self.lock();
         let read = || -> rusqlite::Result<Vec<String>> {
             // substr keeps `%` and `_` in the prefix literal (no LIKE).
@@ -106,55 +87,5 @@ impl Store {
                 .collect()
         };
         read().map_err(|e| self.query_error("list storage keys".to_owned(), e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-
-    #[test]
-    fn values_round_trip_per_space_and_prefixes_are_literal() {
-        let s = Store::open_in_memory().unwrap();
-        assert_eq!(s.kv_get("database", "a").unwrap(), None);
-        s.kv_set("database", "tenant:acme:quota", &json!({"tokensPerDay": 5}))
-            .unwrap();
-        s.kv_set("database", "tenant:acme:usage", &json!(1))
-            .unwrap();
-        s.kv_set("database", "tenant%x", &json!(1)).unwrap();
-        s.kv_set("cache", "tenant:acme:quota", &json!("other"))
-            .unwrap();
-        assert_eq!(
-            s.kv_get("database", "tenant:acme:quota").unwrap(),
-            Some(json!({"tokensPerDay": 5}))
-        );
-        assert_eq!(
-            s.kv_list("database", "tenant:acme:").unwrap(),
-            ["tenant:acme:quota", "tenant:acme:usage"]
-        );
-        assert_eq!(s.kv_list("database", "tenant%").unwrap(), ["tenant%x"]);
-        assert_eq!(
-            s.kv_get("cache", "tenant:acme:quota").unwrap(),
-            Some(json!("other"))
-        );
-        assert!(s.kv_delete("database", "tenant:acme:usage").unwrap());
-        assert!(!s.kv_delete("database", "tenant:acme:usage").unwrap());
-    }
-
-    #[test]
-    fn hostile_spaces_keys_and_values_are_refused() {
-        let s = Store::open_in_memory().unwrap();
-        assert!(s.kv_set("secrets", "k", &json!(1)).is_err());
-        assert!(s.kv_set("database", "", &json!(1)).is_err());
-        assert!(
-            s.kv_set("database", &"k".repeat(MAX_KEY + 1), &json!(1))
-                .is_err()
-        );
-        assert!(s.kv_set("database", "a\0b", &json!(1)).is_err());
-        let big = json!("x".repeat(MAX_VALUE));
-        assert!(s.kv_set("database", "big", &big).is_err());
-        assert_eq!(s.kv_get("database", "big").unwrap(), None);
     }
 }

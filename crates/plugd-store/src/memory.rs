@@ -11,6 +11,8 @@
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 
+use plugd_control::store::memory::{check_agent, check_memory, clip, query_words};
+
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -44,35 +46,11 @@ pub(crate) const MIGRATION: &str = "
     END;
 ";
 
-/// Most words of a query used for matching (the rest are ignored).
-const MAX_QUERY_TERMS: usize = 32;
-
-fn invalid(what: String, problem: &'static str) -> StoreError {
-    StoreError::Invalid { what, problem }
-}
-
-fn check_agent(agent_id: &str) -> Result<(), StoreError> {
-    if valid_agent_id(agent_id) {
-        Ok(())
-    } else {
-        Err(invalid(
-            format!("agent id {:?}", clip(agent_id)),
-            "use 1-128 characters of letters, digits, '-', '_', '.' and ':'",
-        ))
-    }
-}
-
-fn clip(s: &str) -> String {
-    s.chars().take(64).collect()
-}
-
 /// The FTS5 query for `text`: each word quoted, joined with OR; `None` when
 /// the text has no word at all.
 fn match_expr(text: &str) -> Option<String> {
-    let words: Vec<String> = text
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_QUERY_TERMS)
+    let words: Vec<String> = query_words(text)
+        .into_iter()
         .map(|w| format!("\"{w}\""))
         .collect();
     (!words.is_empty()).then(|| words.join(" OR "))
@@ -97,31 +75,7 @@ impl Store {
         content: &str,
         tags: &[String],
     ) -> Result<MemoryEntry, StoreError> {
-        check_agent(agent_id)?;
-        if content.trim().is_empty() {
-            return Err(invalid(
-                "memory content".into(),
-                "it is empty; say what to remember",
-            ));
-        }
-        if content.len() > MAX_MEMORY_BYTES {
-            return Err(invalid(
-                format!("memory content of {} bytes", content.len()),
-                "it is over the 64 KiB limit; store a shorter text",
-            ));
-        }
-        if tags.len() > MAX_TAGS {
-            return Err(invalid(format!("{} tags", tags.len()), "at most 32 tags"));
-        }
-        if let Some(t) = tags
-            .iter()
-            .find(|t| t.trim().is_empty() || t.len() > MAX_TAG_BYTES)
-        {
-            return Err(invalid(
-                format!("tag {:?}", clip(t)),
-                "tags are 1-64 bytes and not blank",
-            ));
-        }
+        check_memory(agent_id, content, tags)?;
         let tags_json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
         let now = crate::now_rfc3339();
         let action = || format!("store a memory for agent {agent_id:?}");
@@ -217,92 +171,5 @@ impl Store {
             .execute("DELETE FROM memories WHERE id = ?1", params![id])
             .map_err(|e| self.query_error(format!("delete memory {:?}", clip(id)), e))?;
         Ok(n > 0)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn store() -> (tempfile::TempDir, Store) {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        (dir, store)
-    }
-
-    #[test]
-    fn search_is_scoped_ranked_and_capped() {
-        let (_d, s) = store();
-        s.memory_add("a1", "user prefers concise answers", &["preference".into()])
-            .unwrap();
-        s.memory_add("a1", "the deploy runs on Fridays", &[])
-            .unwrap();
-        s.memory_add("a2", "user prefers long answers", &[])
-            .unwrap();
-        let hits = s.memory_search("a1", "concise answers?", None).unwrap();
-        assert_eq!(hits.len(), 1);
-        assert_eq!(hits[0].content, "user prefers concise answers");
-        assert_eq!(hits[0].tags, vec!["preference".to_string()]);
-        assert!(hits[0].id.starts_with("mem_"));
-        // Tags are searched too; other agents' entries never show.
-        assert_eq!(s.memory_search("a1", "preference", None).unwrap().len(), 1);
-        assert_eq!(s.memory_search("a2", "concise", None).unwrap().len(), 0);
-        for i in 0..20 {
-            s.memory_add("a3", &format!("note {i} about cats"), &[])
-                .unwrap();
-        }
-        assert_eq!(s.memory_search("a3", "cats", None).unwrap().len(), 10);
-        assert_eq!(s.memory_search("a3", "cats", Some(5000)).unwrap().len(), 20);
-        assert_eq!(
-            s.memory_list("a3", 3).unwrap()[0].content,
-            "note 19 about cats"
-        );
-    }
-
-    #[test]
-    fn query_syntax_never_errors() {
-        let (_d, s) = store();
-        s.memory_add("a", "alpha beta", &[]).unwrap();
-        for q in [
-            "\"",
-            "alpha\" OR",
-            "NEAR(",
-            "*",
-            "a:b",
-            ")",
-            "-alpha",
-            "",
-            "   ",
-            "ümlaut",
-        ] {
-            s.memory_search("a", q, None).unwrap();
-        }
-        assert_eq!(s.memory_search("a", "\"alpha\"", None).unwrap().len(), 1);
-    }
-
-    #[test]
-    fn bad_input_is_refused_with_a_reason() {
-        let (_d, s) = store();
-        let e = s.memory_add("bad agent", "x", &[]).unwrap_err().to_string();
-        assert!(e.contains("agent id"), "{e}");
-        assert!(s.memory_add("a", "  ", &[]).is_err());
-        assert!(
-            s.memory_add("a", &"x".repeat(MAX_MEMORY_BYTES + 1), &[])
-                .is_err()
-        );
-        assert!(s.memory_add("a", "x", &["".into()]).is_err());
-        assert!(s.memory_add("a", "x", &vec!["t".to_string(); 33]).is_err());
-        assert!(s.memory_search("", "x", None).is_err());
-    }
-
-    #[test]
-    fn deleted_entries_leave_the_index() {
-        let (_d, s) = store();
-        let e = s.memory_add("a", "forget me", &[]).unwrap();
-        assert_eq!(s.memory_get(&e.id).unwrap(), Some(e.clone()));
-        assert!(s.memory_delete(&e.id).unwrap());
-        assert_eq!(s.memory_get(&e.id).unwrap(), None);
-        assert!(!s.memory_delete(&e.id).unwrap());
-        assert!(s.memory_search("a", "forget", None).unwrap().is_empty());
     }
 }

@@ -28,6 +28,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::{Value, json};
 
+pub(crate) use plugd_control::store::outbox::check_event;
+
 use crate::error::StoreError;
 use crate::store::Store;
 use crate::time::format_unix_secs;
@@ -129,17 +131,6 @@ fn raw_delivery(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawDelivery> {
 
 fn count(n: i64) -> u32 {
     u32::try_from(n.max(0)).unwrap_or(u32::MAX)
-}
-
-/// Refuses an event whose type is not a valid name.
-pub(crate) fn check_event(event: &NewEvent) -> Result<(), StoreError> {
-    if !valid_event_type(&event.event_type) {
-        return Err(StoreError::Invalid {
-            what: format!("event type {:?}", event.event_type),
-            problem: "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
-        });
-    }
-    Ok(())
 }
 
 /// Records `event` and one pending delivery per subscriber inside `tx`, the
@@ -551,12 +542,6 @@ impl Store {
 mod tests {
     use super::*;
 
-    const POLICY: RetryPolicy = RetryPolicy {
-        base: Duration::from_millis(10),
-        cap: Duration::from_millis(25),
-        max_attempts: 3,
-    };
-
     fn subs(n: usize) -> Vec<Subscriber> {
         (0..n)
             .map(|i| Subscriber {
@@ -596,162 +581,6 @@ mod tests {
         let s = Store::open_in_memory().unwrap();
         let e = s.outbox_enqueue(&event("Bad Type"), &subs(1)).unwrap_err();
         assert!(e.to_string().contains("event type \"Bad Type\""), "{e}");
-        assert!(s.outbox_list(None).unwrap().is_empty());
-    }
-
-    #[test]
-    fn enqueue_lease_ack() {
-        let s = Store::open_in_memory().unwrap();
-        let q = s.outbox_enqueue(&event("run.completed"), &subs(2)).unwrap();
-        assert_eq!(q.deliveries.len(), 2);
-        assert_ne!(q.deliveries[0], q.deliveries[1]);
-        assert!(q.deliveries[0].0.starts_with("del_") && q.deliveries[0].0.len() == 20);
-        assert_eq!(q.event["type"], "run.completed");
-        assert_eq!(q.event["subject"]["id"], "run_1");
-
-        let leased = s
-            .outbox_lease("w1", Duration::from_secs(30), 10, 3)
-            .unwrap();
-        assert_eq!(leased.len(), 2);
-        assert_eq!(leased[0].delivery.attempt, 1);
-        assert_eq!(leased[0].delivery.leased_by.as_deref(), Some("w1"));
-        assert_eq!(leased[0].event, q.event);
-        // Leased deliveries are not handed out twice.
-        assert!(
-            s.outbox_lease("w2", Duration::from_secs(30), 10, 3)
-                .unwrap()
-                .is_empty()
-        );
-
-        assert!(s.outbox_ack(leased[0].delivery.id).unwrap());
-        assert!(!s.outbox_ack(leased[0].delivery.id).unwrap());
-        let all = s.outbox_list(None).unwrap();
-        assert_eq!(all[0].status, DeliveryStatus::Delivered);
-        assert!(all[0].delivered_at.is_some() && all[0].next_attempt_at.is_none());
-        assert_eq!(all[1].status, DeliveryStatus::Pending);
-        let pending = s.outbox_list(Some(DeliveryStatus::Pending)).unwrap();
-        assert_eq!(pending.len(), 1);
-    }
-
-    #[test]
-    fn failures_back_off_then_die_and_retry_resets_the_budget() {
-        let s = Store::open_in_memory().unwrap();
-        let q = s
-            .outbox_enqueue(&event("tool.completed"), &subs(1))
-            .unwrap();
-        let mut delays = Vec::new();
-        for attempt in 1..=3u32 {
-            let l = loop {
-                let mut l = s.outbox_lease("w", Duration::from_secs(30), 1, 3).unwrap();
-                if let Some(l) = l.pop() {
-                    break l;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            assert_eq!(l.delivery.attempt, attempt);
-            assert_eq!(l.delivery.delivery_id, q.deliveries[0]);
-            match s
-                .outbox_fail(l.delivery.id, "w", attempt, "boom", true, &POLICY)
-                .unwrap()
-            {
-                FailOutcome::Retry { delay, .. } => delays.push(delay.as_millis()),
-                FailOutcome::Dead => assert_eq!(attempt, 3),
-                FailOutcome::LostLease => panic!("lost lease"),
-            }
-        }
-        assert_eq!(delays, [10, 20]);
-        let dead = s.outbox_list(Some(DeliveryStatus::Dead)).unwrap();
-        assert_eq!(dead.len(), 1);
-        assert_eq!(dead[0].last_error.as_deref(), Some("boom"));
-        assert!(
-            s.outbox_lease("w", Duration::from_secs(30), 1, 3)
-                .unwrap()
-                .is_empty()
-        );
-
-        assert_eq!(s.outbox_retry("nope").unwrap(), RetryOutcome::NotFound);
-        let RetryOutcome::Retried(d) = s.outbox_retry(&q.deliveries[0].0).unwrap() else {
-            panic!("not retried")
-        };
-        assert_eq!(
-            (d.status, d.attempt, d.budget_used),
-            (DeliveryStatus::Pending, 3, 0)
-        );
-        assert!(matches!(
-            s.outbox_retry(&d.id.to_string()).unwrap(),
-            RetryOutcome::NotDead(_)
-        ));
-        let l = s.outbox_lease("w", Duration::from_secs(30), 1, 3).unwrap();
-        assert_eq!(l[0].delivery.attempt, 4, "attempt numbers carry on");
-        assert_eq!(l[0].delivery.budget_used, 1);
-    }
-
-    #[test]
-    fn a_non_retryable_failure_is_dead_at_once_and_a_stale_worker_writes_nothing() {
-        let s = Store::open_in_memory().unwrap();
-        s.outbox_enqueue(&event("run.completed"), &subs(2)).unwrap();
-        let l = s.outbox_lease("w", Duration::from_secs(30), 2, 3).unwrap();
-        let (a, b) = (&l[0].delivery, &l[1].delivery);
-        assert_eq!(
-            s.outbox_fail(a.id, "w", 1, "bad input", false, &POLICY)
-                .unwrap(),
-            FailOutcome::Dead
-        );
-        assert_eq!(
-            s.outbox_fail(b.id, "other", 1, "x", true, &POLICY).unwrap(),
-            FailOutcome::LostLease
-        );
-        assert!(
-            !s.outbox_renew(b.id, "other", 1, Duration::from_secs(1))
-                .unwrap()
-        );
-        assert!(
-            s.outbox_renew(b.id, "w", 1, Duration::from_secs(1))
-                .unwrap()
-        );
-        assert!(s.outbox_release(b.id, "w", 1).unwrap());
-        let again = s.outbox_lease("w2", Duration::from_secs(30), 2, 3).unwrap();
-        assert_eq!(again.len(), 1);
-        assert_eq!(again[0].delivery.attempt, 2);
-        assert_eq!(again[0].delivery.budget_used, 1, "a release does not count");
-    }
-
-    #[test]
-    fn an_expired_lease_is_taken_over_and_counts_against_the_budget() {
-        let s = Store::open_in_memory().unwrap();
-        let q = s.outbox_enqueue(&event("run.completed"), &subs(1)).unwrap();
-        let l = s
-            .outbox_lease("dead-worker", Duration::from_millis(30), 1, 2)
-            .unwrap();
-        assert_eq!(l.len(), 1);
-        assert!(s.outbox_next_due_in().unwrap().is_some());
-        std::thread::sleep(Duration::from_millis(60));
-        let l = s
-            .outbox_lease("w2", Duration::from_millis(30), 1, 2)
-            .unwrap();
-        assert_eq!(l[0].delivery.delivery_id, q.deliveries[0]);
-        assert_eq!(l[0].delivery.attempt, 2);
-        let err = l[0].delivery.last_error.as_deref().unwrap();
-        assert!(
-            err.contains("dead-worker") && err.contains("attempt 1"),
-            "{err}"
-        );
-        std::thread::sleep(Duration::from_millis(60));
-        assert!(
-            s.outbox_lease("w3", Duration::from_secs(1), 1, 2)
-                .unwrap()
-                .is_empty()
-        );
-        let d = &s.outbox_list(Some(DeliveryStatus::Dead)).unwrap()[0];
-        assert!(d.last_error.as_deref().unwrap().contains("w2"), "{d:?}");
-        assert_eq!(s.outbox_next_due_in().unwrap(), None);
-    }
-
-    #[test]
-    fn no_subscribers_no_deliveries() {
-        let s = Store::open_in_memory().unwrap();
-        let q = s.outbox_enqueue(&event("session.created"), &[]).unwrap();
-        assert!(q.deliveries.is_empty());
         assert!(s.outbox_list(None).unwrap().is_empty());
     }
 }

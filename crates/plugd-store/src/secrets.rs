@@ -33,6 +33,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
+use plugd_control::store::secrets::check_config_names;
+
 use crate::error::StoreError;
 use crate::store::Store;
 
@@ -456,7 +458,7 @@ impl Store {
         key: &str,
         value: &Value,
     ) -> Result<(), StoreError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         self.lock()
             .execute(
                 "INSERT OR REPLACE INTO plugin_config
@@ -476,14 +478,14 @@ impl Store {
         plaintext: &str,
         master: &MasterKey,
     ) -> Result<(), StoreError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         let sealed = master.seal(plugin, key, plaintext.as_bytes())?;
         self.put_sealed(plugin, key, &sealed)
     }
 
     /// Stores an already sealed box (used by tests to tamper with boxes).
     pub fn put_sealed(&self, plugin: &str, key: &str, sealed: &Sealed) -> Result<(), StoreError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         self.lock()
             .execute(
                 "INSERT OR REPLACE INTO plugin_config
@@ -511,7 +513,7 @@ impl Store {
         writes: &[(String, ConfigWrite)],
     ) -> Result<(), StoreError> {
         for (key, _) in writes {
-            check_names(plugin, key)?;
+            check_config_names(plugin, key)?;
         }
         let action = || format!("set the config of plugin {plugin:?}");
         let mut conn = self.lock();
@@ -552,7 +554,7 @@ impl Store {
 
     /// Removes the value of `key`; `false` if none was set.
     pub fn config_unset(&self, plugin: &str, key: &str) -> Result<bool, StoreError> {
-        check_names(plugin, key)?;
+        check_config_names(plugin, key)?;
         self.lock()
             .execute(
                 "DELETE FROM plugin_config WHERE plugin_id = ?1 AND key = ?2",
@@ -731,22 +733,6 @@ fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawRow> {
         nonce: r.get(3)?,
         ciphertext: r.get(4)?,
     })
-}
-
-fn check_names(plugin: &str, key: &str) -> Result<(), StoreError> {
-    if plugin.is_empty() || plugin.contains('\0') {
-        return Err(StoreError::Invalid {
-            what: format!("plugin id {plugin:?}"),
-            problem: "a plugin id must be non-empty and contain no NUL",
-        });
-    }
-    if key.is_empty() || key.contains('\0') {
-        return Err(StoreError::Invalid {
-            what: format!("config key {key:?}"),
-            problem: "a config key must be non-empty and contain no NUL",
-        });
-    }
-    Ok(())
 }
 
 /// Where [`stage_key_file`] writes the next key: `master.key.new` beside

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use plugd_control::store::approvals::check_plugin_id;
+
 use crate::error::{BackendError, StoreError};
 
 pub use plugd_control::store::approvals::{Approval, Failure};
@@ -183,7 +185,7 @@ impl Store {
 
     /// Records an approval, replacing any earlier one for the same plugin.
     pub fn approve(&self, a: &Approval) -> Result<(), StoreError> {
-        check_id(&a.plugin_id)?;
+        check_plugin_id(&a.plugin_id)?;
         let catalog = a.catalog.to_string();
         self.lock()
             .execute(
@@ -197,7 +199,7 @@ impl Store {
     /// Records an approval and forgets the plugin's failure mark, in one
     /// transaction: a concurrent reader sees either neither or both.
     pub fn approve_clearing_failure(&self, a: &Approval) -> Result<(), StoreError> {
-        check_id(&a.plugin_id)?;
+        check_plugin_id(&a.plugin_id)?;
         let catalog = a.catalog.to_string();
         let mut conn = self.lock();
         let write = |conn: &mut Connection| -> rusqlite::Result<()> {
@@ -316,7 +318,7 @@ impl Store {
     /// Replaces an earlier failure of the same plugin. The record persists
     /// until [`clear_failure`](Self::clear_failure).
     pub fn mark_failed(&self, plugin_id: &str, reason: &str) -> Result<(), StoreError> {
-        check_id(plugin_id)?;
+        check_plugin_id(plugin_id)?;
         self.lock()
             .execute(
                 "INSERT INTO failures (plugin_id, reason, at) VALUES (?1, ?2, ?3)
@@ -410,16 +412,6 @@ fn raw_approval(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawApproval> {
         approved_at: r.get(3)?,
         catalog: r.get(4)?,
     })
-}
-
-fn check_id(plugin_id: &str) -> Result<(), StoreError> {
-    if plugin_id.is_empty() {
-        return Err(StoreError::Invalid {
-            what: "plugin id \"\"".to_owned(),
-            problem: "a plugin id must not be empty",
-        });
-    }
-    Ok(())
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), StoreError> {

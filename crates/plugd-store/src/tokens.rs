@@ -273,13 +273,26 @@ impl Store {
     /// time.
     pub fn token_revoke(&self, id_or_name: &str) -> Result<Option<TokenInfo>, StoreError> {
         let conn = self.lock();
-        conn.execute(
-            "UPDATE api_tokens SET revoked_at = ?2
-             WHERE revoked_at IS NULL AND (id = ?1 OR name = ?1)",
-            params![id_or_name, crate::now_rfc3339()],
-        )
-        .map_err(|e| self.query_error(format!("revoke token {id_or_name:?}"), e))?;
+        // Both rows when one token's id is another live token's name; the
+        // record shown is the one revoked now (by id first), so an older
+        // token of the same name revoked in the same second is never shown.
+        let revoked: Vec<String> = conn
+            .prepare(
+                "UPDATE api_tokens SET revoked_at = ?2
+                 WHERE revoked_at IS NULL AND (id = ?1 OR name = ?1)
+                 RETURNING id",
+            )
+            .and_then(|mut st| {
+                st.query_map(params![id_or_name, crate::now_rfc3339()], |r| r.get(0))?
+                    .collect()
+            })
+            .map_err(|e| self.query_error(format!("revoke token {id_or_name:?}"), e))?;
         self.forget_tokens();
+        let shown = revoked
+            .iter()
+            .find(|id| id.as_str() == id_or_name)
+            .or(revoked.first())
+            .map_or(id_or_name, String::as_str);
         let row = conn
             .query_row(
                 &format!(
@@ -287,7 +300,7 @@ impl Store {
                      OR (name = ?1 AND NOT EXISTS (SELECT 1 FROM api_tokens WHERE id = ?1))
                      ORDER BY revoked_at DESC LIMIT 1"
                 ),
-                params![id_or_name],
+                params![shown],
                 raw_token,
             )
             .optional()

@@ -12,7 +12,11 @@
 //! record's metadata.
 
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use plugd_control::store::vectors::{
+    check_name, check_search, check_upsert, cosine, from_blob, matches_filter, to_blob,
+};
 
 use crate::error::StoreError;
 use crate::store::Store;
@@ -37,61 +41,6 @@ pub(crate) const MIGRATION: &str = "
     ) STRICT;
 ";
 
-fn to_blob(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn from_blob(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-fn check_embedding(e: &[f32], what: &str) -> Result<(), VectorStoreError> {
-    if e.is_empty() || e.len() > MAX_DIMENSION {
-        return Err(VectorStoreError::Invalid(format!(
-            "{what}: an embedding has 1 to {MAX_DIMENSION} numbers, got {}",
-            e.len()
-        )));
-    }
-    if e.iter().any(|x| !x.is_finite()) {
-        return Err(VectorStoreError::Invalid(format!(
-            "{what}: an embedding holds finite numbers only"
-        )));
-    }
-    Ok(())
-}
-
-fn check_name(name: &str, what: &str) -> Result<(), VectorStoreError> {
-    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-        return Err(VectorStoreError::Invalid(format!(
-            "{what} {:?}: use 1-128 characters without control characters",
-            name.chars().take(64).collect::<String>()
-        )));
-    }
-    Ok(())
-}
-
-fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
-    for (x, y) in a.iter().zip(b) {
-        let (x, y) = (f64::from(*x), f64::from(*y));
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    if na == 0.0 || nb == 0.0 {
-        return 0.0;
-    }
-    (dot / (na.sqrt() * nb.sqrt())) as f32
-}
-
-fn matches_filter(metadata: &Value, filter: &Map<String, Value>) -> bool {
-    filter
-        .iter()
-        .all(|(k, v)| metadata.get(k).is_some_and(|m| m == v))
-}
-
 impl Store {
     fn collection_dimension(&self, collection: &str) -> Result<Option<usize>, StoreError> {
         self.lock()
@@ -112,26 +61,10 @@ impl Store {
         collection: &str,
         records: &[VectorRecord],
     ) -> Result<usize, VectorStoreError> {
-        check_name(collection, "collection")?;
-        if records.len() > MAX_BATCH {
-            return Err(VectorStoreError::Invalid(format!(
-                "at most {MAX_BATCH} records per upsert, got {}",
-                records.len()
-            )));
-        }
+        check_upsert(collection, records)?;
         let Some(first) = records.first() else {
             return Ok(0);
         };
-        for r in records {
-            check_name(&r.id, "record id")?;
-            check_embedding(&r.embedding, &format!("record {:?}", r.id))?;
-            if !(r.metadata.is_object() || r.metadata.is_null()) {
-                return Err(VectorStoreError::Invalid(format!(
-                    "record {:?}: metadata must be a JSON object",
-                    r.id
-                )));
-            }
-        }
         let expected = self
             .collection_dimension(collection)?
             .unwrap_or(first.embedding.len());
@@ -189,17 +122,7 @@ impl Store {
         limit: usize,
         filter: Option<&Value>,
     ) -> Result<Vec<VectorMatch>, VectorStoreError> {
-        check_name(collection, "collection")?;
-        check_embedding(embedding, "query")?;
-        let filter = match filter {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => {
-                return Err(VectorStoreError::Invalid(
-                    "filter must be a JSON object of metadata keys and values".into(),
-                ));
-            }
-        };
+        let filter = check_search(collection, embedding, filter)?;
         let expected = self.collection_dimension(collection)?.ok_or_else(|| {
             VectorStoreError::CollectionNotFound {
                 collection: collection.to_owned(),
@@ -278,125 +201,5 @@ impl Store {
         }
         tx.commit().map_err(|e| self.query_error(action(), e))?;
         Ok(n)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn rec(id: &str, e: &[f32], meta: Value) -> VectorRecord {
-        VectorRecord {
-            id: id.into(),
-            content: format!("content of {id}"),
-            embedding: e.to_vec(),
-            metadata: meta,
-        }
-    }
-
-    #[test]
-    fn cosine_search_ranks_filters_and_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
-        let n = s
-            .vector_upsert(
-                "kb",
-                &[
-                    rec("x", &[1.0, 0.0, 0.0], json!({"t": "a"})),
-                    rec("y", &[0.0, 1.0, 0.0], json!({"t": "b"})),
-                    rec("xy", &[1.0, 1.0, 0.0], json!({"t": "a"})),
-                ],
-            )
-            .unwrap();
-        assert_eq!(n, 3);
-        let m = s.vector_search("kb", &[1.0, 0.1, 0.0], 2, None).unwrap();
-        assert_eq!(
-            m.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
-            ["x", "xy"]
-        );
-        assert!(m[0].score > 0.99 && m[0].score <= 1.0);
-        let only_b = s
-            .vector_search("kb", &[1.0, 0.0, 0.0], 10, Some(&json!({"t": "b"})))
-            .unwrap();
-        assert_eq!(only_b.len(), 1);
-        assert_eq!(only_b[0].id, "y");
-        assert!(only_b[0].score.abs() < 1e-6);
-        // Upsert replaces.
-        s.vector_upsert("kb", &[rec("y", &[1.0, 0.0, 0.0], json!({"t": "b"}))])
-            .unwrap();
-        let top = s
-            .vector_search("kb", &[1.0, 0.0, 0.0], 1, Some(&json!({"t": "b"})))
-            .unwrap();
-        assert!(top[0].score > 0.99);
-        assert_eq!(
-            s.vector_delete("kb", &["x".into(), "nope".into()]).unwrap(),
-            1
-        );
-    }
-
-    #[test]
-    fn typed_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = Store::open(dir.path()).unwrap();
-        assert!(matches!(
-            s.vector_search("missing", &[1.0], 1, None),
-            Err(VectorStoreError::CollectionNotFound { .. })
-        ));
-        assert!(matches!(
-            s.vector_delete("missing", &[]),
-            Err(VectorStoreError::CollectionNotFound { .. })
-        ));
-        s.vector_upsert("kb", &[rec("a", &[1.0, 2.0], json!({}))])
-            .unwrap();
-        let e = s
-            .vector_upsert("kb", &[rec("b", &[1.0, 2.0, 3.0], json!({}))])
-            .unwrap_err();
-        assert!(matches!(
-            e,
-            VectorStoreError::DimensionMismatch {
-                expected: 2,
-                got: 3
-            }
-        ));
-        assert_eq!(e.to_string(), "dimension mismatch: expected 2, got 3");
-        assert!(matches!(
-            s.vector_search("kb", &[1.0], 1, None),
-            Err(VectorStoreError::DimensionMismatch {
-                expected: 2,
-                got: 1
-            })
-        ));
-        for bad in [vec![], vec![f32::NAN, 1.0]] {
-            assert!(matches!(
-                s.vector_upsert("kb", &[rec("c", &bad, json!({}))]),
-                Err(VectorStoreError::Invalid(_))
-            ));
-        }
-        assert!(matches!(
-            s.vector_upsert("kb", &[rec("c", &[1.0, 1.0], json!([1]))]),
-            Err(VectorStoreError::Invalid(_))
-        ));
-        assert!(matches!(
-            s.vector_search("kb", &[1.0, 1.0], 1, Some(&json!("x"))),
-            Err(VectorStoreError::Invalid(_))
-        ));
-        // A mixed batch is refused whole.
-        assert!(
-            s.vector_upsert(
-                "kb",
-                &[
-                    rec("ok", &[1.0, 0.0], json!({})),
-                    rec("bad", &[1.0], json!({}))
-                ]
-            )
-            .is_err()
-        );
-        assert!(
-            s.vector_search("kb", &[1.0, 0.0], 10, None)
-                .unwrap()
-                .iter()
-                .all(|m| m.id != "ok")
-        );
     }
 }

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// A person's approval of one plugin's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +29,17 @@ pub struct Failure {
     pub reason: String,
     /// When, as RFC 3339 UTC.
     pub at: String,
+}
+
+/// Checks a plugin id about to be approved or marked failed: not empty.
+pub fn check_plugin_id(plugin_id: &str) -> Result<(), Invalid> {
+    if plugin_id.is_empty() {
+        return Err(Invalid::new(
+            "plugin id \"\"",
+            "a plugin id must not be empty",
+        ));
+    }
+    Ok(())
 }
 
 /// Who approved which plugin content, and which plugins the supervisor gave up on.

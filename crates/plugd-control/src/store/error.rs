@@ -33,6 +33,37 @@ impl std::error::Error for BackendError {
     }
 }
 
+/// An argument refused by a check shared by every backend (see the `check_*`
+/// functions beside each trait): `StoreError::Invalid` on SQLite, the same
+/// fields in `plugd-store-pg`'s own error, one message on both.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {problem}")]
+pub struct Invalid {
+    /// What was rejected, e.g. `plugin id ""`.
+    pub what: String,
+    /// Why, and what to do.
+    pub problem: &'static str,
+}
+
+impl Invalid {
+    /// An `Invalid` about `what`.
+    pub fn new(what: impl Into<String>, problem: &'static str) -> Self {
+        Invalid {
+            what: what.into(),
+            problem,
+        }
+    }
+}
+
+impl From<Invalid> for StoreError {
+    fn from(e: Invalid) -> Self {
+        StoreError::Invalid {
+            what: e.what,
+            problem: e.problem,
+        }
+    }
+}
+
 /// Why an operation of a state store failed, whatever the backend.
 ///
 /// `db` fields name the database: the path of `state.db`, or `:memory:`.

@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// A lease as held.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,13 +49,13 @@ pub struct Fence {
 pub const MAX_NAME: usize = 256;
 
 /// Checks a lease name and holder.
-pub fn check_lease(name: &str, holder: &str) -> Result<(), StoreError> {
+pub fn check_lease(name: &str, holder: &str) -> Result<(), Invalid> {
     for (what, v) in [("lease name", name), ("lease holder", holder)] {
         if v.is_empty() || v.len() > MAX_NAME || v.contains('\0') {
-            return Err(StoreError::Invalid {
-                what: format!("{what} {:?}", v.chars().take(64).collect::<String>()),
-                problem: "a lease's name and holder are 1 to 256 bytes without NUL",
-            });
+            return Err(Invalid::new(
+                format!("{what} {:?}", v.chars().take(64).collect::<String>()),
+                "a lease's name and holder are 1 to 256 bytes without NUL",
+            ));
         }
     }
     Ok(())

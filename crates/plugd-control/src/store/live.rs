@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// What kind of live session: each kind has its own surface and lifetime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,30 +91,26 @@ pub fn session_key(secret: &str) -> [u8; 32] {
 }
 
 /// Checks a session about to be stored: bounded names and data.
-pub fn check_session(
-    owner: &str,
-    profile: Option<&str>,
-    data: &Value,
-) -> Result<String, StoreError> {
+pub fn check_session(owner: &str, profile: Option<&str>, data: &Value) -> Result<String, Invalid> {
     for (what, name) in [("owner", Some(owner)), ("profile", profile)] {
         if let Some(name) = name
             && (name.len() > MAX_NAME || name.contains('\0'))
         {
-            return Err(StoreError::Invalid {
-                what: format!(
+            return Err(Invalid::new(
+                format!(
                     "session {what} {:?}",
                     name.chars().take(64).collect::<String>()
                 ),
-                problem: "a session's owner and profile are at most 512 bytes without NUL",
-            });
+                "a session's owner and profile are at most 512 bytes without NUL",
+            ));
         }
     }
     let text = data.to_string();
     if text.len() > MAX_DATA {
-        return Err(StoreError::Invalid {
-            what: format!("session data ({} bytes)", text.len()),
-            problem: "a session's data is at most 64 KiB of JSON",
-        });
+        return Err(Invalid::new(
+            format!("session data ({} bytes)", text.len()),
+            "a session's data is at most 64 KiB of JSON",
+        ));
     }
     Ok(text)
 }

@@ -19,6 +19,10 @@
 //! | [`LeaseStore`] | singleton leases with fencing numbers |
 //! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
+//! Inputs are checked once, here, by the `check_*` functions beside each
+//! trait (an [`Invalid`] that each backend maps to its own error), so both
+//! backends refuse the same inputs with the same messages.
+//!
 //! Traits are written with `async_trait` so that `dyn` works; a backend
 //! whose driver is synchronous (SQLite) answers without awaiting anything.
 
@@ -36,7 +40,7 @@ pub mod transcripts;
 pub mod vectors;
 
 pub use approvals::{Approval, ApprovalStore, Failure};
-pub use error::{BackendError, StoreError};
+pub use error::{BackendError, Invalid, StoreError};
 pub use kv::KvStore;
 pub use leases::{Fence, Lease, LeaseStore};
 pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// Longest event type accepted.
 pub const MAX_EVENT_TYPE_LEN: usize = 128;
@@ -198,6 +198,17 @@ pub fn valid_event_type(t: &str) -> bool {
 /// the change's transaction and records the event there, so both are
 /// written or neither.
 pub type Reporter<'a, T> = dyn Fn(&T) -> NewEvent + Send + Sync + 'a;
+
+/// Refuses an event whose type is not a valid name ([`valid_event_type`]).
+pub fn check_event(event: &NewEvent) -> Result<(), Invalid> {
+    if !valid_event_type(&event.event_type) {
+        return Err(Invalid::new(
+            format!("event type {:?}", event.event_type),
+            "an event type is 1-128 characters of a-z, 0-9, '.', '_' and '-', starting with a letter (e.g. \"run.completed\")",
+        ));
+    }
+    Ok(())
+}
 
 #[async_trait]
 pub trait OutboxStore: Send + Sync {

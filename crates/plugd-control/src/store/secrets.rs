@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// A sealed secret as stored: key id, nonce, ciphertext with its tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +52,23 @@ pub struct Rotation {
 
 /// Re-seals one secret (`plugin`, `key`, sealed under the old key) under a new key.
 pub type Reseal<'a> = dyn Fn(&str, &str, &Sealed) -> Result<Sealed, StoreError> + Send + Sync + 'a;
+
+/// Checks a plugin id and config key: non-empty, no NUL.
+pub fn check_config_names(plugin: &str, key: &str) -> Result<(), Invalid> {
+    if plugin.is_empty() || plugin.contains('\0') {
+        return Err(Invalid::new(
+            format!("plugin id {plugin:?}"),
+            "a plugin id must be non-empty and contain no NUL",
+        ));
+    }
+    if key.is_empty() || key.contains('\0') {
+        return Err(Invalid::new(
+            format!("config key {key:?}"),
+            "a config key must be non-empty and contain no NUL",
+        ));
+    }
+    Ok(())
+}
 
 /// Configuration values of plugins and secrets of orgs.
 #[async_trait]

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::StoreError;
+use super::{Invalid, StoreError};
 
 /// Longest session id accepted.
 pub const MAX_SESSION_ID_LEN: usize = 128;
@@ -25,6 +25,18 @@ pub struct SessionRow {
     pub id: String,
     /// When it was first stored (RFC 3339).
     pub created_at: String,
+}
+
+/// Checks a session id ([`valid_session_id`]).
+pub fn check_session_id(id: &str) -> Result<(), Invalid> {
+    if valid_session_id(id) {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            format!("session id {id:?}"),
+            "use 1-128 characters of letters, digits, '-', '_' and '.'",
+        ))
+    }
 }
 
 /// Sessions seen as transcripts of role entries (over their head chains).

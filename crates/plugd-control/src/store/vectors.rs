@@ -69,6 +69,115 @@ pub enum VectorStoreError {
     Store(#[from] StoreError),
 }
 
+/// Checks an embedding: 1 to [`MAX_DIMENSION`] finite numbers (`what` names it in the message).
+pub fn check_embedding(e: &[f32], what: &str) -> Result<(), VectorStoreError> {
+    if e.is_empty() || e.len() > MAX_DIMENSION {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what}: an embedding has 1 to {MAX_DIMENSION} numbers, got {}",
+            e.len()
+        )));
+    }
+    if e.iter().any(|x| !x.is_finite()) {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what}: an embedding holds finite numbers only"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a collection name or record id: 1-128 characters, no control character.
+pub fn check_name(name: &str, what: &str) -> Result<(), VectorStoreError> {
+    if name.is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(VectorStoreError::Invalid(format!(
+            "{what} {:?}: use 1-128 characters without control characters",
+            name.chars().take(64).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an upsert before any write: the collection, the batch size, and
+/// each record's id, content (no NUL: PostgreSQL's text holds none, so
+/// neither backend takes one), embedding and metadata (a JSON object or null).
+pub fn check_upsert(collection: &str, records: &[VectorRecord]) -> Result<(), VectorStoreError> {
+    check_name(collection, "collection")?;
+    if records.len() > MAX_BATCH {
+        return Err(VectorStoreError::Invalid(format!(
+            "at most {MAX_BATCH} records per upsert, got {}",
+            records.len()
+        )));
+    }
+    for r in records {
+        check_name(&r.id, "record id")?;
+        if r.content.contains('\0') {
+            return Err(VectorStoreError::Invalid(format!(
+                "record {:?}: content must not contain NUL",
+                r.id
+            )));
+        }
+        check_embedding(&r.embedding, &format!("record {:?}", r.id))?;
+        if !(r.metadata.is_object() || r.metadata.is_null()) {
+            return Err(VectorStoreError::Invalid(format!(
+                "record {:?}: metadata must be a JSON object",
+                r.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a search (collection and query embedding) and returns its filter
+/// as a map (empty for none).
+pub fn check_search(
+    collection: &str,
+    embedding: &[f32],
+    filter: Option<&Value>,
+) -> Result<serde_json::Map<String, Value>, VectorStoreError> {
+    check_name(collection, "collection")?;
+    check_embedding(embedding, "query")?;
+    match filter {
+        None | Some(Value::Null) => Ok(serde_json::Map::new()),
+        Some(Value::Object(m)) => Ok(m.clone()),
+        Some(_) => Err(VectorStoreError::Invalid(
+            "filter must be a JSON object of metadata keys and values".into(),
+        )),
+    }
+}
+
+/// An embedding as stored: little-endian `f32`s.
+pub fn to_blob(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// An embedding read back from [`to_blob`]'s bytes.
+pub fn from_blob(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The cosine similarity of `a` and `b` (0 when either is all zeros).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let (mut dot, mut na, mut nb) = (0f64, 0f64, 0f64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (f64::from(*x), f64::from(*y));
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        return 0.0;
+    }
+    (dot / (na.sqrt() * nb.sqrt())) as f32
+}
+
+/// Whether `metadata` has every key of `filter` with the same value.
+pub fn matches_filter(metadata: &Value, filter: &serde_json::Map<String, Value>) -> bool {
+    filter
+        .iter()
+        .all(|(k, v)| metadata.get(k).is_some_and(|m| m == v))
+}
+
 /// Collections of embeddings searched by cosine similarity.
 #[async_trait]
 pub trait VectorStore: Send + Sync {

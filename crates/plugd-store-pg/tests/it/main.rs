@@ -1,28 +1,16 @@
 //! plugd-store-pg's integration tests, one binary, against a real PostgreSQL 15
 //! started by `TestPg` (one server per run, one fresh database per test).
 
-mod chains;
 mod cluster;
-mod config;
 mod export;
 mod harness;
-mod invocations;
 mod journal;
-mod kv;
-mod leases;
-mod live;
-mod memory;
 mod migrate;
 mod outbox;
-mod packages;
-mod reporting;
 mod shape;
+mod suite;
 mod tokens;
-mod tool_state;
 mod traits;
-mod transcripts;
-mod trust;
-mod vectors;
 
 use std::time::Duration;
 

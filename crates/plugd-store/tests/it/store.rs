@@ -1,4 +1,4 @@
-//! Tests of `Store`: approvals, failures, persistence, migrations and damaged files.
+//! Tests of `Store` on its files: persistence, migrations, damaged files, two stores on one file (approvals and failures run on both backends in plugd-store-pg's store suite).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -21,112 +21,6 @@ fn user_version(db: &Path) -> i64 {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap()
-}
-
-#[test]
-fn approve_read_list_revoke() {
-    let store = Store::open_in_memory().unwrap();
-    assert_eq!(store.approval("x").unwrap(), None);
-    assert!(store.approvals().unwrap().is_empty());
-
-    let b = approval("b", "sha256:bb");
-    let a = approval("a", "sha256:aa");
-    store.approve(&b).unwrap();
-    store.approve(&a).unwrap();
-    assert_eq!(store.approval("a").unwrap(), Some(a.clone()));
-    let ids: Vec<_> = store
-        .approvals()
-        .unwrap()
-        .into_iter()
-        .map(|a| a.plugin_id)
-        .collect();
-    assert_eq!(ids, ["a", "b"]);
-
-    assert!(store.revoke("a").unwrap());
-    assert!(!store.revoke("a").unwrap());
-    assert_eq!(store.approval("a").unwrap(), None);
-    assert_eq!(store.approvals().unwrap(), vec![b]);
-}
-
-#[test]
-fn approve_again_replaces_the_approval() {
-    let store = Store::open_in_memory().unwrap();
-    store.approve(&approval("p", "sha256:old")).unwrap();
-    let mut newer = approval("p", "sha256:new");
-    newer.approved_by = "bob".to_owned();
-    newer.catalog = json!([]);
-    store.approve(&newer).unwrap();
-    assert_eq!(store.approvals().unwrap(), vec![newer]);
-}
-
-#[test]
-fn approving_clears_the_failure_and_a_rollback_never_revokes_a_newer_approval() {
-    let store = Store::open_in_memory().unwrap();
-    store.mark_failed("p", "boom").unwrap();
-    let mine = approval("p", "sha256:aa");
-    store.approve_clearing_failure(&mine).unwrap();
-    assert_eq!(store.failure("p").unwrap(), None);
-    assert_eq!(store.approval("p").unwrap(), Some(mine.clone()));
-    // Someone else approves again: rolling back "mine" must not touch it.
-    let mut theirs = approval("p", "sha256:aa");
-    theirs.approved_by = "bob".to_owned();
-    store.approve_clearing_failure(&theirs).unwrap();
-    assert!(!store.revoke_exact(&mine).unwrap());
-    assert_eq!(store.approval("p").unwrap(), Some(theirs.clone()));
-    assert!(store.revoke_exact(&theirs).unwrap());
-    assert_eq!(store.approval("p").unwrap(), None);
-}
-
-#[test]
-fn update_catalog_only_for_the_approved_digest() {
-    let store = Store::open_in_memory().unwrap();
-    let cat = json!([{"name": "new_tool"}]);
-    assert!(!store.update_catalog("p", "sha256:aa", &cat).unwrap());
-
-    store.approve(&approval("p", "sha256:aa")).unwrap();
-    assert!(!store.update_catalog("p", "sha256:other", &cat).unwrap());
-    assert_eq!(
-        store.approval("p").unwrap().unwrap().catalog,
-        json!([{"name": "echo"}])
-    );
-
-    assert!(store.update_catalog("p", "sha256:aa", &cat).unwrap());
-    assert_eq!(store.approval("p").unwrap().unwrap().catalog, cat);
-}
-
-#[test]
-fn failures_are_recorded_replaced_and_cleared() {
-    let store = Store::open_in_memory().unwrap();
-    assert_eq!(store.failure("p").unwrap(), None);
-    assert!(!store.clear_failure("p").unwrap());
-
-    store.mark_failed("p", "crashed 5 times in 60 s").unwrap();
-    let f = store.failure("p").unwrap().unwrap();
-    assert_eq!(f.plugin_id, "p");
-    assert_eq!(f.reason, "crashed 5 times in 60 s");
-    assert!(f.at.ends_with('Z') && f.at.len() == 20, "{}", f.at);
-
-    store.mark_failed("p", "hung on initialize").unwrap();
-    assert_eq!(
-        store.failure("p").unwrap().unwrap().reason,
-        "hung on initialize"
-    );
-
-    // Failures and approvals are independent.
-    store.approve(&approval("p", "sha256:aa")).unwrap();
-    assert!(store.revoke("p").unwrap());
-    assert!(store.failure("p").unwrap().is_some());
-
-    assert!(store.clear_failure("p").unwrap());
-    assert_eq!(store.failure("p").unwrap(), None);
-}
-
-#[test]
-fn empty_plugin_id_is_rejected() {
-    let store = Store::open_in_memory().unwrap();
-    let err = store.approve(&approval("", "sha256:aa")).unwrap_err();
-    assert!(matches!(err, StoreError::Invalid { .. }), "{err:?}");
-    assert!(store.mark_failed("", "x").is_err());
 }
 
 #[test]

@@ -1,39 +1,20 @@
 //! Live sessions, login codes and the control epoch through `Arc<dyn StateStore>`, on both backends (SQLite and PostgreSQL), and their races across two connections.
 
-use std::sync::Arc;
-
 use plugd_control::store::live::{Lifetime, LiveKind, MAX_CODES};
-use plugd_control::store::{Approval, Role, StateStore};
+use plugd_control::store::{Approval, Role};
 use serde_json::json;
 
-use crate::two_nodes;
+use super::backends;
 
 const LONG: Lifetime = Lifetime {
     idle_ms: 3_600_000,
     max_age_ms: None,
 };
 
-/// SQLite in a temp dir (two handles on one file are two connections) and
-/// PostgreSQL (two pools on one database).
-async fn backends() -> Vec<(
-    &'static str,
-    Arc<dyn StateStore>,
-    Arc<dyn StateStore>,
-    Option<tempfile::TempDir>,
-)> {
-    let dir = tempfile::tempdir().unwrap();
-    let a: Arc<dyn StateStore> = Arc::new(plugd_store::Store::open(dir.path()).unwrap());
-    let b: Arc<dyn StateStore> = Arc::new(plugd_store::Store::open(dir.path()).unwrap());
-    let (pa, pb) = two_nodes().await;
-    vec![
-        ("sqlite", a, b, Some(dir)),
-        ("postgres", Arc::new(pa), Arc::new(pb), None),
-    ]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_round_trip_are_owned_expire_and_end_on_both_backends() {
-    for (name, a, b, _dir) in backends().await {
+    for be in backends().await {
+        let (name, a, b) = (be.name, &be.a, &be.b);
         let data = json!({"protocol_version": "2025-11-25", "client": {"name": "c"}});
         a.live_session_put(LiveKind::Mcp, "sess-1", "token:ana", Some("dev"), &data)
             .await
@@ -193,7 +174,8 @@ async fn sessions_round_trip_are_owned_expire_and_end_on_both_backends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_login_code_raced_on_two_connections_logs_in_exactly_once() {
-    for (name, a, b, _dir) in backends().await {
+    for be in backends().await {
+        let (name, a, b) = (be.name, &be.a, &be.b);
         for round in 0..20 {
             let code = format!("code-{round}");
             a.login_code_put(&code, "root", 600_000).await.unwrap();
@@ -249,7 +231,8 @@ async fn a_login_code_raced_on_two_connections_logs_in_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_control_epoch_moves_with_every_consent_change_seen_by_the_other_connection() {
-    for (name, a, b, _dir) in backends().await {
+    for be in backends().await {
+        let (name, a, b) = (be.name, &be.a, &be.b);
         let mut last = b.control_epoch().await.unwrap();
         let mut moved = |now: i64, what: &str| {
             assert!(

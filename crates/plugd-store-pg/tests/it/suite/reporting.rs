@@ -1,24 +1,11 @@
 //! Events written in the transaction of the state they report, on both backends: a run's end with its `run.completed`, a compaction's derived chain with its `chain.compacted`; when the event cannot be written, the state change is not either.
 
-use std::sync::Arc;
-
 use plugd_control::chains::{BlockKind, NewBlock, Run, RunPatch, RunStatus};
-use plugd_control::store::StateStore;
 use plugd_control::store::outbox::{NewEvent, Subscriber};
 use serde_json::json;
 
-use crate::chains::{compaction, run};
-use crate::fresh_store;
-
-async fn backends() -> Vec<(&'static str, Arc<dyn StateStore>)> {
-    vec![
-        (
-            "sqlite",
-            Arc::new(plugd_store::Store::open_in_memory().unwrap()),
-        ),
-        ("postgres", Arc::new(fresh_store().await)),
-    ]
-}
+use super::backends;
+use super::chains::{compaction, run};
 
 fn subscribers() -> Vec<Subscriber> {
     vec![Subscriber {
@@ -37,7 +24,8 @@ fn completed(run: &Run) -> NewEvent {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_ends_with_its_event_or_not_at_all() {
-    for (name, store) in backends().await {
+    for be in backends().await {
+        let (name, store) = (be.name, &be.a);
         store.session_open("s", None, None).await.unwrap();
         store.run_create(&run("r1", "s", None)).await.unwrap();
         store.run_create(&run("r2", "s", None)).await.unwrap();
@@ -106,7 +94,8 @@ async fn a_run_ends_with_its_event_or_not_at_all() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_compaction_derives_its_chain_with_its_event_or_not_at_all() {
-    for (name, store) in backends().await {
+    for be in backends().await {
+        let (name, store) = (be.name, &be.a);
         let (s, _) = store.session_open("s1", None, None).await.unwrap();
         let head = s.head_chain_id.unwrap();
         store

@@ -1,33 +1,17 @@
 //! Singleton leases with fencing numbers on both backends: one holder at a time, takeover after the time to live with a larger fence, and a fenced-out holder's writes refused.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use plugd_control::invocations::TerminalStatus;
-use plugd_control::store::{StateStore, StoreError};
+use plugd_control::store::StoreError;
 
-use crate::invocations::rec;
-use crate::two_nodes;
-
-async fn backends() -> Vec<(
-    &'static str,
-    Arc<dyn StateStore>,
-    Arc<dyn StateStore>,
-    Option<tempfile::TempDir>,
-)> {
-    let dir = tempfile::tempdir().unwrap();
-    let a: Arc<dyn StateStore> = Arc::new(plugd_store::Store::open(dir.path()).unwrap());
-    let b: Arc<dyn StateStore> = Arc::new(plugd_store::Store::open(dir.path()).unwrap());
-    let (pa, pb) = two_nodes().await;
-    vec![
-        ("sqlite", a, b, Some(dir)),
-        ("postgres", Arc::new(pa), Arc::new(pb), None),
-    ]
-}
+use super::backends;
+use super::invocations::rec;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_holder_at_a_time_and_a_fenced_out_holder_cannot_write() {
-    for (name, a, b, _dir) in backends().await {
+    for be in backends().await {
+        let (name, a, b) = (be.name, &be.a, &be.b);
         let held = a
             .lease_acquire("retention", "node-a", 300)
             .await
@@ -107,7 +91,8 @@ async fn one_holder_at_a_time_and_a_fenced_out_holder_cannot_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_many_asking_at_once_exactly_one_holds_the_lease() {
-    for (name, a, b, _dir) in backends().await {
+    for be in backends().await {
+        let (name, a, b) = (be.name, &be.a, &be.b);
         for round in 0..10 {
             let lease = format!("job-{round}");
             let asks: Vec<_> = (0..6)
