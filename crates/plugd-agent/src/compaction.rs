@@ -19,6 +19,7 @@ use plugd_host::dialect::CallContext;
 use plugd_manifest::vai::ExportKind;
 use plugd_runtime::Runtime;
 use plugd_runtime::compaction::CompactorConfig;
+use plugd_store::outbox::NewEvent;
 use serde_json::{Value, json};
 
 /// The name of the projection file in the invocation's scratch directory.
@@ -203,25 +204,13 @@ pub async fn compact_session(
             });
         }
     };
-    let derived = store
-        .chain_derive(&source, &seed, &record)
-        .await
-        .map_err(serr)?;
-    record.derived_chain_id = Some(derived.id.clone());
-    if let Some(run) = run_id {
-        let patch = RunPatch {
-            chain_id: Some(derived.id.clone()),
-            ..RunPatch::default()
-        };
-        if let Err(e) = store.run_update(run, &patch).await {
-            tracing::warn!(run, error = %e, "could not move the run to the derived chain");
-        }
-    }
-    if let Err(e) = plugd_runtime::outbox::OutboxExt::emit(
-        rt,
-        "chain.compacted",
-        json!({"kind": "chain", "id": derived.id}),
-        json!({
+    // The derived chain and its `chain.compacted` are one transaction: a
+    // crash between them cannot lose the event.
+    let subscribers = plugd_runtime::outbox::OutboxExt::subscribers(rt, "chain.compacted");
+    let report = |derived: &plugd_control::chains::Chain| NewEvent {
+        event_type: "chain.compacted".to_owned(),
+        subject: json!({"kind": "chain", "id": derived.id}),
+        summary: json!({
             "session_id": session_id,
             "source_chain_id": source,
             "derived_chain_id": derived.id,
@@ -231,10 +220,21 @@ pub async fn compact_session(
             "seed_blocks": seed.len(),
             "summary": record.summary,
         }),
-    )
-    .await
-    {
-        tracing::warn!(error = %e, "could not record chain.compacted in the outbox");
+    };
+    let (derived, queued) = store
+        .chain_derive_reporting(&source, &seed, &record, &report, &subscribers)
+        .await
+        .map_err(serr)?;
+    plugd_runtime::outbox::woke(&queued);
+    record.derived_chain_id = Some(derived.id.clone());
+    if let Some(run) = run_id {
+        let patch = RunPatch {
+            chain_id: Some(derived.id.clone()),
+            ..RunPatch::default()
+        };
+        if let Err(e) = store.run_update(run, &patch).await {
+            tracing::warn!(run, error = %e, "could not move the run to the derived chain");
+        }
     }
     Ok(record)
 }

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 use plugd_dialects::vai::{self, InvokeError};
 use plugd_host::dialect::CallContext;
 use plugd_manifest::vai::ExportKind;
-use plugd_store::outbox::{DeliveryId, FailOutcome, Leased, NewEvent, RetryPolicy, Subscriber};
+use plugd_store::outbox::{
+    DeliveryId, Enqueued, FailOutcome, Leased, NewEvent, RetryPolicy, Subscriber,
+};
 use plugd_store::{StateStore, StoreError};
 use serde_json::Value;
 use tokio::sync::{Notify, watch};
@@ -216,6 +218,15 @@ impl OutboxExt for Runtime {
             WAKE.notify_waiters();
         }
         Ok(q.deliveries)
+    }
+}
+
+/// Wakes this process's delivery workers for `queued` (recorded in the
+/// transaction of the state change it reports) when it has deliveries.
+pub fn woke(queued: &Enqueued) {
+    tracing::debug!(event = %queued.event_id, deliveries = queued.deliveries.len(), "event recorded in the outbox");
+    if !queued.deliveries.is_empty() {
+        WAKE.notify_waiters();
     }
 }
 

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::Runtime;
 use crate::outbox::OutboxExt;
+use plugd_store::outbox::NewEvent;
 
 /// Default deadline of a harness run whose export names none (30 min).
 pub const DEFAULT_HARNESS_TIMEOUT: Duration = Duration::from_secs(30 * 60);
@@ -340,27 +341,26 @@ impl Runtime {
                 ..RunPatch::default()
             },
         };
-        let ended = store
-            .run_update(&run.id, &patch)
+        // The run's end and its `run.completed` are one transaction: a crash
+        // between them cannot lose the event.
+        let subscribers = self.subscribers("run.completed");
+        let report = |ended: &plugd_control::chains::Run| NewEvent {
+            event_type: "run.completed".to_owned(),
+            subject: json!({"kind": "run", "id": ended.id}),
+            summary: json!({
+                "session_id": ended.session_id,
+                "harness": start.harness,
+                "status": ended.status.as_str(),
+                "task": start.input,
+                "output": ended.summary.get("text"),
+            }),
+        };
+        let (ended, queued) = store
+            .run_finish(&run.id, &patch, &report, &subscribers)
             .await
             .map_err(store_err)?
             .ok_or_else(|| RunError::Store(format!("run {} vanished", run.id)))?;
-        if let Err(e) = self
-            .emit(
-                "run.completed",
-                json!({"kind": "run", "id": ended.id}),
-                json!({
-                    "session_id": ended.session_id,
-                    "harness": start.harness,
-                    "status": ended.status.as_str(),
-                    "task": start.input,
-                    "output": ended.summary.get("text"),
-                }),
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "could not record run.completed in the outbox");
-        }
+        crate::outbox::woke(&queued);
         Ok(ended)
     }
 }

@@ -636,15 +636,6 @@ impl Turn<'_> {
                 ..RunPatch::default()
             },
         };
-        if let Err(e) = self
-            .agent
-            .runtime
-            .state()
-            .run_update(&self.run_id, &patch)
-            .await
-        {
-            tracing::warn!(run = %self.run_id, error = %e, "could not record the end of the turn's run");
-        }
         let rows: Vec<Value> = self
             .new
             .iter()
@@ -656,6 +647,38 @@ impl Turn<'_> {
             .state()
             .session_append(&self.session_id, &rows)
             .await;
+        // The run's end, and for a turn that replied (and was stored) its
+        // `run.completed`, in one transaction.
+        let state = self.agent.runtime.state().clone();
+        let ended = match (&reply, &stored) {
+            (Some(reply), Ok(_)) => {
+                let subscribers = self.agent.runtime.subscribers("run.completed");
+                let task = self
+                    .new
+                    .first()
+                    .map(|e| e.content.as_str())
+                    .unwrap_or(&self.input);
+                let (tool_calls, rounds) = (self.tool_calls.len(), self.rounds);
+                let session_id = &self.session_id;
+                let report = |run: &plugd_control::chains::Run| plugd_store::outbox::NewEvent {
+                    event_type: "run.completed".to_owned(),
+                    subject: json!({"kind": "run", "id": run.id}),
+                    summary: json!({"session_id": session_id, "task": task, "output": reply, "tool_calls": tool_calls, "rounds": rounds}),
+                };
+                state
+                    .run_finish(&self.run_id, &patch, &report, &subscribers)
+                    .await
+                    .map(|done| {
+                        if let Some((_, queued)) = &done {
+                            plugd_runtime::outbox::woke(queued);
+                        }
+                    })
+            }
+            _ => state.run_update(&self.run_id, &patch).await.map(drop),
+        };
+        if let Err(e) = ended {
+            tracing::warn!(run = %self.run_id, error = %e, "could not record the end of the turn's run");
+        }
         let agent = plugd_runtime::microapp::agent_id(&self.ctx);
         if stored.is_ok() {
             let entries: Vec<(&str, &str)> = self
@@ -690,13 +713,6 @@ impl Turn<'_> {
             return Err(e);
         }
         stored.map_err(|e| AgentError::Store(e.to_string()))?;
-        if let Some(reply) = &reply {
-            self.agent.emit(
-                "run.completed",
-                json!({"kind": "run", "id": self.run_id}),
-                json!({"session_id": self.session_id, "task": self.new.first().map(|e| e.content.as_str()).unwrap_or(&self.input), "output": reply, "tool_calls": self.tool_calls.len(), "rounds": self.rounds}),
-            ).await;
-        }
         let outcome = TurnOutcome {
             session_id: self.session_id.clone(),
             status,
