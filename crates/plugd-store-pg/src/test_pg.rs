@@ -154,6 +154,34 @@ impl TestPg {
         self.url_for(&name)
     }
 
+    /// Creates a new database from `file`, a plain SQL dump (`pg_dump`),
+    /// loaded by `psql` stopping at the first error; returns its URL.
+    pub fn database_from_dump(&self, file: &Path) -> String {
+        let url = self.fresh_database();
+        let name = url
+            .split_once("@/")
+            .and_then(|(_, rest)| rest.split('?').next())
+            .unwrap_or_default()
+            .to_owned();
+        let mut cmd = self.client_command("psql");
+        cmd.args(["-q", "-v", "ON_ERROR_STOP=1", "-h"])
+            .arg(&self.dir);
+        cmd.args([
+            "-p",
+            &self.port.to_string(),
+            "-U",
+            TEST_USER,
+            "-d",
+            &name,
+            "-f",
+        ])
+        .arg(file);
+        if let Err(e) = run(cmd, "psql -f") {
+            panic!("{e}\n{}", self.log_tail());
+        }
+        url
+    }
+
     /// Restarts the server (see [`RestartMode`]), waiting until it accepts
     /// connections again (at most 20 s).
     pub fn restart(&self, mode: RestartMode) -> Result<(), TestPgError> {
