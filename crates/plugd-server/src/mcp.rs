@@ -287,6 +287,12 @@ impl McpHttp {
             return Ok(());
         };
         snapshot["may_approve_critical"] = Value::Bool(may_approve_critical);
+        // Sessions nobody used for an hour go from the store too (a read
+        // of one also drops it, but one never read again would stay).
+        self.store
+            .live_sessions_sweep(LiveKind::Mcp, STORED_LIFETIME)
+            .await
+            .map_err(store_error)?;
         self.store
             .live_session_put(LiveKind::Mcp, session.id(), owner, profile, &snapshot)
             .await
