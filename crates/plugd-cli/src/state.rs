@@ -15,20 +15,11 @@ use plugd_store::{StateStore, Store};
 pub async fn open(dir: &Path) -> anyhow::Result<Arc<dyn StateStore>> {
     let yaml = plugd_runtime::config::PlugdConfig::load(dir).ok();
     match plugd_runtime::config::state_url(None, yaml.as_ref()) {
-        Some(url) => Ok(Arc::new(open_postgres(&url).await?)),
+        Some(url) => Ok(Arc::new(
+            plugd_store_pg::PgStore::open_node_with_env_key(&url).await?,
+        )),
         None => Ok(Arc::new(
             Store::open(&dir.join(".plugd")).context("open the workspace's state")?,
         )),
     }
-}
-
-/// The cluster database at `url`, checked against this machine's master key.
-async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore> {
-    let key = plugd_store::secrets::KeySource::from_env()
-        .and_then(|source| source.require())
-        .context("the master key of the cluster's state")?;
-    Ok(
-        plugd_store_pg::PgStore::open_node(url, &plugd_store_pg::PgOptions::default(), key.id())
-            .await?,
-    )
 }

@@ -64,31 +64,10 @@ impl StateBackend for PostgresState {
     }
 }
 
-/// Opens the cluster database at `url` for this node: the master key from
-/// its usual sources (never created here: a node without the cluster's key
-/// is refused), then connect, migrate and check the cluster record.
+/// Opens the cluster database at `url` for this node (see
+/// `PgStore::open_node_with_env_key`).
 pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore> {
-    let key = plugd_store::secrets::KeySource::from_env()
-        .and_then(|source| source.require())
-        .map_err(|e| anyhow::anyhow!("the state database {}: {e}", redacted(url)))?;
-    let store =
-        plugd_store_pg::PgStore::open_node(url, &plugd_store_pg::PgOptions::default(), key.id())
-            .await?;
-    Ok(store)
-}
-
-/// `url` without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:•••{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    Ok(plugd_store_pg::PgStore::open_node_with_env_key(url).await?)
 }
 
 /// The backends a node runs on.

@@ -148,6 +148,20 @@ impl PgStore {
         Ok(store)
     }
 
+    /// [`PgStore::open_node`] with this machine's master key from its usual
+    /// sources (`PLUGD_MASTER_KEY`, the key file; never created here: a node
+    /// without the cluster's key is refused): how a node and every command
+    /// open the cluster's state.
+    pub async fn open_node_with_env_key(url: &str) -> Result<PgStore, PgError> {
+        let key = plugd_store::secrets::KeySource::from_env()
+            .and_then(|source| source.require())
+            .map_err(|e| PgError::NoKey {
+                db: crate::redact(url),
+                problem: e.to_string(),
+            })?;
+        PgStore::open_node(url, &PgOptions::default(), key.id()).await
+    }
+
     /// The cluster record, checked against a node's master key id.
     pub async fn check_node(&self, key_id: &str) -> Result<ClusterInfo, PgError> {
         let Some(info) = self.cluster_info().await? else {

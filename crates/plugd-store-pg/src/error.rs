@@ -174,6 +174,14 @@ pub enum PgError {
         /// The master key id of this node.
         node_key_id: String,
     },
+    /// This machine has no usable master key to open the cluster with.
+    #[error("state database {db}: {problem}")]
+    NoKey {
+        /// The database concerned (password left out).
+        db: String,
+        /// Why no key could be loaded.
+        problem: String,
+    },
     /// A workspace export into a cluster that already holds state.
     #[error(
         "state database {db} is not empty (table {table} has {rows} rows); export a workspace only into a freshly initialised cluster"

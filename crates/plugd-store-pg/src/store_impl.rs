@@ -75,6 +75,7 @@ impl From<PgError> for StoreError {
             e @ (PgError::AlreadyInitialised { .. }
             | PgError::NotInitialised { .. }
             | PgError::KeyMismatch { .. }
+            | PgError::NoKey { .. }
             | PgError::NotEmpty { .. }
             | PgError::ForeignSecret { .. }
             | PgError::ExportMismatch { .. }) => StoreError::Conflict(e.to_string()),
