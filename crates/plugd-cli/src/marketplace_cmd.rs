@@ -16,7 +16,6 @@ use plugd_governance::marketplace_install::{
 };
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::signing::keys;
-use plugd_store::Store;
 use serde_json::Value;
 
 /// `plugd marketplace …`.
@@ -133,7 +132,7 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
             json,
         } => {
             let state = dir.join(".plugd");
-            let store = Store::open(&state)?;
+            let store = crate::state::open(dir).await?;
             let by = plugd_store::users::user_name(rustix::process::geteuid().as_raw());
             let req = InstallRequest {
                 org_id: org.clone(),
@@ -163,7 +162,7 @@ pub async fn run(dir: &Path, cmd: &MarketplaceCmd) -> Result<()> {
                 },
             };
             let installer = Installer {
-                store: &store,
+                store: &*store,
                 state_dir: &state,
                 marketplace: config.marketplace.as_ref(),
                 signing: &config.signing,

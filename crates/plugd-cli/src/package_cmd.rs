@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use plugd_control::{Package, PackageSelector};
 use plugd_packages::{OciRef, RegistryOptions};
-use plugd_store::Store;
+use plugd_store::StateStore;
 
 /// How to reach the registry.
 #[derive(Args, Debug)]
@@ -124,7 +124,7 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 insecure: flags.insecure,
                 ..RegistryOptions::default()
             };
-            let (store, by, at, verify) = installer(dir, &state)?;
+            let (store, by, at, verify) = installer(dir).await?;
             let req = plugd_packages::Request {
                 source: &source,
                 opts: &opts,
@@ -132,11 +132,11 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 at: &at,
                 verify: &*verify,
             };
-            let done = plugd_packages::install(&store, &state, &req).await?;
+            let done = plugd_packages::install(&*store, &state, &req).await?;
             report(&done, flags.json)?;
         }
         PackageCmd::Install { path, json } => {
-            let (store, by, at, verify) = installer(dir, &state)?;
+            let (store, by, at, verify) = installer(dir).await?;
             let how = plugd_packages::Local {
                 limits: plugd_packages::Limits::default(),
                 by: &by,
@@ -144,17 +144,17 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
                 verify: &*verify,
             };
             let done = if path.is_dir() {
-                plugd_packages::install_dir(&store, &state, path, &how).await?
+                plugd_packages::install_dir(&*store, &state, path, &how).await?
             } else {
                 let data = std::fs::read(path)
                     .with_context(|| format!("cannot read {}", path.display()))?;
-                plugd_packages::install_archive(&store, &state, data, &how).await?
+                plugd_packages::install_archive(&*store, &state, data, &how).await?
             };
             report(&done, *json)?;
         }
         PackageCmd::List { json } => {
-            let store = Store::open(&state)?;
-            let all = store.packages()?;
+            let store = crate::state::open(dir).await?;
+            let all = store.packages().await?;
             if *json {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else if all.is_empty() {
@@ -178,9 +178,9 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             }
         }
         PackageCmd::Restart { id } => {
-            let store = Store::open(&state)?;
+            let store = crate::state::open(dir).await?;
             let sel = PackageSelector::parse(id)?;
-            let Some(p) = store.find_package(&sel)? else {
+            let Some(p) = store.find_package(&sel).await? else {
                 bail!("no installed package {id:?}; `plugd package list` shows what is installed");
             };
             drop(store);
@@ -212,9 +212,9 @@ pub async fn run(dir: &Path, cmd: &PackageCmd) -> Result<()> {
             }
         }
         PackageCmd::Show { id, json } => {
-            let store = Store::open(&state)?;
+            let store = crate::state::open(dir).await?;
             let sel = PackageSelector::parse(id)?;
-            let Some(p) = store.find_package(&sel)? else {
+            let Some(p) = store.find_package(&sel).await? else {
                 bail!("no installed package {id:?}; `plugd package list` shows what is installed");
             };
             // Where each export runs and with which sandbox, as a call
@@ -297,11 +297,15 @@ fn report(done: &plugd_packages::Installed, json: bool) -> Result<()> {
 /// What a pull and an install share: the store, who installs (this Unix
 /// user), when, and plugd.yaml's trust policy as the package verifier (as
 /// for `.plugins/`).
-fn installer(
+async fn installer(
     dir: &Path,
-    state: &Path,
-) -> Result<(Store, String, String, Box<plugd_packages::SignatureCheck>)> {
-    let store = Store::open(state)?;
+) -> Result<(
+    std::sync::Arc<dyn StateStore>,
+    String,
+    String,
+    Box<plugd_packages::SignatureCheck>,
+)> {
+    let store = crate::state::open(dir).await?;
     let by = plugd_store::users::user_name(rustix::process::geteuid().as_raw());
     let policy = plugd_runtime::signing::SigningPolicy::load(dir)?;
     let verify = plugd_runtime::signing::package_verifier(policy);

@@ -295,6 +295,21 @@ impl Runtime {
             outcome: Err(e),
             notices,
         };
+        // Disabled tools and approvals as the store has them now: a change
+        // made through another process or node holds from this call on.
+        if let Err(e) = self.consent_current().await {
+            return fail(args, e, notices);
+        }
+        if self
+            .inner
+            .plugins
+            .snapshot()
+            .map
+            .contains_key(&entry.plugin)
+            && crate::read(&self.inner.registry).get(&entry.name).is_none()
+        {
+            return fail(args, RuntimeError::UnknownTool(entry.name.clone()), notices);
+        }
         if let Err(e) = risk::check_enabled(self, entry) {
             return fail(args, e, notices);
         }

@@ -191,6 +191,34 @@ impl Recorder {
         let before = now_ms() - i64::from(days) * 86_400_000;
         self.store.delete_invocations_before(before).await
     }
+
+    /// [`Recorder::prune`] as the cluster's one retention job: under the
+    /// [`RETENTION_LEASE`] taken for `holder`, the delete fenced by it (a
+    /// holder that lost the lease meanwhile deletes nothing) and the lease
+    /// given up after. `None` while another holder has it.
+    pub async fn prune_singleton(
+        &self,
+        days: u32,
+        holder: &str,
+    ) -> Result<Option<u64>, plugd_store::StoreError> {
+        let Some(lease) = self
+            .store
+            .lease_acquire(RETENTION_LEASE, holder, RETENTION_LEASE_TTL_MS)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let before = now_ms() - i64::from(days) * 86_400_000;
+        let fence = lease.fence();
+        let deleted = self
+            .store
+            .delete_invocations_before_fenced(before, &fence)
+            .await;
+        if let Err(e) = self.store.lease_release(&fence).await {
+            tracing::warn!("cannot give the retention lease up (it runs out by itself): {e}");
+        }
+        deleted.map(Some)
+    }
 }
 
 impl Drop for Recorder {
@@ -370,6 +398,14 @@ fn fresh_id() -> String {
     plugd_control::id::fresh("inv")
 }
 
+/// The lease the retention job holds while it deletes: one node of a
+/// cluster at a time.
+pub const RETENTION_LEASE: &str = "retention";
+
+/// How long the retention lease lasts unless given up (a node that dies
+/// while deleting holds it no longer than this).
+pub const RETENTION_LEASE_TTL_MS: i64 = 5 * 60 * 1000;
+
 /// The retention task of `plugd serve`; stopped when dropped.
 #[derive(Debug)]
 pub struct Retention(tokio::task::JoinHandle<()>);
@@ -387,12 +423,14 @@ pub fn spawn_retention(rt: &crate::Runtime, days: u32) -> Retention {
 }
 
 async fn retention_task(rt: crate::Runtime, days: u32) {
+    let holder = plugd_control::id::fresh("retention");
     let mut every = tokio::time::interval(RETENTION_EVERY);
     loop {
         every.tick().await;
-        match rt.invocations().prune(days).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!("deleted {n} invocation records older than {days} days"),
+        match rt.invocations().prune_singleton(days, &holder).await {
+            Ok(None) => tracing::debug!("another node applies the invocation retention now"),
+            Ok(Some(0)) => {}
+            Ok(Some(n)) => tracing::info!("deleted {n} invocation records older than {days} days"),
             Err(e) => tracing::warn!("cannot apply the invocation retention: {e}"),
         }
     }
@@ -441,6 +479,43 @@ mod tests {
         assert_eq!(counts[0].1.duration_ms, n as u64 * 3);
         assert_eq!(rec.stats().unwritten(), 0);
         assert_eq!(store.delete_invocations_before(i64::MAX).unwrap(), n as u64);
+    }
+
+    #[tokio::test]
+    async fn retention_runs_only_under_its_lease_and_gives_it_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let state: Arc<dyn StateStore> =
+            Arc::new(plugd_store::Store::open(&dir.path().join(".plugd")).unwrap());
+        let rec = Recorder::start(&state);
+        for i in 0..10 {
+            rec.submit(Box::new(record(i)));
+        }
+        rec.flush();
+        // Another node holds the retention lease: this one deletes nothing.
+        let other = state
+            .lease_acquire(RETENTION_LEASE, "other-node", 60_000)
+            .await
+            .unwrap()
+            .unwrap();
+        let kept = || async {
+            let filter = plugd_control::InvocationFilter {
+                limit: 50,
+                ..Default::default()
+            };
+            state
+                .list_invocations(&filter)
+                .await
+                .unwrap()
+                .invocations
+                .len()
+        };
+        assert_eq!(rec.prune_singleton(1, "this-node").await.unwrap(), None);
+        assert_eq!(kept().await, 10);
+        assert!(state.lease_release(&other.fence()).await.unwrap());
+        // Free: this node takes it, deletes the old records, gives it up.
+        assert_eq!(rec.prune_singleton(1, "this-node").await.unwrap(), Some(10));
+        assert_eq!(kept().await, 0);
+        assert_eq!(state.lease_holder(RETENTION_LEASE).await.unwrap(), None);
     }
 
     fn record(i: usize) -> InvocationRecord {

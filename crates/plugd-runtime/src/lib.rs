@@ -31,6 +31,7 @@ pub mod config_gate;
 #[cfg(test)]
 mod config_sections_tests;
 pub mod config_watch;
+pub mod consent;
 pub mod delegation;
 pub mod deno;
 mod error_codes;
@@ -449,6 +450,8 @@ pub struct Runtime {
 
 struct RtInner {
     risk: risk::RiskState,
+    /// The consent caches' epoch ([`consent`]).
+    consent: consent::ConsentWatch,
     dir: PathBuf,
     /// The state store (SQLite or PostgreSQL): the runtime names no backend.
     state: Arc<dyn StateStore>,
@@ -625,6 +628,7 @@ impl Runtime {
         let runtime = Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
+                consent: consent::ConsentWatch::default(),
                 channels: channels::CounterMap::default(),
                 dir,
                 state: store.clone(),
@@ -662,7 +666,7 @@ impl Runtime {
         if let Err(e) = runtime.refresh_disabled().await {
             tracing::warn!(error = %e, "cannot read which tools are disabled; listing none until it can");
         }
-        risk::watch_disabled(&runtime);
+        consent::watch(&runtime);
         services.mcp_requests.set(Arc::new(mcp_requests::Answerer {
             rt: Arc::downgrade(&runtime.inner),
         }));

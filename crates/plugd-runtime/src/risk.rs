@@ -61,11 +61,6 @@ pub const NOTICE_EVENT: &str = "tool.risk_notice";
 /// window per process; each says how many calls it covers.
 pub const NOTICE_WINDOW: Duration = Duration::from_secs(60);
 
-/// How often the disabled tools are read again from the store (by a task
-/// of the runtime, so that no call waits on the store): a `plugd tool
-/// disable` in another process reaches a running serve within this time.
-pub const DISABLED_TTL: Duration = Duration::from_millis(200);
-
 /// Disabled (plugin, tool) pairs.
 type DisabledSet = std::collections::HashSet<(String, String)>;
 
@@ -487,8 +482,8 @@ impl Runtime {
     }
 
     /// The disabled (plugin, tool) pairs as last read (see
-    /// [`Runtime::refresh_disabled`]; [`watch_disabled`] re-reads them
-    /// every [`DISABLED_TTL`]).
+    /// [`Runtime::refresh_disabled`]; [`crate::consent`] re-reads them
+    /// when the control epoch moves).
     fn disabled_set(&self) -> Result<Arc<DisabledSet>, RuntimeError> {
         let cache = self
             .inner
@@ -612,23 +607,6 @@ impl Runtime {
             Decide::AlreadyDecided(a) => Err(DecideError::AlreadyDecided(Box::new(a))),
         }
     }
-}
-
-/// Re-reads the disabled tools every [`DISABLED_TTL`] while the runtime
-/// lives (a change made through another process or node shows within that
-/// time; this runtime's own changes show at once).
-pub(crate) fn watch_disabled(rt: &Runtime) {
-    let weak = Arc::downgrade(&rt.inner);
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(DISABLED_TTL).await;
-            let Some(inner) = weak.upgrade() else { return };
-            let rt = Runtime { inner };
-            if let Err(e) = rt.refresh_disabled().await {
-                tracing::warn!(error = %e, "cannot read which tools are disabled; listing none until it can");
-            }
-        }
-    });
 }
 
 /// Refuses a call of a disabled tool (before its arguments are checked).

@@ -778,7 +778,15 @@ async fn authorize_request(
         req.extensions_mut().insert(Public);
         return next.run(req).await;
     }
-    let (identity, console) = match identify(&state, &peer, req.headers()).await {
+    // Credentials presented and being checked: the connection is not
+    // closed for room meanwhile (see `crate::listen`).
+    let checking = req
+        .extensions()
+        .get::<crate::listen::ConnAuth>()
+        .map(|c| c.verifying());
+    let identified = identify(&state, &peer, req.headers()).await;
+    drop(checking);
+    let (identity, console) = match identified {
         Ok(i) => i,
         Err(resp) => return resp,
     };

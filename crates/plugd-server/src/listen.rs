@@ -29,7 +29,12 @@
 //! middleware calls [`ConnAuth::authenticated`]); one still in it after
 //! `unauthenticated_timeout` is closed. When a cap is reached, the oldest
 //! unauthenticated connection (idle ones first) is closed to admit the new
-//! one, so nobody without a token can starve token holders; only when
+//! one, so nobody without a token can starve token holders. A connection
+//! whose credentials are being checked (one store read, bounded by the
+//! store's timeout; [`ConnAuth::verifying`]) is not closed for room: when
+//! only such connections fill the unauthenticated quota, the new one is
+//! admitted over it (a burst of token holders on a store that answers in
+//! milliseconds, not microseconds, must not evict itself); only when
 //! authenticated connections fill a cap does a new one get `503` and is
 //! closed. Refusals, evictions and time-outs are logged once and then as
 //! one summary line per interval ([`plugd_host::throttle`]).
@@ -393,6 +398,8 @@ struct ConnInner {
     released: AtomicBool,
     /// Requests running on it now.
     busy: AtomicUsize,
+    /// Requests on it whose credentials are being checked now.
+    verifying: AtomicUsize,
     /// Told when it was evicted.
     evicted: tokio::sync::Notify,
 }
@@ -419,6 +426,23 @@ impl ConnAuth {
     /// Whether a request on it authenticated.
     pub fn is_authenticated(&self) -> bool {
         self.0.authenticated.load(Ordering::Acquire)
+    }
+
+    /// Marks a request on it as having presented credentials that are
+    /// being checked, until the guard drops: meanwhile the connection is
+    /// not closed to make room for others.
+    pub fn verifying(&self) -> Verifying {
+        self.0.verifying.fetch_add(1, Ordering::AcqRel);
+        Verifying(self.0.clone())
+    }
+}
+
+/// See [`ConnAuth::verifying`].
+pub struct Verifying(Arc<ConnInner>);
+
+impl Drop for Verifying {
+    fn drop(&mut self) {
+        self.0.verifying.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -473,12 +497,14 @@ impl TableState {
     }
 
     /// The unauthenticated connection to close for room (of `peer` only,
-    /// when given): the oldest idle one, else the oldest.
+    /// when given): the oldest idle one, else the oldest; never one whose
+    /// credentials are being checked.
     fn victim(&self, peer: Option<PeerKey>) -> Option<Arc<ConnInner>> {
         let mut mine = self
             .unauth
             .values()
-            .filter(|c| peer.is_none_or(|p| c.peer == p));
+            .filter(|c| peer.is_none_or(|p| c.peer == p))
+            .filter(|c| c.verifying.load(Ordering::Acquire) == 0);
         let oldest = mine.clone().next().cloned();
         mine.find(|c| c.busy.load(Ordering::Acquire) == 0)
             .cloned()
@@ -565,6 +591,7 @@ impl Table {
             authenticated: AtomicBool::new(!unauthenticated || quota.is_none()),
             released: AtomicBool::new(false),
             busy: AtomicUsize::new(0),
+            verifying: AtomicUsize::new(0),
             evicted: tokio::sync::Notify::new(),
         });
         st.open += 1;
@@ -972,6 +999,34 @@ mod tests {
         drop(Slot(token_holder.clone()));
         drop(Slot(token_holder));
         assert_eq!(table.lock().open, 3);
+    }
+
+    #[tokio::test]
+    async fn connections_whose_credentials_are_being_checked_are_never_closed_for_room() {
+        let table = Table::new(limits(10, 10, 3));
+        let pool: Vec<ConnAuth> = (0..3).map(|_| table.admit(A, true).unwrap()).collect();
+        let checks: Vec<Verifying> = pool.iter().map(ConnAuth::verifying).collect();
+        // Every pooled one is being checked: the new one is admitted over
+        // the quota, nobody is closed.
+        let late = table.admit(A, true).unwrap();
+        assert!(pool.iter().all(|c| !c.0.released.load(Ordering::Acquire)));
+        assert_eq!(table.lock().unauth.len(), 4);
+        // A check ended without credentials: that one may go again, the
+        // oldest first.
+        drop(checks);
+        let _next = table.admit(A, true).unwrap();
+        assert!(pool[0].0.released.load(Ordering::Acquire));
+        assert!(!late.0.released.load(Ordering::Acquire));
+        // The connection cap still holds: a full listener of connections
+        // being checked refuses the next one rather than closing one.
+        let table = Table::new(limits(2, 2, 32));
+        let first = table.admit(A, true).unwrap();
+        let _first_check = first.verifying();
+        let second = table.admit(A, true).unwrap();
+        let _second_check = second.verifying();
+        assert_eq!(table.lock().open, 2);
+        assert_eq!(table.admit(B, true).unwrap_err(), Refusal::Full);
+        assert!(!first.0.released.load(Ordering::Acquire));
     }
 
     #[tokio::test]

@@ -268,6 +268,23 @@ impl PgStore {
             .await
             .map_err(err)?;
         }
+        // The cluster's record names the new key in the same transaction:
+        // every node must then start with it (one with the old key is
+        // refused, naming both ids).
+        // (A database never made a cluster has no record.)
+        let clustered: bool = tx
+            .query_one("SELECT to_regclass('plugd_cluster') IS NOT NULL", &[])
+            .await
+            .map_err(err)?
+            .get(0);
+        if clustered {
+            tx.execute(
+                "UPDATE plugd_cluster SET key_id = $2 WHERE id = 1 AND key_id = $1",
+                &[&old_key_id, &new_key_id],
+            )
+            .await
+            .map_err(err)?;
+        }
         tx.commit().await.map_err(err)?;
         Ok(Rotation {
             resealed: rows.len(),

@@ -92,6 +92,10 @@ pub struct PgStore {
     journal: std::sync::OnceLock<journal::Journal>,
     /// Token checks under the control epoch (`tokens.rs`).
     token_cache: std::sync::Mutex<tokens::TokenCache>,
+    /// One read of the control epoch for the token checks at a time: the
+    /// checks arriving meanwhile use its answer (a burst of new
+    /// connections makes one read, not one each).
+    epoch_flight: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -162,6 +166,7 @@ impl PgStore {
             timeout: opts.timeout,
             journal: std::sync::OnceLock::new(),
             token_cache: std::sync::Mutex::default(),
+            epoch_flight: tokio::sync::Mutex::new(()),
         })
     }
 

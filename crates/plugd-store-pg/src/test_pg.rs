@@ -154,15 +154,44 @@ impl TestPg {
         self.url_for(&name)
     }
 
+    /// A plain SQL dump (`pg_dump`) of the database of `url`: every byte
+    /// it stores, for tests that look for what must not be there.
+    pub fn dump(&self, url: &str) -> Vec<u8> {
+        let name = db_name(url).unwrap_or_default();
+        let mut cmd = self.client_command("pg_dump");
+        cmd.args(["-h"]).arg(&self.dir);
+        cmd.args(["-p", &self.port.to_string(), "-U", TEST_USER, name]);
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run pg_dump: {e}"));
+        assert!(
+            out.status.success(),
+            "pg_dump {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// Drops the database of `url` (made by [`TestPg::fresh_database`]),
+    /// ending its connections first; a failure is only printed (a test's
+    /// teardown must not hide its own result).
+    pub fn drop_database(&self, url: &str) {
+        let Some(name) = db_name(url) else {
+            return;
+        };
+        let mut cmd = self.client_command("dropdb");
+        cmd.args(["--force", "-h"]).arg(&self.dir);
+        cmd.args(["-p", &self.port.to_string(), "-U", TEST_USER, name]);
+        if let Err(e) = run(cmd, "dropdb") {
+            tracing::warn!("could not drop the test database {name}: {e}");
+        }
+    }
+
     /// Creates a new database from `file`, a plain SQL dump (`pg_dump`),
     /// loaded by `psql` stopping at the first error; returns its URL.
     pub fn database_from_dump(&self, file: &Path) -> String {
         let url = self.fresh_database();
-        let name = url
-            .split_once("@/")
-            .and_then(|(_, rest)| rest.split('?').next())
-            .unwrap_or_default()
-            .to_owned();
+        let name = db_name(&url).unwrap_or_default().to_owned();
         let mut cmd = self.client_command("psql");
         cmd.args(["-q", "-v", "ON_ERROR_STOP=1", "-h"])
             .arg(&self.dir);
@@ -416,6 +445,12 @@ fn postgres_ids() -> Option<(u32, u32)> {
         let _password = f.next()?;
         Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
     })
+}
+
+/// The database name of a URL made by [`TestPg::url_for`].
+fn db_name(url: &str) -> Option<&str> {
+    url.split_once("@/")
+        .and_then(|(_, rest)| rest.split('?').next())
 }
 
 #[cfg(test)]

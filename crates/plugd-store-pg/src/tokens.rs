@@ -322,14 +322,22 @@ impl PgStore {
     /// since it was read, the database's time now (ms) and the epoch. Reads
     /// the epoch when the last read is older than [`TOKEN_RECHECK`].
     async fn token_cached(&self, id: &str) -> Result<(Option<Cached>, i64, i64), PgError> {
-        {
+        let fresh = || {
             let cache = self.token_cache();
-            if let (Some(epoch), Some((at, db_ms))) = (cache.epoch, cache.checked)
-                && at.elapsed() < TOKEN_RECHECK
-            {
-                let now = db_ms + at.elapsed().as_millis() as i64;
-                return Ok((cache.rows.get(id).cloned(), now, epoch));
+            match (cache.epoch, cache.checked) {
+                (Some(epoch), Some((at, db_ms))) if at.elapsed() < TOKEN_RECHECK => {
+                    let now = db_ms + at.elapsed().as_millis() as i64;
+                    Some((cache.rows.get(id).cloned(), now, epoch))
+                }
+                _ => None,
             }
+        };
+        if let Some(hit) = fresh() {
+            return Ok(hit);
+        }
+        let _one = self.epoch_flight.lock().await;
+        if let Some(hit) = fresh() {
+            return Ok(hit);
         }
         let client = self.client().await?;
         let stmt = client

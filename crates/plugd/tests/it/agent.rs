@@ -375,8 +375,16 @@ fn built_ins_redact_what_the_model_gets_and_truncate_the_reply() {
         .collect();
     assert_eq!(codes, ["EMAIL_REDACTED", "RESPONSE_TRUNCATED"], "{v}");
     // The stored transcript holds the redacted text, never the address.
-    // Neither do the outbox events: nothing under .plugd holds the address.
-    for f in std::fs::read_dir(ws.dir().join(".plugd")).unwrap() {
+    // Neither do the outbox events: nothing under .plugd, and nothing in the
+    // state store (SQLite or the cluster's database), holds the address.
+    assert!(
+        !String::from_utf8_lossy(&ws.state_bytes()).contains("ada@example.com"),
+        "the state store holds the unredacted address"
+    );
+    for f in std::fs::read_dir(ws.dir().join(".plugd"))
+        .into_iter()
+        .flatten()
+    {
         let path = f.unwrap().path();
         if path.is_file() {
             let bytes = std::fs::read(&path).unwrap();

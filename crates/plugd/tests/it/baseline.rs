@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::http::Serve;
 use crate::support::*;
 
-const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 
 /// A native probe plugin `id` (tests/plugins/sandbox_probe.py) with `args`
 /// after its id.
@@ -96,11 +96,19 @@ impl Mode {
 
 #[test]
 fn an_unsandboxed_plugin_cannot_read_plugd_state_keys_other_plugins_or_plugd_env() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     hidden_from_unsandboxed_plugins(Mode::View);
 }
 
 #[test]
 fn the_landlock_fallback_refuses_the_same_reads() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     hidden_from_unsandboxed_plugins(Mode::Landlock);
 }
 

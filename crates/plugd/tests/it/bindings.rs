@@ -16,7 +16,7 @@ use crate::http::{Resp, Serve, make_token, request_as};
 use crate::packages::{Registry, json_out, push};
 use crate::support::{Ws, ok, plugd_cmd, stderr};
 
-const MASTER_KEY: &str = "0101010101010101010101010101010101010101010101010101010101010101";
+const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 
 fn manifest(version: &str) -> String {
     format!(

@@ -141,10 +141,10 @@ fn a_harness_acts_only_through_its_delegated_token() {
             .contains("needs the scope compactions:write")
     );
     // The token is in no record plugd keeps.
-    let db = std::fs::read(ws.dir().join(".plugd/state.db")).unwrap();
+    let db = ws.state_bytes();
     assert!(
         !String::from_utf8_lossy(&db).contains("vai_dlg_"),
-        "a token in state.db"
+        "a token in the state store"
     );
     // `continue` is in this harness's supports; a bogus mode is refused.
     let again = ws.plugd(&[

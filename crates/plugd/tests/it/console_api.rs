@@ -20,7 +20,7 @@ use crate::support::{Ws, repo, stderr};
 const PLUGIN: &str = "console-settings";
 const SECRET: &str = "s3cr3t-Kq7vZp2w";
 /// serve's master key (a key file would land in the tester's home).
-const MASTER_KEY: &str = "6f2b8c0e4a1d9f3b7c5e2a8d0f6b4c1e9a3d7f5b2c8e0a6d4f1b9c3e7a5d2f80";
+const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 
 /// The fixture plugin, approved, in a fresh workspace (`extra` is plugd.yaml).
 fn workspace(extra: &str) -> Ws {
@@ -472,8 +472,12 @@ fn the_settings_form_shows_every_type_and_an_update_is_all_or_nothing() {
         any_file_contains(&ws.dir().join(".plugd"), SECRET.as_bytes()),
         None
     );
-    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
-    let audit = store.audit_list(1000).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ws.state_bytes()).contains(SECRET),
+        "the state store holds the secret"
+    );
+    let audit =
+        crate::support::block_on(async { ws.state().await.audit_list(1000).await }).unwrap();
     let puts: Vec<_> = audit
         .iter()
         .filter(|a| a.method == "PUT" && a.path == path)

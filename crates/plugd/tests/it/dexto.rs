@@ -815,10 +815,9 @@ async fn the_seeds_tenant_auth_ts_runs_verbatim_on_agent_storage() {
     ]);
     storage(&["set", "tenant:initech:allowed_tools", r#"["fs_read"]"#]);
 
-    let store = Arc::new(plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap());
     let options = DextoOptions {
         tsx: Some(tsx),
-        storage: Some(store),
+        storage: Some(ws.state().await),
         ..DextoOptions::default()
     };
     let m = load_with(

@@ -104,7 +104,7 @@ pub(crate) fn stdio_plan(ws: &Ws, extra: &[&str], elicit: Option<&str>, steps: V
         "transport": "stdio",
         "command": env!("CARGO_BIN_EXE_plugd"),
         "args": args,
-        "env": {"PATH": path_with_venv(), "PLUGD_LOG": "info", "HOME": std::env::var("HOME").unwrap_or_default()},
+        "env": crate::support::client_env(ws),
         "mode": "legacy",
         "elicit": elicit,
         "steps": steps,

@@ -16,7 +16,7 @@ use crate::baseline::{cli, probe};
 use crate::http::Serve;
 use crate::support::*;
 
-const MASTER_KEY: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 
 /// A workspace with the approved probe plugin `insider`, another plugin's
 /// secret, a `plugd.yaml`, and the master key file under its own
@@ -81,6 +81,10 @@ fn error(v: &Value) -> &str {
 
 #[test]
 fn an_insider_plugin_reaches_nothing_of_plugd_in_the_view() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     let i = insider(&[("PLUGD_BASELINE", "view")]);
     let ws = i.ws.dir();
     let serve = start(&i);
@@ -232,6 +236,10 @@ fn the_view_is_restarted_after_a_crash_and_on_request_and_stopped_with_serve() {
 
 #[test]
 fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     let i = insider(&[("PLUGD_BASELINE", "landlock")]);
     let ws = i.ws.dir();
     let show = cli(&i.ws, &["plugin", "show", "insider"], &i.env).unwrap();
@@ -274,6 +282,10 @@ fn with_the_landlock_fallback_forced_the_insider_reads_are_refused() {
 
 #[test]
 fn without_a_usable_bwrap_the_view_falls_back_to_landlock_or_refuses_under_require() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     let i = insider(&[]);
     let ws = i.ws.dir();
     let no_bwrap = |mode: &str| -> Vec<(&'static str, String)> {
@@ -375,6 +387,10 @@ fn text(v: &Value) -> String {
 
 #[test]
 fn third_party_servers_do_their_work_in_the_workspace_and_not_in_plugd() {
+    if crate::support::sqlite_only("a plugin's reads of the SQLite state file (`.plugd/state.db`)")
+    {
+        return;
+    }
     let ws = Ws::new();
     let dir = ws.dir().canonicalize().unwrap();
     let memory = dir.join("memory.jsonl");

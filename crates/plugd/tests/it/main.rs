@@ -14,6 +14,7 @@ mod chains;
 mod channels;
 mod cli;
 mod cluster;
+mod consent;
 mod console;
 mod console_api;
 mod console_login;

@@ -103,7 +103,7 @@ fn http_get(url: &str) -> (u16, String, Option<String>) {
     (status, body, location)
 }
 
-const KEY: &str = "5f3c9a0b1d2e4f6071829304a5b6c7d8e9f0a1b2c3d4e5f60718293a4b5c6d7e";
+const KEY: &str = crate::support::TEST_MASTER_KEY;
 
 /// `plugd ARGS` on `ws` with the test's master key.
 fn plugd(ws: &Ws, args: &[&str]) -> Output {

@@ -384,7 +384,7 @@ fn a_task_only_tool_is_called_by_an_mcp_client_through_the_gateway() {
         "transport": "stdio",
         "command": env!("CARGO_BIN_EXE_plugd"),
         "args": ["--workspace", ws.dir(), "mcp"],
-        "env": {"PATH": path_with_venv(), "PLUGD_LOG": "info", "HOME": std::env::var("HOME").unwrap_or_default()},
+        "env": crate::support::client_env(&ws),
         "mode": "legacy",
         "elicit": "decline",
         "steps": [

@@ -87,12 +87,16 @@ fn a_reader_that_stops_early_gets_no_panic_report() {
     use std::process::Stdio;
 
     let ws = Ws::new();
-    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
     let line = "x".repeat(200);
-    for i in 0..1000 {
-        store.memory_add("a1", &format!("{i} {line}"), &[]).unwrap();
-    }
-    drop(store);
+    crate::support::block_on(async {
+        let store = ws.state().await;
+        for i in 0..1000 {
+            store
+                .memory_add("a1", &format!("{i} {line}"), &[])
+                .await
+                .unwrap();
+        }
+    });
     // ~200 KiB of output, far over a pipe's buffer; read one chunk, close.
     let mut child = crate::support::plugd_cmd(ws.dir())
         .args(["memory", "list", "--agent", "a1"])

@@ -1027,6 +1027,7 @@ fn admin_requests_answer_from_plugd_state_and_unbacked_ones_say_why() {
     }
     let keys = tempfile::tempdir().unwrap();
     let key = keys.path().join("master.key");
+    crate::support::test_key_file(&key);
     let r = |m: &str, p: Value| json!({"method": m, "params": p});
     let replies = admin_calls(
         &ws,

@@ -101,14 +101,15 @@ async fn approved(ws: &Ws) -> Runtime {
     rt
 }
 
-/// Read through a second connection to the workspace's SQLite file: the
-/// polls of `eventually` are synchronous.
+/// Read through the runtime's state store (the polls of `eventually` are
+/// synchronous: the read blocks this worker thread).
 fn status_of(rt: &Runtime, delivery: &str) -> Option<DeliveryStatus> {
-    plugd_store::Store::open(&rt.dir().join(".plugd"))
-        .unwrap()
-        .outbox_delivery(delivery)
-        .unwrap()
-        .map(|l| l.delivery.status)
+    let state = rt.state().clone();
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(state.outbox_delivery(delivery))
+    })
+    .unwrap()
+    .map(|l| l.delivery.status)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

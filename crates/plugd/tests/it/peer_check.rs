@@ -463,6 +463,9 @@ fn serve_without_listen_opens_only_the_narrow_delegation_listener() {
 
 #[test]
 fn state_reset_refuses_while_serve_runs_and_moves_nothing() {
+    if crate::support::sqlite_only("`plugd state reset` moves the SQLite file aside") {
+        return;
+    }
     let ws = Ws::new();
     let (serve, _out, _err) = serve_to_files(&ws, &[], "plugd serving on unix:");
     let db = ws.dir().join(".plugd/state.db");

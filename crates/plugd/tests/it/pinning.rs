@@ -384,8 +384,7 @@ async fn fifty_parallel_approvals_through_serve_leave_the_plugin_approved_once()
     };
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
-    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
-    let approvals = store.approvals().unwrap();
+    let approvals = ws.state().await.approvals().await.unwrap();
     assert_eq!(
         approvals
             .iter()

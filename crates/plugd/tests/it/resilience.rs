@@ -299,6 +299,9 @@ fn tail(log: &str) -> String {
 
 #[test]
 fn a_second_serve_on_one_workspace_is_refused_naming_the_first() {
+    if crate::support::sqlite_only("it ends with `plugd state reset` of the SQLite file") {
+        return;
+    }
     let ws = Ws::new();
     ws.misbehave("calm", "good", None, "");
     assert!(
@@ -432,6 +435,9 @@ fn assert_reset_recovers(ws: &Ws, moved: &[&str]) {
 
 #[test]
 fn an_empty_state_database_is_refused_not_recreated() {
+    if crate::support::sqlite_only("the workspace's SQLite file damaged on purpose") {
+        return;
+    }
     let ws = approved_workspace();
     let db = ws.dir().join(".plugd/state.db");
     for suffix in ["-wal", "-shm"] {
@@ -445,6 +451,9 @@ fn an_empty_state_database_is_refused_not_recreated() {
 
 #[test]
 fn a_deleted_state_database_is_refused_not_recreated() {
+    if crate::support::sqlite_only("the workspace's SQLite file damaged on purpose") {
+        return;
+    }
     let ws = approved_workspace();
     for f in ["state.db", "state.db-wal", "state.db-shm"] {
         let _ = std::fs::remove_file(ws.dir().join(".plugd").join(f));
@@ -456,6 +465,9 @@ fn a_deleted_state_database_is_refused_not_recreated() {
 
 #[test]
 fn a_garbage_state_database_is_refused_and_left_as_it_is() {
+    if crate::support::sqlite_only("the workspace's SQLite file damaged on purpose") {
+        return;
+    }
     let ws = approved_workspace();
     let db = ws.dir().join(".plugd/state.db");
     for suffix in ["-wal", "-shm"] {
@@ -470,6 +482,9 @@ fn a_garbage_state_database_is_refused_and_left_as_it_is() {
 
 #[test]
 fn another_workspaces_state_database_is_refused() {
+    if crate::support::sqlite_only("the workspace's SQLite file damaged on purpose") {
+        return;
+    }
     let ws = approved_workspace();
     let other = approved_workspace();
     // Copy the other workspace's database over this one's.

@@ -205,7 +205,7 @@ pub(crate) fn on_a_terminal(ws: &Ws, args: &[&str], script: &[(&str, &str)]) -> 
     std::fs::write(
         &driver,
         r#"
-import json, os, pty, select, sys, time
+import json, os, pty, select, signal, sys, time
 argv, script = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 pid, fd = pty.fork()
 if pid == 0:
@@ -228,7 +228,12 @@ while time.time() < deadline:
         seen = at + len(script[done][0])
         os.write(fd, script[done][1].encode())
         done += 1
-_, status = os.waitpid(pid, 0)
+# Past the deadline a plugd still waiting for input is killed (the test
+# then fails on its output instead of hanging).
+_, status = os.waitpid(pid, os.WNOHANG)
+if _ == 0:
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
 print(json.dumps({"code": os.waitstatus_to_exitcode(status), "steps": done, "output": out.decode("utf-8", "replace")}))
 "#,
     )
@@ -245,6 +250,7 @@ print(json.dumps({"code": os.waitstatus_to_exitcode(status), "steps": done, "out
         .arg(Value::Array(argv).to_string())
         .arg(json!(script).to_string())
         .env("PATH", path_with_venv())
+        .envs(crate::support::plugd_env(ws))
         .env_remove("PLUGD_LOG")
         .output()
         .unwrap();
@@ -336,8 +342,10 @@ fn a_medium_call_runs_and_records_a_notice_event() {
     assert!(call(&ws, "risky/med", &[]).status.success());
     assert!(call(&ws, "risky/lo", &[]).status.success());
     assert_eq!((runs(&ws, "med"), runs(&ws, "lo")), (1, 1));
-    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
-    let events = store.outbox_events("tool.risk_notice").unwrap();
+    let events = crate::support::block_on(async {
+        ws.state().await.outbox_events("tool.risk_notice").await
+    })
+    .unwrap();
     assert_eq!(events.len(), 1, "only the medium call: {events:?}");
     let s = &events[0]["summary"];
     assert_eq!(
@@ -600,7 +608,8 @@ fn http_calls_wait_for_an_operator() {
         assert_eq!(serve.get("/v1/approvals").json(), json!([]));
     });
     // A disabled tool is gone from GET /v1/tools and refused by :invoke
-    // (serve re-reads the disabled tools at most DISABLED_TTL later).
+    // (serve's runtime reads the control epoch at its next call, and every
+    // CONSENT_POLL for listings).
     assert!(ws.plugd(&["tool", "disable", "risky/lo"]).status.success());
     let end = Instant::now() + Duration::from_secs(10);
     let tools = loop {

@@ -15,7 +15,7 @@ use crate::marketplace::{keygen, org_token, plugd_yaml, sign_dir, write_index};
 use crate::packages::{Registry, json_out, push};
 use crate::support::{Ws, plugd_cmd, repo, stderr, stdout};
 
-const MASTER_KEY: &str = "0303030303030303030303030303030303030303030303030303030303030303";
+const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 const ACME_KEY: &str = "acme-signing-key-7f3a9c";
 const GLOBEX_KEY: &str = "globex-signing-key-2b8e1d";
 

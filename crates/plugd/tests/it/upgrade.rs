@@ -93,6 +93,9 @@ fn copy_tree(from: &Path, to: &Path) {
 
 #[test]
 fn the_previous_release_workspace_keeps_its_approvals_settings_and_tools() {
+    if crate::support::sqlite_only("the previous release's SQLite state file is upgraded") {
+        return;
+    }
     let up = Upgraded::new();
     let version = std::fs::read_to_string(repo().join("tests/fixtures/upgrade/VERSION")).unwrap();
     assert!(version.contains("schema 11"), "{version}");
@@ -132,6 +135,9 @@ fn the_previous_release_workspace_keeps_its_approvals_settings_and_tools() {
 
 #[test]
 fn the_previous_release_tokens_work_as_workspace_tokens_and_reach_the_new_routes() {
+    if crate::support::sqlite_only("the previous release's SQLite state file is upgraded") {
+        return;
+    }
     let up = Upgraded::new();
     let list: Value = serde_json::from_str(&up.ok(&["token", "list", "--json"])).unwrap();
     let names: Vec<&str> = list

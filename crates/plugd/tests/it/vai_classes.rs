@@ -707,9 +707,11 @@ async fn an_installed_package_called_through_bindings_runs_each_export_in_its_cl
     assert_ne!(pid(&s1), pid(&s2), "a process per invocation");
     assert_eq!(s1["write_scratch"], "ok", "{s1}");
     // The package's processes, by group, as the runtime reports them.
-    let store = plugd_store::Store::open(&ws.dir().join(".plugd")).unwrap();
-    let pkg = store
+    let pkg = ws
+        .state()
+        .await
         .find_package(&plugd_control::PackageSelector::parse("acme/classes").unwrap())
+        .await
         .unwrap()
         .unwrap();
     let procs = rt.package_procs().processes(&pkg);
