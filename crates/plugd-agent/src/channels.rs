@@ -142,6 +142,14 @@ impl Inbound {
 
 /// Inbound events waiting for the router; more are shed and counted.
 pub const INBOUND_QUEUE: usize = 1024;
+/// How long a node holds a channel kind's lease (`channel:KIND`) unless it
+/// renews it: a node that dies holding it is replaced within this.
+pub const CHANNEL_LEASE_TTL: Duration = Duration::from_secs(10);
+
+/// How often the holder renews a channel's lease, and a node without it
+/// tries to take it.
+pub const CHANNEL_LEASE_EVERY: Duration = Duration::from_secs(2);
+
 /// First pause after a failed `channel.start` (doubling up to [`KEEPER_BACKOFF_MAX`]).
 const KEEPER_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest pause between `channel.start` attempts.
@@ -162,6 +170,8 @@ struct Router {
 /// subscriptions and the per-session workers.
 pub struct ChannelService {
     router: Arc<Router>,
+    /// Who holds the channels' leases for this service (one id per start).
+    holder: String,
     adapters: Vec<Arc<dyn ChannelAdapter>>,
     _subscriptions: Vec<SubscriptionGuard>,
     task: tokio::task::JoinHandle<()>,
@@ -244,9 +254,10 @@ impl ChannelService {
             }
         }
         drop(tx);
+        let holder = plugd_control::id::fresh("channels");
         let keepers = adapters
             .iter()
-            .map(|a| tokio::spawn(keep_started(runtime.clone(), a.clone())))
+            .map(|a| tokio::spawn(keep_leased(runtime.clone(), a.clone(), holder.clone())))
             .collect();
         let r = router.clone();
         let task = tokio::spawn(async move {
@@ -256,6 +267,7 @@ impl ChannelService {
         });
         ChannelService {
             router,
+            holder,
             adapters,
             _subscriptions: subscriptions,
             task,
@@ -291,6 +303,18 @@ impl ChannelService {
             }
         });
         futures_util::future::join_all(stops).await;
+        // Given up at once: another node takes the channels over at its next
+        // try instead of after the lease's time to live.
+        let state = self.router.runtime.state();
+        for a in &self.adapters {
+            let name = lease_name(a.kind());
+            if let Ok(Some(lease)) = state.lease_holder(&name).await
+                && lease.holder == self.holder
+                && let Err(e) = state.lease_release(&lease.fence()).await
+            {
+                tracing::warn!(kind = %a.kind(), "cannot give the channel's lease up (it runs out by itself): {e}");
+            }
+        }
         for (kind, s) in self.router.runtime.channel_stats() {
             tracing::info!(
                 %kind,
@@ -304,6 +328,70 @@ impl ChannelService {
             );
         }
         tracing::info!("channels stopped");
+    }
+}
+
+/// The lease a channel kind's adapter runs under.
+fn lease_name(kind: &str) -> String {
+    format!("channel:{kind}")
+}
+
+/// Runs `a` only while this service holds its kind's lease in the state
+/// store (a singleton: of the nodes sharing one store, one runs each
+/// channel): takes it, keeps the adapter started ([`keep_started`]) while
+/// renewing it every [`CHANNEL_LEASE_EVERY`], and on losing it stops the
+/// adapter and tries again; without it, tries every
+/// [`CHANNEL_LEASE_EVERY`]. One node alone takes it at once.
+async fn keep_leased(runtime: Runtime, a: Arc<dyn ChannelAdapter>, holder: String) {
+    let name = lease_name(a.kind());
+    let ttl_ms = CHANNEL_LEASE_TTL.as_millis() as i64;
+    let mut waiting_logged = false;
+    loop {
+        match runtime.state().lease_acquire(&name, &holder, ttl_ms).await {
+            Ok(Some(lease)) => {
+                waiting_logged = false;
+                tracing::info!(kind = %a.kind(), plugin = %a.owner(), fence = lease.fence, "holding the channel's lease: this node runs it");
+                tokio::select! {
+                    () = keep_started(runtime.clone(), a.clone()) => return,
+                    () = hold(&runtime, &name, &holder, ttl_ms) => {}
+                }
+                tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "lost the channel's lease to another node: stopping the channel here");
+                if let Err(e) = a.stop().await {
+                    tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "channel.stop failed: {e}");
+                }
+            }
+            Ok(None) => {
+                if !waiting_logged {
+                    waiting_logged = true;
+                    tracing::info!(kind = %a.kind(), plugin = %a.owner(), "another node runs this channel (it holds the lease); taking over if it stops");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "cannot take the channel's lease: {e}");
+            }
+        }
+        tokio::time::sleep(CHANNEL_LEASE_EVERY).await;
+    }
+}
+
+/// Renews the lease `name` every [`CHANNEL_LEASE_EVERY`]; returns when it
+/// is lost: another holder has it, or no renewal succeeded for longer than
+/// the time to live minus one interval (it may have run out meanwhile).
+async fn hold(runtime: &Runtime, name: &str, holder: &str, ttl_ms: i64) {
+    let mut renewed = tokio::time::Instant::now();
+    let margin = CHANNEL_LEASE_TTL.saturating_sub(CHANNEL_LEASE_EVERY);
+    loop {
+        tokio::time::sleep(CHANNEL_LEASE_EVERY).await;
+        match runtime.state().lease_acquire(name, holder, ttl_ms).await {
+            Ok(Some(_)) => renewed = tokio::time::Instant::now(),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(lease = %name, "cannot renew the channel's lease: {e}");
+                if renewed.elapsed() >= margin {
+                    return;
+                }
+            }
+        }
     }
 }
 

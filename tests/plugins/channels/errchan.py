@@ -6,7 +6,7 @@
 #   nomethod -32601, hang: never answers, junk: {"nope": 1};
 #   anything else {message_id: "m-<to>", sent_at_unix: 1741032000}.
 # channel.start answers {ok: true}; channel.stop is not implemented (-32601).
-# Every request is appended to the file $CALLS_LOG names.
+# Every request is appended to the file $CALLS_LOG names, with this process's pid.
 
 import json
 import os
@@ -43,7 +43,7 @@ for raw in sys.stdin:
         continue
     rid, method, params = msg["id"], msg.get("method"), msg.get("params") or {}
     with LOCK, open(os.environ["CALLS_LOG"], "a") as f:
-        f.write(json.dumps({"method": method, "params": params}) + "\n")
+        f.write(json.dumps({"method": method, "params": params, "pid": os.getpid()}) + "\n")
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": rid, "result": {"manifest": MANIFEST, "server_version": "errchan-1"}})
     elif method == "shutdown":

@@ -852,7 +852,9 @@ async fn every_typed_channel_error_is_mapped() {
     assert_eq!(ok.sent_at_unix, Some(1741032000));
     // What the plugin received: {kind, msg: {kind: text, to, body}}.
     let calls = std::fs::read_to_string(ws.dir().join("errchan-calls.jsonl")).unwrap();
-    let last: Value = serde_json::from_str(calls.lines().last().unwrap()).unwrap();
+    let mut last: Value = serde_json::from_str(calls.lines().last().unwrap()).unwrap();
+    assert!(last["pid"].is_u64(), "{last}");
+    last.as_object_mut().unwrap().remove("pid");
     assert_eq!(
         last,
         json!({"method": "channel.send_outbound", "params": {"kind": "fake", "msg": {"kind": "text", "to": "ana", "body": "hi"}}})
@@ -961,4 +963,65 @@ async fn microapp_dispatch_goes_out_through_the_channel_when_granted() {
         rx.got()
     );
     rt.shutdown().await;
+}
+
+/// The `channel.start` requests errchan's processes logged in `ws` for
+/// plugin `id`, as the pids that got them.
+fn channel_starts(ws: &Ws, id: &str) -> Vec<u64> {
+    std::fs::read_to_string(ws.dir().join(format!("{id}-calls.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["method"] == "channel.start")
+        .filter_map(|v| v["pid"].as_u64())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_nodes_runs_a_channel_and_the_other_takes_over_when_it_stops() {
+    use plugd_agent::channels::{CHANNEL_LEASE_EVERY, ChannelService};
+    use plugd_runtime::hooks::Pipeline;
+    // Two runtimes on one state store (two nodes of one cluster in the
+    // PostgreSQL pass), each with its own process of the channel plugin.
+    let ws = Ws::new();
+    errchan(&ws, "solo", "solo");
+    ok(&ws.plugd(&["plugin", "approve", "solo"]));
+    let node_a = ws.runtime(quick(10_000)).await;
+    let node_b = ws.runtime(quick(10_000)).await;
+    let pipeline = Arc::new(Pipeline::default());
+    let a = ChannelService::start(&node_a, None, pipeline.clone()).await;
+    assert!(
+        eventually(Duration::from_secs(20), || channel_starts(&ws, "solo")
+            .len()
+            == 1)
+        .await,
+        "A never started the channel"
+    );
+    let b = ChannelService::start(&node_b, None, pipeline).await;
+    // B tries for the lease twice and more meanwhile: A holds it.
+    tokio::time::sleep(CHANNEL_LEASE_EVERY * 2 + Duration::from_millis(500)).await;
+    let starts = channel_starts(&ws, "solo");
+    assert_eq!(
+        starts.len(),
+        1,
+        "both nodes started the channel: {starts:?}"
+    );
+    // A stops (and gives the lease up): B takes the channel over at its next try.
+    a.shutdown().await;
+    assert!(
+        eventually(CHANNEL_LEASE_EVERY + Duration::from_secs(5), || {
+            channel_starts(&ws, "solo").len() == 2
+        })
+        .await,
+        "B did not take the channel over: {:?}",
+        channel_starts(&ws, "solo")
+    );
+    let starts = channel_starts(&ws, "solo");
+    assert_ne!(
+        starts[0], starts[1],
+        "the same process started twice: {starts:?}"
+    );
+    b.shutdown().await;
+    node_a.shutdown().await;
+    node_b.shutdown().await;
 }
