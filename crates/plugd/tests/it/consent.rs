@@ -1,16 +1,7 @@
-//! Two runtimes on one state store (as two processes, or two nodes of a cluster in the PostgreSQL pass): a tool disabled and a plugin revoked through one are refused at the other's very next call, with no wait, and a plugin approved again through one serves on the other; the revoked plugin's process stops.
+//! Two runtimes on one state store (as two processes, or two nodes of a cluster in the PostgreSQL pass): a tool disabled and a plugin revoked through one are refused at the other's very next call, with no wait; the revoked plugin is no longer listed or approved there.
 
-use plugd_runtime::Runtime;
-use serde_json::json;
-
+use crate::state_pg::greet;
 use crate::support::{Ws, quick};
-
-async fn greet(rt: &Runtime) -> Result<serde_json::Value, String> {
-    rt.call_tool("hello_python_greet", json!({"name": "epoch"}), None)
-        .await
-        .map(|r| serde_json::to_value(r).unwrap())
-        .map_err(|e| e.to_string())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disable_or_revoke_through_one_runtime_is_refused_at_the_others_next_call() {

@@ -26,7 +26,7 @@ async fn open(ws: &Ws, state: Arc<dyn StateStore>) -> Runtime {
         .unwrap()
 }
 
-async fn greet(rt: &Runtime) -> Result<serde_json::Value, String> {
+pub(crate) async fn greet(rt: &Runtime) -> Result<serde_json::Value, String> {
     rt.call_tool("hello_python_greet", json!({"name": "pg"}), None)
         .await
         .map(|r| serde_json::to_value(r).unwrap())
