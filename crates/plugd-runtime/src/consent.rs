@@ -55,7 +55,13 @@ impl Runtime {
             return Ok(());
         }
         let read_at = Instant::now();
-        let epoch = self.inner.state.control_epoch().await?;
+        // A read the store made for anything else this millisecond (its
+        // token checks) serves too.
+        let epoch = self
+            .inner
+            .state
+            .control_epoch_within(CONSENT_RECHECK)
+            .await?;
         if watch.seen().map(|(_, e)| e) != Some(epoch) {
             self.refresh_disabled().await?;
             self.withdraw_revoked().await?;

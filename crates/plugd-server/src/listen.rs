@@ -31,10 +31,11 @@
 //! unauthenticated connection (idle ones first) is closed to admit the new
 //! one, so nobody without a token can starve token holders. A connection
 //! whose credentials are being checked (one store read, bounded by the
-//! store's timeout; [`ConnAuth::verifying`]) is not closed for room: when
-//! only such connections fill the unauthenticated quota, the new one is
-//! admitted over it (a burst of token holders on a store that answers in
-//! milliseconds, not microseconds, must not evict itself); only when
+//! store's timeout; [`ConnAuth::verifying`]) is not closed for room, nor, by
+//! the unauthenticated quota, one open for less than
+//! [`UNAUTHENTICATED_GRACE`] (its first request may not have been read):
+//! when only such connections fill the quota, the new one is admitted over
+//! it (a burst of token holders must not evict itself); only when
 //! authenticated connections fill a cap does a new one get `503` and is
 //! closed. Refusals, evictions and time-outs are logged once and then as
 //! one summary line per interval ([`plugd_host::throttle`]).
@@ -109,6 +110,9 @@ pub struct Limits {
     pub max_unauthenticated: Option<usize>,
     /// How long a TCP connection may stay without valid credentials.
     pub unauthenticated_timeout: Duration,
+    /// How young a connection is spared by the unauthenticated quota
+    /// ([`UNAUTHENTICATED_GRACE`]).
+    pub unauthenticated_grace: Duration,
 }
 
 impl Limits {
@@ -121,6 +125,7 @@ impl Limits {
             max_per_peer: c.max_connections_per_peer.max(1),
             max_unauthenticated: Some(c.max_unauthenticated.max(1)),
             unauthenticated_timeout: Duration::from_secs(c.unauthenticated_timeout_secs.max(1)),
+            unauthenticated_grace: UNAUTHENTICATED_GRACE,
         }
     }
 
@@ -378,6 +383,13 @@ impl std::fmt::Display for PeerKey {
     }
 }
 
+/// How long a new connection may wait without credentials before the
+/// unauthenticated quota may close it for room: a burst of clients connects
+/// faster than their first requests are read, and one of them must not be
+/// closed with its request unread. Over the quota meanwhile, new ones are
+/// admitted (the connection caps still hold).
+pub const UNAUTHENTICATED_GRACE: Duration = Duration::from_millis(250);
+
 /// A connection's authentication state, shared between its task and the
 /// requests on it (a request extension). The auth middleware calls
 /// [`ConnAuth::authenticated`] once a request on the connection presented
@@ -500,11 +512,18 @@ impl TableState {
     /// when given): the oldest idle one, else the oldest; never one whose
     /// credentials are being checked.
     fn victim(&self, peer: Option<PeerKey>) -> Option<Arc<ConnInner>> {
+        self.victim_aged(peer, Duration::ZERO)
+    }
+
+    /// [`TableState::victim`] among the connections open for at least
+    /// `grace` (one younger may not have been read yet).
+    fn victim_aged(&self, peer: Option<PeerKey>, grace: Duration) -> Option<Arc<ConnInner>> {
         let mut mine = self
             .unauth
             .values()
             .filter(|c| peer.is_none_or(|p| c.peer == p))
-            .filter(|c| c.verifying.load(Ordering::Acquire) == 0);
+            .filter(|c| c.verifying.load(Ordering::Acquire) == 0)
+            .filter(|c| c.opened.elapsed() >= grace);
         let oldest = mine.clone().next().cloned();
         mine.find(|c| c.busy.load(Ordering::Acquire) == 0)
             .cloned()
@@ -577,7 +596,7 @@ impl Table {
         if unauthenticated
             && let Some(quota) = quota
             && st.unauth.len() >= quota
-            && let Some(victim) = st.victim(None)
+            && let Some(victim) = st.victim_aged(None, limits.unauthenticated_grace)
         {
             st.evict(&victim);
             evicted.push(victim);
@@ -961,6 +980,7 @@ mod tests {
             max_per_peer: per_peer,
             max_unauthenticated: Some(unauth),
             unauthenticated_timeout: Duration::from_secs(5),
+            unauthenticated_grace: Duration::ZERO,
         }
     }
 
@@ -1027,6 +1047,26 @@ mod tests {
         assert_eq!(table.lock().open, 2);
         assert_eq!(table.admit(B, true).unwrap_err(), Refusal::Full);
         assert!(!first.0.released.load(Ordering::Acquire));
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_new_connections_is_admitted_over_the_quota_not_closed() {
+        let mut l = limits(10, 10, 3);
+        l.unauthenticated_grace = Duration::from_secs(3600);
+        let table = Table::new(l);
+        // Six at once, none read yet: all admitted, none closed.
+        let burst: Vec<ConnAuth> = (0..6).map(|_| table.admit(A, true).unwrap()).collect();
+        assert!(burst.iter().all(|c| !c.0.released.load(Ordering::Acquire)));
+        assert_eq!(table.lock().unauth.len(), 6);
+        // The connection cap still holds.
+        let more: Vec<ConnAuth> = (0..4).map(|_| table.admit(A, true).unwrap()).collect();
+        assert_eq!(table.lock().open, 10);
+        assert!(
+            table.admit(A, true).is_ok(),
+            "the cap closes the oldest idle one"
+        );
+        assert!(burst[0].0.released.load(Ordering::Acquire));
+        drop(more);
     }
 
     #[tokio::test]

@@ -409,9 +409,16 @@ forward!(LeaseStore {
     fn delete_invocations_before_fenced(&self, before_ms: i64, fence: &Fence) -> u64;
 });
 
-forward!(ControlEpoch {
-    fn control_epoch(&self) -> i64;
-});
+#[async_trait::async_trait]
+impl ControlEpoch for PgStore {
+    async fn control_epoch(&self) -> Result<i64, StoreError> {
+        Ok(PgStore::control_epoch(self).await?)
+    }
+
+    async fn control_epoch_within(&self, max_age: std::time::Duration) -> Result<i64, StoreError> {
+        Ok(PgStore::epoch_within(self, max_age).await?.0)
+    }
+}
 
 impl StateStore for PgStore {
     fn describe(&self) -> String {

@@ -322,12 +322,26 @@ impl PgStore {
     /// since it was read, the database's time now (ms) and the epoch. Reads
     /// the epoch when the last read is older than [`TOKEN_RECHECK`].
     async fn token_cached(&self, id: &str) -> Result<(Option<Cached>, i64, i64), PgError> {
+        let (epoch, now) = self.epoch_within(TOKEN_RECHECK).await?;
+        let cache = self.token_cache();
+        let hit = if cache.epoch == Some(epoch) {
+            cache.rows.get(id).cloned()
+        } else {
+            None
+        };
+        Ok((hit, now, epoch))
+    }
+
+    /// The control epoch and the database's time now (ms), as read at most
+    /// `max_age` ago by this store (estimated forward from that read), else
+    /// read now: one read at a time, the callers waiting on it use its
+    /// answer. A newer epoch empties the token cache.
+    pub(crate) async fn epoch_within(&self, max_age: Duration) -> Result<(i64, i64), PgError> {
         let fresh = || {
             let cache = self.token_cache();
             match (cache.epoch, cache.checked) {
-                (Some(epoch), Some((at, db_ms))) if at.elapsed() < TOKEN_RECHECK => {
-                    let now = db_ms + at.elapsed().as_millis() as i64;
-                    Some((cache.rows.get(id).cloned(), now, epoch))
+                (Some(epoch), Some((at, db_ms))) if at.elapsed() < max_age => {
+                    Some((epoch, db_ms + at.elapsed().as_millis() as i64))
                 }
                 _ => None,
             }
@@ -361,12 +375,7 @@ impl PgStore {
         } else if cache.epoch == Some(epoch) {
             cache.checked = Some((Instant::now(), now));
         }
-        let hit = if cache.epoch == Some(epoch) {
-            cache.rows.get(id).cloned()
-        } else {
-            None
-        };
-        Ok((hit, now, epoch))
+        Ok((epoch, now))
     }
 
     /// The record of token `id` when it is live (not revoked, not expired by

@@ -169,4 +169,13 @@ pub trait LiveSessionStore: Send + Sync {
 pub trait ControlEpoch: Send + Sync {
     /// The database's control epoch now. It only grows.
     async fn control_epoch(&self) -> Result<i64, StoreError>;
+
+    /// The control epoch as read at most `max_age` ago by anything of this
+    /// store (its token checks included), else read now: one round trip
+    /// serves every cache of a node within that time. Defaults to
+    /// [`ControlEpoch::control_epoch`].
+    async fn control_epoch_within(&self, max_age: std::time::Duration) -> Result<i64, StoreError> {
+        let _ = max_age;
+        self.control_epoch().await
+    }
 }
