@@ -31,6 +31,8 @@ pub mod id;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;
+#[cfg(feature = "test-util")]
+pub mod samples;
 pub mod store;
 
 pub use bindings::{

@@ -242,30 +242,7 @@ mod tests {
 
     use super::*;
 
-    fn pkg(version: &str, n: u8) -> Package {
-        Package {
-            package_id: "acme/devkit".to_owned(),
-            version: version.to_owned(),
-            digest: Digest::from_sha256_hex(&format!("{n:02x}").repeat(32)).unwrap(),
-            source: "oci://127.0.0.1:5000/acme/devkit:latest".to_owned(),
-            installed_at: crate::now_rfc3339(),
-            installed_by: "cli".to_owned(),
-            path: PathBuf::from("/w/.plugd/packages/sha256/x"),
-            manifest: "vai-plugin.toml".to_owned(),
-            exports: vec![PackageExport {
-                id: "jira_search".to_owned(),
-                kind: "tool".to_owned(),
-                display_name: Some("Jira Search".to_owned()),
-                execution_class: Some("isolated".to_owned()),
-            }],
-            signature: SignatureStatus::Unverified {
-                file: "marketplace.signature.json".to_owned(),
-            },
-            files: 3,
-            size: 1234,
-            tree_digest: Some(format!("sha256:{}", "ab".repeat(32))),
-        }
-    }
+    use plugd_control::samples::package as pkg;
 
     #[test]
     fn a_damaged_record_names_the_package() {

@@ -4,51 +4,12 @@ use std::sync::Arc;
 
 use std::collections::BTreeSet;
 
-use plugd_control::invocations::{
-    Cursor, InvocationFilter, InvocationRecord, TerminalStatus, rfc3339_ms,
-};
+use plugd_control::invocations::{Cursor, InvocationFilter, InvocationRecord, TerminalStatus};
 use plugd_control::store::StateStore;
 
 use super::backends;
 
-pub(crate) fn rec(n: usize, ms: i64, plugin: &str, status: TerminalStatus) -> InvocationRecord {
-    InvocationRecord {
-        invocation_id: format!("inv_{n:04}"),
-        export_kind: "tool".into(),
-        export_id: format!("t{}", n % 3),
-        tool: format!("{plugin}/t{}", n % 3),
-        plugin_id: plugin.into(),
-        dialect: "native".into(),
-        binding_id: None,
-        package_id: None,
-        package_version: None,
-        execution_class: None,
-        started_at: rfc3339_ms(ms),
-        ended_at: rfc3339_ms(ms + 5),
-        started_ms: ms,
-        duration_ms: 5,
-        status,
-        retry_count: 0,
-        error_code: (status != TerminalStatus::Succeeded).then(|| "tool_failed".into()),
-        caller: Some("cli:root".into()),
-        org_id: Some(
-            if n.is_multiple_of(2) {
-                "org_a"
-            } else {
-                "org_b"
-            }
-            .into(),
-        ),
-        project_id: None,
-        session_id: None,
-        chain_id: None,
-        run_id: None,
-        trace_id: Some("tr_1".into()),
-        execution_id: None,
-        surface: None,
-        payload: None,
-    }
-}
+pub(crate) use plugd_control::samples::invocation as rec;
 
 /// 50 records over 20 distinct start times (ties broken by id).
 async fn fill(store: &Arc<dyn StateStore>) {

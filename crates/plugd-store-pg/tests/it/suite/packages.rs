@@ -2,39 +2,15 @@
 //! two nodes installing at once.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use plugd_control::bindings::{Binding, BindingFilter, BindingStatus, Rollout, Scope};
-use plugd_control::packages::{Digest, Inserted, Package, PackageExport, SignatureStatus, latest};
+use plugd_control::packages::{Inserted, Package, latest};
 use plugd_control::store::StoreError;
 use serde_json::json;
 
 use super::backends;
 
-fn pkg(version: &str, n: u8) -> Package {
-    Package {
-        package_id: "acme/devkit".to_owned(),
-        version: version.to_owned(),
-        digest: Digest::from_sha256_hex(&format!("{n:02x}").repeat(32)).unwrap(),
-        source: "oci://127.0.0.1:5000/acme/devkit:latest".to_owned(),
-        installed_at: format!("2026-01-01T00:00:{n:02}Z"),
-        installed_by: "cli".to_owned(),
-        path: PathBuf::from("/w/.plugd/packages/sha256/x"),
-        manifest: "vai-plugin.toml".to_owned(),
-        exports: vec![PackageExport {
-            id: "jira_search".to_owned(),
-            kind: "tool".to_owned(),
-            display_name: Some("Jira Search".to_owned()),
-            execution_class: Some("isolated".to_owned()),
-        }],
-        signature: SignatureStatus::Unverified {
-            file: "marketplace.signature.json".to_owned(),
-        },
-        files: 3,
-        size: 1234,
-        tree_digest: Some(format!("sha256:{}", "ab".repeat(32))),
-    }
-}
+use plugd_control::samples::package as pkg;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn packages_round_trip_and_both_keys_stay_unique() {
