@@ -24,6 +24,7 @@
 //! and `plugd-store-pg` the same traits for PostgreSQL.
 
 pub mod bindings;
+pub mod blobs;
 pub mod chains;
 pub mod delegation;
 pub mod error;

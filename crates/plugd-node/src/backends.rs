@@ -70,6 +70,24 @@ pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore>
     Ok(plugd_store_pg::PgStore::open_node_with_env_key(url).await?)
 }
 
+/// The bus of node `node` on the cluster's NATS at `url`: events reach
+/// every node's subscribers (`plugd_nats::NatsBus`).
+pub async fn nats_bus(url: &str, node: &str) -> anyhow::Result<Arc<dyn Bus>> {
+    let client = async_nats::ConnectOptions::new()
+        .name(format!("plugd {node}"))
+        .connect(url)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot connect to NATS at {}: {e}",
+                plugd_nats::redact_url(url)
+            )
+        })?;
+    let bus = plugd_nats::NatsBus::start(client, node).await?;
+    tracing::info!(url = %plugd_nats::redact_url(url), %node, "bus on NATS: events reach every node of the cluster");
+    Ok(Arc::new(bus))
+}
+
 /// The backends a node runs on.
 pub struct Backends {
     /// Where state is kept.

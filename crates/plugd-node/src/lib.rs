@@ -40,6 +40,11 @@ pub struct NodeConfig {
     /// `--state` (or `PLUGD_STATE`): a `postgres://` URL; `None`: plugd.yaml's
     /// `state:`, else the workspace's SQLite file.
     pub state: Option<String>,
+    /// `--nats` (or `PLUGD_NATS`): the cluster's NATS; the bus then reaches
+    /// every node. Needs a shared state (`state`).
+    pub nats: Option<String>,
+    /// `--node-id` (or `PLUGD_NODE_ID`); `None`: a fresh id per start.
+    pub node_id: Option<String>,
 }
 
 /// Runs a node on `config`'s workspace until Ctrl-C or SIGTERM (then `Ok`),
@@ -61,6 +66,20 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
         };
     let store = state.open(&dir.canonicalize()?.join(".plugd")).await?;
     tracing::info!(state = state.name(), db = %store.describe(), "state backend open");
+    let bus = match &config.nats {
+        None => bus,
+        Some(url) => {
+            anyhow::ensure!(
+                state.name() == "postgres",
+                "--nats needs the cluster's shared state: start with --state postgres://… (or PLUGD_STATE) as well"
+            );
+            let node = config
+                .node_id
+                .clone()
+                .unwrap_or_else(|| plugd_control::id::fresh("node"));
+            backends::nats_bus(url, &node).await?
+        }
+    };
     let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).

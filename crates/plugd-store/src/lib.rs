@@ -25,6 +25,7 @@ pub mod memory;
 pub mod outbox;
 pub mod packages;
 pub mod pin;
+pub mod pin_share;
 pub mod secrets;
 pub mod sessions;
 #[cfg(feature = "test-util")]

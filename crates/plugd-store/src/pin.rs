@@ -86,6 +86,15 @@ pub enum PinError {
         /// Where the pin should be.
         pin: PathBuf,
     },
+    /// The pin could not be taken from the cluster's copy (see
+    /// [`crate::pin_share`]).
+    #[error("its approval's pin could not be taken from the cluster: {reason}; it is not started")]
+    Fetched {
+        /// Plugin id.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
     /// The pin's content does not match its name.
     #[error(
         "its approval's pin {pin:?} was modified ({found} now); it is not started. Review the plugin and run `plugd plugin approve {plugin}`"
@@ -174,12 +183,7 @@ impl Pins {
     /// plugin's pin; returns it. The plugin's previous pin stays until
     /// [`Pins::forget`] or [`Pins::restore`].
     pub fn create(&self, plugin: &str, src: &Path) -> Result<Pin, PinError> {
-        fs::create_dir_all(&self.root).map_err(io_err(&self.root))?;
-        let staging = self.root.join(format!(
-            ".staging-{}-{}",
-            std::process::id(),
-            random_suffix()
-        ));
+        let staging = self.staging_dir()?;
         let result = self.build(src, &staging);
         let (dir_digest, pin_digest) = match result {
             Ok(d) => d,
@@ -189,8 +193,55 @@ impl Pins {
             }
         };
         let _guard = self.lock()?;
+        let (target, previous) = self.publish(plugin, &staging, &dir_digest, &pin_digest)?;
+        Ok(Pin {
+            dir_digest,
+            path: target,
+            previous,
+        })
+    }
+
+    /// A fresh staging directory path under the pins (not created: the
+    /// caller creates it), swept if its process dies.
+    pub(crate) fn staging_dir(&self) -> Result<PathBuf, PinError> {
+        fs::create_dir_all(&self.root).map_err(io_err(&self.root))?;
+        let staging = self.root.join(format!(
+            ".staging-{}-{}",
+            std::process::id(),
+            random_suffix()
+        ));
+        Ok(staging)
+    }
+
+    /// Publishes the read-only `staging` copy (made by this process, whose
+    /// content digest is `dir_digest`) as plugin `plugin`'s pin; returns it.
+    pub(crate) fn publish_staged(
+        &self,
+        plugin: &str,
+        staging: &Path,
+        dir_digest: &str,
+    ) -> Result<PathBuf, PinError> {
+        let _guard = self.lock()?;
+        let (target, previous) = self.publish(plugin, staging, dir_digest, dir_digest)?;
+        if let Some(old) = previous {
+            self.collect(&old)?;
+        }
+        Ok(target)
+    }
+
+    /// Moves `staging` to the pin named by `pin_digest` (keeping an intact
+    /// one already there), aliases `dir_digest` to it, and points the
+    /// plugin's record at it; returns the pin and the plugin's previous pin.
+    /// Caller holds the lock.
+    fn publish(
+        &self,
+        plugin: &str,
+        staging: &Path,
+        dir_digest: &str,
+        pin_digest: &str,
+    ) -> Result<(PathBuf, Option<String>), PinError> {
         self.sweep_abandoned();
-        let name = hex_of(&pin_digest);
+        let name = hex_of(pin_digest);
         let target = self.root.join(&name);
         let published = match fs::symlink_metadata(&target) {
             Ok(m) if m.is_dir() => {
@@ -199,9 +250,9 @@ impl Pins {
                 if plugin_digest(&target, &DigestLimits::default())
                     .ok()
                     .as_deref()
-                    == Some(pin_digest.as_str())
+                    == Some(pin_digest)
                 {
-                    remove_tree(&staging)?;
+                    remove_tree(staging)?;
                     false
                 } else {
                     remove_tree(&target)?;
@@ -215,19 +266,15 @@ impl Pins {
             Err(_) => true,
         };
         if published {
-            fs::rename(&staging, &target).map_err(io_err(&target))?;
+            fs::rename(staging, &target).map_err(io_err(&target))?;
         }
         if dir_digest != pin_digest {
-            replace_symlink(&name, &self.path_of(&dir_digest))?;
+            replace_symlink(&name, &self.path_of(dir_digest))?;
         }
         let previous = self
             .set_ref(plugin, Some(&name))?
             .filter(|old| *old != name);
-        Ok(Pin {
-            dir_digest,
-            path: target,
-            previous,
-        })
+        Ok((target, previous))
     }
 
     /// The approval of `pin` was recorded: removes the plugin's previous pin
@@ -556,7 +603,7 @@ fn libc_nofollow() -> i32 {
 
 /// `true` if `target`, taken from directory `parent` (both relative to the
 /// plugin root), never climbs above the root.
-fn lexically_inside(parent: &Path, target: &Path) -> bool {
+pub(crate) fn lexically_inside(parent: &Path, target: &Path) -> bool {
     let mut depth = parent.components().count() as i64;
     for c in target.components() {
         match c {
@@ -589,7 +636,7 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-fn make_read_only(dir: &Path) -> Result<(), PinError> {
+pub(crate) fn make_read_only(dir: &Path) -> Result<(), PinError> {
     for e in fs::read_dir(dir).map_err(io_err(dir))? {
         let e = e.map_err(io_err(dir))?;
         let p = e.path();
@@ -609,7 +656,7 @@ fn make_read_only(dir: &Path) -> Result<(), PinError> {
 }
 
 /// Removes a (read-only) tree: directories are made writable first.
-fn remove_tree(p: &Path) -> Result<(), PinError> {
+pub(crate) fn remove_tree(p: &Path) -> Result<(), PinError> {
     fn writable(p: &Path) {
         if let Ok(m) = fs::symlink_metadata(p)
             && m.is_dir()

@@ -238,6 +238,14 @@ struct ServeArgs {
     /// PLUGD_STATE, else plugd.yaml's `state:`.
     #[arg(long, value_name = "URL", env = "PLUGD_STATE")]
     state: Option<String>,
+    /// Join the cluster's NATS (`nats://HOST:PORT`): the bus reaches every
+    /// node of the cluster (needs `--state postgres://…`); also PLUGD_NATS.
+    #[arg(long, value_name = "URL", env = "PLUGD_NATS")]
+    nats: Option<String>,
+    /// This node's id in the cluster (default: a fresh one per start);
+    /// also PLUGD_NODE_ID.
+    #[arg(long, value_name = "ID", env = "PLUGD_NODE_ID")]
+    node_id: Option<String>,
 }
 
 #[derive(Args, Debug, Clone, Copy)]
@@ -396,6 +404,8 @@ async fn run(cli: Cli) -> Result<i32> {
                 workspace: cli.workspace.clone(),
                 listen: args.listen,
                 state: args.state.clone(),
+                nats: args.nats.clone(),
+                node_id: args.node_id.clone(),
             };
             return plugd_node::run(config, plugd_node::Backends::local())
                 .await

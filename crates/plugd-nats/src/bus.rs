@@ -1,0 +1,217 @@
+//! The bus across nodes: each node's [`LocalBus`] plus NATS between them.
+//!
+//! A publish is delivered to this node's subscribers at once (as on one
+//! node) and queued to a relay task that publishes it on NATS under
+//! `plugd.bus.TOPIC` with the node's id in a header; every node's one
+//! subscription to `plugd.bus.>` hands what other nodes published to its
+//! own [`LocalBus`], whose subscribers (and their allowlists, applied where
+//! they subscribe) see it as if it were published there. The nexo broker's
+//! semantics hold across nodes: at most once, and a publisher never waits:
+//! a full relay queue or a NATS that is down drops the event for the other
+//! nodes and counts it ([`BusStats`]); this node's subscribers got it.
+//! Events from NATS are checked like a plugin's (subject, size, shape)
+//! before any subscriber sees them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::StreamExt as _;
+use plugd_host::bus::{Bus, Event, LocalBus, Published, Sink, SubjectError, SubscriptionGuard};
+use tokio::sync::mpsc;
+
+use crate::NatsError;
+
+/// The NATS subject prefix of bus events.
+pub const SUBJECT_PREFIX: &str = "plugd.bus.";
+
+/// The header naming the node that published an event.
+pub const NODE_HEADER: &str = "Plugd-Node";
+
+/// Events waiting for the relay; beyond, they are dropped for other nodes.
+pub const RELAY_QUEUE: usize = 4096;
+
+/// Largest event accepted from NATS, in bytes (a plugin's frame limit).
+pub const MAX_EVENT_BYTES: usize = 1 << 20;
+
+/// What the bus moved between nodes.
+#[derive(Debug, Default)]
+pub struct BusStats {
+    /// Events published on NATS for other nodes.
+    pub relayed: AtomicU64,
+    /// Events other nodes did not get: the relay queue was full or NATS
+    /// refused them.
+    pub dropped: AtomicU64,
+    /// Events received from other nodes and delivered here.
+    pub received: AtomicU64,
+    /// Messages on the bus subjects that were not a valid event (refused).
+    pub refused: AtomicU64,
+}
+
+/// The bus of one node of a cluster (see the module).
+pub struct NatsBus {
+    local: LocalBus,
+    out: mpsc::Sender<Event>,
+    stats: Arc<BusStats>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for NatsBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsBus").finish_non_exhaustive()
+    }
+}
+
+impl Drop for NatsBus {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+impl NatsBus {
+    /// The bus of node `node` on `client`'s NATS: subscribes to the other
+    /// nodes' events and starts the relay of this node's.
+    pub async fn start(client: async_nats::Client, node: &str) -> Result<NatsBus, NatsError> {
+        let local = LocalBus::new();
+        let stats = Arc::new(BusStats::default());
+        let subject = format!("{SUBJECT_PREFIX}>");
+        let mut inbound =
+            client
+                .subscribe(subject.clone())
+                .await
+                .map_err(|source| NatsError::Subscribe {
+                    subject: subject.clone(),
+                    source,
+                })?;
+        let (out, mut queue) = mpsc::channel::<Event>(RELAY_QUEUE);
+        let relay = {
+            let (client, stats, node) = (client.clone(), stats.clone(), node.to_owned());
+            tokio::spawn(async move {
+                while let Some(event) = queue.recv().await {
+                    let Ok(body) = serde_json::to_vec(&event) else {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    };
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert(NODE_HEADER, node.as_str());
+                    let subject = format!("{SUBJECT_PREFIX}{}", event.topic);
+                    match client
+                        .publish_with_headers(subject, headers, body.into())
+                        .await
+                    {
+                        Ok(()) => stats.relayed.fetch_add(1, Ordering::Relaxed),
+                        Err(e) => {
+                            tracing::debug!(topic = %event.topic, "bus event not relayed to other nodes: {e}");
+                            stats.dropped.fetch_add(1, Ordering::Relaxed)
+                        }
+                    };
+                }
+            })
+        };
+        let receive = {
+            let (local, stats, node) = (local.clone(), stats.clone(), node.to_owned());
+            tokio::spawn(async move {
+                while let Some(msg) = inbound.next().await {
+                    let own = msg
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get(NODE_HEADER))
+                        .is_some_and(|v| v.as_str() == node);
+                    if own {
+                        continue;
+                    }
+                    match accept(&msg.subject, &msg.payload) {
+                        Ok(event) => {
+                            stats.received.fetch_add(1, Ordering::Relaxed);
+                            local.publish(event);
+                        }
+                        Err(why) => {
+                            stats.refused.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(subject = %msg.subject, "refused a bus message from NATS: {why}");
+                        }
+                    }
+                }
+            })
+        };
+        Ok(NatsBus {
+            local,
+            out,
+            stats,
+            tasks: vec![relay, receive],
+        })
+    }
+
+    /// What the bus moved between nodes so far.
+    pub fn stats(&self) -> &Arc<BusStats> {
+        &self.stats
+    }
+}
+
+/// An event from NATS on `subject`, checked: its size, its shape, a valid
+/// topic equal to the subject's.
+fn accept(subject: &str, payload: &[u8]) -> Result<Event, String> {
+    if payload.len() > MAX_EVENT_BYTES {
+        return Err(format!(
+            "{} bytes, over the {MAX_EVENT_BYTES} byte limit",
+            payload.len()
+        ));
+    }
+    let event: Event = serde_json::from_slice(payload).map_err(|e| format!("not an event: {e}"))?;
+    let topic = subject
+        .strip_prefix(SUBJECT_PREFIX)
+        .ok_or("not a bus subject")?;
+    if event.topic != topic {
+        return Err(format!(
+            "its topic {:?} is not its subject's {topic:?}",
+            event.topic
+        ));
+    }
+    plugd_host::bus::check_subject(topic).map_err(|e| e.to_string())?;
+    Ok(event)
+}
+
+impl Bus for NatsBus {
+    fn publish(&self, event: Event) -> Published {
+        if self.out.try_send(event.clone()).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+        self.local.publish(event)
+    }
+
+    fn subscribe_sink(&self, pattern: &str, sink: Sink) -> Result<SubscriptionGuard, SubjectError> {
+        self.local.subscribe_sink(pattern, sink)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_events_whose_topic_is_their_subject_are_accepted() {
+        let e = Event::new(
+            "plugin.inbound.slack",
+            "slack",
+            serde_json::json!({"text": "hi"}),
+        );
+        let body = serde_json::to_vec(&e).unwrap();
+        assert_eq!(accept("plugd.bus.plugin.inbound.slack", &body).unwrap(), e);
+        let lying = accept("plugd.bus.plugin.inbound.mail", &body).unwrap_err();
+        assert!(lying.contains("is not its subject's"), "{lying}");
+        assert!(
+            accept("plugd.bus.x", b"{nope")
+                .unwrap_err()
+                .contains("not an event")
+        );
+        let huge = vec![b' '; MAX_EVENT_BYTES + 1];
+        assert!(
+            accept("plugd.bus.x", &huge)
+                .unwrap_err()
+                .contains("byte limit")
+        );
+        let bad = Event::new("a..b", "x", serde_json::Value::Null);
+        let body = serde_json::to_vec(&bad).unwrap();
+        assert!(accept("plugd.bus.a..b", &body).is_err());
+    }
+}
