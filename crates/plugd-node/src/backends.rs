@@ -70,10 +70,9 @@ pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore>
     Ok(plugd_store_pg::PgStore::open_node_with_env_key(url).await?)
 }
 
-/// The bus of node `node` on the cluster's NATS at `url`: events reach
-/// every node's subscribers (`plugd_nats::NatsBus`).
-pub async fn nats_bus(url: &str, node: &str) -> anyhow::Result<Arc<dyn Bus>> {
-    let client = async_nats::ConnectOptions::new()
+/// A connection of node `node` to the cluster's NATS at `url`.
+pub async fn nats_connect(url: &str, node: &str) -> anyhow::Result<async_nats::Client> {
+    async_nats::ConnectOptions::new()
         .name(format!("plugd {node}"))
         .connect(url)
         .await
@@ -82,10 +81,25 @@ pub async fn nats_bus(url: &str, node: &str) -> anyhow::Result<Arc<dyn Bus>> {
                 "cannot connect to NATS at {}: {e}",
                 plugd_nats::redact_url(url)
             )
-        })?;
+        })
+}
+
+/// The bus of node `node` on the cluster's NATS: events reach every
+/// node's subscribers (`plugd_nats::NatsBus`).
+pub async fn nats_bus(client: async_nats::Client, node: &str) -> anyhow::Result<Arc<dyn Bus>> {
     let bus = plugd_nats::NatsBus::start(client, node).await?;
-    tracing::info!(url = %plugd_nats::redact_url(url), %node, "bus on NATS: events reach every node of the cluster");
     Ok(Arc::new(bus))
+}
+
+/// The cluster's approval pins on its NATS (JetStream's Object Store):
+/// what a node approves, the others start from, verified by digest.
+pub async fn nats_pins(
+    client: async_nats::Client,
+) -> anyhow::Result<Arc<dyn plugd_store::pin_share::PinBlobs>> {
+    let pins = plugd_nats::NatsPinBlobs::open(client)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(Arc::new(pins))
 }
 
 /// The backends a node runs on.

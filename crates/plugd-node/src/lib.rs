@@ -66,8 +66,8 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
         };
     let store = state.open(&dir.canonicalize()?.join(".plugd")).await?;
     tracing::info!(state = state.name(), db = %store.describe(), "state backend open");
-    let bus = match &config.nats {
-        None => bus,
+    let (bus, pins) = match &config.nats {
+        None => (bus, None),
         Some(url) => {
             anyhow::ensure!(
                 state.name() == "postgres",
@@ -77,12 +77,19 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
                 .node_id
                 .clone()
                 .unwrap_or_else(|| plugd_control::id::fresh("node"));
-            backends::nats_bus(url, &node).await?
+            let client = backends::nats_connect(url, &node).await?;
+            let bus = backends::nats_bus(client.clone(), &node).await?;
+            let pins = backends::nats_pins(client).await?;
+            tracing::info!(url = %plugd_nats::redact_url(url), %node, "on the cluster's NATS: events reach every node, approval pins are shared");
+            (bus, Some(pins))
         }
     };
     let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).
+    if let Some(pins) = pins {
+        rt.share_pins(pins);
+    }
     rt.use_approval_queue();
     rt.use_elicitation_queue();
     let result = serve::serve(&rt, &config).await;

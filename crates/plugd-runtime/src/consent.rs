@@ -65,6 +65,7 @@ impl Runtime {
         if watch.seen().map(|(_, e)| e) != Some(epoch) {
             self.refresh_disabled().await?;
             self.withdraw_revoked().await?;
+            self.follow_approvals().await?;
         }
         *watch.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((read_at, epoch));
         Ok(())
@@ -104,6 +105,8 @@ impl Runtime {
             self.inner.withheld.remove(&id);
             sup.stop().await;
             self.release_pin(&id);
+            // Taken from the cluster: it leaves this node with its approval.
+            self.forget_adopted(&id).await;
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
 pub mod channels;
+mod cluster_pins;
 pub mod compaction;
 pub mod config;
 pub mod config_gate;
@@ -319,6 +320,7 @@ pub struct ApprovalInfo {
 struct TrustObserver {
     dir: PathBuf,
     pins: pin::Pins,
+    shared_pins: Arc<cluster_pins::SharedPins>,
     store: Arc<dyn StateStore>,
     registry: Arc<RwLock<ToolRegistry>>,
     signing: SharedSigning,
@@ -354,7 +356,17 @@ impl Observer for TrustObserver {
         // digested: a file swapped in after this check is never executed.
         let run = match dir_digest {
             Some(d) => {
-                let pin = self.pins.verify(&spec.id, &d).map_err(|e| e.to_string())?;
+                let pin = match self.pins.verify(&spec.id, &d) {
+                    // Approved on another node: its pin is in the cluster.
+                    Err(pin::PinError::Missing { .. }) if self.shared_pins.enabled() => self
+                        .shared_pins
+                        .fetch(&self.pins, &spec.id, &d)
+                        .await
+                        .and_then(|_| self.pins.verify(&spec.id, &d)),
+                    other => other,
+                }
+                .map_err(|e| e.to_string())?;
+                self.shared_pins.publish(&self.pins, &spec.id, &d).await;
                 Some(Arc::new(spec.rebased(&pin)))
             }
             None => None,
@@ -469,6 +481,8 @@ struct RtInner {
     redactions: Arc<plugin_config::Redactions>,
     channels: channels::CounterMap,
     pins: pin::Pins,
+    /// The cluster's blob store for pins, once the node gives one.
+    shared_pins: Arc<cluster_pins::SharedPins>,
     /// One lock per plugin: approvals, revocations and digest updates of a
     /// plugin never interleave.
     approval_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -555,10 +569,12 @@ impl Runtime {
         );
         let redactions = Arc::new(plugin_config::Redactions::default());
         let pins = pin::Pins::new(&dir.join(".plugd"));
+        let shared_pins: Arc<cluster_pins::SharedPins> = Arc::default();
         let delegations: Arc<delegation::Delegations> = Arc::default();
         let observer = Arc::new(TrustObserver {
             dir: dir.clone(),
             pins: pins.clone(),
+            shared_pins: shared_pins.clone(),
             store: store.clone(),
             registry: registry.clone(),
             signing: signing.clone(),
@@ -643,6 +659,7 @@ impl Runtime {
                 signing,
                 redactions,
                 pins,
+                shared_pins,
                 approval_locks: Mutex::new(HashMap::new()),
                 mcp_roots: services.mcp_roots.clone(),
                 mcp_stateless: services.mcp_stateless.clone(),
@@ -1002,6 +1019,13 @@ impl Runtime {
             && let Err(e) = self.inner.pins.forget(pin)
         {
             tracing::warn!(plugin = %id, "could not remove the previous pin: {e}");
+        }
+        // The other nodes of a cluster start it from this pin.
+        if let Some(pin) = &pin {
+            self.inner
+                .shared_pins
+                .publish(&self.inner.pins, id, &pin.dir_digest)
+                .await;
         }
         // Seed 004's order is discovery → approval → configuration → first
         // call: a Salmex plugin whose required settings are not set yet is

@@ -110,8 +110,9 @@ pub fn fingerprint(workspace: &Path) -> Vec<(String, Option<std::time::SystemTim
 }
 
 /// Scans `DIR/.plugins/` (one plugin per directory: `nexo-plugin.toml`,
-/// `plugin.json` or `vai-plugin.toml`) and the workspace files
-/// `extensions.yaml` (microapps) and `.mcp.json` (MCP servers).
+/// `plugin.json` or `vai-plugin.toml`), the workspace files
+/// `extensions.yaml` (microapps) and `.mcp.json` (MCP servers), and the
+/// pins taken from the cluster for plugins approved on another node.
 pub fn discover(workspace: &Path, opts: &LoadOptions) -> Discovery {
     let mut found = Discovery::default();
     let mut by_id: BTreeMap<String, Vec<Arc<PluginSpec>>> = BTreeMap::new();
@@ -149,6 +150,27 @@ pub fn discover(workspace: &Path, opts: &LoadOptions) -> Discovery {
                 name: file.to_owned(),
                 dir: workspace.join(file),
                 error: e.to_string(),
+            }),
+        }
+    }
+    // Plugins this node has no copy of, taken from the cluster's pins
+    // (`cluster_pins`): loaded from their read-only pin; a copy in the
+    // workspace wins.
+    let pins = plugd_store::pin::Pins::new(&workspace.join(".plugd"));
+    for (marker, pin) in pins.adopted() {
+        match load_dir(&pin, opts) {
+            Ok(spec) => {
+                by_id
+                    .entry(spec.id.clone())
+                    .or_insert_with(|| vec![Arc::new(spec)]);
+            }
+            Err(error) => found.broken.push(BrokenPlugin {
+                name: marker
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+                dir: pin,
+                error: format!("taken from the cluster, but {error}"),
             }),
         }
     }

@@ -111,7 +111,13 @@ pub struct McpHttp {
     store: Arc<dyn plugd_store::StateStore>,
     /// The sessions of the legacy HTTP+SSE transport ([`crate::mcp_sse`]).
     legacy: crate::mcp_sse::Legacy,
+    /// The last control epoch read, and when: one read per
+    /// [`EPOCH_RECHECK`] serves every request.
+    epoch: Mutex<Option<(Instant, i64)>>,
 }
+
+/// How long one read of the control epoch answers for every request.
+const EPOCH_RECHECK: Duration = Duration::from_millis(1);
 
 #[derive(Debug)]
 struct Live {
@@ -122,6 +128,11 @@ struct Live {
     used: Instant,
     /// When the store last heard the session was used.
     stored_used: Instant,
+    /// The control epoch at which the store last had this session (`None`:
+    /// not checked since it was opened here). An ended session moves the
+    /// epoch, so a session ended through another node is dropped here at
+    /// its next request.
+    epoch: Option<i64>,
 }
 
 impl Live {
@@ -152,7 +163,26 @@ impl McpHttp {
             sessions: Mutex::new(HashMap::new()),
             store,
             legacy: crate::mcp_sse::Legacy::default(),
+            epoch: Mutex::new(None),
         }
+    }
+
+    /// The control epoch, read at most once per [`EPOCH_RECHECK`].
+    async fn epoch_now(&self) -> Result<i64, ApiError> {
+        let cached = *self.epoch.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, n)) = cached
+            && at.elapsed() < EPOCH_RECHECK
+        {
+            return Ok(n);
+        }
+        let at = Instant::now();
+        let n = self
+            .store
+            .control_epoch_within(EPOCH_RECHECK)
+            .await
+            .map_err(store_error)?;
+        *self.epoch.lock().unwrap_or_else(|p| p.into_inner()) = Some((at, n));
+        Ok(n)
     }
 
     /// plugd.yaml `mcp.http`.
@@ -199,6 +229,28 @@ impl McpHttp {
         owner: &str,
         profile: Option<&str>,
     ) -> Result<Option<(Session, Arc<Hub>)>, ApiError> {
+        let epoch = self.epoch_now().await?;
+        let stale = self
+            .lock()
+            .get(id)
+            .is_some_and(|live| live.epoch != Some(epoch));
+        if stale {
+            // Something changed since this session was last confirmed: it
+            // may have ended through another node.
+            let stored = self
+                .store
+                .live_session_get(LiveKind::Mcp, id, STORED_LIFETIME)
+                .await
+                .map_err(store_error)?;
+            if stored.is_none() {
+                tracing::info!(session = %id, "MCP session ended elsewhere (another node or process)");
+                self.forget(id);
+                return Ok(None);
+            }
+            if let Some(live) = self.lock().get_mut(id) {
+                live.epoch = Some(epoch);
+            }
+        }
         let touch = {
             let mut map = self.lock();
             if let Some(live) = map.get_mut(id) {
@@ -264,6 +316,7 @@ impl McpHttp {
             profile: profile.map(str::to_owned),
             used: Instant::now(),
             stored_used: Instant::now(),
+            epoch: Some(epoch),
         });
         Ok(Some((live.session.clone(), live.hub.clone())))
     }
@@ -331,6 +384,7 @@ impl McpHttp {
                 profile: profile.map(str::to_owned),
                 used: Instant::now(),
                 stored_used: Instant::now(),
+                epoch: None,
             },
         );
         Ok(())

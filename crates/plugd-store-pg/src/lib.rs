@@ -34,6 +34,7 @@ mod leases;
 mod live;
 mod memory;
 pub mod migrations;
+mod nodes;
 mod outbox;
 mod packages;
 #[cfg(feature = "test-util")]

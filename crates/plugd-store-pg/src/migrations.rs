@@ -63,6 +63,9 @@ const MIGRATIONS: &[&[&str]] = &[
     &[LIVE],
     // 3: leases of singleton jobs with fencing numbers (SQLite's 18).
     &[LEASES],
+    // 4: the nodes' rows; ended live sessions move the control epoch
+    // (SQLite's 19).
+    &[crate::nodes::MIGRATION],
 ];
 
 /// Leases of singleton jobs (SQLite step 18, `plugd-store` `leases.rs`).

@@ -22,9 +22,10 @@ use plugd_control::store::{
     Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
     ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence, InvocationStore, KvStore, Lease,
     LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore, MemoryEntry, MemoryStore,
-    NewToken, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore,
-    StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore,
-    TranscriptStore, VectorMatch, VectorRecord, VectorStore, VectorStoreError,
+    NewToken, NodeRecord, NodeStore, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed,
+    SessionRow, StateStore, StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection,
+    TokenStore, ToolStateStore, TranscriptStore, VectorMatch, VectorRecord, VectorStore,
+    VectorStoreError,
 };
 use serde_json::Value;
 
@@ -406,6 +407,7 @@ forward!(LeaseStore {
     fn lease_acquire(&self, name: &str, holder: &str, ttl_ms: i64) -> Option<Lease>;
     fn lease_release(&self, fence: &Fence) -> bool;
     fn lease_holder(&self, name: &str) -> Option<Lease>;
+    fn leases_held(&self) -> Vec<Lease>;
     fn delete_invocations_before_fenced(&self, before_ms: i64, fence: &Fence) -> u64;
 });
 
@@ -419,6 +421,12 @@ impl ControlEpoch for PgStore {
         Ok(PgStore::epoch_within(self, max_age).await?.0)
     }
 }
+
+forward!(NodeStore {
+    fn node_beat(&self, n: &NodeRecord) -> ();
+    fn nodes_live(&self, live_ms: i64) -> Vec<NodeRecord>;
+    fn node_leave(&self, id: &str) -> ();
+});
 
 impl StateStore for PgStore {
     fn describe(&self) -> String {

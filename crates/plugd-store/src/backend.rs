@@ -651,6 +651,9 @@ impl LeaseStore for Store {
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>, StoreError> {
         Store::lease_holder(self, name)
     }
+    async fn leases_held(&self) -> Result<Vec<Lease>, StoreError> {
+        Store::leases_held(self)
+    }
     async fn delete_invocations_before_fenced(
         &self,
         before_ms: i64,
@@ -664,6 +667,22 @@ impl LeaseStore for Store {
 impl ControlEpoch for Store {
     async fn control_epoch(&self) -> Result<i64, StoreError> {
         Store::control_epoch(self)
+    }
+}
+
+#[async_trait]
+impl plugd_control::store::NodeStore for Store {
+    async fn node_beat(&self, n: &plugd_control::store::NodeRecord) -> Result<(), StoreError> {
+        Store::node_beat(self, n)
+    }
+    async fn nodes_live(
+        &self,
+        live_ms: i64,
+    ) -> Result<Vec<plugd_control::store::NodeRecord>, StoreError> {
+        Store::nodes_live(self, live_ms)
+    }
+    async fn node_leave(&self, id: &str) -> Result<(), StoreError> {
+        Store::node_leave(self, id)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod kv;
 pub mod leases;
 pub mod live;
 pub mod memory;
+pub mod nodes;
 pub mod outbox;
 pub mod packages;
 pub mod pin;

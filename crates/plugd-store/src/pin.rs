@@ -707,7 +707,7 @@ fn is_hex_name(n: &str) -> bool {
 
 /// A plugin id as a file name: `[A-Za-z0-9_.-]` kept, every other byte
 /// (`/` of VAI ids) as `%XX`.
-fn encode_id(id: &str) -> String {
+pub(crate) fn encode_id(id: &str) -> String {
     let mut out = String::new();
     for b in id.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-') || (b == b'.' && !out.is_empty()) {

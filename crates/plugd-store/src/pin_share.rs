@@ -84,6 +84,50 @@ impl Pins {
     }
 }
 
+/// Where the pins a node took from the cluster for plugins it has no copy
+/// of are listed (`<pins>/adopted/<id>`, holding the pin's name).
+const ADOPTED: &str = "adopted";
+
+impl Pins {
+    /// Records that plugin `id` runs here from the pin of `dir_digest`,
+    /// taken from the cluster (this node has no copy of its directory):
+    /// discovery then loads it from the pin.
+    pub fn mark_adopted(&self, id: &str, dir_digest: &str) -> Result<(), PinError> {
+        let dir = self.root().join(ADOPTED);
+        fs::create_dir_all(&dir).map_err(tar_err(&dir))?;
+        let path = dir.join(crate::pin::encode_id(id));
+        let tmp = dir.join(format!(".tmp-{}", std::process::id()));
+        fs::write(&tmp, format!("{}\n", Pins::blob_name(dir_digest))).map_err(tar_err(&tmp))?;
+        fs::rename(&tmp, &path).map_err(tar_err(&path))
+    }
+
+    /// Forgets that plugin `id` was taken from the cluster; `true` if it was.
+    pub fn unmark_adopted(&self, id: &str) -> bool {
+        fs::remove_file(self.root().join(ADOPTED).join(crate::pin::encode_id(id))).is_ok()
+    }
+
+    /// The pins of the plugins taken from the cluster: (marker file, pin
+    /// directory), sorted. A marker naming no valid pin is skipped.
+    pub fn adopted(&self) -> Vec<(PathBuf, PathBuf)> {
+        let dir = self.root().join(ADOPTED);
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        let mut out: Vec<(PathBuf, PathBuf)> = entries
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter_map(|e| {
+                let name = fs::read_to_string(e.path()).ok()?;
+                let name = name.trim();
+                (name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .then(|| (e.path(), self.root().join(name)))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}
+
 fn tar_err(path: &Path) -> impl FnOnce(io::Error) -> PinError + '_ {
     move |source| PinError::Io {
         path: path.to_owned(),

@@ -81,6 +81,9 @@ const MIGRATIONS: &[&str] = &[
     crate::live::MIGRATION,
     // 18: leases of singleton jobs, with fencing numbers (see `crate::leases`).
     crate::leases::MIGRATION,
+    // 19: the nodes serving this state, and live sessions that end moving
+    // the control epoch (see `crate::nodes`).
+    crate::nodes::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

@@ -78,6 +78,8 @@ pub trait LeaseStore: Send + Sync {
     async fn lease_release(&self, fence: &Fence) -> Result<bool, StoreError>;
     /// Who holds lease `name` now (`None`: nobody, or it ran out).
     async fn lease_holder(&self, name: &str) -> Result<Option<Lease>, StoreError>;
+    /// Every lease held now, by name.
+    async fn leases_held(&self) -> Result<Vec<Lease>, StoreError>;
     /// Deletes invocation records started before `before_ms`, only while
     /// `fence` holds its lease (retention is a singleton): how many, or
     /// `StoreError::Conflict` naming the lease when it was lost.

@@ -17,6 +17,7 @@
 //! | [`MemoryStore`], [`VectorStore`], [`KvStore`] | agent memory, vectors, key-value storage |
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
 //! | [`LeaseStore`] | singleton leases with fencing numbers |
+//! | [`NodeStore`] | the nodes serving the store, their versions, keys and configuration |
 //! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
 //! Inputs are checked once, here, by the `check_*` functions beside each
@@ -32,6 +33,7 @@ pub mod kv;
 pub mod leases;
 pub mod live;
 pub mod memory;
+pub mod nodes;
 pub mod outbox;
 pub mod secrets;
 pub mod tokens;
@@ -45,6 +47,7 @@ pub use kv::KvStore;
 pub use leases::{Fence, Lease, LeaseStore};
 pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};
 pub use memory::{MemoryEntry, MemoryStore};
+pub use nodes::{NodeRecord, NodeStore};
 pub use outbox::OutboxStore;
 pub use secrets::{ConfigStore, ConfigWrite, Reseal, Rotation, Sealed, StoredValue};
 pub use tokens::{
@@ -82,6 +85,7 @@ pub trait StateStore:
     + LiveSessionStore
     + ControlEpoch
     + LeaseStore
+    + NodeStore
     + std::fmt::Debug
 {
     /// The database, for people and logs: a file path, `:memory:`, or a

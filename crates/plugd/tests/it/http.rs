@@ -62,9 +62,16 @@ impl Serve {
         let log = ws
             .dir()
             .join(format!("serve-{}.log", listen.replace(':', "_")));
-        let mut child = plugd_cmd(ws.dir())
-            .envs(env.iter().copied())
-            .args(["serve", "--listen", listen])
+        let mut cmd = plugd_cmd(ws.dir());
+        cmd.envs(env.iter().copied())
+            .args(["serve", "--listen", listen]);
+        Serve::spawn(cmd, log, token)
+    }
+
+    /// Spawns `cmd` (a `plugd serve --listen` command), logging to `log`,
+    /// and waits for its serving line; `token` is the admin token to use.
+    pub(crate) fn spawn(mut cmd: std::process::Command, log: PathBuf, token: String) -> Serve {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())

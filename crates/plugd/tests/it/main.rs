@@ -44,6 +44,7 @@ mod mcp_tasks;
 mod memory;
 mod microapp;
 mod nexo;
+mod nodes;
 mod one_path;
 mod outbox;
 mod packages;

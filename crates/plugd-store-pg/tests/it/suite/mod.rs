@@ -14,7 +14,8 @@
 //! approvals, tokens and audit, config (plain values, sealed boxes,
 //! reseal), kv, outbox, transcripts, memory search, vectors, packages and
 //! bindings, invocations, chains/runs/compactions, events written with
-//! their state (`reporting`), live sessions and the control epoch, leases.
+//! their state (`reporting`), live sessions and the control epoch, leases,
+//! the nodes' rows.
 //!
 //! ## Races: the transactions that relied on SQLite's single writer
 //!
@@ -56,6 +57,7 @@ mod kv;
 mod leases;
 mod live;
 mod memory;
+mod nodes;
 pub(crate) mod outbox;
 mod packages;
 mod reporting;

@@ -1,0 +1,262 @@
+//! Three `plugd serve` nodes as one service on a real PostgreSQL 15 (`TestPg`) and a real nats-server with JetStream (`TestNats`), each node in its own workspace, the test as the load balancer: consent, MCP sessions and tokens hold on every node whichever node a request reaches.
+//!
+//! Only node A has the plugin's directory: B and C list its tools from the
+//! approval and start it from the approval's pin taken from NATS, verified
+//! by its digest.
+
+use std::path::Path;
+use std::time::Duration;
+
+use plugd_nats::test_nats::TestNats;
+use plugd_store_pg::test_pg::TestPg;
+use serde_json::{Value, json};
+
+use crate::gateway::{initialize, mcp_post};
+use crate::http::{Resp, Serve, request_as};
+use crate::support::{TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr};
+
+/// One cluster: its database, its NATS, three workspaces and their nodes.
+struct Cluster {
+    url: String,
+    nats: TestNats,
+    dirs: Vec<tempfile::TempDir>,
+    nodes: Vec<Serve>,
+}
+
+impl Cluster {
+    /// A fresh cluster database, `plugd cluster init`, and three nodes
+    /// `a`, `b`, `c`; `setup` prepares node A's workspace first.
+    fn start(setup: impl FnOnce(&Path)) -> Cluster {
+        let url = TestPg::shared().fresh_database();
+        let nats = TestNats::start();
+        let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        setup(dirs[0].path());
+        let init = plugd_cmd(dirs[0].path())
+            .env("PLUGD_MASTER_KEY", TEST_MASTER_KEY)
+            .args(["cluster", "init", "--state", &url])
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "cluster init: {}", stderr(&init));
+        let mut cluster = Cluster {
+            url,
+            nats,
+            dirs,
+            nodes: Vec::new(),
+        };
+        let token = cluster.token("admin", "ops");
+        for (i, id) in ["a", "b", "c"].iter().enumerate() {
+            let dir = cluster.dirs[i].path();
+            let mut cmd = cluster.plugd(dir);
+            cmd.env("PLUGD_NATS", cluster.nats.url())
+                .env("PLUGD_NODE_ID", id)
+                .args(["serve", "--listen", "127.0.0.1:0"]);
+            let log = dir.join("serve.log");
+            cluster.nodes.push(Serve::spawn(cmd, log, token.clone()));
+        }
+        cluster
+    }
+
+    /// plugd on `dir` with the cluster's state and key.
+    fn plugd(&self, dir: &Path) -> std::process::Command {
+        let mut cmd = plugd_cmd(dir);
+        cmd.env("PLUGD_STATE", &self.url)
+            .env("PLUGD_MASTER_KEY", TEST_MASTER_KEY);
+        cmd
+    }
+
+    /// A token of `role` named `name`, made on node A's workspace.
+    fn token(&self, role: &str, name: &str) -> String {
+        let out = self
+            .plugd(self.dirs[0].path())
+            .args(["token", "create", "--name", name, "--role", role, "--json"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "token create: {}", stderr(&out));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["token"].as_str().unwrap().to_owned()
+    }
+
+    fn node(&self, name: char) -> &Serve {
+        &self.nodes[(name as u8 - b'a') as usize]
+    }
+
+    fn tools(&self, name: char) -> Vec<String> {
+        let r = self.node(name).get("/v1/tools");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn invoke(&self, name: char, token: &str) -> Resp {
+        request_as(
+            self.node(name),
+            token,
+            "POST",
+            "/v1/tools/hello_bash_greet:invoke",
+            &[("Content-Type", "application/json")],
+            Some(json!({"args": {"name": "nodes"}}).to_string().as_bytes()),
+        )
+    }
+
+    fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .zip("abc".chars())
+            .map(|(n, c)| format!("--- node {c}:\n{}", n.log_text()))
+            .collect()
+    }
+}
+
+fn copy_example(dir: &Path, name: &str) {
+    let from = repo().join("examples/workspace/.plugins").join(name);
+    let to = dir.join(".plugins").join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+const TOOL: &str = "hello_bash_greet";
+
+#[test]
+fn consent_sessions_and_tokens_hold_on_every_node() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    let cl = Cluster::start(|a| copy_example(a, "hello-bash"));
+    let admin = cl.node('a').token.clone();
+
+    // Only A has the plugin's directory; nobody has approved it.
+    let r = cl.node('b').get("/v1/plugins");
+    assert!(!r.text().contains("hello_bash"), "{}", r.text());
+
+    // Approve on A: within 2 s B and C list its tools without a copy.
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/hello_bash:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = eventually_blocking(Duration::from_secs(2), || {
+        cl.tools('b').contains(&TOOL.to_owned()) && cl.tools('c').contains(&TOOL.to_owned())
+    });
+    assert!(listed, "B and C list the tool within 2 s\n{}", cl.logs());
+
+    // The first call on C takes the pin from NATS, verifies it, runs it.
+    let r = cl.invoke('c', &admin);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), cl.logs());
+    assert!(r.text().contains("nodes"), "{}", r.text());
+    assert!(
+        cl.node('c')
+            .log_text()
+            .contains("took the approval's pin from the cluster"),
+        "{}",
+        cl.logs()
+    );
+    // C runs it from a read-only pin, not from a directory of its own.
+    let show = cl.node('c').get("/v1/plugins/hello_bash").json();
+    let dir = show["dir"].as_str().unwrap_or_default();
+    assert!(dir.contains("/.plugd/pins/"), "{show}");
+
+    // Disable on A: refused on B at the next request; enabled again, it runs.
+    let r = cl
+        .node('a')
+        .post(&format!("/v1/tools/{TOOL}:disable"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = cl.invoke('b', &admin);
+    assert_ne!(r.status, 200, "a tool disabled on A ran on B: {}", r.text());
+    let r = cl
+        .node('a')
+        .post(&format!("/v1/tools/{TOOL}:enable"), &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = cl.invoke('b', &admin);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), cl.logs());
+
+    // An MCP session initialized on A continues on B and C; another
+    // identity gets 404 on every node; DELETE on C ends it everywhere.
+    let alice = cl.token("agent", "alice");
+    let bob = cl.token("agent", "bob");
+    let r = mcp_post(cl.node('a'), &alice, "/mcp", None, &initialize());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": TOOL, "arguments": {"name": "mcp"}}});
+    for n in ['b', 'c'] {
+        let r = mcp_post(cl.node(n), &alice, "/mcp", Some(&session), &call);
+        assert_eq!(r.status, 200, "node {n}: {}", r.text());
+        assert!(r.text().contains("mcp"), "node {n}: {}", r.text());
+        let r = mcp_post(cl.node(n), &bob, "/mcp", Some(&session), &call);
+        assert_eq!(
+            r.status,
+            404,
+            "node {n} served another identity: {}",
+            r.text()
+        );
+    }
+    let r = request_as(
+        cl.node('c'),
+        &alice,
+        "DELETE",
+        "/mcp",
+        &[("Mcp-Session-Id", &session)],
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    for n in ['a', 'b'] {
+        let r = mcp_post(cl.node(n), &alice, "/mcp", Some(&session), &call);
+        assert_eq!(
+            r.status,
+            404,
+            "node {n} kept an ended session: {}",
+            r.text()
+        );
+    }
+
+    // Revoke on B: the next call on every node is refused, every node
+    // drops its tools and stops its process within 2 s, and C (which had
+    // no copy) forgets the plugin.
+    let r = cl
+        .node('b')
+        .post("/v1/plugins/hello_bash:revoke", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    for n in ['a', 'b', 'c'] {
+        let r = cl.invoke(n, &admin);
+        assert_ne!(r.status, 200, "node {n} ran a revoked plugin: {}", r.text());
+    }
+    let gone = eventually_blocking(Duration::from_secs(2), || {
+        ['a', 'b', 'c']
+            .iter()
+            .all(|n| !cl.tools(*n).contains(&TOOL.to_owned()))
+            && !cl
+                .node('c')
+                .get("/v1/plugins")
+                .text()
+                .contains("hello_bash")
+            && cl.node('a').get("/v1/plugins/hello_bash").json()["status"]["pid"].is_null()
+    });
+    assert!(
+        gone,
+        "revocation reached every node within 2 s\n{}",
+        cl.logs()
+    );
+
+    // A token revoked through one node is refused by all at the next request.
+    let out = cl
+        .plugd(cl.dirs[2].path())
+        .args(["token", "revoke", "alice"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    for n in ['a', 'b', 'c'] {
+        let r = request_as(cl.node(n), &alice, "GET", "/v1/tools", &[], None);
+        assert_eq!(
+            r.status,
+            401,
+            "node {n} accepted a revoked token: {}",
+            r.text()
+        );
+    }
+}
