@@ -254,7 +254,7 @@ impl ChannelService {
             }
         }
         drop(tx);
-        let holder = plugd_control::id::fresh("channels");
+        let holder = format!("{}/channels", runtime.node_id());
         let keepers = adapters
             .iter()
             .map(|a| tokio::spawn(keep_leased(runtime.clone(), a.clone(), holder.clone())))

@@ -26,6 +26,7 @@
 pub mod bindings;
 pub mod blobs;
 pub mod chains;
+pub mod cluster;
 pub mod delegation;
 pub mod error;
 pub mod id;

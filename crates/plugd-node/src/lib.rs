@@ -13,6 +13,7 @@ pub mod backends;
 pub mod bench_surface;
 pub mod eager;
 pub mod log_writer;
+mod presence;
 mod serve;
 
 use std::future::Future;
@@ -66,6 +67,10 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
         };
     let store = state.open(&dir.canonicalize()?.join(".plugd")).await?;
     tracing::info!(state = state.name(), db = %store.describe(), "state backend open");
+    let node = match &config.node_id {
+        Some(id) => check_node_id(id)?,
+        None => plugd_control::id::fresh("node"),
+    };
     let (bus, pins) = match &config.nats {
         None => (bus, None),
         Some(url) => {
@@ -73,10 +78,6 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
                 state.name() == "postgres",
                 "--nats needs the cluster's shared state: start with --state postgres://… (or PLUGD_STATE) as well"
             );
-            let node = config
-                .node_id
-                .clone()
-                .unwrap_or_else(|| plugd_control::id::fresh("node"));
             let client = backends::nats_connect(url, &node).await?;
             let bus = backends::nats_bus(client.clone(), &node).await?;
             let pins = backends::nats_pins(client).await?;
@@ -87,6 +88,7 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
     let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).
+    rt.set_node_id(&node);
     if let Some(pins) = pins {
         rt.share_pins(pins);
     }
@@ -95,6 +97,21 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
     let result = serve::serve(&rt, &config).await;
     rt.shutdown().await;
     result
+}
+
+/// A `--node-id`: 1 to 64 letters, digits, `.`, `_` or `-`, starting with
+/// a letter or digit (it names lease holders `NODE/TASK` and log lines).
+fn check_node_id(id: &str) -> Result<String> {
+    let ok = (1..=64).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    anyhow::ensure!(
+        ok,
+        "--node-id {id:?}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    );
+    Ok(id.to_owned())
 }
 
 /// The delegated API of a CLI command that runs VAI invocations itself
@@ -106,4 +123,18 @@ pub fn delegated_api<'a>(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> Pin<Box<dyn Future<Output = Result<SocketAddr>> + 'a>> {
     Box::pin(async move { Ok(plugd_server::delegated_api(rt, config, stop).await?) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn node_ids_are_plain_names() {
+        for good in ["a", "node-1", "eu.west_2", &"n".repeat(64)] {
+            assert!(super::check_node_id(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a/b", "-a", "a b", "a\n", &"n".repeat(65)] {
+            let e = super::check_node_id(bad).unwrap_err().to_string();
+            assert!(e.contains("--node-id"), "{bad}: {e}");
+        }
+    }
 }

@@ -98,6 +98,8 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     // The CLI's plugin commands find this serve through .plugd/serve.json;
     // dropping the record (every way out of this function) removes it.
     let _record = serve_record::ServeFile::write(rt.dir(), socket.path(), bound)?;
+    // This node's row in the store: `GET /v1/cluster`, `/readyz`.
+    let presence = crate::presence::Presence::start(rt, gate.clone(), bound);
     // A change to an approved plugin's files stops it and withholds its tools.
     let watcher = rt.watch(plugd_runtime::watch::WatchOptions::from_env());
     // Channel adapters: channel.start, inbound events → before_message → turn → reply.
@@ -159,6 +161,7 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
     // The one shutdown sequence: watchers, channels, hook handlers, plugins.
     agents_watch.abort();
     modules_watch.abort();
+    presence.leave().await;
     watcher.shutdown().await;
     channels.shutdown().await;
     pipeline.cleanup().await;

@@ -423,7 +423,7 @@ pub fn spawn_retention(rt: &crate::Runtime, days: u32) -> Retention {
 }
 
 async fn retention_task(rt: crate::Runtime, days: u32) {
-    let holder = plugd_control::id::fresh("retention");
+    let holder = format!("{}/retention", rt.node_id());
     let mut every = tokio::time::interval(RETENTION_EVERY);
     loop {
         every.tick().await;

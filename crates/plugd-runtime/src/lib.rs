@@ -509,6 +509,8 @@ struct RtInner {
     hooks: RwLock<Option<governed::Hooks>>,
     /// The agent side: LLM providers, memory ([`agent_seam`]).
     agent: Arc<dyn agent_seam::AgentParts>,
+    /// This node's id in the cluster (`--node-id`, else a fresh one).
+    node_id: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -677,6 +679,7 @@ impl Runtime {
                 delegations,
                 hooks: RwLock::new(None),
                 agent,
+                node_id: std::sync::OnceLock::new(),
             }),
         };
         runtime.inner.api.bind(&runtime);
@@ -727,6 +730,20 @@ impl Runtime {
     /// methods.
     pub fn state(&self) -> &Arc<dyn StateStore> {
         &self.inner.state
+    }
+
+    /// Names this runtime's node (`plugd serve --node-id`); only the first
+    /// call counts, and before it [`Runtime::node_id`] makes a fresh id.
+    pub fn set_node_id(&self, id: &str) {
+        let _ = self.inner.node_id.set(id.to_owned());
+    }
+
+    /// This node's id: lease holders (`NODE/retention`, `NODE/channels`)
+    /// and the node's row in the store carry it.
+    pub fn node_id(&self) -> &str {
+        self.inner
+            .node_id
+            .get_or_init(|| plugd_control::id::fresh("node"))
     }
 
     /// The agent side this runtime was opened with ([`agent_seam`]).

@@ -261,10 +261,12 @@ fn shape(template: &str) -> String {
     out
 }
 
-/// Paths anyone may reach without credentials: `GET /healthz`, and the
-/// console's page, assets and login (`plugd_console::is_public`).
+/// Paths anyone may reach without credentials: `GET /healthz`, `GET
+/// /readyz`, and the console's page, assets and login
+/// (`plugd_console::is_public`).
 pub fn is_public(method: &Method, path: &str) -> bool {
-    ((*method == Method::GET || *method == Method::HEAD) && path == "/healthz")
+    ((*method == Method::GET || *method == Method::HEAD)
+        && (path == "/healthz" || path == "/readyz"))
         || plugd_console::is_public(method.as_str(), path)
 }
 

@@ -10,7 +10,9 @@
 //!
 //! | method and path                    | answer                                         |
 //! |------------------------------------|------------------------------------------------|
-//! | `GET /healthz`                     | `{"status": "ok"}`, the only route without credentials |
+//! | `GET /healthz`                     | `{"status": "ok"}`, without credentials |
+//! | `GET /readyz`                      | `{"status": "ready"}`, or 503 while the state store cannot be read or this node runs another plugd.yaml than the cluster; without credentials (see [`cluster`]) |
+//! | `GET /v1/cluster`                  | the live nodes, their leases and the cluster's configuration digest |
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
 //! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters) |
 //! | `POST /v1/plugins/{id}:approve`    | `{}` → `plugd plugin approve` on serve's runtime, recorded as by the caller's identity; the row plus `digest` |
@@ -73,6 +75,7 @@ pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
 pub mod chains;
+pub mod cluster;
 pub mod config_api;
 mod console;
 pub mod console_api;
@@ -444,6 +447,7 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(marketplace::routes())
         .merge(invocations::routes())
+        .merge(cluster::routes())
         .merge(console::routes())
         // After routing, on every route (not on the fallbacks): the matched
         // route's right, on its decoded parameters.

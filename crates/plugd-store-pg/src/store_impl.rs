@@ -432,4 +432,7 @@ impl StateStore for PgStore {
     fn describe(&self) -> String {
         self.label().to_owned()
     }
+    fn schema_version(&self) -> i64 {
+        crate::SCHEMA_VERSION
+    }
 }

@@ -690,4 +690,7 @@ impl StateStore for Store {
     fn describe(&self) -> String {
         self.label().to_owned()
     }
+    fn schema_version(&self) -> i64 {
+        crate::SCHEMA_VERSION
+    }
 }

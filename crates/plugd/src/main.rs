@@ -472,7 +472,11 @@ async fn run(cli: Cli) -> Result<i32> {
             state_cmd::run(&dir, cmd).await?;
             return Ok(0);
         }
-        Command::Cluster(cmd) => return cluster_cmd::run(cmd).await.map(|()| 0),
+        Command::Cluster(cmd) => {
+            return cluster_cmd::run(cmd, cli.workspace.as_deref())
+                .await
+                .map(|()| 0);
+        }
         Command::Plugin(PluginCmd::Signing(cmd)) => {
             let dir = plugd_runtime::workspace::resolve_dir(cli.workspace.as_deref())?;
             sign_cmd::run(cmd, &dir)?;

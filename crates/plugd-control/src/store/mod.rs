@@ -91,4 +91,6 @@ pub trait StateStore:
     /// The database, for people and logs: a file path, `:memory:`, or a
     /// PostgreSQL address without credentials.
     fn describe(&self) -> String;
+    /// The schema version this build writes on this backend.
+    fn schema_version(&self) -> i64;
 }

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
-use crate::support::{TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr};
+use crate::support::{
+    TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
+};
 
 /// One cluster: its database, its NATS, three workspaces and their nodes.
 struct Cluster {
@@ -25,12 +27,14 @@ struct Cluster {
 
 impl Cluster {
     /// A fresh cluster database, `plugd cluster init`, and three nodes
-    /// `a`, `b`, `c`; `setup` prepares node A's workspace first.
-    fn start(setup: impl FnOnce(&Path)) -> Cluster {
+    /// `a`, `b`, `c`; `setup` prepares each node's workspace first.
+    fn start(setup: impl Fn(char, &Path)) -> Cluster {
         let url = TestPg::shared().fresh_database();
         let nats = TestNats::start();
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        setup(dirs[0].path());
+        for (dir, n) in dirs.iter().zip("abc".chars()) {
+            setup(n, dir.path());
+        }
         let init = plugd_cmd(dirs[0].path())
             .env("PLUGD_MASTER_KEY", TEST_MASTER_KEY)
             .args(["cluster", "init", "--state", &url])
@@ -128,7 +132,11 @@ fn consent_sessions_and_tokens_hold_on_every_node() {
     if sqlite_only("the cluster harness makes its own database; it runs once") {
         return;
     }
-    let cl = Cluster::start(|a| copy_example(a, "hello-bash"));
+    let cl = Cluster::start(|n, dir| {
+        if n == 'a' {
+            copy_example(dir, "hello-bash");
+        }
+    });
     let admin = cl.node('a').token.clone();
 
     // Only A has the plugin's directory; nobody has approved it.
@@ -259,4 +267,80 @@ fn consent_sessions_and_tokens_hold_on_every_node() {
             r.text()
         );
     }
+}
+
+#[test]
+fn every_node_lists_the_cluster_and_one_with_another_config_is_not_ready() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    // C starts with another plugd.yaml than A and B.
+    let cl = Cluster::start(|n, dir| {
+        let text = if n == 'c' {
+            "# node c differs\n"
+        } else {
+            "# the cluster's\n"
+        };
+        std::fs::write(dir.join("plugd.yaml"), text).unwrap();
+    });
+    let listed = eventually_blocking(Duration::from_secs(3), || {
+        cl.node('b').get("/v1/cluster").json()["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 3)
+    });
+    assert!(listed, "{}", cl.node('b').get("/v1/cluster").text());
+    let view = cl.node('b').get("/v1/cluster").json();
+    assert_eq!(view["this_node"], "b", "{view}");
+    let nodes = view["nodes"].as_array().unwrap();
+    let key_id = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test")
+        .unwrap()
+        .id()
+        .to_owned();
+    let ids: Vec<_> = nodes
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c"], "{view}");
+    for n in nodes {
+        assert_eq!(n["schema_version"], nodes[0]["schema_version"], "{view}");
+        assert_eq!(n["key_id"], key_id, "{view}");
+        assert!(
+            n["addr"].as_str().unwrap().starts_with("127.0.0.1:"),
+            "{view}"
+        );
+        assert_eq!(n["config_current"], n["node_id"] != "c", "{view}");
+    }
+    assert_eq!(view["config_digest"], nodes[0]["config_digest"], "{view}");
+    assert_ne!(nodes[2]["config_digest"], view["config_digest"], "{view}");
+
+    // Ready without credentials on A and B; C says why it is not.
+    for n in ['a', 'b'] {
+        let r = request_as(cl.node(n), "", "GET", "/readyz", &[], None);
+        assert_eq!(r.status, 200, "node {n}: {}", r.text());
+    }
+    let r = request_as(cl.node('c'), "", "GET", "/readyz", &[], None);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
+    assert!(r.text().contains("plugd.yaml"), "{}", r.text());
+
+    // `plugd cluster status` shows the same from any workspace.
+    let out = cl
+        .plugd(cl.dirs[1].path())
+        .args(["cluster", "status"])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for id in ["a ", "b ", "c "] {
+        assert!(text.lines().any(|l| l.starts_with(id)), "{text}");
+    }
+    assert_eq!(text.matches("(differs)").count(), 1, "{text}");
+
+    // A node that stops leaves the list at once.
+    let mut nodes = cl.nodes;
+    let c = nodes.pop().unwrap();
+    let (status, log) = c.stop();
+    assert!(status.success(), "{log}");
+    let v = nodes[0].get("/v1/cluster").json();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 2, "{v}");
 }
