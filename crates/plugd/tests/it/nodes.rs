@@ -344,3 +344,116 @@ fn every_node_lists_the_cluster_and_one_with_another_config_is_not_ready() {
     let v = nodes[0].get("/v1/cluster").json();
     assert_eq!(v["nodes"].as_array().unwrap().len(), 2, "{v}");
 }
+
+#[test]
+fn a_call_waits_on_one_node_for_another_and_a_killed_node_loses_no_session() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    let cl = Cluster::start(|n, dir| {
+        std::fs::write(
+            dir.join("plugd.yaml"),
+            "risk:\n  tools:\n    hello_python_add: high\n",
+        )
+        .unwrap();
+        if n == 'a' {
+            copy_example(dir, "hello-python");
+        }
+    });
+    let admin = cl.node('a').token.clone();
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/hello_python:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = eventually_blocking(Duration::from_secs(2), || {
+        cl.tools('b').contains(&"hello_python_add".to_owned())
+    });
+    assert!(listed, "{}", cl.logs());
+
+    // A `high` call waiting on B is approved through C and proceeds.
+    std::thread::scope(|s| {
+        let b = cl.node('b');
+        let call = s.spawn(|| {
+            b.post(
+                "/v1/tools/hello_python_add:invoke",
+                &json!({"args": {"a": 2, "b": 3}}),
+            )
+        });
+        let mut id = None;
+        let seen = eventually_blocking(Duration::from_secs(10), || {
+            id = cl
+                .node('c')
+                .get("/v1/approvals")
+                .json()
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .find(|p| p["state"] == "pending")
+                        .and_then(|p| p["id"].as_str().map(str::to_owned))
+                });
+            id.is_some()
+        });
+        assert!(seen, "C sees the call waiting on B\n{}", cl.logs());
+        let id = id.unwrap();
+        let r = cl
+            .node('c')
+            .post(&format!("/v1/approvals/{id}:approve"), &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+        let done = call.join().unwrap();
+        assert_eq!(done.status, 200, "{}\n{}", done.text(), cl.logs());
+        assert!(done.text().contains('5'), "{}", done.text());
+    });
+
+    // A one-time console code tried on the three nodes at once logs in once.
+    let out = cl.plugd(cl.dirs[1].path()).arg("console").output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let link = stdout(&out);
+    let code = link.trim().rsplit_once("#code=").unwrap().1.to_owned();
+    let body = json!({"code": code}).to_string();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let tries: Vec<_> = cl
+            .nodes
+            .iter()
+            .map(|n| {
+                let body = body.clone();
+                s.spawn(move || {
+                    request_as(
+                        n,
+                        "",
+                        "POST",
+                        "/console/login",
+                        &[("Content-Type", "application/json")],
+                        Some(body.as_bytes()),
+                    )
+                    .status
+                })
+            })
+            .collect();
+        tries.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 204).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 401).count(),
+        2,
+        "{statuses:?}"
+    );
+
+    // An MCP session on A; A is killed (-9); the next call on B continues
+    // the session without initializing again.
+    let r = mcp_post(cl.node('a'), &admin, "/mcp", None, &initialize());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r.header("mcp-session-id").unwrap().to_owned();
+    let mut nodes = cl.nodes;
+    let mut a = nodes.remove(0);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "hello_python_greet", "arguments": {"name": "after"}}});
+    let r = mcp_post(&nodes[0], &admin, "/mcp", Some(&session), &call);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("after"), "{}", r.text());
+}
