@@ -29,6 +29,11 @@ impl Cluster {
     /// A fresh cluster database, `plugd cluster init`, and three nodes
     /// `a`, `b`, `c`; `setup` prepares each node's workspace first.
     fn start(setup: impl Fn(char, &Path)) -> Cluster {
+        Cluster::start_env(setup, &[])
+    }
+
+    /// [`Cluster::start`] with extra environment for every node.
+    fn start_env(setup: impl Fn(char, &Path), env: &[(&str, &str)]) -> Cluster {
         let url = TestPg::shared().fresh_database();
         let nats = TestNats::start();
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -53,6 +58,7 @@ impl Cluster {
             let mut cmd = cluster.plugd(dir);
             cmd.env("PLUGD_NATS", cluster.nats.url())
                 .env("PLUGD_NODE_ID", id)
+                .envs(env.iter().copied())
                 .args(["serve", "--listen", "127.0.0.1:0"]);
             let log = dir.join("serve.log");
             cluster.nodes.push(Serve::spawn(cmd, log, token.clone()));
@@ -456,4 +462,208 @@ fn a_call_waits_on_one_node_for_another_and_a_killed_node_loses_no_session() {
     let r = mcp_post(&nodes[0], &admin, "/mcp", Some(&session), &call);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("after"), "{}", r.text());
+}
+
+/// The pids of plugin `id`'s processes on `node`.
+fn plugin_pids(node: &Serve, id: &str) -> Vec<u64> {
+    let show = node
+        .get(&format!("/v1/plugins/{}", id.replace('/', "%2F")))
+        .json();
+    show["processes"]
+        .as_array()
+        .map(|ps| {
+            ps.iter()
+                .flat_map(|p| p["pids"].as_array().cloned().unwrap_or_default())
+                .filter_map(|p| p.as_u64())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    const EVENTS: usize = 2_000;
+    const PACKAGE: &str = "test/outbox";
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let ledger = ledger_dir.path().join("ledger.jsonl");
+    std::fs::write(&ledger, "").unwrap();
+    let yaml = format!(
+        "# the test's ledger is outside every workspace\nsandbox:\n  plugins:\n    \"{PACKAGE}\": {{enabled: false}}\n"
+    );
+    let setup = |n: char, dir: &Path| {
+        std::fs::write(dir.join("plugd.yaml"), &yaml).unwrap();
+        if n == 'a' {
+            let p = dir.join(".plugins/outbox");
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::copy(
+                repo().join("tests/plugins/outbox/outbox_plugin.py"),
+                p.join("plugin.py"),
+            )
+            .unwrap();
+            let entry = json!(["python3", "plugin.py", "ack", ledger.display().to_string()]);
+            std::fs::write(
+                p.join("vai-plugin.toml"),
+                format!(
+                    "api_version = \"vai.plugin.v1\"\npackage_id = \"{PACKAGE}\"\nversion = \"0.1.0\"\n\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = {entry}\n\n[[exports]]\nid = \"recorder\"\nkind = \"hook\"\n[exports.hook]\nsubscribes_to = [\"run.completed\"]\n"
+                ),
+            )
+            .unwrap();
+        }
+    };
+    // Leases of 3 s, so a dead node's deliveries come back quickly.
+    let env = [
+        ("PLUGD_OUTBOX_LEASE_MS", "3000"),
+        ("PLUGD_OUTBOX_POLL_MS", "100"),
+    ];
+    let mut cl = Cluster::start_env(setup, &env);
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/test%2Foutbox:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let known = eventually_blocking(Duration::from_secs(3), || {
+        ['b', 'c'].iter().all(|n| {
+            cl.node(*n)
+                .get("/v1/plugins")
+                .json()
+                .as_array()
+                .is_some_and(|ps| {
+                    ps.iter()
+                        .any(|p| p["id"] == PACKAGE && p["approved"] == true)
+                })
+        })
+    });
+    assert!(known, "B and C know the approved package\n{}", cl.logs());
+
+    // The events, straight into the cluster's outbox.
+    let enqueue = |from: usize, to: usize| -> Vec<String> {
+        crate::support::block_on(async {
+            use plugd_control::store::outbox::{NewEvent, Subscriber};
+            let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
+            let store = plugd_store_pg::PgStore::open_node(
+                &cl.url,
+                &plugd_store_pg::PgOptions::default(),
+                key.id(),
+            )
+            .await
+            .unwrap();
+            let subs = [Subscriber {
+                plugin_id: PACKAGE.into(),
+                export_id: "recorder".into(),
+            }];
+            let mut ids = Vec::new();
+            for i in from..to {
+                let q = store
+                    .outbox_enqueue(
+                        &NewEvent {
+                            event_type: "run.completed".into(),
+                            subject: json!({"kind": "run", "id": format!("run_{i}")}),
+                            summary: json!({"n": i}),
+                        },
+                        &subs,
+                    )
+                    .await
+                    .unwrap();
+                ids.extend(q.deliveries.into_iter().map(|d| d.to_string()));
+            }
+            ids
+        })
+    };
+    let enqueued = enqueue(0, EVENTS);
+    assert_eq!(enqueued.len(), EVENTS);
+
+    // Applied exactly once each: the ledger keeps the first of each id
+    // (its UNIQUE constraint) and counts the rest as duplicates.
+    let read = || -> (std::collections::BTreeMap<String, u64>, usize) {
+        let mut first = std::collections::BTreeMap::new();
+        let mut dups = 0;
+        for line in std::fs::read_to_string(&ledger).unwrap().lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let id = v["delivery_id"].as_str().unwrap_or_default().to_owned();
+            if first.insert(id, v["pid"].as_u64().unwrap_or(0)).is_some() {
+                dups += 1;
+            }
+        }
+        (first, dups)
+    };
+    let drained = eventually_blocking(Duration::from_secs(90), || read().0.len() >= EVENTS);
+    let (applied, dups) = read();
+    assert!(
+        drained,
+        "{} of {EVENTS} applied\n{}",
+        applied.len(),
+        cl.logs()
+    );
+    let want: std::collections::BTreeSet<&String> = enqueued.iter().collect();
+    let got: std::collections::BTreeSet<&String> = applied.keys().collect();
+    assert_eq!(want, got, "the applied set is the enqueued set");
+    assert_eq!(dups, 0, "no delivery applied twice without a crash");
+
+    // Every node took its share.
+    let a_pids = plugin_pids(cl.node('a'), PACKAGE);
+    for n in ['a', 'b', 'c'] {
+        let pids = plugin_pids(cl.node(n), PACKAGE);
+        let handled = applied.values().filter(|p| pids.contains(p)).count();
+        assert!(
+            handled * 5 >= EVENTS,
+            "node {n} (pids {pids:?}) handled {handled} of {EVENTS}, under 20 %"
+        );
+    }
+
+    // 1,000 more; `kill -9` of A mid-load. Everything is applied; only
+    // what A held when it died is attempted again (after its 3 s lease).
+    let more = enqueue(EVENTS, EVENTS + 1_000);
+    let started = eventually_blocking(Duration::from_secs(30), || read().0.len() >= EVENTS + 100);
+    assert!(started, "{}", cl.logs());
+    let mut a = cl.nodes.remove(0);
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let drained = eventually_blocking(Duration::from_secs(60), || read().0.len() >= EVENTS + 1_000);
+    let (applied, dups) = read();
+    assert!(
+        drained,
+        "{} of {} applied after the kill\n{}",
+        applied.len(),
+        EVENTS + 1_000,
+        cl.logs()
+    );
+    let want: std::collections::BTreeSet<&String> = enqueued.iter().chain(&more).collect();
+    let got: std::collections::BTreeSet<&String> = applied.keys().collect();
+    assert_eq!(want, got, "the applied set is the enqueued set");
+    // A re-attempt only for a delivery A held (at most its 16 in flight):
+    // its first application was by A's plugin.
+    assert!(dups <= 16, "{dups} deliveries applied twice");
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        let id = v["delivery_id"].as_str().unwrap().to_owned();
+        if !seen.insert(id.clone()) {
+            assert!(
+                a_pids.contains(&applied[&id]),
+                "{id} was re-attempted but A never held it"
+            );
+        }
+    }
+    // A restarts and leaves no orphan of its killed plugin behind.
+    let mut cmd = cl.plugd(cl.dirs[0].path());
+    cmd.env("PLUGD_NATS", cl.nats.url())
+        .env("PLUGD_NODE_ID", "a")
+        .envs(env.iter().copied())
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let token = cl.nodes[0].token.clone();
+    let _a = Serve::spawn(cmd, cl.dirs[0].path().join("serve-2.log"), token);
+    for pid in &a_pids {
+        let gone = eventually_blocking(Duration::from_secs(5), || {
+            !Path::new(&format!("/proc/{pid}")).exists()
+        });
+        assert!(
+            gone,
+            "plugin process {pid} of the killed node is still alive"
+        );
+    }
 }
