@@ -60,6 +60,9 @@ codes! {
     /// The state database is unreachable (restarting, failing over): retry
     /// shortly; nothing was written.
     StoreUnavailable = STORE_UNAVAILABLE, "store_unavailable", 503;
+    /// The other nodes of the cluster cannot be reached now (NATS down)
+    /// and the request needs one of them: retry shortly.
+    NodesUnavailable = NODES_UNAVAILABLE, "nodes_unavailable", 503;
     /// The MCP gateway has too many sessions open.
     TooManySessions = TOO_MANY_SESSIONS, "too_many_sessions", 503;
     /// This serve has no MCP gateway.

@@ -29,6 +29,7 @@ pub mod chains;
 pub mod cluster;
 pub mod delegation;
 pub mod error;
+pub mod forward;
 pub mod id;
 pub mod invocations;
 pub mod marketplace;

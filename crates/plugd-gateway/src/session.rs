@@ -81,6 +81,10 @@ pub(crate) struct SessionInner {
     inflight: Mutex<HashMap<String, AbortHandle>>,
     pending: Mutex<HashMap<String, oneshot::Sender<Value>>>,
     next_request: AtomicU64,
+    /// `plugd-` and random hex: the ids of plugd's requests to the client
+    /// differ between nodes serving one session, so an answer reaches the
+    /// node that asked.
+    request_prefix: String,
     notifier: Mutex<Option<Sink>>,
     watcher: Mutex<Option<JoinHandle<()>>>,
     events: Mutex<Option<JoinHandle<()>>>,
@@ -267,6 +271,11 @@ impl Session {
                 inflight: Mutex::new(HashMap::new()),
                 pending: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
+                request_prefix: {
+                    let mut b = [0u8; 4];
+                    let _ = getrandom::fill(&mut b);
+                    format!("plugd-{}-", hex::encode(b))
+                },
                 notifier: Mutex::new(None),
                 watcher: Mutex::new(None),
                 events: Mutex::new(None),
@@ -640,17 +649,53 @@ impl Session {
         }
     }
 
-    /// A response from the client to a request plugd sent it.
-    fn answer(&self, id: &Id, rest: Map<String, Value>) {
+    /// A response from the client to a request plugd sent it; whether a
+    /// request of this session here was waiting for it.
+    fn answer(&self, id: &Id, rest: Map<String, Value>) -> bool {
         let key = match id {
             Id::Str(s) => s.clone(),
             Id::Int(n) => n.to_string(),
         };
         let Some(tx) = lock(&self.inner.pending).remove(&key) else {
-            tracing::debug!(session = %self.inner.id, id = %id, "response to no request of plugd's; ignored");
-            return;
+            tracing::debug!(session = %self.inner.id, id = %id, "response to no request of plugd's here");
+            return false;
         };
         let _ = tx.send(Value::Object(rest));
+        true
+    }
+
+    /// Whether `msg` is a JSON-RPC response (no `method`, an `id`, a
+    /// `result` or an `error`) that no request of this session here waits
+    /// for: another node serving the session may have asked it.
+    pub fn answers_elsewhere(&self, msg: &Value) -> bool {
+        let is_response = msg.get("method").is_none()
+            && (msg.get("result").is_some() || msg.get("error").is_some());
+        let key = match msg.get("id") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Number(n)) => n.to_string(),
+            _ => return false,
+        };
+        is_response && !lock(&self.inner.pending).contains_key(&key)
+    }
+
+    /// Delivers the client's response `msg` (handed over by another node)
+    /// to the request of this session waiting for it; whether one was.
+    pub fn deliver_answer(&self, msg: Value) -> bool {
+        match Message::from_value(msg) {
+            Ok(Message::Response(r)) => {
+                let Some(id) = r.id else { return false };
+                let mut rest = Map::new();
+                match r.outcome {
+                    Ok(result) => rest.insert("result".into(), result),
+                    Err(e) => rest.insert(
+                        "error".into(),
+                        serde_json::to_value(e).unwrap_or(Value::Null),
+                    ),
+                };
+                self.answer(&id, rest)
+            }
+            _ => false,
+        }
     }
 
     /// Sends request `method` to the client through `sink` and waits up to
@@ -663,7 +708,7 @@ impl Session {
         timeout: Duration,
     ) -> Result<Value, String> {
         let n = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
-        let id = format!("plugd-{n}");
+        let id = format!("{}{n}", self.inner.request_prefix);
         let (tx, rx) = oneshot::channel();
         lock(&self.inner.pending).insert(id.clone(), tx);
         let _cleanup = PendingCleanup {

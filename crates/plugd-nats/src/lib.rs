@@ -6,11 +6,13 @@
 
 pub mod bus;
 pub mod envelope;
+pub mod forward;
 pub mod pins;
 #[cfg(feature = "test-util")]
 pub mod test_nats;
 
 pub use bus::{BusStats, NatsBus};
+pub use forward::NatsForwarder;
 pub use pins::NatsPinBlobs;
 
 /// `url` without its user information (`nats://user:secret@host:4222` →

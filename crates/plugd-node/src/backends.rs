@@ -102,6 +102,19 @@ pub async fn nats_pins(
     Ok(Arc::new(pins))
 }
 
+/// Node `node`'s hand-offs to the other nodes on the cluster's NATS, in
+/// envelopes sealed with a key derived from the cluster's master key.
+pub async fn nats_forwarder(
+    client: async_nats::Client,
+    node: &str,
+) -> anyhow::Result<Arc<plugd_nats::NatsForwarder>> {
+    let master = plugd_store::secrets::KeySource::from_env()?.require()?;
+    let key = master.derive("plugd node envelopes");
+    Ok(Arc::new(
+        plugd_nats::NatsForwarder::start(client, &key[..], node).await?,
+    ))
+}
+
 /// The backends a node runs on.
 pub struct Backends {
     /// Where state is kept.

@@ -80,21 +80,26 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
             );
             let client = backends::nats_connect(url, &node).await?;
             let bus = backends::nats_bus(client.clone(), &node).await?;
-            let pins = backends::nats_pins(client).await?;
+            let pins = backends::nats_pins(client.clone()).await?;
+            let forwarder = backends::nats_forwarder(client, &node).await?;
             tracing::info!(url = %plugd_nats::redact_url(url), %node, "on the cluster's NATS: events reach every node, approval pins are shared");
-            (bus, Some(pins))
+            (bus, Some((pins, forwarder)))
         }
     };
     let rt = Runtime::open_with(&dir, store, host, bus, plugd_agent::parts()).await?;
     // Nobody answers a terminal here: high-risk calls and elicitations wait
     // in queues that operators answer (`plugd approvals`, the console).
     rt.set_node_id(&node);
-    if let Some(pins) = pins {
-        rt.share_pins(pins);
-    }
+    let forwarder = match pins {
+        Some((pins, forwarder)) => {
+            rt.share_pins(pins);
+            Some(forwarder)
+        }
+        None => None,
+    };
     rt.use_approval_queue();
     rt.use_elicitation_queue();
-    let result = serve::serve(&rt, &config).await;
+    let result = serve::serve(&rt, &config, forwarder).await;
     rt.shutdown().await;
     result
 }

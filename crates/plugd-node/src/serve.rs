@@ -10,7 +10,11 @@ use plugd_runtime::serve_record;
 
 use crate::{NodeConfig, eager, log_writer};
 
-pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
+pub(crate) async fn serve(
+    rt: &Runtime,
+    args: &NodeConfig,
+    forwarder: Option<std::sync::Arc<plugd_nats::NatsForwarder>>,
+) -> Result<()> {
     // Refuse a non-loopback address before anything starts.
     if let Some(addr) = args.listen {
         plugd_server::check_listen(addr)?;
@@ -44,6 +48,18 @@ pub(crate) async fn serve(rt: &Runtime, args: &NodeConfig) -> Result<()> {
         agent,
     )
     .with_config_gate(gate.clone());
+    // On a cluster: what another node must act on goes there, and what
+    // another node hands here reaches this node's MCP sessions.
+    let state = match &forwarder {
+        Some(f) => {
+            let state = state.with_forwarder(f.clone());
+            f.set_taker(std::sync::Arc::new(plugd_server::mcp::McpTaker::new(
+                state.clone(),
+            )));
+            state
+        }
+        None => state,
+    };
     let console = state.clone();
     let app = plugd_server::router(state);
     // The socket first: the CLI reaches serve there, checked by peer uid.

@@ -302,6 +302,9 @@ pub struct AppState {
     console: Arc<plugd_console::Sessions>,
     /// serve's plugd.yaml gate (`GET`/`POST /v1/config`); `None` outside serve.
     config_gate: Option<Arc<plugd_runtime::config_gate::ConfigGate>>,
+    /// Hands what another node must act on to that node (serve with
+    /// `--nats`); `None` on a single node.
+    forwarder: Option<Arc<dyn plugd_control::forward::Forwarder>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -351,7 +354,14 @@ impl AppState {
             audit,
             console: Arc::new(plugd_console::Sessions::new(runtime_state)),
             config_gate: None,
+            forwarder: None,
         }
+    }
+
+    /// The cluster's forwarder (`plugd serve --nats`).
+    pub fn with_forwarder(mut self, f: Arc<dyn plugd_control::forward::Forwarder>) -> AppState {
+        self.forwarder = Some(f);
+        self
     }
 
     /// Serves `GET`/`POST /v1/config` over serve's plugd.yaml gate.

@@ -116,6 +116,37 @@ pub struct McpHttp {
     epoch: Mutex<Option<(Instant, i64)>>,
 }
 
+/// The hand-off kind of an MCP client's answer to another node's question
+/// (`plugd_control::forward`).
+pub const MCP_ANSWER: &str = "mcp.answer";
+
+/// Takes the other nodes' hand-offs for the MCP sessions this node holds:
+/// a client's answer to a question one of its calls asked.
+pub struct McpTaker {
+    state: AppState,
+}
+
+impl McpTaker {
+    /// The taker of `state`'s MCP sessions.
+    pub fn new(state: AppState) -> McpTaker {
+        McpTaker { state }
+    }
+}
+
+#[async_trait::async_trait]
+impl plugd_control::forward::Taker for McpTaker {
+    async fn take(&self, kind: &str, key: &str, payload: Value) -> bool {
+        if kind != MCP_ANSWER {
+            return false;
+        }
+        let Some(mcp) = self.state.mcp.as_ref() else {
+            return false;
+        };
+        let session = mcp.lock().get(key).map(|l| l.session.clone());
+        session.is_some_and(|s| s.deliver_answer(payload))
+    }
+}
+
 /// How long one read of the control epoch answers for every request.
 const EPOCH_RECHECK: Duration = Duration::from_millis(1);
 
@@ -672,6 +703,29 @@ async fn post(
                 )
                     .into_response()
             })
+        }
+        msg if !stateless && session.answers_elsewhere(&msg) && state.forwarder.is_some() => {
+            // The client's answer to a question another node's call asked
+            // (the session moved between nodes meanwhile): handed to the
+            // node that waits for it.
+            let forwarder = state.forwarder.as_ref().expect("checked above");
+            match forwarder.offer(MCP_ANSWER, session.id(), msg).await {
+                Ok(taken) => {
+                    if !taken {
+                        tracing::debug!(session = %session.id(), "an MCP response no node waits for; ignored");
+                    }
+                    Ok(StatusCode::ACCEPTED.into_response())
+                }
+                Err(e) => {
+                    let mut err = ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        error::code::NODES_UNAVAILABLE,
+                        format!("this answer belongs to a call on another node: {e}"),
+                    );
+                    err.retry_after_secs = Some(1);
+                    Err(err)
+                }
+            }
         }
         msg if msg.get("method").is_none() || msg.get("id").is_none() => {
             // A notification or a response to one of plugd's requests.

@@ -283,6 +283,19 @@ impl MasterKey {
     fn cipher(&self) -> Aes256Gcm {
         Aes256Gcm::new(&(*self.bytes).into())
     }
+
+    /// A key for another purpose, derived from this one and `label`
+    /// (HMAC-SHA256 under the master key): the nodes of a cluster, which
+    /// share the master key, derive the same key for their envelopes
+    /// without ever using the master key itself for anything but sealing.
+    pub fn derive(&self, label: &str) -> Zeroizing<[u8; 32]> {
+        use hmac::{Hmac, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.bytes[..])
+            .expect("HMAC takes any key length");
+        mac.update(b"plugd-derive-v1\0");
+        mac.update(label.as_bytes());
+        Zeroizing::new(mac.finalize().into_bytes().into())
+    }
 }
 
 /// The associated data of a sealed value: a version tag, the plugin id and
@@ -849,6 +862,14 @@ mod tests {
     fn hex_keys_are_checked() {
         let k = MasterKey::from_hex(&"ab".repeat(32), "env").unwrap();
         assert_eq!(k.id(), MasterKey::from_bytes([0xab; 32], "x").id());
+        // Derived keys: stable, per label, per master key.
+        let same = MasterKey::from_bytes([0xab; 32], "y");
+        assert_eq!(*k.derive("envelopes"), *same.derive("envelopes"));
+        assert_ne!(*k.derive("envelopes"), *k.derive("other"));
+        assert_ne!(
+            *k.derive("envelopes"),
+            *MasterKey::from_bytes([0xac; 32], "z").derive("envelopes")
+        );
         let e = MasterKey::from_hex("abc", "PLUGD_MASTER_KEY")
             .unwrap_err()
             .to_string();

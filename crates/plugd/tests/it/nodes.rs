@@ -410,6 +410,77 @@ fn a_call_waits_on_one_node_for_another_and_a_killed_node_loses_no_session() {
         assert!(done.text().contains('5'), "{}", done.text());
     });
 
+    // An elicitation raised by a call on A (an MCP client that can answer
+    // approves the `high` call itself) answered by a POST that lands on B:
+    // B hands the answer to A, and the call completes on A's stream.
+    let mut init = initialize();
+    init["params"]["capabilities"] = json!({"elicitation": {}});
+    let r = mcp_post(cl.node('a'), &admin, "/mcp", None, &init);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let asking = r.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "hello_python_add", "arguments": {"a": 20, "b": 22}}});
+    let mut stream = crate::http::connect(cl.node('a').addr);
+    let body = call.to_string();
+    let len = body.len().to_string();
+    crate::http::write_head_as(
+        &mut stream,
+        "POST",
+        "/mcp",
+        cl.node('a'),
+        &admin,
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &asking),
+            ("Content-Length", &len),
+        ],
+    );
+    std::io::Write::write_all(&mut stream, body.as_bytes()).unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let (status, _) = crate::http::read_head(&mut reader);
+    assert_eq!(status, 200);
+    // Each SSE message of A's stream, as it comes.
+    let mut pending = String::new();
+    let mut next_message = || -> Value {
+        loop {
+            if let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: "))
+                    && let Ok(v) = serde_json::from_str::<Value>(data)
+                {
+                    return v;
+                }
+                continue;
+            }
+            let chunk = crate::http::read_chunk(&mut reader).expect("the stream ended early");
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let question = loop {
+        let m = next_message();
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+                        "result": {"action": "accept", "content": {"approve": true}}});
+    let r = mcp_post(cl.node('b'), &admin, "/mcp", Some(&asking), &answer);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let result = loop {
+        let m = next_message();
+        if m["id"] == 9 {
+            break m;
+        }
+    };
+    assert_eq!(
+        result["result"]["isError"],
+        false,
+        "{result}\n{}",
+        cl.logs()
+    );
+    assert!(result.to_string().contains("42"), "{result}");
+
     // A one-time console code tried on the three nodes at once logs in once.
     let out = cl.plugd(cl.dirs[1].path()).arg("console").output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
