@@ -159,7 +159,7 @@ impl PgStore {
                 db: crate::redact(url),
                 problem: e.to_string(),
             })?;
-        PgStore::open_node(url, &PgOptions::default(), key.id()).await
+        PgStore::open_node(url, &PgOptions::from_env(), key.id()).await
     }
 
     /// The cluster record, checked against a node's master key id.

@@ -80,6 +80,7 @@ impl Journal {
         let opts = PgOptions {
             pool_size: 1,
             timeout: store.timeout,
+            op_timeout: store.op_timeout,
         };
         let counts = unwritten.clone();
         let thread = std::thread::Builder::new()

@@ -69,6 +69,32 @@ pub struct PgOptions {
     /// How long one connection attempt (socket and start-up) may take, and
     /// how long a caller waits for a free pooled connection.
     pub timeout: Duration,
+    /// How long one operation of the state traits may take in all (getting
+    /// a connection, its queries, its transaction): past it the caller gets
+    /// `Unavailable`, so a database that stopped answering (a network cut
+    /// that drops packets) never hangs a request.
+    pub op_timeout: Duration,
+}
+
+/// The variable that bounds one state operation in ms
+/// ([`PgOptions::op_timeout`]; [`PgOptions::from_env`]).
+pub const OP_TIMEOUT_ENV: &str = "PLUGD_STATE_TIMEOUT_MS";
+
+impl PgOptions {
+    /// The defaults, with [`OP_TIMEOUT_ENV`] applied when it holds a
+    /// positive number of milliseconds (anything else is ignored, warned).
+    pub fn from_env() -> PgOptions {
+        let mut o = PgOptions::default();
+        if let Ok(v) = std::env::var(OP_TIMEOUT_ENV) {
+            match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => o.op_timeout = Duration::from_millis(ms),
+                _ => tracing::warn!(
+                    "{OP_TIMEOUT_ENV}={v:?} is not a positive number of milliseconds; ignored"
+                ),
+            }
+        }
+        o
+    }
 }
 
 impl Default for PgOptions {
@@ -76,6 +102,7 @@ impl Default for PgOptions {
         PgOptions {
             pool_size: 16,
             timeout: Duration::from_secs(5),
+            op_timeout: Duration::from_millis(2_500),
         }
     }
 }
@@ -88,6 +115,8 @@ pub struct PgStore {
     /// The connection settings, for the journal's own connection.
     config: tokio_postgres::Config,
     timeout: Duration,
+    /// The bound of one trait operation (`PgOptions::op_timeout`).
+    op_timeout: Duration,
     /// The audit trail's and invocation records' writer, started on first
     /// use (`journal.rs`); dropping the store writes what it queued.
     journal: std::sync::OnceLock<journal::Journal>,
@@ -165,6 +194,7 @@ impl PgStore {
             label,
             config,
             timeout: opts.timeout,
+            op_timeout: opts.op_timeout,
             journal: std::sync::OnceLock::new(),
             token_cache: std::sync::Mutex::default(),
             epoch_flight: tokio::sync::Mutex::new(()),
@@ -188,6 +218,25 @@ impl PgStore {
             db: self.label.clone(),
             source: DbError::new(e),
         })
+    }
+
+    /// `op` bounded by [`PgOptions::op_timeout`]: past it, `Unavailable`
+    /// naming what did not answer (the operation is abandoned).
+    pub(crate) async fn bounded<T>(
+        &self,
+        what: &'static str,
+        op: impl std::future::Future<Output = Result<T, PgError>>,
+    ) -> Result<T, PgError> {
+        match tokio::time::timeout(self.op_timeout, op).await {
+            Ok(r) => r,
+            Err(_) => Err(PgError::Unavailable {
+                db: self.label.clone(),
+                source: DbError::new(NoAnswer {
+                    what,
+                    after: self.op_timeout,
+                }),
+            }),
+        }
     }
 
     /// A failed query as [`PgError`]: a broken connection, or the server
@@ -358,3 +407,23 @@ mod tests {
         check::<PgStore>();
     }
 }
+
+/// An operation the database did not finish within its bound.
+#[derive(Debug)]
+struct NoAnswer {
+    what: &'static str,
+    after: Duration,
+}
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} got no answer within {} ms",
+            self.what,
+            self.after.as_millis()
+        )
+    }
+}
+
+impl std::error::Error for NoAnswer {}

@@ -105,7 +105,7 @@ macro_rules! forward {
         #[async_trait::async_trait]
         impl $trait for PgStore {
             $( async fn $name(&self $(, $arg: $ty)*) -> Result<$ret, StoreError> {
-                Ok(PgStore::$name(self $(, $arg)*).await?)
+                Ok(self.bounded(stringify!($name), PgStore::$name(self $(, $arg)*)).await?)
             } )*
         }
     };
@@ -414,11 +414,16 @@ forward!(LeaseStore {
 #[async_trait::async_trait]
 impl ControlEpoch for PgStore {
     async fn control_epoch(&self) -> Result<i64, StoreError> {
-        Ok(PgStore::control_epoch(self).await?)
+        Ok(self
+            .bounded("control_epoch", PgStore::control_epoch(self))
+            .await?)
     }
 
     async fn control_epoch_within(&self, max_age: std::time::Duration) -> Result<i64, StoreError> {
-        Ok(PgStore::epoch_within(self, max_age).await?.0)
+        Ok(self
+            .bounded("control_epoch", PgStore::epoch_within(self, max_age))
+            .await?
+            .0)
     }
 }
 

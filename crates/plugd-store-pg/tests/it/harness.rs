@@ -10,6 +10,7 @@ fn opts() -> PgOptions {
     PgOptions {
         pool_size: 4,
         timeout: Duration::from_secs(5),
+        op_timeout: Duration::from_secs(5),
     }
 }
 

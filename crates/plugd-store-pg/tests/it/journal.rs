@@ -101,6 +101,7 @@ async fn entries_queued_while_the_server_is_down_are_written_when_it_is_back() {
             &PgOptions {
                 pool_size: 2,
                 timeout: Duration::from_secs(1),
+                op_timeout: Duration::from_secs(1),
             },
         )
         .await

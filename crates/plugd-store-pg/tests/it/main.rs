@@ -35,5 +35,6 @@ pub fn options() -> PgOptions {
     PgOptions {
         pool_size: 4,
         timeout: Duration::from_secs(10),
+        op_timeout: Duration::from_secs(10),
     }
 }

@@ -10,6 +10,7 @@ fn opts() -> PgOptions {
     PgOptions {
         pool_size: 2,
         timeout: Duration::from_secs(10),
+        op_timeout: Duration::from_secs(10),
     }
 }
 

@@ -16,6 +16,7 @@ async fn the_outbox_drains_across_server_restarts_with_nothing_lost() {
     let opts = plugd_store_pg::PgOptions {
         pool_size: 2,
         timeout: Duration::from_secs(2),
+        op_timeout: Duration::from_secs(2),
     };
     let first = PgStore::connect(&url, &opts).await.unwrap();
     let mut expected = HashSet::new();

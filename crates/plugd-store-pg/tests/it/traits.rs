@@ -19,6 +19,7 @@ async fn a_stopped_server_is_store_unavailable_through_the_traits() {
             &PgOptions {
                 pool_size: 2,
                 timeout: Duration::from_secs(2),
+                op_timeout: Duration::from_secs(2),
             },
         )
         .await

@@ -34,6 +34,16 @@ impl Cluster {
 
     /// [`Cluster::start`] with extra environment for every node.
     fn start_env(setup: impl Fn(char, &Path), env: &[(&str, &str)]) -> Cluster {
+        Cluster::start_with(setup, env, |_, url| url.to_owned())
+    }
+
+    /// [`Cluster::start_env`], each node reaching the database at
+    /// `url_for(node, the cluster's url)` (a proxy, say).
+    fn start_with(
+        setup: impl Fn(char, &Path),
+        env: &[(&str, &str)],
+        url_for: impl Fn(char, &str) -> String,
+    ) -> Cluster {
         let url = TestPg::shared().fresh_database();
         let nats = TestNats::start();
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
@@ -56,10 +66,14 @@ impl Cluster {
         for (i, id) in ["a", "b", "c"].iter().enumerate() {
             let dir = cluster.dirs[i].path();
             let mut cmd = cluster.plugd(dir);
-            cmd.env("PLUGD_NATS", cluster.nats.url())
-                .env("PLUGD_NODE_ID", id)
-                .envs(env.iter().copied())
-                .args(["serve", "--listen", "127.0.0.1:0"]);
+            cmd.env(
+                "PLUGD_STATE",
+                url_for(id.chars().next().unwrap(), &cluster.url),
+            )
+            .env("PLUGD_NATS", cluster.nats.url())
+            .env("PLUGD_NODE_ID", id)
+            .envs(env.iter().copied())
+            .args(["serve", "--listen", "127.0.0.1:0"]);
             let log = dir.join("serve.log");
             cluster.nodes.push(Serve::spawn(cmd, log, token.clone()));
         }
@@ -737,4 +751,150 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
             "plugin process {pid} of the killed node is still alive"
         );
     }
+}
+
+/// A TCP proxy on loopback in front of the test PostgreSQL's Unix socket
+/// that can cut the node using it off: while cut, what either side sends is
+/// swallowed (the connections stay open, as across a partition that drops
+/// packets) and new connections get nothing; healing closes the swallowed
+/// ones and forwards again.
+struct PgProxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    victims: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl PgProxy {
+    /// A proxy to the socket of the database at `url` (a `TestPg` URL).
+    fn start(url: &str) -> PgProxy {
+        use std::sync::atomic::Ordering;
+        let param = |k: &str| {
+            url.split(['?', '&'])
+                .find_map(|p| p.strip_prefix(&format!("{k}=")))
+                .unwrap()
+                .to_owned()
+        };
+        let socket = Path::new(&param("host")).join(format!(".s.PGSQL.{}", param("port")));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let victims = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (c, v) = (cut.clone(), victims.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                v.lock().unwrap().push(conn.try_clone().unwrap());
+                let Ok(db) = std::os::unix::net::UnixStream::connect(&socket) else {
+                    continue;
+                };
+                let pump =
+                    |mut from: Box<dyn std::io::Read + Send>,
+                     mut to: Box<dyn std::io::Write + Send>,
+                     cut: std::sync::Arc<std::sync::atomic::AtomicBool>| {
+                        std::thread::spawn(move || {
+                            let mut buf = [0u8; 16384];
+                            loop {
+                                match from.read(&mut buf) {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) if !cut.load(Ordering::SeqCst) => {
+                                        if to.write_all(&buf[..n]).is_err() {
+                                            return;
+                                        }
+                                    }
+                                    Ok(_) => {}
+                                }
+                            }
+                        });
+                    };
+                pump(
+                    Box::new(conn.try_clone().unwrap()),
+                    Box::new(db.try_clone().unwrap()),
+                    c.clone(),
+                );
+                pump(Box::new(db), Box::new(conn), c.clone());
+            }
+        });
+        PgProxy { port, cut, victims }
+    }
+
+    /// `url` through this proxy.
+    fn url(&self, url: &str) -> String {
+        let db = url.split('?').next().unwrap().rsplit('/').next().unwrap();
+        format!("postgres://plugd@127.0.0.1:{}/{db}", self.port)
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn heal(&self) {
+        for c in self.victims.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_node_cut_off_from_postgres_answers_503_and_never_accepts_a_revoked_token() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    let proxy = std::sync::OnceLock::<PgProxy>::new();
+    let cl = Cluster::start_with(
+        |_, _| {},
+        &[],
+        |n, url| {
+            if n == 'a' {
+                proxy.get_or_init(|| PgProxy::start(url)).url(url)
+            } else {
+                url.to_owned()
+            }
+        },
+    );
+    let proxy = proxy.get().unwrap();
+    let agent = cl.token("agent", "agent-1");
+    let tools = |n: char| request_as(cl.node(n), &agent, "GET", "/v1/tools", &[], None);
+    let ready = |n: char| request_as(cl.node(n), "", "GET", "/readyz", &[], None).status;
+    for n in ['a', 'b', 'c'] {
+        assert_eq!(tools(n).status, 200);
+        assert_eq!(ready(n), 200);
+    }
+
+    // Cut A off: within 3 s it answers 503 (and says so to its load
+    // balancer); the others go on.
+    proxy.cut();
+    let started = std::time::Instant::now();
+    let unready = eventually_blocking(Duration::from_secs(3), || ready('a') == 503);
+    assert!(unready, "A still ready 3 s after the cut\n{}", cl.logs());
+    let t = std::time::Instant::now();
+    let r = tools('a');
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(r.header("retry-after"), Some("1"), "{}", r.text());
+    assert!(started.elapsed() < Duration::from_secs(9));
+    assert_eq!(ready('b'), 200);
+
+    // The token is revoked meanwhile (through C's workspace); A, cut off,
+    // never accepts it.
+    let out = cl
+        .plugd(cl.dirs[2].path())
+        .args(["token", "revoke", "agent-1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(tools('b').status, 401);
+    for _ in 0..3 {
+        let s = tools('a').status;
+        assert!(
+            s == 503 || s == 401,
+            "A answered {s} to a revoked token while cut off"
+        );
+    }
+
+    // Healed: A is ready again within 5 s and refuses the token.
+    proxy.heal();
+    let back = eventually_blocking(Duration::from_secs(5), || ready('a') == 200);
+    assert!(back, "A not ready 5 s after healing\n{}", cl.logs());
+    assert_eq!(tools('a').status, 401);
 }

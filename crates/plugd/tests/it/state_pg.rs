@@ -16,6 +16,7 @@ async fn pg(url: &str) -> Arc<dyn StateStore> {
     let opts = PgOptions {
         pool_size: 4,
         timeout: Duration::from_secs(10),
+        op_timeout: Duration::from_secs(10),
     };
     Arc::new(PgStore::connect(url, &opts).await.unwrap())
 }
