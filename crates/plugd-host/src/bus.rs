@@ -239,6 +239,11 @@ pub trait Bus: Send + Sync {
     /// Calls `sink` for every event matching `pattern` until the returned
     /// guard is dropped.
     fn subscribe_sink(&self, pattern: &str, sink: Sink) -> Result<SubscriptionGuard, SubjectError>;
+    /// Counters of the bus's traffic with other nodes, as (name, help,
+    /// value) for `GET /metrics`; none for a bus within one process.
+    fn node_counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        Vec::new()
+    }
     /// Events matching `pattern` into a queue of `depth` events; what does not
     /// fit is shed and counted in [`Subscription::shed`].
     fn subscribe(&self, pattern: &str, depth: usize) -> Result<Subscription, SubjectError> {

@@ -89,6 +89,13 @@ impl NatsBus {
             let (client, stats, node) = (client.clone(), stats.clone(), node.to_owned());
             tokio::spawn(async move {
                 while let Some(event) = queue.recv().await {
+                    // At most once, as on one node: while NATS is away the
+                    // other nodes miss the event (counted), rather than get
+                    // it late from the client's buffer.
+                    if client.connection_state() != async_nats::connection::State::Connected {
+                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let Ok(body) = serde_json::to_vec(&event) else {
                         stats.dropped.fetch_add(1, Ordering::Relaxed);
                         continue;
@@ -181,6 +188,32 @@ impl Bus for NatsBus {
 
     fn subscribe_sink(&self, pattern: &str, sink: Sink) -> Result<SubscriptionGuard, SubjectError> {
         self.local.subscribe_sink(pattern, sink)
+    }
+
+    fn node_counters(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let s = &self.stats;
+        vec![
+            (
+                "plugd_cluster_bus_relayed_total",
+                "Bus events sent to the other nodes over NATS.",
+                s.relayed.load(Ordering::Relaxed),
+            ),
+            (
+                "plugd_cluster_bus_dropped_total",
+                "Bus events the other nodes did not get (NATS unreachable, or the relay queue full).",
+                s.dropped.load(Ordering::Relaxed),
+            ),
+            (
+                "plugd_cluster_bus_received_total",
+                "Bus events received from other nodes.",
+                s.received.load(Ordering::Relaxed),
+            ),
+            (
+                "plugd_cluster_bus_refused_total",
+                "Messages on the bus subjects refused (malformed, oversized, or lying about their topic).",
+                s.refused.load(Ordering::Relaxed),
+            ),
+        ]
     }
 }
 

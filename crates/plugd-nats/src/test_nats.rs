@@ -14,54 +14,42 @@ pub const NATS_SERVER: &str = "/usr/sbin/nats-server";
 pub struct TestNats {
     port: u16,
     dir: tempfile::TempDir,
-    /// The shell that runs the server and stops it when its stdin closes.
-    watchdog: Child,
+    /// The shell that runs the server and stops it when its stdin closes
+    /// (`None` while stopped).
+    watchdog: Option<Child>,
 }
 
 impl TestNats {
     /// Starts a server and waits (at most 10 s) until it accepts
     /// connections; panics naming what is missing when it cannot.
     pub fn start() -> TestNats {
-        let bin = std::env::var_os("PLUGD_NATS_SERVER")
-            .map_or_else(|| PathBuf::from(NATS_SERVER), PathBuf::from);
-        assert!(
-            bin.exists(),
-            "{} is missing: install Debian's nats-server package (scripts/test does)",
-            bin.display()
-        );
         let dir = tempfile::Builder::new()
             .prefix("plugd-nats-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
         let port = free_port();
-        // The server runs under a shell that waits for its stdin to close
-        // (this value dropped, or the test process gone), then stops it.
-        #[allow(clippy::disallowed_methods)] // the test's own nats-server
-        let mut watchdog = Command::new("/bin/sh")
-            .arg("-c")
-            .arg("\"$0\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >\"$2/log\" 2>&1 & pid=$!; read _; kill $pid; wait $pid")
-            .arg(&bin)
-            .arg(port.to_string())
-            .arg(dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let end = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > end {
-                let log = std::fs::read_to_string(dir.path().join("log")).unwrap_or_default();
-                let _ = watchdog.kill();
-                panic!("nats-server did not accept connections on port {port} within 10 s:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let watchdog = spawn(port, dir.path());
         TestNats {
             port,
             dir,
-            watchdog,
+            watchdog: Some(watchdog),
         }
+    }
+
+    /// Stops the server (its JetStream store stays for [`TestNats::restart`]).
+    pub fn stop(&mut self) {
+        if let Some(mut w) = self.watchdog.take() {
+            if let Some(mut stdin) = w.stdin.take() {
+                let _ = stdin.write_all(b"\n");
+            }
+            let _ = w.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.watchdog = Some(spawn(self.port, self.dir.path()));
     }
 
     /// The server's URL.
@@ -75,12 +63,45 @@ impl TestNats {
     }
 }
 
+/// Runs the server on `port` with its store in `dir` under a shell that
+/// stops it when its stdin closes; waits until it accepts connections.
+fn spawn(port: u16, dir: &std::path::Path) -> Child {
+    let bin = std::env::var_os("PLUGD_NATS_SERVER")
+        .map_or_else(|| PathBuf::from(NATS_SERVER), PathBuf::from);
+    assert!(
+        bin.exists(),
+        "{} is missing: install Debian's nats-server package (scripts/test does)",
+        bin.display()
+    );
+    // The server runs under a shell that waits for its stdin to close
+    // (the value dropped, or the test process gone), then stops it.
+    #[allow(clippy::disallowed_methods)] // the test's own nats-server
+    let mut watchdog = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("\"$0\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >>\"$2/log\" 2>&1 & pid=$!; read _; kill $pid; wait $pid")
+        .arg(&bin)
+        .arg(port.to_string())
+        .arg(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let end = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > end {
+            let log = std::fs::read_to_string(dir.join("log")).unwrap_or_default();
+            let _ = watchdog.kill();
+            panic!("nats-server did not accept connections on port {port} within 10 s:\n{log}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    watchdog
+}
+
 impl Drop for TestNats {
     fn drop(&mut self) {
-        if let Some(mut stdin) = self.watchdog.stdin.take() {
-            let _ = stdin.write_all(b"\n");
-        }
-        let _ = self.watchdog.wait();
+        self.stop();
     }
 }
 

@@ -74,6 +74,11 @@ pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore>
 pub async fn nats_connect(url: &str, node: &str) -> anyhow::Result<async_nats::Client> {
     async_nats::ConnectOptions::new()
         .name(format!("plugd {node}"))
+        // Back within half a second of NATS returning, however long it
+        // was away (the client's default backs off to seconds).
+        .reconnect_delay_callback(|attempts| {
+            std::time::Duration::from_millis((attempts as u64 * 100).min(500))
+        })
         .connect(url)
         .await
         .map_err(|e| {

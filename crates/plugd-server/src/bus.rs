@@ -187,6 +187,11 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
             "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
         ));
     }
+    for (name, help, v) in state.runtime.bus().node_counters() {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+        ));
+    }
     crate::channels::metrics(&mut out, &state.runtime.channel_stats());
     crate::invocations::metrics(&mut out, state.runtime.invocations().stats());
     (

@@ -898,3 +898,105 @@ fn a_node_cut_off_from_postgres_answers_503_and_never_accepts_a_revoked_token() 
     assert!(back, "A not ready 5 s after healing\n{}", cl.logs());
     assert_eq!(tools('a').status, 401);
 }
+
+/// Counter `name` of `node`'s `GET /metrics`.
+fn metric(node: &Serve, name: &str) -> u64 {
+    let text = node.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+fn while_nats_is_away_the_nodes_serve_and_count_what_they_cannot_share() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    let mut cl = Cluster::start(|_, _| {});
+    let publish = |cl: &Cluster, n: char| {
+        let r = cl.node(n).post(
+            "/v1/bus/publish",
+            &json!({"subject": "plugin.test.nodes", "payload": {"n": 1}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    const RECEIVED: &str = "plugd_cluster_bus_received_total";
+    const DROPPED: &str = "plugd_cluster_bus_dropped_total";
+    let before = metric(cl.node('b'), RECEIVED);
+    publish(&cl, 'a');
+    let got = eventually_blocking(Duration::from_secs(2), || {
+        metric(cl.node('b'), RECEIVED) > before
+    });
+    assert!(got, "B received A's event\n{}", cl.logs());
+    // A session on B, and an answer to a question B never asked (another
+    // node's, as far as B can tell): handed off, nobody takes it, 202.
+    let r = mcp_post(
+        cl.node('b'),
+        &cl.node('b').token,
+        "/mcp",
+        None,
+        &initialize(),
+    );
+    let session = r.header("mcp-session-id").unwrap().to_owned();
+    let stray = json!({"jsonrpc": "2.0", "id": "plugd-00000000-1", "result": {}});
+    let answer = |cl: &Cluster| {
+        mcp_post(
+            cl.node('b'),
+            &cl.node('b').token,
+            "/mcp",
+            Some(&session),
+            &stray,
+        )
+    };
+    assert_eq!(answer(&cl).status, 202);
+
+    // NATS goes away.
+    cl.nats.stop();
+    let dropped = metric(cl.node('a'), DROPPED);
+    let counted = eventually_blocking(Duration::from_secs(5), || {
+        publish(&cl, 'a');
+        metric(cl.node('a'), DROPPED) > dropped
+    });
+    assert!(
+        counted,
+        "A counts the events the others miss\n{}",
+        cl.logs()
+    );
+    let refused = eventually_blocking(Duration::from_secs(5), || {
+        let r = answer(&cl);
+        r.status == 503
+            && r.header("retry-after") == Some("1")
+            && r.json()["error"]["code"] == "nodes_unavailable"
+    });
+    assert!(
+        refused,
+        "a hand-off while NATS is away is 503 nodes_unavailable"
+    );
+    // What PostgreSQL carries goes on: a new token works on every node.
+    let token = cl.token("viewer", "while-nats-is-away");
+    for n in ['a', 'b', 'c'] {
+        let r = request_as(cl.node(n), &token, "GET", "/v1/tools", &[], None);
+        assert_eq!(r.status, 200, "node {n}: {}", r.text());
+        assert_eq!(
+            request_as(cl.node(n), "", "GET", "/readyz", &[], None).status,
+            200
+        );
+    }
+
+    // NATS returns: within 2 s events cross again and hand-offs work.
+    cl.nats.restart();
+    let back = std::time::Instant::now();
+    let resumed = eventually_blocking(Duration::from_secs(2), || {
+        let before = metric(cl.node('c'), RECEIVED);
+        publish(&cl, 'a');
+        std::thread::sleep(Duration::from_millis(100));
+        metric(cl.node('c'), RECEIVED) > before && answer(&cl).status == 202
+    });
+    assert!(
+        resumed,
+        "not resumed {:?} after NATS returned\n{}",
+        back.elapsed(),
+        cl.logs()
+    );
+}
