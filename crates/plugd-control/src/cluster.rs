@@ -27,6 +27,27 @@ pub struct ClusterView {
     pub config_digest: Option<String>,
 }
 
+/// Whether `id` may name a node: 1 to 64 letters, digits, `.`, `_` or
+/// `-`, starting with a letter or digit (it names lease holders
+/// `NODE/TASK`, log lines and NATS connections).
+pub fn is_node_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Whether `url` may name the cluster's NATS: `nats://` or `tls://` URLs,
+/// several separated by commas (the servers of a NATS cluster).
+pub fn is_nats_url(url: &str) -> bool {
+    !url.is_empty()
+        && url.split(',').all(|u| {
+            let u = u.trim();
+            (u.starts_with("nats://") || u.starts_with("tls://")) && u.len() > "tls://".len()
+        })
+}
+
 /// The node a lease holder belongs to (holders are `NODE/TASK`).
 pub fn holder_node(holder: &str) -> &str {
     holder.split_once('/').map_or(holder, |(n, _)| n)

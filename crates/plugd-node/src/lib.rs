@@ -67,11 +67,18 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
         };
     let store = state.open(&dir.canonicalize()?.join(".plugd")).await?;
     tracing::info!(state = state.name(), db = %store.describe(), "state backend open");
-    let node = match &config.node_id {
+    // `--nats`/`PLUGD_NATS` and `--node-id`/`PLUGD_NODE_ID`, else
+    // plugd.yaml's `cluster:` (read at start).
+    let (nats, node_id) = plugd_runtime::config::cluster_settings(
+        config.nats.as_deref(),
+        config.node_id.as_deref(),
+        yaml.as_ref(),
+    );
+    let node = match &node_id {
         Some(id) => check_node_id(id)?,
         None => plugd_control::id::fresh("node"),
     };
-    let (bus, pins) = match &config.nats {
+    let (bus, pins) = match &nats {
         None => (bus, None),
         Some(url) => {
             anyhow::ensure!(
@@ -107,13 +114,8 @@ pub async fn run(config: NodeConfig, backends: Backends) -> Result<()> {
 /// A `--node-id`: 1 to 64 letters, digits, `.`, `_` or `-`, starting with
 /// a letter or digit (it names lease holders `NODE/TASK` and log lines).
 fn check_node_id(id: &str) -> Result<String> {
-    let ok = (1..=64).contains(&id.len())
-        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     anyhow::ensure!(
-        ok,
+        plugd_control::cluster::is_node_id(id),
         "--node-id {id:?}: use 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"
     );
     Ok(id.to_owned())

@@ -104,6 +104,28 @@ pub struct PlugdConfig {
     /// workspace's SQLite file. Read when a node or command opens the
     /// store, never live.
     pub state: Option<String>,
+    /// `cluster:`: this node's NATS and id when neither flags nor the
+    /// environment say; read at start, never live.
+    pub cluster: ClusterConfig,
+}
+
+/// `cluster:` of plugd.yaml: how `plugd serve` joins its cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ClusterConfig {
+    /// `nats:`: the cluster's NATS (`nats://` or `tls://` URLs, comma
+    /// separated); `plugd serve --nats` and `PLUGD_NATS` win.
+    pub nats: Option<String>,
+    /// `node_id:`: this node's id; `--node-id` and `PLUGD_NODE_ID` win.
+    pub node_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCluster {
+    #[serde(default)]
+    nats: Option<String>,
+    #[serde(default)]
+    node_id: Option<String>,
 }
 
 /// `http:`: how `plugd serve` treats connections, on its Unix socket and
@@ -425,6 +447,8 @@ struct RawDoc {
     marketplace: Option<Spanned<crate::marketplace::RawMarketplace>>,
     #[serde(default)]
     state: Option<Spanned<String>>,
+    #[serde(default)]
+    cluster: Option<Spanned<RawCluster>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -739,6 +763,29 @@ impl PlugdConfig {
                 ));
             }
             config.state = Some(url.value);
+        }
+        if let Some(c) = raw.cluster {
+            let line = c.referenced.line();
+            let RawCluster { nats, node_id } = c.value;
+            if let Some(n) = &nats
+                && !plugd_control::cluster::is_nats_url(n)
+            {
+                return Err(cx.invalid(
+                    "cluster.nats",
+                    line,
+                    "nats:// or tls:// URLs, comma separated",
+                ));
+            }
+            if let Some(id) = &node_id
+                && !plugd_control::cluster::is_node_id(id)
+            {
+                return Err(cx.invalid(
+                    "cluster.node_id",
+                    line,
+                    "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+                ));
+            }
+            config.cluster = ClusterConfig { nats, node_id };
         }
         Ok(config)
     }
@@ -1066,6 +1113,24 @@ pub fn state_url(flag: Option<&str>, config: Option<&PlugdConfig>) -> Option<Str
         .or_else(|| config.and_then(|c| c.state.clone()))
 }
 
+/// How `plugd serve` joins its cluster: (NATS URL, node id), each from its
+/// flag (`--nats`, `--node-id`, which clap fills from `PLUGD_NATS` and
+/// `PLUGD_NODE_ID`), else plugd.yaml's `cluster:`.
+pub fn cluster_settings(
+    nats_flag: Option<&str>,
+    node_flag: Option<&str>,
+    config: Option<&PlugdConfig>,
+) -> (Option<String>, Option<String>) {
+    let from = |flag: Option<&str>, yaml: fn(&ClusterConfig) -> Option<String>| {
+        flag.map(str::to_owned)
+            .or_else(|| config.and_then(|c| yaml(&c.cluster)))
+    };
+    (
+        from(nats_flag, |c| c.nats.clone()),
+        from(node_flag, |c| c.node_id.clone()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1108,6 +1173,34 @@ mod tests {
             assert_eq!(state_url(None, Some(&c)), c.state);
             assert_eq!(state_url(None, None), None);
         }
+    }
+
+    #[test]
+    fn cluster_names_the_nats_and_the_node_and_flags_win() {
+        let c = valid("cluster:\n  nats: nats://n1:4222,tls://n2:4222\n  node_id: eu-1\n");
+        assert_eq!(
+            c.cluster.nats.as_deref(),
+            Some("nats://n1:4222,tls://n2:4222")
+        );
+        assert_eq!(c.cluster.node_id.as_deref(), Some("eu-1"));
+        assert_eq!(valid("eager: []\n").cluster, ClusterConfig::default());
+        for (bad, field) in [
+            ("cluster:\n  nats: http://x\n", "cluster.nats"),
+            ("cluster:\n  node_id: a/b\n", "cluster.node_id"),
+        ] {
+            let e = err(bad);
+            assert!(e.contains(field), "{e}");
+            assert!(
+                !schema_violations(bad).unwrap().is_empty(),
+                "schema accepts {bad}"
+            );
+        }
+        assert!(err("cluster:\n  peers: 3\n").contains("peers"));
+        assert_eq!(
+            cluster_settings(Some("nats://flag:1"), None, Some(&c)),
+            (Some("nats://flag:1".into()), Some("eu-1".into()))
+        );
+        assert_eq!(cluster_settings(None, None, None), (None, None));
     }
 
     fn schema_accepts(text: &str) {

@@ -71,9 +71,14 @@ impl Cluster {
                 url_for(id.chars().next().unwrap(), &cluster.url),
             )
             .env("PLUGD_NATS", cluster.nats.url())
-            .env("PLUGD_NODE_ID", id)
             .envs(env.iter().copied())
             .args(["serve", "--listen", "127.0.0.1:0"]);
+            // A node whose plugd.yaml names it (`cluster: node_id:`) is
+            // left to that.
+            let yaml = std::fs::read_to_string(dir.join("plugd.yaml")).unwrap_or_default();
+            if !yaml.contains("node_id:") {
+                cmd.env("PLUGD_NODE_ID", id);
+            }
             let log = dir.join("serve.log");
             cluster.nodes.push(Serve::spawn(cmd, log, token.clone()));
         }
@@ -296,8 +301,9 @@ fn every_node_lists_the_cluster_and_one_with_another_config_is_not_ready() {
     }
     // C starts with another plugd.yaml than A and B.
     let cl = Cluster::start(|n, dir| {
+        // C also takes its id from plugd.yaml's `cluster:`.
         let text = if n == 'c' {
-            "# node c differs\n"
+            "# node c differs\ncluster:\n  node_id: c\n"
         } else {
             "# the cluster's\n"
         };
