@@ -29,7 +29,8 @@ pub(crate) struct SharedPins {
     blobs: OnceLock<Arc<dyn PinBlobs>>,
     /// Pin names this process stored or found in the blob store.
     published: Mutex<HashSet<String>>,
-    /// (plugin, approval digest, catalog) last followed here, so an
+    /// (plugin, approval digest, catalog) last followed here without being
+    /// listed (its files here differ, no pin to take), so an
     /// unchanged approval is not digested again at every epoch.
     followed: Mutex<HashMap<String, String>>,
 }
@@ -170,6 +171,10 @@ impl Runtime {
             let Some(approval) = self.inner.state.approval(&id).await? else {
                 continue;
             };
+            // Only what could not be listed is remembered: a plugin listed
+            // here and withdrawn later is listed again when re-approved
+            // with the same content.
+            let mut listed = false;
             match self.supervised(&id) {
                 Ok(sup) => {
                     let spec = sup.spec().clone();
@@ -182,6 +187,7 @@ impl Runtime {
                         .unwrap_or_else(|e| Err(e.to_string()))
                     };
                     if digest.as_ref() == Ok(&approval.digest) {
+                        listed = true;
                         let tools: Vec<ToolDef> =
                             serde_json::from_value(approval.catalog.clone()).unwrap_or_default();
                         write(&self.inner.registry).set_plugin_tools(&id, &tools);
@@ -206,12 +212,17 @@ impl Runtime {
                 }
                 Err(_) => {}
             }
-            self.inner
+            let mut followed = self
+                .inner
                 .shared_pins
                 .followed
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id, key);
+                .unwrap_or_else(|p| p.into_inner());
+            if listed {
+                followed.remove(&id);
+            } else {
+                followed.insert(id, key);
+            }
         }
         if adopted_any {
             self.rescan().await;

@@ -1006,3 +1006,124 @@ fn while_nats_is_away_the_nodes_serve_and_count_what_they_cannot_share() {
         cl.logs()
     );
 }
+
+#[test]
+fn racing_approvals_and_a_revoked_token_under_flood_agree_on_every_node() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    // Every node has the plugin's directory: any node may approve it.
+    let cl = Cluster::start(|_, dir| copy_example(dir, "hello-bash"));
+
+    // 100 approve/revoke pairs, each pair racing on two nodes, four pairs
+    // at a time.
+    let approvals = std::sync::atomic::AtomicUsize::new(0);
+    let withdrawals = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for lane in 0..4usize {
+            let (cl, approvals, withdrawals) = (&cl, &approvals, &withdrawals);
+            s.spawn(move || {
+                for round in 0..25usize {
+                    let i = lane * 25 + round;
+                    let (x, y) = (i % 3, (i + 1 + lane % 2) % 3);
+                    std::thread::scope(|s| {
+                        s.spawn(|| {
+                            let r = cl.nodes[x].post("/v1/plugins/hello_bash:approve", &json!({}));
+                            if r.status == 200 {
+                                approvals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        });
+                        s.spawn(|| {
+                            let r = cl.nodes[y].post("/v1/plugins/hello_bash:revoke", &json!({}));
+                            if r.status == 200 && r.json()["was_approved"] == true {
+                                withdrawals.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            }
+                        });
+                    });
+                }
+            });
+        }
+    });
+    let (approvals, withdrawals) = (approvals.into_inner(), withdrawals.into_inner());
+    assert!(
+        approvals >= 10 && withdrawals >= 10,
+        "{approvals} approvals, {withdrawals} withdrawals"
+    );
+    let approved = crate::support::block_on(async {
+        let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
+        let store = plugd_store_pg::PgStore::open_node(
+            &cl.url,
+            &plugd_store_pg::PgOptions::default(),
+            key.id(),
+        )
+        .await
+        .unwrap();
+        store.approval("hello_bash").await.unwrap().is_some()
+    });
+    let agree = eventually_blocking(Duration::from_secs(2), || {
+        ['a', 'b', 'c']
+            .iter()
+            .all(|n| cl.tools(*n).contains(&TOOL.to_owned()) == approved)
+    });
+    let views: Vec<_> = ['a', 'b', 'c'].iter().map(|n| cl.tools(*n)).collect();
+    assert!(
+        agree,
+        "the database says approved={approved}, the nodes list {views:?}\n{}",
+        cl.logs()
+    );
+
+    // A token revoked while all three nodes are flooded with its requests:
+    // not one request sent after the revoke returned succeeds.
+    let token = cl.token("viewer", "flooded");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let revoked_at = std::sync::OnceLock::<std::time::Instant>::new();
+    let late_successes = std::sync::atomic::AtomicUsize::new(0);
+    let early_successes = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for n in 0..3usize {
+            for _ in 0..2 {
+                let (cl, token, stop, revoked_at, late, early) = (
+                    &cl,
+                    &token,
+                    &stop,
+                    &revoked_at,
+                    &late_successes,
+                    &early_successes,
+                );
+                s.spawn(move || {
+                    use std::sync::atomic::Ordering;
+                    while !stop.load(Ordering::SeqCst) {
+                        let sent = std::time::Instant::now();
+                        let r = request_as(&cl.nodes[n], token, "GET", "/v1/tools", &[], None);
+                        if r.status == 200 {
+                            match revoked_at.get() {
+                                Some(at) if sent > *at => late.fetch_add(1, Ordering::SeqCst),
+                                _ => early.fetch_add(1, Ordering::SeqCst),
+                            };
+                        }
+                    }
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        let out = cl
+            .plugd(cl.dirs[1].path())
+            .args(["token", "revoke", "flooded"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        revoked_at.set(std::time::Instant::now()).unwrap();
+        std::thread::sleep(Duration::from_millis(1_000));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    use std::sync::atomic::Ordering;
+    assert!(
+        early_successes.load(Ordering::SeqCst) > 0,
+        "the flood reached the nodes"
+    );
+    assert_eq!(
+        late_successes.load(Ordering::SeqCst),
+        0,
+        "requests after the revoke succeeded"
+    );
+}
