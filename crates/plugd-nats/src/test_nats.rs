@@ -23,10 +23,18 @@ impl TestNats {
     /// Starts a server and waits (at most 10 s) until it accepts
     /// connections; panics naming what is missing when it cannot.
     pub fn start() -> TestNats {
+        TestNats::start_with("")
+    }
+
+    /// [`TestNats::start`] with `config` (nats-server's configuration
+    /// format: `authorization { … }`, say) as its configuration file.
+    pub fn start_with(config: &str) -> TestNats {
         let dir = tempfile::Builder::new()
             .prefix("plugd-nats-")
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        std::fs::write(dir.path().join("nats.conf"), config)
+            .unwrap_or_else(|e| panic!("cannot write nats.conf: {e}"));
         let port = free_port();
         let watchdog = spawn(port, dir.path());
         TestNats {
@@ -78,7 +86,7 @@ fn spawn(port: u16, dir: &std::path::Path) -> Child {
     #[allow(clippy::disallowed_methods)] // the test's own nats-server
     let mut watchdog = Command::new("/bin/sh")
         .arg("-c")
-        .arg("\"$0\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >>\"$2/log\" 2>&1 & pid=$!; read _; kill $pid; wait $pid")
+        .arg("\"$0\" -c \"$2/nats.conf\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >>\"$2/log\" 2>&1 & pid=$!; read _; kill $pid; wait $pid")
         .arg(&bin)
         .arg(port.to_string())
         .arg(dir)

@@ -70,23 +70,40 @@ pub async fn open_postgres(url: &str) -> anyhow::Result<plugd_store_pg::PgStore>
     Ok(plugd_store_pg::PgStore::open_node_with_env_key(url).await?)
 }
 
-/// A connection of node `node` to the cluster's NATS at `url`.
+/// A connection of node `node` to the cluster's NATS at `url` (`nats://`
+/// or `tls://` URLs, comma separated). Credentials in the URL
+/// (`nats://user:password@host`, or `nats://token@host`) are sent as such:
+/// the client library would otherwise drop them.
 pub async fn nats_connect(url: &str, node: &str) -> anyhow::Result<async_nats::Client> {
-    async_nats::ConnectOptions::new()
+    let redacted = plugd_nats::redact_url(url);
+    let mut servers = Vec::new();
+    let mut creds: Option<(String, Option<String>)> = None;
+    for u in url.split(',') {
+        let addr: async_nats::ServerAddr = u
+            .trim()
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--nats {redacted}: not a NATS URL: {e}"))?;
+        if let Some(user) = addr.username() {
+            creds = Some((user.to_owned(), addr.password().map(str::to_owned)));
+        }
+        servers.push(addr);
+    }
+    let mut options = async_nats::ConnectOptions::new();
+    match creds {
+        Some((user, Some(password))) => options = options.user_and_password(user, password),
+        Some((token, None)) => options = options.token(token),
+        None => {}
+    }
+    options
         .name(format!("plugd {node}"))
         // Back within half a second of NATS returning, however long it
         // was away (the client's default backs off to seconds).
         .reconnect_delay_callback(|attempts| {
             std::time::Duration::from_millis((attempts as u64 * 100).min(500))
         })
-        .connect(url)
+        .connect(servers)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot connect to NATS at {}: {e}",
-                plugd_nats::redact_url(url)
-            )
-        })
+        .map_err(|e| anyhow::anyhow!("cannot connect to NATS at {redacted}: {e}"))
 }
 
 /// The bus of node `node` on the cluster's NATS: events reach every

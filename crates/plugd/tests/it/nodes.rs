@@ -44,8 +44,21 @@ impl Cluster {
         env: &[(&str, &str)],
         url_for: impl Fn(char, &str) -> String,
     ) -> Cluster {
-        let url = TestPg::shared().fresh_database();
         let nats = TestNats::start();
+        let nats_url = nats.url();
+        Cluster::start_on(nats, &nats_url, setup, env, url_for)
+    }
+
+    /// [`Cluster::start_with`] on `nats`, which the nodes reach at
+    /// `nats_url` (credentials included, say).
+    fn start_on(
+        nats: TestNats,
+        nats_url: &str,
+        setup: impl Fn(char, &Path),
+        env: &[(&str, &str)],
+        url_for: impl Fn(char, &str) -> String,
+    ) -> Cluster {
+        let url = TestPg::shared().fresh_database();
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
         for (dir, n) in dirs.iter().zip("abc".chars()) {
             setup(n, dir.path());
@@ -70,7 +83,7 @@ impl Cluster {
                 "PLUGD_STATE",
                 url_for(id.chars().next().unwrap(), &cluster.url),
             )
-            .env("PLUGD_NATS", cluster.nats.url())
+            .env("PLUGD_NATS", nats_url)
             .envs(env.iter().copied())
             .args(["serve", "--listen", "127.0.0.1:0"]);
             // A node whose plugd.yaml names it (`cluster: node_id:`) is
@@ -1126,4 +1139,93 @@ fn racing_approvals_and_a_revoked_token_under_flood_agree_on_every_node() {
         0,
         "requests after the revoke succeeded"
     );
+}
+
+#[test]
+fn only_the_clusters_nats_user_can_publish_on_plugds_subjects() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    // The operator's NATS: plugd's user gets plugd's subjects, JetStream's
+    // (the pins) and its inboxes; another user gets everything else.
+    let nats = TestNats::start_with(
+        r#"
+authorization {
+  users = [
+    { user: plugd, password: "n4ts-s3cret",
+      permissions: { publish: ["plugd.>", "$JS.>", "$O.>", "_INBOX.>"],
+                     subscribe: ["plugd.>", "$JS.>", "$O.>", "_INBOX.>"] } }
+    { user: other, password: "other",
+      permissions: { publish: { deny: ["plugd.>", "$JS.>", "$O.>"] },
+                     subscribe: { deny: ["plugd.>", "$JS.>", "$O.>"] } } }
+  ]
+}
+"#,
+    );
+    let port = nats.url().rsplit(':').next().unwrap().to_owned();
+    let with = |user: &str, pass: &str| format!("nats://{user}:{pass}@127.0.0.1:{port}");
+    let plugd_url = with("plugd", "n4ts-s3cret");
+    let cl = Cluster::start_on(
+        nats,
+        &plugd_url,
+        |n, dir| {
+            if n == 'a' {
+                copy_example(dir, "hello-bash");
+            }
+        },
+        &[],
+        |_, url| url.to_owned(),
+    );
+    // The nodes work with those permissions: approval pins travel.
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/hello_bash:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let listed = eventually_blocking(Duration::from_secs(2), || {
+        cl.tools('c').contains(&TOOL.to_owned())
+    });
+    assert!(listed, "{}", cl.logs());
+    let admin = cl.node('a').token.clone();
+    assert_eq!(cl.invoke('c', &admin).status, 200, "{}", cl.logs());
+
+    const RECEIVED: &str = "plugd_cluster_bus_received_total";
+    const REFUSED: &str = "plugd_cluster_bus_refused_total";
+    let before = (
+        metric(cl.node('b'), RECEIVED),
+        metric(cl.node('b'), REFUSED),
+    );
+    let event =
+        serde_json::to_vec(&json!({"topic": "plugin.inbound.slack", "source": "x", "payload": {}}))
+            .unwrap();
+    crate::support::block_on(async {
+        // No credentials: the server refuses the connection.
+        let anon = async_nats::ConnectOptions::new()
+            .max_reconnects(Some(1))
+            .connect(format!("nats://127.0.0.1:{port}"));
+        let anon = tokio::time::timeout(Duration::from_secs(3), anon).await;
+        assert!(!matches!(anon, Ok(Ok(_))), "an anonymous client connected");
+        // Another user: its publishes on plugd's subjects are refused.
+        let other =
+            async_nats::ConnectOptions::with_user_and_password("other".into(), "other".into())
+                .connect(format!("nats://127.0.0.1:{port}"))
+                .await
+                .unwrap();
+        for _ in 0..5 {
+            let _ = other
+                .publish("plugd.bus.plugin.inbound.slack", event.clone().into())
+                .await;
+        }
+        let _ = other.flush().await;
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        (
+            metric(cl.node('b'), RECEIVED),
+            metric(cl.node('b'), REFUSED)
+        ),
+        before,
+        "another user's message reached a node"
+    );
+    // The password reaches no log line.
+    assert!(!cl.logs().contains("n4ts-s3cret"), "{}", cl.logs());
 }
