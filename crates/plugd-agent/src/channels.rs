@@ -375,21 +375,35 @@ async fn keep_leased(runtime: Runtime, a: Arc<dyn ChannelAdapter>, holder: Strin
 }
 
 /// Renews the lease `name` every [`CHANNEL_LEASE_EVERY`]; returns when it
-/// is lost: another holder has it, or no renewal succeeded for longer than
-/// the time to live minus one interval (it may have run out meanwhile).
+/// is lost: another holder has it, or no renewal succeeded within the time
+/// to live minus one interval of the last one. A renewal that hangs (a
+/// store cut off) is abandoned at that point too, so the node steps down
+/// while its lease still runs and the stop reaches the plugin before
+/// another node can take over.
 async fn hold(runtime: &Runtime, name: &str, holder: &str, ttl_ms: i64) {
-    let mut renewed = tokio::time::Instant::now();
     let margin = CHANNEL_LEASE_TTL.saturating_sub(CHANNEL_LEASE_EVERY);
+    let mut step_down = tokio::time::Instant::now() + margin;
     loop {
         tokio::time::sleep(CHANNEL_LEASE_EVERY).await;
-        match runtime.state().lease_acquire(name, holder, ttl_ms).await {
-            Ok(Some(_)) => renewed = tokio::time::Instant::now(),
-            Ok(None) => return,
-            Err(e) => {
+        let asked = tokio::time::Instant::now();
+        match tokio::time::timeout_at(
+            step_down,
+            runtime.state().lease_acquire(name, holder, ttl_ms),
+        )
+        .await
+        {
+            // The store's lease runs from when it answered, after `asked`.
+            Ok(Ok(Some(_))) => step_down = asked + margin,
+            Ok(Ok(None)) => return,
+            Ok(Err(e)) => {
                 tracing::warn!(lease = %name, "cannot renew the channel's lease: {e}");
-                if renewed.elapsed() >= margin {
+                if tokio::time::Instant::now() >= step_down {
                     return;
                 }
+            }
+            Err(_) => {
+                tracing::warn!(lease = %name, "the channel's lease could not be renewed in time: stepping down before it runs out");
+                return;
             }
         }
     }

@@ -15,8 +15,12 @@ use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// How far a sender's clock may be from the receiver's, in ms.
-pub const MAX_SKEW_MS: i64 = 30_000;
+/// How far a sender's clock may be from the receiver's, in ms: five
+/// minutes, so nodes whose clocks drifted apart by minutes still hand off
+/// (time decisions are the database's; this bounds only how long a
+/// captured envelope could be replayed, and the nonce cache covers that
+/// window).
+pub const MAX_SKEW_MS: i64 = 300_000;
 
 /// Most nonces remembered (beyond, the oldest go first and a message that
 /// old is refused by its time anyway).

@@ -46,7 +46,12 @@ impl Cluster {
     ) -> Cluster {
         let nats = TestNats::start();
         let nats_url = nats.url();
-        Cluster::start_on(nats, &nats_url, setup, env, url_for)
+        let env = |_: char| {
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        Cluster::start_on(nats, &nats_url, setup, &env, url_for)
     }
 
     /// [`Cluster::start_with`] on `nats`, which the nodes reach at
@@ -55,7 +60,7 @@ impl Cluster {
         nats: TestNats,
         nats_url: &str,
         setup: impl Fn(char, &Path),
-        env: &[(&str, &str)],
+        env: &dyn Fn(char) -> Vec<(String, String)>,
         url_for: impl Fn(char, &str) -> String,
     ) -> Cluster {
         let url = TestPg::shared().fresh_database();
@@ -84,7 +89,7 @@ impl Cluster {
                 url_for(id.chars().next().unwrap(), &cluster.url),
             )
             .env("PLUGD_NATS", nats_url)
-            .envs(env.iter().copied())
+            .envs(env(id.chars().next().unwrap()))
             .args(["serve", "--listen", "127.0.0.1:0"]);
             // A node whose plugd.yaml names it (`cluster: node_id:`) is
             // left to that.
@@ -446,73 +451,7 @@ fn a_call_waits_on_one_node_for_another_and_a_killed_node_loses_no_session() {
     // An elicitation raised by a call on A (an MCP client that can answer
     // approves the `high` call itself) answered by a POST that lands on B:
     // B hands the answer to A, and the call completes on A's stream.
-    let mut init = initialize();
-    init["params"]["capabilities"] = json!({"elicitation": {}});
-    let r = mcp_post(cl.node('a'), &admin, "/mcp", None, &init);
-    assert_eq!(r.status, 200, "{}", r.text());
-    let asking = r.header("mcp-session-id").unwrap().to_owned();
-    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-                      "params": {"name": "hello_python_add", "arguments": {"a": 20, "b": 22}}});
-    let mut stream = crate::http::connect(cl.node('a').addr);
-    let body = call.to_string();
-    let len = body.len().to_string();
-    crate::http::write_head_as(
-        &mut stream,
-        "POST",
-        "/mcp",
-        cl.node('a'),
-        &admin,
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("Mcp-Session-Id", &asking),
-            ("Content-Length", &len),
-        ],
-    );
-    std::io::Write::write_all(&mut stream, body.as_bytes()).unwrap();
-    let mut reader = std::io::BufReader::new(stream);
-    let (status, _) = crate::http::read_head(&mut reader);
-    assert_eq!(status, 200);
-    // Each SSE message of A's stream, as it comes.
-    let mut pending = String::new();
-    let mut next_message = || -> Value {
-        loop {
-            if let Some(end) = pending.find("\n\n") {
-                let event: String = pending.drain(..end + 2).collect();
-                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: "))
-                    && let Ok(v) = serde_json::from_str::<Value>(data)
-                {
-                    return v;
-                }
-                continue;
-            }
-            let chunk = crate::http::read_chunk(&mut reader).expect("the stream ended early");
-            pending.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    };
-    let question = loop {
-        let m = next_message();
-        if m["method"] == "elicitation/create" {
-            break m;
-        }
-    };
-    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
-                        "result": {"action": "accept", "content": {"approve": true}}});
-    let r = mcp_post(cl.node('b'), &admin, "/mcp", Some(&asking), &answer);
-    assert_eq!(r.status, 202, "{}", r.text());
-    let result = loop {
-        let m = next_message();
-        if m["id"] == 9 {
-            break m;
-        }
-    };
-    assert_eq!(
-        result["result"]["isError"],
-        false,
-        "{result}\n{}",
-        cl.logs()
-    );
-    assert!(result.to_string().contains("42"), "{result}");
+    elicit_across(&cl, 'a', 'b', &admin);
 
     // A one-time console code tried on the three nodes at once logs in once.
     let out = cl.plugd(cl.dirs[1].path()).arg("console").output().unwrap();
@@ -566,6 +505,79 @@ fn a_call_waits_on_one_node_for_another_and_a_killed_node_loses_no_session() {
     let r = mcp_post(&nodes[0], &admin, "/mcp", Some(&session), &call);
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("after"), "{}", r.text());
+}
+
+/// A `high` call of `hello_python_add` on node `ask` by an MCP client that
+/// can answer elicitations: the approval question comes on `ask`'s stream,
+/// the client's answer is POSTed to node `answering`, and the call completes.
+fn elicit_across(cl: &Cluster, ask: char, answering: char, admin: &str) {
+    let mut init = initialize();
+    init["params"]["capabilities"] = json!({"elicitation": {}});
+    let r = mcp_post(cl.node(ask), admin, "/mcp", None, &init);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let asking = r.header("mcp-session-id").unwrap().to_owned();
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+                      "params": {"name": "hello_python_add", "arguments": {"a": 20, "b": 22}}});
+    let mut stream = crate::http::connect(cl.node(ask).addr);
+    let body = call.to_string();
+    let len = body.len().to_string();
+    crate::http::write_head_as(
+        &mut stream,
+        "POST",
+        "/mcp",
+        cl.node(ask),
+        admin,
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("Mcp-Session-Id", &asking),
+            ("Content-Length", &len),
+        ],
+    );
+    std::io::Write::write_all(&mut stream, body.as_bytes()).unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let (status, _) = crate::http::read_head(&mut reader);
+    assert_eq!(status, 200);
+    // Each SSE message of A's stream, as it comes.
+    let mut pending = String::new();
+    let mut next_message = || -> Value {
+        loop {
+            if let Some(end) = pending.find("\n\n") {
+                let event: String = pending.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: "))
+                    && let Ok(v) = serde_json::from_str::<Value>(data)
+                {
+                    return v;
+                }
+                continue;
+            }
+            let chunk = crate::http::read_chunk(&mut reader).expect("the stream ended early");
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    let question = loop {
+        let m = next_message();
+        if m["method"] == "elicitation/create" {
+            break m;
+        }
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": question["id"],
+                        "result": {"action": "accept", "content": {"approve": true}}});
+    let r = mcp_post(cl.node(answering), admin, "/mcp", Some(&asking), &answer);
+    assert_eq!(r.status, 202, "{}", r.text());
+    let result = loop {
+        let m = next_message();
+        if m["id"] == 9 {
+            break m;
+        }
+    };
+    assert_eq!(
+        result["result"]["isError"],
+        false,
+        "{result}\n{}",
+        cl.logs()
+    );
+    assert!(result.to_string().contains("42"), "{result}");
 }
 
 /// The pids of plugin `id`'s processes on `node`.
@@ -1173,7 +1185,7 @@ authorization {
                 copy_example(dir, "hello-bash");
             }
         },
-        &[],
+        &|_| Vec::new(),
         |_, url| url.to_owned(),
     );
     // The nodes work with those permissions: approval pins travel.
@@ -1228,4 +1240,185 @@ authorization {
     );
     // The password reaches no log line.
     assert!(!cl.logs().contains("n4ts-s3cret"), "{}", cl.logs());
+}
+
+/// Debian's libfaketime: a node started with it sees another wall clock.
+const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+/// Writes the outbox test package (`test/outbox`, one hook `recorder` on
+/// `run.completed` that acks and appends to `ledger`) into `dir`.
+fn outbox_package(dir: &Path, ledger: &Path) {
+    let p = dir.join(".plugins/outbox");
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::copy(
+        repo().join("tests/plugins/outbox/outbox_plugin.py"),
+        p.join("plugin.py"),
+    )
+    .unwrap();
+    let entry = json!(["python3", "plugin.py", "ack", ledger.display().to_string()]);
+    std::fs::write(
+        p.join("vai-plugin.toml"),
+        format!(
+            "api_version = \"vai.plugin.v1\"\npackage_id = \"test/outbox\"\nversion = \"0.1.0\"\n\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = {entry}\n\n[[exports]]\nid = \"recorder\"\nkind = \"hook\"\n[exports.hook]\nsubscribes_to = [\"run.completed\"]\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    assert!(
+        Path::new(LIBFAKETIME).exists(),
+        "{LIBFAKETIME} is missing: install Debian's faketime package (scripts/test does)"
+    );
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let ledger = ledger_dir.path().join("ledger.jsonl");
+    std::fs::write(&ledger, "").unwrap();
+    let nats = TestNats::start();
+    let nats_url = nats.url();
+    // B's clock is 2 minutes ahead, C's 2 minutes behind (wall clock only:
+    // timers run on the monotonic clock, as on a real machine).
+    let env = |n: char| {
+        let mut e: Vec<(String, String)> = vec![
+            ("PLUGD_OUTBOX_LEASE_MS".into(), "3000".into()),
+            ("PLUGD_OUTBOX_POLL_MS".into(), "100".into()),
+        ];
+        let off = match n {
+            'b' => "+120s",
+            'c' => "-120s",
+            _ => return e,
+        };
+        e.push(("LD_PRELOAD".into(), LIBFAKETIME.into()));
+        e.push(("FAKETIME".into(), off.into()));
+        e.push(("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()));
+        e
+    };
+    let cl = Cluster::start_on(
+        nats,
+        &nats_url,
+        |n, dir| {
+            std::fs::write(
+                dir.join("plugd.yaml"),
+                "risk:\n  tools:\n    hello_python_add: high\nsandbox:\n  plugins:\n    \"test/outbox\": {enabled: false}\n",
+            )
+            .unwrap();
+            if n == 'a' {
+                copy_example(dir, "hello-python");
+                outbox_package(dir, &ledger);
+            }
+        },
+        &env,
+        |_, url| url.to_owned(),
+    );
+    let admin = cl.node('a').token.clone();
+    // The skew is real: each node's log lines carry its own clock.
+    let first_time = |n: char| -> i64 {
+        let log = cl.node(n).log_text();
+        // The first `YYYY-MM-DDTHH:MM:SS` in the log.
+        let shape = b"dddd-dd-ddTdd:dd:dd";
+        let t = log
+            .as_bytes()
+            .windows(shape.len())
+            .find(|w| {
+                w.iter().zip(shape).all(|(c, s)| {
+                    if *s == b'd' {
+                        c.is_ascii_digit()
+                    } else {
+                        c == s
+                    }
+                })
+            })
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .unwrap_or_else(|| panic!("no time in node {n}'s log:\n{log}"));
+        let num = |r: std::ops::Range<usize>| t[r].parse::<i64>().unwrap();
+        num(8..10) * 86_400 + num(11..13) * 3_600 + num(14..16) * 60 + num(17..19)
+    };
+    let (a, b, c) = (first_time('a'), first_time('b'), first_time('c'));
+    assert!(
+        (b - a - 120).abs() <= 15,
+        "B is not 2 minutes ahead: {a} {b}"
+    );
+    assert!(
+        (a - c - 120).abs() <= 15,
+        "C is not 2 minutes behind: {a} {c}"
+    );
+    // Each node is live for the others: rows stamped by the database.
+    let view = cl.node('a').get("/v1/cluster").json();
+    assert_eq!(view["nodes"].as_array().unwrap().len(), 3, "{view}");
+
+    for id in ["hello_python", "test%2Foutbox"] {
+        let r = cl
+            .node('a')
+            .post(&format!("/v1/plugins/{id}:approve"), &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let listed = eventually_blocking(Duration::from_secs(2), || {
+        ['b', 'c']
+            .iter()
+            .all(|n| cl.tools(*n).contains(&"hello_python_greet".to_owned()))
+    });
+    assert!(listed, "{}", cl.logs());
+    // Hand-offs between nodes 4 minutes apart: asked on C, answered on B.
+    elicit_across(&cl, 'c', 'b', &admin);
+
+    // Deliveries with 3 s leases: a node that judged leases by its own
+    // clock would take the others' at once (duplicates) or never; none.
+    const EVENTS: usize = 300;
+    crate::support::block_on(async {
+        use plugd_control::store::outbox::{NewEvent, Subscriber};
+        let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
+        let store = plugd_store_pg::PgStore::open_node(
+            &cl.url,
+            &plugd_store_pg::PgOptions::default(),
+            key.id(),
+        )
+        .await
+        .unwrap();
+        let subs = [Subscriber {
+            plugin_id: "test/outbox".into(),
+            export_id: "recorder".into(),
+        }];
+        for i in 0..EVENTS {
+            store
+                .outbox_enqueue(
+                    &NewEvent {
+                        event_type: "run.completed".into(),
+                        subject: json!({"kind": "run", "id": format!("run_{i}")}),
+                        summary: json!({}),
+                    },
+                    &subs,
+                )
+                .await
+                .unwrap();
+        }
+    });
+    let lines = || -> Vec<Value> {
+        std::fs::read_to_string(&ledger)
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let ids = |v: &[Value]| -> std::collections::BTreeSet<String> {
+        v.iter()
+            .map(|l| l["delivery_id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let drained = eventually_blocking(Duration::from_secs(60), || ids(&lines()).len() >= EVENTS);
+    let all = lines();
+    assert!(
+        drained,
+        "{} of {EVENTS} delivered\n{}",
+        ids(&all).len(),
+        cl.logs()
+    );
+    assert_eq!(all.len(), EVENTS, "no delivery applied twice");
+    // Every attempt was a first one: nothing was re-leased early.
+    assert!(
+        all.iter().all(|l| l["attempt"] == 1),
+        "a delivery was attempted again"
+    );
 }
