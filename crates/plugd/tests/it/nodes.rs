@@ -612,21 +612,7 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
     let setup = |n: char, dir: &Path| {
         std::fs::write(dir.join("plugd.yaml"), &yaml).unwrap();
         if n == 'a' {
-            let p = dir.join(".plugins/outbox");
-            std::fs::create_dir_all(&p).unwrap();
-            std::fs::copy(
-                repo().join("tests/plugins/outbox/outbox_plugin.py"),
-                p.join("plugin.py"),
-            )
-            .unwrap();
-            let entry = json!(["python3", "plugin.py", "ack", ledger.display().to_string()]);
-            std::fs::write(
-                p.join("vai-plugin.toml"),
-                format!(
-                    "api_version = \"vai.plugin.v1\"\npackage_id = \"{PACKAGE}\"\nversion = \"0.1.0\"\n\n[runtime]\nprotocol = \"vai.rpc.v1\"\ntransport = \"stdio\"\nentrypoint = {entry}\n\n[[exports]]\nid = \"recorder\"\nkind = \"hook\"\n[exports.hook]\nsubscribes_to = [\"run.completed\"]\n"
-                ),
-            )
-            .unwrap();
+            outbox_package(dir, &ledger);
         }
     };
     // Leases of 3 s, so a dead node's deliveries come back quickly.
@@ -654,39 +640,7 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
     assert!(known, "B and C know the approved package\n{}", cl.logs());
 
     // The events, straight into the cluster's outbox.
-    let enqueue = |from: usize, to: usize| -> Vec<String> {
-        crate::support::block_on(async {
-            use plugd_control::store::outbox::{NewEvent, Subscriber};
-            let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
-            let store = plugd_store_pg::PgStore::open_node(
-                &cl.url,
-                &plugd_store_pg::PgOptions::default(),
-                key.id(),
-            )
-            .await
-            .unwrap();
-            let subs = [Subscriber {
-                plugin_id: PACKAGE.into(),
-                export_id: "recorder".into(),
-            }];
-            let mut ids = Vec::new();
-            for i in from..to {
-                let q = store
-                    .outbox_enqueue(
-                        &NewEvent {
-                            event_type: "run.completed".into(),
-                            subject: json!({"kind": "run", "id": format!("run_{i}")}),
-                            summary: json!({"n": i}),
-                        },
-                        &subs,
-                    )
-                    .await
-                    .unwrap();
-                ids.extend(q.deliveries.into_iter().map(|d| d.to_string()));
-            }
-            ids
-        })
-    };
+    let enqueue = |from: usize, to: usize| enqueue(&cl.url, from, to);
     let enqueued = enqueue(0, EVENTS);
     assert_eq!(enqueued.len(), EVENTS);
 
@@ -1265,6 +1219,43 @@ fn outbox_package(dir: &Path, ledger: &Path) {
     .unwrap();
 }
 
+/// `run.completed` events `from..to` written straight into the outbox of
+/// the cluster at `url`, one delivery each to `test/outbox`'s `recorder`;
+/// the delivery ids.
+fn enqueue(url: &str, from: usize, to: usize) -> Vec<String> {
+    crate::support::block_on(async {
+        use plugd_control::store::outbox::{NewEvent, Subscriber};
+        let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
+        let store = plugd_store_pg::PgStore::open_node(
+            url,
+            &plugd_store_pg::PgOptions::default(),
+            key.id(),
+        )
+        .await
+        .unwrap();
+        let subs = [Subscriber {
+            plugin_id: "test/outbox".into(),
+            export_id: "recorder".into(),
+        }];
+        let mut ids = Vec::new();
+        for i in from..to {
+            let q = store
+                .outbox_enqueue(
+                    &NewEvent {
+                        event_type: "run.completed".into(),
+                        subject: json!({"kind": "run", "id": format!("run_{i}")}),
+                        summary: json!({"n": i}),
+                    },
+                    &subs,
+                )
+                .await
+                .unwrap();
+            ids.extend(q.deliveries.into_iter().map(|d| d.to_string()));
+        }
+        ids
+    })
+}
+
 #[test]
 fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
     if sqlite_only("the cluster harness makes its own database; it runs once") {
@@ -1367,34 +1358,7 @@ fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
     // Deliveries with 3 s leases: a node that judged leases by its own
     // clock would take the others' at once (duplicates) or never; none.
     const EVENTS: usize = 300;
-    crate::support::block_on(async {
-        use plugd_control::store::outbox::{NewEvent, Subscriber};
-        let key = plugd_store::secrets::MasterKey::from_hex(TEST_MASTER_KEY, "test").unwrap();
-        let store = plugd_store_pg::PgStore::open_node(
-            &cl.url,
-            &plugd_store_pg::PgOptions::default(),
-            key.id(),
-        )
-        .await
-        .unwrap();
-        let subs = [Subscriber {
-            plugin_id: "test/outbox".into(),
-            export_id: "recorder".into(),
-        }];
-        for i in 0..EVENTS {
-            store
-                .outbox_enqueue(
-                    &NewEvent {
-                        event_type: "run.completed".into(),
-                        subject: json!({"kind": "run", "id": format!("run_{i}")}),
-                        summary: json!({}),
-                    },
-                    &subs,
-                )
-                .await
-                .unwrap();
-        }
-    });
+    enqueue(&cl.url, 0, EVENTS);
     let lines = || -> Vec<Value> {
         std::fs::read_to_string(&ledger)
             .unwrap()
