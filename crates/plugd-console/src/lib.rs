@@ -35,6 +35,28 @@ pub fn cookie_name(port: u16) -> String {
     format!("plugd_console_{port}")
 }
 
+/// The cookie's name for a request whose `Host` header is `host`, received
+/// on local port `local`: named after the port the browser used (the
+/// `Host`'s), so that every node behind one address (a load balancer in
+/// front of a cluster) reads the same cookie while two serves reached on
+/// two ports of one host keep theirs apart. A `Host` without a port (a
+/// balancer on 80 or 443) names `plugd_console`; no `Host` at all, the
+/// local port.
+pub fn cookie_name_for(host: Option<&str>, local: u16) -> String {
+    let Some(host) = host.map(str::trim).filter(|h| !h.is_empty()) else {
+        return cookie_name(local);
+    };
+    // `[::1]:7777`, `host:7777`, `host`, `[::1]`.
+    let after_bracket = host.rsplit_once(']').map_or(host, |(_, rest)| rest);
+    match after_bracket
+        .rsplit_once(':')
+        .map(|(_, p)| p.parse::<u16>())
+    {
+        Some(Ok(port)) => cookie_name(port),
+        _ => "plugd_console".to_owned(),
+    }
+}
+
 /// The session id in a `Cookie` header value, if it carries the cookie
 /// named `name`.
 pub fn session_cookie<'a>(cookie_header: &'a str, name: &str) -> Option<&'a str> {
@@ -93,6 +115,25 @@ mod tests {
         let set = set_cookie(&name, "abc");
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
         assert!(clear_cookie(&name).contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn the_cookie_is_named_after_the_port_the_browser_used() {
+        assert_eq!(
+            cookie_name_for(Some("127.0.0.1:7001"), 7003),
+            "plugd_console_7001"
+        );
+        assert_eq!(
+            cookie_name_for(Some("plugd.example"), 7003),
+            "plugd_console"
+        );
+        assert_eq!(
+            cookie_name_for(Some("[::1]:8080"), 7003),
+            "plugd_console_8080"
+        );
+        assert_eq!(cookie_name_for(Some("[::1]"), 7003), "plugd_console");
+        assert_eq!(cookie_name_for(None, 7003), "plugd_console_7003");
+        assert_eq!(cookie_name_for(Some("h:notaport"), 7003), "plugd_console");
     }
 
     #[test]

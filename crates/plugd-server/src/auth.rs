@@ -643,7 +643,10 @@ async fn console_identity(
     local: SocketAddr,
     headers: &HeaderMap,
 ) -> Result<(Identity, Option<ConsoleSession>), Response> {
-    let cookie = plugd_console::cookie_name(local.port());
+    let cookie = plugd_console::cookie_name_for(
+        headers.get(header::HOST).and_then(|h| h.to_str().ok()),
+        local.port(),
+    );
     let id = headers
         .get_all(header::COOKIE)
         .iter()

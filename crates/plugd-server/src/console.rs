@@ -38,6 +38,7 @@ struct LoginBody {
 async fn login(
     State(state): State<AppState>,
     Extension(peer): Extension<Peer>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let Peer::Tcp { remote, local } = peer else {
@@ -124,7 +125,11 @@ async fn login(
             .into_response();
         }
     };
-    let cookie = plugd_console::set_cookie(&plugd_console::cookie_name(local.port()), &id);
+    let name = plugd_console::cookie_name_for(
+        headers.get(header::HOST).and_then(|h| h.to_str().ok()),
+        local.port(),
+    );
+    let cookie = plugd_console::set_cookie(&name, &id);
     let mut resp = StatusCode::NO_CONTENT.into_response();
     if let Ok(v) = HeaderValue::from_str(&cookie) {
         resp.headers_mut().insert(header::SET_COOKIE, v);

@@ -227,10 +227,15 @@ pub(crate) fn write_head_as(
     token: &str,
     headers: &[(&str, &str)],
 ) {
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
-        serve.addr
-    );
+    // A `Host` among `headers` (a load balancer's address) replaces serve's.
+    let mut head = if headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n")
+    } else {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            serve.addr
+        )
+    };
     // An empty token: no Authorization header at all (a browser's request).
     if !token.is_empty() {
         head.push_str(&format!("Authorization: Bearer {token}\r\n"));

@@ -1386,3 +1386,80 @@ fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
         "a delivery was attempted again"
     );
 }
+
+#[test]
+fn a_console_login_holds_on_every_node_and_a_logout_anywhere_ends_it() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    // The nodes accept the balancer's name as their Host (plugd.yaml).
+    let cl = Cluster::start(|_, dir| {
+        std::fs::write(
+            dir.join("plugd.yaml"),
+            "http:\n  allowed_hosts: [\"plugd.test\"]\n",
+        )
+        .unwrap();
+    });
+    let operator = cl.token("operator", "console-user");
+    // The browser sees one address, the load balancer's (`plugd.test`, on
+    // port 80), and sends that `Host` to whichever node it reaches.
+    let front = "plugd.test";
+    let browser =
+        |n: char, method: &str, path: &str, headers: &[(&str, &str)], body: Option<Value>| {
+            let text = body.map(|b| b.to_string());
+            let mut all = headers.to_vec();
+            all.push(("Host", front));
+            if text.is_some() {
+                all.push(("Content-Type", "application/json"));
+            }
+            request_as(
+                cl.node(n),
+                "",
+                method,
+                path,
+                &all,
+                text.as_deref().map(str::as_bytes),
+            )
+        };
+    let r = browser(
+        'a',
+        "POST",
+        "/console/login",
+        &[],
+        Some(json!({"token": operator})),
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    let cookie = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let csrf = browser('a', "GET", "/console/session", &[("Cookie", &cookie)], None).json()["csrf"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for n in ['b', 'c'] {
+        let s = browser(n, "GET", "/console/session", &[("Cookie", &cookie)], None);
+        assert_eq!(s.status, 200, "node {n}: {}", s.text());
+        assert_eq!(s.json()["csrf"], csrf.as_str(), "node {n}");
+        assert_eq!(
+            browser(n, "GET", "/v1/plugins", &[("Cookie", &cookie)], None).status,
+            200,
+            "node {n}"
+        );
+    }
+    let out = browser(
+        'c',
+        "POST",
+        "/console/logout",
+        &[("Cookie", &cookie), ("X-Plugd-CSRF", &csrf)],
+        Some(json!({})),
+    );
+    assert_eq!(out.status, 204, "{}", out.text());
+    for n in ['a', 'b', 'c'] {
+        browser(n, "GET", "/v1/plugins", &[("Cookie", &cookie)], None)
+            .error(401, "unauthenticated");
+    }
+}
