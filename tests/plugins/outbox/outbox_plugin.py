@@ -7,6 +7,8 @@ Every hook.handle request is first appended to RECORD_FILE as one JSON line
 (export, delivery_id, attempt, event, pid, pgid, time), then answered by MODE:
 
   ack             status "ack"
+  ack_after_20ms  waits 20 ms, then "ack" (work that waits: the nodes of a
+                  cluster share it by their slots, not by who gets the CPU)
   sleep_first     attempt 1 sleeps 120 s (the test kills the host meanwhile),
                   later attempts "ack"
   retryable_once  attempt 1 "retryable_failure", later attempts "ack"
@@ -96,6 +98,9 @@ def handle(msg):
     record(export, body)
     attempt = body.get("attempt")
     if export != "recorder" or MODE == "ack":
+        respond(rid, {"status": "ack"})
+    elif MODE == "ack_after_20ms":
+        time.sleep(0.02)
         respond(rid, {"status": "ack"})
     elif MODE == "sleep_first":
         if attempt == 1:

@@ -1200,7 +1200,8 @@ authorization {
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
 /// Writes the outbox test package (`test/outbox`, one hook `recorder` on
-/// `run.completed` that acks and appends to `ledger`) into `dir`.
+/// `run.completed` that appends to `ledger`, waits 20 ms and acks) into
+/// `dir`.
 fn outbox_package(dir: &Path, ledger: &Path) {
     let p = dir.join(".plugins/outbox");
     std::fs::create_dir_all(&p).unwrap();
@@ -1209,7 +1210,14 @@ fn outbox_package(dir: &Path, ledger: &Path) {
         p.join("plugin.py"),
     )
     .unwrap();
-    let entry = json!(["python3", "plugin.py", "ack", ledger.display().to_string()]);
+    // Each delivery waits 20 ms: how the nodes share them then depends on
+    // their delivery slots, not on which process the loaded machine runs.
+    let entry = json!([
+        "python3",
+        "plugin.py",
+        "ack_after_20ms",
+        ledger.display().to_string()
+    ]);
     std::fs::write(
         p.join("vai-plugin.toml"),
         format!(
