@@ -4,7 +4,7 @@
 Usage: outbox_plugin.py MODE RECORD_FILE [PACKAGE_ID VERSION]
 
 Every hook.handle request is first appended to RECORD_FILE as one JSON line
-(export, delivery_id, attempt, event, pid, pgid, time), then answered by MODE:
+(export, delivery_id, attempt, event, pid, ppid, pgid, time), then answered by MODE:
 
   ack             status "ack"
   ack_after_20ms  waits 20 ms, then "ack" (work that waits: the nodes of a
@@ -71,6 +71,7 @@ def record(export, body):
         "attempt": body.get("attempt"),
         "event": body.get("event"),
         "pid": os.getpid(),
+        "ppid": os.getppid(),
         "pgid": os.getpgid(0),
         "t": time.time(),
     })
