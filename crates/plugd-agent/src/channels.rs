@@ -23,7 +23,7 @@
 //! kind and sender and counted ([`ChannelStats`]); they never stop serve.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -226,7 +226,14 @@ impl ChannelService {
         let (tx, mut rx) = mpsc::channel::<(String, Event)>(INBOUND_QUEUE);
         let mut subscriptions = Vec::new();
         let bus = runtime.bus();
+        // On a cluster's bus every node hears a kind's inbound events; only
+        // the node running the kind's adapter (holding its lease) answers
+        // them, so a message gets one turn and one reply.
+        let spans_nodes = bus.spans_nodes();
+        let mut running = HashMap::new();
         for a in &adapters {
+            let runs = Arc::new(AtomicBool::new(false));
+            running.insert(a.kind().to_owned(), runs.clone());
             for pattern in [
                 format!("plugin.inbound.{}", a.kind()),
                 format!("plugin.inbound.{}.>", a.kind()),
@@ -234,17 +241,20 @@ impl ChannelService {
                 let tx = tx.clone();
                 let c = runtime.channel_counters(a.kind());
                 let kind = a.kind().to_owned();
-                let sink: Sink =
-                    Arc::new(
-                        move |e: &Event| match tx.try_send((kind.clone(), e.clone())) {
-                            Ok(()) => Delivery::Queued,
-                            Err(mpsc::error::TrySendError::Full(_)) => {
-                                c.shed.fetch_add(1, Ordering::Relaxed);
-                                Delivery::Shed
-                            }
-                            Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
-                        },
-                    );
+                let runs = runs.clone();
+                let sink: Sink = Arc::new(move |e: &Event| {
+                    if spans_nodes && !runs.load(Ordering::Relaxed) {
+                        return Delivery::Closed;
+                    }
+                    match tx.try_send((kind.clone(), e.clone())) {
+                        Ok(()) => Delivery::Queued,
+                        Err(mpsc::error::TrySendError::Full(_)) => {
+                            c.shed.fetch_add(1, Ordering::Relaxed);
+                            Delivery::Shed
+                        }
+                        Err(mpsc::error::TrySendError::Closed(_)) => Delivery::Closed,
+                    }
+                });
                 match bus.subscribe_sink(&pattern, sink) {
                     Ok(g) => subscriptions.push(g),
                     Err(e) => {
@@ -257,7 +267,15 @@ impl ChannelService {
         let holder = format!("{}/channels", runtime.node_id());
         let keepers = adapters
             .iter()
-            .map(|a| tokio::spawn(keep_leased(runtime.clone(), a.clone(), holder.clone())))
+            .map(|a| {
+                let runs = running.remove(a.kind()).unwrap_or_default();
+                tokio::spawn(keep_leased(
+                    runtime.clone(),
+                    a.clone(),
+                    holder.clone(),
+                    runs,
+                ))
+            })
             .collect();
         let r = router.clone();
         let task = tokio::spawn(async move {
@@ -342,7 +360,13 @@ fn lease_name(kind: &str) -> String {
 /// renewing it every [`CHANNEL_LEASE_EVERY`], and on losing it stops the
 /// adapter and tries again; without it, tries every
 /// [`CHANNEL_LEASE_EVERY`]. One node alone takes it at once.
-async fn keep_leased(runtime: Runtime, a: Arc<dyn ChannelAdapter>, holder: String) {
+/// `runs` is true while this node holds the lease.
+async fn keep_leased(
+    runtime: Runtime,
+    a: Arc<dyn ChannelAdapter>,
+    holder: String,
+    runs: Arc<AtomicBool>,
+) {
     let name = lease_name(a.kind());
     let ttl_ms = CHANNEL_LEASE_TTL.as_millis() as i64;
     let mut waiting_logged = false;
@@ -351,10 +375,15 @@ async fn keep_leased(runtime: Runtime, a: Arc<dyn ChannelAdapter>, holder: Strin
             Ok(Some(lease)) => {
                 waiting_logged = false;
                 tracing::info!(kind = %a.kind(), plugin = %a.owner(), fence = lease.fence, "holding the channel's lease: this node runs it");
+                runs.store(true, Ordering::Relaxed);
                 tokio::select! {
-                    () = keep_started(runtime.clone(), a.clone()) => return,
+                    () = keep_started(runtime.clone(), a.clone()) => {
+                        runs.store(false, Ordering::Relaxed);
+                        return;
+                    }
                     () = hold(&runtime, &name, &holder, ttl_ms) => {}
                 }
+                runs.store(false, Ordering::Relaxed);
                 tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "lost the channel's lease to another node: stopping the channel here");
                 if let Err(e) = a.stop().await {
                     tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "channel.stop failed: {e}");

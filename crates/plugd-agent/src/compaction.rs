@@ -18,7 +18,8 @@ use plugd_dialects::vai;
 use plugd_host::dialect::CallContext;
 use plugd_manifest::vai::ExportKind;
 use plugd_runtime::Runtime;
-use plugd_runtime::compaction::CompactorConfig;
+use plugd_runtime::agent_seam::JobFailure;
+use plugd_runtime::compaction::{CompactorConfig, job_compaction_prefix};
 use plugd_store::outbox::NewEvent;
 use serde_json::{Value, json};
 
@@ -64,6 +65,17 @@ pub async fn compact_session(
     cfg: &CompactorConfig,
     run_id: Option<&str>,
 ) -> Result<Compaction, CompactionError> {
+    compact_session_as(rt, session_id, cfg, run_id, fresh_id("cmp")).await
+}
+
+/// [`compact_session`] under the compaction id `compaction_id`.
+async fn compact_session_as(
+    rt: &Runtime,
+    session_id: &str,
+    cfg: &CompactorConfig,
+    run_id: Option<&str>,
+    compaction_id: String,
+) -> Result<Compaction, CompactionError> {
     let store = rt.state();
     let serr = |e: plugd_store::StoreError| CompactionError::Store(e.to_string());
     let info = store
@@ -87,7 +99,6 @@ pub async fn compact_session(
             export: cfg.export.clone(),
             reason,
         })?;
-    let compaction_id = fresh_id("cmp");
     let invocation_id = fresh_id("inv");
     let pinned: Vec<Value> = blocks
         .iter()
@@ -237,4 +248,53 @@ pub async fn compact_session(
         }
     }
     Ok(record)
+}
+
+/// Runs compaction job `job` ([`plugd_runtime::compaction::COMPACTION_JOB`],
+/// recorded by `POST /v1/compactions` with `async: true`) on this node: the
+/// session named in the job, with the compactor settings recorded with it.
+/// An earlier attempt that succeeded (this node or another, before its
+/// lease ran out) makes this one a no-op: the job compacts once.
+pub async fn run_job(rt: &Runtime, job: &plugd_store::outbox::Leased) -> Result<(), JobFailure> {
+    let d = &job.delivery;
+    let summary = job.event.get("summary").cloned().unwrap_or(Value::Null);
+    let invalid = |why: String| JobFailure {
+        message: format!("compaction job {}: {why}", d.delivery_id),
+        retryable: false,
+    };
+    let session_id = summary
+        .get("session_id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("no session_id".into()))?
+        .to_owned();
+    let run_id = summary.get("run_id").and_then(Value::as_str);
+    let cfg: CompactorConfig =
+        serde_json::from_value(summary.get("compactor").cloned().unwrap_or(Value::Null))
+            .map_err(|e| invalid(format!("its compactor settings: {e}")))?;
+    let prefix = job_compaction_prefix(&d.delivery_id.0);
+    let done = rt
+        .state()
+        .compactions(&session_id)
+        .await
+        .map_err(|e| JobFailure {
+            message: e.to_string(),
+            retryable: true,
+        })?
+        .into_iter()
+        .find(|c| c.id.starts_with(&prefix) && c.status == "succeeded");
+    if let Some(c) = done {
+        tracing::info!(job = %d.delivery_id, session = %session_id, compaction = %c.id, "compaction job already done by an earlier attempt");
+        return Ok(());
+    }
+    let id = format!("{prefix}{}", d.attempt);
+    match compact_session_as(rt, &session_id, &cfg, run_id, id).await {
+        Ok(c) => {
+            tracing::info!(job = %d.delivery_id, session = %session_id, compaction = %c.id, node = rt.node_id(), "compaction job done");
+            Ok(())
+        }
+        Err(e) => Err(JobFailure {
+            message: e.to_string(),
+            retryable: true,
+        }),
+    }
 }

@@ -191,6 +191,14 @@ fn finish(reason: &FinishReason) -> String {
 }
 
 impl AgentParts for Parts {
+    fn compaction_job(
+        &self,
+        rt: Runtime,
+        job: plugd_store::outbox::Leased,
+    ) -> plugd_runtime::agent_seam::JobFuture {
+        Box::pin(async move { crate::compaction::run_job(&rt, &job).await })
+    }
+
     fn microapp_admin(
         &self,
         rt: Runtime,

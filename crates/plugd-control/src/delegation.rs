@@ -87,6 +87,7 @@ pub fn scope_for(method: &str, path: &str) -> Option<&'static str> {
     match (read, seg.as_slice()) {
         (true, ["v1", "sessions"]) | (true, ["v1", "sessions", _]) => Some("sessions:read"),
         (true, ["v1", "sessions", _, "compactions"]) => Some("sessions:read"),
+        (true, ["v1", "compactions", "jobs", _]) => Some("sessions:read"),
         (true, ["v1", "chains", _]) | (true, ["v1", "chains", _, "blocks"]) => Some("chains:read"),
         (false, ["v1", "chains", _, "blocks"]) if method == "POST" => Some("chains:write"),
         (true, ["v1", "runs"]) | (true, ["v1", "runs", _]) => Some("runs:read"),
@@ -122,6 +123,11 @@ mod tests {
     fn routes_need_their_scope() {
         assert_eq!(scope_for("GET", "/v1/sessions"), Some("sessions:read"));
         assert_eq!(scope_for("GET", "/v1/sessions/s1"), Some("sessions:read"));
+        assert_eq!(
+            scope_for("GET", "/v1/compactions/jobs/del_1"),
+            Some("sessions:read")
+        );
+        assert_eq!(scope_for("POST", "/v1/compactions/jobs/del_1"), None);
         assert_eq!(scope_for("GET", "/v1/chains/ch_1"), Some("chains:read"));
         assert_eq!(
             scope_for("GET", "/v1/chains/ch_1/blocks"),

@@ -239,6 +239,25 @@ pub trait Bus: Send + Sync {
     /// Calls `sink` for every event matching `pattern` until the returned
     /// guard is dropped.
     fn subscribe_sink(&self, pattern: &str, sink: Sink) -> Result<SubscriptionGuard, SubjectError>;
+    /// Like [`Bus::subscribe_sink`], but one of several subscribers of the
+    /// same `group` gets each event: across the nodes of a cluster, the
+    /// copies of one plugin (its id is the group) share its events instead
+    /// of each getting them all. On one node every subscription is its
+    /// own group's only member, so this is `subscribe_sink`.
+    fn subscribe_group(
+        &self,
+        pattern: &str,
+        group: &str,
+        sink: Sink,
+    ) -> Result<SubscriptionGuard, SubjectError> {
+        let _ = group;
+        self.subscribe_sink(pattern, sink)
+    }
+    /// Whether events published on other nodes reach this bus (a cluster's
+    /// bus); `false` for a bus within one process.
+    fn spans_nodes(&self) -> bool {
+        false
+    }
     /// Counters of the bus's traffic with other nodes, as (name, help,
     /// value) for `GET /metrics`; none for a bus within one process.
     fn node_counters(&self) -> Vec<(&'static str, &'static str, u64)> {

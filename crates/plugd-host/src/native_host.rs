@@ -662,7 +662,8 @@ pub fn attach(peer: &Peer, spec: &PluginSpec, api: Option<&Arc<dyn HostApi>>, st
                 Delivery::Shed
             }
         });
-        match bus.subscribe_sink(pattern, sink) {
+        // The plugin's copies on a cluster's nodes share its events.
+        match bus.subscribe_group(pattern, &spec.id, sink) {
             Ok(guard) => guards.push(guard),
             Err(e) => {
                 tracing::warn!(plugin = %spec.id, %pattern, "cannot subscribe: {e}");

@@ -11,6 +11,15 @@
 //! nodes and counts it ([`BusStats`]); this node's subscribers got it.
 //! Events from NATS are checked like a plugin's (subject, size, shape)
 //! before any subscriber sees them.
+//!
+//! **Queue groups** ([`Bus::subscribe_group`]): a plugin that runs on
+//! several nodes subscribes on each under one group, its id. Such a
+//! subscription is a NATS queue subscription (queue `plugd.q.GROUP`), so
+//! NATS hands each event to one member of the group, on any node, the
+//! publishing node's included; the other nodes' copies of the plugin never
+//! see it. While NATS is away, the publishing node's own group members get
+//! the event at once (marked in the relayed message, should it still go
+//! out, so no group gets it twice).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,6 +35,13 @@ pub const SUBJECT_PREFIX: &str = "plugd.bus.";
 
 /// The header naming the node that published an event.
 pub const NODE_HEADER: &str = "Plugd-Node";
+
+/// The header marking an event whose queue groups the publishing node
+/// served itself (NATS was away when it was published).
+pub const GROUPS_SERVED_HEADER: &str = "Plugd-Groups-Served";
+
+/// The prefix of the NATS queue group of a [`Bus::subscribe_group`] group.
+pub const QUEUE_PREFIX: &str = "plugd.q.";
 
 /// Events waiting for the relay; beyond, they are dropped for other nodes.
 pub const RELAY_QUEUE: usize = 4096;
@@ -45,12 +61,19 @@ pub struct BusStats {
     pub received: AtomicU64,
     /// Messages on the bus subjects that were not a valid event (refused).
     pub refused: AtomicU64,
+    /// Events handed to a queue group's member on this node (by NATS, or
+    /// here at once while NATS was away).
+    pub grouped: AtomicU64,
 }
 
 /// The bus of one node of a cluster (see the module).
 pub struct NatsBus {
     local: LocalBus,
-    out: mpsc::Sender<Event>,
+    /// This node's queue group members, served here only while NATS is away.
+    groups: LocalBus,
+    client: async_nats::Client,
+    runtime: tokio::runtime::Handle,
+    out: mpsc::Sender<(Event, bool)>,
     stats: Arc<BusStats>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -84,11 +107,11 @@ impl NatsBus {
                     subject: subject.clone(),
                     source,
                 })?;
-        let (out, mut queue) = mpsc::channel::<Event>(RELAY_QUEUE);
+        let (out, mut queue) = mpsc::channel::<(Event, bool)>(RELAY_QUEUE);
         let relay = {
             let (client, stats, node) = (client.clone(), stats.clone(), node.to_owned());
             tokio::spawn(async move {
-                while let Some(event) = queue.recv().await {
+                while let Some((event, groups_served)) = queue.recv().await {
                     // At most once, as on one node: while NATS is away the
                     // other nodes miss the event (counted), rather than get
                     // it late from the client's buffer.
@@ -102,6 +125,9 @@ impl NatsBus {
                     };
                     let mut headers = async_nats::HeaderMap::new();
                     headers.insert(NODE_HEADER, node.as_str());
+                    if groups_served {
+                        headers.insert(GROUPS_SERVED_HEADER, "1");
+                    }
                     let subject = format!("{SUBJECT_PREFIX}{}", event.topic);
                     match client
                         .publish_with_headers(subject, headers, body.into())
@@ -143,6 +169,9 @@ impl NatsBus {
         };
         Ok(NatsBus {
             local,
+            groups: LocalBus::new(),
+            client,
+            runtime: tokio::runtime::Handle::current(),
             out,
             stats,
             tasks: vec![relay, receive],
@@ -178,16 +207,97 @@ fn accept(subject: &str, payload: &[u8]) -> Result<Event, String> {
     Ok(event)
 }
 
+/// The NATS queue group of bus group `group`: its characters outside
+/// `[A-Za-z0-9_-]` replaced, and a digest of the name, so two names never
+/// share a queue.
+pub fn queue_name(group: &str) -> String {
+    use sha2::Digest as _;
+    let clean: String = group
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let digest = sha2::Sha256::digest(group.as_bytes());
+    format!("{QUEUE_PREFIX}{clean}.{}", hex::encode(&digest[..6]))
+}
+
 impl Bus for NatsBus {
     fn publish(&self, event: Event) -> Published {
-        if self.out.try_send(event.clone()).is_err() {
+        let connected = self.client.connection_state() == async_nats::connection::State::Connected;
+        let mut published = self.local.publish(event.clone());
+        if !connected {
+            let g = self.groups.publish(event.clone());
+            self.stats
+                .grouped
+                .fetch_add((g.delivered + g.shed) as u64, Ordering::Relaxed);
+            published.delivered += g.delivered;
+            published.shed += g.shed;
+        }
+        if self.out.try_send((event, !connected)).is_err() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
-        self.local.publish(event)
+        published
     }
 
     fn subscribe_sink(&self, pattern: &str, sink: Sink) -> Result<SubscriptionGuard, SubjectError> {
         self.local.subscribe_sink(pattern, sink)
+    }
+
+    fn subscribe_group(
+        &self,
+        pattern: &str,
+        group: &str,
+        sink: Sink,
+    ) -> Result<SubscriptionGuard, SubjectError> {
+        // Checks the pattern; serves the member while NATS is away.
+        let fallback = self.groups.subscribe_sink(pattern, sink.clone())?;
+        let subject = format!("{SUBJECT_PREFIX}{pattern}");
+        let queue = queue_name(group);
+        let (client, stats) = (self.client.clone(), self.stats.clone());
+        let (pattern, group) = (pattern.to_owned(), group.to_owned());
+        let task = self.runtime.spawn(async move {
+            let mut inbound = match client.queue_subscribe(subject.clone(), queue).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(%group, %subject, "cannot join the bus queue group on NATS; this node's member gets events only while NATS is away: {e}");
+                    return;
+                }
+            };
+            while let Some(msg) = inbound.next().await {
+                let served = msg
+                    .headers
+                    .as_ref()
+                    .is_some_and(|h| h.get(GROUPS_SERVED_HEADER).is_some());
+                if served {
+                    continue;
+                }
+                match accept(&msg.subject, &msg.payload) {
+                    Ok(event) if plugd_host::bus::topic_matches(&pattern, &event.topic) => {
+                        stats.grouped.fetch_add(1, Ordering::Relaxed);
+                        sink(&event);
+                    }
+                    Ok(_) => {}
+                    Err(why) => {
+                        stats.refused.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(subject = %msg.subject, %group, "refused a bus message from NATS: {why}");
+                    }
+                }
+            }
+        });
+        Ok(SubscriptionGuard::new(move || {
+            task.abort();
+            drop(fallback);
+        }))
+    }
+
+    fn spans_nodes(&self) -> bool {
+        true
     }
 
     fn node_counters(&self) -> Vec<(&'static str, &'static str, u64)> {
@@ -207,6 +317,11 @@ impl Bus for NatsBus {
                 "plugd_cluster_bus_received_total",
                 "Bus events received from other nodes.",
                 s.received.load(Ordering::Relaxed),
+            ),
+            (
+                "plugd_cluster_bus_grouped_total",
+                "Bus events handed to a plugin's queue group member on this node.",
+                s.grouped.load(Ordering::Relaxed),
             ),
             (
                 "plugd_cluster_bus_refused_total",

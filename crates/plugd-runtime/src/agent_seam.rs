@@ -33,6 +33,18 @@ pub type PipelineFuture<'a> =
 pub type SampleFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Value, plugd_wire::ErrorObject>> + Send + 'a>>;
 
+/// Why a job the outbox worker ran for the agent side failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobFailure {
+    /// What went wrong, for the delivery's `last_error`.
+    pub message: String,
+    /// Whether another attempt may succeed (else a dead letter at once).
+    pub retryable: bool,
+}
+
+/// A job being run ([`AgentParts::compaction_job`]).
+pub type JobFuture = Pin<Box<dyn Future<Output = Result<(), JobFailure>> + Send>>;
+
 /// What the runtime asks of the agent side. One value serves one runtime
 /// (it may keep per-runtime state, such as providers built on first use).
 pub trait AgentParts: Send + Sync + 'static {
@@ -84,6 +96,11 @@ pub trait AgentParts: Send + Sync + 'static {
         request: CompleteRequest,
         deltas: Option<mpsc::UnboundedSender<String>>,
     ) -> ApiFuture<Completion>;
+
+    /// Runs compaction job `job` (an outbox delivery of
+    /// [`crate::compaction::COMPACTION_JOB`] to a compactor export): done
+    /// once the session is compacted, by this attempt or an earlier one.
+    fn compaction_job(&self, rt: Runtime, job: plugd_store::outbox::Leased) -> JobFuture;
 }
 
 /// No agent side: what a runtime opened without plugd-agent's parts has.
@@ -172,6 +189,15 @@ impl AgentParts for NoAgent {
         _deltas: Option<mpsc::UnboundedSender<String>>,
     ) -> ApiFuture<Completion> {
         Box::pin(async { Err(ServiceError::NotConfigured(missing("llm"))) })
+    }
+
+    fn compaction_job(&self, _rt: Runtime, _job: plugd_store::outbox::Leased) -> JobFuture {
+        Box::pin(async {
+            Err(JobFailure {
+                message: missing("compaction jobs"),
+                retryable: true,
+            })
+        })
     }
 }
 

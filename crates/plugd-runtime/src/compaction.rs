@@ -70,3 +70,55 @@ fn yes() -> bool {
 fn default_inline_max() -> usize {
     DEFAULT_INLINE_MAX_BYTES
 }
+
+/// The outbox event type of a compaction started asynchronously
+/// (`POST /v1/compactions` with `async: true`): one delivery to the
+/// compactor export, which any node's outbox worker runs (at least once,
+/// under the delivery's lease; its `delivery_id` is the job's id).
+pub const COMPACTION_JOB: &str = "compaction.requested";
+
+/// A compaction job recorded: its id, and the event a worker runs.
+#[derive(Debug, Clone)]
+pub struct CompactionJob {
+    /// The job's id: its outbox delivery's `delivery_id`.
+    pub job_id: String,
+}
+
+/// The compaction id prefix of job `job_id`: each attempt's compaction id
+/// starts with it, so a re-attempt finds an earlier attempt's success.
+pub fn job_compaction_prefix(job_id: &str) -> String {
+    format!("cmp_{}_", job_id.trim_start_matches("del_"))
+}
+
+/// Records a compaction of `session_id` with `cfg` for any node's worker
+/// to run, and wakes this process's worker.
+pub async fn enqueue_compaction(
+    rt: &crate::Runtime,
+    session_id: &str,
+    run_id: Option<&str>,
+    cfg: &CompactorConfig,
+) -> Result<CompactionJob, plugd_store::StoreError> {
+    use plugd_store::outbox::{NewEvent, Subscriber};
+    let (plugin, export) = cfg.export.rsplit_once('/').unwrap_or(("", &cfg.export));
+    let event = NewEvent {
+        event_type: COMPACTION_JOB.to_owned(),
+        subject: serde_json::json!({"kind": "session", "id": session_id}),
+        summary: serde_json::json!({
+            "session_id": session_id,
+            "run_id": run_id,
+            "compactor": cfg,
+        }),
+    };
+    let subscriber = Subscriber {
+        plugin_id: plugin.to_owned(),
+        export_id: export.to_owned(),
+    };
+    let queued = rt.state().outbox_enqueue(&event, &[subscriber]).await?;
+    crate::outbox::woke(&queued);
+    let job_id = queued
+        .deliveries
+        .first()
+        .map(|d| d.0.clone())
+        .unwrap_or_default();
+    Ok(CompactionJob { job_id })
+}

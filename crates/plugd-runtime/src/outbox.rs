@@ -244,8 +244,10 @@ impl OutboxWorker {
     /// Starts a worker for `rt`'s outbox on the current tokio runtime.
     pub fn spawn(rt: &Runtime, config: OutboxConfig) -> OutboxWorker {
         static SEQ: AtomicU64 = AtomicU64::new(0);
+        // `NODE/outbox-PID-…`: a lease names the node holding it.
         let id = format!(
-            "w{}-{}-{}",
+            "{}/outbox-{}-{}-{}",
+            rt.node_id(),
             std::process::id(),
             plugd_store::outbox::now_ms(),
             SEQ.fetch_add(1, Ordering::Relaxed)
@@ -454,6 +456,26 @@ async fn deliver(rt: Runtime, config: Arc<OutboxConfig>, worker: String, holding
 /// approved and unchanged), calls the export, classifies the outcome.
 async fn attempt(rt: &Runtime, config: &OutboxConfig, l: &Leased) -> Result<(), Failed> {
     let d = &l.delivery;
+    // A compaction job: a delivery to a compactor export (only plugd
+    // records those; hooks subscribed to the same type are hooks).
+    if d.event_type == crate::compaction::COMPACTION_JOB
+        && rt
+            .resolve_export(
+                &format!("{}/{}", d.plugin_id, d.export_id),
+                ExportKind::Compactor,
+            )
+            .await
+            .is_ok()
+    {
+        return rt
+            .agent_parts()
+            .compaction_job(rt.clone(), l.clone())
+            .await
+            .map_err(|f| Failed {
+                message: f.message,
+                retryable: f.retryable,
+            });
+    }
     let sup = rt
         .supervised(&d.plugin_id)
         .map_err(|e| retry(format!("cannot deliver to plugin {:?}: {e}", d.plugin_id)))?;

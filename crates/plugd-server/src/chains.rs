@@ -12,6 +12,7 @@
 //! | `POST /v1/runs` | `runs:write` | agent |
 //! | `PATCH /v1/runs/{id}` | `runs:write` | agent |
 //! | `POST /v1/compactions` | `compactions:write` | agent |
+//! | `GET /v1/compactions/jobs/{id}` | `sessions:read` | viewer |
 //!
 //! Scope: a token bound to an org sees its org's (and projects')
 //! sessions only; a delegation token sees its invocation's org and project
@@ -659,6 +660,10 @@ pub(crate) async fn patch_run(
 #[serde(deny_unknown_fields)]
 pub(crate) struct CompactRequest {
     session_id: String,
+    /// Record the compaction as a job any node runs, and answer `202` at
+    /// once with its id (`GET /v1/compactions/jobs/{id}`).
+    #[serde(default, rename = "async")]
+    background: bool,
 }
 
 /// `POST /v1/compactions`: compacts a session's head chain now with the
@@ -698,6 +703,29 @@ pub(crate) async fn compact(
             ));
         }
     }
+    if req.background {
+        let job = plugd_runtime::compaction::enqueue_compaction(
+            &state.runtime,
+            &req.session_id,
+            run.as_deref(),
+            &cfg,
+        )
+        .await
+        .map_err(store_error)?;
+        let location = format!("/v1/compactions/jobs/{}", job.job_id);
+        let body = json!({
+            "job_id": job.job_id,
+            "session_id": req.session_id,
+            "status": "pending",
+            "location": location,
+        });
+        return Ok((
+            StatusCode::ACCEPTED,
+            [(axum::http::header::LOCATION, location)],
+            Json(body),
+        )
+            .into_response());
+    }
     let c = plugd_agent::compaction::compact_session(
         &state.runtime,
         &req.session_id,
@@ -707,6 +735,63 @@ pub(crate) async fn compact(
     .await
     .map_err(|e| ApiError::new(StatusCode::BAD_GATEWAY, code::PLUGIN_ERROR, e.to_string()))?;
     Ok((StatusCode::CREATED, Json(c)).into_response())
+}
+
+/// `GET /v1/compactions/jobs/{id}`: where a compaction job stands
+/// (`pending`, `running`, `succeeded`, `failed`), its attempts and last
+/// error, and once it succeeded the compaction it made. A job of a session
+/// the caller may not see is 404, as if it did not exist.
+pub(crate) async fn compaction_job(
+    State(state): State<AppState>,
+    Extension(who): Extension<Identity>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    use plugd_store::outbox::DeliveryStatus;
+    let what = format!("compaction job {id:?}");
+    let store = state.runtime.state();
+    let job = store
+        .outbox_delivery(&id)
+        .await
+        .map_err(store_error)?
+        .filter(|l| {
+            l.delivery.event_type == plugd_runtime::compaction::COMPACTION_JOB
+                && l.delivery.delivery_id.0 == id
+        })
+        .ok_or_else(|| not_found(&what))?;
+    let session = job.event["summary"]["session_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    bound_session(&who, &session, &what)?;
+    visible_session(&state, &who, &session)
+        .await
+        .map_err(|_| not_found(&what))?;
+    let d = &job.delivery;
+    let status = match d.status {
+        DeliveryStatus::Delivered => "succeeded",
+        DeliveryStatus::Dead => "failed",
+        DeliveryStatus::Pending if d.leased_by.is_some() => "running",
+        DeliveryStatus::Pending => "pending",
+    };
+    let prefix = plugd_runtime::compaction::job_compaction_prefix(&id);
+    let compaction = store
+        .compactions(&session)
+        .await
+        .map_err(store_error)?
+        .into_iter()
+        .find(|c| c.id.starts_with(&prefix) && c.status == "succeeded");
+    Ok(Json(json!({
+        "job_id": id,
+        "session_id": session,
+        "status": status,
+        "attempts": d.attempt,
+        "last_error": d.last_error,
+        "next_attempt_at": d.next_attempt_at,
+        "running_on": d.leased_by,
+        "created_at": d.created_at,
+        "compaction": compaction,
+    }))
+    .into_response())
 }
 
 /// `POST /v1/llm:complete` body: a short completion through the configured

@@ -434,6 +434,7 @@ pub fn router(state: AppState) -> Router {
             get(chains::get_run).patch(chains::patch_run),
         )
         .route("/v1/compactions", post(chains::compact))
+        .route("/v1/compactions/jobs/{id}", get(chains::compaction_job))
         .route("/v1/llm:complete", post(chains::llm_complete))
         .route("/v1/bus/publish", post(bus::publish))
         .route("/v1/bus/tail/{pattern}", get(bus::tail))

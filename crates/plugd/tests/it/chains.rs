@@ -8,26 +8,12 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::http::{Serve, make_token, request_as};
-use crate::support::{Ws, eventually_blocking, repo, stderr, stdout};
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
+use crate::support::{Ws, copy_dir, eventually_blocking, repo, stderr, stdout};
 
 /// A workspace with the example package `acme/threads` approved.
 fn threads_ws(plugd_yaml: &str) -> Ws {

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
 use crate::support::{
-    TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
+    TEST_MASTER_KEY, copy_dir, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
 };
 
 /// One cluster: its database, its NATS, three workspaces and their nodes.
@@ -1212,6 +1212,127 @@ authorization {
 
 /// Debian's libfaketime: a node started with it sees another wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[test]
+fn compaction_jobs_started_on_any_node_run_once_on_some_node() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    const SESSIONS: usize = 9;
+    const PACKAGE: &str = "acme/threads";
+    let yaml = "agent:\n  compactor:\n    export: acme/threads/sliding_window\n    max_input_tokens: 200\n";
+    let setup = |n: char, dir: &Path| {
+        std::fs::write(dir.join("plugd.yaml"), yaml).unwrap();
+        if n == 'a' {
+            copy_dir(
+                &repo().join("examples/workspace/.plugins/acme-threads"),
+                &dir.join(".plugins/acme-threads"),
+            );
+        }
+    };
+    let cl = Cluster::start(setup);
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/acme%2Fthreads:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let known = eventually_blocking(Duration::from_secs(3), || {
+        ['b', 'c'].iter().all(|n| {
+            cl.node(*n)
+                .get("/v1/plugins")
+                .json()
+                .as_array()
+                .is_some_and(|ps| {
+                    ps.iter()
+                        .any(|p| p["id"] == PACKAGE && p["approved"] == true)
+                })
+        })
+    });
+    assert!(known, "B and C know the approved package\n{}", cl.logs());
+    let node = |i: usize| cl.node((b'a' + (i % 3) as u8) as char);
+
+    // Sessions with something to compact, each made on some node.
+    let mut jobs = Vec::new();
+    for i in 0..SESSIONS {
+        let session = format!("cs-{i}");
+        let r = node(i).post(
+            "/v1/runs",
+            &json!({"session_id": session, "input": "by hand"}),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        let chain = r.json()["chain_id"].as_str().unwrap().to_owned();
+        let blocks: Vec<Value> = (0..12)
+            .map(|n| json!({"kind": "input", "content": format!("message {n}: the quick brown fox jumps over the lazy dog, again and again")}))
+            .collect();
+        let r = node(i + 1).post(
+            &format!("/v1/chains/{chain}/blocks"),
+            &json!({"blocks": blocks}),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        // Asked on a third node: answered at once with the job.
+        let r = node(i + 2).post(
+            "/v1/compactions",
+            &json!({"session_id": session, "async": true}),
+        );
+        assert_eq!(r.status, 202, "{}", r.text());
+        let job = r.json();
+        assert_eq!(job["status"], "pending");
+        let id = job["job_id"].as_str().unwrap().to_owned();
+        assert!(id.starts_with("del_"), "{job}");
+        assert_eq!(
+            r.header("location"),
+            Some(format!("/v1/compactions/jobs/{id}").as_str())
+        );
+        jobs.push((session, id));
+    }
+    // Each job succeeds, seen from any node, and compacted its session once.
+    for (i, (session, id)) in jobs.iter().enumerate() {
+        let path = format!("/v1/compactions/jobs/{id}");
+        let done = eventually_blocking(Duration::from_secs(30), || {
+            node(i).get(&path).json()["status"] == "succeeded"
+        });
+        let job = node(i).get(&path).json();
+        assert!(done, "job {id}: {job}\n{}", cl.logs());
+        assert_eq!(job["session_id"], session.as_str());
+        let list = node(i + 1)
+            .get(&format!("/v1/sessions/{session}/compactions"))
+            .json();
+        let list = list["compactions"].as_array().unwrap().clone();
+        assert_eq!(list.len(), 1, "{session}: {list:?}");
+        assert_eq!(list[0]["status"], "succeeded");
+        assert_eq!(job["compaction"]["id"], list[0]["id"]);
+        let head = node(i + 2).get(&format!("/v1/sessions/{session}")).json();
+        assert_eq!(head["head_chain_id"], list[0]["derived_chain_id"]);
+    }
+    // The jobs ran on more than one node: the worker of any node takes them.
+    let logs: Vec<String> = cl.nodes.iter().map(|n| n.log_text()).collect();
+    let ran: Vec<usize> = logs
+        .iter()
+        .map(|log| {
+            jobs.iter()
+                .filter(|(_, id)| {
+                    log.lines()
+                        .any(|l| l.contains("compaction job done") && l.contains(id.as_str()))
+                })
+                .count()
+        })
+        .collect();
+    assert_eq!(
+        ran.iter().sum::<usize>(),
+        SESSIONS,
+        "each job ran once: {ran:?}"
+    );
+    assert!(
+        ran.iter().filter(|n| **n > 0).count() >= 2,
+        "the jobs ran on one node only: {ran:?}"
+    );
+    // What is not a compaction job is no job.
+    assert_eq!(
+        cl.node('b')
+            .get("/v1/compactions/jobs/del_0000000000000000")
+            .status,
+        404
+    );
+}
 
 /// Writes the outbox test package (`test/outbox`, one hook `recorder` on
 /// `run.completed` that appends to `ledger`, waits 20 ms and acks) into

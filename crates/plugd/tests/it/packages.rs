@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::http::{Serve, make_token, request_as};
-use crate::support::{Ws, ok, stderr};
+use crate::support::{Ws, copy_dir, ok, stderr};
 
 /// A registry's answer: status, headers (names lower-case), body.
 type RawResp = (u16, Vec<(String, String)>, Vec<u8>);
@@ -785,18 +785,5 @@ fn an_uploaded_archive_installs_the_package_a_push_and_pull_would() {
             (&json!(pushed), &json!(true)),
             "{out}"
         );
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
     }
 }

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::http::{Serve, make_token};
-use crate::support::{Ws, eventually_blocking, plugd_cmd, repo, stderr, stdout};
+use crate::support::{Ws, copy_dir, eventually_blocking, plugd_cmd, repo, stderr, stdout};
 
 /// Native plugin `id` running tests/plugins/socket_probe.py, with the
 /// containment baseline off for it (so it can reach the socket at all).
@@ -152,18 +152,6 @@ fn closed(mut s: &TcpStream) -> bool {
 }
 
 /// Copies a fixture directory (one level of subdirectories).
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
 #[test]
 fn connections_without_a_token_cannot_starve_a_token_holder() {
     let ws = Ws::new();

@@ -15,6 +15,20 @@ pub fn repo() -> PathBuf {
         .unwrap()
 }
 
+/// Copies directory `from` to `to`, recursively.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
 /// `PATH` with the repo's venv first (where `nexoai` is installed by scripts/test).
 pub fn path_with_venv() -> String {
     let venv = repo().join(".venv/bin");
