@@ -23,7 +23,7 @@
 //! kind and sender and counted ([`ChannelStats`]); they never stop serve.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -146,9 +146,12 @@ pub const INBOUND_QUEUE: usize = 1024;
 /// renews it: a node that dies holding it is replaced within this.
 pub const CHANNEL_LEASE_TTL: Duration = Duration::from_secs(10);
 
-/// How often the holder renews a channel's lease, and a node without it
-/// tries to take it.
+/// How often the holder renews a channel's lease.
 pub const CHANNEL_LEASE_EVERY: Duration = Duration::from_secs(2);
+
+/// How often a node without a channel's lease tries to take it: a holder
+/// that stops is replaced within [`CHANNEL_LEASE_TTL`] and this.
+pub const CHANNEL_LEASE_WAIT: Duration = Duration::from_millis(500);
 
 /// First pause after a failed `channel.start` (doubling up to [`KEEPER_BACKOFF_MAX`]).
 const KEEPER_BACKOFF: Duration = Duration::from_secs(1);
@@ -232,7 +235,7 @@ impl ChannelService {
         let spans_nodes = bus.spans_nodes();
         let mut running = HashMap::new();
         for a in &adapters {
-            let runs = Arc::new(AtomicBool::new(false));
+            let runs = RunsUntil::default();
             running.insert(a.kind().to_owned(), runs.clone());
             for pattern in [
                 format!("plugin.inbound.{}", a.kind()),
@@ -243,7 +246,7 @@ impl ChannelService {
                 let kind = a.kind().to_owned();
                 let runs = runs.clone();
                 let sink: Sink = Arc::new(move |e: &Event| {
-                    if spans_nodes && !runs.load(Ordering::Relaxed) {
+                    if spans_nodes && !runs.now() {
                         return Delivery::Closed;
                     }
                     match tx.try_send((kind.clone(), e.clone())) {
@@ -359,13 +362,13 @@ fn lease_name(kind: &str) -> String {
 /// channel): takes it, keeps the adapter started ([`keep_started`]) while
 /// renewing it every [`CHANNEL_LEASE_EVERY`], and on losing it stops the
 /// adapter and tries again; without it, tries every
-/// [`CHANNEL_LEASE_EVERY`]. One node alone takes it at once.
-/// `runs` is true while this node holds the lease.
+/// [`CHANNEL_LEASE_WAIT`]. One node alone takes it at once.
+/// `runs` says until when this node surely holds the lease.
 async fn keep_leased(
     runtime: Runtime,
     a: Arc<dyn ChannelAdapter>,
     holder: String,
-    runs: Arc<AtomicBool>,
+    runs: RunsUntil,
 ) {
     let name = lease_name(a.kind());
     let ttl_ms = CHANNEL_LEASE_TTL.as_millis() as i64;
@@ -375,15 +378,15 @@ async fn keep_leased(
             Ok(Some(lease)) => {
                 waiting_logged = false;
                 tracing::info!(kind = %a.kind(), plugin = %a.owner(), fence = lease.fence, "holding the channel's lease: this node runs it");
-                runs.store(true, Ordering::Relaxed);
+                runs.set(Some(tokio::time::Instant::now() + lease_margin()));
                 tokio::select! {
                     () = keep_started(runtime.clone(), a.clone()) => {
-                        runs.store(false, Ordering::Relaxed);
+                        runs.set(None);
                         return;
                     }
-                    () = hold(&runtime, &name, &holder, ttl_ms) => {}
+                    () = hold(&runtime, &name, &holder, ttl_ms, &runs) => {}
                 }
-                runs.store(false, Ordering::Relaxed);
+                runs.set(None);
                 tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "lost the channel's lease to another node: stopping the channel here");
                 if let Err(e) = a.stop().await {
                     tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "channel.stop failed: {e}");
@@ -399,7 +402,34 @@ async fn keep_leased(
                 tracing::warn!(kind = %a.kind(), plugin = %a.owner(), "cannot take the channel's lease: {e}");
             }
         }
-        tokio::time::sleep(CHANNEL_LEASE_EVERY).await;
+        tokio::time::sleep(CHANNEL_LEASE_WAIT).await;
+    }
+}
+
+/// How long after asking for a channel's lease its holder may count on it:
+/// the time to live less one renewal interval.
+fn lease_margin() -> Duration {
+    CHANNEL_LEASE_TTL.saturating_sub(CHANNEL_LEASE_EVERY)
+}
+
+/// Until when this node surely holds a channel's lease (its step-down
+/// point), by the monotonic clock: a node frozen past it (`SIGSTOP`, a
+/// stalled machine) no longer answers the channel's messages when it
+/// wakes, before it has even seen that the lease moved on.
+#[derive(Clone, Default)]
+struct RunsUntil(Arc<Mutex<Option<tokio::time::Instant>>>);
+
+impl RunsUntil {
+    fn set(&self, until: Option<tokio::time::Instant>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Whether the lease surely holds now.
+    fn now(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| tokio::time::Instant::now() < until)
     }
 }
 
@@ -409,8 +439,8 @@ async fn keep_leased(
 /// store cut off) is abandoned at that point too, so the node steps down
 /// while its lease still runs and the stop reaches the plugin before
 /// another node can take over.
-async fn hold(runtime: &Runtime, name: &str, holder: &str, ttl_ms: i64) {
-    let margin = CHANNEL_LEASE_TTL.saturating_sub(CHANNEL_LEASE_EVERY);
+async fn hold(runtime: &Runtime, name: &str, holder: &str, ttl_ms: i64, runs: &RunsUntil) {
+    let margin = lease_margin();
     let mut step_down = tokio::time::Instant::now() + margin;
     loop {
         tokio::time::sleep(CHANNEL_LEASE_EVERY).await;
@@ -422,7 +452,10 @@ async fn hold(runtime: &Runtime, name: &str, holder: &str, ttl_ms: i64) {
         .await
         {
             // The store's lease runs from when it answered, after `asked`.
-            Ok(Ok(Some(_))) => step_down = asked + margin,
+            Ok(Ok(Some(_))) => {
+                step_down = asked + margin;
+                runs.set(Some(step_down));
+            }
             Ok(Ok(None)) => return,
             Ok(Err(e)) => {
                 tracing::warn!(lease = %name, "cannot renew the channel's lease: {e}");

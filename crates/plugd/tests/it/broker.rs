@@ -15,8 +15,19 @@ use crate::support::{Ws, eventually, quick, repo};
 /// A nexoai plugin `id` using every service; `requires` are its
 /// `nexo_capabilities`; the workspace's LLM is the double at `llm_base`.
 pub(crate) fn services_plugin(ws: &Ws, id: &str, requires: &[&str], llm_base: Option<&str>) {
-    let dir = ws.plugin_dir(id);
-    std::fs::create_dir_all(&dir).unwrap();
+    services_plugin_in(&ws.plugin_dir(id), id, requires);
+    if let Some(base) = llm_base {
+        std::fs::write(
+            ws.dir().join("plugd.yaml"),
+            format!("llm:\n  provider: openai\n  base_url: \"{base}\"\n  model: test-model\n"),
+        )
+        .unwrap();
+    }
+}
+
+/// The plugin of [`services_plugin`] written into directory `dir`.
+pub(crate) fn services_plugin_in(dir: &std::path::Path, id: &str, requires: &[&str]) {
+    std::fs::create_dir_all(dir).unwrap();
     std::fs::copy(
         repo().join("tests/plugins/broker/nexoai_services.py"),
         dir.join("main.py"),
@@ -42,13 +53,6 @@ pub(crate) fn services_plugin(ws: &Ws, id: &str, requires: &[&str], llm_base: Op
         ),
     )
     .unwrap();
-    if let Some(base) = llm_base {
-        std::fs::write(
-            ws.dir().join("plugd.yaml"),
-            format!("llm:\n  provider: openai\n  base_url: \"{base}\"\n  model: test-model\n"),
-        )
-        .unwrap();
-    }
 }
 
 fn text(v: &Value) -> String {

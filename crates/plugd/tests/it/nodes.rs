@@ -1213,6 +1213,129 @@ authorization {
 /// Debian's libfaketime: a node started with it sees another wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 
+/// The nodes holding lease `name`, as node `from` lists the live nodes.
+fn holders(cl: &Cluster, from: char, name: &str) -> Vec<char> {
+    let view = cl.node(from).get("/v1/cluster").json();
+    view["nodes"]
+        .as_array()
+        .map(|ns| {
+            ns.iter()
+                .filter(|n| {
+                    n["leases"]
+                        .as_array()
+                        .is_some_and(|ls| ls.iter().any(|l| l == name))
+                })
+                .filter_map(|n| n["node_id"].as_str()?.chars().next())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_channel_runs_on_one_node_and_a_frozen_holder_is_replaced_and_stays_out() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    const LEASE: &str = "channel:loop";
+    let ttl = plugd_agent::channels::CHANNEL_LEASE_TTL;
+    // The channel plugin (`loop`: it echoes outbound messages inbound) in
+    // every node's workspace, approved once for all.
+    let mut cl = Cluster::start(|_, dir: &Path| {
+        std::fs::write(dir.join("plugd.yaml"), "# a channel\n").unwrap();
+        let plugin = dir.join(".plugins/chan");
+        crate::broker::services_plugin_in(&plugin, "chan", &["broker"]);
+        let manifest = plugin.join("nexo-plugin.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap().replace(
+            "[plugin.extends]\n",
+            "[plugin.extends]\nchannels = [\"loop\"]\n",
+        );
+        std::fs::write(&manifest, text).unwrap();
+    });
+    let r = cl.node('a').post("/v1/plugins/chan:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let one = eventually_blocking(Duration::from_secs(15), || {
+        holders(&cl, 'a', LEASE).len() == 1
+    });
+    assert!(one, "one node holds {LEASE}\n{}", cl.logs());
+    let h = holders(&cl, 'a', LEASE)[0];
+    let others: Vec<char> = "abc".chars().filter(|n| *n != h).collect();
+    let inbound = |n: char| metric(cl.node(n), "plugd_channel_inbound_total{kind=\"loop\"}");
+    let publish = |n: char, subject: &str, text: &str| {
+        let r = cl.node(n).post(
+            "/v1/bus/publish",
+            &json!({"subject": subject, "payload": {"text": text, "from": "u1"}}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    // An inbound message published on another node reaches every node's
+    // bus; only the holder takes it.
+    publish(others[0], "plugin.inbound.loop", "hello");
+    let taken = eventually_blocking(Duration::from_secs(5), || inbound(h) == 1);
+    assert!(taken, "the holder took the message\n{}", cl.logs());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!((inbound(others[0]), inbound(others[1])), (0, 0));
+
+    // Freeze the holder past its lease: another node takes over within the
+    // time to live and a second.
+    let frozen = cl.nodes[(h as u8 - b'a') as usize].child.id();
+    let signal = |sig: &str| {
+        let st = std::process::Command::new("kill")
+            .args([sig, &frozen.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    signal("-STOP");
+    let stopped = std::time::Instant::now();
+    let mut next = None;
+    while stopped.elapsed() < ttl + Duration::from_secs(4) {
+        if let Some(n) = holders(&cl, others[0], LEASE).into_iter().find(|n| *n != h) {
+            next = Some(n);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = stopped.elapsed();
+    let Some(next) = next else {
+        signal("-CONT");
+        panic!("no node took {LEASE} over\n{}", cl.logs());
+    };
+    assert!(
+        took <= ttl + Duration::from_secs(1),
+        "taken over after {took:?}, over the lease's {ttl:?} and a second"
+    );
+    // The new holder runs the channel: its adapter echoes an outbound message.
+    let before = inbound(next);
+    let echoed = eventually_blocking(Duration::from_secs(20), || {
+        publish(next, "plugin.outbound.loop", "ping");
+        std::thread::sleep(Duration::from_millis(300));
+        inbound(next) > before
+    });
+    assert!(echoed, "the new holder's channel echoed\n{}", cl.logs());
+    // A message published while the old holder is frozen reaches it when it
+    // wakes (NATS kept it), and it no longer takes it.
+    let third = *others.iter().find(|n| **n != next).unwrap();
+    let taken_next = inbound(next);
+    publish(third, "plugin.inbound.loop", "while frozen");
+    let moved = eventually_blocking(Duration::from_secs(5), || inbound(next) > taken_next);
+    assert!(moved, "{}", cl.logs());
+    signal("-CONT");
+    let stepped_down = eventually_blocking(Duration::from_secs(10), || {
+        cl.node(h)
+            .log_text()
+            .contains("lost the channel's lease to another node")
+    });
+    assert!(stepped_down, "{}", cl.logs());
+    // It never holds the lease again while the new holder lives, and took
+    // nothing since it woke.
+    for _ in 0..10 {
+        assert_eq!(holders(&cl, h, LEASE), vec![next], "{}", cl.logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(inbound(h), 1, "the woken node took a message");
+    cl.nodes.clear();
+}
+
 #[test]
 fn compaction_jobs_started_on_any_node_run_once_on_some_node() {
     if sqlite_only("the cluster harness makes its own database; it runs once") {
