@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
 use crate::support::{
-    TEST_MASTER_KEY, copy_dir, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
+    Stopped, TEST_MASTER_KEY, copy_dir, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr,
+    stdout,
 };
 
 /// One cluster: its database, its NATS, three workspaces and their nodes.
@@ -1277,15 +1278,7 @@ fn a_channel_runs_on_one_node_and_a_frozen_holder_is_replaced_and_stays_out() {
 
     // Freeze the holder past its lease: another node takes over within the
     // time to live and a second.
-    let frozen = cl.nodes[(h as u8 - b'a') as usize].child.id();
-    let signal = |sig: &str| {
-        let st = std::process::Command::new("kill")
-            .args([sig, &frozen.to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    };
-    signal("-STOP");
+    let frozen = Stopped::stop(cl.nodes[(h as u8 - b'a') as usize].child.id());
     let stopped = std::time::Instant::now();
     let mut next = None;
     while stopped.elapsed() < ttl + Duration::from_secs(4) {
@@ -1297,7 +1290,7 @@ fn a_channel_runs_on_one_node_and_a_frozen_holder_is_replaced_and_stays_out() {
     }
     let took = stopped.elapsed();
     let Some(next) = next else {
-        signal("-CONT");
+        drop(frozen);
         panic!("no node took {LEASE} over\n{}", cl.logs());
     };
     assert!(
@@ -1319,7 +1312,7 @@ fn a_channel_runs_on_one_node_and_a_frozen_holder_is_replaced_and_stays_out() {
     publish(third, "plugin.inbound.loop", "while frozen");
     let moved = eventually_blocking(Duration::from_secs(5), || inbound(next) > taken_next);
     assert!(moved, "{}", cl.logs());
-    signal("-CONT");
+    drop(frozen);
     let stepped_down = eventually_blocking(Duration::from_secs(10), || {
         cl.node(h)
             .log_text()

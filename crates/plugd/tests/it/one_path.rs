@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::http::{Resp, Serve, request_as};
-use crate::support::{Ws, eventually_blocking, ok, plugd_cmd, repo, stderr, stdout};
+use crate::support::{Stopped, Ws, eventually_blocking, ok, plugd_cmd, repo, stderr, stdout};
 
 /// The workspace: the misbehave plugin `tk` approved, the guard module
 /// logging to the returned file, and a scripted LLM whose one session walks
@@ -395,25 +395,6 @@ fn every_surface_passes_the_hooks_and_a_refused_call_never_reaches_the_plugin() 
                 && is_trace_id(&l["traceId"])),
             "{surface}: {seen:#?}"
         );
-    }
-}
-
-/// SIGCONT to a stopped process when dropped (however the test ends).
-struct Stopped(i32);
-
-impl Stopped {
-    fn stop(pid: u32) -> Stopped {
-        let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
-        rustix::process::kill_process(p, rustix::process::Signal::STOP).unwrap();
-        Stopped(pid as i32)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if let Some(p) = rustix::process::Pid::from_raw(self.0) {
-            let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
-        }
     }
 }
 

@@ -419,3 +419,23 @@ pub fn tool_row(list: &serde_json::Value, name: &str) -> serde_json::Value {
         .unwrap_or_else(|| panic!("{name} not in {list}"))
         .clone()
 }
+
+/// SIGCONT to a stopped process when dropped (however the test ends).
+pub struct Stopped(i32);
+
+impl Stopped {
+    /// SIGSTOP to `pid`.
+    pub fn stop(pid: u32) -> Stopped {
+        let p = rustix::process::Pid::from_raw(pid as i32).unwrap();
+        rustix::process::kill_process(p, rustix::process::Signal::STOP).unwrap();
+        Stopped(pid as i32)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if let Some(p) = rustix::process::Pid::from_raw(self.0) {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::CONT);
+        }
+    }
+}
