@@ -4,9 +4,13 @@
 //! ([`crate::envelope::Sealer`]); a node acts only on an envelope that opens
 //! (a node of this cluster sent it, unchanged, once, recently), and an
 //! offerer counts only a reply that opens and names its offer's nonce. A
-//! node ignores its own offers.
+//! node ignores its own offers, but notes that NATS delivered them: an
+//! offer nobody took within [`OFFER_WAIT`] that did not even come back to
+//! its own node found NATS not delivering (a frozen server, a half-open
+//! connection), and is [`ForwardError::Unavailable`], not "nobody".
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_nats::client::RequestErrorKind;
@@ -32,6 +36,15 @@ pub struct NatsForwarder {
     sealer: Arc<Sealer>,
     taker: Arc<OnceLock<Arc<dyn Taker>>>,
     node: String,
+    /// This node's offers waiting for a taker, by nonce: whether NATS has
+    /// delivered each back to this node's own subscription.
+    echoes: Echoes,
+}
+
+type Echoes = Arc<Mutex<HashMap<String, bool>>>;
+
+fn lock(echoes: &Echoes) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+    echoes.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl std::fmt::Debug for NatsForwarder {
@@ -58,23 +71,32 @@ impl NatsForwarder {
     ) -> Result<NatsForwarder, NatsError> {
         let sealer = Arc::new(Sealer::new(key, node));
         let taker: Arc<OnceLock<Arc<dyn Taker>>> = Arc::default();
+        let echoes = Echoes::default();
         let subject = format!("{SUBJECT_PREFIX}>");
         let mut offers = client
             .subscribe(subject.clone())
             .await
             .map_err(|source| NatsError::Subscribe { subject, source })?;
         {
-            let (client, sealer, taker, node) = (
+            let (client, sealer, taker, node, echoes) = (
                 client.clone(),
                 sealer.clone(),
                 taker.clone(),
                 node.to_owned(),
+                echoes.clone(),
             );
             tokio::spawn(async move {
                 while let Some(msg) = offers.next().await {
-                    let (client, sealer, taker, node) =
-                        (client.clone(), sealer.clone(), taker.clone(), node.clone());
-                    tokio::spawn(async move { answer(msg, &client, &sealer, &taker, &node).await });
+                    let (client, sealer, taker, node, echoes) = (
+                        client.clone(),
+                        sealer.clone(),
+                        taker.clone(),
+                        node.clone(),
+                        echoes.clone(),
+                    );
+                    tokio::spawn(async move {
+                        answer(msg, &client, &sealer, &taker, &node, &echoes).await;
+                    });
                 }
             });
         }
@@ -83,6 +105,7 @@ impl NatsForwarder {
             sealer,
             taker,
             node: node.to_owned(),
+            echoes,
         })
     }
 
@@ -99,6 +122,7 @@ async fn answer(
     sealer: &Sealer,
     taker: &OnceLock<Arc<dyn Taker>>,
     node: &str,
+    echoes: &Echoes,
 ) {
     if msg.payload.len() > MAX_OFFER {
         tracing::warn!(subject = %msg.subject, bytes = msg.payload.len(), "oversized hand-off refused");
@@ -112,6 +136,9 @@ async fn answer(
         }
     };
     if env.node == node {
+        if let Some(seen) = lock(echoes).get_mut(&env.nonce) {
+            *seen = true;
+        }
         return;
     }
     let Ok(body) = serde_json::from_str::<Value>(&env.body) else {
@@ -158,11 +185,13 @@ impl Forwarder for NatsForwarder {
         let request = async_nats::Request::new()
             .payload(bytes.into())
             .timeout(Some(OFFER_WAIT));
-        match self
+        lock(&self.echoes).insert(nonce.clone(), false);
+        let sent = self
             .client
             .send_request(format!("{SUBJECT_PREFIX}{kind}"), request)
-            .await
-        {
+            .await;
+        let echoed = lock(&self.echoes).remove(&nonce) == Some(true);
+        match sent {
             Ok(reply) => match self.sealer.open(&reply.payload, now_ms()) {
                 Ok(env) => {
                     let v: Value = serde_json::from_str(&env.body).unwrap_or(Value::Null);
@@ -173,6 +202,12 @@ impl Forwarder for NatsForwarder {
                     Ok(false)
                 }
             },
+            Err(e) if e.kind() == RequestErrorKind::TimedOut && !echoed => {
+                Err(ForwardError::Unavailable(format!(
+                    "NATS did not deliver the hand-off within {} s",
+                    OFFER_WAIT.as_secs()
+                )))
+            }
             Err(e)
                 if matches!(
                     e.kind(),

@@ -60,6 +60,33 @@ impl TestNats {
         self.watchdog = Some(spawn(self.port, self.dir.path()));
     }
 
+    /// Freezes the server (`SIGSTOP`): its connections stay open and
+    /// nothing answers on them, as with a stalled machine.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a frozen server go on (`SIGCONT`).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Kills the server at once (`SIGKILL`), frozen or not; its store stays
+    /// for [`TestNats::restart`].
+    pub fn kill(&mut self) {
+        self.signal("-KILL");
+        self.stop();
+    }
+
+    fn signal(&self, sig: &str) {
+        let pid = std::fs::read_to_string(self.dir.path().join("pid")).unwrap_or_default();
+        let pid = pid.trim();
+        assert!(!pid.is_empty(), "nats-server's pid is unknown");
+        #[allow(clippy::disallowed_methods)] // a signal to the test's own nats-server
+        let status = Command::new("kill").args([sig, pid]).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill {sig} {pid} failed");
+    }
+
     /// The server's URL.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
@@ -86,7 +113,7 @@ fn spawn(port: u16, dir: &std::path::Path) -> Child {
     #[allow(clippy::disallowed_methods)] // the test's own nats-server
     let mut watchdog = Command::new("/bin/sh")
         .arg("-c")
-        .arg("\"$0\" -c \"$2/nats.conf\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >>\"$2/log\" 2>&1 & pid=$!; read _; kill $pid; wait $pid")
+        .arg("\"$0\" -c \"$2/nats.conf\" -a 127.0.0.1 -p \"$1\" -js -sd \"$2\" >>\"$2/log\" 2>&1 & pid=$!; echo $pid >\"$2/pid\"; read _; kill -CONT $pid; kill $pid; wait $pid")
         .arg(&bin)
         .arg(port.to_string())
         .arg(dir)

@@ -104,3 +104,28 @@ async fn the_holder_takes_an_offer_and_forgeries_are_never_taken() {
     let took = b_took.took.lock().unwrap().clone();
     assert_eq!(took, [json!({"id": 1}), json!({"forged": true})]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_offer_through_a_frozen_nats_is_unavailable_not_untaken() {
+    let nats = TestNats::start();
+    let key = [7u8; 32];
+    let (a, _) = node(&nats, &key, "a", "s-a").await;
+    let (_b, _) = node(&nats, &key, "b", "s-b").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A healthy NATS: nobody holds s-x, and that is what A hears.
+    assert!(!a.offer("mcp.answer", "s-x", json!({})).await.unwrap());
+    nats.freeze();
+    let asked = std::time::Instant::now();
+    let e = a.offer("mcp.answer", "s-b", json!({})).await;
+    nats.thaw();
+    let e = e.unwrap_err();
+    assert!(e.to_string().contains("did not deliver"), "{e}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        asked.elapsed()
+    );
+    // Thawed: B takes it again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(a.offer("mcp.answer", "s-b", json!({})).await.unwrap());
+}

@@ -24,6 +24,9 @@ struct Cluster {
     nats: TestNats,
     dirs: Vec<tempfile::TempDir>,
     nodes: Vec<Serve>,
+    /// The cluster's own PostgreSQL server, when it has one (dropped
+    /// after the nodes).
+    pg: Option<TestPg>,
 }
 
 impl Cluster {
@@ -52,7 +55,22 @@ impl Cluster {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        Cluster::start_on(nats, &nats_url, setup, &env, url_for)
+        let url = TestPg::shared().fresh_database();
+        Cluster::start_on(nats, &nats_url, url, setup, &env, url_for)
+    }
+
+    /// [`Cluster::start`] on a PostgreSQL server of its own (which the
+    /// test may restart: the shared one serves other tests meanwhile).
+    fn start_own_pg(setup: impl Fn(char, &Path)) -> Cluster {
+        let pg = TestPg::start().unwrap();
+        let url = pg.fresh_database();
+        let nats = TestNats::start();
+        let nats_url = nats.url();
+        let mut cl = Cluster::start_on(nats, &nats_url, url, setup, &|_| Vec::new(), |_, u| {
+            u.to_owned()
+        });
+        cl.pg = Some(pg);
+        cl
     }
 
     /// [`Cluster::start_with`] on `nats`, which the nodes reach at
@@ -60,11 +78,11 @@ impl Cluster {
     fn start_on(
         nats: TestNats,
         nats_url: &str,
+        url: String,
         setup: impl Fn(char, &Path),
         env: &dyn Fn(char) -> Vec<(String, String)>,
         url_for: impl Fn(char, &str) -> String,
     ) -> Cluster {
-        let url = TestPg::shared().fresh_database();
         let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
         for (dir, n) in dirs.iter().zip("abc".chars()) {
             setup(n, dir.path());
@@ -80,6 +98,7 @@ impl Cluster {
             nats,
             dirs,
             nodes: Vec::new(),
+            pg: None,
         };
         let token = cluster.token("admin", "ops");
         for (i, id) in ["a", "b", "c"].iter().enumerate() {
@@ -176,10 +195,13 @@ fn consent_sessions_and_tokens_hold_on_every_node() {
     if sqlite_only("the cluster harness makes its own database; it runs once") {
         return;
     }
+    // Every node declares the same MCP server (for progress below).
     let cl = Cluster::start(|n, dir| {
         if n == 'a' {
             copy_example(dir, "hello-bash");
         }
+        let servers = json!({"mcpServers": {"everything": crate::mcp::everything()}});
+        std::fs::write(dir.join(".mcp.json"), servers.to_string()).unwrap();
     });
     let admin = cl.node('a').token.clone();
 
@@ -248,6 +270,40 @@ fn consent_sessions_and_tokens_hold_on_every_node() {
             r.text()
         );
     }
+    // Progress over SSE on the continued session: a call with a progress
+    // token on B streams each step's progress, then the result.
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/everything:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    const LONG: &str = "everything__trigger-long-running-operation";
+    let listed = eventually_blocking(Duration::from_secs(10), || {
+        cl.tools('b')
+            .contains(&"everything/trigger-long-running-operation".to_owned())
+    });
+    assert!(listed, "B lists {:?}\n{}", cl.tools('b'), cl.logs());
+    let long = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": LONG, "arguments": {"duration": 1, "steps": 2},
+        "_meta": {"progressToken": "p"}}});
+    let r = mcp_post(cl.node('b'), &alice, "/mcp", Some(&session), &long);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream")),
+        "{:?}",
+        r.header("content-type")
+    );
+    let text = r.text();
+    let progress = text
+        .find("notifications/progress")
+        .expect("progress events");
+    let result = text.find("\"result\"").expect("the result");
+    assert!(
+        progress < result && text.matches("notifications/progress").count() >= 2,
+        "{text}"
+    );
+    assert!(text.contains("\"progressToken\":\"p\""), "{text}");
+
     let r = request_as(
         cl.node('c'),
         &alice,
@@ -909,7 +965,7 @@ fn metric(node: &Serve, name: &str) -> u64 {
 }
 
 #[test]
-fn while_nats_is_away_the_nodes_serve_and_count_what_they_cannot_share() {
+fn while_nats_is_frozen_or_away_the_nodes_serve_and_count_what_they_cannot_share() {
     if sqlite_only("the cluster harness makes its own database; it runs once") {
         return;
     }
@@ -951,8 +1007,33 @@ fn while_nats_is_away_the_nodes_serve_and_count_what_they_cannot_share() {
     };
     assert_eq!(answer(&cl).status, 202);
 
-    // NATS goes away.
-    cl.nats.stop();
+    // NATS frozen for 10 s (SIGSTOP: connections open, nothing answers).
+    // Every request is answered in bounded time: what PostgreSQL carries
+    // goes on, a publish never waits, a hand-off is 503 (NATS did not even
+    // bring the offer back to its own node).
+    cl.nats.freeze();
+    let frozen = std::time::Instant::now();
+    let r = answer(&cl);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "nodes_unavailable");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    while frozen.elapsed() < Duration::from_secs(10) {
+        for n in ['a', 'b', 'c'] {
+            let asked = std::time::Instant::now();
+            let r = cl.node(n).get("/v1/tools");
+            assert_eq!(r.status, 200, "node {n}: {}", r.text());
+            publish(&cl, n);
+            assert!(
+                asked.elapsed() < Duration::from_secs(3),
+                "node {n} took {:?} while NATS was frozen",
+                asked.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Then NATS is killed (SIGKILL), and stays away.
+    cl.nats.kill();
     let dropped = metric(cl.node('a'), DROPPED);
     let counted = eventually_blocking(Duration::from_secs(5), || {
         publish(&cl, 'a');
@@ -1149,6 +1230,7 @@ authorization {
     let cl = Cluster::start_on(
         nats,
         &plugd_url,
+        TestPg::shared().fresh_database(),
         |n, dir| {
             if n == 'a' {
                 copy_example(dir, "hello-bash");
@@ -1213,6 +1295,97 @@ authorization {
 
 /// Debian's libfaketime: a node started with it sees another wall clock.
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+
+#[test]
+fn postgres_restarted_under_three_nodes_gives_503_then_every_node_writes_again() {
+    if sqlite_only("the cluster harness makes its own database; it runs once") {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let cl = Cluster::start_own_pg(|_, _| {});
+    let pg = cl.pg.as_ref().unwrap();
+    let done = AtomicBool::new(false);
+    let back = std::sync::Mutex::new(None::<std::time::Instant>);
+    // Writes (org secrets, one name each) to the three nodes in turn while
+    // the database restarts (fast), then stops at once and starts again.
+    let seen = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(600));
+            pg.restart(plugd_store_pg::test_pg::RestartMode::Fast)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            pg.stop_immediate().unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            pg.start_again().unwrap();
+            *back.lock().unwrap() = Some(std::time::Instant::now());
+            std::thread::sleep(Duration::from_secs(6));
+            done.store(true, Ordering::Relaxed);
+        });
+        let mut seen = Vec::new();
+        let mut i = 0usize;
+        while !done.load(Ordering::Relaxed) {
+            i += 1;
+            let n = (b'a' + (i % 3) as u8) as char;
+            let name = format!("w{i}");
+            let node = cl.node(n);
+            let r = request_as(
+                node,
+                &node.token,
+                "PUT",
+                &format!("/v1/secrets/acme/{name}"),
+                &[("Content-Type", "application/json")],
+                Some(br#"{"value": "s3cret"}"#),
+            );
+            seen.push((n, name, r.status, r.text(), std::time::Instant::now()));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        seen
+    });
+    let back = back.lock().unwrap().expect("the database came back");
+    let down: Vec<_> = seen.iter().filter(|s| s.2 >= 500).collect();
+    assert!(!down.is_empty(), "no request saw the database down");
+    for (n, name, status, body, _) in &down {
+        assert_eq!(*status, 503, "node {n}, {name}: {body}");
+        assert!(
+            body.contains("store_unavailable"),
+            "node {n}, {name}: {body}"
+        );
+    }
+    // Every node writes again within 5 s of the database's return.
+    for n in ['a', 'b', 'c'] {
+        let first = seen
+            .iter()
+            .find(|s| s.0 == n && (200..300).contains(&s.2) && s.4 > back)
+            .map(|s| s.4.duration_since(back));
+        assert!(
+            first.is_some_and(|d| d <= Duration::from_secs(5)),
+            "node {n} wrote nothing within 5 s of the database's return: {first:?}\n{}",
+            cl.logs()
+        );
+    }
+    // Every 2xx write is in the database, as every node reads it.
+    for n in ['a', 'b', 'c'] {
+        let node = cl.node(n);
+        let list = request_as(node, &node.token, "GET", "/v1/secrets/acme", &[], None);
+        assert_eq!(list.status, 200, "{}", list.text());
+        let names = list.json()["names"].clone();
+        for (_, name, status, _, _) in &seen {
+            if (200..300).contains(status) {
+                assert!(
+                    names.as_array().unwrap().iter().any(|v| v == name.as_str()),
+                    "{name} was answered {status} but node {n} does not list it"
+                );
+            }
+        }
+    }
+    // And the three are one cluster again.
+    let listed = eventually_blocking(Duration::from_secs(5), || {
+        cl.node('a').get("/v1/cluster").json()["nodes"]
+            .as_array()
+            .is_some_and(|ns| ns.len() == 3)
+    });
+    assert!(listed, "{}", cl.logs());
+}
 
 /// The nodes holding lease `name`, as node `from` lists the live nodes.
 fn holders(cl: &Cluster, from: char, name: &str) -> Vec<char> {
@@ -1549,6 +1722,7 @@ fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
     let cl = Cluster::start_on(
         nats,
         &nats_url,
+        TestPg::shared().fresh_database(),
         |n, dir| {
             std::fs::write(
                 dir.join("plugd.yaml"),
