@@ -209,7 +209,7 @@ impl PackageProcs {
 }
 
 /// `package acme/devkit@0.1.0 (sha256:…)`, for messages.
-fn describe(pkg: &Package) -> String {
+pub(crate) fn describe(pkg: &Package) -> String {
     format!(
         "package {}@{} ({})",
         pkg.package_id, pkg.version, pkg.digest
@@ -300,7 +300,11 @@ struct PackageObserver {
 impl Observer for PackageObserver {
     async fn may_start(&self, spec: &PluginSpec) -> Result<Launch, String> {
         match self.store.package(&self.package.digest).await {
-            Ok(Some(p)) if p.path == self.package.path => {}
+            // Installed here, or on another node and run from the copy
+            // taken from the cluster (the same recorded tree).
+            Ok(Some(p))
+                if p.path == self.package.path
+                    || (p.tree_digest.is_some() && p.tree_digest == self.package.tree_digest) => {}
             Ok(_) => {
                 return Err(format!(
                     "{} is no longer installed; pull it again",
@@ -602,6 +606,7 @@ impl Runtime {
         else {
             return Ok(None);
         };
+        let pkg = self.package_here(pkg).await?;
         Ok(Some(self.inner.packages.get(&pkg)?.sup.clone()))
     }
 
@@ -670,6 +675,7 @@ impl Runtime {
         {
             return Err(not_found());
         }
+        let pkg = self.package_here(pkg).await?;
         let proc = self.inner.packages.get(&pkg)?;
         let entry = self
             .package_entry(&proc, export_id)

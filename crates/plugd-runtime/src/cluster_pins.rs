@@ -33,11 +33,23 @@ pub(crate) struct SharedPins {
     /// listed (its files here differ, no pin to take), so an
     /// unchanged approval is not digested again at every epoch.
     followed: Mutex<HashMap<String, String>>,
+    /// A round of [`Runtime::share_packages`] is under way.
+    pub(crate) sharing_packages: std::sync::atomic::AtomicBool,
 }
 
 impl SharedPins {
-    fn blobs(&self) -> Option<&Arc<dyn PinBlobs>> {
+    pub(crate) fn blobs(&self) -> Option<&Arc<dyn PinBlobs>> {
         self.blobs.get()
+    }
+
+    /// Whether this process stored or found blob `name`.
+    pub(crate) fn was_published(&self, name: &str) -> bool {
+        self.published().contains(name)
+    }
+
+    /// Notes that blob `name` is in the blob store.
+    pub(crate) fn mark_published(&self, name: String) {
+        self.published().insert(name);
     }
 
     /// `true` once the node gave a blob store.
@@ -118,6 +130,7 @@ impl Runtime {
         if self.inner.shared_pins.blobs.set(blobs).is_err() {
             return;
         }
+        self.share_packages();
         let rt = self.clone();
         tokio::spawn(async move {
             let Ok(approvals) = rt.inner.state.approvals().await else {
@@ -143,6 +156,8 @@ impl Runtime {
     /// node since the last epoch, taking their pins from the cluster when
     /// this node has no copy of them (see the module).
     pub(crate) async fn follow_approvals(&self) -> Result<(), RuntimeError> {
+        // An install moved the epoch too: share what this node has.
+        self.share_packages();
         let approvals = self.inner.state.approvals().await?;
         let holding: BTreeSet<String> = read(&self.inner.registry)
             .list()

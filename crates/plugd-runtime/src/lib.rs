@@ -25,6 +25,7 @@ pub mod bindings_rt;
 pub mod broker_config;
 mod changes;
 pub mod channels;
+pub mod cluster_packages;
 mod cluster_pins;
 pub mod compaction;
 pub mod config;

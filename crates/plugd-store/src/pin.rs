@@ -687,7 +687,7 @@ fn replace_symlink(target: &str, link: &Path) -> Result<(), PinError> {
     })
 }
 
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let mut b = [0u8; 8];
     let _ = getrandom::fill(&mut b);
     hex::encode(b)

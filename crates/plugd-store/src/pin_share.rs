@@ -84,6 +84,69 @@ impl Pins {
     }
 }
 
+/// Directory `dir` as a tar, as [`Pins::archive`] makes one of a pin: for
+/// an installed package's files shared with the other nodes.
+pub fn archive_dir(dir: &Path) -> Result<Vec<u8>, PinError> {
+    let mut b = tar::Builder::new(Vec::new());
+    b.follow_symlinks(false);
+    append_tree(&mut b, dir, Path::new(""))?;
+    b.into_inner().map_err(tar_err(dir))
+}
+
+/// The copy of `what` (a package) in `root/name`, unpacked from `archive`
+/// (fetched from the cluster) only if its content digests to `digest`;
+/// made read-only. Unpacked beside its place and renamed into it, so a
+/// half-written or refused copy is never found there; if another process
+/// put it there first, that copy is returned (its user checks its digest
+/// before each start, as for any installed package).
+pub fn adopt_dir(
+    root: &Path,
+    name: &str,
+    what: &str,
+    digest: &str,
+    archive: &[u8],
+) -> Result<PathBuf, PinError> {
+    fs::create_dir_all(root).map_err(tar_err(root))?;
+    let target = root.join(name);
+    if target.is_dir() {
+        return Ok(target);
+    }
+    let staging = root.join(format!(
+        ".staging-{}-{}",
+        std::process::id(),
+        crate::pin::random_suffix()
+    ));
+    fs::create_dir(&staging).map_err(tar_err(&staging))?;
+    let result = unpack(what, archive, &staging).and_then(|()| {
+        let found = plugin_digest(&staging, &DigestLimits::default())?;
+        if found != digest {
+            return Err(unpack_err(
+                what,
+                format!("the cluster's copy digests to {found}, not the installed {digest}"),
+            ));
+        }
+        crate::pin::make_read_only(&staging)
+    });
+    if let Err(e) = result {
+        let _ = crate::pin::remove_tree(&staging);
+        return Err(e);
+    }
+    match fs::rename(&staging, &target) {
+        Ok(()) => Ok(target),
+        Err(_) if target.is_dir() => {
+            let _ = crate::pin::remove_tree(&staging);
+            Ok(target)
+        }
+        Err(e) => {
+            let _ = crate::pin::remove_tree(&staging);
+            Err(PinError::Io {
+                path: target,
+                source: e,
+            })
+        }
+    }
+}
+
 /// Where the pins a node took from the cluster for plugins it has no copy
 /// of are listed (`<pins>/adopted/<id>`, holding the pin's name).
 const ADOPTED: &str = "adopted";
@@ -353,6 +416,41 @@ mod tests {
         assert_eq!(pins_b.current("p").unwrap(), adopted);
         // Adopting again (another node raced it) keeps the intact pin.
         assert_eq!(pins_b.adopt("p", &pin.dir_digest, &tar).unwrap(), adopted);
+    }
+
+    #[test]
+    fn a_package_directory_travels_and_only_its_own_digest_is_accepted() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        let src = plugin_dir(a.path());
+        let digest = plugin_digest(&src, &DigestLimits::default()).unwrap();
+        let tar = archive_dir(&src).unwrap();
+        let root = b.path().join("cluster-packages");
+        // A lying blob (one byte changed) is refused and leaves nothing.
+        let mut lie = tar.clone();
+        let at = lie.windows(9).position(|w| w == b"print(1)\n").unwrap();
+        lie[at + 6] = b'2';
+        let e = adopt_dir(&root, "pkg-x", "package p", &digest, &lie).unwrap_err();
+        assert!(e.to_string().contains("not the installed"), "{e}");
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 0);
+        // The true one lands read-only under its name, and again is a no-op.
+        let dir = adopt_dir(&root, "pkg-x", "package p", &digest, &tar).unwrap();
+        assert_eq!(dir, root.join("pkg-x"));
+        assert_eq!(
+            plugin_digest(&dir, &DigestLimits::default()).unwrap(),
+            digest
+        );
+        let mode = fs::metadata(dir.join("main.py"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o444);
+        assert_eq!(
+            adopt_dir(&root, "pkg-x", "package p", &digest, &tar).unwrap(),
+            dir
+        );
+        assert_eq!(fs::read_dir(&root).unwrap().count(), 1, "no staging left");
     }
 
     #[test]

@@ -14,8 +14,7 @@ use serde_json::{Value, json};
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
 use crate::support::{
-    Stopped, TEST_MASTER_KEY, copy_dir, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr,
-    stdout,
+    Stopped, TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
 };
 
 /// One cluster: its database, its NATS, three workspaces and their nodes.
@@ -1520,36 +1519,32 @@ fn compaction_jobs_started_on_any_node_run_once_on_some_node() {
         return;
     }
     const SESSIONS: usize = 9;
-    const PACKAGE: &str = "acme/threads";
     let yaml = "agent:\n  compactor:\n    export: acme/threads/sliding_window\n    max_input_tokens: 200\n";
-    let setup = |n: char, dir: &Path| {
-        std::fs::write(dir.join("plugd.yaml"), yaml).unwrap();
-        if n == 'a' {
-            copy_dir(
-                &repo().join("examples/workspace/.plugins/acme-threads"),
-                &dir.join(".plugins/acme-threads"),
-            );
-        }
-    };
-    let cl = Cluster::start(setup);
-    let r = cl
-        .node('a')
-        .post("/v1/plugins/acme%2Fthreads:approve", &json!({}));
-    assert_eq!(r.status, 200, "{}", r.text());
-    // (How soon is the consent test's; here it is only the start.)
-    let known = eventually_blocking(Duration::from_secs(10), || {
-        ['b', 'c'].iter().all(|n| {
-            cl.node(*n)
-                .get("/v1/plugins")
-                .json()
-                .as_array()
-                .is_some_and(|ps| {
-                    ps.iter()
-                        .any(|p| p["id"] == PACKAGE && p["approved"] == true)
-                })
-        })
+    let cl = Cluster::start(|_, dir: &Path| std::fs::write(dir.join("plugd.yaml"), yaml).unwrap());
+    // The compactor is an installed package (installed through A's
+    // workspace): A shares its files with the cluster, then they leave A's
+    // disk, so every node runs it from the copy it takes from the cluster.
+    let src = repo().join("examples/workspace/.plugins/acme-threads");
+    let out = cl
+        .plugd(cl.dirs[0].path())
+        .args(["package", "install", src.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "install: {}", stderr(&out));
+    let shared = eventually_blocking(Duration::from_secs(10), || {
+        cl.node('a')
+            .log_text()
+            .contains("shared the package's files with the cluster")
     });
-    assert!(known, "B and C know the approved package\n{}", cl.logs());
+    assert!(shared, "{}", cl.logs());
+    let listed = cl
+        .plugd(cl.dirs[0].path())
+        .args(["package", "list", "--json"])
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let installed = std::path::PathBuf::from(listed[0]["path"].as_str().unwrap());
+    std::fs::rename(&installed, installed.with_extension("gone")).unwrap();
     let node = |i: usize| cl.node((b'a' + (i % 3) as u8) as char);
 
     // Sessions with something to compact, each made on some node.
@@ -1627,6 +1622,13 @@ fn compaction_jobs_started_on_any_node_run_once_on_some_node() {
         ran.iter().filter(|n| **n > 0).count() >= 2,
         "the jobs ran on one node only: {ran:?}"
     );
+    // Each node that ran one took the package's files from the cluster.
+    for (log, n) in logs.iter().zip(&ran) {
+        assert!(
+            *n == 0 || log.contains("took the package's files from the cluster"),
+            "{log}"
+        );
+    }
     // What is not a compaction job is no job.
     assert_eq!(
         cl.node('b')
