@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
 use crate::support::{
-    Stopped, TEST_MASTER_KEY, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr, stdout,
+    Stopped, TEST_MASTER_KEY, copy_dir, eventually_blocking, plugd_cmd, repo, sqlite_only, stderr,
+    stdout,
 };
 
 /// One cluster: its database, its NATS, three workspaces and their nodes.
@@ -665,10 +666,16 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
     let yaml = format!(
         "# the test's ledger is outside every workspace\nsandbox:\n  plugins:\n    \"{PACKAGE}\": {{enabled: false}}\n"
     );
+    // A also has a harness (acme/threads/triage): its runs end with their
+    // `run.completed` in one transaction, which the recorder hears too.
     let setup = |n: char, dir: &Path| {
         std::fs::write(dir.join("plugd.yaml"), &yaml).unwrap();
         if n == 'a' {
             outbox_package(dir, &ledger);
+            copy_dir(
+                &repo().join("examples/workspace/.plugins/acme-threads"),
+                &dir.join(".plugins/acme-threads"),
+            );
         }
     };
     // Leases of 3 s, so a dead node's deliveries come back quickly.
@@ -677,10 +684,12 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
         ("PLUGD_OUTBOX_POLL_MS", "100"),
     ];
     let mut cl = Cluster::start_env(setup, &env);
-    let r = cl
-        .node('a')
-        .post("/v1/plugins/test%2Foutbox:approve", &json!({}));
-    assert_eq!(r.status, 200, "{}", r.text());
+    for id in ["test%2Foutbox", "acme%2Fthreads"] {
+        let r = cl
+            .node('a')
+            .post(&format!("/v1/plugins/{id}:approve"), &json!({}));
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
     // (How soon is the consent test's; here it is only the start.)
     let known = eventually_blocking(Duration::from_secs(10), || {
         ['b', 'c'].iter().all(|n| {
@@ -689,8 +698,9 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
                 .json()
                 .as_array()
                 .is_some_and(|ps| {
-                    ps.iter()
-                        .any(|p| p["id"] == PACKAGE && p["approved"] == true)
+                    [PACKAGE, "acme/threads"]
+                        .iter()
+                        .all(|id| ps.iter().any(|p| p["id"] == *id && p["approved"] == true))
                 })
         })
     });
@@ -761,9 +771,33 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
         .map(serve_pid)
         .collect();
     let mut dead = cl.nodes.remove(vi);
-    dead.child.kill().unwrap();
+    // Harness runs on it until it dies, one likely under way then.
+    let sessions = std::sync::atomic::AtomicUsize::new(0);
+    let killed_at = std::thread::scope(|s| {
+        let (dead, sessions) = (&dead, &sessions);
+        s.spawn(move || {
+            loop {
+                let i = sessions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let body = json!({"session_id": format!("kr-{i}"), "harness": "acme/threads/triage", "input": "go"});
+                let posted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    dead.post("/v1/runs", &body)
+                }));
+                if posted.is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = rustix::process::Pid::from_raw(dead.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+        std::time::SystemTime::now()
+    });
     dead.child.wait().unwrap();
-    let drained = eventually_blocking(Duration::from_secs(60), || read().0.len() >= EVENTS + 1_000);
+    let want: std::collections::BTreeSet<&String> = enqueued.iter().chain(&more).collect();
+    let drained = eventually_blocking(Duration::from_secs(60), || {
+        let (applied, _) = read();
+        want.iter().all(|id| applied.contains_key(*id))
+    });
     let (applied, dups) = read();
     assert!(
         drained,
@@ -772,15 +806,76 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
         EVENTS + 1_000,
         cl.logs()
     );
-    let want: std::collections::BTreeSet<&String> = enqueued.iter().chain(&more).collect();
     let got: std::collections::BTreeSet<&String> = applied.keys().collect();
-    assert_eq!(want, got, "the applied set is the enqueued set");
+    assert!(got.is_superset(&want), "every enqueued delivery applied");
+    // No run completed without its event: each harness run that
+    // succeeded on the dead node reached the recorder with its
+    // `run.completed`, and every other delivery is such an event.
+    let text = std::fs::read_to_string(&ledger).unwrap();
+    let run_events: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"]["summary"].get("n").is_none())
+        .filter_map(|v| v["event"]["subject"]["id"].as_str().map(str::to_owned))
+        .collect();
+    let mut completed = 0;
+    for i in 0..sessions.load(std::sync::atomic::Ordering::SeqCst) {
+        let runs = cl
+            .node(if victim == 'a' { 'b' } else { 'a' })
+            .get(&format!("/v1/runs?session_id=kr-{i}"))
+            .json();
+        for run in runs["runs"].as_array().into_iter().flatten() {
+            if run["kind"] == "harness" && run["status"] == "succeeded" {
+                completed += 1;
+                let id = run["id"].as_str().unwrap();
+                let heard = eventually_blocking(Duration::from_secs(10), || {
+                    std::fs::read_to_string(&ledger)
+                        .unwrap()
+                        .contains(&format!("\"id\": \"{id}\""))
+                });
+                assert!(
+                    heard,
+                    "run {id} completed without its event reaching the hook"
+                );
+            }
+        }
+    }
+    assert!(completed > 0, "no harness run completed on node {victim}");
+    for id in got.difference(&want) {
+        let line = text.lines().find(|l| l.contains(id.as_str())).unwrap();
+        let v: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["event"]["type"], "run.completed", "{line}");
+        assert!(
+            v["event"]["subject"]["id"]
+                .as_str()
+                .is_some_and(|r| run_events.contains(r)),
+            "{line}"
+        );
+    }
+    // The dead node's deliveries were attempted again within the lease
+    // (3 s) and a second of its death.
+    let deadline = killed_at + Duration::from_secs(4);
+    let deadline = deadline
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["attempt"].as_u64() > Some(1)
+            && want.contains(&v["delivery_id"].as_str().unwrap().to_owned())
+        {
+            assert!(
+                v["t"].as_f64().unwrap() <= deadline,
+                "re-attempted {:.2} s after the kill: {line}",
+                v["t"].as_f64().unwrap() - (deadline - 4.0)
+            );
+        }
+    }
     // A re-attempt only for a delivery the dead node held (at most its 16
     // in flight): its first application was not by another node (by the
     // dead node's plugin, or by that plugin orphaned, finishing what it had
     // read, its parent now init).
     assert!(dups <= 16, "{dups} deliveries applied twice");
-    let text = std::fs::read_to_string(&ledger).unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for line in text.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
