@@ -1075,7 +1075,41 @@ fn while_nats_is_frozen_or_away_the_nodes_serve_and_count_what_they_cannot_share
     if sqlite_only("the cluster harness makes its own database; it runs once") {
         return;
     }
-    let mut cl = Cluster::start(|_, _| {});
+    // A hook package (its ledger outside every workspace), approved and
+    // known on every node before NATS goes.
+    let ledger_dir = tempfile::tempdir().unwrap();
+    let ledger = ledger_dir.path().join("ledger.jsonl");
+    std::fs::write(&ledger, "").unwrap();
+    let mut cl = Cluster::start_env(
+        |n, dir| {
+            std::fs::write(
+                dir.join("plugd.yaml"),
+                "sandbox:\n  plugins:\n    \"test/outbox\": {enabled: false}\n",
+            )
+            .unwrap();
+            if n == 'a' {
+                outbox_package(dir, &ledger);
+            }
+        },
+        &[("PLUGD_OUTBOX_POLL_MS", "100")],
+    );
+    let r = cl
+        .node('a')
+        .post("/v1/plugins/test%2Foutbox:approve", &json!({}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let known = eventually_blocking(Duration::from_secs(10), || {
+        ['b', 'c'].iter().all(|n| {
+            cl.node(*n)
+                .get("/v1/plugins")
+                .json()
+                .as_array()
+                .is_some_and(|ps| {
+                    ps.iter()
+                        .any(|p| p["id"] == "test/outbox" && p["approved"] == true)
+                })
+        })
+    });
+    assert!(known, "{}", cl.logs());
     let publish = |cl: &Cluster, n: char| {
         let r = cl.node(n).post(
             "/v1/bus/publish",
@@ -1140,6 +1174,13 @@ fn while_nats_is_frozen_or_away_the_nodes_serve_and_count_what_they_cannot_share
 
     // Then NATS is killed (SIGKILL), and stays away.
     cl.nats.kill();
+    // Deliveries go on through PostgreSQL, on every node.
+    let ids = enqueue(&cl.url, 0, 90);
+    let applied = eventually_blocking(Duration::from_secs(20), || {
+        let text = std::fs::read_to_string(&ledger).unwrap();
+        ids.iter().all(|id| text.contains(id.as_str()))
+    });
+    assert!(applied, "deliveries stopped with NATS\n{}", cl.logs());
     let dropped = metric(cl.node('a'), DROPPED);
     let counted = eventually_blocking(Duration::from_secs(5), || {
         publish(&cl, 'a');
