@@ -65,23 +65,36 @@ impl Pins {
         archive: &[u8],
     ) -> Result<PathBuf, PinError> {
         let staging = self.staging_dir()?;
-        fs::create_dir(&staging).map_err(tar_err(&staging))?;
-        let result = unpack(plugin, archive, &staging).and_then(|()| {
-            let found = plugin_digest(&staging, &DigestLimits::default())?;
-            if found != dir_digest {
-                return Err(unpack_err(
-                    plugin,
-                    format!("the cluster's copy digests to {found}, not the approved {dir_digest}"),
-                ));
-            }
-            crate::pin::make_read_only(&staging)
-        });
-        if let Err(e) = result {
-            let _ = crate::pin::remove_tree(&staging);
-            return Err(e);
-        }
+        unpack_verified(&staging, plugin, dir_digest, "approved", archive)?;
         self.publish_staged(plugin, &staging, dir_digest)
     }
+}
+
+/// Unpacks `archive` into `staging` (made here) and makes it read-only if
+/// its content digests to `digest` (the `kind` one: approved, installed);
+/// on any failure nothing of it stays.
+fn unpack_verified(
+    staging: &Path,
+    what: &str,
+    digest: &str,
+    kind: &str,
+    archive: &[u8],
+) -> Result<(), PinError> {
+    fs::create_dir(staging).map_err(tar_err(staging))?;
+    let result = unpack(what, archive, staging).and_then(|()| {
+        let found = plugin_digest(staging, &DigestLimits::default())?;
+        if found != digest {
+            return Err(unpack_err(
+                what,
+                format!("the cluster's copy digests to {found}, not the {kind} {digest}"),
+            ));
+        }
+        crate::pin::make_read_only(staging)
+    });
+    if result.is_err() {
+        let _ = crate::pin::remove_tree(staging);
+    }
+    result
 }
 
 /// Directory `dir` as a tar, as [`Pins::archive`] makes one of a pin: for
@@ -116,21 +129,7 @@ pub fn adopt_dir(
         std::process::id(),
         crate::pin::random_suffix()
     ));
-    fs::create_dir(&staging).map_err(tar_err(&staging))?;
-    let result = unpack(what, archive, &staging).and_then(|()| {
-        let found = plugin_digest(&staging, &DigestLimits::default())?;
-        if found != digest {
-            return Err(unpack_err(
-                what,
-                format!("the cluster's copy digests to {found}, not the installed {digest}"),
-            ));
-        }
-        crate::pin::make_read_only(&staging)
-    });
-    if let Err(e) = result {
-        let _ = crate::pin::remove_tree(&staging);
-        return Err(e);
-    }
+    unpack_verified(&staging, what, digest, "installed", archive)?;
     match fs::rename(&staging, &target) {
         Ok(()) => Ok(target),
         Err(_) if target.is_dir() => {

@@ -18,7 +18,7 @@ pub(crate) fn workspace(plugd_yaml: &str) -> Ws {
     let ws = Ws::new();
     ws.example("hello-python");
     ws.example("hello-salmex-bash");
-    crate::vai::copy_tree(
+    crate::support::copy_dir(
         &repo().join("examples/workspace/.plugins/vai-devkit"),
         &ws.plugin_dir("vai-devkit"),
     );

@@ -143,6 +143,16 @@ impl Cluster {
         v["token"].as_str().unwrap().to_owned()
     }
 
+    /// Whether every node of `nodes` lists every plugin of `ids` approved.
+    fn approved_on(&self, nodes: &[char], ids: &[&str]) -> bool {
+        nodes.iter().all(|n| {
+            let list = self.node(*n).get("/v1/plugins").json();
+            let ps = list.as_array().cloned().unwrap_or_default();
+            ids.iter()
+                .all(|id| ps.iter().any(|p| p["id"] == *id && p["approved"] == true))
+        })
+    }
+
     fn node(&self, name: char) -> &Serve {
         &self.nodes[(name as u8 - b'a') as usize]
     }
@@ -692,17 +702,7 @@ fn hook_deliveries_are_shared_by_every_node_and_applied_once() {
     }
     // (How soon is the consent test's; here it is only the start.)
     let known = eventually_blocking(Duration::from_secs(10), || {
-        ['b', 'c'].iter().all(|n| {
-            cl.node(*n)
-                .get("/v1/plugins")
-                .json()
-                .as_array()
-                .is_some_and(|ps| {
-                    [PACKAGE, "acme/threads"]
-                        .iter()
-                        .all(|id| ps.iter().any(|p| p["id"] == *id && p["approved"] == true))
-                })
-        })
+        cl.approved_on(&['b', 'c'], &[PACKAGE, "acme/threads"])
     });
     assert!(known, "B and C know the approved package\n{}", cl.logs());
 
@@ -1098,16 +1098,7 @@ fn while_nats_is_frozen_or_away_the_nodes_serve_and_count_what_they_cannot_share
         .post("/v1/plugins/test%2Foutbox:approve", &json!({}));
     assert_eq!(r.status, 200, "{}", r.text());
     let known = eventually_blocking(Duration::from_secs(10), || {
-        ['b', 'c'].iter().all(|n| {
-            cl.node(*n)
-                .get("/v1/plugins")
-                .json()
-                .as_array()
-                .is_some_and(|ps| {
-                    ps.iter()
-                        .any(|p| p["id"] == "test/outbox" && p["approved"] == true)
-                })
-        })
+        cl.approved_on(&['b', 'c'], &["test/outbox"])
     });
     assert!(known, "{}", cl.logs());
     let publish = |cl: &Cluster, n: char| {
@@ -1448,47 +1439,28 @@ fn postgres_restarted_under_three_nodes_gives_503_then_every_node_writes_again()
     if sqlite_only("the cluster harness makes its own database; it runs once") {
         return;
     }
-    use std::sync::atomic::{AtomicBool, Ordering};
     let cl = Cluster::start_own_pg(|_, _| {});
     let pg = cl.pg.as_ref().unwrap();
-    let done = AtomicBool::new(false);
-    let back = std::sync::Mutex::new(None::<std::time::Instant>);
     // Writes (org secrets, one name each) to the three nodes in turn while
     // the database restarts (fast), then stops at once and starts again.
-    let seen = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(600));
-            pg.restart(plugd_store_pg::test_pg::RestartMode::Fast)
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(600));
-            pg.stop_immediate().unwrap();
-            std::thread::sleep(Duration::from_millis(1500));
-            pg.start_again().unwrap();
-            *back.lock().unwrap() = Some(std::time::Instant::now());
-            std::thread::sleep(Duration::from_secs(6));
-            done.store(true, Ordering::Relaxed);
-        });
-        let mut seen = Vec::new();
-        let mut i = 0usize;
-        while !done.load(Ordering::Relaxed) {
-            i += 1;
-            let n = (b'a' + (i % 3) as u8) as char;
-            let name = format!("w{i}");
-            let node = cl.node(n);
-            let r = request_as(
-                node,
-                &node.token,
-                "PUT",
-                &format!("/v1/secrets/acme/{name}"),
-                &[("Content-Type", "application/json")],
-                Some(br#"{"value": "s3cret"}"#),
-            );
-            seen.push((n, name, r.status, r.text(), std::time::Instant::now()));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        seen
+    let (seen, back) = crate::state_pg::writes_across_restarts(pg, |i| {
+        let n = (b'a' + (i % 3) as u8) as char;
+        let name = format!("w{i}");
+        let node = cl.node(n);
+        let r = request_as(
+            node,
+            &node.token,
+            "PUT",
+            &format!("/v1/secrets/acme/{name}"),
+            &[("Content-Type", "application/json")],
+            Some(br#"{"value": "s3cret"}"#),
+        );
+        (n, name, r.status, r.text())
     });
-    let back = back.lock().unwrap().expect("the database came back");
+    let seen: Vec<_> = seen
+        .into_iter()
+        .map(|((n, name, status, body), at)| (n, name, status, body, at))
+        .collect();
     let down: Vec<_> = seen.iter().filter(|s| s.2 >= 500).collect();
     assert!(!down.is_empty(), "no request saw the database down");
     for (n, name, status, body, _) in &down {

@@ -528,7 +528,7 @@ fn salmex_and_vai_plugins_are_signed_too_while_microapps_and_mcp_servers_cannot_
     let salmex = ws.example("hello-salmex-python");
     signed(&ws, &salmex, &acme);
     let vai = ws.plugin_dir("vai-devkit");
-    copy_tree(&repo().join("examples/workspace/.plugins/vai-devkit"), &vai);
+    crate::support::copy_dir(&repo().join("examples/workspace/.plugins/vai-devkit"), &vai);
     signed(&ws, &vai, &acme);
     std::fs::create_dir_all(ws.dir().join("extensions/hello")).unwrap();
     std::fs::copy(
@@ -572,19 +572,6 @@ fn salmex_and_vai_plugins_are_signed_too_while_microapps_and_mcp_servers_cannot_
         "{}",
         stderr(&out)
     );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// docs/signatures.md is enough to check a signature without plugd: the

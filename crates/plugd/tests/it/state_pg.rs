@@ -253,7 +253,6 @@ fn serve_on_a_postgres_cluster_runs_the_walk_through() {
 #[test]
 fn postgres_restarted_under_load_gives_503_then_writes_again_and_loses_no_commit() {
     use crate::http::{Serve, request_as};
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     // A server of its own: the shared one serves other tests meanwhile.
     let pg = TestPg::start().unwrap();
@@ -261,42 +260,23 @@ fn postgres_restarted_under_load_gives_503_then_writes_again_and_loses_no_commit
     let (ws, env) = cluster_workspace(&url);
     let env = env_refs(&env);
     let serve = Serve::start_with_env(&ws, &env);
-    let done = AtomicBool::new(false);
-    let back = std::sync::Mutex::new(None::<std::time::Instant>);
-    // Writes (org secrets, one name each) from this thread while another
-    // restarts the database twice.
-    let seen = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            std::thread::sleep(Duration::from_millis(600));
-            pg.restart(plugd_store_pg::test_pg::RestartMode::Fast)
-                .unwrap();
-            std::thread::sleep(Duration::from_millis(600));
-            pg.stop_immediate().unwrap();
-            std::thread::sleep(Duration::from_millis(1500));
-            pg.start_again().unwrap();
-            *back.lock().unwrap() = Some(std::time::Instant::now());
-            std::thread::sleep(Duration::from_secs(6));
-            done.store(true, Ordering::Relaxed);
-        });
-        let mut seen: Vec<(String, u16, String, std::time::Instant)> = Vec::new();
-        let mut n = 0;
-        while !done.load(Ordering::Relaxed) {
-            n += 1;
-            let name = format!("w{n}");
-            let r = request_as(
-                &serve,
-                &serve.token,
-                "PUT",
-                &format!("/v1/secrets/acme/{name}"),
-                &[("Content-Type", "application/json")],
-                Some(br#"{"value": "s3cret"}"#),
-            );
-            seen.push((name, r.status, r.text(), std::time::Instant::now()));
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        seen
+    // Writes (org secrets, one name each) while the database restarts.
+    let (seen, back) = writes_across_restarts(&pg, |i| {
+        let name = format!("w{i}");
+        let r = request_as(
+            &serve,
+            &serve.token,
+            "PUT",
+            &format!("/v1/secrets/acme/{name}"),
+            &[("Content-Type", "application/json")],
+            Some(br#"{"value": "s3cret"}"#),
+        );
+        (name, r.status, r.text())
     });
-    let back = back.lock().unwrap().expect("the database came back");
+    let seen: Vec<(String, u16, String, std::time::Instant)> = seen
+        .into_iter()
+        .map(|((name, status, body), at)| (name, status, body, at))
+        .collect();
 
     // While the database was down: 503 store_unavailable, never another 5xx.
     let down: Vec<_> = seen.iter().filter(|(_, s, _, _)| *s >= 500).collect();
@@ -333,4 +313,41 @@ fn postgres_restarted_under_load_gives_503_then_writes_again_and_loses_no_commit
     }
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
+}
+
+/// Runs `write(i)` (i = 1, 2, …, 20 ms apart) while `pg` restarts (fast),
+/// then stops at once and starts again, until 6 s after it is back: what
+/// each write returned with when, and when the database was back.
+pub(crate) fn writes_across_restarts<T: Send>(
+    pg: &TestPg,
+    mut write: impl FnMut(usize) -> T + Send,
+) -> (Vec<(T, std::time::Instant)>, std::time::Instant) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let done = AtomicBool::new(false);
+    let back = std::sync::Mutex::new(None::<std::time::Instant>);
+    let seen = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(600));
+            pg.restart(plugd_store_pg::test_pg::RestartMode::Fast)
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            pg.stop_immediate().unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            pg.start_again().unwrap();
+            *back.lock().unwrap() = Some(std::time::Instant::now());
+            std::thread::sleep(Duration::from_secs(6));
+            done.store(true, Ordering::Relaxed);
+        });
+        let mut seen = Vec::new();
+        let mut i = 0;
+        while !done.load(Ordering::Relaxed) {
+            i += 1;
+            let out = write(i);
+            seen.push((out, std::time::Instant::now()));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        seen
+    });
+    let back = back.lock().unwrap().expect("the database came back");
+    (seen, back)
 }

@@ -4,7 +4,7 @@
 //! plugin that can also lie about itself, print junk, break its framing,
 //! ignore cancels and crash; the CLI test runs the `vai-devkit` example.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -699,24 +699,10 @@ async fn hooks_compactors_and_harnesses_are_callable_through_the_internal_api() 
     rt.shutdown().await;
 }
 
-/// Copies a directory tree (the `vai-devkit` example has `bin/` and `schemas/`).
-pub(crate) fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vai_devkit_example_works_from_the_cli_and_the_internal_api() {
     let ws = Ws::new();
-    copy_tree(
+    crate::support::copy_dir(
         &repo().join("examples/workspace/.plugins/vai-devkit"),
         &ws.plugin_dir("vai-devkit"),
     );
