@@ -46,7 +46,8 @@ function main() {
 
 function render(...nodes) {
   const m = main();
-  m.replaceChildren(...nodes.flat());
+  // replaceChildren writes null as the text "null": leave absent parts out.
+  m.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function toast(text, kind = 'info') {

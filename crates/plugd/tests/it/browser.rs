@@ -514,6 +514,20 @@ impl Browser {
         e.text().await.ok()
     }
 
+    /// Text written straight into `<main>` beside its elements (a view that
+    /// renders an absent part as text, such as a stray `null`).
+    pub(crate) async fn stray_text(&self) -> Vec<String> {
+        let v = self
+            .js(
+                "return Array.from(document.getElementById('main').childNodes)\
+                 .filter(n => n.nodeType === 3 && n.textContent.trim())\
+                 .map(n => n.textContent);",
+                vec![],
+            )
+            .await;
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
     /// The page's visible text.
     pub(crate) async fn body_text(&self) -> String {
         self.text_of("body").await.unwrap_or_default()

@@ -737,6 +737,11 @@ async fn console_disables_a_tool_for_the_agent_and_tries_another() {
     // Try it: the generated form, typed arguments, the result.
     con.route(&format!("#/tools/{shout}")).await;
     let word = b.find("form#try input[name=word]").await;
+    assert_eq!(
+        b.stray_text().await,
+        Vec::<String>::new(),
+        "text beside the tool page's parts"
+    );
     word.send_keys("hey").await.unwrap();
     let times = b.find("form#try input[name=times]").await;
     assert_eq!(times.attr("type").await.unwrap().as_deref(), Some("number"));
@@ -1136,6 +1141,11 @@ async fn console_shows_activity_records_and_a_live_log() {
     // Opened: its tool, status and trace id, as the API has them.
     con.route(&format!("#/activity/{failed_id}")).await;
     let trace = b.wait_text("#trace-id", |t| !t.is_empty()).await;
+    assert_eq!(
+        b.stray_text().await,
+        Vec::<String>::new(),
+        "text beside the record's parts"
+    );
     let record = request_as(
         &serve,
         &serve.token,
