@@ -12,6 +12,7 @@ const state = {
   poll: null,
   view: null, // {name, arg, refresh()}
   settingsNote: null, // {id, text, at}: the last settings save's outcome
+  denyReasons: {}, // approval id -> the deny reason typed so far
   logStream: null,
 };
 
@@ -69,6 +70,16 @@ function button(label, onclick, opts = {}) {
 function fmtAge(iso) {
   if (!iso) return '';
   const s = Math.max(0, Math.round((Date.now() - Date.parse(iso)) / 1000));
+  if (s < 60) return `${s}s`;
+  if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
+  return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
+}
+
+/** Time left until `iso` ("12s", "4m 2s"), or "timed out". */
+function fmtLeft(iso) {
+  if (!iso) return '';
+  const s = Math.round((Date.parse(iso) - Date.now()) / 1000);
+  if (s <= 0) return 'timed out';
   if (s < 60) return `${s}s`;
   if (s < 3600) return `${Math.floor(s / 60)}m ${s % 60}s`;
   return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`;
@@ -843,16 +854,25 @@ async function approvalsView(_arg, view) {
     setPending(list.length);
     if (state.view !== view) return;
     const table = list.length ? h('div', {class: 'scroll'}, h('table', {id: 'approvals'},
-      h('thead', {}, h('tr', {}, ['Tool', 'Plugin', 'Risk', 'Arguments', 'Waiting', ''].map((c) => h('th', {scope: 'col'}, c)))),
-      h('tbody', {}, list.map((a) => h('tr', {dataset: {approval: a.id}},
-        h('td', {class: 'tool'}, a.tool),
-        h('td', {}, a.plugin),
-        h('td', {class: `risk risk-${a.risk}`}, a.risk),
-        h('td', {}, h('pre', {class: 'args'}, typeof a.args_preview === 'string' ? a.args_preview : pretty(a.args_preview))),
-        h('td', {class: 'waiting', dataset: {since: a.requested_at}}, fmtAge(a.requested_at)),
-        h('td', {}, can.govern() ? h('div', {class: 'actions'},
-          button('Approve', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:approve`, {}); toast(`Approved ${a.tool}`); await draw(); }, {label: `Approve the call of ${a.tool}`}),
-          button('Deny', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:deny`, {reason: 'denied in the console'}); toast(`Denied ${a.tool}`); await draw(); }, {class: 'danger', label: `Deny the call of ${a.tool}`})) : null)))))) :
+      h('thead', {}, h('tr', {}, ['Tool', 'Plugin', 'Risk', 'Arguments', 'Waiting', 'Times out in', ''].map((c) => h('th', {scope: 'col'}, c)))),
+      h('tbody', {}, list.map((a) => {
+        // The deny reason reaches the caller in its error; what is typed
+        // outlives the table's redraws.
+        const reasons = state.denyReasons;
+        const reason = h('input', {type: 'text', name: 'reason', value: reasons[a.id] || null, placeholder: 'Reason (sent to the caller)',
+          'aria-label': `Why the call of ${a.tool} is denied`, oninput: (e) => { reasons[a.id] = e.target.value; }});
+        return h('tr', {dataset: {approval: a.id}},
+          h('td', {class: 'tool'}, a.tool),
+          h('td', {}, a.plugin),
+          h('td', {class: `risk risk-${a.risk}`}, a.risk),
+          h('td', {}, h('pre', {class: 'args'}, typeof a.args_preview === 'string' ? a.args_preview : pretty(a.args_preview))),
+          h('td', {class: 'waiting', dataset: {since: a.requested_at}}, fmtAge(a.requested_at)),
+          h('td', {class: 'left', dataset: {until: a.expires_at}}, fmtLeft(a.expires_at)),
+          h('td', {}, can.govern() ? h('div', {class: 'actions'},
+            button('Approve', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:approve`, {}); toast(`Approved ${a.tool}`); await draw(); }, {label: `Approve the call of ${a.tool}`}),
+            reason,
+            button('Deny', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:deny`, {reason: reason.value.trim() || 'denied in the console'}); toast(`Denied ${a.tool}`); await draw(); }, {class: 'danger', label: `Deny the call of ${a.tool}`})) : null));
+      })))) :
       h('p', {id: 'approvals-empty', class: 'muted'}, 'Nothing waits for approval.');
     render(h('h1', {}, 'Approvals'), h('p', {}, 'Calls of high and critical tools wait here until an operator decides.'), table);
   };
@@ -861,6 +881,7 @@ async function approvalsView(_arg, view) {
   const timer = setInterval(() => {
     if (state.view !== view) { clearInterval(timer); return; }
     for (const td of document.querySelectorAll('td.waiting')) td.textContent = fmtAge(td.dataset.since);
+    for (const td of document.querySelectorAll('td.left')) td.textContent = fmtLeft(td.dataset.until);
   }, 1000);
 }
 

@@ -589,6 +589,25 @@ impl Browser {
     }
 
     /// Clicks the one visible button `label` inside `scope`, waiting for it.
+    /// Types `text` into the first field matching `css`, scrolled into
+    /// view first, found again when a live redraw replaced it.
+    pub(crate) async fn type_into(&self, css: &str, text: &str) {
+        for _ in 0..20 {
+            let field = self.find(css).await;
+            let arg = serde_json::to_value(&field).unwrap_or(Value::Null);
+            self.js("arguments[0].scrollIntoView({block: 'center'});", vec![arg])
+                .await;
+            match field.send_keys(text).await {
+                Ok(()) => return,
+                Err(e) if e.to_string().contains("stale element") => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("type into {css}: {e}"),
+            }
+        }
+        panic!("the field {css} went stale 20 times in a row");
+    }
+
     pub(crate) async fn click_button(&self, scope: &str, label: &str) {
         // Live updates redraw the page at any moment: a button found just
         // before a redraw is stale by the click, so find it again.

@@ -827,10 +827,44 @@ async fn console_approves_one_pending_critical_call_and_denies_another() {
         ids.insert(target, r["id"].as_str().unwrap().to_owned());
     }
     assert_eq!(ids.len(), 2, "{ids:?}");
+    // How long each may still wait, and a critical risk that looks apart
+    // (a filled cell, not only the colour of a high one).
+    let look = b
+        .js(
+            "const r = document.querySelector('table#approvals tr[data-approval]');\
+             const bg = (c) => getComputedStyle(r.querySelector(c)).backgroundColor;\
+             return {left: r.querySelector('td.left').textContent,\
+                     risk: bg('td.risk-critical'), tool: bg('td.tool')};",
+            vec![],
+        )
+        .await;
+    let left = look["left"].as_str().unwrap_or_default();
+    assert!(
+        left.ends_with('s') && left.chars().next().is_some_and(|c| c.is_ascii_digit()),
+        "{look}"
+    );
+    assert_ne!(look["risk"], look["tool"], "{look}");
     con.screenshots("approvals").await;
     b.click_button(
         &format!("tr[data-approval=\"{}\"]", ids["alpha"]),
         "Approve",
+    )
+    .await;
+    // A deny reason typed beside the button reaches the caller (typed
+    // once the table has redrawn without the approved call).
+    b.wait_for("one row left in table#approvals", || async {
+        let n = b
+            .js(
+                "return document.querySelectorAll('table#approvals tr[data-approval]').length;",
+                vec![],
+            )
+            .await;
+        (n == json!(1)).then_some(())
+    })
+    .await;
+    b.type_into(
+        &format!("tr[data-approval=\"{}\"] input[name=reason]", ids["beta"]),
+        "not before the release",
     )
     .await;
     b.click_button(&format!("tr[data-approval=\"{}\"]", ids["beta"]), "Deny")
@@ -841,6 +875,13 @@ async fn console_approves_one_pending_critical_call_and_denies_another() {
     assert_eq!(results[1].0, 403, "{:?}", results[1]);
     assert_eq!(
         results[1].1["error"]["code"], "call_denied",
+        "{:?}",
+        results[1]
+    );
+    assert!(
+        results[1].1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("not before the release")),
         "{:?}",
         results[1]
     );
