@@ -919,13 +919,21 @@ async function activityView(_arg, view) {
       h('tbody', {}, rows.map((r) => h('tr', {dataset: {invocation: r.invocation_id}},
         h('td', {}, h('a', {href: `#/activity/${r.invocation_id}`}, r.started_at.replace('T', ' ').replace(/\.\d+Z$/, 'Z'))),
         h('td', {}, r.tool), h('td', {}, r.plugin_id),
-        h('td', {class: `status status-${r.status}`}, r.status + (r.error_code ? ` (${r.error_code})` : '')),
+        h('td', {class: `status status-${r.status}`}, outcome(r)),
         h('td', {class: 'num'}, `${r.duration_ms} ms`), h('td', {}, r.caller || '')))))) :
       h('p', {class: 'muted'}, 'No invocation matches.'));
   };
   render(h('h1', {}, 'Activity'), form, out);
   view.refresh = draw;
   await draw();
+}
+
+/** How a record's outcome reads: a call the policy stopped before it ran
+ * is not a failure of the tool. */
+function outcome(r) {
+  const stopped = {refused: 'denied', blocked_by_hook: 'blocked by a hook', plugin_not_approved: 'refused: not approved', invalid_arguments: 'refused: invalid arguments'};
+  if (r.status === 'failed' && stopped[r.error_code]) return `${stopped[r.error_code]} (${r.error_code})`;
+  return r.status + (r.error_code ? ` (${r.error_code})` : '');
 }
 
 async function invocationView(id, _view) {
@@ -936,7 +944,7 @@ async function invocationView(id, _view) {
   render(
     h('p', {}, h('a', {href: '#/activity'}, '← Activity')),
     h('h1', {}, `${r.tool}: ${r.status}`),
-    kv([['Invocation', h('code', {}, r.invocation_id)], ['Plugin', r.plugin_id], ['Dialect', r.dialect], ['Status', r.status + (r.error_code ? ` (${r.error_code})` : '')],
+    kv([['Invocation', h('code', {}, r.invocation_id)], ['Plugin', r.plugin_id], ['Dialect', r.dialect], ['Status', outcome(r)],
       ['Duration', `${r.duration_ms} ms`], ['Caller', r.caller || ''], ['Trace id', h('code', {id: 'trace-id'}, r.trace_id || '(no trace)')],
       r.binding_id ? ['Binding', r.binding_id] : null, r.org_id ? ['Org', r.org_id] : null, r.session_id ? ['Session', r.session_id] : null]),
     h('h2', {}, 'Timeline'),

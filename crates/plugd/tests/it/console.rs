@@ -891,6 +891,26 @@ async fn console_approves_one_pending_critical_call_and_denies_another() {
     .await
     .expect("the badge stayed after both calls were decided");
     b.find("#approvals-empty").await;
+    // In the activity, the denied call reads as denied, not as a failure.
+    con.route("#/activity").await;
+    let statuses = b
+        .wait_for("both calls in table#invocations", || async {
+            let v = b
+                .js(
+                    "return Array.from(document.querySelectorAll('table#invocations td.status'))\
+                     .map(td => td.textContent);",
+                    vec![],
+                )
+                .await;
+            let v: Vec<String> = serde_json::from_value(v).ok()?;
+            (v.len() >= 2).then_some(v)
+        })
+        .await;
+    assert!(
+        statuses.iter().any(|s| s == "denied (refused)")
+            && statuses.iter().any(|s| s == "succeeded"),
+        "{statuses:?}"
+    );
     con.close().await;
 }
 
