@@ -724,18 +724,21 @@ async function toolView(name, view) {
   const required = new Set(schema.required || []);
   const result = h('pre', {id: 'try-result', tabindex: '0', 'aria-live': 'polite'});
   const error = h('p', {id: 'try-error', class: 'error', role: 'alert'});
-  const progress = h('p', {id: 'try-progress', role: 'status'});
+  const progress = h('p', {id: 'try-progress', role: 'status', hidden: true});
+  // Required fields first, each group in the schema's order as served.
+  const fields = Object.entries(props).sort(([a], [b]) => Number(required.has(b)) - Number(required.has(a)));
   const form = h('form', {id: 'try', novalidate: true},
-    Object.entries(props).map(([k, s]) => argControl(k, s || {}, required.has(k))),
+    fields.map(([k, s]) => argControl(k, s || {}, required.has(k))),
     can.invoke() ? h('button', {type: 'submit'}, 'Call') : h('p', {class: 'muted'}, 'Calling tools needs the agent role (or admin).'));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    result.textContent = ''; error.textContent = ''; progress.textContent = '';
-    let args;
-    try { args = argValues(form, props); } catch (x) { error.textContent = x.message; return; }
+    result.textContent = ''; error.textContent = ''; progress.textContent = ''; progress.hidden = true;
+    const {args, errors} = argValues(form, props, required);
+    if (showFieldErrors(form, errors)) return;
     const sub = form.querySelector('button[type=submit]');
     sub.disabled = true;
     const started = Date.now();
+    progress.hidden = false;
     const tick = setInterval(() => { if (!progress.dataset.reported) progress.textContent = `Calling… ${((Date.now() - started) / 1000).toFixed(1)} s`; }, 200);
     try {
       const r = await invokeStreaming(name, args, (p) => {
@@ -748,6 +751,7 @@ async function toolView(name, view) {
     } catch (x) {
       error.textContent = errorText(x);
       progress.textContent = '';
+      progress.hidden = true;
     } finally { clearInterval(tick); delete progress.dataset.reported; sub.disabled = false; }
   });
   render(
@@ -822,27 +826,55 @@ function argControl(key, s, required) {
     control.dataset.kind = 'string';
     if (s.default !== undefined) control.value = String(s.default);
   }
+  control.setAttribute('aria-describedby', `${id}-err`);
+  if (types.includes('integer')) control.dataset.integer = '1';
   return h('div', {class: 'field'},
     h('label', {for: id}, s.title || key, required ? h('span', {class: 'req', 'aria-label': 'required'}, ' *') : null),
     control,
+    h('span', {class: 'field-error', id: `${id}-err`}),
     s.description ? h('span', {class: 'desc'}, s.description) : null);
 }
 
-function argValues(form, props) {
-  const out = {};
+/** The arguments the form holds, and per field what is wrong with it
+ * (checked before anything is sent). */
+function argValues(form, props, required) {
+  const args = {};
+  const errors = {};
   for (const key of Object.keys(props)) {
     const el = form.elements.namedItem(key);
     if (!el) continue;
     const kind = el.dataset.kind;
-    if (kind === 'boolean') { out[key] = el.checked; continue; }
-    if (el.value === '') continue;
-    if (kind === 'number') out[key] = Number(el.value);
-    else if (kind === 'enum') out[key] = JSON.parse(el.value);
+    if (kind === 'boolean') { args[key] = el.checked; continue; }
+    if (kind === 'number' && el.validity?.badInput) { errors[key] = 'not a number'; continue; }
+    if (el.value === '') {
+      if (required.has(key)) errors[key] = 'required';
+      continue;
+    }
+    if (kind === 'number') {
+      const n = Number(el.value);
+      if (!Number.isFinite(n)) errors[key] = 'not a number';
+      else if (el.dataset.integer && !Number.isInteger(n)) errors[key] = 'not a whole number';
+      else args[key] = n;
+    } else if (kind === 'enum') args[key] = JSON.parse(el.value);
     else if (kind === 'json') {
-      try { out[key] = JSON.parse(el.value); } catch { throw new Error(`${key}: not JSON`); }
-    } else out[key] = el.value;
+      try { args[key] = JSON.parse(el.value); } catch { errors[key] = 'not JSON'; }
+    } else args[key] = el.value;
   }
-  return out;
+  return {args, errors};
+}
+
+/** Writes each field's error beside it (clearing the others); focuses the
+ * first wrong field. Whether there was any. */
+function showFieldErrors(form, errors) {
+  let first = null;
+  for (const el of form.querySelectorAll('[name]')) {
+    const msg = errors[el.name] || '';
+    const out = form.querySelector(`#${CSS.escape(el.id)}-err`);
+    if (out) out.textContent = msg;
+    if (msg) { el.setAttribute('aria-invalid', 'true'); first = first || el; } else el.removeAttribute('aria-invalid');
+  }
+  if (first) first.focus();
+  return first !== null;
 }
 
 // ----- approvals -----

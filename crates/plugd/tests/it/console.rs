@@ -742,22 +742,62 @@ async fn console_disables_a_tool_for_the_agent_and_tries_another() {
         Vec::<String>::new(),
         "text beside the tool page's parts"
     );
-    word.send_keys("hey").await.unwrap();
+    // Required fields first (the schema served sorts `times` before `word`).
+    let order = b
+        .js(
+            "return Array.from(document.querySelectorAll('form#try [name]')).map(e => e.name);",
+            vec![],
+        )
+        .await;
+    assert_eq!(order, json!(["word", "times"]));
+    // Nothing is sent while a field is wrong: each says why beside it.
     let times = b.find("form#try input[name=times]").await;
     assert_eq!(times.attr("type").await.unwrap().as_deref(), Some("number"));
+    times.send_keys("one").await.unwrap();
+    b.click_button("form#try", "Call").await;
+    let why = b.wait_text("#a-word-err", |t| !t.is_empty()).await;
+    assert_eq!(why, "required");
+    assert_eq!(
+        b.text_of("#a-times-err").await.unwrap_or_default(),
+        "not a number"
+    );
+    assert_eq!(
+        b.find("form#try input[name=word]")
+            .await
+            .attr("aria-invalid")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(b.text_of("#try-error").await.unwrap_or_default(), "");
+    assert!(con.hidden("#try-progress").await, "no empty progress box");
+    let records = serve.get("/v1/invocations").json();
+    assert!(
+        !records.to_string().contains("shout"),
+        "a wrong form was sent: {records}"
+    );
+    word.send_keys("hey").await.unwrap();
+    let times = b.find("form#try input[name=times]").await;
+    times.clear().await.unwrap();
     times.send_keys("3").await.unwrap();
     b.click_button("form#try", "Call").await;
     let out = b.wait_text("pre#try-result", |t| t.contains("HEY")).await;
     assert!(out.contains("HEY HEY HEY"), "{out}");
     assert_eq!(b.text_of("#try-error").await.unwrap_or_default(), "");
     con.screenshots("tool").await;
-    // Without the required word: the call's error is shown, no result.
+    assert_eq!(b.text_of("#a-word-err").await.unwrap_or_default(), "");
+    // Past the form's checks, the tool's own: 9 times is over its maximum.
+    let times = b.find("form#try input[name=times]").await;
+    times.clear().await.unwrap();
+    times.send_keys("9").await.unwrap();
     let word = b.find("form#try input[name=word]").await;
     word.clear().await.unwrap();
+    word.send_keys("no").await.unwrap();
     b.click_button("form#try", "Call").await;
     let err = b.wait_text("#try-error", |t| !t.trim().is_empty()).await;
     assert!(
-        err.contains("invalid_arguments") || err.contains("word"),
+        err.contains("invalid_arguments") || err.contains("times"),
         "{err}"
     );
     assert!(
