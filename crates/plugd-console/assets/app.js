@@ -891,7 +891,7 @@ async function approvalsView(_arg, view) {
         // The deny reason reaches the caller in its error; what is typed
         // outlives the table's redraws.
         const reasons = state.denyReasons;
-        const reason = h('input', {type: 'text', name: 'reason', value: reasons[a.id] || null, placeholder: 'Reason (sent to the caller)',
+        const reason = h('input', {type: 'text', name: 'reason', value: reasons[a.id] || null, placeholder: 'Deny reason', title: 'Sent to the caller with the denial',
           'aria-label': `Why the call of ${a.tool} is denied`, oninput: (e) => { reasons[a.id] = e.target.value; }});
         return h('tr', {dataset: {approval: a.id}},
           h('td', {class: 'tool'}, a.tool),

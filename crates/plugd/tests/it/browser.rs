@@ -595,17 +595,27 @@ impl Browser {
         for _ in 0..20 {
             let field = self.find(css).await;
             let arg = serde_json::to_value(&field).unwrap_or(Value::Null);
-            self.js("arguments[0].scrollIntoView({block: 'center'});", vec![arg])
-                .await;
-            match field.send_keys(text).await {
+            let typed = match self
+                .c
+                .execute("arguments[0].scrollIntoView({block: 'center'});", vec![arg])
+                .await
+            {
+                Ok(_) => field.send_keys(text).await,
+                Err(e) => Err(e),
+            };
+            match typed {
                 Ok(()) => return,
-                Err(e) if e.to_string().contains("stale element") => {
+                // Replaced by a redraw, or caught mid-redraw.
+                Err(e)
+                    if e.to_string().contains("stale element")
+                        || e.to_string().contains("not interactable") =>
+                {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Err(e) => panic!("type into {css}: {e}"),
             }
         }
-        panic!("the field {css} went stale 20 times in a row");
+        panic!("the field {css} went stale or out of reach 20 times in a row");
     }
 
     pub(crate) async fn click_button(&self, scope: &str, label: &str) {

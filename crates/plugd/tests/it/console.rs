@@ -1219,7 +1219,13 @@ async fn console_shows_activity_records_and_a_live_log() {
                 .await;
             let rows = v.as_array().cloned().unwrap_or_default();
             (rows.len() == 2)
-                .then(|| rows.into_iter().find(|r| r[1].as_str().unwrap_or("").starts_with("failed")))
+                .then(|| {
+                    // Stopped before it ran: it reads as refused, not as
+                    // the tool failing.
+                    rows.into_iter().find(|r| {
+                        r[1].as_str().unwrap_or("") == "refused: invalid arguments (invalid_arguments)"
+                    })
+                })
                 .flatten()
         })
         .await;
