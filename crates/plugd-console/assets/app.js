@@ -106,18 +106,42 @@ function errorText(err) {
   return String(err?.message || err);
 }
 
+/** Whether serve answers: while it does not, a banner says so, the page's
+ * actions are inert, and a probe every 2 s brings it back. */
+function setOnline(ok) {
+  const banner = document.getElementById('offline');
+  if (!banner || banner.hidden === ok) return;
+  banner.hidden = ok;
+  document.body.classList.toggle('offline', !ok);
+  main().inert = !ok;
+  if (ok) { loadAll().then(() => refreshView(null)).catch(() => {}); return; }
+  const probe = setInterval(async () => {
+    try {
+      await fetch('/readyz', {cache: 'no-store'});
+      clearInterval(probe);
+      setOnline(true);
+    } catch { /* still away */ }
+  }, 2000);
+}
+
 async function api(method, path, body) {
   const headers = {Accept: 'application/json'};
   if (method !== 'GET' && method !== 'HEAD') {
     headers['Content-Type'] = 'application/json';
     if (state.session?.csrf) headers[CSRF_HEADER] = state.session.csrf;
   }
-  const resp = await fetch(path, {
-    method,
-    headers,
-    credentials: 'same-origin',
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  let resp;
+  try {
+    resp = await fetch(path, {
+      method,
+      headers,
+      credentials: 'same-origin',
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch {
+    setOnline(false);
+    throw new Error('plugd cannot be reached; the page reconnects by itself');
+  }
   if (resp.status === 401 && !path.startsWith('/console/')) {
     location.assign('/console/login');
     throw new ApiError(401, {error: {message: 'logged out'}});
@@ -178,11 +202,13 @@ function startLive() {
   if (typeof EventSource === 'undefined') return startPolling();
   const es = new EventSource('/v1/events');
   state.events = es;
-  es.addEventListener('open', () => { dot.className = 'live on'; dot.title = 'live updates: connected'; stopPolling(); });
+  es.addEventListener('open', () => { dot.className = 'live on'; dot.title = 'live updates: connected'; stopPolling(); setOnline(true); });
   es.addEventListener('error', () => {
     dot.className = 'live off';
     dot.title = 'live updates: reconnecting';
     startPolling();
+    // The stream dropped: is serve gone, or only the stream?
+    fetch('/readyz', {cache: 'no-store'}).catch(() => setOnline(false));
   });
   es.addEventListener('plugin', (e) => {
     const row = safeParse(e.data);

@@ -809,6 +809,53 @@ async fn console_disables_a_tool_for_the_agent_and_tries_another() {
     con.close().await;
 }
 
+/// serve killed under an open console: a banner says it cannot be reached
+/// and the page's actions go inert; serve back on the same address: the
+/// banner goes by itself and the page works again, still logged in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_says_when_serve_is_gone_and_comes_back_by_itself() {
+    let ws = workspace(true);
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let con = Console::open(&serve).await;
+    let b = &con.b;
+    con.login(&serve.token, "admin").await;
+    con.route("#/plugins").await;
+    b.find("table#plugins").await;
+    assert!(con.hidden("#offline").await, "a banner while serve answers");
+    let inert = || async {
+        b.js("return document.getElementById('main').inert;", vec![])
+            .await
+    };
+    assert_eq!(inert().await, json!(false));
+
+    let pid = rustix::process::Pid::from_raw(serve.child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    b.wait_for("the unreachable banner", || async {
+        (!con.hidden("#offline").await).then_some(())
+    })
+    .await;
+    assert_eq!(
+        inert().await,
+        json!(true),
+        "actions stay live while serve is gone"
+    );
+    let text = b.text_of("#offline").await.unwrap_or_default();
+    assert!(text.contains("cannot be reached"), "{text}");
+
+    let again = Serve::start(&ws, &serve.addr.to_string());
+    b.wait_for_opt(Duration::from_secs(20), || async {
+        con.hidden("#offline").await.then_some(())
+    })
+    .await
+    .expect("the banner stayed after serve came back");
+    assert_eq!(inert().await, json!(false));
+    con.route("#/tools").await;
+    b.find(&format!("table#tools tr[data-tool=\"{FIXTURE}/shout\"]"))
+        .await;
+    con.close().await;
+    drop(again);
+}
+
 /// Two calls of a critical tool wait as pending approvals: the badge shows
 /// 2 live, the approvals page lists both; Approve runs one (the caller gets
 /// the tool's result), Deny refuses the other (403 call_denied), and the
