@@ -409,8 +409,8 @@ async function pluginView(id, view) {
       await draw();
     });
     if (can.govern()) {
-      if (!p.approved) actions.append(act('Approve', 'approve'));
-      else {
+      // Approving is offered below what it allows (the consent summary).
+      if (p.approved) {
         if (st === 'stopped') actions.append(act('Start', 'start'));
         else actions.append(act('Stop', 'stop'));
         actions.append(act('Restart', 'restart'));
@@ -439,6 +439,32 @@ async function pluginView(id, view) {
         ['Start', p.start || 'lazy'],
         p.warnings?.length ? ['Warnings', h('ul', {}, p.warnings.map((w) => h('li', {}, w)))] : null,
       ]));
+    // What deserves a second look before approving.
+    const risky = [];
+    if (!perms.mechanism || perms.mechanism === 'none') risky.push("No sandbox: it runs with all the rights of plugd's user.");
+    if ((perms.writable || []).includes('/')) risky.push('It may write anywhere (/ is writable).');
+    if (['host', 'full', 'any'].includes(String(perms.network))) risky.push(`Network: ${perms.network}.`);
+    const strong = state.tools.filter((t) => t.plugin === p.id && ['high', 'critical'].includes(t.risk)).map((t) => `${t.name} (${t.risk})`);
+    if (strong.length) risky.push(`Tools that wait for an operator on each call: ${strong.join(', ')}.`);
+    let approveBox = null;
+    if (can.govern() && !p.approved) {
+      const confirming = state.confirming === p.id;
+      const confirm = h('div', {id: 'approve-confirm', role: 'group', 'aria-label': `Confirm the approval of ${p.id}`, hidden: !confirming},
+        h('p', {}, `Approve ${p.id}? It will run `, h('code', {}, (p.command || []).join(' ') || '(no command)'),
+          `, sandbox ${sandbox}, network ${perms.network ?? 'n/a'}, writing ${(perms.writable || []).join(', ') || 'nothing'}.`),
+        risky.length ? h('ul', {class: 'risky'}, risky.map((r) => h('li', {}, r))) : null,
+        h('div', {class: 'actions'},
+          button('Confirm approval', async () => {
+            state.confirming = null;
+            await api('POST', `/v1/plugins/${enc(id)}:approve`, {});
+            toast(`Approved ${p.id}`);
+            await draw();
+          }),
+          button('Cancel', async () => { state.confirming = null; await draw(); })));
+      const ask = button('Approve…', async () => { state.confirming = p.id; await draw(); }, {label: `Approve ${p.id} (asks to confirm)`});
+      ask.hidden = confirming;
+      approveBox = h('section', {id: 'approve', 'aria-label': 'Approve'}, ask, confirm);
+    }
     const c = counters(p);
     const head = h('div', {class: 'plugin-head'},
       h('h1', {}, p.id),
@@ -451,8 +477,9 @@ async function pluginView(id, view) {
       actions);
     const tools = state.tools.filter((t) => t.plugin === p.id);
     const settings = editing ? body.querySelector('#settings-section') : settingsSection(id, cfg, draw);
-    body.replaceChildren(head, consent, settings,
-      h('section', {'aria-labelledby': 'tools-h'}, h('h2', {id: 'tools-h'}, 'Tools'), toolsTable(tools)));
+    if (risky.length && !p.approved) consent.append(h('div', {class: 'risky', id: 'risky'}, h('strong', {}, 'Look twice: '), h('ul', {}, risky.map((r) => h('li', {}, r)))));
+    body.replaceChildren(...[head, consent, approveBox, settings,
+      h('section', {'aria-labelledby': 'tools-h'}, h('h2', {id: 'tools-h'}, 'Tools'), toolsTable(tools))].filter(Boolean));
   };
   view.refresh = () => draw();
   await loadTools().catch(() => {});

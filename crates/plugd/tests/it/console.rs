@@ -500,8 +500,37 @@ async fn console_approves_a_plugin_after_showing_its_command_line() {
     assert!(!b.has_button("body", "Revoke").await);
     con.screenshots("consent").await;
 
+    // Approving is offered after what it allows, and asks once more,
+    // naming the plugin and its command line.
+    assert!(!b.has_button(".plugin-head", "Approve").await);
+    let after = b
+        .js(
+            "const c = document.getElementById('consent'), a = document.getElementById('approve');\
+             return !!a && !!(c.compareDocumentPosition(a) & Node.DOCUMENT_POSITION_FOLLOWING);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        after,
+        json!(true),
+        "the Approve button follows the consent summary"
+    );
+    assert!(con.hidden("#approve-confirm").await);
     con.mark().await;
-    b.click_button(".plugin-head", "Approve").await;
+    b.click_button("#approve", "Approve…").await;
+    let asked = b
+        .wait_text("#approve-confirm", |t| t.contains("Confirm approval"))
+        .await;
+    assert!(
+        asked.contains(&format!("Approve {FIXTURE}?")) && asked.contains(&argv.join(" ")),
+        "{asked}"
+    );
+    assert_eq!(
+        serve.get(&format!("/v1/plugins/{FIXTURE}")).json()["approved"],
+        false,
+        "nothing is approved before the confirmation"
+    );
+    b.click_button("#approve-confirm", "Confirm approval").await;
     b.wait_text("#plugin-state", |t| t.trim() == "running")
         .await;
     con.not_reloaded().await;
