@@ -35,11 +35,23 @@ pub(crate) struct SharedPins {
     followed: Mutex<HashMap<String, String>>,
     /// A round of [`Runtime::share_packages`] is under way.
     pub(crate) sharing_packages: std::sync::atomic::AtomicBool,
+    /// When to follow the approvals again although the epoch did not move:
+    /// a pin could not be taken yet (its node had not finished sharing it).
+    /// (when, the pause that led to it: doubled at each miss, 1 s to 60 s).
+    retry_at: Mutex<Option<(std::time::Instant, std::time::Duration)>>,
 }
 
 impl SharedPins {
     pub(crate) fn blobs(&self) -> Option<&Arc<dyn PinBlobs>> {
         self.blobs.get()
+    }
+
+    /// Whether a pin that could not be taken is due to be tried again.
+    pub(crate) fn retry_due(&self) -> bool {
+        self.retry_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|(at, _)| std::time::Instant::now() >= at)
     }
 
     /// Whether this process stored or found blob `name`.
@@ -166,6 +178,7 @@ impl Runtime {
             .collect();
         let state_dir = self.inner.dir.join(".plugd");
         let mut adopted_any = false;
+        let mut not_taken = false;
         for approval in approvals {
             let id = approval.plugin_id.clone();
             let key = format!("{}\0{}", approval.digest, approval.catalog);
@@ -190,6 +203,7 @@ impl Runtime {
             // here and withdrawn later is listed again when re-approved
             // with the same content.
             let mut listed = false;
+            let mut failed = false;
             match self.supervised(&id) {
                 Ok(sup) => {
                     let spec = sup.spec().clone();
@@ -219,11 +233,15 @@ impl Runtime {
                         // Re-approved elsewhere at new content: drop the
                         // old pin's plugin and take the new one.
                         self.forget_adopted(&id).await;
-                        adopted_any |= self.adopt(&id, &approval.digest).await;
+                        let took = self.adopt(&id, &approval.digest).await;
+                        adopted_any |= took;
+                        failed = !took;
                     }
                 }
                 Err(RuntimeError::UnknownPlugin(_)) if self.inner.shared_pins.blobs().is_some() => {
-                    adopted_any |= self.adopt(&id, &approval.digest).await;
+                    let took = self.adopt(&id, &approval.digest).await;
+                    adopted_any |= took;
+                    failed = !took;
                 }
                 Err(_) => {}
             }
@@ -233,11 +251,27 @@ impl Runtime {
                 .followed
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if listed {
+            // A pin not taken (not shared yet, NATS away) is tried again.
+            if listed || failed {
                 followed.remove(&id);
             } else {
                 followed.insert(id, key);
             }
+            not_taken |= failed;
+        }
+        {
+            let mut retry = self
+                .inner
+                .shared_pins
+                .retry_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            *retry = not_taken.then(|| {
+                let pause = retry.map_or(std::time::Duration::from_secs(1), |(_, p)| {
+                    (p * 2).min(std::time::Duration::from_secs(60))
+                });
+                (std::time::Instant::now() + pause, pause)
+            });
         }
         if adopted_any {
             self.rescan().await;

@@ -66,6 +66,9 @@ impl Runtime {
             self.refresh_disabled().await?;
             self.withdraw_revoked().await?;
             self.follow_approvals().await?;
+        } else if self.inner.shared_pins.retry_due() {
+            // An approval's pin could not be taken yet: try it again.
+            self.follow_approvals().await?;
         }
         *watch.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((read_at, epoch));
         Ok(())
