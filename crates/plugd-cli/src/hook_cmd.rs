@@ -2,8 +2,9 @@
 //! line, or load `plugd.yaml` and print every point's chain.
 //!
 //! `plugd hook run POINT --payload JSON [--context JSON]` prints one JSON
-//! line `{"outcome": "continue"|"blocked", "payload", "message", "notices"}`
-//! and exits 0 either way; a bad POINT, JSON or configuration exits 1 with
+//! line `{"outcome": "continue"|"blocked", "payload", "message", "notices",
+//! "handler"}` (`handler`: the one that blocked, only when blocked) and
+//! exits 0 either way; a bad POINT, JSON or configuration exits 1 with
 //! one line on stderr.
 
 use anyhow::{Context, Result, bail};

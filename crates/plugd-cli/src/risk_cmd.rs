@@ -178,14 +178,18 @@ pub async fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
                 println!("no calls wait for approval");
             } else {
                 println!(
-                    "{:20}  {:24}  {:8}  {:20}  ARGUMENTS",
-                    "ID", "TOOL", "RISK", "REQUESTED"
+                    "{:20}  {:24}  {:8}  {:20}  {:28}  ARGUMENTS",
+                    "ID", "TOOL", "RISK", "REQUESTED", "ASKED BY"
                 );
                 for a in &pending {
                     let args: String = a.args_preview.chars().take(80).collect();
                     println!(
-                        "{:20}  {:24}  {:8}  {:20}  {args}",
-                        a.id, a.tool, a.risk, a.requested_at
+                        "{:20}  {:24}  {:8}  {:20}  {:28}  {args}",
+                        a.id,
+                        a.tool,
+                        a.risk,
+                        a.requested_at,
+                        asked_by(a)
                     );
                 }
             }
@@ -207,6 +211,24 @@ pub async fn approvals(rt: &Runtime, cmd: &ApprovalsCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Who asks for a call, for `approvals list`: the caller, its surface and
+/// session (`token:demo via http`, `agent:a1 via agent, session s1`), `-`
+/// when the call did not say.
+fn asked_by(a: &CallApproval) -> String {
+    let mut out = a
+        .caller
+        .clone()
+        .or_else(|| a.agent_id.as_ref().map(|id| format!("agent:{id}")))
+        .unwrap_or_else(|| "-".to_owned());
+    if let Some(s) = &a.surface {
+        out.push_str(&format!(" via {s}"));
+    }
+    if let Some(s) = &a.session_id {
+        out.push_str(&format!(", session {s}"));
+    }
+    out
 }
 
 fn report(a: &CallApproval) {

@@ -5,10 +5,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Subcommand;
 
-use plugd_store::tokens::{Role, Tenancy, TokenInfo};
+use plugd_store::tokens::{self, Role, TokenInfo};
 
 /// `plugd token …`.
 #[derive(Subcommand, Debug)]
@@ -54,37 +54,11 @@ pub enum TokenCmd {
     },
 }
 
-/// `30s`, `15m`, `12h`, `90d`, `2w`: a positive number and one unit.
+/// `30s`, `15m`, `12h`, `90d`, `2w`: a positive number and one unit (the
+/// rule `POST /v1/tokens` applies to `expires_in` too:
+/// [`plugd_store::tokens::parse_lifetime`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit())
-        .ok_or_else(|| format!("{s:?} has no unit; write e.g. 30m, 12h, 90d or 2w"))?;
-    let (n, unit) = s.split_at(split);
-    let n: u64 = n
-        .parse()
-        .map_err(|_| format!("{s:?} does not start with a number; write e.g. 30m, 12h, 90d"))?;
-    let secs = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "w" => 7 * 86_400,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {s:?}; use s, m, h, d or w"
-            ));
-        }
-    };
-    if n == 0 {
-        return Err(format!("{s:?} is zero; a token must last a while"));
-    }
-    n.checked_mul(secs)
-        .filter(|t| *t <= 100 * 365 * 86_400)
-        .map(Duration::from_secs)
-        .ok_or_else(|| {
-            format!("{s:?} is too long; omit --expires for a token that lasts until revoked")
-        })
+    plugd_store::tokens::parse_lifetime(s).map_err(|e| e.message)
 }
 
 fn who() -> String {
@@ -104,33 +78,18 @@ pub async fn run(workspace: &Path, cmd: &TokenCmd) -> Result<()> {
             projects,
             json,
         } => {
-            for n in org.iter().chain(projects) {
-                if !plugd_control::bindings::is_valid_name(n) {
-                    bail!(
-                        "{n:?} is not an org or project id; {}",
-                        plugd_control::bindings::NAME_RULE
-                    );
-                }
-            }
-            let tenancy = org.as_ref().map(|o| Tenancy {
-                org_id: o.clone(),
-                project_ids: projects.clone(),
-            });
+            // The checks `POST /v1/tokens` makes too (plugd-control's tokens).
+            let tenancy = tokens::check_scope(org.as_deref(), projects).map_err(|e| {
+                anyhow::anyhow!("--{}: {}", e.field.trim_end_matches('s'), e.message)
+            })?;
             for p in mcp_profiles {
                 if !plugd_manifest::mcp::is_valid_server_name(p) {
                     bail!("--mcp-profile {p:?} is not a profile name (1-64 of A-Z a-z 0-9 _ -)");
                 }
             }
-            if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
-                bail!("token name {name:?} must be 1 to 128 printable characters");
-            }
-            let expires_at_ms = expires
-                .map(|d| {
-                    i64::try_from(d.as_millis())
-                        .map(|ms| plugd_store::outbox::now_ms().saturating_add(ms))
-                })
-                .transpose()
-                .context("--expires is too long")?;
+            tokens::check_token_name(name).map_err(|e| anyhow::anyhow!(e.message))?;
+            let expires_at_ms =
+                expires.map(|d| tokens::expires_at_ms(plugd_store::outbox::now_ms(), d));
             let limited = (!mcp_profiles.is_empty()).then_some(mcp_profiles.as_slice());
             let t = store
                 .token_create_scoped(

@@ -46,9 +46,14 @@ function main() {
 }
 
 function render(...nodes) {
-  const m = main();
-  // replaceChildren writes null as the text "null": leave absent parts out.
-  m.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
+  fill(main(), ...nodes);
+}
+
+/** `el`'s children become `nodes` (arrays flattened). replaceChildren
+ * writes null as the text "null" and an array as its string: absent parts
+ * are left out, arrays spread. */
+function fill(el, ...nodes) {
+  el.replaceChildren(...nodes.flat(Infinity).filter((n) => n !== null && n !== undefined && n !== false));
 }
 
 function toast(text, kind = 'info') {
@@ -223,7 +228,7 @@ function startLive() {
     if (typeof d?.pending === 'number') setPending(d.pending);
     refreshView(['approvals']);
   });
-  es.addEventListener('invocation', () => refreshView(['activity']));
+  es.addEventListener('invocation', () => refreshView(['activity', 'trends']));
   es.addEventListener('lagged', () => { loadAll().then(() => refreshView(null)); });
 }
 
@@ -334,10 +339,15 @@ const views = {
   invocation: invocationView,
   packages: packagesView,
   config: configView,
+  trends: trendsView,
+  tokens: tokensView,
+  audit: auditView,
+  sessions: sessionsView,
 };
 
 function route() {
-  const hash = location.hash.replace(/^#\/?/, '');
+  // After `?`: the view's search, filters, sort and page (see listKit).
+  const hash = location.hash.replace(/^#\/?/, '').split('?')[0];
   const [name, ...rest] = hash.split('/');
   const arg = rest.length ? decodeURIComponent(rest.join('/')) : null;
   let view = name || 'plugins';
@@ -357,32 +367,6 @@ function route() {
   });
 }
 
-async function pluginsView(_arg, view) {
-  const draw = () => {
-    const rows = [...state.plugins.values()].sort((a, b) => a.id.localeCompare(b.id));
-    const table = h('table', {id: 'plugins'},
-      h('caption', {}, `${rows.length} plugin${rows.length === 1 ? '' : 's'} discovered`),
-      h('thead', {}, h('tr', {},
-        h('th', {scope: 'col'}, 'Plugin'), h('th', {scope: 'col'}, 'Dialect'), h('th', {scope: 'col', class: 'opt'}, 'Version'),
-        h('th', {scope: 'col'}, 'State'), h('th', {scope: 'col', class: 'num'}, 'Tools'),
-        h('th', {scope: 'col', class: 'num opt'}, 'Restarts'), h('th', {scope: 'col', class: 'num opt'}, 'Shed / dropped'))),
-      h('tbody', {}, rows.map((p) => {
-        const c = counters(p);
-        return h('tr', {dataset: {plugin: p.id}},
-          h('th', {scope: 'row'}, h('a', {href: `#/plugins/${p.id}`}, p.id)),
-          h('td', {}, p.dialect || ''),
-          h('td', {class: 'opt'}, p.version || ''),
-          stateCell(p),
-          h('td', {class: 'num'}, String((p.tools || []).length)),
-          h('td', {class: 'num restarts opt'}, String(c.restarts)),
-          h('td', {class: 'num opt'}, `${c.shed} / ${c.dropped}`));
-      })));
-    if (state.view === view) render(h('h1', {}, 'Plugins'), h('div', {class: 'scroll'}, table));
-  };
-  view.refresh = () => loadPlugins().then(draw);
-  await loadPlugins();
-  draw();
-}
 
 function kv(rows) {
   return h('dl', {class: 'kv'}, rows.filter(Boolean).map(([k, v, id]) => [h('dt', {}, k), h('dd', {id: id || null}, v)]));
@@ -440,12 +424,7 @@ async function pluginView(id, view) {
         p.warnings?.length ? ['Warnings', h('ul', {}, p.warnings.map((w) => h('li', {}, w)))] : null,
       ]));
     // What deserves a second look before approving.
-    const risky = [];
-    if (!perms.mechanism || perms.mechanism === 'none') risky.push("No sandbox: it runs with all the rights of plugd's user.");
-    if ((perms.writable || []).includes('/')) risky.push('It may write anywhere (/ is writable).');
-    if (['host', 'full', 'any'].includes(String(perms.network))) risky.push(`Network: ${perms.network}.`);
-    const strong = state.tools.filter((t) => t.plugin === p.id && ['high', 'critical'].includes(t.risk)).map((t) => `${t.name} (${t.risk})`);
-    if (strong.length) risky.push(`Tools that wait for an operator on each call: ${strong.join(', ')}.`);
+    const risky = riskyOf(p);
     let approveBox = null;
     if (can.govern() && !p.approved) {
       const confirming = state.confirming === p.id;
@@ -476,9 +455,10 @@ async function pluginView(id, view) {
       ]),
       actions);
     const tools = state.tools.filter((t) => t.plugin === p.id);
+    const offers = p.approved ? null : offersSection(p, tools);
     const settings = editing ? body.querySelector('#settings-section') : settingsSection(id, cfg, draw);
     if (risky.length && !p.approved) consent.append(h('div', {class: 'risky', id: 'risky'}, h('strong', {}, 'Look twice: '), h('ul', {}, risky.map((r) => h('li', {}, r)))));
-    body.replaceChildren(...[head, consent, approveBox, settings,
+    body.replaceChildren(...[head, consent, offers, approveBox, settings,
       h('section', {'aria-labelledby': 'tools-h'}, h('h2', {id: 'tools-h'}, 'Tools'), toolsTable(tools))].filter(Boolean));
   };
   view.refresh = () => draw();
@@ -486,6 +466,31 @@ async function pluginView(id, view) {
   render(body, h('section', {'aria-labelledby': 'log-h'}, h('h2', {id: 'log-h'}, 'stderr (live tail)'), logPre));
   await draw();
   followLog(id, logPre);
+}
+
+/** What an unapproved plugin will offer, from what is known before it
+ * runs: the tools of its last catalog and what its manifest declares. */
+function offersSection(p, tools) {
+  const d = p.details || {};
+  const declared = [];
+  const list = (label, xs, name = (x) => (typeof x === 'string' ? x : x.name || x.id || x.export_id || JSON.stringify(x))) => {
+    if (Array.isArray(xs) && xs.length) declared.push([label, xs.map(name).join(', ')]);
+  };
+  list('Exports', d.exports, (x) => `${x.kind || 'tool'} ${x.id || x.export_id || x.name || ''}`.trim());
+  list('Tools', d.tools);
+  list('Resources', d.resources);
+  list('Prompts', d.prompts);
+  list('Hooks', d.hooks);
+  list('Channels', d.channels);
+  list('Extends', d.extends);
+  list('Capabilities', d.capabilities);
+  if (d.mcp || d.server || p.dialect === 'mcp') declared.push(['MCP server', 'its tools, resources and prompts are listed by the server once it runs; a later change of a tool is shown here']);
+  const names = tools.length ? tools.map((t) => `${t.name} (${t.risk})`) : ((p.tools || []).length ? p.tools : (p.declared_tools || []));
+  return h('section', {id: 'offers', 'aria-labelledby': 'offers-h'}, h('h2', {id: 'offers-h'}, 'What it will offer'),
+    kv([
+      ['Tools', names.length ? h('ul', {id: 'offers-tools'}, names.map((n) => h('li', {}, n))) : h('span', {class: 'muted'}, 'none known before it runs')],
+      ...declared,
+    ]));
 }
 
 function permissionsText(p) {
@@ -760,13 +765,6 @@ function toolsTable(tools) {
     }))));
 }
 
-async function toolsView(_arg, view) {
-  view.refresh = async () => {
-    await loadTools();
-    if (state.view === view) render(h('h1', {}, 'Tools'), toolsTable(state.tools));
-  };
-  await view.refresh();
-}
 
 async function toolView(name, view) {
   await loadTools();
@@ -775,7 +773,7 @@ async function toolView(name, view) {
   const schema = t.input_schema || t.parameters || t.inputSchema || {type: 'object'};
   const props = schema.properties || {};
   const required = new Set(schema.required || []);
-  const result = h('pre', {id: 'try-result', tabindex: '0', 'aria-live': 'polite'});
+  const result = h('div', {id: 'try-result', tabindex: '0', 'aria-live': 'polite'});
   const error = h('p', {id: 'try-error', class: 'error', role: 'alert'});
   const progress = h('p', {id: 'try-progress', role: 'status', hidden: true});
   // Required fields first, each group in the schema's order as served.
@@ -785,7 +783,7 @@ async function toolView(name, view) {
     can.invoke() ? h('button', {type: 'submit'}, 'Call') : h('p', {class: 'muted'}, 'Calling tools needs the agent role (or admin).'));
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
-    result.textContent = ''; error.textContent = ''; progress.textContent = ''; progress.hidden = true;
+    result.replaceChildren(); error.textContent = ''; progress.textContent = ''; progress.hidden = true;
     const {args, errors} = argValues(form, props, required);
     if (showFieldErrors(form, errors)) return;
     const sub = form.querySelector('button[type=submit]');
@@ -794,13 +792,15 @@ async function toolView(name, view) {
     progress.hidden = false;
     const tick = setInterval(() => { if (!progress.dataset.reported) progress.textContent = `Calling… ${((Date.now() - started) / 1000).toFixed(1)} s`; }, 200);
     try {
+      const meta = {};
       const r = await invokeStreaming(name, args, (p) => {
         progress.dataset.reported = '1';
         const pct = p.total ? ` ${Math.round((100 * p.progress) / p.total)}%` : (p.progress !== undefined ? ` ${p.progress}` : '');
         progress.textContent = `Progress${pct}${p.message ? `: ${p.message}` : ''}`;
-      });
-      result.textContent = pretty(r);
-      progress.textContent = `Done in ${((Date.now() - started) / 1000).toFixed(2)} s`;
+      }, meta);
+      result.replaceChildren(...renderResult(r));
+      fill(progress, `Done in ${((Date.now() - started) / 1000).toFixed(2)} s`,
+        meta.invocationId ? [' · ', h('a', {id: 'try-record', href: `#/activity/${meta.invocationId}`}, 'its record')] : []);
     } catch (x) {
       error.textContent = errorText(x);
       progress.textContent = '';
@@ -815,7 +815,32 @@ async function toolView(name, view) {
     t.output_schema ? h('section', {}, h('h2', {}, 'Output schema'), h('pre', {}, pretty(t.output_schema))) : null);
 }
 
-async function invokeStreaming(name, args, onProgress) {
+/** A tool's result as people read it: text as text, images as images,
+ * structured content and anything else as JSON; the raw answer folded. */
+function renderResult(r) {
+  const out = [];
+  const res = r?.result ?? r;
+  const content = Array.isArray(res?.content) ? res.content : (Array.isArray(res) ? res : null);
+  if (res?.isError || r?.is_error) out.push(h('p', {class: 'error'}, 'The tool reported an error:'));
+  if (content) {
+    for (const c of content) {
+      if (c?.type === 'text') out.push(h('pre', {class: 'result-text'}, c.text));
+      else if (c?.type === 'image' && /^image\/(png|jpeg|gif|webp)$/.test(c.mimeType || '')) {
+        out.push(h('img', {class: 'result-image', alt: 'image returned by the tool', src: `data:${c.mimeType};base64,${c.data}`}));
+      } else out.push(h('pre', {}, pretty(c)));
+    }
+  }
+  const structured = res?.structuredContent ?? res?.structured_content;
+  if (structured !== undefined) out.push(h('h3', {}, 'Structured content'), h('pre', {class: 'result-structured'}, pretty(structured)));
+  if (!content && structured === undefined) {
+    if (typeof res === 'string') out.push(h('pre', {class: 'result-text'}, res));
+    else out.push(h('pre', {class: 'result-json'}, pretty(res)));
+  }
+  out.push(h('details', {}, h('summary', {}, 'Raw answer'), h('pre', {class: 'raw'}, pretty(r))));
+  return out;
+}
+
+async function invokeStreaming(name, args, onProgress, meta = {}) {
   // With Accept: text/event-stream the call streams `progress` events and ends with `result` or `error`.
   const resp = await fetch(`/v1/tools/${enc(name)}:invoke`, {
     method: 'POST',
@@ -823,6 +848,7 @@ async function invokeStreaming(name, args, onProgress) {
     headers: {'Content-Type': 'application/json', Accept: 'text/event-stream', [CSRF_HEADER]: state.session.csrf},
     body: JSON.stringify({args}),
   });
+  meta.invocationId = resp.headers.get('plugd-invocation-id') || null;
   const type = resp.headers.get('content-type') || '';
   if (!type.includes('text/event-stream')) {
     const text = await resp.text();
@@ -932,151 +958,14 @@ function showFieldErrors(form, errors) {
 
 // ----- approvals -----
 
-async function approvalsView(_arg, view) {
-  const draw = async () => {
-    const data = await api('GET', '/v1/approvals');
-    const list = data.approvals || data;
-    setPending(list.length);
-    if (state.view !== view) return;
-    const table = list.length ? h('div', {class: 'scroll'}, h('table', {id: 'approvals'},
-      h('thead', {}, h('tr', {}, ['Tool', 'Plugin', 'Risk', 'Arguments', 'Waiting', 'Times out in', ''].map((c) => h('th', {scope: 'col'}, c)))),
-      h('tbody', {}, list.map((a) => {
-        // The deny reason reaches the caller in its error; what is typed
-        // outlives the table's redraws.
-        const reasons = state.denyReasons;
-        const reason = h('input', {type: 'text', name: 'reason', value: reasons[a.id] || null, placeholder: 'Deny reason', title: 'Sent to the caller with the denial',
-          'aria-label': `Why the call of ${a.tool} is denied`, oninput: (e) => { reasons[a.id] = e.target.value; }});
-        return h('tr', {dataset: {approval: a.id}},
-          h('td', {class: 'tool'}, a.tool),
-          h('td', {}, a.plugin),
-          h('td', {class: `risk risk-${a.risk}`}, a.risk),
-          h('td', {}, h('pre', {class: 'args'}, typeof a.args_preview === 'string' ? a.args_preview : pretty(a.args_preview))),
-          h('td', {class: 'waiting', dataset: {since: a.requested_at}}, fmtAge(a.requested_at)),
-          h('td', {class: 'left', dataset: {until: a.expires_at}}, fmtLeft(a.expires_at)),
-          h('td', {}, can.govern() ? h('div', {class: 'actions'},
-            button('Approve', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:approve`, {}); toast(`Approved ${a.tool}`); await draw(); }, {label: `Approve the call of ${a.tool}`}),
-            reason,
-            button('Deny', async () => { await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:deny`, {reason: reason.value.trim() || 'denied in the console'}); toast(`Denied ${a.tool}`); await draw(); }, {class: 'danger', label: `Deny the call of ${a.tool}`})) : null));
-      })))) :
-      h('p', {id: 'approvals-empty', class: 'muted'}, 'Nothing waits for approval.');
-    render(h('h1', {}, 'Approvals'), h('p', {}, 'Calls of high and critical tools wait here until an operator decides.'), table);
-  };
-  view.refresh = draw;
-  await draw();
-  const timer = setInterval(() => {
-    if (state.view !== view) { clearInterval(timer); return; }
-    for (const td of document.querySelectorAll('td.waiting')) td.textContent = fmtAge(td.dataset.since);
-    for (const td of document.querySelectorAll('td.left')) td.textContent = fmtLeft(td.dataset.until);
-  }, 1000);
-}
 
 // ----- activity -----
 
-async function activityView(_arg, view) {
-  const params = new URLSearchParams(sessionStorage.getItem('activity-filter') || '');
-  const field = (name, label, type = 'text', options = null) => {
-    const id = `flt-${name}`;
-    const control = options ? h('select', {id, name}, h('option', {value: ''}, 'any'), options.map((o) => h('option', {value: o}, o))) : h('input', {id, name, type});
-    control.value = params.get(name) || '';
-    return h('div', {class: 'field inline'}, h('label', {for: id}, label), control);
-  };
-  const form = h('form', {id: 'activity-filter', class: 'filters'},
-    field('plugin', 'Plugin'), field('tool', 'Tool'),
-    field('status', 'Status', 'text', ['succeeded', 'failed', 'cancelled', 'retryable_failure']),
-    field('since', 'Since', 'date'), field('until', 'Until', 'date'),
-    h('button', {type: 'submit'}, 'Filter'));
-  const out = h('div', {id: 'activity-out'});
-  form.addEventListener('submit', (e) => {
-    e.preventDefault();
-    const p = new URLSearchParams();
-    for (const el of form.elements) if (el.name && el.value) p.set(el.name, el.value);
-    sessionStorage.setItem('activity-filter', p.toString());
-    draw();
-  });
-  const draw = async () => {
-    const p = new URLSearchParams(sessionStorage.getItem('activity-filter') || '');
-    p.set('limit', '100');
-    const data = await api('GET', `/v1/invocations?${p}`);
-    if (state.view !== view) return;
-    const rows = data.invocations || [];
-    out.replaceChildren(rows.length ? h('div', {class: 'scroll'}, h('table', {id: 'invocations'},
-      h('thead', {}, h('tr', {}, ['Started', 'Tool', 'Plugin', 'Status', 'Duration', 'Caller'].map((c) => h('th', {scope: 'col'}, c)))),
-      h('tbody', {}, rows.map((r) => h('tr', {dataset: {invocation: r.invocation_id}},
-        h('td', {}, h('a', {href: `#/activity/${r.invocation_id}`}, r.started_at.replace('T', ' ').replace(/\.\d+Z$/, 'Z'))),
-        h('td', {}, r.tool), h('td', {}, r.plugin_id),
-        h('td', {class: `status status-${r.status}`}, outcome(r)),
-        h('td', {class: 'num'}, `${r.duration_ms} ms`), h('td', {}, r.caller || '')))))) :
-      h('p', {class: 'muted'}, 'No invocation matches.'));
-  };
-  render(h('h1', {}, 'Activity'), form, out);
-  view.refresh = draw;
-  await draw();
-}
 
-/** How a record's outcome reads: a call the policy stopped before it ran
- * is not a failure of the tool. */
-function outcome(r) {
-  const stopped = {refused: 'denied', blocked_by_hook: 'blocked by a hook', plugin_not_approved: 'refused: not approved', invalid_arguments: 'refused: invalid arguments'};
-  if (r.status === 'failed' && stopped[r.error_code]) return `${stopped[r.error_code]} (${r.error_code})`;
-  return r.status + (r.error_code ? ` (${r.error_code})` : '');
-}
 
-async function invocationView(id, _view) {
-  const r = await api('GET', `/v1/invocations/${encodeURIComponent(id)}`);
-  const timeline = [['started', r.started_at], ['ended', r.ended_at]];
-  for (const e of r.payload?.timeline || r.payload?.events || []) timeline.push([e.event || e.kind || e.name || 'event', e.at || e.time || '']);
-  timeline.sort((a, b) => String(a[1]).localeCompare(String(b[1])));
-  render(
-    h('p', {}, h('a', {href: '#/activity'}, '← Activity')),
-    h('h1', {}, `${r.tool}: ${r.status}`),
-    kv([['Invocation', h('code', {}, r.invocation_id)], ['Plugin', r.plugin_id], ['Dialect', r.dialect], ['Status', outcome(r)],
-      ['Duration', `${r.duration_ms} ms`], ['Caller', r.caller || ''], ['Trace id', h('code', {id: 'trace-id'}, r.trace_id || '(no trace)')],
-      r.binding_id ? ['Binding', r.binding_id] : null, r.org_id ? ['Org', r.org_id] : null, r.session_id ? ['Session', r.session_id] : null]),
-    h('h2', {}, 'Timeline'),
-    h('ol', {id: 'timeline'}, timeline.map(([what, at]) => h('li', {}, h('code', {}, at), ` ${what}`))),
-    r.payload ? [h('h2', {}, 'Record'), h('pre', {}, pretty(r.payload))] : null);
-}
 
 // ----- packages -----
 
-async function packagesView(_arg, view) {
-  const draw = async () => {
-    const [market, packages, bindings] = await Promise.all([
-      api('GET', '/v1/marketplace').catch((e) => ({error: e})),
-      api('GET', '/v1/plugin-packages').catch((e) => ({error: e})),
-      api('GET', '/v1/plugin-bindings').catch((e) => ({error: e})),
-    ]);
-    if (state.view !== view) return;
-    const marketSec = h('section', {id: 'marketplace', 'aria-labelledby': 'mk-h'}, h('h2', {id: 'mk-h'}, 'Marketplace'));
-    if (market.error) marketSec.append(h('p', {class: 'muted'}, errorText(market.error)));
-    else {
-      marketSec.append(h('p', {class: 'muted'}, `${market.name} (${market.mode}), from ${market.source}; index signed by ${market.signed_by || 'nobody'}${market.signed_at ? ` at ${market.signed_at}` : ''}`));
-      marketSec.append(h('div', {class: 'cards'}, (market.entries || []).map((e) => marketCard(e, draw))));
-    }
-    const pkgRows = packages.error ? [] : (packages.packages || packages);
-    const pkgSec = h('section', {'aria-labelledby': 'pk-h'}, h('h2', {id: 'pk-h'}, 'Installed packages'),
-      packages.error ? h('p', {class: 'muted'}, errorText(packages.error)) : h('div', {class: 'scroll'}, h('table', {id: 'packages'},
-        h('thead', {}, h('tr', {}, ['Package', 'Version', 'Exports', 'Signature', 'Digest', 'Installed'].map((c) => h('th', {scope: 'col'}, c)))),
-        h('tbody', {}, pkgRows.map((p) => h('tr', {dataset: {package: p.package_id}},
-          h('th', {scope: 'row'}, p.package_id), h('td', {}, p.version),
-          h('td', {}, (p.exports || []).map((x) => `${x.kind || 'tool'} ${x.id || x.export_id || ''}`).join(', ')),
-          h('td', {}, signatureText(p.signature)),
-          h('td', {}, h('code', {title: p.digest}, String(p.digest || '').slice(0, 19))),
-          h('td', {}, `${(p.installed_at || '').replace('T', ' ')} by ${p.installed_by || '?'}`)))))));
-    const bRows = bindings.error ? [] : (bindings.bindings || bindings);
-    const bSec = h('section', {'aria-labelledby': 'bd-h'}, h('h2', {id: 'bd-h'}, 'Bindings'),
-      bindings.error ? h('p', {class: 'muted'}, errorText(bindings.error)) : h('div', {class: 'scroll'}, h('table', {id: 'bindings'},
-        h('thead', {}, h('tr', {}, ['Org', 'Project', 'Export', 'Package', 'Status', 'Rollout', 'Config', 'Secrets'].map((c) => h('th', {scope: 'col'}, c)))),
-        h('tbody', {}, bRows.map((b) => h('tr', {dataset: {binding: b.binding_id}},
-          h('td', {}, b.org_id), h('td', {}, b.project_id || '(org-wide)'), h('td', {}, b.export_id),
-          h('td', {}, `${b.package_id}@${b.package_version}`), h('td', {}, b.status), h('td', {class: 'num'}, `${b.rollout ?? 100}%`),
-          h('td', {}, h('code', {}, JSON.stringify(b.config || {}))),
-          h('td', {}, Object.keys(b.secrets || {}).join(', ') || '—')))))));
-    render(h('h1', {}, 'Packages and bindings'), marketSec, pkgSec, bSec);
-  };
-  view.refresh = draw;
-  await draw();
-}
 
 function marketCard(e, redraw) {
   const card = h('article', {class: 'card', dataset: {entry: e.id}},
@@ -1106,6 +995,853 @@ function marketCard(e, redraw) {
     card.append(form);
   }
   return card;
+}
+
+// ---------- lists: search, filters, sort and pages, held in the URL ----------
+
+/** The view's parameters after `?` in the location's fragment
+ * (`#/plugins?q=echo&state=running&sort=-id`), so a view can be shared. */
+function hashParams() {
+  const i = location.hash.indexOf('?');
+  return new URLSearchParams(i >= 0 ? location.hash.slice(i + 1) : '');
+}
+
+function setHashParams(p) {
+  const base = location.hash.split('?')[0] || '#/';
+  const q = p.toString();
+  history.replaceState(null, '', `${base}${q ? `?${q}` : ''}`);
+}
+
+/** A datetime-local value (local time) as RFC 3339 UTC, or '' when empty. */
+function toRfc3339(local) {
+  if (!local) return '';
+  const t = new Date(local);
+  return Number.isNaN(t.getTime()) ? '' : t.toISOString();
+}
+
+/** An RFC 3339 instant as a datetime-local value (local time). */
+function toLocalInput(iso) {
+  if (!iso) return '';
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return '';
+  const pad = (n) => String(n).padStart(2, '0');
+  return `${t.getFullYear()}-${pad(t.getMonth() + 1)}-${pad(t.getDate())}T${pad(t.getHours())}:${pad(t.getMinutes())}`;
+}
+
+function fmtTime(iso) {
+  return iso ? String(iso).replace('T', ' ').replace(/\.\d+Z$/, 'Z') : '';
+}
+
+/**
+ * One list screen over a paged API: a search box, filters, sortable columns
+ * and cursor pages (Next, Previous, First), all kept in the URL. `spec`:
+ * - `id`: the table's id; the form is `ID-filter` unless `formId` is given;
+ * - `path`: the API path; `rows(answer)` picks the rows, `next(answer)` the next cursor;
+ * - `query(params)`: turns the view's parameters into the API's (defaults to the same);
+ * - `defaultSort`: the sort when the URL names none;
+ * - `search`: the search box's label (none without it);
+ * - `filters`: `[{name, label, options | type}]` (type `datetime-local` sends RFC 3339);
+ * - `columns`: `[{label, sort, cls, cell(row) -> node|string, head}]`;
+ * - `row(row)`: the row's attributes (dataset…); `empty`: the text when nothing matches;
+ * - `select`: `{key(row), actions(selected, redraw) -> nodes}` for bulk actions.
+ * Returns `{node, draw}`.
+ */
+function listKit(spec, view) {
+  const pre0 = spec.prefix || '';
+  const all0 = hashParams();
+  const params = {get: (k) => all0.get(pre0 + k)};
+  const formId = spec.formId || `${spec.id}-filter`;
+  const controls = [];
+  const field = (f) => {
+    const id = `flt-${spec.id}-${f.name}`;
+    let control;
+    if (f.options) {
+      control = h('select', {id, name: f.name}, h('option', {value: ''}, 'any'), f.options.map((o) => {
+        const [value, label] = Array.isArray(o) ? o : [o, o];
+        return h('option', {value}, label);
+      }));
+      control.value = params.get(f.name) || '';
+    } else {
+      control = h('input', {id, name: f.name, type: f.type || 'text', placeholder: f.placeholder || null});
+      control.value = f.type === 'datetime-local' ? toLocalInput(params.get(f.name)) : (params.get(f.name) || '');
+    }
+    control.dataset.type = f.type || '';
+    controls.push(control);
+    return h('div', {class: 'field inline'}, h('label', {for: id}, f.label), control);
+  };
+  const search = spec.search ? h('input', {id: `${spec.id}-q`, name: 'q', type: 'search', placeholder: spec.search, 'aria-label': spec.search, autocomplete: 'off'}) : null;
+  if (search) { search.value = params.get('q') || ''; controls.push(search); }
+  const form = h('form', {id: formId, class: 'filters', role: 'search'},
+    search ? h('div', {class: 'field inline grow'}, h('label', {for: search.id}, 'Search'), search) : null,
+    (spec.filters || []).map(field),
+    h('button', {type: 'submit'}, 'Filter'),
+    h('button', {type: 'button', class: 'quiet', onclick: () => {
+      for (const c of controls) c.value = '';
+      apply();
+    }}, 'Clear'));
+  const out = h('div', {id: `${spec.id}-out`, class: 'list-out'});
+  const status = h('p', {class: 'list-status muted', role: 'status', 'aria-live': 'polite'});
+  const pager = h('nav', {class: 'pager', 'aria-label': 'Pages'});
+  const node = h('div', {class: 'list'}, form, status, out, pager);
+  let cursors = []; // the cursors of the pages before this one
+  const selected = new Set();
+
+  // This list's parameters, without its prefix (two lists on one screen
+  // keep theirs apart: `b.q` is the bindings' search beside `q`).
+  const pre = spec.prefix || '';
+  const known = (k) => ['sort', 'cursor', 'limit'].includes(k) || controls.some((c) => c.name === k);
+  const current = () => {
+    const p = new URLSearchParams();
+    for (const [k, v] of hashParams()) if (k.startsWith(pre) && known(k.slice(pre.length))) p.set(k.slice(pre.length), v);
+    return p;
+  };
+  const keep = (p) => {
+    const all = hashParams();
+    for (const k of [...all.keys()]) if (k.startsWith(pre) && known(k.slice(pre.length))) all.delete(k);
+    for (const [k, v] of p) all.set(pre + k, v);
+    setHashParams(all);
+  };
+  const apply = () => {
+    const p = current();
+    for (const c of controls) {
+      const v = c.dataset.type === 'datetime-local' ? toRfc3339(c.value) : c.value.trim();
+      if (v) p.set(c.name, v); else p.delete(c.name);
+    }
+    p.delete('cursor');
+    cursors = [];
+    keep(p);
+    draw();
+  };
+  form.addEventListener('submit', (e) => { e.preventDefault(); apply(); });
+  // Typing searches by itself, a moment after the last key.
+  if (search) search.addEventListener('input', () => { clearTimeout(search.timer); search.timer = setTimeout(apply, 250); });
+  for (const c of controls) if (c.tagName === 'SELECT') c.addEventListener('change', apply);
+
+  const sortButton = (col, sort) => {
+    const key = col.sort;
+    const on = sort === key || sort === `-${key}`;
+    const desc = sort === `-${key}`;
+    return h('button', {type: 'button', class: 'sort', 'aria-label': `Sort by ${col.label}${on && !desc ? ', descending' : ''}`, onclick: () => {
+      const p = current();
+      p.set('sort', on && !desc ? `-${key}` : key);
+      p.delete('cursor');
+      cursors = [];
+      keep(p);
+      draw();
+    }}, col.label, on ? h('span', {'aria-hidden': 'true'}, desc ? ' ▼' : ' ▲') : null);
+  };
+
+  let seq = 0;
+  async function draw() {
+    const mine = ++seq;
+    const p = current();
+    const base = new URLSearchParams(p);
+    if (spec.defaultSort && !base.has('sort')) base.set('sort', spec.defaultSort);
+    const apiParams = spec.query ? spec.query(base) : base;
+    if (!apiParams.has('limit')) apiParams.set('limit', String(spec.limit || 50));
+    let answer;
+    try {
+      answer = await api('GET', `${spec.path}?${apiParams}`);
+    } catch (err) {
+      if (mine !== seq || state.view !== view) return;
+      out.replaceChildren(h('p', {class: 'error', role: 'alert'}, errorText(err)));
+      fill(pager,);
+      return;
+    }
+    if (mine !== seq || state.view !== view) return;
+    // Rows being ticked or typed into are not redrawn under the operator.
+    if (out.contains(document.activeElement) && document.activeElement.matches('input[type=text]')) return;
+    const rows = spec.rows(answer);
+    const next = spec.next ? spec.next(answer) : answer.next_cursor;
+    const sort = p.get('sort') || spec.defaultSort || '';
+    const page = cursors.length + 1;
+    const total = answer.total;
+    const from = (page - 1) * Number(apiParams.get('limit')) + 1;
+    status.textContent = rows.length ?
+      `${total !== undefined ? `${total} match${total === 1 ? '' : 'es'}; ` : ''}showing ${from}–${from + rows.length - 1}${page > 1 ? `, page ${page}` : ''}` :
+      '';
+    const cols = spec.columns;
+    const pick = spec.select && can.govern() ? spec.select : null;
+    const allBox = pick ? h('input', {type: 'checkbox', 'aria-label': 'Select every row on this page', onchange: (e) => {
+      for (const r of rows) { if (e.target.checked) selected.add(pick.key(r)); else selected.delete(pick.key(r)); }
+      draw();
+    }}) : null;
+    if (allBox) allBox.checked = rows.length > 0 && rows.every((r) => selected.has(pick.key(r)));
+    // The table stays (its headers sort and say what a row holds); an
+    // empty one says so in its body.
+    const span = cols.length + (pick ? 1 : 0);
+    fill(out, h('div', {class: 'scroll'}, h('table', {id: spec.id},
+      spec.caption ? h('caption', {}, spec.caption(answer, rows)) : null,
+      h('thead', {}, h('tr', {},
+        pick ? h('th', {scope: 'col', class: 'pick'}, allBox) : null,
+        cols.map((c) => h('th', {scope: 'col', class: c.cls || null, 'aria-sort': c.sort && sort.replace(/^-/, '') === c.sort ? (sort.startsWith('-') ? 'descending' : 'ascending') : null},
+          c.sort ? sortButton(c, sort) : (c.head || c.label))))),
+      h('tbody', {}, rows.length ? rows.map((r) => h('tr', spec.row ? spec.row(r) : {},
+        pick ? h('td', {class: 'pick'}, h('input', {type: 'checkbox', 'aria-label': `Select ${pick.key(r)}`, checked: selected.has(pick.key(r)), onchange: (e) => {
+          if (e.target.checked) selected.add(pick.key(r)); else selected.delete(pick.key(r));
+          bulkBar();
+        }})) : null,
+        cols.map((c) => {
+          const v = c.cell(r);
+          return v instanceof Node && ['TD', 'TH'].includes(v.tagName) ? v : h('td', {class: c.cls || null}, v);
+        }))) :
+        h('tr', {class: 'empty-row'}, h('td', {colspan: span}, h('p', {class: 'muted empty', id: spec.emptyId || null}, spec.empty || 'Nothing matches.')))))));
+    bulkBar();
+    const go = (cursor, stack) => {
+      const q = current();
+      if (cursor) q.set('cursor', cursor); else q.delete('cursor');
+      cursors = stack;
+      keep(q);
+      draw().then(() => out.querySelector('table')?.scrollIntoView?.({block: 'nearest'}));
+    };
+    fill(pager,
+      page > 1 ? h('button', {type: 'button', class: 'quiet', onclick: () => go(null, [])}, 'First') : null,
+      page > 1 ? h('button', {type: 'button', class: 'quiet', onclick: () => { const stack = cursors.slice(0, -1); go(cursors[cursors.length - 1], stack); }}, 'Previous') : null,
+      h('span', {class: 'page muted'}, `Page ${page}`),
+      next ? h('button', {type: 'button', class: 'next', onclick: () => go(next, [...cursors, p.get('cursor')])}, 'Next') : null);
+  }
+
+  const bulk = h('div', {class: 'bulk', role: 'group', 'aria-label': 'Selected rows', hidden: true});
+  node.insertBefore(bulk, out);
+  let bulkKey = '';
+  function bulkBar() {
+    const key = [...selected].sort().join('\n');
+    // A confirmation being read is not redrawn by a refresh.
+    if (key === bulkKey) return;
+    bulkKey = key;
+    if (!spec.select || !can.govern() || !selected.size) { bulk.hidden = true; bulk.replaceChildren(); return; }
+    bulk.hidden = false;
+    fill(bulk, h('span', {class: 'count'}, `${selected.size} selected`),
+      spec.select.actions([...selected], async () => { selected.clear(); await draw(); }),
+      h('button', {type: 'button', class: 'quiet', onclick: () => { selected.clear(); draw(); }}, 'Clear selection'));
+  }
+  return {node, draw};
+}
+
+// ----- plugins -----
+
+const PLUGIN_STATES = ['running', 'idle', 'starting', 'stopped', 'failed', 'backoff', 'unapproved', 'changed', 'invalid', 'unconfigured'];
+const DIALECTS = ['native', 'mcp', 'microapp', 'salmex', 'vai', 'nexo', 'dexto', 'deno'];
+
+/** What deserves a second look before approving `p` (a plugin's detail). */
+function riskyOf(p) {
+  const perms = p.permissions || {};
+  const risky = [];
+  if (!perms.mechanism || perms.mechanism === 'none') risky.push("No sandbox: it runs with all the rights of plugd's user.");
+  if ((perms.writable || []).includes('/')) risky.push('It may write anywhere (/ is writable).');
+  if (['host', 'full', 'any'].includes(String(perms.network))) risky.push(`Network: ${perms.network}.`);
+  const secrets = (p.config || []).filter((c) => c.secret || c.kind === 'secret').map((c) => c.key || c.name);
+  if (secrets.length) risky.push(`It is given secrets: ${secrets.join(', ')}.`);
+  const strong = state.tools.filter((t) => t.plugin === p.id && ['high', 'critical'].includes(t.risk)).map((t) => `${t.name} (${t.risk})`);
+  if (strong.length) risky.push(`Tools that wait for an operator on each call: ${strong.join(', ')}.`);
+  return risky;
+}
+
+/** Runs `action` on each id in turn, saying how far it got; the outcome
+ * names what failed. */
+async function eachWithProgress(ids, verb, action, out) {
+  const failed = [];
+  let done = 0;
+  for (const id of ids) {
+    out.textContent = `${verb}: ${done} of ${ids.length} done…`;
+    try { await action(id); } catch (err) { failed.push(`${id}: ${errorText(err)}`); }
+    done += 1;
+  }
+  const ok = ids.length - failed.length;
+  out.textContent = `${verb}: ${ok} of ${ids.length} done${failed.length ? `; failed: ${failed.join('; ')}` : ''}.`;
+  toast(out.textContent, failed.length ? 'error' : 'info');
+  return failed;
+}
+
+function pluginBulkActions(ids, redraw) {
+  const msg = h('span', {class: 'bulk-outcome', role: 'status'});
+  const confirmBox = h('div', {id: 'bulk-confirm', class: 'confirm', hidden: true});
+  const ask = (verb, action, details) => async () => {
+    confirmBox.hidden = false;
+    confirmBox.replaceChildren(h('p', {}, `Loading what ${verb.toLowerCase()} means for ${ids.length} plugin${ids.length === 1 ? '' : 's'}…`));
+    const items = details ? await details() : ids.map((id) => h('li', {}, id));
+    fill(confirmBox,
+      h('p', {}, `${verb} ${ids.length} plugin${ids.length === 1 ? '' : 's'}?`),
+      h('ul', {class: 'bulk-list'}, items),
+      h('div', {class: 'actions'},
+        button(`Confirm: ${verb.toLowerCase()} ${ids.length}`, async () => {
+          confirmBox.hidden = true;
+          await eachWithProgress(ids, verb, action, msg);
+          await loadPlugins().catch(() => {});
+          await redraw();
+        }, {class: verb === 'Revoke' ? 'danger' : null}),
+        button('Cancel', async () => { confirmBox.hidden = true; })));
+  };
+  const post = (what) => (id) => api('POST', `/v1/plugins/${enc(id)}:${what}`, {});
+  return [
+    button('Approve…', ask('Approve', post('approve'), async () => {
+      // The facts first: each plugin's command line and what is risky in it.
+      const details = await Promise.all(ids.map((id) => api('GET', `/v1/plugins/${enc(id)}`).catch((e) => ({id, error: errorText(e)}))));
+      return details.map((p) => {
+        if (p.error) return h('li', {}, `${p.id}: ${p.error}`);
+        const perms = p.permissions || {};
+        const risky = riskyOf(p);
+        return h('li', {dataset: {plugin: p.id}}, h('strong', {}, p.id), ' runs ', h('code', {}, (p.command || []).join(' ') || '(no command)'),
+          `, sandbox ${[perms.mechanism, perms.mechanism_detail].filter(Boolean).join(': ') || 'none'}`,
+          risky.length ? h('ul', {class: 'risky'}, risky.map((r) => h('li', {}, r))) : null);
+      });
+    }), {label: `Approve ${ids.length} selected plugins (asks to confirm)`}),
+    button('Restart…', ask('Restart', post('restart')), {label: `Restart ${ids.length} selected plugins (asks to confirm)`}),
+    button('Revoke…', ask('Revoke', post('revoke')), {class: 'danger', label: `Revoke ${ids.length} selected plugins (asks to confirm)`}),
+    msg, confirmBox,
+  ];
+}
+
+async function pluginsView(_arg, view) {
+  const kit = listKit({
+    id: 'plugins',
+    path: '/v1/plugins',
+    rows: (a) => {
+      const rows = a.items || a;
+      for (const r of rows) state.plugins.set(r.id, {...(state.plugins.get(r.id) || {}), ...r});
+      return rows;
+    },
+    defaultSort: 'id',
+    search: 'Search plugins by id, dialect, version',
+    filters: [
+      {name: 'state', label: 'State', options: PLUGIN_STATES},
+      {name: 'dialect', label: 'Dialect', options: DIALECTS},
+      {name: 'approved', label: 'Approved', options: [['true', 'yes'], ['false', 'no']]},
+    ],
+    caption: (a) => `${a.total ?? state.plugins.size} plugin${(a.total ?? 0) === 1 ? '' : 's'} match`,
+    columns: [
+      {label: 'Plugin', sort: 'id', cell: (p) => h('th', {scope: 'row'}, h('a', {href: `#/plugins/${p.id}`}, p.id))},
+      {label: 'Dialect', sort: 'dialect', cell: (p) => p.dialect || ''},
+      {label: 'Version', sort: 'version', cls: 'opt', cell: (p) => p.version || ''},
+      {label: 'State', sort: 'state', cell: (p) => stateCell(p)},
+      {label: 'Tools', cls: 'num', cell: (p) => String((p.tools || []).length)},
+      {label: 'Restarts', sort: 'restarts', cls: 'num restarts opt', cell: (p) => String(counters(p).restarts)},
+      {label: 'Shed / dropped', cls: 'num opt', cell: (p) => { const c = counters(p); return `${c.shed} / ${c.dropped}`; }},
+    ],
+    row: (p) => ({dataset: {plugin: p.id}}),
+    empty: 'No plugin matches.',
+    select: {key: (p) => p.id, actions: (ids, redraw) => pluginBulkActions(ids, redraw)},
+  }, view);
+  render(h('h1', {}, 'Plugins'), kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+}
+
+// ----- tools (list) -----
+
+function toolToggle(t) {
+  const enabled = t.enabled !== false;
+  return can.govern() ? button(enabled ? 'Disable' : 'Enable', async () => {
+    await api('POST', `/v1/tools/${enc(t.name)}:${enabled ? 'disable' : 'enable'}`, {});
+    toast(`${enabled ? 'Disabled' : 'Enabled'} ${t.name}`);
+    await loadTools();
+    state.view?.refresh?.();
+  }, {label: `${enabled ? 'Disable' : 'Enable'} ${t.name}`}) : null;
+}
+
+const TOOL_COLUMNS = [
+  {label: 'Tool', sort: 'name', cell: (t) => h('th', {scope: 'row'}, h('a', {href: `#/tools/${t.name}`}, t.name))},
+  {label: 'Plugin', sort: 'plugin', cell: (t) => t.plugin},
+  {label: 'Risk', sort: 'risk', cell: (t) => h('td', {class: `risk risk-${t.risk}`}, `${t.risk}`, h('span', {class: 'muted'}, ` (${t.risk_source || 'default'})`))},
+  {label: 'State', cell: (t) => h('td', {class: 'enabled'}, t.enabled !== false ? 'enabled' : 'disabled')},
+  {label: 'Description', cls: 'opt', cell: (t) => t.title || t.description || ''},
+  {label: 'Actions', head: h('span', {class: 'sr-only'}, 'Actions'), cell: (t) => toolToggle(t)},
+];
+
+async function toolsView(_arg, view) {
+  const kit = listKit({
+    id: 'tools',
+    path: '/v1/tools',
+    rows: (a) => a.items || a,
+    defaultSort: 'name',
+    query: (p) => { p.set('all', 'true'); return p; },
+    search: 'Search tools by name, plugin, description',
+    filters: [
+      {name: 'risk', label: 'Risk', options: ['low', 'medium', 'high', 'critical']},
+      {name: 'enabled', label: 'State', options: [['true', 'enabled'], ['false', 'disabled']]},
+      {name: 'plugin', label: 'Plugin', placeholder: 'plugin id'},
+    ],
+    columns: TOOL_COLUMNS,
+    row: (t) => ({dataset: {tool: t.name}, class: t.enabled === false ? 'disabled' : null}),
+    empty: 'No tool matches (a plugin has tools once approved and started).',
+  }, view);
+  render(h('h1', {}, 'Tools'), kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+}
+
+// ----- approvals -----
+
+function whoAsks(a) {
+  const parts = [];
+  if (a.caller) parts.push(h('span', {class: 'caller'}, a.caller));
+  if (a.surface) parts.push(h('span', {class: 'muted'}, ` via ${a.surface}`));
+  if (a.agent_id) parts.push(h('span', {class: 'muted'}, ` for agent ${a.agent_id}`));
+  if (a.session_id) parts.push(h('span', {class: 'muted'}, ` in session ${a.session_id}`));
+  return parts.length ? parts : h('span', {class: 'muted'}, 'unknown');
+}
+
+async function approvalsView(_arg, view) {
+  const reasons = state.denyReasons;
+  const decide = (a, verb) => async () => {
+    const body = verb === 'deny' ? {reason: (reasons[a.id] || '').trim() || 'denied in the console'} : {};
+    await api('POST', `/v1/approvals/${encodeURIComponent(a.id)}:${verb}`, body);
+    delete reasons[a.id];
+    toast(`${verb === 'deny' ? 'Denied' : 'Approved'} ${a.tool}`);
+    await loadPending();
+    await kit.draw();
+  };
+  const kit = listKit({
+    id: 'approvals',
+    path: '/v1/approvals',
+    rows: (a) => {
+      const rows = a.items || a.approvals || a;
+      if (a.total !== undefined && !hashParams().toString()) setPending(a.total);
+      return rows;
+    },
+    defaultSort: 'expires_at',
+    search: 'Search by tool, plugin, arguments, caller',
+    filters: [
+      {name: 'risk', label: 'Risk', options: ['high', 'critical']},
+      {name: 'plugin', label: 'Plugin', placeholder: 'plugin id'},
+    ],
+    columns: [
+      {label: 'Tool', sort: 'tool', cell: (a) => h('td', {class: 'tool'}, a.tool)},
+      {label: 'Plugin', sort: 'plugin', cell: (a) => a.plugin},
+      {label: 'Risk', sort: 'risk', cell: (a) => h('td', {class: `risk risk-${a.risk}`}, a.risk === 'critical' ? '⚠ critical' : a.risk)},
+      {label: 'Who asks', cell: (a) => h('td', {class: 'who-asks'}, whoAsks(a))},
+      {label: 'Arguments', cell: (a) => h('pre', {class: 'args'}, typeof a.args_preview === 'string' ? a.args_preview : pretty(a.args_preview))},
+      {label: 'Waiting', sort: 'requested_at', cell: (a) => h('td', {class: 'waiting', dataset: {since: a.requested_at}}, fmtAge(a.requested_at))},
+      {label: 'Times out in', sort: 'expires_at', cell: (a) => h('td', {class: 'left', dataset: {until: a.expires_at}}, fmtLeft(a.expires_at))},
+      {label: 'Decide', head: h('span', {class: 'sr-only'}, 'Decide'), cell: (a) => {
+        if (!can.govern()) return '';
+        // The deny reason reaches the caller in its error; what is typed
+        // outlives the table's redraws.
+        const reason = h('input', {type: 'text', name: 'reason', value: reasons[a.id] || null, placeholder: 'Deny reason', title: 'Sent to the caller with the denial',
+          'aria-label': `Why the call of ${a.tool} is denied`, oninput: (e) => { reasons[a.id] = e.target.value; }});
+        return h('div', {class: 'actions'},
+          button('Approve', decide(a, 'approve'), {label: `Approve the call of ${a.tool}`}),
+          reason,
+          button('Deny', decide(a, 'deny'), {class: 'danger', label: `Deny the call of ${a.tool}`}));
+      }},
+    ],
+    row: (a) => ({dataset: {approval: a.id}, class: `risk-row-${a.risk}`}),
+    empty: 'Nothing waits for approval.',
+    emptyId: 'approvals-empty',
+  }, view);
+  render(h('h1', {}, 'Approvals'), h('p', {}, 'Calls of high and critical tools wait here until an operator decides.'), kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+  const timer = setInterval(() => {
+    if (state.view !== view) { clearInterval(timer); return; }
+    for (const td of document.querySelectorAll('td.waiting')) td.textContent = fmtAge(td.dataset.since);
+    for (const td of document.querySelectorAll('td.left')) td.textContent = fmtLeft(td.dataset.until);
+  }, 1000);
+}
+
+// ----- activity -----
+
+const INVOCATION_STATUSES = ['succeeded', 'failed', 'cancelled', 'retryable_failure'];
+
+async function activityView(_arg, view) {
+  const kit = listKit({
+    id: 'invocations',
+    formId: 'activity-filter',
+    path: '/v1/invocations',
+    rows: (a) => a.invocations || [],
+    // Records are ordered by start only; the column's sort is the API's order.
+    query: (p) => {
+      const s = p.get('sort');
+      p.delete('sort');
+      if (s === 'started') p.set('order', 'asc');
+      return p;
+    },
+    search: 'Search records by id, tool, plugin, caller, error',
+    filters: [
+      {name: 'plugin', label: 'Plugin'}, {name: 'tool', label: 'Tool'},
+      {name: 'status', label: 'Status', options: INVOCATION_STATUSES},
+      {name: 'since', label: 'Since', type: 'datetime-local'}, {name: 'until', label: 'Until', type: 'datetime-local'},
+    ],
+    columns: [
+      {label: 'Started', sort: 'started', cell: (r) => h('a', {href: `#/activity/${r.invocation_id}`}, fmtTime(r.started_at))},
+      {label: 'Tool', cell: (r) => r.tool},
+      {label: 'Plugin', cls: 'opt', cell: (r) => r.plugin_id},
+      {label: 'Status', cell: (r) => h('td', {class: `status status-${r.status}`}, outcome(r))},
+      {label: 'Duration', cls: 'num', cell: (r) => `${r.duration_ms} ms`},
+      {label: 'Caller', cls: 'opt', cell: (r) => r.caller || ''},
+    ],
+    row: (r) => ({dataset: {invocation: r.invocation_id}}),
+    empty: 'No invocation matches.',
+  }, view);
+  // Newest first unless the Started column says otherwise.
+  render(h('h1', {}, 'Activity'), kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+}
+
+/** How a record's outcome reads: a call the policy stopped before it ran
+ * is not a failure of the tool. */
+function outcome(r) {
+  const stopped = {refused: 'denied', call_denied: 'denied', blocked_by_hook: 'blocked by a hook', plugin_not_approved: 'refused: not approved', invalid_arguments: 'refused: invalid arguments'};
+  if (r.status === 'failed' && stopped[r.error_code]) return `${stopped[r.error_code]} (${r.error_code})`;
+  return r.status + (r.error_code ? ` (${r.error_code})` : '');
+}
+
+function decisionText(d) {
+  const parts = [d.kind];
+  for (const k of ['hook', 'decision', 'effect', 'rule', 'decided_by', 'reason']) if (d[k] !== undefined && d[k] !== null) parts.push(`${k.replace(/_/g, ' ')}: ${typeof d[k] === 'string' ? d[k] : JSON.stringify(d[k])}`);
+  if (d.waited_ms !== undefined) parts.push(`waited ${d.waited_ms} ms`);
+  return parts.join(' · ');
+}
+
+async function invocationView(id, _view) {
+  const r = await api('GET', `/v1/invocations/${encodeURIComponent(id)}`);
+  const pl = r.payload || {};
+  const timeline = [['started', r.started_at], ['ended', r.ended_at]];
+  for (const e of pl.timeline || pl.events || []) timeline.push([e.event || e.kind || e.name || 'event', e.at || e.time || '']);
+  timeline.sort((a, b) => String(a[1]).localeCompare(String(b[1])));
+  const body = (v, idName, none) => (v === undefined || v === null ? h('p', {id: idName, class: 'muted'}, none) : h('pre', {id: idName}, typeof v === 'string' ? v : pretty(v)));
+  const kept = 'args' in pl || 'result' in pl;
+  render(
+    h('p', {}, h('a', {href: '#/activity'}, '← Activity')),
+    h('h1', {}, `${r.tool}: ${r.status}`),
+    kv([['Invocation', h('code', {}, r.invocation_id)], ['Plugin', h('a', {href: `#/plugins/${r.plugin_id}`}, r.plugin_id)], ['Dialect', r.dialect], ['Status', outcome(r)],
+      ['Duration', `${r.duration_ms} ms`], ['Caller', r.caller || ''], r.surface ? ['Surface', r.surface] : null,
+      ['Trace id', h('code', {id: 'trace-id'}, r.trace_id || '(no trace)')],
+      r.binding_id ? ['Binding', r.binding_id] : null, r.org_id ? ['Org', r.org_id] : null,
+      r.session_id ? ['Session', h('a', {href: `#/sessions/${encodeURIComponent(r.session_id)}`}, r.session_id)] : null,
+      r.run_id ? ['Run', r.run_id] : null, r.retry_count ? ['Retries', String(r.retry_count)] : null]),
+    pl.error || r.error_code ? h('section', {id: 'record-error', 'aria-labelledby': 'err-h'}, h('h2', {id: 'err-h'}, 'Error'),
+      kv([['Code', h('code', {}, pl.error?.code || r.error_code || '')], ['Message', h('pre', {id: 'error-message'}, pl.error?.message || '(no message kept)')]])) : null,
+    h('section', {'aria-labelledby': 'dec-h'}, h('h2', {id: 'dec-h'}, 'Decisions'),
+      (pl.decisions || []).length ? h('ul', {id: 'decisions'}, pl.decisions.map((d) => h('li', {}, decisionText(d)))) :
+        h('p', {class: 'muted', id: 'decisions'}, 'No hook, approval or policy decision was taken on this call.')),
+    h('section', {'aria-labelledby': 'args-h'}, h('h2', {id: 'args-h'}, 'Arguments'),
+      body(pl.args, 'record-args', kept ? '(none)' : 'Not kept: records keep arguments and results only with records.keep_bodies on (secrets masked).')),
+    h('section', {'aria-labelledby': 'res-h'}, h('h2', {id: 'res-h'}, 'Result'),
+      body(pl.result, 'record-result', kept ? '(none)' : 'Not kept (records.keep_bodies is off).')),
+    h('h2', {}, 'Timeline'),
+    h('ol', {id: 'timeline'}, timeline.map(([what, at]) => h('li', {}, h('code', {}, at), ` ${what}`))));
+}
+
+// ----- trends (overview) -----
+
+const WINDOWS = [['15m', 15 * 60e3, '15 minutes'], ['1h', 3600e3, 'hour'], ['24h', 24 * 3600e3, '24 hours'], ['7d', 7 * 24 * 3600e3, '7 days']];
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) if (v !== null && v !== undefined) el.setAttribute(k, String(v));
+  for (const c of children.flat()) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
+
+/** A bar chart of `series` (calls, errors in red) or lines (p50, p99),
+ * drawn here: no script from elsewhere. */
+function chart(series, kind, title) {
+  const W = 600; const H = 160; const pad = 28;
+  const n = Math.max(series.length, 1);
+  const bw = (W - pad) / n;
+  const vals = kind === 'calls' ? series.map((s) => s.calls) : series.flatMap((s) => [s.p50_ms || 0, s.p99_ms || 0]);
+  const max = Math.max(1, ...vals);
+  const y = (v) => H - 16 - ((H - 24) * v) / max;
+  const parts = [svg('title', {}, title),
+    svg('line', {x1: pad, y1: H - 16, x2: W, y2: H - 16, class: 'axis'}),
+    svg('text', {x: 2, y: 12, class: 'tick'}, kind === 'calls' ? String(max) : `${max} ms`),
+    svg('text', {x: 2, y: H - 18, class: 'tick'}, '0')];
+  if (kind === 'calls') {
+    series.forEach((s, i) => {
+      const x = pad + i * bw;
+      if (s.calls) parts.push(svg('rect', {x: x + 1, y: y(s.calls), width: Math.max(1, bw - 2), height: H - 16 - y(s.calls), class: 'bar'}, svg('title', {}, `${fmtTime(s.start)}: ${s.calls} calls, ${s.errors} errors`)));
+      if (s.errors) parts.push(svg('rect', {x: x + 1, y: y(s.errors), width: Math.max(1, bw - 2), height: H - 16 - y(s.errors), class: 'bar err'}));
+    });
+  } else {
+    for (const [key, cls] of [['p50_ms', 'p50'], ['p99_ms', 'p99']]) {
+      const pts = series.map((s, i) => (s.calls ? [pad + i * bw + bw / 2, y(s[key] || 0), s] : null)).filter(Boolean);
+      if (pts.length > 1) parts.push(svg('polyline', {points: pts.map(([x, yy]) => `${x},${yy}`).join(' '), class: `line ${cls}`}));
+      // A dot per bucket with calls: one bucket alone still shows.
+      for (const [x, yy, s] of pts) parts.push(svg('circle', {cx: x, cy: yy, r: 3, class: `dot ${cls}`}, svg('title', {}, `${fmtTime(s.start)}: ${cls} ${s[key]} ms`)));
+    }
+  }
+  return svg('svg', {viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title, class: 'chart', preserveAspectRatio: 'none'}, parts);
+}
+
+function statsTable(id, rows, key, label) {
+  if (!rows.length) return h('p', {class: 'muted'}, 'No call in this window.');
+  return h('div', {class: 'scroll'}, h('table', {id},
+    h('thead', {}, h('tr', {}, [label, 'Calls', 'Errors', 'p50', 'p99'].map((c, i) => h('th', {scope: 'col', class: i ? 'num' : null}, c)))),
+    h('tbody', {}, rows.map((r) => h('tr', {dataset: {key: r[key]}},
+      h('th', {scope: 'row'}, key === 'tool' ? h('a', {href: `#/tools/${r.tool}`}, r.tool) : h('a', {href: `#/plugins/${r.plugin}`}, r.plugin)),
+      h('td', {class: 'num calls'}, String(r.calls)),
+      h('td', {class: `num ${r.errors ? 'status-failed' : ''}`}, String(r.errors)),
+      h('td', {class: 'num'}, `${r.p50_ms} ms`), h('td', {class: 'num'}, `${r.p99_ms} ms`))))));
+}
+
+async function trendsView(_arg, view) {
+  const draw = async () => {
+    const p = hashParams();
+    const win = WINDOWS.find((w) => w[0] === p.get('window')) || WINDOWS[1];
+    const until = new Date();
+    const since = new Date(until.getTime() - win[1]);
+    const q = new URLSearchParams({since: since.toISOString(), until: until.toISOString(), buckets: '60'});
+    if (p.get('plugin')) q.set('plugin', p.get('plugin'));
+    const s = await api('GET', `/v1/invocations/stats?${q}`);
+    if (state.view !== view) return;
+    await loadPlugins().catch(() => {});
+    const plugins = [...state.plugins.values()];
+    const restarts = plugins.reduce((n, x) => n + counters(x).restarts, 0);
+    const dropped = plugins.reduce((n, x) => n + counters(x).dropped + counters(x).shed, 0);
+    const failing = plugins.filter((x) => ['failed', 'restarting'].includes(pluginState(x))).length;
+    const series = s.series || [];
+    const calls = series.reduce((n, b) => n + b.calls, 0);
+    const errors = series.reduce((n, b) => n + b.errors, 0);
+    const picker = h('div', {class: 'actions', role: 'group', 'aria-label': 'Window'}, WINDOWS.map(([k, , label]) =>
+      h('a', {class: `button quiet${k === win[0] ? ' on' : ''}`, href: `#/trends?window=${k}`, 'aria-current': k === win[0] ? 'true' : null}, `Last ${label}`)));
+    render(h('h1', {}, 'Overview'), picker,
+      h('div', {class: 'tiles'},
+        h('div', {class: 'tile', id: 'tile-calls'}, h('span', {class: 'n'}, String(calls)), h('span', {}, 'calls')),
+        h('div', {class: `tile${errors ? ' bad' : ''}`, id: 'tile-errors'}, h('span', {class: 'n'}, String(errors)), h('span', {}, 'errors')),
+        h('a', {class: `tile${state.pending ? ' warn' : ''}`, id: 'tile-approvals', href: '#/approvals'}, h('span', {class: 'n'}, String(state.pending)), h('span', {}, 'approvals waiting')),
+        h('div', {class: 'tile', id: 'tile-restarts'}, h('span', {class: 'n'}, String(restarts)), h('span', {}, 'restarts')),
+        h('div', {class: 'tile', id: 'tile-dropped'}, h('span', {class: 'n'}, String(dropped)), h('span', {}, 'shed or dropped')),
+        h('a', {class: `tile${failing ? ' bad' : ''}`, id: 'tile-failing', href: '#/plugins?state=failed'}, h('span', {class: 'n'}, String(failing)), h('span', {}, 'plugins failing'))),
+      h('section', {'aria-labelledby': 'calls-h'}, h('h2', {id: 'calls-h'}, `Calls and errors, last ${win[2]}`), chart(series, 'calls', `Calls per ${Math.round((s.bucket_ms || 60000) / 1000)} s, errors in red`)),
+      h('section', {'aria-labelledby': 'lat-h'}, h('h2', {id: 'lat-h'}, 'Latency p50 and p99'), chart(series, 'latency', 'Latency p50 (solid) and p99 (dashed), in ms'),
+        h('p', {class: 'legend muted'}, h('span', {class: 'key p50'}), ' p50 ', h('span', {class: 'key p99'}), ' p99')),
+      h('section', {'aria-labelledby': 'bp-h'}, h('h2', {id: 'bp-h'}, 'By plugin'), statsTable('stats-plugins', s.plugins || [], 'plugin', 'Plugin')),
+      h('section', {'aria-labelledby': 'bt-h'}, h('h2', {id: 'bt-h'}, 'By tool'), statsTable('stats-tools', s.tools || [], 'tool', 'Tool')),
+      s.truncated ? h('p', {class: 'muted'}, `Only the newest ${s.scanned} records of the window are counted.`) : null);
+  };
+  // Live calls redraw it at most every 3 s.
+  let last = 0;
+  let queued = null;
+  view.refresh = () => {
+    const wait = last + 3000 - Date.now();
+    if (wait > 0) {
+      queued = queued || setTimeout(() => { queued = null; if (state.view === view) view.refresh(); }, wait);
+      return Promise.resolve();
+    }
+    last = Date.now();
+    return draw();
+  };
+  last = Date.now();
+  await draw();
+}
+
+// ----- tokens (admin) -----
+
+const ROLES = ['viewer', 'agent', 'operator', 'admin'];
+
+async function tokensView(_arg, view) {
+  const secretBox = h('div', {id: 'token-secret', role: 'status', 'aria-live': 'polite', hidden: true});
+  const name = h('input', {id: 'tok-name', name: 'name', required: true, maxlength: 128, placeholder: 'ci-bot', autocomplete: 'off'});
+  const role = h('select', {id: 'tok-role', name: 'role'}, ROLES.map((r) => h('option', {value: r}, r)));
+  const expires = h('select', {id: 'tok-expires', name: 'expires_in'},
+    [['', 'never (until revoked)'], ['1d', '1 day'], ['7d', '7 days'], ['30d', '30 days'], ['90d', '90 days'], ['365d', '1 year']].map(([v, l]) => h('option', {value: v}, l)));
+  expires.value = '30d';
+  const org = h('input', {id: 'tok-org', name: 'org', placeholder: '(workspace-wide)', autocomplete: 'off'});
+  const formError = h('p', {id: 'token-error', class: 'error', role: 'alert'});
+  const form = h('form', {id: 'token-create', class: 'filters'},
+    h('div', {class: 'field inline'}, h('label', {for: 'tok-name'}, 'Name'), name),
+    h('div', {class: 'field inline'}, h('label', {for: 'tok-role'}, 'Role'), role),
+    h('div', {class: 'field inline'}, h('label', {for: 'tok-expires'}, 'Expires'), expires),
+    h('div', {class: 'field inline'}, h('label', {for: 'tok-org'}, 'Org'), org),
+    h('button', {type: 'submit'}, 'Create token'));
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    formError.textContent = '';
+    const body = {name: name.value.trim(), role: role.value};
+    if (expires.value) body.expires_in = expires.value;
+    if (org.value.trim()) body.org = org.value.trim();
+    if (!body.name) { formError.textContent = 'A token needs a name.'; name.focus(); return; }
+    const sub = form.querySelector('button[type=submit]');
+    sub.disabled = true;
+    try {
+      const t = await api('POST', '/v1/tokens', body);
+      // Shown once: only a hash is kept.
+      secretBox.hidden = false;
+      secretBox.replaceChildren(
+        h('p', {}, h('strong', {}, `Token ${t.name} (${t.role}) created.`), ' Copy it now: it is shown only this once.'),
+        h('pre', {id: 'token-value'}, t.token),
+        button('Hide', async () => { secretBox.hidden = true; secretBox.replaceChildren(); }));
+      name.value = '';
+      await kit.draw();
+    } catch (x) { formError.textContent = errorText(x); } finally { sub.disabled = false; }
+  });
+  const kit = listKit({
+    id: 'tokens',
+    path: '/v1/tokens',
+    rows: (a) => {
+      const q = (hashParams().get('q') || '').toLowerCase();
+      return (a.tokens || []).filter((t) => !q || `${t.name} ${t.role} ${t.id} ${t.org_id || ''}`.toLowerCase().includes(q));
+    },
+    next: () => null,
+    query: () => new URLSearchParams(),
+    search: 'Search tokens by name, role, id',
+    columns: [
+      {label: 'Name', cell: (t) => h('th', {scope: 'row'}, t.name)},
+      {label: 'Role', cell: (t) => t.role},
+      {label: 'Id', cls: 'opt', cell: (t) => h('code', {}, t.id)},
+      {label: 'Scope', cls: 'opt', cell: (t) => t.org_id ? `org ${t.org_id}${(t.project_ids || []).length ? ` / ${t.project_ids.join(', ')}` : ''}` : 'workspace'},
+      {label: 'Created', cls: 'opt', cell: (t) => `${fmtTime(t.created_at)}${t.created_by ? ` by ${t.created_by}` : ''}`},
+      {label: 'Expires', cell: (t) => t.expires_at ? fmtTime(t.expires_at) : 'never'},
+      {label: 'State', cell: (t) => h('td', {class: 'token-state'}, t.revoked_at ? `revoked ${fmtTime(t.revoked_at)}` : (t.expires_at && Date.parse(t.expires_at) < Date.now() ? 'expired' : 'live'))},
+      {label: 'Revoke', head: h('span', {class: 'sr-only'}, 'Revoke'), cell: (t) => (t.revoked_at ? '' : confirmButton(`Revoke…`, `Revoke ${t.name}? Requests with it are refused from the next one.`, 'Confirm revoke', async () => {
+        await api('POST', `/v1/tokens/${encodeURIComponent(t.id)}:revoke`, {});
+        toast(`Revoked ${t.name}`);
+        await kit.draw();
+      }, `Revoke the token ${t.name}`))},
+    ],
+    row: (t) => ({dataset: {token: t.name}, class: t.revoked_at ? 'disabled' : null}),
+    empty: 'No token yet.',
+  }, view);
+  render(h('h1', {}, 'Tokens'),
+    h('p', {}, 'Bearer tokens for the HTTP API, /mcp and this console. Only a hash is kept: a new token is shown once.'),
+    h('section', {'aria-labelledby': 'new-tok-h'}, h('h2', {id: 'new-tok-h'}, 'New token'), form, formError, secretBox),
+    kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+}
+
+/** A button that asks first, in place: the question, then Confirm / Cancel. */
+function confirmButton(label, question, confirmLabel, action, aria) {
+  const box = h('span', {class: 'confirm-inline'});
+  const ask = button(label, async () => {
+    box.replaceChildren(h('span', {class: 'question'}, question), ' ',
+      button(confirmLabel, async () => { await action(); box.replaceChildren(ask); }, {class: 'danger'}),
+      button('Cancel', async () => { box.replaceChildren(ask); }));
+  }, {class: 'danger', label: aria});
+  box.append(ask);
+  return box;
+}
+
+// ----- audit (admin) -----
+
+async function auditView(_arg, view) {
+  const kit = listKit({
+    id: 'audit',
+    path: '/v1/audit',
+    rows: (a) => a.entries || [],
+    search: 'Search by identity, method, path',
+    filters: [
+      {name: 'status', label: 'Status', options: ['2xx', '4xx', '5xx']},
+      {name: 'identity', label: 'Identity', placeholder: 'token:NAME'},
+      {name: 'since', label: 'Since', type: 'datetime-local'}, {name: 'until', label: 'Until', type: 'datetime-local'},
+    ],
+    columns: [
+      {label: 'At', cell: (e) => fmtTime(e.at || e.time || e.created_at)},
+      {label: 'Identity', cell: (e) => e.identity},
+      {label: 'Role', cls: 'opt', cell: (e) => e.role || ''},
+      {label: 'Request', cell: (e) => h('code', {}, `${e.method} ${e.path}`)},
+      {label: 'Status', cls: 'num', cell: (e) => h('td', {class: `num ${e.status >= 400 ? 'status-failed' : ''}`}, String(e.status))},
+    ],
+    row: (e) => ({dataset: {audit: String(e.id ?? '')}}),
+    empty: 'No audit entry matches.',
+  }, view);
+  render(h('h1', {}, 'Audit trail'), h('p', {}, 'Every request that changed something, and every refused one, with who made it.'), kit.node);
+  view.refresh = kit.draw;
+  await kit.draw();
+}
+
+// ----- sessions, runs and chains -----
+
+async function sessionsView(arg, view) {
+  if (arg) return sessionView(arg, view);
+  const [sessions, runs] = await Promise.all([
+    api('GET', '/v1/sessions?limit=200').catch((e) => ({error: e})),
+    api('GET', '/v1/runs?limit=200').catch((e) => ({error: e})),
+  ]);
+  const sRows = sessions.sessions || [];
+  const rRows = runs.runs || [];
+  render(h('h1', {}, 'Sessions and runs'),
+    h('section', {'aria-labelledby': 'ss-h'}, h('h2', {id: 'ss-h'}, 'Sessions'),
+      sessions.error ? h('p', {class: 'muted'}, errorText(sessions.error)) : sRows.length ? h('div', {class: 'scroll'}, h('table', {id: 'sessions'},
+        h('thead', {}, h('tr', {}, ['Session', 'Org', 'Project', 'Head chain', 'Created'].map((c) => h('th', {scope: 'col'}, c)))),
+        h('tbody', {}, sRows.map((s) => h('tr', {dataset: {session: s.id}},
+          h('th', {scope: 'row'}, h('a', {href: `#/sessions/${encodeURIComponent(s.id)}`}, s.id)),
+          h('td', {}, s.org_id || ''), h('td', {}, s.project_id || ''), h('td', {}, h('code', {}, s.head_chain_id || '')), h('td', {}, fmtTime(s.created_at))))))) :
+        h('p', {class: 'muted'}, 'No session yet.')),
+    h('section', {'aria-labelledby': 'rr-h'}, h('h2', {id: 'rr-h'}, 'Runs'),
+      runs.error ? h('p', {class: 'muted'}, errorText(runs.error)) : rRows.length ? h('div', {class: 'scroll'}, h('table', {id: 'runs'},
+        h('thead', {}, h('tr', {}, ['Run', 'Session', 'State', 'Started'].map((c) => h('th', {scope: 'col'}, c)))),
+        h('tbody', {}, rRows.map((r) => h('tr', {dataset: {run: r.id || r.run_id}},
+          h('th', {scope: 'row'}, h('code', {}, r.id || r.run_id)),
+          h('td', {}, h('a', {href: `#/sessions/${encodeURIComponent(r.session_id)}`}, r.session_id)),
+          h('td', {}, r.state || r.status || ''), h('td', {}, fmtTime(r.created_at || r.started_at))))))) :
+        h('p', {class: 'muted'}, 'No run yet.')));
+  view.refresh = null;
+}
+
+async function sessionView(id, _view) {
+  const s = await api('GET', `/v1/sessions/${encodeURIComponent(id)}`);
+  const transcript = s.transcript || s.messages || [];
+  render(h('p', {}, h('a', {href: '#/sessions'}, '← Sessions')),
+    h('h1', {}, `Session ${id}`),
+    kv([['Org', s.session?.org_id || s.org_id || ''], ['Head chain', h('code', {}, s.session?.head_chain_id || s.head_chain_id || '')],
+      ['Chains', String((s.chains || []).length)]]),
+    h('section', {'aria-labelledby': 'tr-h'}, h('h2', {id: 'tr-h'}, 'Transcript'),
+      transcript.length ? h('ol', {id: 'transcript'}, transcript.map((m) => h('li', {class: `msg role-${m.role || m.kind || 'entry'}`},
+        h('strong', {}, m.role || m.kind || 'entry'), ' ', h('span', {}, typeof m.content === 'string' ? m.content : pretty(m.content ?? m))))) :
+        h('p', {class: 'muted'}, 'Nothing in it yet.')),
+    h('section', {'aria-labelledby': 'ch-h'}, h('h2', {id: 'ch-h'}, 'Chains'),
+      h('pre', {id: 'chains'}, pretty(s.chains || []))));
+}
+
+// ----- packages and bindings -----
+
+async function packagesView(_arg, view) {
+  const marketSec = h('section', {id: 'marketplace', 'aria-labelledby': 'mk-h'}, h('h2', {id: 'mk-h'}, 'Marketplace'));
+  const drawMarket = async () => {
+    const market = await api('GET', '/v1/marketplace').catch((e) => ({error: e}));
+    if (state.view !== view) return;
+    marketSec.replaceChildren(h('h2', {id: 'mk-h'}, 'Marketplace'));
+    if (market.error) marketSec.append(h('p', {class: 'muted'}, errorText(market.error)));
+    else {
+      marketSec.append(h('p', {class: 'muted'}, `${market.name} (${market.mode}), from ${market.source}; index signed by ${market.signed_by || 'nobody'}${market.signed_at ? ` at ${market.signed_at}` : ''}`));
+      marketSec.append(h('div', {class: 'cards'}, (market.entries || []).map((e) => marketCard(e, () => view.refresh()))));
+    }
+  };
+  const packages = listKit({
+    id: 'packages',
+    path: '/v1/plugin-packages',
+    rows: (a) => a.items || a.packages || a,
+    search: 'Search packages by id, version',
+    columns: [
+      {label: 'Package', sort: 'package_id', cell: (p) => h('th', {scope: 'row'}, p.package_id)},
+      {label: 'Version', sort: 'version', cell: (p) => p.version},
+      {label: 'Exports', cell: (p) => (p.exports || []).map((x) => `${x.kind || 'tool'} ${x.id || x.export_id || ''}`).join(', ')},
+      {label: 'Signature', cls: 'opt', cell: (p) => signatureText(p.signature)},
+      {label: 'Digest', cls: 'opt', cell: (p) => h('code', {title: p.digest}, String(p.digest || '').slice(0, 19))},
+      {label: 'Installed', sort: 'installed_at', cls: 'opt', cell: (p) => `${fmtTime(p.installed_at)} by ${p.installed_by || '?'}`},
+    ],
+    row: (p) => ({dataset: {package: p.package_id}}),
+    empty: 'No package matches.',
+  }, view);
+  const bindings = listKit({
+    id: 'bindings',
+    prefix: 'b.',
+    path: '/v1/plugin-bindings',
+    rows: (a) => a.items || a.bindings || a,
+    search: 'Search bindings by org, project, export, package',
+    filters: [{name: 'org', label: 'Org', placeholder: 'org id'}, {name: 'status', label: 'Status', options: ['active', 'disabled', 'retired']}],
+    columns: [
+      {label: 'Org', sort: 'org_id', cell: (b) => b.org_id},
+      {label: 'Project', cell: (b) => b.project_id || '(org-wide)'},
+      {label: 'Export', sort: 'export_id', cell: (b) => b.export_id},
+      {label: 'Package', cell: (b) => `${b.package_id}@${b.package_version}`},
+      {label: 'Status', sort: 'status', cell: (b) => b.status},
+      {label: 'Rollout', cls: 'num', cell: (b) => `${b.rollout ?? 100}%`},
+      {label: 'Config', cls: 'opt', cell: (b) => h('code', {}, JSON.stringify(b.config || {}))},
+      {label: 'Secrets', cls: 'opt', cell: (b) => Object.keys(b.secrets || {}).join(', ') || '—'},
+    ],
+    row: (b) => ({dataset: {binding: b.binding_id}}),
+    empty: 'No binding matches.',
+  }, view);
+  render(h('h1', {}, 'Packages and bindings'), marketSec,
+    h('section', {'aria-labelledby': 'pk-h'}, h('h2', {id: 'pk-h'}, 'Installed packages'), packages.node),
+    h('section', {'aria-labelledby': 'bd-h'}, h('h2', {id: 'bd-h'}, 'Bindings'), bindings.node));
+  view.refresh = () => Promise.all([drawMarket(), packages.draw(), bindings.draw()]);
+  await view.refresh();
 }
 
 // ---------- boot ----------

@@ -206,6 +206,10 @@ codes! {
     EntryNotInstallable = ENTRY_NOT_INSTALLABLE, "entry_not_installable", 409;
     /// 422: a package lacks an export its marketplace entry names.
     EntryMismatch = ENTRY_MISMATCH, "entry_mismatch", 422;
+    /// 404: no live token of that id or name (`POST /v1/tokens/{id}:revoke`).
+    UnknownToken = UNKNOWN_TOKEN, "unknown_token", 404;
+    /// 409: a live token has that name already (`POST /v1/tokens`).
+    TokenExists = TOKEN_EXISTS, "token_exists", 409;
     /// Anything else that went wrong inside plugd.
     Internal = INTERNAL, "internal", 500;
     /// The request conflicts with the record's state (e.g. an append to a compacted chain).

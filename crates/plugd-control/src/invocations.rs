@@ -3,14 +3,19 @@
 //! that keeps them.
 //!
 //! A record says who called what, in which scope, when, for how long and
-//! how it ended ([`TerminalStatus`]). It never holds the call's arguments
-//! or result: a later per-binding setting may store them redacted (see
-//! [`InvocationRecord::payload`], always `None` today).
+//! how it ended ([`TerminalStatus`]); its [`InvocationRecord::payload`]
+//! adds the error, the decisions taken on the call and, only when the
+//! workspace asks for them, its arguments and result, masked (built by
+//! plugd-runtime's `record_payload`).
 //!
-//! Listing is newest first, ordered by start time then invocation id, and
-//! paged by an opaque [`Cursor`]: a page starts strictly after the last row
-//! of the previous one, so pages never repeat or skip a record, even while
-//! new ones arrive.
+//! Listing is newest first (or oldest first, [`Order::OldestFirst`]),
+//! ordered by start time then invocation id, and paged by an opaque
+//! [`Cursor`]: a page starts strictly after the last row of the previous
+//! one, so pages never repeat or skip a record, even while new ones arrive.
+//!
+//! [`InvocationStore::invocation_points`] reads a light projection of the
+//! records ([`InvocationPoint`]: start, duration, status, plugin, tool) for
+//! statistics computed by the caller (`GET /v1/invocations/stats`).
 
 use crate::store::StoreError;
 use std::fmt;
@@ -135,8 +140,11 @@ pub struct InvocationRecord {
     pub surface: Option<String>,
     /// The execution (VAI `tool_execution_id`, a harness execution).
     pub execution_id: Option<String>,
-    /// Redacted arguments and result, when a binding asks for them: the
-    /// hook for a later per-binding setting. Never set today.
+    /// What the status does not say, when there is something: `error`
+    /// (`{"code", "message"}`) of a call that did not succeed, `decisions`
+    /// (hooks, the risk approval, policy) and, under plugd.yaml's
+    /// `records.keep_bodies`, `args` and `result`, secrets masked as
+    /// `***` and cut at 16 KB (plugd-runtime's `record_payload`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload: Option<serde_json::Value>,
 }
@@ -185,6 +193,16 @@ impl Cursor {
 /// Most records on one page.
 pub const MAX_PAGE: usize = 500;
 
+/// Which way a list runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Order {
+    /// Newest first: start time, then id, both descending.
+    #[default]
+    NewestFirst,
+    /// Oldest first: start time, then id, both ascending.
+    OldestFirst,
+}
+
 /// Which records to list: every set field must match.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InvocationFilter {
@@ -205,9 +223,17 @@ pub struct InvocationFilter {
     pub since_ms: Option<i64>,
     /// Started before (ms since the epoch).
     pub until_ms: Option<i64>,
+    /// Who called, exactly ([`InvocationRecord::caller`]).
+    pub caller: Option<String>,
+    /// A case-insensitive substring of the invocation id, the tool, the
+    /// plugin id, the caller or the error code (ASCII letters fold on
+    /// SQLite; PostgreSQL folds with `lower`).
+    pub q: Option<String>,
+    /// Newest or oldest first.
+    pub order: Order,
     /// Page size, 1..=[`MAX_PAGE`] (0 is taken as 1, more as [`MAX_PAGE`]).
     pub limit: usize,
-    /// Continue after this point.
+    /// Continue after this point (in [`InvocationFilter::order`]).
     pub cursor: Option<Cursor>,
 }
 
@@ -218,7 +244,7 @@ impl InvocationFilter {
     }
 }
 
-/// One page of records, newest first.
+/// One page of records, in the filter's order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InvocationPage {
     /// The records.
@@ -247,6 +273,26 @@ impl InvocationPage {
     }
 }
 
+/// What statistics need of one record: [`InvocationStore::invocation_points`]
+/// reads these instead of whole records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvocationPoint {
+    /// Milliseconds since the Unix epoch at start.
+    pub started_ms: i64,
+    /// How long it took, in milliseconds.
+    pub duration_ms: u64,
+    /// How it ended.
+    pub status: TerminalStatus,
+    /// The plugin that served it.
+    pub plugin_id: String,
+    /// The tool's registry name.
+    pub tool: String,
+}
+
+/// Most points one [`InvocationStore::invocation_points`] call is asked for
+/// by the API (`GET /v1/invocations/stats` says `truncated` beyond).
+pub const MAX_POINTS: usize = 200_000;
+
 /// Keeps invocation records. `plugd-store` implements it on SQLite; a
 /// PostgreSQL backend implements the same.
 #[async_trait::async_trait]
@@ -259,12 +305,21 @@ pub trait InvocationStore: Send + Sync {
     async fn invocation(&self, invocation_id: &str)
     -> Result<Option<InvocationRecord>, StoreError>;
 
-    /// One page of the records `filter` matches, newest first (start time,
-    /// then id, both descending).
+    /// One page of the records `filter` matches, in its order (newest
+    /// first: start time, then id, both descending; oldest first: both
+    /// ascending).
     async fn list_invocations(
         &self,
         filter: &InvocationFilter,
     ) -> Result<InvocationPage, StoreError>;
+
+    /// The points of the records `filter` matches (every filter but the
+    /// cursor, the order and the limit), newest first, at most `max`.
+    async fn invocation_points(
+        &self,
+        filter: &InvocationFilter,
+        max: usize,
+    ) -> Result<Vec<InvocationPoint>, StoreError>;
 
     /// Deletes the records started before `before_ms`; how many.
     async fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError>;

@@ -44,7 +44,8 @@ pub use bindings::{
 };
 pub use error::{Code, ServiceError};
 pub use invocations::{
-    Cursor, InvocationFilter, InvocationPage, InvocationRecord, InvocationStore, TerminalStatus,
+    Cursor, InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, InvocationStore,
+    Order, TerminalStatus,
 };
 pub use packages::{
     Digest, Inserted, Package, PackageExport, PackageSelector, PackageStore, SignatureStatus,

@@ -74,12 +74,18 @@ impl Launch {
 /// `text` with every non-empty value of `secrets` replaced by `••••`
 /// (longest first, so a secret that contains another is hidden whole).
 pub fn scrub(text: &str, secrets: &[String]) -> String {
+    scrub_as(text, secrets, "••••")
+}
+
+/// [`scrub`] with `mask` in place of `••••` (invocation records write
+/// `***`).
+pub fn scrub_as(text: &str, secrets: &[String], mask: &str) -> String {
     let mut sorted: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
     sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
     let mut out = text.to_owned();
     for s in sorted {
         if out.contains(s.as_str()) {
-            out = out.replace(s.as_str(), "••••");
+            out = out.replace(s.as_str(), mask);
         }
     }
     // Delegation tokens (seed 003 `context.gateway`) are hidden whatever the
@@ -94,7 +100,7 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
             let after = &rest[i + DLG.len()..];
             let n = after.bytes().take_while(u8::is_ascii_hexdigit).count();
             if n > 0 {
-                hidden.push_str("••••");
+                hidden.push_str(mask);
             }
             rest = &after[n..];
         }

@@ -93,8 +93,8 @@ pub struct PlugdConfig {
     pub http: HttpConfig,
     /// What hosted MCP servers are offered (`mcp:`, in `mcp_config.rs`).
     pub mcp: crate::mcp_config::McpConfig,
-    /// `invocations:`: how long invocation records are kept
-    /// ([`crate::invocations`]).
+    /// `invocations:`: how long invocation records are kept, and (from
+    /// `records:`) whether they keep bodies ([`crate::invocations`]).
     pub invocations: crate::invocations::InvocationsConfig,
     /// `marketplace:`: the signed index and its mode
     /// ([`crate::marketplace`]); `None` when not set.
@@ -444,6 +444,8 @@ struct RawDoc {
     #[serde(default)]
     invocations: Option<Spanned<crate::invocations::InvocationsConfig>>,
     #[serde(default)]
+    records: Option<Spanned<crate::invocations::RecordsConfig>>,
+    #[serde(default)]
     marketplace: Option<Spanned<crate::marketplace::RawMarketplace>>,
     #[serde(default)]
     state: Option<Spanned<String>>,
@@ -750,6 +752,9 @@ impl PlugdConfig {
                 return Err(cx.invalid("invocations.retention_days", line, "must be at least 1"));
             }
             config.invocations = inv.value;
+        }
+        if let Some(r) = raw.records {
+            config.invocations.keep_bodies = r.value.keep_bodies;
         }
         if let Some(m) = raw.marketplace {
             config.marketplace = Some(crate::marketplace::parse_config(m, path, workspace)?);

@@ -48,7 +48,15 @@ use plugd_governance::plugd_yaml;
 
 /// Top-level sections whose changes neither widen nor narrow a plugin's
 /// reach: they apply at once.
-pub const NEUTRAL_SECTIONS: &[&str] = &["agent", "tenant", "eager", "http", "invocations", "tools"];
+pub const NEUTRAL_SECTIONS: &[&str] = &[
+    "agent",
+    "tenant",
+    "eager",
+    "http",
+    "invocations",
+    "records",
+    "tools",
+];
 
 /// Sections ranked field by field by [`classify`].
 const RANKED_SECTIONS: &[&str] = &[
@@ -194,6 +202,7 @@ impl ConfigGate {
                 plugd_yaml::set_in_force(rt.dir(), text.clone());
                 rt.set_risk_config(config.risk.clone());
                 rt.set_signing_policy(config.signing.clone());
+                rt.set_invocations_config(&config.invocations);
                 rt.apply_mcp_config(&config.mcp);
                 text
             }
@@ -350,6 +359,7 @@ impl ConfigGate {
         }
         self.rt.set_risk_config(new.risk.clone());
         self.rt.set_signing_policy(new.signing.clone());
+        self.rt.set_invocations_config(&new.invocations);
         let told = self.rt.apply_mcp_config(&new.mcp);
         if !told.is_empty() {
             tracing::info!(servers = ?told, "MCP roots changed: roots/list_changed sent");

@@ -29,6 +29,7 @@ use plugd_host::dialect::CallContext;
 use serde_json::{Value, json};
 
 use crate::hooks::{HookContext, HookPoint, Notice, Pipeline};
+use crate::record_payload::CallDecision;
 use crate::{Runtime, RuntimeError, ToolEntry, risk};
 
 /// The door a call came in by; hook contexts and invocation records name it.
@@ -128,6 +129,10 @@ pub struct Called {
     pub outcome: Result<Value, RuntimeError>,
     /// Every hook notice, with its point, in order.
     pub notices: Vec<(HookPoint, Notice)>,
+    /// The decisions taken on the way (a hook's block or change, the risk
+    /// approval, a policy refusal), in order; the invocation record's
+    /// `payload.decisions`.
+    pub decisions: Vec<CallDecision>,
 }
 
 /// The runtime's hook pipeline and plugd.yaml's `tenant:` defaults.
@@ -217,6 +222,7 @@ impl Runtime {
                 args,
                 outcome: Err(self.unknown_tool(name).await),
                 notices: Vec::new(),
+                decisions: Vec::new(),
             };
         };
         let ctx = traced(ctx);
@@ -227,6 +233,7 @@ impl Runtime {
                     args,
                     outcome: Err(e),
                     notices: Vec::new(),
+                    decisions: Vec::new(),
                 };
             }
         };
@@ -239,6 +246,9 @@ impl Runtime {
     /// `prepare` gives the context the call runs with and the secrets to
     /// mask in what it returns (a binding resolves its secrets there; its
     /// failure is recorded like any other), then the governed steps run.
+    /// The record keeps the call's error and decisions (and its bodies
+    /// under `records.keep_bodies`) with every secret value the runtime
+    /// knows masked ([`crate::record_payload`]).
     pub(crate) async fn recorded(
         &self,
         sup: &Supervised,
@@ -253,8 +263,10 @@ impl Runtime {
             .invocations
             .begin(entry, Some(&**sup.spec()), ctx, gov.surface);
         let call_id = gov.call_id.unwrap_or(record.id()).to_owned();
+        let mut secrets = Vec::new();
         let called = match prepare(record.context().into_owned()) {
-            Ok((call_ctx, secrets)) => {
+            Ok((call_ctx, bound)) => {
+                secrets = bound;
                 self.govern(sup, entry, args, &call_ctx, gov, &call_id, &secrets)
                     .await
             }
@@ -262,9 +274,14 @@ impl Runtime {
                 args,
                 outcome: Err(e),
                 notices: Vec::new(),
+                decisions: Vec::new(),
             },
         };
-        record.finish(&called.outcome);
+        let keep_bodies = self.keep_bodies();
+        if keep_bodies || called.outcome.is_err() || !called.decisions.is_empty() {
+            secrets.extend(self.inner.redactions.all());
+        }
+        record.finish(&called, &secrets, keep_bodies);
         called
     }
 
@@ -290,15 +307,17 @@ impl Runtime {
             None
         };
         let hooked = |p: HookPoint| hooks.as_ref().filter(|h| !h.pipeline.chain(p).is_empty());
-        let fail = |args, e, notices| Called {
+        let mut decisions = Vec::new();
+        let fail = |args, e, notices, decisions| Called {
             args,
             outcome: Err(e),
             notices,
+            decisions,
         };
         // Disabled tools and approvals as the store has them now: a change
         // made through another process or node holds from this call on.
         if let Err(e) = self.consent_current().await {
-            return fail(args, e, notices);
+            return fail(args, e, notices, decisions);
         }
         if self
             .inner
@@ -308,13 +327,21 @@ impl Runtime {
             .contains_key(&entry.plugin)
             && crate::read(&self.inner.registry).get(&entry.name).is_none()
         {
-            return fail(args, RuntimeError::UnknownTool(entry.name.clone()), notices);
+            return fail(
+                args,
+                RuntimeError::UnknownTool(entry.name.clone()),
+                notices,
+                decisions,
+            );
         }
         if let Err(e) = risk::check_enabled(self, entry) {
-            return fail(args, e, notices);
+            if matches!(e, RuntimeError::Gate(risk::GateError::Disabled { .. })) {
+                decisions.push(CallDecision::policy_refused("tool_disabled"));
+            }
+            return fail(args, e, notices, decisions);
         }
         if let Err(e) = entry.validate(&args) {
-            return fail(args, e.into(), notices);
+            return fail(args, e.into(), notices, decisions);
         }
         let hook_cx = |h: &Hooks| {
             let own;
@@ -357,26 +384,33 @@ impl Runtime {
                 mut payload,
                 message,
                 notices: got,
+                handler,
                 ..
             } = out;
             if blocked {
                 let message =
                     message.unwrap_or_else(|| "blocked by a before_tool_call hook".to_owned());
+                decisions.push(CallDecision::hook_blocked(
+                    HookPoint::BeforeToolCall,
+                    handler,
+                    &message,
+                ));
                 let e = RuntimeError::BlockedByHook {
                     point: HookPoint::BeforeToolCall,
                     message,
                     notices: got.clone(),
                 };
                 notices.extend(got.into_iter().map(|n| (HookPoint::BeforeToolCall, n)));
-                return fail(args, e, notices);
+                return fail(args, e, notices, decisions);
             }
             if let Some(new) = payload.get_mut("args").map(Value::take)
                 && new != args
             {
+                decisions.push(CallDecision::hook_modified(HookPoint::BeforeToolCall));
                 // A modification is checked like the caller's arguments.
                 if let Err(e) = entry.validate(&new) {
                     notices.extend(got.into_iter().map(|n| (HookPoint::BeforeToolCall, n)));
-                    return fail(new, e.into(), notices);
+                    return fail(new, e.into(), notices, decisions);
                 }
                 args = new;
             }
@@ -390,9 +424,16 @@ impl Runtime {
                 .into_iter()
                 .map(|n| (HookPoint::BeforeToolCall, n)),
         );
+        let asked = risk::Asked {
+            approver: gov.approver,
+            surface: gov.surface,
+        };
         let outcome = self
-            .call_entry_on(sup, entry, args.clone(), ctx, gov.approver)
+            .call_entry_on(sup, entry, args.clone(), ctx, asked, &mut decisions)
             .await;
+        if let Err(RuntimeError::Gate(risk::GateError::Policy(_))) = &outcome {
+            decisions.push(CallDecision::policy_refused("risk_policy_unreadable"));
+        }
         let outcome = match outcome {
             Ok(mut v) if !secrets.is_empty() => {
                 crate::bindings_rt::scrub_value(&mut v, secrets);
@@ -408,6 +449,7 @@ impl Runtime {
                 args,
                 outcome,
                 notices,
+                decisions,
             };
         };
         // A failed call passes them too (they may audit it), as a failure.
@@ -433,12 +475,18 @@ impl Runtime {
             mut payload,
             message,
             notices: got,
+            handler,
             ..
         } = out;
         notices.extend(got.iter().cloned().map(|n| (HookPoint::AfterToolResult, n)));
         if blocked {
             let message =
                 message.unwrap_or_else(|| "blocked by an after_tool_result hook".to_owned());
+            decisions.push(CallDecision::hook_blocked(
+                HookPoint::AfterToolResult,
+                handler,
+                &message,
+            ));
             return Called {
                 args,
                 outcome: Err(RuntimeError::BlockedByHook {
@@ -447,16 +495,21 @@ impl Runtime {
                     notices: got,
                 }),
                 notices,
+                decisions,
             };
         }
         let outcome = match (outcome, payload.get_mut("result").map(Value::take)) {
-            (Ok(v), Some(r)) if !r.is_null() && r != v => Ok(r),
+            (Ok(v), Some(r)) if !r.is_null() && r != v => {
+                decisions.push(CallDecision::hook_modified(HookPoint::AfterToolResult));
+                Ok(r)
+            }
             (other, _) => other,
         };
         Called {
             args,
             outcome,
             notices,
+            decisions,
         }
     }
 }

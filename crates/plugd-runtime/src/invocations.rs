@@ -20,8 +20,13 @@
 //!
 //! A call through a binding ([`crate::bindings_rt`]) fills binding,
 //! package and version from its context ([`fill_from_binding`]); chain and
-//! run (agent chains) stay empty until agent chains exist. Arguments
-//! and results are never recorded (`payload` stays `None`).
+//! run (agent chains) stay empty until agent chains exist.
+//!
+//! The record's `payload` ([`crate::record_payload`]) holds the error of a
+//! call that did not succeed, the decisions the governed path took on it
+//! (hooks, the risk approval, policy), and, only when plugd.yaml's
+//! `records.keep_bodies` is on, its arguments and result, masked and
+//! cut.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -50,6 +55,21 @@ pub struct InvocationsConfig {
     /// Days a record is kept, counted from its start (default 30, at least 1).
     #[serde(default = "default_retention_days")]
     pub retention_days: u32,
+    /// Whether records keep the call's arguments and result (`payload.args`,
+    /// `payload.result`), masked and cut (default `false`): plugd.yaml's
+    /// `records.keep_bodies` (issue 30 names it so), not a key of
+    /// `invocations:`.
+    #[serde(skip)]
+    pub keep_bodies: bool,
+}
+
+/// `records:` in plugd.yaml: what an invocation record keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsConfig {
+    /// Keep each call's arguments and result, masked and cut.
+    #[serde(default)]
+    pub keep_bodies: bool,
 }
 
 fn default_retention_days() -> u32 {
@@ -60,6 +80,7 @@ impl Default for InvocationsConfig {
     fn default() -> Self {
         InvocationsConfig {
             retention_days: default_retention_days(),
+            keep_bodies: false,
         }
     }
 }
@@ -109,6 +130,8 @@ pub struct Recorder {
     /// Live surfaces: each record as it is taken ([`crate::events`]).
     events: Option<tokio::sync::broadcast::Sender<crate::events::RtEvent>>,
     stats: Arc<InvocationStats>,
+    /// `records.keep_bodies`: 0 not read yet, 1 off, 2 on.
+    keep_bodies: std::sync::atomic::AtomicU8,
 }
 
 impl std::fmt::Debug for Recorder {
@@ -128,6 +151,7 @@ impl Recorder {
                 by: Mutex::default(),
                 store: store.clone(),
             }),
+            keep_bodies: std::sync::atomic::AtomicU8::new(0),
         }
     }
 
@@ -263,20 +287,42 @@ impl<'a> Pending<'a> {
         }
     }
 
-    /// Records how the call ended.
-    pub(crate) fn finish(mut self, outcome: &Result<Value, RuntimeError>) {
-        let (status, code) = match outcome {
-            Ok(_) => (TerminalStatus::Succeeded, None),
+    /// Records how the call ended: its status, and the payload of what
+    /// `called` says (its error, its decisions, its bodies when `keep_bodies`),
+    /// with `secrets` masked.
+    pub(crate) fn finish(
+        mut self,
+        called: &crate::governed::Called,
+        secrets: &[String],
+        keep_bodies: bool,
+    ) {
+        let (status, code, message) = match &called.outcome {
+            Ok(_) => (TerminalStatus::Succeeded, None, None),
             Err(e) => {
                 let (s, c) = classify(e);
-                (s, Some(c))
+                (s, Some(c), Some(e.to_string()))
             }
         };
+        let bodies = keep_bodies.then(|| crate::record_payload::Bodies {
+            args: &called.args,
+            result: called.outcome.as_ref().ok(),
+        });
+        let payload = crate::record_payload::build(
+            code.zip(message.as_deref()),
+            &called.decisions,
+            bodies,
+            secrets,
+        );
         self.done = true;
-        self.record(status, code);
+        self.record(status, code, payload);
     }
 
-    fn record(&self, status: TerminalStatus, error_code: Option<&'static str>) {
+    fn record(
+        &self,
+        status: TerminalStatus,
+        error_code: Option<&'static str>,
+        payload: Option<Value>,
+    ) {
         let duration_ms = self.started.elapsed().as_millis() as u64;
         let ctx = self.ctx;
         let mut record = Box::new(InvocationRecord {
@@ -297,10 +343,7 @@ impl<'a> Pending<'a> {
             status,
             retry_count: 0,
             error_code: error_code.map(str::to_owned),
-            caller: ctx
-                .caller
-                .clone()
-                .or_else(|| ctx.agent_id.as_ref().map(|a| format!("agent:{a}"))),
+            caller: caller_of(ctx),
             org_id: ctx.org_id.clone(),
             project_id: ctx.project_id.clone(),
             session_id: ctx.session_id.clone(),
@@ -310,7 +353,7 @@ impl<'a> Pending<'a> {
             trace_id: ctx.trace_id.clone().or_else(plugd_telemetry::trace_id),
             execution_id: None,
             surface: Some(self.surface.name().to_owned()),
-            payload: None,
+            payload,
         });
         fill_from_binding(&mut record, ctx);
         self.recorder.submit(record);
@@ -332,9 +375,20 @@ impl Drop for Pending<'_> {
     /// HTTP connection, a deadline of the caller's own).
     fn drop(&mut self) {
         if !self.done {
-            self.record(TerminalStatus::Cancelled, Some("cancelled"));
+            let message = "the caller went away before the call ended";
+            let payload =
+                crate::record_payload::build(Some(("cancelled", message)), &[], None, &[]);
+            self.record(TerminalStatus::Cancelled, Some("cancelled"), payload);
         }
     }
+}
+
+/// Who made a call, as records and approvals name it: the context's
+/// caller (`token:NAME`, `cli:USER`, a Unix user), else `agent:ID`.
+pub(crate) fn caller_of(ctx: &CallContext) -> Option<String> {
+    ctx.caller
+        .clone()
+        .or_else(|| ctx.agent_id.as_ref().map(|a| format!("agent:{a}")))
 }
 
 /// Where the binding of a call (its id, package and version) goes into the
@@ -396,6 +450,43 @@ fn now_ms() -> i64 {
 /// `inv_` and 32 hex digits: a UUIDv7 (the time and 74 random bits).
 fn fresh_id() -> String {
     plugd_control::id::fresh("inv")
+}
+
+/// A new invocation id, for a surface that names the record before the
+/// call runs (the HTTP API's `Plugd-Invocation-Id` header): put it in the
+/// call context's `invocation_id` and the record takes it.
+pub fn fresh_invocation_id() -> String {
+    fresh_id()
+}
+
+impl crate::Runtime {
+    /// Sets plugd.yaml's `invocations:` in force (what serve's config gate
+    /// does when the file changes); without it, the runtime reads
+    /// plugd.yaml on first use.
+    pub fn set_invocations_config(&self, config: &InvocationsConfig) {
+        let v = if config.keep_bodies { 2 } else { 1 };
+        self.inner
+            .invocations
+            .keep_bodies
+            .store(v, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether records keep the call's arguments and result
+    /// (`records.keep_bodies`); off when plugd.yaml cannot be read.
+    pub(crate) fn keep_bodies(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        match self.inner.invocations.keep_bodies.load(Ordering::Relaxed) {
+            // Read once; a file that does not load is read again next time.
+            0 => match crate::config::PlugdConfig::load(self.dir()) {
+                Ok(c) => {
+                    self.set_invocations_config(&c.invocations);
+                    c.invocations.keep_bodies
+                }
+                Err(_) => false,
+            },
+            v => v == 2,
+        }
+    }
 }
 
 /// The lease the retention job holds while it deletes: one node of a
@@ -595,6 +686,20 @@ mod tests {
             Vec::<String>::new()
         );
         assert_eq!(parse("").unwrap().invocations.retention_days, 30);
+        // Bodies are kept only when asked for.
+        assert!(!parse("").unwrap().invocations.keep_bodies);
+        let text = "records:\n  keep_bodies: true\n";
+        let c = parse(text).unwrap().invocations;
+        assert!(c.keep_bodies && c.retention_days == 30, "{c:?}");
+        assert_eq!(
+            crate::config::schema_violations(text).unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(
+            !crate::config::schema_violations("records: {keep_bodies: 1}\n")
+                .unwrap()
+                .is_empty()
+        );
         let zero = parse("invocations:\n  retention_days: 0\n")
             .unwrap_err()
             .to_string();

@@ -56,6 +56,7 @@ pub mod outbox;
 pub mod plugin_config;
 mod plugin_row;
 mod plugin_set;
+pub mod record_payload;
 pub mod registry;
 pub mod risk;
 pub mod risk_config;
@@ -263,6 +264,10 @@ pub struct PluginInfo {
     pub error: Option<String>,
     /// Tools it contributes (from the live or cached catalog).
     pub tools: Vec<String>,
+    /// Tools its manifest declares (native `[plugin.extends] tools`), known
+    /// before it ever runs: what the console shows before approval.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub declared_tools: Vec<String>,
     /// Restarts after a crash or a failed start since serve loaded it.
     #[serde(default)]
     pub restarts: u64,
@@ -879,6 +884,7 @@ impl Runtime {
         info.cwd = Some(run_spec.dir.clone());
         info.start = Some(format!("{:?}", spec.supervisor.start).to_lowercase());
         info.warnings = spec.warnings.clone();
+        info.declared_tools = spec.declared_tools.clone();
         info.tool_risks = self.tool_risks(id);
         info.stats = sup.stats();
         info.broker = self.broker_stats(id);
@@ -967,6 +973,7 @@ impl Runtime {
             dir: spec.dir.clone(),
             error,
             tools,
+            declared_tools: Vec::new(),
             restarts: sup.restarts(),
             // Counters are atomics of the live connection: cheap to read.
             stats: sup.stats(),
@@ -1216,9 +1223,10 @@ impl Runtime {
         entry: &ToolEntry,
         args: Value,
         ctx: &CallContext,
-        approver: Option<&dyn risk::Approver>,
+        asked: risk::Asked<'_>,
+        decisions: &mut Vec<record_payload::CallDecision>,
     ) -> Result<Value, RuntimeError> {
-        risk::gate(self, entry, &args, ctx, approver).await?;
+        risk::gate(self, entry, &args, ctx, asked, decisions).await?;
         if let Some(reason) = operator_stop(sup) {
             return Err(RuntimeError::Stopped {
                 plugin: entry.plugin.to_string(),
@@ -1517,6 +1525,7 @@ fn unread_info(why: &str) -> PluginInfo {
         dir: PathBuf::new(),
         error: None,
         tools: Vec::new(),
+        declared_tools: Vec::new(),
         restarts: 0,
         status: None,
         digest: None,

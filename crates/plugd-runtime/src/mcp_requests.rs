@@ -436,6 +436,7 @@ impl Elicitor for Queue {
                     args_preview: shown.to_string(),
                     expires_at_ms: plugd_store::outbox::now_ms()
                         + i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX / 2),
+                    ..NewCallApproval::default()
                 })
                 .await
             {

@@ -364,6 +364,13 @@ impl Redactions {
         }
     }
 
+    /// Every value remembered, of every plugin (what invocation records
+    /// mask).
+    pub(crate) fn all(&self) -> Vec<String> {
+        let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        m.values().flatten().cloned().collect()
+    }
+
     pub(crate) fn scrub(&self, plugin: &str, text: &str) -> String {
         let m = self.0.lock().unwrap_or_else(|p| p.into_inner());
         match m.get(plugin) {

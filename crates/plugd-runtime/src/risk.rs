@@ -16,7 +16,8 @@
 //!   are unaffected.
 //!
 //! Approvers: the CLI asks on the terminal; `plugd serve` uses the
-//! [`ApprovalQueue`], which records a pending approval in the store and waits
+//! [`ApprovalQueue`], which records a pending approval in the store (with
+//! who asks: the caller, the surface, the session and the agent) and waits
 //! until an operator decides it (`POST /v1/approvals/{id}:approve|deny`,
 //! `plugd approvals approve|deny ID`) or `risk.approval_timeout_secs` passes,
 //! which denies.
@@ -48,6 +49,7 @@ use tokio::sync::Notify;
 use crate::config::PlugdConfig;
 use crate::hooks::{Notice, NoticeKind};
 use crate::outbox::OutboxExt;
+use crate::record_payload::CallDecision;
 pub use crate::risk_config::{
     DEFAULT_APPROVAL_TIMEOUT_SECS, MAX_APPROVAL_TIMEOUT_SECS, RawRisk, RiskConfig, RiskLevel,
     RiskSource, parse_config,
@@ -86,6 +88,12 @@ pub struct ApprovalRequest {
     pub agent_id: Option<String>,
     /// The session the call is made in, if any.
     pub session_id: Option<String>,
+    /// Who asks, as invocation records name it (`token:NAME`, `cli:USER`,
+    /// `agent:ID`), if known.
+    pub caller: Option<String>,
+    /// The door the call came in by (`http`, `mcp`, `cli`, `agent`,
+    /// `binding`, …).
+    pub surface: Option<String>,
 }
 
 impl ApprovalRequest {
@@ -609,6 +617,17 @@ impl Runtime {
     }
 }
 
+/// Who is asked about a call, and the door it came in by (named in the
+/// approval request).
+#[derive(Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    /// Decides instead of the runtime's own approver (the MCP gateway
+    /// asking its client's user).
+    pub(crate) approver: Option<&'a dyn Approver>,
+    /// The door.
+    pub(crate) surface: crate::governed::Surface,
+}
+
 /// Refuses a call of a disabled tool (before its arguments are checked).
 pub(crate) fn check_enabled(rt: &Runtime, entry: &ToolEntry) -> Result<(), RuntimeError> {
     let disabled = rt.disabled_set()?;
@@ -623,13 +642,19 @@ pub(crate) fn check_enabled(rt: &Runtime, entry: &ToolEntry) -> Result<(), Runti
 }
 
 /// The risk gate of one call with validated arguments.
+///
+/// What it decided, when a person (or the approver standing in for one)
+/// was asked, goes to `decisions` (the invocation record's
+/// `payload.decisions`).
 pub(crate) async fn gate(
     rt: &Runtime,
     entry: &ToolEntry,
     args: &Value,
     ctx: &CallContext,
-    override_approver: Option<&dyn Approver>,
+    asked: Asked<'_>,
+    decisions: &mut Vec<CallDecision>,
 ) -> Result<(), GateError> {
+    let override_approver = asked.approver;
     let policy = rt.risk_config()?;
     let (risk, source) = effective_risk(entry, &policy);
     let tool = entry.name.clone();
@@ -677,8 +702,13 @@ pub(crate) async fn gate(
                 args: args.clone(),
                 agent_id: ctx.agent_id.clone(),
                 session_id: ctx.session_id.clone(),
+                caller: crate::invocations::caller_of(ctx),
+                surface: Some(asked.surface.name().to_owned()),
             };
-            match approver.decide(&request).await {
+            let asked_at = Instant::now();
+            let decision = approver.decide(&request).await;
+            decisions.push(CallDecision::approval(risk, &decision, asked_at.elapsed()));
+            match decision {
                 Decision::Approved { by } => {
                     tracing::info!(tool = %tool, plugin = %plugin, risk = %risk, by = %by, "call approved");
                     Ok(())
@@ -785,6 +815,10 @@ impl Approver for ApprovalQueue {
                     risk: request.risk.as_str().to_owned(),
                     args_preview: request.args_preview(),
                     expires_at_ms: expires,
+                    caller: request.caller.clone(),
+                    surface: request.surface.clone(),
+                    session_id: request.session_id.clone(),
+                    agent_id: request.agent_id.clone(),
                 })
                 .await
             {

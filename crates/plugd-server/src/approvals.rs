@@ -6,13 +6,15 @@
 //! Unknown ids answer 404 `unknown_approval`; ids decided already (or timed
 //! out) answer 409 `approval_already_decided`.
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{Method, Uri};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use plugd_runtime::risk::CallApproval;
 use serde::Deserialize;
 
+use crate::paging::PageQuery;
 use crate::{ApiError, AppState, JsonBody};
 
 /// The routes of this module.
@@ -22,8 +24,18 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/v1/approvals/{action}", post(decide))
 }
 
-async fn list(State(state): State<AppState>) -> Result<Json<Vec<CallApproval>>, ApiError> {
-    Ok(Json(state.runtime.pending_approvals().await?))
+/// The pending calls: the bare array, or a page of them with
+/// [`crate::paging`]'s parameters (filters `risk`, `plugin`, `tool`).
+async fn list(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let paging = PageQuery::parse(crate::paging::APPROVALS, query.as_deref())?;
+    let rows: Vec<CallApproval> = state.runtime.pending_approvals().await?;
+    if !paging.paged() {
+        return Ok(Json(rows).into_response());
+    }
+    Ok(Json(paging.answer(crate::paging::rows_json(&rows)?)).into_response())
 }
 
 /// The body of `POST /v1/approvals/{id}:approve|deny` (both optional).
@@ -122,6 +134,7 @@ mod tests {
                 risk: "critical".into(),
                 args_preview: "{}".into(),
                 expires_at_ms: plugd_store::outbox::now_ms() + 60_000,
+                ..NewCallApproval::default()
             })
             .await
             .unwrap();

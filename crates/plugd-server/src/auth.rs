@@ -23,7 +23,8 @@
 //!    [`Role`]: `403 forbidden` naming the role needed;
 //! 6. after the handler, a state-changing request is appended to the audit
 //!    trail with the identity's name and the status (by the audit writer's
-//!    thread, in batches, off the request path; never dropped).
+//!    thread, in batches, off the request path; never dropped). Reads are
+//!    not, the admin-only ones (`GET /v1/tokens`, `GET /v1/audit`) neither.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -168,6 +169,10 @@ pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right
             Right::Invoke
         };
     }
+    // Tokens and the audit trail are the admin's, reads included.
+    if is_admin_only(template) {
+        return Right::Admin;
+    }
     if *method == Method::GET || *method == Method::HEAD {
         return Right::Read;
     }
@@ -220,6 +225,15 @@ pub fn route_right(method: &Method, template: &str, last: Option<&str>) -> Right
         ) => Right::Invoke,
         _ => Right::Admin,
     }
+}
+
+/// The routes only an admin reaches, whatever the method: the API tokens
+/// ([`crate::tokens_api`]) and the audit trail ([`crate::audit_api`]).
+pub fn is_admin_only(template: &str) -> bool {
+    matches!(
+        template,
+        "/v1/tokens" | "/v1/tokens/{*action}" | "/v1/audit"
+    )
 }
 
 /// `template` with each `{name}` / `{*name}` replaced by its decoded value
@@ -937,15 +951,19 @@ pub async fn authorize_route(State(state): State<AppState>, req: Request, next: 
             );
         }
     }
+    let admin_only = is_admin_only(&template);
     let mut resp = next.run(req).await;
     resp.extensions_mut().insert(Authorized {
         route: template,
         right,
     });
+    let read = method == Method::GET || method == Method::HEAD;
     let audited = if identity.delegation.is_some() {
-        method != Method::GET && method != Method::HEAD
+        !read
     } else {
-        right != Right::Read
+        // The admin's reads (tokens, the audit trail) are reads: a console
+        // page polling them would fill the trail with itself.
+        right != Right::Read && !(read && admin_only)
     };
     if audited {
         let status = resp.status().as_u16();
@@ -1018,6 +1036,15 @@ mod tests {
         assert_eq!(r(&Method::PATCH, bind, Some("b")), Right::Govern);
         assert_eq!(r(&post, "/console/logout", None), Right::Read);
         assert_eq!(r(&post, "/console/links", None), Right::Admin);
+        // Tokens and the audit trail: the admin's, reads included.
+        assert_eq!(r(&Method::GET, "/v1/tokens", None), Right::Admin);
+        assert_eq!(r(&post, "/v1/tokens", None), Right::Admin);
+        assert_eq!(
+            r(&post, "/v1/tokens/{*action}", Some("ci:revoke")),
+            Right::Admin
+        );
+        assert_eq!(r(&Method::GET, "/v1/audit", None), Right::Admin);
+        assert_eq!(r(&Method::GET, "/v1/invocations/stats", None), Right::Read);
         assert!(allows(Role::Operator, Right::Govern) && !allows(Role::Operator, Right::Invoke));
         assert!(allows(Role::Agent, Right::Invoke) && !allows(Role::Agent, Right::Govern));
         assert!(!allows(Role::Viewer, Right::Invoke) && allows(Role::Viewer, Right::Read));

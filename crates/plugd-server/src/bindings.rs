@@ -4,7 +4,7 @@
 //! | route | right |
 //! |-------|-------|
 //! | `POST /v1/plugin-bindings` | operator |
-//! | `GET /v1/plugin-bindings` (`?org_id=&export_id=&package_id=&status=`) | viewer |
+//! | `GET /v1/plugin-bindings` (`?org_id=&export_id=&package_id=&status=`; paged with `q`, `limit`, `cursor`, `sort`, `org`, `project`: [`crate::paging`]) | viewer |
 //! | `GET /v1/plugin-bindings/{id}` | viewer |
 //! | `PATCH /v1/plugin-bindings/{id}` | operator |
 //! | `POST /v1/plugin-bindings/{id}:validate` (optional body: a patch to try) | viewer |
@@ -150,12 +150,13 @@ fn list_filter(query: Option<&str>) -> Result<BindingFilter, ApiError> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, m);
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let raw = v;
         let v = Some(v.to_owned());
         match k {
             "org_id" => f.org_id = v,
             "export_id" => f.export_id = v,
             "package_id" => f.package_id = v.map(|p| p.replace("%2F", "/").replace("%2f", "/")),
-            "status" => f.status = Some(pair[k.len() + 1..].parse().map_err(bad)?),
+            "status" => f.status = Some(raw.parse().map_err(bad)?),
             _ => {
                 return Err(bad(format!(
                     "unknown query parameter {k:?}; use org_id, export_id, package_id or status"
@@ -166,15 +167,21 @@ fn list_filter(query: Option<&str>) -> Result<BindingFilter, ApiError> {
     Ok(f)
 }
 
+/// The bindings the caller sees: the bare array (`org_id`, `export_id`,
+/// `package_id`, `status` filter it in the store), or a page of them with
+/// [`crate::paging`]'s parameters (filters `org`, `project`).
 async fn list(
     State(state): State<AppState>,
     Extension(who): Extension<Identity>,
     RawQuery(q): RawQuery,
-) -> Result<Json<Vec<Binding>>, ApiError> {
-    let filter = list_filter(q.as_deref())?;
-    Ok(Json(
-        seen(state.runtime.state().as_ref(), tenancy(&who), &filter).await?,
-    ))
+) -> Result<Response, ApiError> {
+    let paging = crate::paging::PageQuery::parse(crate::paging::BINDINGS, q.as_deref())?;
+    let filter = list_filter(Some(paging.own_raw()))?;
+    let rows: Vec<Binding> = seen(state.runtime.state().as_ref(), tenancy(&who), &filter).await?;
+    if !paging.paged() {
+        return Ok(Json(rows).into_response());
+    }
+    Ok(Json(paging.answer(crate::paging::rows_json(&rows)?)).into_response())
 }
 
 async fn show(

@@ -1,8 +1,11 @@
 //! Invocation records over HTTP: `GET /v1/invocations` (filters `plugin`,
-//! `tool`, `status`, `since`, `until`, `org`, `project`; `limit` up to 500,
-//! default 50; `cursor` from the previous page's `next_cursor`) answers
-//! `{"invocations": [...], "next_cursor": ...}`, newest first, and
-//! `GET /v1/invocations/{id}` one record. Viewer and up.
+//! `tool`, `status`, `since`, `until`, `org`, `project`, `caller` (exact);
+//! `q`, a case-insensitive substring of the invocation id, tool, plugin id,
+//! caller or error code; `order=desc` (default, newest first) or `asc`
+//! (oldest first); `limit` up to 500, default 50; `cursor` from the previous
+//! page's `next_cursor`, in either order) answers `{"invocations": [...],
+//! "next_cursor": ...}`, and `GET /v1/invocations/{id}` one record. Viewer
+//! and up. `GET /v1/invocations/stats` is [`crate::invocation_stats`].
 //!
 //! **Tenancy**: a token bound to an org sees only its org's records (and,
 //! limited to projects, those of no project or of its projects): the
@@ -17,7 +20,8 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use plugd_control::invocations::{
-    Cursor, InvocationFilter, InvocationPage, InvocationRecord, TerminalStatus, parse_rfc3339_ms,
+    Cursor, InvocationFilter, InvocationPage, InvocationRecord, Order, TerminalStatus,
+    parse_rfc3339_ms,
 };
 use plugd_store::tokens::Tenancy;
 
@@ -32,6 +36,8 @@ pub const DEFAULT_LIMIT: usize = 50;
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/invocations", get(list))
+        // A static segment wins over `{id}` (record ids are `inv_…`).
+        .route("/v1/invocations/stats", get(crate::invocation_stats::stats))
         .route("/v1/invocations/{id}", get(show))
 }
 
@@ -52,13 +58,19 @@ pub struct ListQuery {
     pub org: Option<String>,
     /// Project scope.
     pub project: Option<String>,
+    /// Who called, exactly.
+    pub caller: Option<String>,
+    /// A case-insensitive substring of id, tool, plugin, caller, error code.
+    pub q: Option<String>,
+    /// `desc` (newest first, the default) or `asc`.
+    pub order: Option<String>,
     /// Page size, 1 to 500.
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
 }
 
-fn bad(message: String) -> ApiError {
+pub(crate) fn bad(message: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, code::BAD_REQUEST, message)
 }
 
@@ -78,6 +90,9 @@ impl ListQuery {
                 "until" => &mut q.until,
                 "org" => &mut q.org,
                 "project" => &mut q.project,
+                "caller" => &mut q.caller,
+                "q" => &mut q.q,
+                "order" => &mut q.order,
                 "cursor" => &mut q.cursor,
                 "limit" => {
                     q.limit =
@@ -88,7 +103,7 @@ impl ListQuery {
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown query parameter {other:?}; the filters are plugin, tool, status, since, until, org, project, limit and cursor"
+                        "unknown query parameter {other:?}; the parameters are plugin, tool, status, since, until, org, project, caller, q, order, limit and cursor"
                     )));
                 }
             };
@@ -101,15 +116,14 @@ impl ListQuery {
 
     /// The store filter this query asks for.
     pub fn filter(self) -> Result<InvocationFilter, ApiError> {
-        let time = |name: &str, v: Option<String>| -> Result<Option<i64>, ApiError> {
-            v.map(|s| {
-                parse_rfc3339_ms(&s).ok_or_else(|| {
-                    bad(format!(
-                        "{name}={s:?} is not a time; write RFC 3339 UTC (2026-03-12T20:00:00Z) or a date (2026-03-12)"
-                    ))
-                })
-            })
-            .transpose()
+        let order = match self.order.as_deref() {
+            None | Some("desc") => Order::NewestFirst,
+            Some("asc") => Order::OldestFirst,
+            Some(o) => {
+                return Err(bad(format!(
+                    "order={o:?}: use desc (newest first, the default) or asc (oldest first)"
+                )));
+            }
         };
         let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
         if !(1..=plugd_control::invocations::MAX_PAGE).contains(&limit) {
@@ -131,6 +145,9 @@ impl ListQuery {
                 .map_err(bad)?,
             since_ms: time("since", self.since)?,
             until_ms: time("until", self.until)?,
+            caller: self.caller,
+            q: self.q.filter(|q| !q.is_empty()),
+            order,
             limit,
             cursor: self
                 .cursor
@@ -141,8 +158,20 @@ impl ListQuery {
     }
 }
 
+/// `v` of parameter `name` as ms since the epoch: RFC 3339 UTC or a date.
+pub(crate) fn time(name: &str, v: Option<String>) -> Result<Option<i64>, ApiError> {
+    v.map(|s| {
+        parse_rfc3339_ms(&s).ok_or_else(|| {
+            bad(format!(
+                "{name}={s:?} is not a time; write RFC 3339 UTC (2026-03-12T20:00:00Z) or a date (2026-03-12)"
+            ))
+        })
+    })
+    .transpose()
+}
+
 /// Percent-decodes one query component (`+` is a space).
-fn decode(s: &str) -> Result<String, ApiError> {
+pub(crate) fn decode(s: &str) -> Result<String, ApiError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -358,6 +387,17 @@ mod tests {
         for bad in ["nope=1", "limit=x", "plugin=a&plugin=b", "tool=%zz"] {
             assert!(ListQuery::parse(bad).is_err(), "{bad}");
         }
+        let f = ListQuery::parse("q=Inv_&caller=token%3Aci&order=asc")
+            .unwrap()
+            .filter()
+            .unwrap();
+        assert_eq!(
+            (f.q.as_deref(), f.caller.as_deref(), f.order),
+            (Some("Inv_"), Some("token:ci"), Order::OldestFirst)
+        );
+        let f = ListQuery::parse("order=desc&q=").unwrap().filter().unwrap();
+        assert_eq!((f.q, f.order), (None, Order::NewestFirst));
+        assert!(ListQuery::parse("order=up").unwrap().filter().is_err());
         for q in [
             ListQuery {
                 status: Some("ok".into()),

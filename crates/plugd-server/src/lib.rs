@@ -13,7 +13,7 @@
 //! | `GET /healthz`                     | `{"status": "ok"}`, without credentials |
 //! | `GET /readyz`                      | `{"status": "ready"}`, or 503 while the state store cannot be read or this node runs another plugd.yaml than the cluster; without credentials (see [`cluster`]) |
 //! | `GET /v1/cluster`                  | the live nodes, their leases and the cluster's configuration digest |
-//! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`         |
+//! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`; with `q`, `limit`, `cursor`, `sort` or a filter (`state`, `dialect`, `approved`), `{"items", "next_cursor", "total"}` (see [`paging`], the same for the other lists it names) |
 //! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters) |
 //! | `POST /v1/plugins/{id}:approve`    | `{}` → `plugd plugin approve` on serve's runtime, recorded as by the caller's identity; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
@@ -21,29 +21,37 @@
 //! | `POST /v1/plugins/{id}:restart`    | `{}` → `plugd plugin restart`; the plugin row   |
 //! | `POST /v1/plugins/{id}:stop`       | `{}` → `plugd plugin stop`: stopped until started (calls answer 503 `plugin_stopped`); the plugin row |
 //! | `POST /v1/plugins/{id}:start`      | `{}` → `plugd plugin start`: clears the stop and starts it now; the plugin row |
-//! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`   |
+//! | `GET /v1/tools`                    | the enabled rows of `plugd tool list --json`; paged with [`paging`]'s parameters (filters `plugin`, `risk`, `risk_source`, `enabled`) |
 //! | `GET /v1/skills`                   | the skills of approved plugins (`plugd skill list --json`) |
 //! | `GET /v1/skills/{plugin}/{name}`   | one skill `{plugin, name, text}`; 400 `invalid_skill_name`, 404 `unknown_skill`, 422 `skill_refused` (symlink, over 64 KiB) |
-//! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result    |
+//! | `POST /v1/tools/{name}:invoke`     | `{"args", "agent_id"?}` → the tool's result; header `Plugd-Invocation-Id` names its record |
 //! | `POST /v1/hooks/{point}:run`       | `{"payload", "context"?}` → `plugd hook run`'s JSON, 200 continue or blocked |
 //! | `POST /v1/sessions/{id}/messages`  | `{"text", "context"?}` → one agent turn (`TurnOutcome`); SSE of `TurnEvent`s with `Accept: text/event-stream` |
 //! | `GET /v1/sessions/{id}`            | the stored session, 404 when unknown           |
 //! | `POST /v1/bus/publish`             | `{"subject", "payload"?, "source"?, "session_id"?}` → `{event, delivered, shed}` |
 //! | `GET /v1/bus/tail/{pattern}`       | SSE: every bus event matching the pattern (`event: bus`) |
 //! | `GET /metrics`                     | per-plugin and per-channel counters, Prometheus text format |
-//! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator |
+//! | `GET /v1/approvals`                | calls of high/critical tools waiting for an operator; paged with [`paging`]'s parameters (filters `risk`, `plugin`, `tool`) |
 //! | `POST /v1/approvals/{id}:approve`  | `{}` → the waiting call runs; the approval record (`decided_by`: the caller's identity) |
 //! | `POST /v1/approvals/{id}:deny`     | `{"reason"?}` → the waiting call fails (`call_denied`) |
 //! | `GET /v1/resources`, `GET /v1/resources/templates`, `GET /v1/prompts` | MCP listings over every approved server (`?server=S` for one), each item with its server; see [`mcp_features`] |
 //! | `POST /v1/resources:read`          | `{"server", "uri"}` → the MCP `resources/read` result |
 //! | `POST /v1/prompts:get`             | `{"server", "name", "arguments"?}` → the MCP `prompts/get` result |
 //! | `POST /v1/completions`             | `{"server", "ref", "argument", "context"?}` → `{"completion"}` |
-//! | `GET /v1/plugin-packages`          | installed packages (`plugd package list --json`) |
+//! | `GET /v1/plugin-packages`          | installed packages (`plugd package list --json`); paged with [`paging`]'s parameters (filters `package`, `signature`, `org`) |
 //! | `GET /v1/plugin-packages/{id}`     | one: `sha256:DIGEST`, `ID@VERSION` or `ID` (its highest version); see [`packages`] |
 //! | `POST /v1/plugin-packages`         | `{"source": "oci://…", "insecure"?}` → pull and install (operator); 201 new, 200 installed already |
 //! | `POST /v1/plugin-packages/{id}:restart` | `{}` → `plugd package restart`: clears the failure and restart budget of its process (operator; org tokens refused); the record plus `had_process` |
 //! | `GET`/`PUT /v1/plugins/{id}/config`, `GET /v1/plugins/{id}/logs`, `POST /v1/tools/{name}:enable\|disable`, `GET /v1/tools?all=true`, `GET /v1/events` | the operator console's; see [`console_api`] |
 //! | `POST /v1/plugin-tools/{export_id}:invoke` | `{"input", "session_id"?, "project_id"?, "org_id"?}` → the tool's result, through the binding of the caller's scope (agent); see [`binding_calls`] |
+//! | `GET /v1/plugin-bindings`, `POST`, `GET`/`PATCH /v1/plugin-bindings/{id}`, exports, org secrets | see [`bindings`]; the list paged with [`paging`]'s parameters (filters `org`, `project`) |
+//! | `GET /v1/invocations`              | invocation records, newest first (`order=asc`: oldest first), `{"invocations", "next_cursor"}`; filters, `q`, `caller`: see [`invocations`] |
+//! | `GET /v1/invocations/{id}`         | one record                                     |
+//! | `GET /v1/invocations/stats`        | `{"since", "until", "bucket_ms", "series", "plugins", "tools", "scanned", "truncated"}`: calls, errors, p50/p99 per time bucket, plugin and tool; see [`invocation_stats`] |
+//! | `GET /v1/tokens`                   | `{"tokens": [...]}`, never secrets (admin); see [`tokens_api`] |
+//! | `POST /v1/tokens`                  | `{"name", "role", "expires_in"?, "org"?, "projects"?}` → 201 `{"id", "name", "role", "token", "expires_at"}` (admin) |
+//! | `POST /v1/tokens/{id_or_name}:revoke` | `{}` → the token, revoked (admin); 404 `unknown_token` |
+//! | `GET /v1/audit`                    | `{"entries", "next_cursor"}`: the audit trail, newest first, `limit`, `cursor`, `identity`, `q`, `status`, `since`, `until` (admin); see [`audit_api`] |
 //!
 //! A `by` member in a body is ignored: who did something is always the
 //! authenticated identity (a socket peer's user name, or `token:NAME`).
@@ -71,6 +79,7 @@
 //! module.
 
 pub mod approvals;
+pub mod audit_api;
 pub mod auth;
 pub mod binding_calls;
 pub mod bindings;
@@ -80,6 +89,7 @@ pub mod config_api;
 mod console;
 pub mod console_api;
 pub mod error;
+pub mod invocation_stats;
 pub mod invocations;
 mod invoke_stream;
 pub mod listen;
@@ -89,6 +99,8 @@ pub mod mcp_features;
 pub mod mcp_sse;
 pub mod mcp_stream;
 pub mod packages;
+pub mod paging;
+pub mod tokens_api;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -458,6 +470,8 @@ pub fn router(state: AppState) -> Router {
         .merge(bindings::routes())
         .merge(marketplace::routes())
         .merge(invocations::routes())
+        .merge(tokens_api::routes())
+        .merge(audit_api::routes())
         .merge(cluster::routes())
         .merge(console::routes())
         // After routing, on every route (not on the fallbacks): the matched
@@ -572,10 +586,17 @@ fn body_rejection(e: &BytesRejection, limit: usize) -> ApiError {
     }
 }
 
-async fn list_plugins(State(state): State<AppState>) -> Result<Response, ApiError> {
+async fn list_plugins(
+    State(state): State<AppState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let paging = paging::PageQuery::parse(paging::PLUGINS, query.as_deref())?;
     let plugins = state.runtime.plugin_list().await?;
     let rows: Vec<PluginRow<'_>> = plugins.iter().map(PluginRow::live).collect();
-    Ok(Json(rows).into_response())
+    if !paging.paged() {
+        return Ok(Json(rows).into_response());
+    }
+    Ok(Json(paging.answer(paging::rows_json(&rows)?)).into_response())
 }
 
 /// The body of `POST /v1/plugins/{id}:approve|revoke|restart`.
@@ -735,18 +756,21 @@ async fn list_tools(
     State(state): State<AppState>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
+    let paging = paging::PageQuery::parse(paging::TOOLS, query.as_deref())?;
     let mut rows = state.runtime.tool_views()?;
     // What an agent may call: disabled tools are left out, unless
-    // `?all=true` (the console's tools page) asks for every one.
-    let all = query
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .any(|p| p == "all=true" || p == "all=1" || p == "all");
-    if !all {
+    // `?all=true` (the console's tools page) asks for every one, or an
+    // `enabled` filter says which.
+    let all = paging
+        .own("all")
+        .is_some_and(|v| matches!(v, "true" | "1" | ""));
+    if !all && !paging.has_filter("enabled") {
         rows.retain(|t| t.enabled);
     }
-    Ok(Json(rows).into_response())
+    if !paging.paged() {
+        return Ok(Json(rows).into_response());
+    }
+    Ok(Json(paging.answer(paging::rows_json(&rows)?)).into_response())
 }
 
 async fn list_skills(State(state): State<AppState>) -> Json<Value> {
@@ -816,6 +840,9 @@ async fn invoke_tool(
         )
         .with_details(json!({"fields": [{"path": "", "message": "not an object"}]})));
     }
+    // The record's id, named before the call runs so the answer (JSON or
+    // a stream) can carry it in `Plugd-Invocation-Id`.
+    let invocation_id = plugd_runtime::invocations::fresh_invocation_id();
     let ctx = CallContext {
         agent_id: body.agent_id,
         caller: Some(who.name),
@@ -825,19 +852,33 @@ async fn invoke_tool(
             .get("traceparent")
             .and_then(|v| v.to_str().ok())
             .and_then(plugd_telemetry::trace_id_of),
+        invocation_id: Some(invocation_id.clone()),
         ..CallContext::default()
     };
-    if wants_sse(&headers) {
-        return Ok(invoke_stream::invoke(state, name.to_owned(), args, ctx));
+    let mut resp = if wants_sse(&headers) {
+        invoke_stream::invoke(state, name.to_owned(), args, ctx)
+    } else {
+        let gov = Governed::new(Surface::Http);
+        match state
+            .runtime
+            .call_tool_governed(name, args, &ctx, &gov)
+            .await
+            .outcome
+        {
+            Ok(result) => Json(result).into_response(),
+            Err(e) => ApiError::from(e).into_response(),
+        }
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&invocation_id) {
+        resp.headers_mut().insert(INVOCATION_ID_HEADER, v);
     }
-    let gov = Governed::new(Surface::Http);
-    let result = state
-        .runtime
-        .call_tool_governed(name, args, &ctx, &gov)
-        .await
-        .outcome?;
-    Ok(Json(result).into_response())
+    Ok(resp)
 }
+
+/// The response header of `POST /v1/tools/{name}:invoke` (JSON, error or
+/// stream) naming the call's invocation record (`inv_…`; a call of an
+/// unknown tool leaves none).
+pub const INVOCATION_ID_HEADER: &str = "plugd-invocation-id";
 
 /// The body of `POST /v1/hooks/{point}:run`.
 #[derive(Debug, Deserialize)]

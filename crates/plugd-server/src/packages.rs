@@ -140,17 +140,33 @@ pub struct PullRequest {
     pub insecure: bool,
 }
 
+/// The installed packages the caller sees: the bare array, or a page of
+/// them with [`crate::paging`]'s parameters (filters `package`,
+/// `signature`, and `org`: the versions that org's bindings use).
 async fn list(
     State(state): State<AppState>,
     axum::Extension(who): axum::Extension<crate::auth::Identity>,
-) -> Result<Json<Vec<Package>>, ApiError> {
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Result<Response, ApiError> {
+    let paging = crate::paging::PageQuery::parse(crate::paging::PACKAGES, query.as_deref())?;
     let store = state.runtime.state().as_ref();
     let mut all = store.packages().await.map_err(store_error)?;
     if let Some(t) = &who.tenant {
         let used = plugd_governance::bindings::packages_in_use(store, t).await?;
         all.retain(|p| used.contains(&(p.package_id.clone(), p.version.clone())));
     }
-    Ok(Json(all))
+    if !paging.paged() {
+        return Ok(Json(all).into_response());
+    }
+    if let Some(org) = paging.own("org") {
+        let t = plugd_store::tokens::Tenancy {
+            org_id: org.to_owned(),
+            project_ids: Vec::new(),
+        };
+        let used = plugd_governance::bindings::packages_in_use(store, &t).await?;
+        all.retain(|p| used.contains(&(p.package_id.clone(), p.version.clone())));
+    }
+    Ok(Json(paging.answer(crate::paging::rows_json(&all)?)).into_response())
 }
 
 async fn show(

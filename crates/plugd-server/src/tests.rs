@@ -16,6 +16,8 @@ use tower::ServiceExt;
 
 use super::*;
 
+mod fleet;
+
 /// A workspace with `yaml` as plugd.yaml (none when empty) and its router.
 async fn app(yaml: &str, limit: usize) -> (tempfile::TempDir, Router) {
     let tmp = tempfile::tempdir().unwrap();

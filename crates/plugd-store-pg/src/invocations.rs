@@ -2,9 +2,13 @@
 //! operations): the same columns, indexes and JSON record as `plugd-store`'s
 //! `invocations.rs`. Appending a batch is one `INSERT … SELECT FROM unnest(…)
 //! ON CONFLICT DO NOTHING`, so writing a batch twice changes nothing.
+//! The caller, the error code and the duration are read from the record
+//! (`record::json ->> …`), as SQLite reads them with `json_extract`.
 
 use deadpool_postgres::GenericClient;
-use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
+use plugd_control::invocations::{
+    InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order,
+};
 use tokio_postgres::types::ToSql;
 
 use crate::{PgError, PgStore};
@@ -61,75 +65,29 @@ impl PgStore {
             .transpose()
     }
 
-    /// One page of records matching `f`, newest first.
+    /// One page of records matching `f`, in its order.
     pub async fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, PgError> {
-        let mut sql = String::from("SELECT invocation_id, record FROM invocations WHERE true");
-        let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
-        let mut push = |sql: &mut String, clause: &str, v: Box<dyn ToSql + Sync + Send>| {
-            args.push(v);
-            sql.push_str(&clause.replace("$?", &format!("${}", args.len())));
+        let mut q = Query::new("SELECT invocation_id, record FROM invocations WHERE true");
+        q.filters(f);
+        let (cmp, dir) = match f.order {
+            Order::NewestFirst => ("<", "DESC"),
+            Order::OldestFirst => (">", "ASC"),
         };
-        for (column, value) in [
-            ("org_id", &f.org_id),
-            ("project_id", &f.project_id),
-            ("plugin_id", &f.plugin_id),
-        ] {
-            if let Some(v) = value {
-                push(
-                    &mut sql,
-                    &format!(" AND {column} = $?"),
-                    Box::new(v.clone()),
-                );
-            }
-        }
-        if let Some(status) = f.status {
-            push(
-                &mut sql,
-                " AND status = $?",
-                Box::new(status.as_str().to_owned()),
-            );
-        }
-        if let Some(projects) = &f.project_in {
-            push(
-                &mut sql,
-                " AND (project_id IS NULL OR project_id = ANY($?::text[]))",
-                Box::new(projects.clone()),
-            );
-        }
-        if let Some(tool) = &f.tool {
-            push(
-                &mut sql,
-                " AND $?::text IN (tool, export_id)",
-                Box::new(tool.clone()),
-            );
-        }
-        if let Some(since) = f.since_ms {
-            push(&mut sql, " AND started_ms >= $?", Box::new(since));
-        }
-        if let Some(until) = f.until_ms {
-            push(&mut sql, " AND started_ms < $?", Box::new(until));
-        }
         if let Some(c) = &f.cursor {
-            push(
-                &mut sql,
-                " AND (started_ms, invocation_id) < ($?",
+            q.push(
+                &format!(" AND (started_ms, invocation_id) {cmp} ($?"),
                 Box::new(c.started_ms),
             );
-            push(&mut sql, ", $?::text)", Box::new(c.invocation_id.clone()));
+            q.push(", $?::text)", Box::new(c.invocation_id.clone()));
         }
         let page = f.page_size();
-        push(
-            &mut sql,
-            " ORDER BY started_ms DESC, invocation_id DESC LIMIT $?",
+        q.push(
+            &format!(" ORDER BY started_ms {dir}, invocation_id {dir} LIMIT $?"),
             Box::new(page as i64 + 1),
         );
-        let params: Vec<&(dyn ToSql + Sync)> = args
-            .iter()
-            .map(|a| a.as_ref() as &(dyn ToSql + Sync))
-            .collect();
         let client = self.client().await?;
         let rows = client
-            .query(&sql, &params)
+            .query(&q.sql, &q.params())
             .await
             .map_err(|e| self.query_error("list invocations", e))?;
         let records = rows
@@ -137,6 +95,49 @@ impl PgStore {
             .map(|r| self.decode_invocation(r.get(0), r.get(1)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(InvocationPage::from_rows(records, page))
+    }
+
+    /// The points of the records `f` matches (its cursor, order and limit
+    /// aside), newest first, at most `max`; the duration is read from the
+    /// record's JSON.
+    pub async fn invocation_points(
+        &self,
+        f: &InvocationFilter,
+        max: usize,
+    ) -> Result<Vec<InvocationPoint>, PgError> {
+        let mut q = Query::new(
+            "SELECT started_ms, (record::json ->> 'duration_ms')::bigint, status, plugin_id, tool
+             FROM invocations WHERE true",
+        );
+        q.filters(f);
+        q.push(
+            " ORDER BY started_ms DESC, invocation_id DESC LIMIT $?",
+            Box::new(i64::try_from(max).unwrap_or(i64::MAX)),
+        );
+        let client = self.client().await?;
+        let rows = client
+            .query(&q.sql, &q.params())
+            .await
+            .map_err(|e| self.query_error("read invocation points", e))?;
+        rows.iter()
+            .map(|r| {
+                let started_ms: i64 = r.get(0);
+                let duration: Option<i64> = r.get(1);
+                let status: String = r.get(2);
+                let plugin_id: String = r.get(3);
+                Ok(InvocationPoint {
+                    started_ms,
+                    duration_ms: u64::try_from(duration.unwrap_or(0)).unwrap_or(0),
+                    status: status.parse().map_err(|detail| PgError::Damaged {
+                        db: self.label().to_owned(),
+                        what: format!("an invocation of {plugin_id} at {started_ms}"),
+                        detail,
+                    })?,
+                    plugin_id,
+                    tool: r.get(4),
+                })
+            })
+            .collect()
     }
 
     /// Deletes the records started before `before_ms`; how many.
@@ -193,4 +194,77 @@ pub(crate) async fn insert_invocations(
         )
         .await?;
     Ok(())
+}
+
+/// A statement being built: its text, with each `$?` numbered as its
+/// parameter is pushed.
+struct Query {
+    sql: String,
+    args: Vec<Box<dyn ToSql + Sync + Send>>,
+}
+
+impl Query {
+    fn new(head: &str) -> Query {
+        Query {
+            sql: head.to_owned(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Appends `clause`, its `$?` standing for `v`.
+    fn push(&mut self, clause: &str, v: Box<dyn ToSql + Sync + Send>) {
+        self.args.push(v);
+        self.sql
+            .push_str(&clause.replace("$?", &format!("${}", self.args.len())));
+    }
+
+    /// Every filter of `f` but its cursor.
+    fn filters(&mut self, f: &InvocationFilter) {
+        for (column, value) in [
+            ("org_id", &f.org_id),
+            ("project_id", &f.project_id),
+            ("plugin_id", &f.plugin_id),
+            ("(record::json ->> 'caller')", &f.caller),
+        ] {
+            if let Some(v) = value {
+                self.push(&format!(" AND {column} = $?"), Box::new(v.clone()));
+            }
+        }
+        if let Some(status) = f.status {
+            self.push(" AND status = $?", Box::new(status.as_str().to_owned()));
+        }
+        if let Some(projects) = &f.project_in {
+            self.push(
+                " AND (project_id IS NULL OR project_id = ANY($?::text[]))",
+                Box::new(projects.clone()),
+            );
+        }
+        if let Some(tool) = &f.tool {
+            self.push(" AND $?::text IN (tool, export_id)", Box::new(tool.clone()));
+        }
+        if let Some(needle) = f.q.as_deref().filter(|q| !q.is_empty()) {
+            // One parameter, every `$?` of the clause.
+            self.push(
+                " AND (strpos(lower(invocation_id), lower($?::text)) > 0
+                       OR strpos(lower(tool), lower($?::text)) > 0
+                       OR strpos(lower(plugin_id), lower($?::text)) > 0
+                       OR strpos(lower(coalesce(record::json ->> 'caller', '')), lower($?::text)) > 0
+                       OR strpos(lower(coalesce(record::json ->> 'error_code', '')), lower($?::text)) > 0)",
+                Box::new(needle.to_owned()),
+            );
+        }
+        if let Some(since) = f.since_ms {
+            self.push(" AND started_ms >= $?", Box::new(since));
+        }
+        if let Some(until) = f.until_ms {
+            self.push(" AND started_ms < $?", Box::new(until));
+        }
+    }
+
+    fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
+        self.args
+            .iter()
+            .map(|a| a.as_ref() as &(dyn ToSql + Sync))
+            .collect()
+    }
 }

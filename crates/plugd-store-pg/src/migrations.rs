@@ -66,7 +66,20 @@ const MIGRATIONS: &[&[&str]] = &[
     // 4: the nodes' rows; ended live sessions move the control epoch
     // (SQLite's 19).
     &[crate::nodes::MIGRATION],
+    // 5: who asks for a call approval (SQLite's 20).
+    &[APPROVAL_ASKERS],
 ];
+
+/// Who asks for a call approval: the caller as invocation records name
+/// it, the surface, the session and the agent (SQLite step 20,
+/// `plugd-store` `tool_state.rs`).
+const APPROVAL_ASKERS: &str = r#"
+    ALTER TABLE call_approvals
+        ADD COLUMN caller     text COLLATE "C",
+        ADD COLUMN surface    text COLLATE "C",
+        ADD COLUMN session_id text COLLATE "C",
+        ADD COLUMN agent_id   text COLLATE "C";
+"#;
 
 /// Leases of singleton jobs (SQLite step 18, `plugd-store` `leases.rs`).
 const LEASES: &str = r#"

@@ -9,7 +9,9 @@ use plugd_control::bindings::{Binding, BindingFilter};
 use plugd_control::chains::{
     Block, Chain, Compaction, NewBlock, Run, RunPatch, ScopeFilter, SessionInfo,
 };
-use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
+use plugd_control::invocations::{
+    InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord,
+};
 use plugd_control::packages::{Digest, Inserted, Package};
 use plugd_control::store::outbox::{
     Delivery, DeliveryStatus, Enqueued, FailOutcome, Leased, NewEvent, Reporter, RetryOutcome,
@@ -19,13 +21,13 @@ use plugd_control::store::tool_state::{
     ApprovalState, CallApproval, Decide, DisabledTool, NewCallApproval,
 };
 use plugd_control::store::{
-    Approval, ApprovalStore, AuditEntry, AuditStore, BackendError, BindingStore, ChainStore,
-    ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence, InvocationStore, KvStore, Lease,
-    LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore, MemoryEntry, MemoryStore,
-    NewToken, NodeRecord, NodeStore, OutboxStore, PackageStore, Reseal, Role, Rotation, Sealed,
-    SessionRow, StateStore, StoreError, StoredValue, Tenancy, TokenInfo, TokenRejection,
-    TokenStore, ToolStateStore, TranscriptStore, VectorMatch, VectorRecord, VectorStore,
-    VectorStoreError,
+    Approval, ApprovalStore, AuditEntry, AuditFilter, AuditPage, AuditStore, BackendError,
+    BindingStore, ChainStore, ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence,
+    InvocationStore, KvStore, Lease, LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore,
+    MemoryEntry, MemoryStore, NewToken, NodeRecord, NodeStore, OutboxStore, PackageStore, Reseal,
+    Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue, Tenancy, TokenInfo,
+    TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch, VectorRecord,
+    VectorStore, VectorStoreError,
 };
 use serde_json::Value;
 
@@ -160,6 +162,9 @@ impl AuditStore for PgStore {
     async fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         Ok(PgStore::audit_list(self, limit).await?)
     }
+    async fn audit_page(&self, filter: &AuditFilter) -> Result<AuditPage, StoreError> {
+        Ok(PgStore::audit_page(self, filter).await?)
+    }
     fn journal_audit(&self, identity: &str, role: Role, method: &str, path: &str, status: u16) {
         PgStore::journal_audit(self, identity, role, method, path, status);
     }
@@ -273,6 +278,7 @@ forward!(InvocationStore {
     fn append_invocations(&self, batch: &[InvocationRecord]) -> ();
     fn invocation(&self, invocation_id: &str) -> Option<InvocationRecord>;
     fn list_invocations(&self, filter: &InvocationFilter) -> InvocationPage;
+    fn invocation_points(&self, filter: &InvocationFilter, max: usize) -> Vec<InvocationPoint>;
     fn delete_invocations_before(&self, before_ms: i64) -> u64;
 });
 

@@ -15,11 +15,12 @@
 //! the database's clock as read with the epoch plus the time elapsed here.
 
 use plugd_control::store::tokens::{
-    AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
+    AuditEntry, AuditFilter, AuditPage, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
 };
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tokio_postgres::types::ToSql;
 
 use crate::clock::{NOW_MS, NOW_RFC3339, ms_rfc3339, random_hex};
 use crate::{PgError, PgStore};
@@ -451,25 +452,92 @@ impl PgStore {
             )
             .await
             .map_err(|e| self.query_error("list the audit trail", e))?;
-        let mut entries = Vec::with_capacity(rows.len());
-        for r in rows.iter().rev() {
-            let seq: i64 = r.get(0);
-            let status: i64 = r.get(6);
-            entries.push(AuditEntry {
-                seq,
-                at: r.get(1),
-                identity: r.get(2),
-                role: r.get(3),
-                method: r.get(4),
-                path: r.get(5),
-                status: u16::try_from(status).map_err(|_| PgError::Damaged {
-                    db: self.label().to_owned(),
-                    what: format!("audit entry {seq}"),
-                    detail: format!("status {status} is not an HTTP status"),
-                })?,
-            });
+        rows.iter().rev().map(|r| self.audit_entry(r)).collect()
+    }
+
+    /// One page of the audit entries `f` matches, newest first.
+    pub async fn audit_page(&self, f: &AuditFilter) -> Result<AuditPage, PgError> {
+        let mut sql = String::from(
+            "SELECT seq, at, identity, role, method, path, status FROM audit WHERE true",
+        );
+        let mut args: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+        // Appends `clause`, each of its `$?` standing for `v`.
+        let mut push = |sql: &mut String, clause: &str, v: Box<dyn ToSql + Sync + Send>| {
+            args.push(v);
+            sql.push_str(&clause.replace("$?", &format!("${}", args.len())));
+        };
+        if let Some(id) = &f.identity {
+            push(&mut sql, " AND identity = $?", Box::new(id.clone()));
         }
-        Ok(entries)
+        if let Some(q) = f.q.as_deref().filter(|q| !q.is_empty()) {
+            push(
+                &mut sql,
+                " AND (strpos(lower(identity), lower($?::text)) > 0
+                       OR strpos(lower(method), lower($?::text)) > 0
+                       OR strpos(lower(path), lower($?::text)) > 0)",
+                Box::new(q.to_owned()),
+            );
+        }
+        if let Some(status) = f.status {
+            let (lo, hi) = status.range();
+            push(&mut sql, " AND status >= $?", Box::new(i64::from(lo)));
+            push(&mut sql, " AND status <= $?", Box::new(i64::from(hi)));
+        }
+        if let Some(ms) = f.since_ms {
+            push(
+                &mut sql,
+                " AND at >= $?",
+                Box::new(AuditFilter::at_bound(ms)),
+            );
+        }
+        if let Some(ms) = f.until_ms {
+            push(
+                &mut sql,
+                " AND at < $?",
+                Box::new(AuditFilter::at_bound(ms)),
+            );
+        }
+        if let Some(seq) = f.before_seq {
+            push(&mut sql, " AND seq < $?", Box::new(seq));
+        }
+        let page = f.page_size();
+        push(
+            &mut sql,
+            " ORDER BY seq DESC LIMIT $?",
+            Box::new(page as i64 + 1),
+        );
+        let params: Vec<&(dyn ToSql + Sync)> = args
+            .iter()
+            .map(|a| a.as_ref() as &(dyn ToSql + Sync))
+            .collect();
+        let client = self.client().await?;
+        let rows = client
+            .query(&sql, &params)
+            .await
+            .map_err(|e| self.query_error("list the audit trail", e))?;
+        let entries = rows
+            .iter()
+            .map(|r| self.audit_entry(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AuditPage::from_rows(entries, page))
+    }
+
+    fn audit_entry(&self, r: &tokio_postgres::Row) -> Result<AuditEntry, PgError> {
+        let seq: i64 = r.get(0);
+        let status: i64 = r.get(6);
+        Ok(AuditEntry {
+            seq,
+            at: r.get(1),
+            identity: r.get(2),
+            role: r.get(3),
+            method: r.get(4),
+            path: r.get(5),
+            status: u16::try_from(status).map_err(|_| PgError::Damaged {
+                db: self.label().to_owned(),
+                what: format!("audit entry {seq}"),
+                detail: format!("status {status} is not an HTTP status"),
+            })?,
+        })
     }
 
     fn token_info(&self, r: &tokio_postgres::Row) -> Result<TokenInfo, PgError> {

@@ -13,7 +13,7 @@ use plugd_control::store::tool_state::{
 use crate::clock::{NOW_MS, NOW_RFC3339, ms_rfc3339, random_hex};
 use crate::{PgError, PgStore};
 
-const COLUMNS: &str = "id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state, decided_by, decided_at, reason";
+const COLUMNS: &str = "id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state, decided_by, decided_at, reason, caller, surface, session_id, agent_id";
 
 impl PgStore {
     /// Disables tool `tool` of `plugin_id`; `false` if it was disabled already.
@@ -100,11 +100,23 @@ impl PgStore {
             .query_one(
                 &format!(
                     "INSERT INTO call_approvals
-                        (id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state)
-                     VALUES ($1, $2, $3, $4, $5, {NOW_RFC3339}, $6, 'pending')
+                        (id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state,
+                         caller, surface, session_id, agent_id)
+                     VALUES ($1, $2, $3, $4, $5, {NOW_RFC3339}, $6, 'pending', $7, $8, $9, $10)
                      RETURNING {COLUMNS}"
                 ),
-                &[&id, &a.tool, &a.plugin_id, &a.risk, &a.args_preview, &a.expires_at_ms],
+                &[
+                    &id,
+                    &a.tool,
+                    &a.plugin_id,
+                    &a.risk,
+                    &a.args_preview,
+                    &a.expires_at_ms,
+                    &a.caller,
+                    &a.surface,
+                    &a.session_id,
+                    &a.agent_id,
+                ],
             )
             .await
             .map_err(|e| {
@@ -218,6 +230,10 @@ impl PgStore {
             decided_by: r.get(8),
             decided_at: r.get(9),
             reason: r.get(10),
+            caller: r.get(11),
+            surface: r.get(12),
+            session_id: r.get(13),
+            agent_id: r.get(14),
         })
     }
 }

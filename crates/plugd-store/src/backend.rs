@@ -164,6 +164,9 @@ impl AuditStore for Store {
     async fn audit_list(&self, limit: usize) -> Result<Vec<AuditEntry>, StoreError> {
         Store::audit_list(self, limit)
     }
+    async fn audit_page(&self, filter: &AuditFilter) -> Result<AuditPage, StoreError> {
+        Store::audit_page(self, filter)
+    }
     fn journal_audit(&self, identity: &str, role: Role, method: &str, path: &str, status: u16) {
         Store::journal_audit(self, identity, role, method, path, status)
     }
@@ -463,6 +466,13 @@ impl InvocationStore for Store {
         filter: &InvocationFilter,
     ) -> Result<InvocationPage, StoreError> {
         Store::list_invocations(self, filter)
+    }
+    async fn invocation_points(
+        &self,
+        filter: &InvocationFilter,
+        max: usize,
+    ) -> Result<Vec<InvocationPoint>, StoreError> {
+        Store::invocation_points(self, filter, max)
     }
     async fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {
         Store::delete_invocations_before(self, before_ms)

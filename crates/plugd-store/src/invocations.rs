@@ -9,8 +9,14 @@
 //! thread's share of `plugd bench`'s CPU went from 38 % to 33 % without
 //! those three). The whole record is one JSON document.
 //! Appending is `INSERT OR IGNORE`, so writing a batch twice changes nothing.
+//! The caller and the error code (filter `caller`, search `q`) and the
+//! duration (statistics' points) are read from that document
+//! (`json_extract`): no column or index was added for them, so they are
+//! checked along the time order like the rarer filters.
 
-use plugd_control::invocations::{InvocationFilter, InvocationPage, InvocationRecord};
+use plugd_control::invocations::{
+    InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order,
+};
 use rusqlite::{OptionalExtension, params_from_iter};
 
 use crate::error::StoreError;
@@ -33,6 +39,63 @@ pub(crate) const MIGRATION: &str = "
     CREATE INDEX invocations_plugin ON invocations (plugin_id, started_ms, invocation_id);
     CREATE INDEX invocations_status ON invocations (status, started_ms, invocation_id);
 ";
+
+/// The `WHERE` condition of every filter of `f` but its cursor (its
+/// parameters appended to `args`).
+fn where_clause(f: &InvocationFilter, args: &mut Vec<rusqlite::types::Value>) -> String {
+    let mut sql = String::from("1");
+    let mut text = |sql: &mut String, column: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            args.push(v.clone().into());
+            sql.push_str(&format!(" AND {column} = ?{}", args.len()));
+        }
+    };
+    text(&mut sql, "org_id", &f.org_id);
+    text(&mut sql, "project_id", &f.project_id);
+    text(&mut sql, "plugin_id", &f.plugin_id);
+    text(&mut sql, "status", &f.status.map(|s| s.as_str().to_owned()));
+    text(&mut sql, "json_extract(record, '$.caller')", &f.caller);
+    if let Some(projects) = &f.project_in {
+        let mut marks = Vec::new();
+        for p in projects {
+            args.push(p.clone().into());
+            marks.push(format!("?{}", args.len()));
+        }
+        sql.push_str(&format!(
+            " AND (project_id IS NULL OR project_id IN ({}))",
+            if marks.is_empty() {
+                "NULL".to_owned()
+            } else {
+                marks.join(", ")
+            }
+        ));
+    }
+    if let Some(tool) = &f.tool {
+        args.push(tool.clone().into());
+        let n = args.len();
+        sql.push_str(&format!(" AND (tool = ?{n} OR export_id = ?{n})"));
+    }
+    if let Some(q) = f.q.as_deref().filter(|q| !q.is_empty()) {
+        // SQLite's `lower` folds ASCII letters only: so does the needle.
+        args.push(q.to_ascii_lowercase().into());
+        let n = args.len();
+        sql.push_str(&format!(
+            " AND (instr(lower(invocation_id), ?{n}) OR instr(lower(tool), ?{n})
+                   OR instr(lower(plugin_id), ?{n})
+                   OR instr(lower(coalesce(json_extract(record, '$.caller'), '')), ?{n})
+                   OR instr(lower(coalesce(json_extract(record, '$.error_code'), '')), ?{n}))"
+        ));
+    }
+    if let Some(since) = f.since_ms {
+        args.push(since.into());
+        sql.push_str(&format!(" AND started_ms >= ?{}", args.len()));
+    }
+    if let Some(until) = f.until_ms {
+        args.push(until.into());
+        sql.push_str(&format!(" AND started_ms < ?{}", args.len()));
+    }
+    sql
+}
 
 impl Store {
     /// Another connection to the same database file (an in-memory store
@@ -74,51 +137,20 @@ impl Store {
     }
 
     pub fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, StoreError> {
-        let mut sql = String::from("SELECT invocation_id, record FROM invocations WHERE 1");
         let mut args: Vec<rusqlite::types::Value> = Vec::new();
-        let mut text = |sql: &mut String, column: &str, v: &Option<String>| {
-            if let Some(v) = v {
-                args.push(v.clone().into());
-                sql.push_str(&format!(" AND {column} = ?{}", args.len()));
-            }
+        let mut sql = format!(
+            "SELECT invocation_id, record FROM invocations WHERE {}",
+            where_clause(f, &mut args)
+        );
+        let (cmp, dir) = match f.order {
+            Order::NewestFirst => ("<", "DESC"),
+            Order::OldestFirst => (">", "ASC"),
         };
-        text(&mut sql, "org_id", &f.org_id);
-        text(&mut sql, "project_id", &f.project_id);
-        text(&mut sql, "plugin_id", &f.plugin_id);
-        text(&mut sql, "status", &f.status.map(|s| s.as_str().to_owned()));
-        if let Some(projects) = &f.project_in {
-            let mut marks = Vec::new();
-            for p in projects {
-                args.push(p.clone().into());
-                marks.push(format!("?{}", args.len()));
-            }
-            sql.push_str(&format!(
-                " AND (project_id IS NULL OR project_id IN ({}))",
-                if marks.is_empty() {
-                    "NULL".to_owned()
-                } else {
-                    marks.join(", ")
-                }
-            ));
-        }
-        if let Some(tool) = &f.tool {
-            args.push(tool.clone().into());
-            let n = args.len();
-            sql.push_str(&format!(" AND (tool = ?{n} OR export_id = ?{n})"));
-        }
-        if let Some(since) = f.since_ms {
-            args.push(since.into());
-            sql.push_str(&format!(" AND started_ms >= ?{}", args.len()));
-        }
-        if let Some(until) = f.until_ms {
-            args.push(until.into());
-            sql.push_str(&format!(" AND started_ms < ?{}", args.len()));
-        }
         if let Some(c) = &f.cursor {
             args.push(c.started_ms.into());
             args.push(c.invocation_id.clone().into());
             sql.push_str(&format!(
-                " AND (started_ms, invocation_id) < (?{}, ?{})",
+                " AND (started_ms, invocation_id) {cmp} (?{}, ?{})",
                 args.len() - 1,
                 args.len()
             ));
@@ -126,7 +158,7 @@ impl Store {
         let page = f.page_size();
         args.push((page as i64 + 1).into());
         sql.push_str(&format!(
-            " ORDER BY started_ms DESC, invocation_id DESC LIMIT ?{}",
+            " ORDER BY started_ms {dir}, invocation_id {dir} LIMIT ?{}",
             args.len()
         ));
         let rows = {
@@ -145,6 +177,54 @@ impl Store {
             .map(|(id, doc)| self.decode_invocation(id, doc))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(InvocationPage::from_rows(records, page))
+    }
+
+    /// The points of the records `f` matches (its cursor, order and limit
+    /// aside), newest first, at most `max`: the duration is read from the
+    /// record's JSON, the rest from columns.
+    pub fn invocation_points(
+        &self,
+        f: &InvocationFilter,
+        max: usize,
+    ) -> Result<Vec<InvocationPoint>, StoreError> {
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let mut sql = format!(
+            "SELECT started_ms, json_extract(record, '$.duration_ms'), status, plugin_id, tool
+             FROM invocations WHERE {}",
+            where_clause(f, &mut args)
+        );
+        args.push(i64::try_from(max).unwrap_or(i64::MAX).into());
+        sql.push_str(&format!(
+            " ORDER BY started_ms DESC, invocation_id DESC LIMIT ?{}",
+            args.len()
+        ));
+        type Raw = (i64, Option<i64>, String, String, String);
+        let rows: Vec<Raw> = {
+            let conn = self.lock();
+            conn.prepare_cached(&sql)
+                .and_then(|mut st| {
+                    st.query_map(params_from_iter(args.iter()), |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| self.query_error("read invocation points".to_owned(), e))?
+        };
+        rows.into_iter()
+            .map(|(started_ms, duration, status, plugin_id, tool)| {
+                Ok(InvocationPoint {
+                    started_ms,
+                    duration_ms: u64::try_from(duration.unwrap_or(0)).unwrap_or(0),
+                    status: status.parse().map_err(|detail| StoreError::Damaged {
+                        db: self.label().to_owned(),
+                        what: format!("an invocation of {plugin_id} at {started_ms}"),
+                        detail,
+                    })?,
+                    plugin_id,
+                    tool,
+                })
+            })
+            .collect()
     }
 
     pub fn delete_invocations_before(&self, before_ms: i64) -> Result<u64, StoreError> {

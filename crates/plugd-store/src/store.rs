@@ -84,6 +84,9 @@ const MIGRATIONS: &[&str] = &[
     // 19: the nodes serving this state, and live sessions that end moving
     // the control epoch (see `crate::nodes`).
     crate::nodes::MIGRATION,
+    // 20: who asks for a call approval: caller, surface, session, agent
+    // (see `crate::tool_state`).
+    crate::tool_state::ASKER_MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

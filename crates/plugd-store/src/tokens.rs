@@ -17,7 +17,9 @@ use crate::outbox::now_ms;
 use crate::store::Store;
 
 pub use plugd_control::store::tokens::{
-    AuditEntry, NewToken, Role, Tenancy, TokenInfo, TokenRejection,
+    AuditEntry, AuditFilter, AuditPage, BadTokenField, NewToken, Role, StatusMatch, Tenancy,
+    TokenInfo, TokenRejection, check_scope, check_token_name, expires_at_ms, parse_lifetime,
+    parse_role,
 };
 
 /// Schema step: API tokens and the audit trail.
@@ -493,6 +495,68 @@ impl Store {
             .map_err(|e| self.query_error("list the audit trail".into(), e))?;
         rows.reverse();
         Ok(rows)
+    }
+
+    /// One page of the audit entries `f` matches, newest first.
+    pub fn audit_page(&self, f: &AuditFilter) -> Result<AuditPage, StoreError> {
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        let mut sql =
+            String::from("SELECT seq, at, identity, role, method, path, status FROM audit WHERE 1");
+        let mut push = |sql: &mut String, clause: &str, v: rusqlite::types::Value| {
+            args.push(v);
+            sql.push_str(&clause.replace("?N", &format!("?{}", args.len())));
+        };
+        if let Some(id) = &f.identity {
+            push(&mut sql, " AND identity = ?N", id.clone().into());
+        }
+        if let Some(q) = f.q.as_deref().filter(|q| !q.is_empty()) {
+            // SQLite's `lower` folds ASCII letters only: so does the needle.
+            push(
+                &mut sql,
+                " AND (instr(lower(identity), ?N) OR instr(lower(method), ?N)
+                       OR instr(lower(path), ?N))",
+                q.to_ascii_lowercase().into(),
+            );
+        }
+        if let Some(status) = f.status {
+            let (lo, hi) = status.range();
+            push(&mut sql, " AND status >= ?N", i64::from(lo).into());
+            push(&mut sql, " AND status <= ?N", i64::from(hi).into());
+        }
+        if let Some(ms) = f.since_ms {
+            push(&mut sql, " AND at >= ?N", AuditFilter::at_bound(ms).into());
+        }
+        if let Some(ms) = f.until_ms {
+            push(&mut sql, " AND at < ?N", AuditFilter::at_bound(ms).into());
+        }
+        if let Some(seq) = f.before_seq {
+            push(&mut sql, " AND seq < ?N", seq.into());
+        }
+        let page = f.page_size();
+        push(
+            &mut sql,
+            " ORDER BY seq DESC LIMIT ?N",
+            (page as i64 + 1).into(),
+        );
+        let conn = self.lock();
+        let rows = conn
+            .prepare_cached(&sql)
+            .and_then(|mut st| {
+                st.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    Ok(AuditEntry {
+                        seq: r.get(0)?,
+                        at: r.get(1)?,
+                        identity: r.get(2)?,
+                        role: r.get(3)?,
+                        method: r.get(4)?,
+                        path: r.get(5)?,
+                        status: r.get(6)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| self.query_error("list the audit trail".into(), e))?;
+        Ok(AuditPage::from_rows(rows, page))
     }
 }
 

@@ -47,7 +47,16 @@ pub(crate) const MIGRATION: &str = "
     CREATE INDEX call_approvals_by_state ON call_approvals (state, requested_at);
 ";
 
-const COLUMNS: &str = "id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state, decided_by, decided_at, reason";
+/// Schema step: who asks for a call approval (the caller as invocation
+/// records name it, the surface, the session and the agent).
+pub(crate) const ASKER_MIGRATION: &str = "
+    ALTER TABLE call_approvals ADD COLUMN caller TEXT;
+    ALTER TABLE call_approvals ADD COLUMN surface TEXT;
+    ALTER TABLE call_approvals ADD COLUMN session_id TEXT;
+    ALTER TABLE call_approvals ADD COLUMN agent_id TEXT;
+";
+
+const COLUMNS: &str = "id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state, decided_by, decided_at, reason, caller, surface, session_id, agent_id";
 
 struct Raw {
     id: String,
@@ -61,6 +70,10 @@ struct Raw {
     decided_by: Option<String>,
     decided_at: Option<String>,
     reason: Option<String>,
+    caller: Option<String>,
+    surface: Option<String>,
+    session_id: Option<String>,
+    agent_id: Option<String>,
 }
 
 fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
@@ -76,6 +89,10 @@ fn raw(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
         decided_by: r.get(8)?,
         decided_at: r.get(9)?,
         reason: r.get(10)?,
+        caller: r.get(11)?,
+        surface: r.get(12)?,
+        session_id: r.get(13)?,
+        agent_id: r.get(14)?,
     })
 }
 
@@ -150,8 +167,10 @@ impl Store {
             let conn = self.lock();
             conn.query_row(
                 "INSERT INTO call_approvals
-                    (id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state)
-                 VALUES ('apr_' || lower(hex(randomblob(8))), ?1, ?2, ?3, ?4, ?5, ?6, 'pending')
+                    (id, tool, plugin_id, risk, args_preview, requested_at, expires_at_ms, state,
+                     caller, surface, session_id, agent_id)
+                 VALUES ('apr_' || lower(hex(randomblob(8))), ?1, ?2, ?3, ?4, ?5, ?6, 'pending',
+                         ?7, ?8, ?9, ?10)
                  RETURNING id",
                 params![
                     a.tool,
@@ -159,7 +178,11 @@ impl Store {
                     a.risk,
                     a.args_preview,
                     crate::now_rfc3339(),
-                    a.expires_at_ms
+                    a.expires_at_ms,
+                    a.caller,
+                    a.surface,
+                    a.session_id,
+                    a.agent_id
                 ],
                 |r| r.get(0),
             )
@@ -265,6 +288,10 @@ impl Store {
             decided_by: r.decided_by,
             decided_at: r.decided_at,
             reason: r.reason,
+            caller: r.caller,
+            surface: r.surface,
+            session_id: r.session_id,
+            agent_id: r.agent_id,
         })
     }
 }

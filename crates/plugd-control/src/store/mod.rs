@@ -51,7 +51,8 @@ pub use nodes::{NodeRecord, NodeStore};
 pub use outbox::OutboxStore;
 pub use secrets::{ConfigStore, ConfigWrite, Reseal, Rotation, Sealed, StoredValue};
 pub use tokens::{
-    AuditEntry, AuditStore, NewToken, Role, Tenancy, TokenInfo, TokenRejection, TokenStore,
+    AuditEntry, AuditFilter, AuditPage, AuditStore, NewToken, Role, StatusMatch, Tenancy,
+    TokenInfo, TokenRejection, TokenStore,
 };
 pub use tool_state::ToolStateStore;
 pub use transcripts::{SessionRow, TranscriptStore};

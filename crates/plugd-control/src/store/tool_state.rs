@@ -57,7 +57,7 @@ impl ApprovalState {
 }
 
 /// What a new call approval records.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NewCallApproval {
     /// The tool's registry name.
     pub tool: String,
@@ -69,6 +69,16 @@ pub struct NewCallApproval {
     pub args_preview: String,
     /// When it stops waiting (ms since the epoch).
     pub expires_at_ms: i64,
+    /// Who asks, as invocation records name it (`token:NAME`, `cli:USER`,
+    /// `agent:ID`).
+    pub caller: Option<String>,
+    /// The door the call came in by (`http`, `mcp`, `cli`, `agent`,
+    /// `binding`, …).
+    pub surface: Option<String>,
+    /// The session the call is made in.
+    pub session_id: Option<String>,
+    /// The agent the call is made for.
+    pub agent_id: Option<String>,
 }
 
 /// A stored call approval.
@@ -96,6 +106,20 @@ pub struct CallApproval {
     pub decided_at: Option<String>,
     /// Why, when denied.
     pub reason: Option<String>,
+    /// Who asks (`token:NAME`, `cli:USER`, `agent:ID`); `None` when the
+    /// call did not say (and in approvals of older plugds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// The door the call came in by (`http`, `mcp`, `cli`, `agent`,
+    /// `binding`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub surface: Option<String>,
+    /// The session the call is made in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The agent the call is made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
 }
 
 /// The result of [`ToolStateStore::call_approval_decide`].

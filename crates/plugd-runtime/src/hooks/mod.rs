@@ -361,6 +361,9 @@ pub struct Outcome {
     pub message: Option<String>,
     /// Every notice, in order.
     pub notices: Vec<Notice>,
+    /// The handler that blocked, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 /// Whether the chain let the payload through.
@@ -504,6 +507,7 @@ impl Pipeline {
                                 payload,
                                 message: Some(message),
                                 notices,
+                                handler: Some(spec.name.clone()),
                             };
                         }
                         OnError::Continue => {
@@ -539,6 +543,7 @@ impl Pipeline {
                         payload,
                         message: Some(message),
                         notices,
+                        handler: Some(spec.name.clone()),
                     };
                 }
                 let mut n = Notice::new(NoticeKind::Warn, Some("NON_BLOCKING_CANCEL"), message);
@@ -551,6 +556,7 @@ impl Pipeline {
             payload,
             message: None,
             notices,
+            handler: None,
         }
     }
 

@@ -133,6 +133,9 @@ fn fill(dir: &Path, master: &MasterKey) -> String {
                 risk: "high".into(),
                 args_preview: "{}".into(),
                 expires_at_ms: i64::MAX / 2,
+                caller: Some("cli:ana".into()),
+                surface: Some("cli".into()),
+                ..Default::default()
             })
             .await
             .unwrap();

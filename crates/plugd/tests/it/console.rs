@@ -18,13 +18,13 @@ use crate::http::{Serve, make_token, request_as};
 use crate::support::{Ws, eventually_blocking, repo, stderr};
 
 /// The Salmex fixture's id (its tools are `console-settings/NAME`).
-const FIXTURE: &str = "console-settings";
+pub(crate) const FIXTURE: &str = "console-settings";
 /// A secret typed into the settings form: it must reach the plugin and
 /// never come back to the browser.
 const SECRET: &str = "s3cr3t-Console-Value-71f0";
 
 /// A workspace with the Salmex fixture (unapproved unless `approve`).
-fn workspace(approve: bool) -> Ws {
+pub(crate) fn workspace(approve: bool) -> Ws {
     let ws = Ws::new();
     let to = ws.plugin_dir(FIXTURE);
     std::fs::create_dir_all(&to).unwrap();
@@ -43,7 +43,7 @@ fn workspace(approve: bool) -> Ws {
 }
 
 /// `POST /v1/tools/{name}:invoke` with `token`: status and body.
-fn invoke(serve: &Serve, token: &str, name: &str, args: Value) -> (u16, Value) {
+pub(crate) fn invoke(serve: &Serve, token: &str, name: &str, args: Value) -> (u16, Value) {
     let body = json!({"args": args}).to_string();
     let r = request_as(
         serve,
@@ -79,26 +79,26 @@ fn api_state(serve: &Serve, id: &str) -> Value {
 }
 
 /// A browser on `serve`'s console.
-struct Console<'a> {
-    serve: &'a Serve,
-    b: Browser,
+pub(crate) struct Console<'a> {
+    pub(crate) serve: &'a Serve,
+    pub(crate) b: Browser,
 }
 
 impl<'a> Console<'a> {
-    async fn open(serve: &'a Serve) -> Console<'a> {
+    pub(crate) async fn open(serve: &'a Serve) -> Console<'a> {
         Console {
             serve,
             b: Browser::start().await,
         }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.serve.addr)
     }
 
     /// Logs in on `/console/login` with `token` by typing it and pressing
     /// "Log in"; waits for `#whoami` to name `role`.
-    async fn login(&self, token: &str, role: &str) {
+    pub(crate) async fn login(&self, token: &str, role: &str) {
         self.b.goto(&self.url("/console/login")).await;
         self.type_token(token).await;
         self.b
@@ -106,7 +106,7 @@ impl<'a> Console<'a> {
             .await;
     }
 
-    async fn type_token(&self, token: &str) {
+    pub(crate) async fn type_token(&self, token: &str) {
         let input = self.b.find("form#login input#token").await;
         assert_eq!(
             input.attr("type").await.unwrap().as_deref(),
@@ -120,7 +120,7 @@ impl<'a> Console<'a> {
     }
 
     /// Goes to a hash route of the app (without reloading once loaded).
-    async fn route(&self, hash: &str) {
+    pub(crate) async fn route(&self, hash: &str) {
         let here = self.b.c.current_url().await.unwrap();
         if here.path() == "/console/" {
             self.b
@@ -133,22 +133,22 @@ impl<'a> Console<'a> {
 
     /// Marks the document; [`Console::not_reloaded`] checks the mark is
     /// still there (the page updated itself, nobody reloaded it).
-    async fn mark(&self) {
+    pub(crate) async fn mark(&self) {
         self.b.js("window.__plugdMark = 42;", vec![]).await;
     }
 
-    async fn not_reloaded(&self) {
+    pub(crate) async fn not_reloaded(&self) {
         let v = self.b.js("return window.__plugdMark || 0;", vec![]).await;
         assert_eq!(v, 42, "the page was reloaded");
     }
 
     /// Every request so far stayed on serve's loopback address.
-    async fn only_loopback(&self) {
+    pub(crate) async fn only_loopback(&self) {
         self.b.assert_only_loopback(self.serve.addr).await;
     }
 
     /// Whether the element matching `css` has the `hidden` attribute.
-    async fn hidden(&self, css: &str) -> bool {
+    pub(crate) async fn hidden(&self, css: &str) -> bool {
         self.b
             .js(
                 "const e = document.querySelector(arguments[0]); return e ? e.hidden : null;",
@@ -159,14 +159,53 @@ impl<'a> Console<'a> {
             .unwrap_or_else(|| panic!("no element {css}"))
     }
 
-    /// Screenshots of the current screen at 1280x800 and 390x844 as
-    /// `docs/console/NAME-1280.png` and `NAME-390.png`; back to 1280 after.
-    async fn screenshots(&self, name: &str) {
+    /// Screenshots of the current screen at 1280x800 and 390x844, light and
+    /// dark (the system's preference, emulated), as
+    /// `docs/console/NAME-1280.png`, `NAME-390.png`, `NAME-dark-1280.png`
+    /// and `NAME-dark-390.png`; back to 1280 and light after.
+    pub(crate) async fn screenshots(&self, name: &str) {
         self.screenshots_at(name, None).await
     }
 
+    /// Makes the page see `scheme` (`light` or `dark`) as the system's.
+    pub(crate) async fn color_scheme(&self, scheme: &str) {
+        self.b
+            .cdp(
+                "Emulation.setEmulatedMedia",
+                json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]}),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("prefers-color-scheme {scheme}: {e}"));
+    }
+
     /// [`Console::screenshots`] scrolled to the element `at` (else the top).
-    async fn screenshots_at(&self, name: &str, at: Option<&str>) {
+    pub(crate) async fn screenshots_at(&self, name: &str, at: Option<&str>) {
+        for scheme in ["dark", "light"] {
+            self.color_scheme(scheme).await;
+            let bg = self
+                .b
+                .js(
+                    "return getComputedStyle(document.documentElement).backgroundColor;",
+                    vec![],
+                )
+                .await;
+            // The page follows the system: dark means a dark background.
+            let dark_bg = bg.as_str() == Some("rgb(18, 22, 27)");
+            assert_eq!(
+                dark_bg,
+                scheme == "dark",
+                "{name} in {scheme}: background {bg}"
+            );
+            let name = if scheme == "dark" {
+                format!("{name}-dark")
+            } else {
+                name.to_owned()
+            };
+            self.shots(&name, at).await;
+        }
+    }
+
+    async fn shots(&self, name: &str, at: Option<&str>) {
         for (w, h) in [(390u32, 844u32), (1280, 800)] {
             self.b.viewport(w, h, w < 500).await;
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -177,7 +216,27 @@ impl<'a> Console<'a> {
                     vec![json!(at)],
                 )
                 .await;
+            // The README's pictures name no test's temporary directory: the
+            // workspace reads as ~/workspace while the picture is taken.
+            self.b
+                .js(
+                    "const re = /\\/tmp\\/\\.tmp[A-Za-z0-9_]+/g; const kept = [];\
+                     const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);\
+                     for (let n = walk.nextNode(); n; n = walk.nextNode()) {\
+                       if (re.test(n.data)) { kept.push([n, n.data]); n.data = n.data.replace(re, '~/workspace'); }\
+                       re.lastIndex = 0;\
+                     }\
+                     window.__plugdMasked = kept; return kept.length;",
+                    vec![],
+                )
+                .await;
             let png = self.b.screenshot(&format!("{name}-{w}")).await;
+            self.b
+                .js(
+                    "for (const [n, d] of window.__plugdMasked || []) n.data = d; window.__plugdMasked = [];",
+                    vec![],
+                )
+                .await;
             if w == 390 {
                 let sw = self
                     .b
@@ -192,7 +251,7 @@ impl<'a> Console<'a> {
         }
     }
 
-    async fn close(self) {
+    pub(crate) async fn close(self) {
         self.only_loopback().await;
         self.b.close().await;
     }
@@ -376,7 +435,7 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
     )
     .await;
     let mut seen = Vec::new();
-    for _ in 0..14 {
+    for _ in 0..20 {
         tab(b).await;
         let f = focused(b).await;
         if f["nav"] == true && f["tag"] == "a" {
@@ -388,20 +447,25 @@ async fn console_login_refuses_a_wrong_token_and_works_from_the_keyboard() {
                 .unwrap_or_default()
                 .to_owned();
             seen.push(word);
-            if seen.len() == 6 {
+            if seen.len() == 10 {
                 break;
             }
         }
     }
+    // Tokens and Audit are an administrator's (this login is one).
     assert_eq!(
         seen,
         [
+            "Overview",
             "Plugins",
             "Tools",
             "Approvals",
             "Activity",
             "Packages",
-            "Configuration"
+            "Sessions",
+            "Configuration",
+            "Tokens",
+            "Audit"
         ],
         "nav links by Tab"
     );
@@ -811,8 +875,31 @@ async fn console_disables_a_tool_for_the_agent_and_tries_another() {
     times.clear().await.unwrap();
     times.send_keys("3").await.unwrap();
     b.click_button("form#try", "Call").await;
-    let out = b.wait_text("pre#try-result", |t| t.contains("HEY")).await;
-    assert!(out.contains("HEY HEY HEY"), "{out}");
+    // The result as text (not JSON), and a link to its record.
+    let out = b
+        .wait_text("#try-result pre.result-text", |t| t.contains("HEY"))
+        .await;
+    assert_eq!(out.trim(), "HEY HEY HEY", "{out}");
+    let href = b
+        .wait_for("a link to the call's record", || async {
+            b.js(
+                "const a = document.querySelector('a#try-record'); return a && a.getAttribute('href');",
+                vec![],
+            )
+            .await
+            .as_str()
+            .map(str::to_owned)
+        })
+        .await;
+    let id = href.strip_prefix("#/activity/").expect(&href).to_owned();
+    // Records are written a moment after the call.
+    let path = format!("/v1/invocations/{id}");
+    assert!(
+        eventually_blocking(Duration::from_secs(10), || serve.get(&path).status == 200),
+        "no record {id}"
+    );
+    let record = serve.get(&path);
+    assert_eq!(record.json()["tool"], shout, "{}", record.text());
     assert_eq!(b.text_of("#try-error").await.unwrap_or_default(), "");
     con.screenshots("tool").await;
     assert_eq!(b.text_of("#a-word-err").await.unwrap_or_default(), "");
@@ -830,7 +917,7 @@ async fn console_disables_a_tool_for_the_agent_and_tries_another() {
         "{err}"
     );
     assert!(
-        !b.text_of("pre#try-result")
+        !b.text_of("#try-result")
             .await
             .unwrap_or_default()
             .contains("HEY")
@@ -960,6 +1047,15 @@ async fn console_approves_one_pending_critical_call_and_denies_another() {
         "{look}"
     );
     assert_ne!(look["risk"], look["tool"], "{look}");
+    // Who asks: the agent's token, over HTTP.
+    let who = b
+        .text_of("table#approvals tr[data-approval] td.who-asks")
+        .await
+        .unwrap_or_default();
+    assert!(
+        who.contains("token:test-agent-") && who.contains("via http"),
+        "{who}"
+    );
     con.screenshots("approvals").await;
     b.click_button(
         &format!("tr[data-approval=\"{}\"]", ids["alpha"]),
@@ -1217,6 +1313,29 @@ async fn console_viewer_sees_no_buttons_it_cannot_use() {
         .await;
     b.find("pre#command-line").await;
     check("an unapproved plugin").await;
+    // No administrator's screens in its menu, no rows to tick for bulk
+    // actions.
+    let nav = b
+        .js(
+            "return [...document.querySelectorAll('nav a')].filter(a => a.getClientRects().length).map(a => a.dataset.nav);",
+            vec![],
+        )
+        .await;
+    assert!(nav.as_array().is_some_and(|n| n.len() == 8), "{nav}");
+    assert!(
+        !nav.to_string().contains("tokens") && !nav.to_string().contains("audit"),
+        "{nav}"
+    );
+    con.route("#/plugins").await;
+    b.find(&format!("table#plugins tr[data-plugin=\"{FIXTURE}\"]"))
+        .await;
+    let picks = b
+        .js(
+            "return document.querySelectorAll('table#plugins input[type=checkbox]').length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(picks, 0);
     con.route(&format!("#/plugins/{FIXTURE}")).await;
     b.wait_text("#plugin-state", |t| t.trim() == "running")
         .await;
@@ -1324,6 +1443,11 @@ async fn console_shows_activity_records_and_a_live_log() {
     // Opened: its tool, status and trace id, as the API has them.
     con.route(&format!("#/activity/{failed_id}")).await;
     let trace = b.wait_text("#trace-id", |t| !t.is_empty()).await;
+    // Its error with the message, and no bodies (records.keep_bodies is off).
+    let message = b.wait_text("#error-message", |t| !t.is_empty()).await;
+    assert!(message.contains("word"), "{message}");
+    let args = b.text_of("#record-args").await.unwrap_or_default();
+    assert!(args.contains("records.keep_bodies"), "{args}");
     assert_eq!(
         b.stray_text().await,
         Vec::<String>::new(),

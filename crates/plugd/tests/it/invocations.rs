@@ -61,6 +61,25 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
     assert!(good.get("args").is_none() && good.get("payload").is_none());
     assert_eq!(failed["status"], "failed");
     assert_eq!(failed["error_code"], "invalid_arguments");
+    // A call that did not succeed keeps its error; bodies are off by default.
+    let shown: Value = serde_json::from_str(&ok(&ws.plugd(&[
+        "invocations",
+        "show",
+        failed["invocation_id"].as_str().unwrap(),
+        "--json",
+    ])))
+    .unwrap();
+    let error = &shown["payload"]["error"];
+    assert_eq!(error["code"], "invalid_arguments", "{shown}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("hello_bash_greet") && m.contains("name")),
+        "{shown}"
+    );
+    for body in ["args", "result"] {
+        assert!(shown["payload"].get(body).is_none(), "{body}: {shown}");
+    }
     let text = ok(&ws.plugd(&[
         "invocations",
         "show",
@@ -91,6 +110,7 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
     let serve = Serve::start(&ws, "127.0.0.1:0");
     let agent = make_token(&ws, "agent");
     let viewer = make_token(&ws, "viewer");
+    let mut named = Vec::new();
     for name in ["Bo", "Cy", "Di"] {
         let body = json!({"args": {"name": name}}).to_string();
         let r = request_as(
@@ -102,6 +122,10 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
             Some(body.as_bytes()),
         );
         assert_eq!(r.status, 200, "{}", r.text());
+        // The answer names its record.
+        let id = r.header("plugd-invocation-id").unwrap_or_default();
+        assert!(id.starts_with("inv_") && id.len() == 36, "{:?}", r.headers);
+        named.push(id.to_owned());
     }
     // Records are written off the call's path: wait for them.
     let all = (0..100)
@@ -123,6 +147,13 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
             .all(|r| r["caller"].as_str().unwrap().starts_with("token:"))
     );
     assert_eq!(rows[4]["invocation_id"], good["invocation_id"]);
+    // Each HTTP answer's Plugd-Invocation-Id is its record's id.
+    named.reverse();
+    let http_ids: Vec<&str> = rows[..3]
+        .iter()
+        .map(|r| r["invocation_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(http_ids, named);
 
     // Pages of 2 cover the five once each, in the same order.
     let mut seen = Vec::new();
@@ -181,6 +212,45 @@ fn cli_and_http_calls_are_recorded_and_read_by_cli_and_http() {
     );
     assert!(metrics.contains("plugd_invocation_duration_ms_count{plugin=\"hello_bash\""));
     assert!(metrics.contains("plugd_invocation_records_unwritten_total 0"));
+
+    // An error answer and a streamed one name their records too.
+    let refused = serve.post(
+        "/v1/tools/hello_bash_greet:invoke",
+        &json!({"args": {"name": 5}}),
+    );
+    refused.error(422, "invalid_arguments");
+    let streamed = request_as(
+        &serve,
+        &serve.token,
+        "POST",
+        "/v1/tools/hello_bash_greet:invoke",
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ],
+        Some(json!({"args": {"name": "Ev"}}).to_string().as_bytes()),
+    );
+    assert_eq!(streamed.status, 200, "{}", streamed.text());
+    assert!(
+        streamed.text().contains("event: result"),
+        "{}",
+        streamed.text()
+    );
+    for (answer, status) in [(&refused, "failed"), (&streamed, "succeeded")] {
+        let id = answer.header("plugd-invocation-id").unwrap();
+        let one = (0..100)
+            .find_map(|_| {
+                let r = get_as(&serve, &viewer, &format!("/v1/invocations/{id}"));
+                if r.status == 200 {
+                    return Some(r.json());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                None
+            })
+            .unwrap_or_else(|| panic!("no record {id}"));
+        assert_eq!(one["status"], status, "{one}");
+        assert_eq!(one["surface"], "http", "{one}");
+    }
 }
 
 /// Every record of `rt`, newest first, once the writer has written them.

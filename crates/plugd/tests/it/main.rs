@@ -17,6 +17,7 @@ mod cluster;
 mod consent;
 mod console;
 mod console_api;
+mod console_fleet;
 mod console_login;
 mod ctl;
 mod deno;

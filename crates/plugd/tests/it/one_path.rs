@@ -386,6 +386,31 @@ fn every_surface_passes_the_hooks_and_a_refused_call_never_reaches_the_plugin() 
     assert_eq!(refused.len(), 9, "{rows:#?}");
     assert!(refused.iter().all(|r| r["error_code"] == "blocked_by_hook"));
     assert!(refused.iter().any(|r| r["surface"] == "cli"));
+    // Every refused record names the hook that blocked and why, and keeps
+    // the error; every rewritten echo names the change (whatever the door).
+    for r in &refused {
+        let why = refusal(r["surface"].as_str().unwrap_or_default());
+        let d = &r["payload"]["decisions"];
+        assert_eq!(
+            d,
+            &json!([{"kind": "hook", "point": "before_tool_call", "decision": "blocked",
+                     "hook": "guard", "reason": why}]),
+            "{r}"
+        );
+        let error = &r["payload"]["error"];
+        assert_eq!(error["code"], "blocked_by_hook", "{r}");
+        assert!(error["message"].as_str().unwrap().contains(&why), "{r}");
+    }
+    let echoes: Vec<&Value> = rows.iter().filter(|r| r["tool"] == "tk_echo").collect();
+    assert!(!echoes.is_empty());
+    for r in echoes {
+        assert_eq!(
+            r["payload"],
+            json!({"decisions": [{"kind": "hook", "point": "after_tool_result",
+                                  "decision": "modified_result"}]}),
+            "{r}"
+        );
+    }
     // The hook saw every surface in its context, with the call's trace.
     let seen = guard_log(&log);
     for surface in ["http", "mcp", "agent", "cli"] {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use plugd_runtime::risk::{ApprovalRequest, Approver, Decision, DecisionFuture};
 use serde_json::{Value, json};
 
-use crate::http::Serve;
-use crate::support::{Ws, path_with_venv, quick, stderr, stdout};
+use crate::http::{Serve, request_as};
+use crate::support::{Ws, eventually_blocking, path_with_venv, plugd_cmd, quick, stderr, stdout};
 
 /// The plugin: `risky/<tool>` appends the tool name to `../../../ran-<tool>`
 /// (from its pin `.plugd/pins/<digest>/`: the workspace, outside the plugin
@@ -507,14 +507,41 @@ fn pending_one(serve: &Serve) -> Value {
     }
 }
 
+/// A token named `demo` of role `agent` in `ws`; its secret.
+fn demo_token(ws: &Ws) -> String {
+    let out = plugd_cmd(ws.dir())
+        .args([
+            "token", "create", "--name", "demo", "--role", "agent", "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "token create: {}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["token"].as_str().unwrap().to_owned()
+}
+
 #[test]
 fn http_calls_wait_for_an_operator() {
     let ws = workspace("");
     let serve = Serve::start(&ws, "127.0.0.1:0");
+    let demo = demo_token(&ws);
+    // A reason longer than any preview, on several lines.
+    let long_reason = (0..60)
+        .map(|i| format!("step {i} of the change freeze"))
+        .collect::<Vec<_>>()
+        .join(";\n");
     std::thread::scope(|scope| {
         // Approved: the waiting call completes.
-        let call =
-            scope.spawn(|| serve.post("/v1/tools/risky/hi:invoke", &json!({"args": {"n": 7}})));
+        let call = scope.spawn(|| {
+            request_as(
+                &serve,
+                &demo,
+                "POST",
+                "/v1/tools/risky/hi:invoke",
+                &[("Content-Type", "application/json")],
+                Some(&br#"{"args": {"n": 7}}"#[..]),
+            )
+        });
         let a = pending_one(&serve);
         assert_eq!(
             (&a["tool"], &a["plugin"], &a["risk"], &a["state"]),
@@ -524,6 +551,16 @@ fn http_calls_wait_for_an_operator() {
                 &json!("high"),
                 &json!("pending")
             ),
+            "{a}"
+        );
+        // Who asks: the token's identity and the door.
+        assert_eq!(
+            (&a["caller"], &a["surface"]),
+            (&json!("token:demo"), &json!("http")),
+            "{a}"
+        );
+        assert!(
+            a.get("session_id").is_none() && a.get("agent_id").is_none(),
             "{a}"
         );
         assert_eq!(a["args_preview"], r#"{"n":7}"#);
@@ -590,6 +627,11 @@ fn http_calls_wait_for_an_operator() {
             listed.contains(&id) && listed.contains("risky/crit"),
             "{listed}"
         );
+        assert!(
+            listed.contains("ASKED BY") && listed.contains("token:test-admin-"),
+            "{listed}"
+        );
+        assert!(listed.contains(" via http"), "{listed}");
         let out = ws.plugd(&["approvals", "deny", &id, "--reason", "not today"]);
         assert!(out.status.success(), "{}", stderr(&out));
         assert!(
@@ -606,7 +648,65 @@ fn http_calls_wait_for_an_operator() {
         assert_eq!(v["error"]["details"]["risk"], "critical", "{v}");
         assert_eq!(runs(&ws, "crit"), 0);
         assert_eq!(serve.get("/v1/approvals").json(), json!([]));
+
+        // Denied over HTTP: the waiting caller gets the operator's whole reason.
+        let call = scope.spawn(|| serve.post("/v1/tools/risky/crit:invoke", &json!({"args": {}})));
+        let id = pending_one(&serve)["id"].as_str().unwrap().to_owned();
+        let r = serve.post(
+            &format!("/v1/approvals/{id}:deny"),
+            &json!({"reason": long_reason}),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.json());
+        assert_eq!(r.json()["reason"], json!(long_reason));
+        let v = call.join().unwrap().error(403, "call_denied");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.ends_with(&format!(": {long_reason}")), "{msg}");
+        assert_eq!(runs(&ws, "crit"), 0);
     });
+    // The records name the approvals' decisions.
+    let mut rows = Vec::new();
+    let written = eventually_blocking(Duration::from_secs(10), || {
+        rows = serve.get("/v1/invocations?limit=100").json()["invocations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        rows.iter()
+            .filter(|r| r["tool"] == "risky/hi" || r["tool"] == "risky/crit")
+            .count()
+            == 3
+    });
+    assert!(written, "{rows:#?}");
+    let hi = rows.iter().find(|r| r["tool"] == "risky/hi").unwrap();
+    assert_eq!(hi["caller"], "token:demo", "{hi}");
+    let d = &hi["payload"]["decisions"][0];
+    assert_eq!(
+        (&d["kind"], &d["risk"], &d["decision"]),
+        (&json!("approval"), &json!("high"), &json!("approved")),
+        "{hi}"
+    );
+    assert!(
+        d["decided_by"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("token:test-admin-")),
+        "{hi}"
+    );
+    assert!(d["waited_ms"].as_u64().is_some(), "{hi}");
+    let mut reasons: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["tool"] == "risky/crit")
+        .map(|r| {
+            let d = &r["payload"]["decisions"][0];
+            assert_eq!(
+                (&d["kind"], &d["decision"]),
+                (&json!("approval"), &json!("denied")),
+                "{r}"
+            );
+            assert_eq!(r["payload"]["error"]["code"], "refused", "{r}");
+            d["reason"].as_str().unwrap_or_default()
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(reasons, ["not today", long_reason.as_str()]);
     // A disabled tool is gone from GET /v1/tools and refused by :invoke
     // (serve's runtime reads the control epoch at its next call, and every
     // CONSENT_POLL for listings).

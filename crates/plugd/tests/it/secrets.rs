@@ -358,6 +358,94 @@ fn salmex_plugin_gets_its_decrypted_config_and_no_file_holds_the_secret() {
     );
 }
 
+/// With plugd.yaml's `records.keep_bodies` on, a record keeps the
+/// call's arguments and result, but never a secret: the plugin's secret
+/// setting (echoed in an argument and in the result) and a `password`
+/// argument read `***`, in the record and in the state store.
+#[test]
+fn kept_bodies_of_invocation_records_mask_secrets() {
+    let ws = Ws::new();
+    let keys = Keys::new();
+    salmex_plugin(&ws, "sec");
+    let secret = fresh_secret();
+    ok(&run(
+        &ws,
+        &keys,
+        &["plugin", "config", "sec", "set", "api_key", "-"],
+        None,
+        Some(&format!("{secret}\n")),
+    ));
+    ok(&run(&ws, &keys, &["plugin", "approve", "sec"], None, None));
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "records:\n  keep_bodies: true\n",
+    )
+    .unwrap();
+    let args = json!({"password": "hunter2-pw", "note": format!("my key is {secret}")});
+    let out = ok(&run(
+        &ws,
+        &keys,
+        &[
+            "tool",
+            "call",
+            "sec/show_config",
+            "--args",
+            &args.to_string(),
+            "--json",
+        ],
+        None,
+        None,
+    ));
+    assert!(
+        out.contains(&secret),
+        "the caller gets the result as is: {out}"
+    );
+    let listed: Value = serde_json::from_str(&ok(&run(
+        &ws,
+        &keys,
+        &["invocations", "list", "--json"],
+        None,
+        None,
+    )))
+    .unwrap();
+    let id = listed["invocations"][0]["invocation_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let record: Value = serde_json::from_str(&ok(&run(
+        &ws,
+        &keys,
+        &["invocations", "show", &id, "--json"],
+        None,
+        None,
+    )))
+    .unwrap();
+    let payload = &record["payload"];
+    assert_eq!(
+        payload["args"],
+        json!({"password": "***", "note": "my key is ***"}),
+        "{record}"
+    );
+    let text = payload["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains(r#""api_key": "***""#), "{record}");
+    assert!(
+        payload.get("error").is_none() && payload.get("decisions").is_none(),
+        "{record}"
+    );
+    let all = record.to_string();
+    assert!(
+        !all.contains(&secret) && !all.contains("hunter2-pw"),
+        "{all}"
+    );
+    let stored = String::from_utf8_lossy(&ws.state_bytes()).into_owned();
+    assert!(
+        !stored.contains(&secret) && !stored.contains("hunter2-pw"),
+        "the state store holds a secret of the record"
+    );
+}
+
 #[test]
 fn a_missing_required_setting_refuses_the_start_with_the_command_that_sets_it() {
     let ws = Ws::new();

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use std::collections::BTreeSet;
 
-use plugd_control::invocations::{Cursor, InvocationFilter, InvocationRecord, TerminalStatus};
+use plugd_control::invocations::{
+    Cursor, InvocationFilter, InvocationRecord, Order, TerminalStatus,
+};
 use plugd_control::store::StateStore;
 
 use super::backends;
@@ -191,5 +193,171 @@ async fn a_batch_written_by_two_nodes_at_once_is_stored_once() {
         x.unwrap();
         y.unwrap();
         assert_eq!(list(a, InvocationFilter::default()).await.len(), 100);
+    }
+}
+
+/// 2,000 records over 200 start times: one whose caller and error code
+/// are unusual (`inv_1234`), every 7th failed.
+async fn crowd(store: &Arc<dyn StateStore>) {
+    let batch: Vec<_> = (0..2_000usize)
+        .map(|n| {
+            let status = if n.is_multiple_of(7) {
+                TerminalStatus::Failed
+            } else {
+                TerminalStatus::Succeeded
+            };
+            let mut r = rec(n, 10_000 + (n as i64 % 200), ["p", "q"][n % 2], status);
+            r.duration_ms = n as u64 % 100;
+            if n == 1234 {
+                r.caller = Some("token:Needle".into());
+                r.error_code = Some("Quota_Burst".into());
+            }
+            r
+        })
+        .collect();
+    for chunk in batch.chunks(500) {
+        store.append_invocations(chunk).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_caller_and_both_orders_find_and_page_alike() {
+    for be in backends().await {
+        let store = &be.a;
+        let name = be.name;
+        crowd(store).await;
+        let ids = |rs: Vec<InvocationRecord>| -> Vec<String> {
+            rs.into_iter().map(|r| r.invocation_id).collect()
+        };
+        for f in [
+            InvocationFilter {
+                q: Some("NEEDLE".into()),
+                ..Default::default()
+            },
+            InvocationFilter {
+                q: Some("burst".into()),
+                ..Default::default()
+            },
+            InvocationFilter {
+                q: Some("inv_1234".into()),
+                ..Default::default()
+            },
+            InvocationFilter {
+                caller: Some("token:Needle".into()),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                ids(list(store, f.clone()).await),
+                ["inv_1234"],
+                "{name}: {f:?}"
+            );
+        }
+        let none = list(
+            store,
+            InvocationFilter {
+                caller: Some("token:needle".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+        assert!(none.is_empty(), "{name}: caller is exact");
+        // q over the plugin and the error code, with other filters.
+        let failed_q = list(
+            store,
+            InvocationFilter {
+                q: Some("TOOL_FAILED".into()),
+                plugin_id: Some("q".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+        // Odd multiples of 7 under 2,000: 143.
+        assert_eq!(failed_q.len(), 143, "{name}");
+        // Every record once in each order, keys strictly monotone.
+        for order in [Order::NewestFirst, Order::OldestFirst] {
+            let mut f = InvocationFilter {
+                order,
+                limit: 77,
+                ..Default::default()
+            };
+            let mut keys = Vec::new();
+            loop {
+                let page = store.list_invocations(&f).await.unwrap();
+                keys.extend(
+                    page.invocations
+                        .iter()
+                        .map(|r| (r.started_ms, r.invocation_id.clone())),
+                );
+                match page.next_cursor {
+                    Some(c) => f.cursor = Some(Cursor::decode(&c).unwrap()),
+                    None => break,
+                }
+            }
+            assert_eq!(keys.len(), 2_000, "{name} {order:?}");
+            let ascending = keys.windows(2).all(|w| w[0] < w[1]);
+            let descending = keys.windows(2).all(|w| w[0] > w[1]);
+            assert!(
+                if order == Order::OldestFirst {
+                    ascending
+                } else {
+                    descending
+                },
+                "{name} {order:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_are_the_filtered_records_newest_first_and_bounded() {
+    for be in backends().await {
+        let store = &be.a;
+        let name = be.name;
+        crowd(store).await;
+        let all = store
+            .invocation_points(&InvocationFilter::default(), 10_000)
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 2_000, "{name}");
+        assert!(all.windows(2).all(|w| w[0].started_ms >= w[1].started_ms));
+        let durations: u64 = all.iter().map(|p| p.duration_ms).sum();
+        assert_eq!(durations, 20 * (0..100).sum::<u64>(), "{name}");
+        let failed = all
+            .iter()
+            .filter(|p| p.status == TerminalStatus::Failed)
+            .count();
+        assert_eq!(failed, 286, "{name}");
+        assert!(
+            all.iter()
+                .all(|p| p.tool.starts_with(&format!("{}/t", p.plugin_id)))
+        );
+        // The filters of a list apply; the limit bounds it.
+        let window = store
+            .invocation_points(
+                &InvocationFilter {
+                    plugin_id: Some("q".into()),
+                    since_ms: Some(10_100),
+                    until_ms: Some(10_150),
+                    org_id: Some("org_b".into()),
+                    ..Default::default()
+                },
+                10_000,
+            )
+            .await
+            .unwrap();
+        // Odd n with n % 200 in 100..150: 25 of every 200.
+        assert_eq!(window.len(), 250, "{name}");
+        assert!(
+            window
+                .iter()
+                .all(|p| p.plugin_id == "q" && (10_100..10_150).contains(&p.started_ms))
+        );
+        let capped = store
+            .invocation_points(&InvocationFilter::default(), 10)
+            .await
+            .unwrap();
+        assert_eq!(capped.len(), 10, "{name}");
+        assert_eq!(capped[0].started_ms, 10_199);
     }
 }

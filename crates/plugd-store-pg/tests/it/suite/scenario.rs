@@ -42,6 +42,7 @@ async fn scenario(store: Arc<dyn StateStore>) -> Vec<String> {
             risk: "high".into(),
             args_preview: "{}".into(),
             expires_at_ms: far,
+            ..Default::default()
         })
         .await
         .unwrap();

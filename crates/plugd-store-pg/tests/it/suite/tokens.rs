@@ -215,3 +215,121 @@ async fn the_audit_trail_keeps_order_newest_last() {
         assert_eq!(last_two[0].at.len(), 20);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn audit_pages_cover_every_entry_once_newest_first_and_filter_alike() {
+    use plugd_control::store::tokens::audit_cursor;
+    use plugd_control::store::{AuditFilter, StatusMatch};
+    for be in backends().await {
+        let store = &be.a;
+        let name = be.name;
+        for i in 0..120u16 {
+            let who = if i == 77 { "token:Needle" } else { "token:ci" };
+            let method = if i % 4 == 0 { "PATCH" } else { "POST" };
+            let status = [200, 201, 403, 404, 500, 502][usize::from(i % 6)];
+            store
+                .audit_record(who, Role::Agent, method, &format!("/v1/x/{i}"), status)
+                .await
+                .unwrap();
+        }
+        let all = |f: AuditFilter| async move {
+            let mut f = AuditFilter { limit: 9, ..f };
+            let mut out = Vec::new();
+            let mut pages = 0;
+            loop {
+                let page = store.audit_page(&f).await.unwrap();
+                pages += 1;
+                assert!(page.entries.len() <= 9);
+                out.extend(page.entries);
+                match page.next_cursor {
+                    Some(c) => {
+                        f.before_seq =
+                            Some(plugd_control::store::tokens::parse_audit_cursor(&c).unwrap())
+                    }
+                    None => break,
+                }
+            }
+            (out, pages)
+        };
+        let (every, pages) = all(AuditFilter::default()).await;
+        assert_eq!((every.len(), pages), (120, 14), "{name}");
+        assert!(
+            every.windows(2).all(|w| w[0].seq > w[1].seq),
+            "{name}: newest first"
+        );
+        assert_eq!(every[0].path, "/v1/x/119");
+        // One among many, in any case, on both backends alike.
+        for f in [
+            AuditFilter {
+                q: Some("NEEDLE".into()),
+                ..AuditFilter::default()
+            },
+            AuditFilter {
+                identity: Some("token:Needle".into()),
+                ..AuditFilter::default()
+            },
+            AuditFilter {
+                q: Some("/x/77".into()),
+                ..AuditFilter::default()
+            },
+        ] {
+            let (got, _) = all(f.clone()).await;
+            assert_eq!(got.len(), 1, "{name}: {f:?}");
+            assert_eq!(got[0].path, "/v1/x/77");
+        }
+        let (patch, _) = all(AuditFilter {
+            q: Some("patch".into()),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(patch.len(), 30, "{name}");
+        let (fives, _) = all(AuditFilter {
+            status: Some(StatusMatch::Class(5)),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(fives.len(), 40, "{name}");
+        assert!(fives.iter().all(|e| e.status >= 500));
+        let (exact, _) = all(AuditFilter {
+            status: Some(StatusMatch::Exact(403)),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(exact.len(), 20, "{name}");
+        // The time window compares with the second each entry is stamped.
+        let now = now_ms();
+        let (recent, _) = all(AuditFilter {
+            since_ms: Some(now - 600_000),
+            until_ms: Some(now + 600_000),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert_eq!(recent.len(), 120, "{name}");
+        let (future, _) = all(AuditFilter {
+            since_ms: Some(now + 600_000),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert!(future.is_empty(), "{name}");
+        let (past, _) = all(AuditFilter {
+            until_ms: Some(now - 600_000),
+            ..AuditFilter::default()
+        })
+        .await;
+        assert!(past.is_empty(), "{name}");
+        // A page after a cursor starts strictly after it.
+        let after = store
+            .audit_page(&AuditFilter {
+                before_seq: Some(every[10].seq),
+                limit: 1,
+                ..AuditFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(after.entries[0].seq, every[11].seq);
+        assert_eq!(after.next_cursor, Some(audit_cursor(every[11].seq)));
+        // The old listing is unchanged: newest last.
+        let last_two = store.audit_list(2).await.unwrap();
+        assert_eq!(last_two[1].path, "/v1/x/119", "{name}");
+    }
+}

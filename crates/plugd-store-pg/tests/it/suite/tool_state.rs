@@ -40,6 +40,10 @@ async fn request(s: &Arc<dyn StateStore>, in_ms: i64) -> CallApproval {
         risk: "high".into(),
         args_preview: "{}".into(),
         expires_at_ms: now + in_ms,
+        caller: Some("token:demo".into()),
+        surface: Some("http".into()),
+        session_id: Some("s1".into()),
+        agent_id: None,
     })
     .await
     .unwrap()
@@ -52,6 +56,16 @@ async fn a_decision_is_recorded_once() {
         let a = request(s, 60_000).await;
         assert!(a.id.starts_with("apr_") && a.id.len() == 20, "{}", a.id);
         assert_eq!(a.state, ApprovalState::Pending);
+        // Who asks is kept and read back as it was given.
+        assert_eq!(
+            (
+                a.caller.as_deref(),
+                a.surface.as_deref(),
+                a.session_id.as_deref(),
+                a.agent_id.as_deref()
+            ),
+            (Some("token:demo"), Some("http"), Some("s1"), None)
+        );
         assert_eq!(s.call_approvals_pending().await.unwrap(), vec![a.clone()]);
         let Decide::Decided(d) = s
             .call_approval_decide(&a.id, ApprovalState::Approved, "ana", None)
