@@ -1460,6 +1460,7 @@ async function activityView(_arg, view) {
     filters: [
       {name: 'plugin', label: 'Plugin'}, {name: 'tool', label: 'Tool'},
       {name: 'status', label: 'Status', options: INVOCATION_STATUSES},
+      {name: 'org', label: 'Org'},
       {name: 'since', label: 'Since', type: 'datetime-local'}, {name: 'until', label: 'Until', type: 'datetime-local'},
     ],
     columns: [
@@ -1507,7 +1508,8 @@ async function invocationView(id, _view) {
     h('h1', {}, `${r.tool}: ${r.status}`),
     kv([['Invocation', h('code', {}, r.invocation_id)], ['Plugin', h('a', {href: `#/plugins/${r.plugin_id}`}, r.plugin_id)], ['Dialect', r.dialect], ['Status', outcome(r)],
       ['Duration', `${r.duration_ms} ms`], ['Caller', r.caller || ''], r.surface ? ['Surface', r.surface] : null,
-      ['Trace id', h('code', {id: 'trace-id'}, r.trace_id || '(no trace)')],
+      ['Trace id', [h('code', {id: 'trace-id'}, r.trace_id || '(no trace)'),
+        r.trace_id && state.session?.trace_url ? [' ', h('a', {id: 'trace-link', href: state.session.trace_url.replace('{trace_id}', encodeURIComponent(r.trace_id)), target: '_blank', rel: 'noopener noreferrer'}, 'open the trace')] : null]],
       r.binding_id ? ['Binding', r.binding_id] : null, r.org_id ? ['Org', r.org_id] : null,
       r.session_id ? ['Session', h('a', {href: `#/sessions/${encodeURIComponent(r.session_id)}`}, r.session_id)] : null,
       r.run_id ? ['Run', r.run_id] : null, r.retry_count ? ['Retries', String(r.retry_count)] : null]),

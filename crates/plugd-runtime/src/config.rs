@@ -107,6 +107,19 @@ pub struct PlugdConfig {
     /// `cluster:`: this node's NATS and id when neither flags nor the
     /// environment say; read at start, never live.
     pub cluster: ClusterConfig,
+    /// `console:`: where the operator console links out.
+    pub console: ConsoleConfig,
+}
+
+/// `console:` in plugd.yaml.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// A trace viewer's address with `{trace_id}` where a trace id goes
+    /// (`https://jaeger.internal/trace/{trace_id}`): an activity record's
+    /// trace id links there. `http` or `https` only.
+    #[serde(default)]
+    pub trace_url: Option<String>,
 }
 
 /// `cluster:` of plugd.yaml: how `plugd serve` joins its cluster.
@@ -451,6 +464,8 @@ struct RawDoc {
     state: Option<Spanned<String>>,
     #[serde(default)]
     cluster: Option<Spanned<RawCluster>>,
+    #[serde(default)]
+    console: Option<Spanned<ConsoleConfig>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -755,6 +770,20 @@ impl PlugdConfig {
         }
         if let Some(r) = raw.records {
             config.invocations.keep_bodies = r.value.keep_bodies;
+        }
+        if let Some(c) = raw.console {
+            if let Some(url) = &c.value.trace_url {
+                let web = url.starts_with("https://") || url.starts_with("http://");
+                if !web || !url.contains("{trace_id}") {
+                    let line = c.referenced.line();
+                    return Err(cx.invalid(
+                        "console.trace_url",
+                        line,
+                        "must be an http(s) URL with {trace_id} where the trace id goes",
+                    ));
+                }
+            }
+            config.console = c.value;
         }
         if let Some(m) = raw.marketplace {
             config.marketplace = Some(crate::marketplace::parse_config(m, path, workspace)?);
@@ -1157,6 +1186,25 @@ mod tests {
         let config = parse(text).unwrap_or_else(|e| panic!("{e}"));
         schema_accepts(text);
         config
+    }
+
+    #[test]
+    fn console_trace_url_needs_a_web_address_with_the_trace_id() {
+        let c = valid("console:\n  trace_url: https://jaeger.internal/trace/{trace_id}\n");
+        assert_eq!(
+            c.console.trace_url.as_deref(),
+            Some("https://jaeger.internal/trace/{trace_id}")
+        );
+        assert_eq!(valid("").console.trace_url, None);
+        for bad in [
+            "console:\n  trace_url: https://jaeger.internal/trace/\n",
+            "console:\n  trace_url: javascript:alert(1)//{trace_id}\n",
+            "console:\n  trace_url: file:///etc/{trace_id}\n",
+        ] {
+            let e = err(bad);
+            assert!(e.contains("console.trace_url"), "{bad}: {e}");
+        }
+        assert!(err("console:\n  trace: x\n").contains("trace"));
     }
 
     #[test]

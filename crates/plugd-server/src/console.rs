@@ -140,6 +140,7 @@ async fn login(
 }
 
 async fn session(
+    State(state): State<AppState>,
     Extension(identity): Extension<Identity>,
     console: Option<Extension<ConsoleSession>>,
 ) -> Response {
@@ -148,6 +149,8 @@ async fn session(
         "role": identity.role,
         "org_id": identity.tenant.as_ref().map(|t| &t.org_id),
         "csrf": console.map(|Extension(c)| c.csrf),
+        // plugd.yaml's `console.trace_url`: where a trace id links.
+        "trace_url": state.config.console.trace_url,
     }))
     .into_response();
     resp.headers_mut()

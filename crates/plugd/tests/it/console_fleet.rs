@@ -22,6 +22,8 @@ const PLUGINS: usize = 300;
 const RECORDS: usize = 10_000;
 /// The one record a search must find among them.
 const NEEDLE: &str = "token:needle-finder";
+/// Its trace id.
+const NEEDLE_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
 fn fleet_id(i: usize) -> String {
     format!("fleet-{i:03}")
@@ -31,6 +33,11 @@ fn fleet_id(i: usize) -> String {
 /// `hello-salmex-bash` under another name (none runs until approved).
 fn fleet() -> Ws {
     let ws = workspace(true);
+    // Trace ids link to a trace viewer.
+    let yaml = ws.dir().join("plugd.yaml");
+    let mut text = std::fs::read_to_string(&yaml).unwrap_or_default();
+    text.push_str("\nconsole:\n  trace_url: https://traces.example/trace/{trace_id}\n");
+    std::fs::write(&yaml, text).unwrap();
     let main = std::fs::read(repo().join("examples/workspace/.plugins/hello-salmex-bash/main.sh"))
         .unwrap();
     for i in 1..=PLUGINS {
@@ -103,7 +110,7 @@ async fn seed_records(ws: &Ws) -> (String, String) {
             "error_code": if failed { Some("tool_failed") } else { None },
             "caller": caller,
             "org_id": null, "project_id": null, "session_id": null, "chain_id": null,
-            "run_id": null, "trace_id": null, "execution_id": null,
+            "run_id": null, "trace_id": if n == 7_777 { Some(NEEDLE_TRACE) } else { None }, "execution_id": null,
             "surface": "http"
         }))
         .unwrap();
@@ -378,6 +385,24 @@ async fn console_finds_pages_and_governs_a_fleet_of_300_plugins_and_10000_record
         ms < 1000.0,
         "one record of 10,005 found {ms:.0} ms after the last key"
     );
+    // Opened: its trace id links to the trace viewer plugd.yaml names.
+    b.find(&format!("tr[data-invocation={needle}] a"))
+        .await
+        .click()
+        .await
+        .unwrap();
+    let link = b
+        .wait_for("the trace link", || async {
+            b.js(
+                "const a = document.querySelector('a#trace-link'); return a && a.href;",
+                vec![],
+            )
+            .await
+            .as_str()
+            .map(str::to_owned)
+        })
+        .await;
+    assert_eq!(link, format!("https://traces.example/trace/{NEEDLE_TRACE}"));
     // Status and a time range with time of day.
     let since = time_of(
         std::time::SystemTime::now()
@@ -498,6 +523,11 @@ async fn console_finds_pages_and_governs_a_fleet_of_300_plugins_and_10000_record
     .await;
     let r = request_as(&serve, &secret, "GET", "/v1/plugins", &[], None);
     assert_eq!(r.status, 401, "{}", r.text());
+
+    // ---- sessions: none yet, said so, no error.
+    con.route("#/sessions").await;
+    let none = b.wait_text("main", |t| t.contains("No session yet.")).await;
+    assert!(none.contains("No run yet."), "{none}");
 
     // ---- audit: the token's creation and revocation, by the admin.
     con.route("#/audit?q=tokens").await;
