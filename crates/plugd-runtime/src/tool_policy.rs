@@ -732,6 +732,46 @@ mod tests {
     }
 
     #[test]
+    fn plugd_yaml_policy_parses_matches_the_schema_and_names_a_bad_rule() {
+        use crate::config::{PlugdConfig, schema_violations};
+        let parse = |t: &str| PlugdConfig::parse(t, Path::new("/ws/plugd.yaml"), Path::new("/ws"));
+        let text = "policy:\n  - name: no-drop-for-interns\n    when: '\"interns\" in caller.groups && tool.name == \"db__drop\"'\n    effect: deny\n  - name: etc\n    when: 'args.path.startsWith(\"/etc\")'\n    effect: require_approval\n";
+        let c = parse(text).unwrap();
+        let names: Vec<_> = c
+            .risk
+            .rules
+            .rules
+            .iter()
+            .map(|r| (r.name.as_str(), r.effect))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("no-drop-for-interns", Effect::Deny),
+                ("etc", Effect::RequireApproval)
+            ]
+        );
+        assert_eq!(schema_violations(text).unwrap(), Vec::<String>::new());
+        let bad = "policy:\n  - name: ok\n    when: 'true'\n    effect: allow\n  - name: broken\n    when: 'tool.name =='\n    effect: deny\n";
+        let e = parse(bad).unwrap_err().to_string();
+        assert!(
+            e.contains("policy[1]") && e.contains("policy rule \"broken\"") && e.contains("line 5"),
+            "{e}"
+        );
+        let e = parse("policy:\n  - {name: a, when: 'true', effect: maybe}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("maybe"), "{e}");
+        assert!(
+            !schema_violations("policy:\n  - {name: a, when: 'true', effect: maybe}\n")
+                .unwrap()
+                .is_empty()
+        );
+        let e = parse("policy:\n  - {name: a, when: 'true', effect: deny}\n  - {name: a, when: 'false', effect: deny}\n").unwrap_err().to_string();
+        assert!(e.contains("named twice"), "{e}");
+    }
+
+    #[test]
     fn a_rule_that_does_not_compile_is_named() {
         let e = Rule::compile("bad-one", "caller.token ==", Effect::Deny).unwrap_err();
         assert_eq!(e.name, "bad-one");
