@@ -32,6 +32,7 @@ pub mod outbox_cmd;
 pub mod package_cmd;
 pub mod plugin_ctl_cmd;
 pub mod plugin_view;
+pub mod policy_check_cmd;
 pub mod policy_cmd;
 pub mod remote;
 pub mod resource_cmd;

@@ -24,7 +24,21 @@ const PROGRESS_DRAIN: Duration = Duration::from_millis(200);
 
 /// The enabled tools `session` may see, sorted by plugd name.
 fn visible(session: &Session) -> Vec<Arc<ToolEntry>> {
-    let all = session.inner.gw.runtime().tools();
+    // plugd.yaml's `policy:` hides what a deny rule keeps from the caller
+    // (with the org its calls carry: plugd.yaml's `tenant:`).
+    let caller = plugd_runtime::tool_policy::PolicyCaller {
+        org: session
+            .inner
+            .gw
+            .inner
+            .config
+            .tenant
+            .tenant_id
+            .clone()
+            .unwrap_or_default(),
+        ..plugd_runtime::tool_policy::PolicyCaller::named(&session.caller().name)
+    };
+    let all = session.inner.gw.runtime().tools_for(&caller);
     match &session.inner.profile {
         None => all,
         Some((_, m)) => all

@@ -442,6 +442,8 @@ struct RawDoc {
     #[serde(default)]
     trusted_publishers: Option<Vec<Spanned<crate::signing::RawPublisher>>>,
     risk: Option<Spanned<crate::risk_config::RawRisk>>,
+    #[serde(default)]
+    policy: Option<Vec<Spanned<crate::tool_policy::RawRule>>>,
     sandbox: Option<crate::containment::RawSandbox>,
     memory: Option<Spanned<crate::memory_config::RawMemory>>,
     #[serde(default)]
@@ -708,6 +710,9 @@ impl PlugdConfig {
         )?;
         if let Some(risk) = raw.risk {
             config.risk = crate::risk_config::parse_config(risk, path)?;
+        }
+        if let Some(rules) = raw.policy {
+            config.risk.rules = crate::tool_policy::parse_config(rules, path)?;
         }
         if let Some(broker) = raw.broker {
             config.broker = crate::broker_config::parse_config(broker, path)?;

@@ -61,6 +61,7 @@ pub const NEUTRAL_SECTIONS: &[&str] = &[
 /// Sections ranked field by field by [`classify`].
 const RANKED_SECTIONS: &[&str] = &[
     "risk",
+    "policy",
     "sandbox",
     "host_services",
     "broker",
@@ -460,6 +461,9 @@ pub fn classify(
 ) -> Verdict {
     let mut v = Verdict::default();
     risk(&old.risk, &new.risk, declared, &mut v);
+    let (narrowing, widening) = crate::tool_policy::classify(&old.risk.rules, &new.risk.rules);
+    v.narrowing.extend(narrowing);
+    v.widening.extend(widening);
     sandbox(&old.sandbox, &new.sandbox, &mut v);
     // Host services: a service no longer denied widens.
     for id in keys(&old.host_services.deny, &new.host_services.deny) {

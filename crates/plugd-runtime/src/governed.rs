@@ -2,7 +2,8 @@
 //! (HTTP invoke and its SSE form, `/mcp`, `plugd mcp`, `plugd tool call`,
 //! the agent turn, calls through bindings, hook-bound tools):
 //!
-//! resolve → enabled → schema → `before_tool_call` hooks (may modify the
+//! resolve → enabled → `policy:` rules ([`crate::tool_policy`]) → schema →
+//! `before_tool_call` hooks (may modify the
 //! arguments, may cancel; a blocking hook that fails blocks) → risk gate →
 //! call → `after_tool_result` hooks (may modify the result, may cancel) →
 //! one invocation record.
@@ -338,6 +339,21 @@ impl Runtime {
             if matches!(e, RuntimeError::Gate(risk::GateError::Disabled { .. })) {
                 decisions.push(CallDecision::policy_refused("tool_disabled"));
             }
+            return fail(args, e, notices, decisions);
+        }
+        // plugd.yaml's `policy:` (a deny answers as an unknown tool, before
+        // the arguments are checked, so it does not reveal the tool).
+        if let Err(e) = crate::tool_policy::check_call(
+            self,
+            entry,
+            &args,
+            ctx,
+            gov.approver,
+            gov.surface,
+            &mut decisions,
+        )
+        .await
+        {
             return fail(args, e, notices, decisions);
         }
         if let Err(e) = entry.validate(&args) {

@@ -65,6 +65,7 @@ pub mod serve_lock;
 pub mod serve_record;
 pub mod settings_form;
 pub mod skills;
+pub mod tool_policy;
 pub mod watch;
 pub mod workspace;
 

@@ -95,9 +95,16 @@ pub enum CallDecision {
     },
     /// The runtime's policy refused the call before anyone was asked.
     Policy {
-        /// `tool_disabled` or `risk_policy_unreadable`.
-        rule: &'static str,
-        /// `refused`.
+        /// `tool_disabled`, `risk_policy_unreadable`, or the name of a
+        /// plugd.yaml `policy:` rule.
+        rule: std::borrow::Cow<'static, str>,
+        /// A `policy:` rule's effect (`deny`, `require_approval`); absent
+        /// for the runtime's own rules.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        effect: Option<&'static str>,
+        /// `refused`; for `require_approval`: `approved`, `denied`,
+        /// `timed_out`, `unavailable` or `risk_approval` (the tool's risk
+        /// asks anyway).
         decision: &'static str,
     },
 }
@@ -151,8 +158,22 @@ impl CallDecision {
     /// The policy refused the call by `rule`.
     pub(crate) fn policy_refused(rule: &'static str) -> Self {
         CallDecision::Policy {
-            rule,
+            rule: rule.into(),
+            effect: None,
             decision: "refused",
+        }
+    }
+
+    /// What a plugd.yaml `policy:` rule decided.
+    pub(crate) fn rule(
+        name: String,
+        effect: crate::tool_policy::Effect,
+        decision: &'static str,
+    ) -> Self {
+        CallDecision::Policy {
+            rule: name.into(),
+            effect: Some(effect.as_str()),
+            decision,
         }
     }
 }

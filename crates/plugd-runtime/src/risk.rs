@@ -383,6 +383,11 @@ impl Runtime {
         *lock_write(&self.inner.risk.approver) = Some(approver);
     }
 
+    /// The approver set, if any.
+    pub(crate) fn approver_now(&self) -> Option<Arc<dyn Approver>> {
+        lock_read(&self.inner.risk.approver).clone()
+    }
+
     /// Uses an [`ApprovalQueue`] over this runtime's store as its approver
     /// (what `plugd serve` does).
     pub fn use_approval_queue(&self) {

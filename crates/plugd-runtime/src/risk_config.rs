@@ -93,6 +93,10 @@ pub struct RiskConfig {
     /// `approval_timeout_secs`: how long a call waits for an operator
     /// through the HTTP API before it is denied (default 120).
     pub approval_timeout: Duration,
+    /// plugd.yaml's `policy:` (a top-level section, not `risk:`'s): the
+    /// per-tool rules, carried here so that whatever installs the risk
+    /// policy installs them too ([`crate::tool_policy`]).
+    pub rules: crate::tool_policy::ToolPolicy,
 }
 
 impl Default for RiskConfig {
@@ -100,6 +104,7 @@ impl Default for RiskConfig {
         RiskConfig {
             tools: BTreeMap::new(),
             approval_timeout: Duration::from_secs(DEFAULT_APPROVAL_TIMEOUT_SECS),
+            rules: crate::tool_policy::ToolPolicy::default(),
         }
     }
 }

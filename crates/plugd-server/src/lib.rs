@@ -754,10 +754,14 @@ async fn plugin_get(
 
 async fn list_tools(
     State(state): State<AppState>,
+    axum::Extension(who): axum::Extension<auth::Identity>,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let paging = paging::PageQuery::parse(paging::TOOLS, query.as_deref())?;
     let mut rows = state.runtime.tool_views()?;
+    // plugd.yaml's `policy:` hides what a deny rule keeps from this caller.
+    let caller = plugd_runtime::tool_policy::PolicyCaller::named(&who.name);
+    rows.retain(|t| !state.runtime.policy_hides(&caller, &t.entry));
     // What an agent may call: disabled tools are left out, unless
     // `?all=true` (the console's tools page) asks for every one, or an
     // `enabled` filter says which.

@@ -18,8 +18,8 @@ use plugd_cli::risk_cmd::{self, Approvals};
 use plugd_cli::{
     agent_cmd, approve_cmd, binding_cmd, bus_cmd, chains_cmd, channel_cmd, cluster_cmd, config_cmd,
     console_cmd, hook_cmd, invocations_cmd, marketplace_cmd, mcp_cmd, memory_cmd, outbox_cmd,
-    package_cmd, plugin_view, policy_cmd, resource_cmd, sign_cmd, skill_cmd, state_cmd,
-    storage_cmd, token_cmd, tool_call_cmd,
+    package_cmd, plugin_view, policy_check_cmd, policy_cmd, resource_cmd, sign_cmd, skill_cmd,
+    state_cmd, storage_cmd, token_cmd, tool_call_cmd,
 };
 use plugd_host::HostConfig;
 use plugd_runtime::Runtime;
@@ -132,6 +132,9 @@ enum Command {
     /// The plugd.yaml policy a running serve holds in force: status, the diff of a held (widening) change, approve it.
     #[command(subcommand)]
     Config(policy_cmd::PolicyCmd),
+    /// plugd.yaml's per-tool `policy:` rules: check which rule decides a call.
+    #[command(subcommand)]
+    Policy(policy_check_cmd::PolicyCheckCmd),
 }
 
 #[derive(Subcommand, Debug)]
@@ -551,6 +554,7 @@ async fn dispatch(rt: &Runtime, command: &Command) -> Result<()> {
             | PluginCmd::Start { .. }),
         ) => plugin_ctl_cmd::run(&Client::Local(rt), plugin_action(cmd)).await?,
         Command::Tool(ToolCmd::List(f)) => risk_cmd::list_tools(rt, f.json)?,
+        Command::Policy(cmd) => policy_check_cmd::run(rt, cmd)?,
         // A running serve toggles the tool itself: its agents, gateway and
         // event stream see the change at once.
         Command::Tool(ToolCmd::Enable { name }) => {

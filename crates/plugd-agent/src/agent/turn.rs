@@ -153,7 +153,14 @@ impl Agent {
             .run_create(&run)
             .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
-        let registry = self.runtime.tools();
+        // The tools plugd.yaml's `policy:` lets this agent see (the caller
+        // its calls' records name).
+        let caller = plugd_runtime::tool_policy::PolicyCaller::of(&CallContext {
+            agent_id: ctx.agent_id.clone(),
+            org_id: ctx.tenant_id.clone(),
+            ..CallContext::default()
+        });
+        let registry = self.runtime.tools_for(&caller);
         let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
         let tools = registry
             .iter()

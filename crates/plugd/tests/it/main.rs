@@ -51,6 +51,7 @@ mod outbox;
 mod packages;
 mod peer_check;
 mod pinning;
+mod policy;
 mod resilience;
 mod risk;
 mod salmex;
