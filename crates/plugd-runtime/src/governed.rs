@@ -2,7 +2,8 @@
 //! (HTTP invoke and its SSE form, `/mcp`, `plugd mcp`, `plugd tool call`,
 //! the agent turn, calls through bindings, hook-bound tools):
 //!
-//! resolve → enabled → schema → `before_tool_call` hooks (may modify the
+//! resolve → enabled → schema → rate limits (`limits:`, [`crate::limits`])
+//! → `before_tool_call` hooks (may modify the
 //! arguments, may cancel; a blocking hook that fails blocks) → risk gate →
 //! call → `after_tool_result` hooks (may modify the result, may cancel) →
 //! one invocation record.
@@ -342,6 +343,13 @@ impl Runtime {
         }
         if let Err(e) = entry.validate(&args) {
             return fail(args, e.into(), notices, decisions);
+        }
+        // plugd.yaml `limits:` (before hooks, approvals and the plugin).
+        if let Err(e) = self
+            .check_limits(entry, ctx, gov.surface, &mut decisions)
+            .await
+        {
+            return fail(args, e, notices, decisions);
         }
         let hook_cx = |h: &Hooks| {
             let own;
