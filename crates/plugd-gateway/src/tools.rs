@@ -353,6 +353,7 @@ pub(crate) async fn call(
         progress,
         client,
         caller: Some(session.caller().name.clone()),
+        caller_role: session.caller().role.clone(),
         rounds,
         ..CallContext::default()
     };

@@ -25,7 +25,8 @@
 //! kind (`token:ci` → `ci`, `cli:alice` → `alice`, `agent:a1` → `a1`, a Unix
 //! user as is), `caller.token` the token's name when the caller is an API
 //! token, `caller.org` and `caller.project` the call's tenant scope,
-//! `caller.role` the token's role when the surface knows it, and
+//! `caller.role` the identity's role where the surface knows it (HTTP
+//! invoke and `/mcp`; absent on the CLI, the agent turn and bindings), and
 //! `caller.surface` the door (`http`, `mcp`, `agent`, …). A value the call
 //! does not have (a workspace token's org, a CLI call's token) is
 //! [`ABSENT`]: all such calls share one bucket of the rule, so a rule
@@ -112,7 +113,7 @@ impl Per {
             Per::Token => caller.and_then(|c| c.strip_prefix("token:").map(str::to_owned)),
             Per::Org => call.ctx.org_id.clone(),
             Per::Project => call.ctx.project_id.clone(),
-            Per::Role => call.role.map(str::to_owned),
+            Per::Role => call.ctx.caller_role.clone(),
             Per::Surface => Some(call.surface.name().to_owned()),
             Per::ToolName => Some(call.entry.name.clone()),
             Per::ToolPlugin => Some(call.entry.plugin.clone()),
@@ -329,7 +330,6 @@ struct Call<'a> {
     entry: &'a ToolEntry,
     ctx: &'a CallContext,
     surface: Surface,
-    role: Option<&'a str>,
 }
 
 fn now_ms() -> i64 {
@@ -403,7 +403,6 @@ impl Runtime {
             entry,
             ctx,
             surface,
-            role: None,
         };
         let store = self.state();
         let now = now_ms();
@@ -591,18 +590,19 @@ mod tests {
         let entry = ToolEntry::new("acme", &def);
         let ctx = CallContext {
             caller: Some("token:ci".into()),
+            caller_role: Some("agent".into()),
             ..CallContext::default()
         };
         let call = Call {
             entry: &entry,
             ctx: &ctx,
             surface: Surface::Http,
-            role: None,
         };
         assert_eq!(Per::Subject.value(&call).as_deref(), Some("ci"));
         assert_eq!(Per::Token.value(&call).as_deref(), Some("ci"));
         assert_eq!(Per::Org.value(&call), None);
         assert_eq!(Per::Surface.value(&call).as_deref(), Some("http"));
+        assert_eq!(Per::Role.value(&call).as_deref(), Some("agent"));
         assert_eq!(Per::ToolPlugin.value(&call).as_deref(), Some("acme"));
         let cli = CallContext {
             caller: Some("cli:alice".into()),

@@ -4,7 +4,8 @@
 //! tokens have separate buckets under `per: caller.subject`; a tool no glob
 //! names is never limited; a refused `tk_crash` never reaches the plugin
 //! (it would exit: the pid stays) and its record says `rate_limited` with
-//! a `limit` decision; the agent turn's model reads `RATE_LIMITED`. A
+//! a `limit` decision; `per: caller.role` shares one bucket among the
+//! tokens of a role; the agent turn's model reads `RATE_LIMITED`. A
 //! 3/hour rule makes the refusal and its wait (1200 s) deterministic.
 
 use std::time::Duration;
@@ -23,6 +24,10 @@ const LIMITS: &str = r#"limits:
     per: caller.subject
     tools: ["tk_echo", "tk_crash"]
     rate: 3/hour
+  - name: per-role
+    per: caller.role
+    tools: ["tk_fail"]
+    rate: 2/hour
 "#;
 
 fn workspace() -> Ws {
@@ -198,6 +203,22 @@ fn the_eleventh_call_in_a_minute_is_refused_on_every_surface_before_the_plugin()
         "the refused tk_crash reached the plugin"
     );
 
+    // `per: caller.role`: every admin token shares one bucket, an agent
+    // token has another (tk_fail fails, but each call takes its token).
+    for _ in 0..2 {
+        let r = invoke(&serve, &a, "tk_fail", json!({}));
+        assert_ne!(r.status, 429, "{}", r.text());
+    }
+    let r = invoke(&serve, &a, "tk_fail", json!({}));
+    assert_eq!(
+        r.error(429, "rate_limited")["error"]["details"]["rule"],
+        "per-role"
+    );
+    let r = invoke(&serve, &c, "tk_fail", json!({}));
+    assert_ne!(r.status, 429, "{}", r.text());
+    let other_admin = make_token(&ws, "admin");
+    invoke(&serve, &other_admin, "tk_fail", json!({})).error(429, "rate_limited");
+
     // The agent turn: the fourth echo of the turn is refused; the model
     // reads RATE_LIMITED as the tool's result and the turn carries the notice.
     let d = make_token(&ws, "admin");
@@ -234,7 +255,7 @@ fn the_eleventh_call_in_a_minute_is_refused_on_every_surface_before_the_plugin()
             .iter()
             .filter(|r| r["error_code"] == "rate_limited")
             .count()
-            == 4
+            == 6
     });
     let rows = records(&ws);
     assert!(settled, "{rows:#?}");
@@ -247,7 +268,11 @@ fn the_eleventh_call_in_a_minute_is_refused_on_every_surface_before_the_plugin()
         .map(|r| r["surface"].as_str().unwrap())
         .collect();
     surfaces.sort();
-    assert_eq!(surfaces, ["agent", "http", "http", "mcp"], "{refused:#?}");
+    assert_eq!(
+        surfaces,
+        ["agent", "http", "http", "http", "http", "mcp"],
+        "{refused:#?}"
+    );
     for r in &refused {
         assert_eq!(r["status"], "failed", "{r}");
         let d = &r["payload"]["decisions"];
