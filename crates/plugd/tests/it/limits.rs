@@ -315,3 +315,38 @@ fn a_bad_limits_rule_is_refused_naming_the_rule_and_field() {
     assert!(err.contains("limits[0] (per-user).per"), "{err}");
     assert!(err.contains("caller.subject"), "{err}");
 }
+
+#[test]
+fn a_limits_change_applies_to_a_running_serve_at_once() {
+    let ws = Ws::new();
+    ws.misbehave("tk", "good", None, "");
+    ok(&ws.plugd(&["plugin", "approve", "tk"]));
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let a = serve.token.clone();
+    for _ in 0..5 {
+        assert_eq!(invoke(&serve, &a, "tk_echo", json!({})).status, 200);
+    }
+    // A neutral change: in force within the gate's tick, no approval asked.
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "limits:\n  - {name: live, per: tool.name, tools: [tk_echo], rate: 1/hour}\n",
+    )
+    .unwrap();
+    let limited = eventually_blocking(Duration::from_secs(15), || {
+        invoke(&serve, &a, "tk_echo", json!({})).status == 429
+    });
+    assert!(limited, "{}", serve.log_text());
+    let r = invoke(&serve, &a, "tk_echo", json!({}));
+    assert_eq!(
+        r.error(429, "rate_limited")["error"]["details"]["rule"],
+        "live"
+    );
+    // Removed: calls pass again.
+    std::fs::write(ws.dir().join("plugd.yaml"), "").unwrap();
+    let passing = eventually_blocking(Duration::from_secs(15), || {
+        invoke(&serve, &a, "tk_echo", json!({})).status == 200
+    });
+    assert!(passing, "{}", serve.log_text());
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
+}
