@@ -67,7 +67,8 @@ pub fn exit_code(code: &str) -> i32 {
         | c::PLUGIN_TIMEOUT
         | c::PLUGIN_STOPPED
         | c::PLUGIN_CHANGED
-        | c::STORE_UNAVAILABLE => 7,
+        | c::STORE_UNAVAILABLE
+        | c::RATE_LIMITED => 7,
         c::TOOL_DENIED
         | c::BLOCKED_BY_HOOK
         | c::TOOL_DISABLED

@@ -86,6 +86,7 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
     let caller = Caller {
         name: plugd_store::users::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
+        role: None,
     };
     let session = gateway.session(caller, args.profile.as_deref())?;
     // A changed plugin is stopped and its tools withheld (and clients told).

@@ -14,7 +14,7 @@
 //! (`invalid_arguments`, `invalid_config`, `invalid_binding`); 6 the tool failed (`tool_failed`,
 //! `plugin_error`); 7 unavailable, retry later (`tool_unavailable`,
 //! `plugin_unavailable`, `plugin_timeout`, `plugin_stopped`,
-//! `plugin_changed`); 8 refused (`tool_denied`, `blocked_by_hook`, `tool_disabled`,
+//! `plugin_changed`, `rate_limited`); 8 refused (`tool_denied`, `blocked_by_hook`, `tool_disabled`,
 //! `call_denied`, `approval_*`). Without `--json`, every failure is exit 1
 //! with the one-line `plugd: error: …` as before.
 //!

@@ -135,6 +135,9 @@ codes! {
     BlockedByHook = BLOCKED_BY_HOOK, "blocked_by_hook", 403;
     /// A hook blocked the turn with a quota notice (429).
     QuotaExceeded = QUOTA_EXCEEDED, "quota_exceeded", 429;
+    /// A `limits:` rule of plugd.yaml refused the call: over its rate
+    /// (429, `Retry-After`, `details.rule`, `details.retry_after_ms`).
+    RateLimited = RATE_LIMITED, "rate_limited", 429;
     /// A hook blocked the turn with an unauthorized notice (401).
     Unauthorized = UNAUTHORIZED, "unauthorized", 401;
     /// The tool is disabled (`plugd tool enable NAME`).

@@ -63,6 +63,9 @@ pub struct Caller {
     /// Whether the identity may decide pending calls itself (admin): only
     /// then may the client's own user approve a `critical` call.
     pub may_approve_critical: bool,
+    /// The identity's role (`admin`, `agent`, …) when it has one, for
+    /// plugd.yaml `limits:` rules `per: caller.role`.
+    pub role: Option<String>,
 }
 
 /// What the gateway serves from; cheap to clone.

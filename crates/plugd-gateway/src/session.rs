@@ -32,6 +32,9 @@ pub(crate) mod code {
     pub const METHOD_NOT_FOUND: i64 = -32601;
     pub const INVALID_PARAMS: i64 = -32602;
     pub const INTERNAL: i64 = -32603;
+    /// A `limits:` rule of plugd.yaml refused a `tools/call`
+    /// (`data.retryAfterSeconds`, `data.rule`).
+    pub const RATE_LIMITED: i64 = -32029;
 }
 
 /// The methods of the stateful revisions that 2026-07-28 removed: a

@@ -248,6 +248,27 @@ fn unknown_tool(name: &str) -> Value {
     json!({"code": code::INVALID_PARAMS, "message": format!("Unknown tool: {name}")})
 }
 
+/// A call over a `limits:` rule: JSON-RPC `-32029` with the wait in
+/// whole seconds, rounded up (as HTTP's `Retry-After`).
+fn rate_limited(e: &RuntimeError) -> Value {
+    let RuntimeError::RateLimited {
+        rule,
+        retry_after_ms,
+    } = e
+    else {
+        return error(code::INTERNAL, e.to_string());
+    };
+    json!({
+        "code": code::RATE_LIMITED,
+        "message": e.to_string(),
+        "data": {
+            "retryAfterSeconds": retry_after_ms.div_ceil(1000).max(1),
+            "retryAfterMs": retry_after_ms,
+            "rule": rule,
+        },
+    })
+}
+
 /// A tool failure the model can read: `isError: true` with the text.
 fn tool_error(message: String) -> Value {
     json!({"content": [{"type": "text", "text": message}], "isError": true})
@@ -346,6 +367,7 @@ pub(crate) async fn call(
         progress,
         client,
         caller: Some(session.caller().name.clone()),
+        caller_role: session.caller().role.clone(),
         rounds,
         ..CallContext::default()
     };
@@ -375,6 +397,10 @@ pub(crate) async fn call(
         Err(RuntimeError::UnknownTool(_)) | Err(RuntimeError::Gate(GateError::Disabled { .. })) => {
             log_call(session, &entry, false, started, "unknown or disabled");
             return Err(unknown_tool(name));
+        }
+        Err(e @ RuntimeError::RateLimited { .. }) => {
+            log_call(session, &entry, false, started, "rate limited");
+            return Err(rate_limited(&e));
         }
         Err(RuntimeError::BlockedByHook { point, message, .. }) => {
             let how = match point {

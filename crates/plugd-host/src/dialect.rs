@@ -64,6 +64,10 @@ pub struct CallContext {
     /// Who asked (`token:NAME`, a Unix user, `cli:USER`), for the
     /// invocation record; no dialect sends it.
     pub caller: Option<String>,
+    /// The caller's role (`admin`, `operator`, `agent`, `viewer`) when the
+    /// surface knows it (HTTP invoke, `/mcp`), for plugd.yaml `limits:`
+    /// rules `per: caller.role`; no dialect sends it.
+    pub caller_role: Option<String>,
     /// The invocation record's id (VAI `context.invocation_id`); generated
     /// when absent.
     pub invocation_id: Option<String>,

@@ -74,6 +74,9 @@ pub struct PlugdConfig {
     pub signing: crate::signing::SigningPolicy,
     /// `risk:`: per-tool risk levels and the approval timeout.
     pub risk: crate::risk_config::RiskConfig,
+    /// `limits:`: rate limits and quotas per identity, tool or org
+    /// ([`crate::limits`]).
+    pub limits: crate::limits::LimitsConfig,
     /// `sandbox:`: sandbox fallback, per-plugin sandbox policy, limits and
     /// VAI grants ([`crate::containment`]).
     pub sandbox: crate::containment::SandboxConfig,
@@ -444,6 +447,7 @@ struct RawDoc {
     risk: Option<Spanned<crate::risk_config::RawRisk>>,
     #[serde(default)]
     policy: Option<Vec<Spanned<crate::tool_policy::RawRule>>>,
+    limits: Option<Vec<Spanned<crate::limits::RawLimit>>>,
     sandbox: Option<crate::containment::RawSandbox>,
     memory: Option<Spanned<crate::memory_config::RawMemory>>,
     #[serde(default)]
@@ -713,6 +717,9 @@ impl PlugdConfig {
         }
         if let Some(rules) = raw.policy {
             config.risk.rules = crate::tool_policy::parse_config(rules, path)?;
+        }
+        if let Some(limits) = raw.limits {
+            config.limits = crate::limits::parse_config(limits, path)?;
         }
         if let Some(broker) = raw.broker {
             config.broker = crate::broker_config::parse_config(broker, path)?;

@@ -11,7 +11,7 @@
 //!   level, a removed grant, egress host or host service, a narrower sandbox
 //!   or lower limit, the baseline back on, signatures required) or touches
 //!   only neutral sections (`agent`, `tenant`, `eager`, `http`,
-//!   `invocations`) is put in force at once: the risk gate, the signing
+//!   `invocations`, `limits`) is put in force at once: the risk gate, the signing
 //!   policy and every later read take it, and running plugins whose
 //!   containment or grants changed are restarted under it;
 //! * a change that **widens** any plugin's reach (the baseline off, a wider
@@ -56,6 +56,8 @@ pub const NEUTRAL_SECTIONS: &[&str] = &[
     "invocations",
     "records",
     "tools",
+    // Rate limits bound callers, not plugins: applied at once either way.
+    "limits",
 ];
 
 /// Sections ranked field by field by [`classify`].
@@ -204,6 +206,7 @@ impl ConfigGate {
                 rt.set_risk_config(config.risk.clone());
                 rt.set_signing_policy(config.signing.clone());
                 rt.set_invocations_config(&config.invocations);
+                rt.set_limits_config(config.limits.clone());
                 rt.apply_mcp_config(&config.mcp);
                 text
             }
@@ -361,6 +364,7 @@ impl ConfigGate {
         self.rt.set_risk_config(new.risk.clone());
         self.rt.set_signing_policy(new.signing.clone());
         self.rt.set_invocations_config(&new.invocations);
+        self.rt.set_limits_config(new.limits.clone());
         let told = self.rt.apply_mcp_config(&new.mcp);
         if !told.is_empty() {
             tracing::info!(servers = ?told, "MCP roots changed: roots/list_changed sent");

@@ -9,7 +9,9 @@
 //! timeout → `plugin_timeout`, a call the risk gate refused (disabled,
 //! denied, not approved) → `tool_disabled`/`call_denied`/`approval_*`, an
 //! unknown call approval → `unknown_approval`, one decided already →
-//! `approval_already_decided`.
+//! `approval_already_decided`, a call over a `limits:` rule →
+//! `rate_limited` (429, `Retry-After`, `details.rule`,
+//! `details.retry_after_ms`).
 //!
 //! MCP resources, prompts and completion: a server that did not declare the
 //! capability → `capability_missing`, a plugin of another dialect →
@@ -71,6 +73,15 @@ impl From<RuntimeError> for ServiceError {
                 let mut err = ServiceError::new(Code::StoreUnavailable, e.to_string());
                 err.retry_after_secs = Some(1);
                 return err;
+            }
+            RuntimeError::RateLimited {
+                rule,
+                retry_after_ms,
+            } => {
+                let mut e = ServiceError::new(Code::RateLimited, message)
+                    .with_details(json!({ "rule": rule, "retry_after_ms": retry_after_ms }));
+                e.retry_after_secs = Some(retry_after_ms.div_ceil(1000).max(1));
+                return e;
             }
             RuntimeError::BlockedByHook {
                 point,

@@ -3,7 +3,7 @@
 //! the agent turn, calls through bindings, hook-bound tools):
 //!
 //! resolve → enabled → `policy:` rules ([`crate::tool_policy`]) → schema →
-//! `before_tool_call` hooks (may modify the
+//! rate limits (`limits:`, [`crate::limits`]) → `before_tool_call` hooks (may modify the
 //! arguments, may cancel; a blocking hook that fails blocks) → risk gate →
 //! call → `after_tool_result` hooks (may modify the result, may cancel) →
 //! one invocation record.
@@ -358,6 +358,13 @@ impl Runtime {
         }
         if let Err(e) = entry.validate(&args) {
             return fail(args, e.into(), notices, decisions);
+        }
+        // plugd.yaml `limits:` (before hooks, approvals and the plugin).
+        if let Err(e) = self
+            .check_limits(entry, ctx, gov.surface, &mut decisions)
+            .await
+        {
+            return fail(args, e, notices, decisions);
         }
         let hook_cx = |h: &Hooks| {
             let own;

@@ -426,6 +426,7 @@ pub fn classify(e: &RuntimeError) -> (TerminalStatus, &'static str) {
         RuntimeError::Args(_) => (Failed, "invalid_arguments"),
         RuntimeError::Gate(_) => (Failed, "refused"),
         RuntimeError::BlockedByHook { .. } => (Failed, "blocked_by_hook"),
+        RuntimeError::RateLimited { .. } => (Failed, "rate_limited"),
         RuntimeError::Stopped { .. } => (Failed, "plugin_stopped"),
         RuntimeError::Broken { .. } => (Failed, "plugin_broken"),
         RuntimeError::NotApproved { .. } | RuntimeError::PluginChanged { .. } => {

@@ -44,6 +44,7 @@ pub mod hooks;
 mod host_api;
 pub mod host_secrets;
 pub mod invocations;
+pub mod limits;
 pub mod llm;
 pub mod mcp_config;
 pub mod mcp_features;
@@ -218,6 +219,18 @@ pub enum RuntimeError {
         message: String,
         /// The notices of that point's run.
         notices: Vec<hooks::Notice>,
+    },
+    /// A `limits:` rule of plugd.yaml refused the call before it ran (the
+    /// plugin never saw it): the caller is over `rule`'s rate.
+    #[error(
+        "rate limited by plugd.yaml's limits rule {rule:?}: retry in {}s",
+        retry_after_ms.div_ceil(1000)
+    )]
+    RateLimited {
+        /// The rule's name.
+        rule: String,
+        /// Milliseconds until its bucket has a token again.
+        retry_after_ms: u64,
     },
     /// No active binding of this export in the caller's scope: the export
     /// does not exist for it (the same whether it is unknown, disabled or
@@ -471,6 +484,8 @@ struct RtInner {
     risk: risk::RiskState,
     /// The consent caches' epoch ([`consent`]).
     consent: consent::ConsentWatch,
+    /// plugd.yaml's `limits:` in force ([`limits`]).
+    limits: limits::LimitsState,
     dir: PathBuf,
     /// The state store (SQLite or PostgreSQL): the runtime names no backend.
     state: Arc<dyn StateStore>,
@@ -654,6 +669,7 @@ impl Runtime {
             inner: Arc::new(RtInner {
                 risk: risk::RiskState::default(),
                 consent: consent::ConsentWatch::default(),
+                limits: limits::LimitsState::default(),
                 channels: channels::CounterMap::default(),
                 dir,
                 state: store.clone(),

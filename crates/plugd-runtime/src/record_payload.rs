@@ -9,7 +9,9 @@
 //!                 "hook": "no-rm", "reason": "…"},
 //!                {"kind": "approval", "risk": "high", "decision": "approved",
 //!                 "decided_by": "token:ops", "waited_ms": 5400},
-//!                {"kind": "policy", "rule": "tool_disabled", "decision": "refused"}],
+//!                {"kind": "policy", "rule": "tool_disabled", "decision": "refused"},
+//!                {"kind": "limit", "rule": "per-user", "decision": "refused",
+//!                 "retry_after_ms": 6000}],
 //!  "args": {…}, "result": {…}}
 //! ```
 //!
@@ -92,6 +94,15 @@ pub enum CallDecision {
         approval_id: Option<String>,
         /// How long the call waited for the answer.
         waited_ms: u64,
+    },
+    /// A `limits:` rule of plugd.yaml refused the call (over its rate).
+    Limit {
+        /// The rule's name.
+        rule: String,
+        /// `refused`.
+        decision: &'static str,
+        /// Milliseconds until the rule's bucket has a token again.
+        retry_after_ms: u64,
     },
     /// The runtime's policy refused the call before anyone was asked.
     Policy {

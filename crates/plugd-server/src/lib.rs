@@ -849,6 +849,7 @@ async fn invoke_tool(
     let invocation_id = plugd_runtime::invocations::fresh_invocation_id();
     let ctx = CallContext {
         agent_id: body.agent_id,
+        caller_role: Some(who.role.as_str().to_owned()),
         caller: Some(who.name),
         // The caller's W3C trace, kept in the record whether or not traces
         // are exported (the governed path makes one when there is none).

@@ -327,6 +327,11 @@ impl McpHttp {
                 .get("may_approve_critical")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
+            role: stored
+                .data
+                .get("caller_role")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         };
         let Some(session) = self
             .gateway
@@ -371,6 +376,9 @@ impl McpHttp {
             return Ok(());
         };
         snapshot["may_approve_critical"] = Value::Bool(may_approve_critical);
+        if let Some(role) = &session.caller().role {
+            snapshot["caller_role"] = Value::String(role.clone());
+        }
         // Sessions nobody used for an hour go from the store too (a read
         // of one also drops it, but one never read again would stay).
         self.store
@@ -518,6 +526,7 @@ pub(crate) fn caller(identity: &Identity) -> Caller {
     Caller {
         name: identity.name.clone(),
         may_approve_critical: identity.role == Role::Admin,
+        role: Some(identity.role.as_str().to_owned()),
     }
 }
 

@@ -31,6 +31,7 @@ mod invocations;
 pub mod journal;
 mod kv;
 mod leases;
+mod limits;
 mod live;
 mod memory;
 pub mod migrations;

@@ -68,6 +68,8 @@ const MIGRATIONS: &[&[&str]] = &[
     &[crate::nodes::MIGRATION],
     // 5: who asks for a call approval (SQLite's 20).
     &[APPROVAL_ASKERS],
+    // 6: the token buckets of plugd.yaml's `limits:` rules (SQLite's 21).
+    &[crate::limits::MIGRATION],
 ];
 
 /// Who asks for a call approval: the caller as invocation records name

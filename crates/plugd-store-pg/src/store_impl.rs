@@ -23,11 +23,11 @@ use plugd_control::store::tool_state::{
 use plugd_control::store::{
     Approval, ApprovalStore, AuditEntry, AuditFilter, AuditPage, AuditStore, BackendError,
     BindingStore, ChainStore, ConfigStore, ConfigWrite, ControlEpoch, Failure, Fence,
-    InvocationStore, KvStore, Lease, LeaseStore, Lifetime, LiveKind, LiveSession, LiveSessionStore,
-    MemoryEntry, MemoryStore, NewToken, NodeRecord, NodeStore, OutboxStore, PackageStore, Reseal,
-    Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue, Tenancy, TokenInfo,
-    TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch, VectorRecord,
-    VectorStore, VectorStoreError,
+    InvocationStore, KvStore, Lease, LeaseStore, Lifetime, LimitStore, LiveKind, LiveSession,
+    LiveSessionStore, MemoryEntry, MemoryStore, NewToken, NodeRecord, NodeStore, OutboxStore,
+    PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue,
+    Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch,
+    VectorRecord, VectorStore, VectorStoreError,
 };
 use serde_json::Value;
 
@@ -415,6 +415,12 @@ forward!(LeaseStore {
     fn lease_holder(&self, name: &str) -> Option<Lease>;
     fn leases_held(&self) -> Vec<Lease>;
     fn delete_invocations_before_fenced(&self, before_ms: i64, fence: &Fence) -> u64;
+});
+
+forward!(LimitStore {
+    fn limit_take(&self, rule: &str, key: &str, bucket: plugd_control::store::limits::Bucket, now_ms: i64) -> plugd_control::store::limits::Take;
+    fn limit_refund(&self, rule: &str, key: &str, bucket: plugd_control::store::limits::Bucket) -> ();
+    fn limit_expire(&self, now_ms: i64) -> u64;
 });
 
 #[async_trait::async_trait]

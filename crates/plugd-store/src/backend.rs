@@ -674,6 +674,30 @@ impl LeaseStore for Store {
 }
 
 #[async_trait]
+impl LimitStore for Store {
+    async fn limit_take(
+        &self,
+        rule: &str,
+        key: &str,
+        bucket: limits::Bucket,
+        now_ms: i64,
+    ) -> Result<limits::Take, StoreError> {
+        Store::limit_take(self, rule, key, bucket, now_ms)
+    }
+    async fn limit_refund(
+        &self,
+        rule: &str,
+        key: &str,
+        bucket: limits::Bucket,
+    ) -> Result<(), StoreError> {
+        Store::limit_refund(self, rule, key, bucket)
+    }
+    async fn limit_expire(&self, now_ms: i64) -> Result<u64, StoreError> {
+        Store::limit_expire(self, now_ms)
+    }
+}
+
+#[async_trait]
 impl ControlEpoch for Store {
     async fn control_epoch(&self) -> Result<i64, StoreError> {
         Store::control_epoch(self)

@@ -20,6 +20,7 @@ pub mod invocations;
 pub mod journal;
 pub mod kv;
 pub mod leases;
+pub mod limits;
 pub mod live;
 pub mod memory;
 pub mod nodes;

@@ -87,6 +87,9 @@ const MIGRATIONS: &[&str] = &[
     // 20: who asks for a call approval: caller, surface, session, agent
     // (see `crate::tool_state`).
     crate::tool_state::ASKER_MIGRATION,
+    // 21: the token buckets of plugd.yaml's `limits:` rules (see
+    // `crate::limits`).
+    crate::limits::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.

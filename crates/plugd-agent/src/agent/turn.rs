@@ -529,6 +529,33 @@ impl Turn<'_> {
             Err(RuntimeError::BlockedByHook { point, message, .. }) => {
                 return Err(Stop::Blocked { point, message });
             }
+            Err(RuntimeError::RateLimited {
+                rule,
+                retry_after_ms,
+            }) => {
+                let e = RuntimeError::RateLimited {
+                    rule: rule.clone(),
+                    retry_after_ms,
+                };
+                // Over a `limits:` rule: the model reads the refusal as the
+                // call's result (as any refused call) and the turn carries a
+                // RATE_LIMITED notice.
+                let n = Notice {
+                    kind: NoticeKind::Warn,
+                    code: Some("RATE_LIMITED".to_owned()),
+                    message: e.to_string(),
+                    details: Some(json!({"tool": call.name, "rule": rule,
+                        "retry_after_ms": retry_after_ms,
+                        "retry_after_secs": retry_after_ms.div_ceil(1000).max(1)})),
+                    handler: None,
+                };
+                self.send(TurnEvent::Notice {
+                    point: HookPoint::BeforeToolCall,
+                    notice: n.clone(),
+                });
+                self.notices.push(n);
+                (false, Value::String(format!("error: RATE_LIMITED: {e}")))
+            }
             Err(e) => (false, Value::String(format!("error: {e}"))),
         };
         self.send(TurnEvent::ToolResult {

@@ -17,6 +17,7 @@
 //! | [`MemoryStore`], [`VectorStore`], [`KvStore`] | agent memory, vectors, key-value storage |
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
 //! | [`LeaseStore`] | singleton leases with fencing numbers |
+//! | [`LimitStore`] | the token buckets of plugd.yaml's `limits:` rules |
 //! | [`NodeStore`] | the nodes serving the store, their versions, keys and configuration |
 //! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
@@ -31,6 +32,7 @@ pub mod approvals;
 mod error;
 pub mod kv;
 pub mod leases;
+pub mod limits;
 pub mod live;
 pub mod memory;
 pub mod nodes;
@@ -45,6 +47,7 @@ pub use approvals::{Approval, ApprovalStore, Failure};
 pub use error::{BackendError, Invalid, StoreError};
 pub use kv::KvStore;
 pub use leases::{Fence, Lease, LeaseStore};
+pub use limits::LimitStore;
 pub use live::{ControlEpoch, Lifetime, LiveKind, LiveSession, LiveSessionStore};
 pub use memory::{MemoryEntry, MemoryStore};
 pub use nodes::{NodeRecord, NodeStore};
@@ -86,6 +89,7 @@ pub trait StateStore:
     + LiveSessionStore
     + ControlEpoch
     + LeaseStore
+    + LimitStore
     + NodeStore
     + std::fmt::Debug
 {

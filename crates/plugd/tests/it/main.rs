@@ -30,6 +30,7 @@ mod hostile;
 mod http;
 mod insider;
 mod invocations;
+mod limits;
 mod live_config;
 mod live_sessions;
 mod llm;

@@ -15,7 +15,8 @@
 //! reseal), kv, outbox, transcripts, memory search, vectors, packages and
 //! bindings, invocations, chains/runs/compactions, events written with
 //! their state (`reporting`), live sessions and the control epoch, leases,
-//! the nodes' rows.
+//! the nodes' rows, rate-limit buckets (`limits`: two nodes taking from one
+//! bucket at once pass exactly its capacity).
 //!
 //! ## Races: the transactions that relied on SQLite's single writer
 //!
@@ -55,6 +56,7 @@ mod config;
 mod invocations;
 mod kv;
 mod leases;
+mod limits;
 mod live;
 mod memory;
 mod nodes;
