@@ -218,7 +218,8 @@ pub struct PolicyCaller {
     pub subject: String,
     /// The caller's groups (empty for plugd tokens today).
     pub groups: Vec<String>,
-    /// The caller's role, where the surface knows it (empty otherwise).
+    /// The caller's role, where the surface knows it (HTTP and `/mcp`
+    /// set it from the token; empty otherwise).
     pub role: String,
     /// The org the call is for (empty: none).
     pub org: String,
@@ -246,6 +247,7 @@ impl PolicyCaller {
         PolicyCaller {
             org: ctx.org_id.clone().unwrap_or_default(),
             project: ctx.project_id.clone().unwrap_or_default(),
+            role: ctx.caller_role.clone().unwrap_or_default(),
             ..PolicyCaller::named(&crate::invocations::caller_of(ctx).unwrap_or_default())
         }
     }
@@ -784,10 +786,12 @@ mod tests {
         let ctx = CallContext {
             caller: Some("token:intern".into()),
             org_id: Some("acme".into()),
+            caller_role: Some("agent".into()),
             ..CallContext::default()
         };
         let c = PolicyCaller::of(&ctx);
         assert_eq!((c.token.as_str(), c.org.as_str()), ("intern", "acme"));
+        assert_eq!(c.role, "agent");
         assert!(c.groups.is_empty());
         assert_eq!(PolicyCaller::named("alice").token, "");
     }
