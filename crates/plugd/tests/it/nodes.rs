@@ -1857,8 +1857,11 @@ fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
     // B's clock is 2 minutes ahead, C's 2 minutes behind (wall clock only:
     // timers run on the monotonic clock, as on a real machine).
     let env = |n: char| {
+        // Leases of 10 s: a node judging them by its own clock (two
+        // minutes off) would still take them at once or never, and a
+        // delivery slowed by a loaded machine does not outlive its lease.
         let mut e: Vec<(String, String)> = vec![
-            ("PLUGD_OUTBOX_LEASE_MS".into(), "3000".into()),
+            ("PLUGD_OUTBOX_LEASE_MS".into(), "10000".into()),
             ("PLUGD_OUTBOX_POLL_MS".into(), "100".into()),
         ];
         let off = match n {
@@ -1940,7 +1943,7 @@ fn nodes_whose_clocks_are_two_minutes_off_agree_on_time() {
     // Hand-offs between nodes 4 minutes apart: asked on C, answered on B.
     elicit_across(&cl, 'c', 'b', &admin);
 
-    // Deliveries with 3 s leases: a node that judged leases by its own
+    // Deliveries with 10 s leases: a node that judged leases by its own
     // clock would take the others' at once (duplicates) or never; none.
     const EVENTS: usize = 300;
     enqueue(&cl.url, 0, EVENTS);
