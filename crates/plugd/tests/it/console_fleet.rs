@@ -306,11 +306,12 @@ async fn console_finds_pages_and_governs_a_fleet_of_300_plugins_and_10000_record
     })
     .await;
     for id in ["fleet-001", "fleet-002", "fleet-003"] {
-        b.find(&format!("tr[data-plugin={id}] td.pick input"))
-            .await
-            .click()
-            .await
-            .unwrap();
+        b.find(&format!("tr[data-plugin={id}] td.pick input")).await;
+        b.js(
+            "document.querySelector(`tr[data-plugin=${arguments[0]}] td.pick input`).click();",
+            vec![json!(id)],
+        )
+        .await;
     }
     b.wait_text(".bulk .count", |t| t == "3 selected").await;
     b.click_button(".bulk", "Approve…").await;
@@ -352,11 +353,15 @@ async fn console_finds_pages_and_governs_a_fleet_of_300_plugins_and_10000_record
         (row_keys(&con, "plugins", "plugin").await.len() == 3).then_some(())
     })
     .await;
-    b.find("table#plugins thead th.pick input")
-        .await
-        .click()
-        .await
-        .unwrap();
+    // Clicked in the page in one step: a live redraw may replace the
+    // table between finding a box and clicking it (the selection itself
+    // outlives redraws).
+    b.js(
+        "document.querySelector('table#plugins thead th.pick input').click();",
+        vec![],
+    )
+    .await;
+    b.wait_text(".bulk .count", |t| t == "3 selected").await;
     b.click_button(".bulk", "Revoke…").await;
     b.click_button("#bulk-confirm", "Confirm: revoke 3").await;
     assert!(
