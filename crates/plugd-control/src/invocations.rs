@@ -149,6 +149,162 @@ pub struct InvocationRecord {
     pub payload: Option<serde_json::Value>,
 }
 
+/// A record as both stores keep it: a column per field that lists filter,
+/// search or chart on or that nearly every record has, and `extra`, a JSON
+/// object of the rest, only what is there (`None` when nothing is): a
+/// typical record is about a quarter of its JSON document (issue 29).
+///
+/// `extra` holds the fields that are `Some` among the rare ones (binding,
+/// package, execution class, session, chain, run, execution, payload), an
+/// `export_kind` other than `tool`, a `retry_count` other than 0, and
+/// `started_at`/`ended_at` only when they are not `started_ms` and
+/// `started_ms + duration_ms` written by [`rfc3339_ms`] (they always are in
+/// records plugd writes). Reading overlays `extra` on the columns, so a
+/// field added to [`InvocationRecord`] later lands in `extra` with no
+/// schema change, and an `extra` holding every field (a record converted
+/// from the old JSON document) reads back as it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredInvocation {
+    pub invocation_id: String,
+    pub started_ms: i64,
+    pub duration_ms: i64,
+    pub status: &'static str,
+    pub plugin_id: String,
+    pub tool: String,
+    pub export_id: String,
+    pub dialect: String,
+    pub caller: Option<String>,
+    pub surface: Option<String>,
+    pub trace_id: Option<String>,
+    pub error_code: Option<String>,
+    pub org_id: Option<String>,
+    pub project_id: Option<String>,
+    /// The rest, a JSON object; `None` when there is nothing.
+    pub extra: Option<String>,
+}
+
+/// The fields [`StoredInvocation`] keeps in columns.
+const COLUMN_FIELDS: [&str; 14] = [
+    "invocation_id",
+    "started_ms",
+    "duration_ms",
+    "status",
+    "plugin_id",
+    "tool",
+    "export_id",
+    "dialect",
+    "caller",
+    "surface",
+    "trace_id",
+    "error_code",
+    "org_id",
+    "project_id",
+];
+
+impl StoredInvocation {
+    /// `r` as stored.
+    pub fn from_record(r: &InvocationRecord) -> Result<StoredInvocation, serde_json::Error> {
+        let serde_json::Value::Object(mut rest) = serde_json::to_value(r)? else {
+            unreachable!("a record serializes to an object")
+        };
+        for k in COLUMN_FIELDS {
+            rest.remove(k);
+        }
+        rest.retain(|_, v| !v.is_null());
+        if r.export_kind == "tool" {
+            rest.remove("export_kind");
+        }
+        if r.retry_count == 0 {
+            rest.remove("retry_count");
+        }
+        if r.started_at == rfc3339_ms(r.started_ms) {
+            rest.remove("started_at");
+        }
+        let duration = i64::try_from(r.duration_ms).unwrap_or(i64::MAX);
+        if r.ended_at == rfc3339_ms(r.started_ms.saturating_add(duration)) {
+            rest.remove("ended_at");
+        }
+        Ok(StoredInvocation {
+            invocation_id: r.invocation_id.clone(),
+            started_ms: r.started_ms,
+            duration_ms: duration,
+            status: r.status.as_str(),
+            plugin_id: r.plugin_id.clone(),
+            tool: r.tool.clone(),
+            export_id: r.export_id.clone(),
+            dialect: r.dialect.clone(),
+            caller: r.caller.clone(),
+            surface: r.surface.clone(),
+            trace_id: r.trace_id.clone(),
+            error_code: r.error_code.clone(),
+            org_id: r.org_id.clone(),
+            project_id: r.project_id.clone(),
+            extra: (!rest.is_empty()).then(|| serde_json::Value::Object(rest).to_string()),
+        })
+    }
+}
+
+/// A stored record's columns as read back (`status` as its text), to
+/// [`StoredRow::into_record`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRow {
+    pub invocation_id: String,
+    pub started_ms: i64,
+    pub duration_ms: i64,
+    pub status: String,
+    pub plugin_id: String,
+    pub tool: String,
+    pub export_id: String,
+    pub dialect: String,
+    pub caller: Option<String>,
+    pub surface: Option<String>,
+    pub trace_id: Option<String>,
+    pub error_code: Option<String>,
+    pub org_id: Option<String>,
+    pub project_id: Option<String>,
+    pub extra: Option<String>,
+}
+
+impl StoredRow {
+    /// The record: the columns, the derived fields, `extra` over them.
+    /// `Err` says what is wrong with a damaged row.
+    pub fn into_record(self) -> Result<InvocationRecord, String> {
+        use serde_json::{Value, json};
+        let duration = u64::try_from(self.duration_ms)
+            .map_err(|_| format!("negative duration_ms {}", self.duration_ms))?;
+        let Value::Object(mut m) = json!({
+            "invocation_id": self.invocation_id,
+            "export_kind": "tool",
+            "export_id": self.export_id,
+            "tool": self.tool,
+            "plugin_id": self.plugin_id,
+            "dialect": self.dialect,
+            "started_at": rfc3339_ms(self.started_ms),
+            "ended_at": rfc3339_ms(self.started_ms.saturating_add(self.duration_ms)),
+            "started_ms": self.started_ms,
+            "duration_ms": duration,
+            "status": self.status,
+            "retry_count": 0,
+            "error_code": self.error_code,
+            "caller": self.caller,
+            "org_id": self.org_id,
+            "project_id": self.project_id,
+            "trace_id": self.trace_id,
+            "surface": self.surface,
+        }) else {
+            unreachable!("an object literal")
+        };
+        if let Some(extra) = self.extra {
+            match serde_json::from_str(&extra) {
+                Ok(Value::Object(rest)) => m.extend(rest),
+                Ok(_) => return Err("extra is not a JSON object".to_owned()),
+                Err(e) => return Err(format!("extra is not JSON: {e}")),
+            }
+        }
+        serde_json::from_value(Value::Object(m)).map_err(|e| format!("not a record: {e}"))
+    }
+}
+
 /// Where a list page starts: after the record started at `started_ms`
 /// with id `invocation_id` (in list order, newest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -417,6 +573,100 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(s: StoredInvocation) -> StoredRow {
+        StoredRow {
+            invocation_id: s.invocation_id,
+            started_ms: s.started_ms,
+            duration_ms: s.duration_ms,
+            status: s.status.to_owned(),
+            plugin_id: s.plugin_id,
+            tool: s.tool,
+            export_id: s.export_id,
+            dialect: s.dialect,
+            caller: s.caller,
+            surface: s.surface,
+            trace_id: s.trace_id,
+            error_code: s.error_code,
+            org_id: s.org_id,
+            project_id: s.project_id,
+            extra: s.extra,
+        }
+    }
+
+    #[test]
+    fn a_typical_record_is_all_columns_and_reads_back_whole() {
+        let r = crate::samples::invocation(7, 1_795_000_000_000, "p", TerminalStatus::Failed);
+        let s = StoredInvocation::from_record(&r).unwrap();
+        assert_eq!(s.extra, None, "{s:?}");
+        assert_eq!(row(s).into_record().unwrap(), r);
+    }
+
+    #[test]
+    fn every_rare_field_and_odd_time_goes_to_extra_and_back() {
+        let mut r =
+            crate::samples::invocation(8, 1_795_000_000_000, "p", TerminalStatus::RetryableFailure);
+        r.export_kind = "harness".into();
+        r.retry_count = 2;
+        r.binding_id = Some("bnd_1".into());
+        r.package_id = Some("acme/devkit".into());
+        r.package_version = Some("1.2.3".into());
+        r.execution_class = Some("worker".into());
+        r.session_id = Some("ses_1".into());
+        r.chain_id = Some("chn_1".into());
+        r.run_id = Some("run_1".into());
+        r.execution_id = Some("ex_1".into());
+        r.project_id = Some("prj".into());
+        r.surface = Some("mcp".into());
+        r.started_at = "2026-11-29T10:00:00.000+01:00".into();
+        r.ended_at = "later".into();
+        r.payload = Some(serde_json::json!({"error": {"code": "timeout"}}));
+        let s = StoredInvocation::from_record(&r).unwrap();
+        let extra: serde_json::Value = serde_json::from_str(s.extra.as_deref().unwrap()).unwrap();
+        for k in [
+            "export_kind",
+            "retry_count",
+            "binding_id",
+            "package_id",
+            "package_version",
+            "execution_class",
+            "session_id",
+            "chain_id",
+            "run_id",
+            "execution_id",
+            "started_at",
+            "ended_at",
+            "payload",
+        ] {
+            assert!(extra.get(k).is_some(), "{k} not in {extra}");
+        }
+        assert!(extra.get("project_id").is_none() && extra.get("tool").is_none());
+        assert_eq!(row(s).into_record().unwrap(), r);
+    }
+
+    #[test]
+    fn an_old_json_document_as_extra_reads_back_as_it_was() {
+        let r = crate::samples::invocation(9, 1_795_000_000_123, "p", TerminalStatus::Succeeded);
+        let mut s = row(StoredInvocation::from_record(&r).unwrap());
+        // What the migration leaves: the document minus nothing at all.
+        s.extra = Some(serde_json::to_string(&r).unwrap());
+        assert_eq!(s.into_record().unwrap(), r);
+    }
+
+    #[test]
+    fn a_damaged_row_says_what_is_wrong() {
+        let r = crate::samples::invocation(1, 5, "p", TerminalStatus::Succeeded);
+        let base = row(StoredInvocation::from_record(&r).unwrap());
+        let bad = |f: fn(&mut StoredRow)| {
+            let mut b = base.clone();
+            f(&mut b);
+            b.into_record().unwrap_err()
+        };
+        assert!(bad(|b| b.extra = Some("[1]".into())).contains("not a JSON object"));
+        assert!(bad(|b| b.extra = Some("{".into())).contains("not JSON"));
+        assert!(bad(|b| b.status = "sideways".into()).contains("not a record"));
+        assert!(bad(|b| b.duration_ms = -1).contains("negative"));
+    }
 
     #[test]
     fn statuses_use_the_seed_names() {

@@ -34,7 +34,7 @@ pub mod id;
 pub mod invocations;
 pub mod marketplace;
 pub mod packages;
-#[cfg(feature = "test-util")]
+#[cfg(any(test, feature = "test-util"))]
 pub mod samples;
 pub mod store;
 

@@ -72,3 +72,44 @@ pub fn package(version: &str, n: u8) -> Package {
         tree_digest: Some(format!("sha256:{}", "ab".repeat(32))),
     }
 }
+
+/// A record as a call over HTTP writes it: minted ids, a trace id, a
+/// token caller, no tenancy, no payload.
+pub fn typical_invocation(n: u64) -> InvocationRecord {
+    let ms = 1_795_000_000_000 + n as i64 * 3;
+    InvocationRecord {
+        invocation_id: format!(
+            "inv_{:032x}",
+            0x019a_0000_0000_7000_8000_0000_0000_0000u128 + n as u128 * 7919
+        ),
+        export_kind: "tool".into(),
+        export_id: "echo".into(),
+        tool: "hello_rust_echo".into(),
+        plugin_id: "hello_rust".into(),
+        dialect: "native".into(),
+        binding_id: None,
+        package_id: None,
+        package_version: None,
+        execution_class: None,
+        started_at: rfc3339_ms(ms),
+        ended_at: rfc3339_ms(ms + 1),
+        started_ms: ms,
+        duration_ms: 1,
+        status: TerminalStatus::Succeeded,
+        retry_count: 0,
+        error_code: None,
+        caller: Some("token:bench".into()),
+        org_id: None,
+        project_id: None,
+        session_id: None,
+        chain_id: None,
+        run_id: None,
+        trace_id: Some(format!(
+            "{:032x}",
+            0x4bf9_2f35_77b3_4da6_a3ce_929d_0e0e_4736u128 ^ n as u128
+        )),
+        execution_id: None,
+        surface: Some("http".into()),
+        payload: None,
+    }
+}

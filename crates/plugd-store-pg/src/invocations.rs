@@ -1,45 +1,64 @@
 //! Invocation records on PostgreSQL (`plugd-control`'s `InvocationStore`
-//! operations): the same columns, indexes and JSON record as `plugd-store`'s
-//! `invocations.rs`. Appending a batch is one `INSERT … SELECT FROM unnest(…)
-//! ON CONFLICT DO NOTHING`, so writing a batch twice changes nothing.
-//! The caller, the error code and the duration are read from the record
-//! (`record::json ->> …`), as SQLite reads them with `json_extract`.
+//! operations): the same columns as `plugd-store`'s `invocations.rs`
+//! (`plugd-control`'s `StoredInvocation`: a column per common field and
+//! `extra`, a JSON object of the rare ones). Appending a batch is one
+//! `INSERT … SELECT FROM unnest(…) ON CONFLICT DO NOTHING`, so writing a
+//! batch twice changes nothing.
 
 use deadpool_postgres::GenericClient;
 use plugd_control::invocations::{
-    InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order,
+    InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order, StoredInvocation,
+    StoredRow,
 };
 use tokio_postgres::types::ToSql;
 
 use crate::{PgError, PgStore};
 
 impl PgStore {
-    fn decode_invocation(&self, id: &str, record: &str) -> Result<InvocationRecord, PgError> {
-        serde_json::from_str(record).map_err(|e| PgError::Damaged {
+    fn decode_invocation(&self, r: &tokio_postgres::Row) -> Result<InvocationRecord, PgError> {
+        let row = StoredRow {
+            invocation_id: r.get(0),
+            started_ms: r.get(1),
+            duration_ms: r.get(2),
+            status: r.get(3),
+            plugin_id: r.get(4),
+            tool: r.get(5),
+            export_id: r.get(6),
+            dialect: r.get(7),
+            caller: r.get(8),
+            surface: r.get(9),
+            trace_id: r.get(10),
+            error_code: r.get(11),
+            org_id: r.get(12),
+            project_id: r.get(13),
+            extra: r.get(14),
+        };
+        let id = row.invocation_id.clone();
+        row.into_record().map_err(|detail| PgError::Damaged {
             db: self.label().to_owned(),
             what: format!("invocation {id}"),
-            detail: format!("record is not the expected JSON: {e}"),
+            detail,
         })
     }
 
     /// Appends `batch` (records already stored are left as they are).
     pub async fn append_invocations(&self, batch: &[InvocationRecord]) -> Result<(), PgError> {
-        let docs = self.invocation_docs(batch)?;
+        let stored = self.stored_invocations(batch)?;
         let client = self.client().await?;
-        insert_invocations(&client, batch, &docs)
+        insert_invocations(&client, &stored)
             .await
             .map_err(|e| self.query_error(format!("record {} invocations", batch.len()), e))
     }
 
-    /// Each record of `batch` as the JSON document stored.
-    pub(crate) fn invocation_docs(
+    /// Each record of `batch` as stored.
+    pub(crate) fn stored_invocations(
         &self,
         batch: &[InvocationRecord],
-    ) -> Result<Vec<String>, PgError> {
+    ) -> Result<Vec<StoredInvocation>, PgError> {
         batch
             .iter()
             .map(|r| {
-                serde_json::to_string(r).map_err(|e| PgError::Damaged {
+                StoredInvocation::from_record(r).map_err(|e| PgError::Damaged {
                     db: self.label().to_owned(),
                     what: format!("invocation {}", r.invocation_id),
                     detail: format!("cannot encode its record: {e}"),
@@ -56,18 +75,17 @@ impl PgStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                "SELECT record FROM invocations WHERE invocation_id = $1",
+                &format!("SELECT {COLUMNS} FROM invocations WHERE invocation_id = $1"),
                 &[&invocation_id],
             )
             .await
             .map_err(|e| self.query_error(format!("read invocation {invocation_id:?}"), e))?;
-        row.map(|r| self.decode_invocation(invocation_id, r.get(0)))
-            .transpose()
+        row.map(|r| self.decode_invocation(&r)).transpose()
     }
 
     /// One page of records matching `f`, in its order.
     pub async fn list_invocations(&self, f: &InvocationFilter) -> Result<InvocationPage, PgError> {
-        let mut q = Query::new("SELECT invocation_id, record FROM invocations WHERE true");
+        let mut q = Query::new(&format!("SELECT {COLUMNS} FROM invocations WHERE true"));
         q.filters(f);
         let (cmp, dir) = match f.order {
             Order::NewestFirst => ("<", "DESC"),
@@ -92,21 +110,20 @@ impl PgStore {
             .map_err(|e| self.query_error("list invocations", e))?;
         let records = rows
             .iter()
-            .map(|r| self.decode_invocation(r.get(0), r.get(1)))
+            .map(|r| self.decode_invocation(r))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(InvocationPage::from_rows(records, page))
     }
 
     /// The points of the records `f` matches (its cursor, order and limit
-    /// aside), newest first, at most `max`; the duration is read from the
-    /// record's JSON.
+    /// aside), newest first, at most `max`.
     pub async fn invocation_points(
         &self,
         f: &InvocationFilter,
         max: usize,
     ) -> Result<Vec<InvocationPoint>, PgError> {
         let mut q = Query::new(
-            "SELECT started_ms, (record::json ->> 'duration_ms')::bigint, status, plugin_id, tool
+            "SELECT started_ms, duration_ms, status, plugin_id, tool
              FROM invocations WHERE true",
         );
         q.filters(f);
@@ -153,43 +170,53 @@ impl PgStore {
     }
 }
 
-/// Inserts `batch` (with its JSON `docs`) in one statement, cached per
-/// connection: every tool call's record comes this way. Records already
-/// stored are left as they are.
+/// The columns a record is read from, in `decode_invocation`'s order.
+const COLUMNS: &str = "invocation_id, started_ms, duration_ms, status, plugin_id, tool,
+    export_id, dialect, caller, surface, trace_id, error_code, org_id, project_id, extra";
+
+/// Inserts `batch` in one statement, cached per connection: every tool
+/// call's record comes this way. Records already stored are left as they
+/// are.
 pub(crate) async fn insert_invocations(
     client: &impl GenericClient,
-    batch: &[InvocationRecord],
-    docs: &[String],
+    batch: &[StoredInvocation],
 ) -> Result<(), tokio_postgres::Error> {
     if batch.is_empty() {
         return Ok(());
     }
-    let col = |f: fn(&InvocationRecord) -> &str| batch.iter().map(f).collect::<Vec<&str>>();
-    let opt = |f: fn(&InvocationRecord) -> Option<&str>| {
+    let col = |f: fn(&StoredInvocation) -> &str| batch.iter().map(f).collect::<Vec<&str>>();
+    let opt = |f: fn(&StoredInvocation) -> Option<&str>| {
         batch.iter().map(f).collect::<Vec<Option<&str>>>()
     };
-    let ids = col(|r| &r.invocation_id);
-    let started: Vec<i64> = batch.iter().map(|r| r.started_ms).collect();
-    let plugins = col(|r| &r.plugin_id);
-    let tools = col(|r| &r.tool);
-    let exports = col(|r| &r.export_id);
-    let statuses = col(|r| r.status.as_str());
-    let orgs = opt(|r| r.org_id.as_deref());
-    let projects = opt(|r| r.project_id.as_deref());
+    let int = |f: fn(&StoredInvocation) -> i64| batch.iter().map(f).collect::<Vec<i64>>();
     let stmt = client
-        .prepare_cached(
-            "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
-                                      status, org_id, project_id, record)
-             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[],
-                                  $6::text[], $7::text[], $8::text[], $9::text[])
-             ON CONFLICT (invocation_id) DO NOTHING",
-        )
+        .prepare_cached(&format!(
+            "INSERT INTO invocations ({COLUMNS})
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
+                                  $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+                                  $11::text[], $12::text[], $13::text[], $14::text[], $15::text[])
+             ON CONFLICT (invocation_id) DO NOTHING"
+        ))
         .await?;
     client
         .execute(
             &stmt,
             &[
-                &ids, &started, &plugins, &tools, &exports, &statuses, &orgs, &projects, &docs,
+                &col(|r| &r.invocation_id),
+                &int(|r| r.started_ms),
+                &int(|r| r.duration_ms),
+                &col(|r| r.status),
+                &col(|r| &r.plugin_id),
+                &col(|r| &r.tool),
+                &col(|r| &r.export_id),
+                &col(|r| &r.dialect),
+                &opt(|r| r.caller.as_deref()),
+                &opt(|r| r.surface.as_deref()),
+                &opt(|r| r.trace_id.as_deref()),
+                &opt(|r| r.error_code.as_deref()),
+                &opt(|r| r.org_id.as_deref()),
+                &opt(|r| r.project_id.as_deref()),
+                &opt(|r| r.extra.as_deref()),
             ],
         )
         .await?;
@@ -224,7 +251,7 @@ impl Query {
             ("org_id", &f.org_id),
             ("project_id", &f.project_id),
             ("plugin_id", &f.plugin_id),
-            ("(record::json ->> 'caller')", &f.caller),
+            ("caller", &f.caller),
         ] {
             if let Some(v) = value {
                 self.push(&format!(" AND {column} = $?"), Box::new(v.clone()));
@@ -248,8 +275,8 @@ impl Query {
                 " AND (strpos(lower(invocation_id), lower($?::text)) > 0
                        OR strpos(lower(tool), lower($?::text)) > 0
                        OR strpos(lower(plugin_id), lower($?::text)) > 0
-                       OR strpos(lower(coalesce(record::json ->> 'caller', '')), lower($?::text)) > 0
-                       OR strpos(lower(coalesce(record::json ->> 'error_code', '')), lower($?::text)) > 0)",
+                       OR strpos(lower(coalesce(caller, '')), lower($?::text)) > 0
+                       OR strpos(lower(coalesce(error_code, '')), lower($?::text)) > 0)",
                 Box::new(needle.to_owned()),
             );
         }

@@ -259,7 +259,7 @@ async fn write(
     audit: &[PendingAudit],
     records: &[InvocationRecord],
 ) -> Result<(), PgError> {
-    let docs = store.invocation_docs(records)?;
+    let stored = store.stored_invocations(records)?;
     let action = || {
         format!(
             "record {} audit entries and {} invocations",
@@ -290,7 +290,7 @@ async fn write(
             .await
             .map_err(err)?;
     }
-    insert_invocations(&tx, records, &docs).await.map_err(err)?;
+    insert_invocations(&tx, &stored).await.map_err(err)?;
     tx.commit().await.map_err(err)
 }
 

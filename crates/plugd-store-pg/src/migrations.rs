@@ -70,7 +70,46 @@ const MIGRATIONS: &[&[&str]] = &[
     &[APPROVAL_ASKERS],
     // 6: the token buckets of plugd.yaml's `limits:` rules (SQLite's 21).
     &[crate::limits::MIGRATION],
+    // 7: invocation records as columns and a JSON object of the rare
+    // fields (SQLite's 22).
+    &[COMPACT_INVOCATIONS],
 ];
+
+/// Invocation records as `plugd-control`'s `StoredInvocation` columns; a
+/// record of before keeps its document, less the fields now in columns,
+/// as its `extra` (SQLite step 22, `plugd-store` `invocations.rs`).
+const COMPACT_INVOCATIONS: &str = r#"
+    ALTER TABLE invocations
+        ADD COLUMN duration_ms bigint,
+        ADD COLUMN dialect     text COLLATE "C",
+        ADD COLUMN caller      text COLLATE "C",
+        ADD COLUMN surface     text COLLATE "C",
+        ADD COLUMN trace_id    text COLLATE "C",
+        ADD COLUMN error_code  text COLLATE "C",
+        ADD COLUMN extra       text COLLATE "C";
+    UPDATE invocations SET
+        duration_ms = coalesce((record::jsonb ->> 'duration_ms')::bigint, 0),
+        dialect     = coalesce(record::jsonb ->> 'dialect', ''),
+        caller      = record::jsonb ->> 'caller',
+        surface     = record::jsonb ->> 'surface',
+        trace_id    = record::jsonb ->> 'trace_id',
+        error_code  = record::jsonb ->> 'error_code',
+        extra       = (record::jsonb - ARRAY['invocation_id', 'started_ms', 'duration_ms',
+                        'status', 'plugin_id', 'tool', 'export_id', 'dialect', 'caller',
+                        'surface', 'trace_id', 'error_code', 'org_id', 'project_id'])::text;
+    ALTER TABLE invocations
+        ALTER COLUMN duration_ms SET NOT NULL,
+        ALTER COLUMN dialect SET NOT NULL,
+        DROP COLUMN record;
+    -- Ties of one millisecond are few: an incremental sort orders them by
+    -- id, so no index repeats the id (37 bytes) besides the primary key.
+    DROP INDEX invocations_order;
+    DROP INDEX invocations_plugin;
+    DROP INDEX invocations_status;
+    CREATE INDEX invocations_order ON invocations (started_ms);
+    CREATE INDEX invocations_plugin ON invocations (plugin_id, started_ms);
+    CREATE INDEX invocations_status ON invocations (status, started_ms);
+"#;
 
 /// Who asks for a call approval: the caller as invocation records name
 /// it, the surface, the session and the agent (SQLite step 20,

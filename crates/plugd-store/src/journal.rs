@@ -24,7 +24,7 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use plugd_control::invocations::InvocationRecord;
+use plugd_control::invocations::{InvocationRecord, StoredInvocation};
 use rusqlite::{Connection, Transaction, params};
 
 use crate::error::StoreError;
@@ -248,10 +248,10 @@ pub(crate) fn write(
     audit: &[PendingAudit],
     records: &[InvocationRecord],
 ) -> Result<(), StoreError> {
-    let docs = records
+    let stored = records
         .iter()
         .map(|r| {
-            serde_json::to_string(r).map_err(|e| StoreError::Damaged {
+            StoredInvocation::from_record(r).map_err(|e| StoreError::Damaged {
                 db: label.to_owned(),
                 what: format!("invocation {}", r.invocation_id),
                 detail: format!("cannot encode its record: {e}"),
@@ -261,7 +261,7 @@ pub(crate) fn write(
     let run = |conn: &mut Connection| -> rusqlite::Result<()> {
         let tx = conn.transaction()?;
         insert_audit(&tx, audit)?;
-        insert_invocations(&tx, records, &docs)?;
+        crate::invocations::insert(&tx, &stored)?;
         tx.commit()
     };
     run(conn).map_err(|e| StoreError::Query {
@@ -291,36 +291,6 @@ fn insert_audit(tx: &Transaction<'_>, entries: &[PendingAudit]) -> rusqlite::Res
             e.method,
             e.path,
             e.status
-        ])?;
-    }
-    Ok(())
-}
-
-/// Appending is `INSERT OR IGNORE`: writing a record twice changes nothing.
-fn insert_invocations(
-    tx: &Transaction<'_>,
-    records: &[InvocationRecord],
-    docs: &[String],
-) -> rusqlite::Result<()> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let mut st = tx.prepare_cached(
-        "INSERT OR IGNORE INTO invocations (invocation_id, started_ms, plugin_id,
-            tool, export_id, status, org_id, project_id, record)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    for (r, doc) in records.iter().zip(docs) {
-        st.execute(params![
-            r.invocation_id,
-            r.started_ms,
-            r.plugin_id,
-            r.tool,
-            r.export_id,
-            r.status.as_str(),
-            r.org_id,
-            r.project_id,
-            doc
         ])?;
     }
     Ok(())

@@ -90,6 +90,9 @@ const MIGRATIONS: &[&str] = &[
     // 21: the token buckets of plugd.yaml's `limits:` rules (see
     // `crate::limits`).
     crate::limits::MIGRATION,
+    // 22: invocation records as columns and a JSON object of the rare
+    // fields, no longer one JSON document each (see `crate::invocations`).
+    crate::invocations::COMPACT_MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.
@@ -534,6 +537,56 @@ fn migrate(conn: &mut Connection, path: &Path, label: &str) -> Result<(), StoreE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schema_22_keeps_every_field_of_a_record_stored_as_one_document() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..21] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 21).unwrap();
+        let mut r = plugd_control::samples::invocation(
+            3,
+            1_795_000_000_000,
+            "p",
+            plugd_control::invocations::TerminalStatus::Failed,
+        );
+        r.retry_count = 1;
+        r.session_id = Some("s1".into());
+        r.surface = Some("mcp".into());
+        r.payload = Some(serde_json::json!({"error": {"code": "tool_failed", "message": "no"}}));
+        conn.execute(
+            "INSERT INTO invocations (invocation_id, started_ms, plugin_id, tool, export_id,
+                status, org_id, project_id, record) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            rusqlite::params![
+                r.invocation_id,
+                r.started_ms,
+                r.plugin_id,
+                r.tool,
+                r.export_id,
+                r.status.as_str(),
+                r.org_id,
+                r.project_id,
+                serde_json::to_string(&r).unwrap()
+            ],
+        )
+        .unwrap();
+        migrate(&mut conn, Path::new(":memory:"), ":memory:").unwrap();
+        let store = Store {
+            conn: Mutex::new(conn),
+            path: None,
+            label: ":memory:".to_owned(),
+            token_cache: Mutex::default(),
+            journal: std::sync::OnceLock::new(),
+        };
+        assert_eq!(store.invocation(&r.invocation_id).unwrap().unwrap(), r);
+        let f = plugd_control::invocations::InvocationFilter {
+            caller: r.caller.clone(),
+            q: Some("TOOL_FAILED".into()),
+            ..Default::default()
+        };
+        assert_eq!(store.list_invocations(&f).unwrap().invocations, [r]);
+    }
 
     #[test]
     fn schema_16_turns_stored_transcripts_into_first_chains() {

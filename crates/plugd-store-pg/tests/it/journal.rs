@@ -125,3 +125,40 @@ async fn entries_queued_while_the_server_is_down_are_written_when_it_is_back() {
     assert_eq!(store.journal_unwritten(), (0, 0));
     assert_eq!(store.audit_list(100).await.unwrap().len(), 11);
 }
+
+/// What a typical record takes on PostgreSQL with its indexes (table, TOAST
+/// and indexes over the records written). PostgreSQL's row header (24 bytes
+/// and a 4-byte line pointer) and index tuples (8 bytes and a pointer each)
+/// make this more than SQLite's, whose bound is 300 (`plugd-store`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typical_record_takes_at_most_400_bytes_on_postgresql() {
+    let url = TestPg::shared().fresh_database();
+    let store = PgStore::connect(&url, &PgOptions::default()).await.unwrap();
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let size = async || -> i64 {
+        client
+            .query_one("SELECT pg_total_relation_size('invocations')", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let before = size().await;
+    const N: u64 = 20_000;
+    for chunk in (0..N).collect::<Vec<_>>().chunks(1000) {
+        let batch: Vec<_> = chunk
+            .iter()
+            .map(|&n| plugd_control::samples::typical_invocation(n))
+            .collect();
+        store.append_invocations(&batch).await.unwrap();
+    }
+    let per = (size().await - before) / N as i64;
+    assert!(per <= 400, "{per} bytes per record");
+    let one = plugd_control::samples::typical_invocation(77);
+    assert_eq!(
+        store.invocation(&one.invocation_id).await.unwrap().unwrap(),
+        one
+    );
+}

@@ -118,6 +118,9 @@ async fn a_failing_step_leaves_the_database_as_it_was() {
     assert_eq!(tables, 0, "no table of the failed step remains");
 }
 
+/// The invocation record of `fixtures/schema-v1.sql`, as its document.
+const V1_RECORD: &str = r#"{"invocation_id":"inv_v1","export_kind":"tool","export_id":"add","tool":"hello_python_add","plugin_id":"hello_python","dialect":"native","binding_id":null,"package_id":null,"package_version":null,"execution_class":null,"started_at":"2026-11-20T10:00:00.000Z","ended_at":"2026-11-20T10:00:00.007Z","started_ms":1795168800000,"duration_ms":7,"status":"failed","retry_count":1,"error_code":"tool_failed","caller":"token:ci","org_id":null,"project_id":null,"session_id":"s1","chain_id":null,"run_id":null,"trace_id":"abc","execution_id":null}"#;
+
 /// A database at schema version 1 as first shipped (`fixtures/schema-v1.sql`,
 /// a `pg_dump` with rows in it) upgrades to this build's schema in place:
 /// its rows are read back through the traits, the new tables work, and the
@@ -170,6 +173,13 @@ async fn a_schema_v1_dump_upgrades_to_this_schema() {
     let info = store.session_info("s1").await.unwrap().unwrap();
     assert_eq!(info.head_chain_id.as_deref(), Some("ch_s1"));
     assert_eq!(store.chain_blocks("ch_s1", 0, 10).await.unwrap().len(), 1);
+    // An invocation record written as one JSON document reads back whole
+    // from the columns and `extra` of step 7.
+    let r = store.invocation("inv_v1").await.unwrap().unwrap();
+    assert_eq!(
+        serde_json::to_value(&r).unwrap(),
+        serde_json::from_str::<serde_json::Value>(V1_RECORD).unwrap()
+    );
 
     // What later steps added works on the upgraded database.
     let before = store.control_epoch().await.unwrap();
