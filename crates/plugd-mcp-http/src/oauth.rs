@@ -159,6 +159,14 @@ pub struct Discovery {
     pub client_id_metadata: bool,
     /// The scope to ask.
     pub scope: Option<String>,
+    /// The authorization server's issuer identifier as its metadata names
+    /// it (checked against the one its metadata was fetched for), which an
+    /// authorization response's `iss` must equal, string for string
+    /// (RFC 9207); `None` without metadata.
+    pub issuer: Option<String>,
+    /// The metadata's `authorization_response_iss_parameter_supported`: a
+    /// response without `iss` is then refused.
+    pub iss_required: bool,
 }
 
 fn now_unix() -> u64 {
@@ -369,7 +377,7 @@ pub async fn discover(
             break;
         }
     }
-    let (resource, issuer, scopes_supported) = match &prm {
+    let (resource, issuer_id, scopes_supported) = match &prm {
         Some(doc) => {
             let resource = doc
                 .get("resource")
@@ -386,14 +394,11 @@ pub async fn discover(
                     err("the protected-resource metadata names no authorization server")
                 })?;
             let scopes: Vec<String> = strings(doc, "scopes_supported");
-            (resource, parse_url(issuer, "authorization server")?, scopes)
+            (resource, issuer.to_owned(), scopes)
         }
-        None => (
-            server.to_string(),
-            parse_url(&base, "authorization server")?,
-            Vec::new(),
-        ),
+        None => (server.to_string(), base.clone(), Vec::new()),
     };
+    let issuer = parse_url(&issuer_id, "authorization server")?;
     // Authorization-server metadata, in the spec's order.
     let ibase = origin(&issuer);
     let ipath = path_of(&issuer);
@@ -419,6 +424,12 @@ pub async fn discover(
     let field = |doc: &Value, k: &str| doc.get(k).and_then(Value::as_str).map(str::to_owned);
     let (auth, token, reg, methods, cimd, as_scopes) = match &meta {
         Some(doc) => {
+            // Without protected-resource metadata (the 2025-03-26 fallback)
+            // the metadata is the MCP server's origin's, whose issuer may
+            // be elsewhere (`/oauth`): there is no identifier to hold it to.
+            if prm.is_some() {
+                check_issuer(&issuer_id, &issuer, field(doc, "issuer").as_deref())?;
+            }
             let auth = field(doc, "authorization_endpoint").ok_or_else(|| {
                 err("the authorization server's metadata has no authorization_endpoint")
             })?;
@@ -469,7 +480,33 @@ pub async fn discover(
         token_auth_methods: methods,
         client_id_metadata: cimd,
         scope,
+        issuer: meta
+            .as_ref()
+            .map(|doc| field(doc, "issuer").unwrap_or_else(|| issuer_id.clone())),
+        iss_required: meta.as_ref().is_some_and(|doc| {
+            doc.get("authorization_response_iss_parameter_supported") == Some(&Value::Bool(true))
+        }),
     })
+}
+
+/// Authorization-server metadata must name the issuer whose well-known URL
+/// it was fetched from (RFC 8414 §3.3; MCP 2026-07-28, SEP-2468): otherwise
+/// its endpoints may be an attacker's, and none is used. `expected` is the
+/// identifier as the protected resource named it; a spelling that differs
+/// only by URL normalization (a root path's `/`, the host's case) is the
+/// same issuer here. A metadata document without `issuer` is taken as the
+/// expected one.
+fn check_issuer(expected: &str, parsed: &Url, named: Option<&str>) -> Result<(), OAuthError> {
+    let Some(named) = named else {
+        return Ok(());
+    };
+    if named == expected || Url::parse(named).is_ok_and(|u| &u == parsed) {
+        return Ok(());
+    }
+    Err(err(format!(
+        "the authorization server's metadata names the issuer {:?}, not {expected:?} it was fetched for; plugd will not use its endpoints (RFC 8414 section 3.3)",
+        named.chars().take(200).collect::<String>()
+    )))
 }
 
 /// The strings of array `key` of `doc` (none when it is missing or not an array).
@@ -831,7 +868,15 @@ impl Login {
         let ignored = Arc::new(AtomicUsize::new(0));
         let code = tokio::time::timeout(
             timeout,
-            callback(&self.listener, self.state.secret(), ignored.clone()),
+            callback(
+                &self.listener,
+                Expect {
+                    state: self.state.secret().clone(),
+                    issuer: self.discovery.issuer.clone(),
+                    iss_required: self.discovery.iss_required,
+                },
+                ignored.clone(),
+            ),
         )
         .await
         .map_err(|_| {
@@ -903,9 +948,25 @@ impl Answer {
     }
 }
 
+/// What a login's redirect must carry.
+#[derive(Debug, Clone, Default)]
+struct Expect {
+    /// The login's `state`.
+    state: String,
+    /// The issuer an `iss` in the response must equal exactly (RFC 9207:
+    /// no URL normalization), when the metadata named one.
+    issuer: Option<String>,
+    /// The server advertised `iss` in responses: one without it is refused.
+    iss_required: bool,
+}
+
 /// Judges one request to the redirect listener: only a `GET /callback`
-/// whose `state` is `state` ends the login, with its `code` or its `error`.
-fn judge(method: &hyper::Method, path: &str, query: Option<&str>, state: &str) -> Answer {
+/// whose `state` is the login's ends the login, with its `code` or its
+/// `error`; a code whose `iss` is not the issuer's (or is missing where the
+/// server promised it) ends it with that error, the code unused (RFC 9207:
+/// a mix-up attack sends another server's code here).
+fn judge(method: &hyper::Method, path: &str, query: Option<&str>, expect: &Expect) -> Answer {
+    let state = expect.state.as_str();
     if path != "/callback" {
         return Answer::ignore(404, "Not found.");
     }
@@ -933,7 +994,16 @@ fn judge(method: &hyper::Method, path: &str, query: Option<&str>, state: &str) -
                 .map(|d| format!(" ({:?})", clip(d)))
                 .unwrap_or_default()
         ))),
-        (None, Some(code)) if !code.is_empty() => Ok(code.clone()),
+        (None, Some(code)) if !code.is_empty() => match (query.get("iss"), &expect.issuer) {
+            (Some(iss), Some(issuer)) if iss != issuer => Err(err(format!(
+                "the authorization response names the issuer {:?}, not {issuer:?}; its code was not used (RFC 9207: another server's response)",
+                clip(iss)
+            ))),
+            (None, _) if expect.iss_required => Err(err(
+                "the authorization server promised an iss parameter in its responses, and this one has none; its code was not used (RFC 9207)",
+            )),
+            _ => Ok(code.clone()),
+        },
         (None, _) => Err(err(
             "the redirect carries neither a code nor an error; run the login again",
         )),
@@ -964,10 +1034,10 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 /// at most [`CALLBACK_CONNECTIONS`] at a time, one bounded request each.
 async fn callback(
     listener: &tokio::net::TcpListener,
-    state: &str,
+    expect: Expect,
     ignored: Arc<AtomicUsize>,
 ) -> Result<String, OAuthError> {
-    let state: Arc<str> = Arc::from(state);
+    let state = Arc::new(expect);
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     let slots = Arc::new(tokio::sync::Semaphore::new(CALLBACK_CONNECTIONS));
     let mut conns = tokio::task::JoinSet::new();
@@ -1005,7 +1075,7 @@ async fn callback(
 /// bounded, no body read): this login's outcome, once the page is sent.
 async fn serve_redirect(
     stream: tokio::net::TcpStream,
-    state: &str,
+    state: &Expect,
     ignored: &AtomicUsize,
 ) -> Option<Result<String, OAuthError>> {
     use http_body_util::Full;
@@ -1188,10 +1258,89 @@ mod tests {
     }
 
     #[test]
+    fn a_code_is_used_only_with_the_issuers_own_iss() {
+        let expect = |issuer: Option<&str>, iss_required| Expect {
+            state: "s".into(),
+            issuer: issuer.map(str::to_owned),
+            iss_required,
+        };
+        let outcome = |e: &Expect, query: &str| {
+            let a = judge(&hyper::Method::GET, "/callback", Some(query), e);
+            (a.status, a.outcome.unwrap().map_err(|e| e.0))
+        };
+        let as1 = Some("https://as.example");
+        for (e, query, ok) in [
+            (expect(as1, false), "state=s&code=c", true),
+            (
+                expect(as1, false),
+                "state=s&code=c&iss=https%3A%2F%2Fas.example",
+                true,
+            ),
+            (
+                expect(as1, true),
+                "state=s&code=c&iss=https%3A%2F%2Fas.example",
+                true,
+            ),
+            (
+                expect(None, false),
+                "state=s&code=c&iss=https%3A%2F%2Fother",
+                true,
+            ),
+            // A mix-up: another server's response.
+            (
+                expect(as1, false),
+                "state=s&code=c&iss=https%3A%2F%2Fevil.example",
+                false,
+            ),
+            // Equal only after normalization is not equal.
+            (
+                expect(as1, true),
+                "state=s&code=c&iss=https%3A%2F%2Fas.example%2F",
+                false,
+            ),
+            (
+                expect(as1, true),
+                "state=s&code=c&iss=HTTPS%3A%2F%2Fas.example",
+                false,
+            ),
+            // Promised, missing.
+            (expect(as1, true), "state=s&code=c", false),
+        ] {
+            let (status, got) = outcome(&e, query);
+            assert_eq!(got.is_ok(), ok, "{query} with {e:?}: {got:?}");
+            assert_eq!(status, if ok { 200 } else { 400 });
+            if !ok {
+                assert!(got.unwrap_err().contains("RFC 9207"));
+            }
+        }
+    }
+
+    #[test]
+    fn metadata_must_name_the_issuer_it_was_fetched_for() {
+        let id = "http://127.0.0.1:9/as";
+        let parsed = Url::parse(id).unwrap();
+        assert!(check_issuer(id, &parsed, Some(id)).is_ok());
+        assert!(check_issuer(id, &parsed, None).is_ok());
+        let root = "http://127.0.0.1:9";
+        let root_parsed = Url::parse(root).unwrap();
+        assert!(check_issuer(root, &root_parsed, Some("http://127.0.0.1:9/")).is_ok());
+        let e = check_issuer(id, &parsed, Some("https://attacker.example.com")).unwrap_err();
+        assert!(
+            e.0.contains("attacker.example.com") && e.0.contains("8414"),
+            "{e}"
+        );
+        assert!(check_issuer(id, &parsed, Some("http://127.0.0.1:9/other")).is_err());
+    }
+
+    #[test]
     fn only_a_get_of_the_callback_with_the_logins_state_ends_the_wait() {
         let get = hyper::Method::GET;
         let judged = |method: &hyper::Method, path: &str, query: &str| {
-            let a = judge(method, path, Some(query), "s3cr3t");
+            let expect = Expect {
+                state: "s3cr3t".into(),
+                ..Expect::default()
+            };
+            let a = judge(method, path, Some(query), &expect);
             (a.status, a.outcome.map(|o| o.map_err(|e| e.0)))
         };
         for (path, query, status) in [
@@ -1234,7 +1383,7 @@ mod tests {
         ));
         // No state expected matches nothing, not even a missing one.
         assert!(
-            judge(&get, "/callback", Some("code=c"), "")
+            judge(&get, "/callback", Some("code=c"), &Expect::default())
                 .outcome
                 .is_none()
         );
