@@ -149,7 +149,8 @@ pub struct InvocationRecord {
     pub payload: Option<serde_json::Value>,
 }
 
-/// A record as both stores keep it: a column per field that lists filter,
+/// A record as both stores keep it (and read it back, to
+/// [`StoredInvocation::into_record`]): a column per field that lists filter,
 /// search or chart on or that nearly every record has, and `extra`, a JSON
 /// object of the rest, only what is there (`None` when nothing is): a
 /// typical record is about a quarter of its JSON document (issue 29).
@@ -168,7 +169,7 @@ pub struct StoredInvocation {
     pub invocation_id: String,
     pub started_ms: i64,
     pub duration_ms: i64,
-    pub status: &'static str,
+    pub status: String,
     pub plugin_id: String,
     pub tool: String,
     pub export_id: String,
@@ -228,7 +229,7 @@ impl StoredInvocation {
             invocation_id: r.invocation_id.clone(),
             started_ms: r.started_ms,
             duration_ms: duration,
-            status: r.status.as_str(),
+            status: r.status.as_str().to_owned(),
             plugin_id: r.plugin_id.clone(),
             tool: r.tool.clone(),
             export_id: r.export_id.clone(),
@@ -244,28 +245,7 @@ impl StoredInvocation {
     }
 }
 
-/// A stored record's columns as read back (`status` as its text), to
-/// [`StoredRow::into_record`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredRow {
-    pub invocation_id: String,
-    pub started_ms: i64,
-    pub duration_ms: i64,
-    pub status: String,
-    pub plugin_id: String,
-    pub tool: String,
-    pub export_id: String,
-    pub dialect: String,
-    pub caller: Option<String>,
-    pub surface: Option<String>,
-    pub trace_id: Option<String>,
-    pub error_code: Option<String>,
-    pub org_id: Option<String>,
-    pub project_id: Option<String>,
-    pub extra: Option<String>,
-}
-
-impl StoredRow {
+impl StoredInvocation {
     /// The record: the columns, the derived fields, `extra` over them.
     /// `Err` says what is wrong with a damaged row.
     pub fn into_record(self) -> Result<InvocationRecord, String> {
@@ -574,32 +554,12 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 mod tests {
     use super::*;
 
-    fn row(s: StoredInvocation) -> StoredRow {
-        StoredRow {
-            invocation_id: s.invocation_id,
-            started_ms: s.started_ms,
-            duration_ms: s.duration_ms,
-            status: s.status.to_owned(),
-            plugin_id: s.plugin_id,
-            tool: s.tool,
-            export_id: s.export_id,
-            dialect: s.dialect,
-            caller: s.caller,
-            surface: s.surface,
-            trace_id: s.trace_id,
-            error_code: s.error_code,
-            org_id: s.org_id,
-            project_id: s.project_id,
-            extra: s.extra,
-        }
-    }
-
     #[test]
     fn a_typical_record_is_all_columns_and_reads_back_whole() {
         let r = crate::samples::invocation(7, 1_795_000_000_000, "p", TerminalStatus::Failed);
         let s = StoredInvocation::from_record(&r).unwrap();
         assert_eq!(s.extra, None, "{s:?}");
-        assert_eq!(row(s).into_record().unwrap(), r);
+        assert_eq!(s.into_record().unwrap(), r);
     }
 
     #[test]
@@ -641,13 +601,13 @@ mod tests {
             assert!(extra.get(k).is_some(), "{k} not in {extra}");
         }
         assert!(extra.get("project_id").is_none() && extra.get("tool").is_none());
-        assert_eq!(row(s).into_record().unwrap(), r);
+        assert_eq!(s.into_record().unwrap(), r);
     }
 
     #[test]
     fn an_old_json_document_as_extra_reads_back_as_it_was() {
         let r = crate::samples::invocation(9, 1_795_000_000_123, "p", TerminalStatus::Succeeded);
-        let mut s = row(StoredInvocation::from_record(&r).unwrap());
+        let mut s = StoredInvocation::from_record(&r).unwrap();
         // What the migration leaves: the document minus nothing at all.
         s.extra = Some(serde_json::to_string(&r).unwrap());
         assert_eq!(s.into_record().unwrap(), r);
@@ -656,8 +616,8 @@ mod tests {
     #[test]
     fn a_damaged_row_says_what_is_wrong() {
         let r = crate::samples::invocation(1, 5, "p", TerminalStatus::Succeeded);
-        let base = row(StoredInvocation::from_record(&r).unwrap());
-        let bad = |f: fn(&mut StoredRow)| {
+        let base = StoredInvocation::from_record(&r).unwrap();
+        let bad = |f: fn(&mut StoredInvocation)| {
             let mut b = base.clone();
             f(&mut b);
             b.into_record().unwrap_err()

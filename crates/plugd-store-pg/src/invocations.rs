@@ -8,7 +8,6 @@
 use deadpool_postgres::GenericClient;
 use plugd_control::invocations::{
     InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order, StoredInvocation,
-    StoredRow,
 };
 use tokio_postgres::types::ToSql;
 
@@ -16,7 +15,7 @@ use crate::{PgError, PgStore};
 
 impl PgStore {
     fn decode_invocation(&self, r: &tokio_postgres::Row) -> Result<InvocationRecord, PgError> {
-        let row = StoredRow {
+        let row = StoredInvocation {
             invocation_id: r.get(0),
             started_ms: r.get(1),
             duration_ms: r.get(2),
@@ -205,7 +204,7 @@ pub(crate) async fn insert_invocations(
                 &col(|r| &r.invocation_id),
                 &int(|r| r.started_ms),
                 &int(|r| r.duration_ms),
-                &col(|r| r.status),
+                &col(|r| &r.status),
                 &col(|r| &r.plugin_id),
                 &col(|r| &r.tool),
                 &col(|r| &r.export_id),

@@ -16,7 +16,6 @@
 
 use plugd_control::invocations::{
     InvocationFilter, InvocationPage, InvocationPoint, InvocationRecord, Order, StoredInvocation,
-    StoredRow,
 };
 use rusqlite::{OptionalExtension, params_from_iter};
 
@@ -84,8 +83,8 @@ pub(crate) const COLUMNS: &str = "invocation_id, started_ms, duration_ms, status
     export_id, dialect, caller, surface, trace_id, error_code, org_id, project_id, extra";
 
 /// A row of [`COLUMNS`].
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredRow> {
-    Ok(StoredRow {
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredInvocation> {
+    Ok(StoredInvocation {
         invocation_id: r.get(0)?,
         started_ms: r.get(1)?,
         duration_ms: r.get(2)?,
@@ -206,7 +205,7 @@ impl Store {
         }
     }
 
-    fn decode_invocation(&self, row: StoredRow) -> Result<InvocationRecord, StoreError> {
+    fn decode_invocation(&self, row: StoredInvocation) -> Result<InvocationRecord, StoreError> {
         let id = row.invocation_id.clone();
         row.into_record().map_err(|detail| StoreError::Damaged {
             db: self.label().to_owned(),
