@@ -82,6 +82,11 @@ pub(crate) fn routes() -> Router<AppState> {
 /// The paths a token bound to an org may reach; every other route answers
 /// it 404.
 pub fn tenant_may_reach(path: &str) -> bool {
+    // The one catalog (issue 28): the MCP gateway and the tool list serve
+    // an org token the exports bound to its scope.
+    if matches!(path, "/mcp" | "/mcp/_" | "/v1/tools") {
+        return true;
+    }
     // Sessions, chains and runs of the org (not the workspace agent's
     // turns: `/v1/sessions/{id}/messages`).
     if ["/v1/sessions", "/v1/chains", "/v1/runs", "/v1/compactions"]
@@ -322,6 +327,10 @@ mod tests {
         assert!(!tenant_may_reach("/v1/plugin-toolsx"));
         assert!(!tenant_may_reach("/v1/plugins"));
         assert!(!tenant_may_reach("/v1/tools/x"));
-        assert!(!tenant_may_reach("/mcp"));
+        assert!(tenant_may_reach("/mcp"));
+        assert!(tenant_may_reach("/mcp/_"));
+        assert!(tenant_may_reach("/v1/tools"));
+        assert!(!tenant_may_reach("/v1/tools/_"));
+        assert!(!tenant_may_reach("/sse"));
     }
 }
