@@ -241,8 +241,12 @@ mod tests {
         assert_eq!(rank(&r, &TOOLS), vec![0, 3]);
         let r = req(json!({"query": "SEARCH jira"}));
         assert_eq!(rank(&r, &TOOLS), vec![2]);
-        let r = req(json!({"query": "the"}));
+        let r = req(json!({"query": "back"}));
         assert_eq!(rank(&r, &TOOLS), vec![1]);
+        // A part of a name ("the" in "weather") beats a word of a
+        // description.
+        let r = req(json!({"query": "the"}));
+        assert_eq!(rank(&r, &TOOLS), vec![3, 1]);
         let r = req(json!({"query": "nothing-matches-this"}));
         assert!(rank(&r, &TOOLS).is_empty());
         // Deterministic: the same answer every time, ties by name.
