@@ -620,6 +620,25 @@ mod tests {
     }
 
     #[test]
+    fn discovery_is_list_unless_search_and_nothing_else() {
+        let c = parse(
+            "mcp:\n  profiles:\n    big:\n      tools: [\"*\"]\n      discovery: search\n    plain:\n      tools: [\"*\"]\n    listed:\n      tools: [\"*\"]\n      discovery: list\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.profiles["big"].matcher().discovery, Discovery::Search);
+        assert_eq!(c.mcp.profiles["plain"].discovery, Discovery::List);
+        assert_eq!(c.mcp.profiles["listed"].discovery, Discovery::List);
+        for bad in ["find", "SEARCH", "[search]", "1"] {
+            let text = format!("mcp:\n  profiles:\n    p:\n      discovery: {bad}\n");
+            assert!(parse(&text).is_err(), "{bad}");
+            let v = crate::config::schema_violations(&text).unwrap();
+            assert!(!v.is_empty(), "the schema refuses {bad}");
+        }
+        let ok = "mcp:\n  profiles:\n    p:\n      discovery: search\n";
+        assert!(crate::config::schema_violations(ok).unwrap().is_empty());
+    }
+
+    #[test]
     fn no_section_means_no_roots_for_anyone() {
         assert!(parse("").unwrap().mcp.roots().is_empty());
         assert!(parse("mcp: {}\n").unwrap().mcp.roots().is_empty());

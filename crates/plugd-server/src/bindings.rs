@@ -16,8 +16,10 @@
 //! its org (and, when it is limited to projects, the org-wide ones and
 //! those of its projects); anything else answers it `404`, never `403`,
 //! so it cannot learn what exists. It may write only bindings it sees that
-//! are of its projects (or any of its org's, unlimited). Every other route
-//! of the API answers a bound token `404` ([`tenant_may_reach`]). Unbound
+//! are of its projects (or any of its org's, unlimited). `/mcp`,
+//! `/mcp/{profile}` and `GET /v1/tools` serve it the exports bound to its
+//! scope (the one catalog); every other route of the API answers a bound
+//! token `404` ([`tenant_may_reach`]). Unbound
 //! tokens and the socket's local admin are workspace operators: they see
 //! every org.
 //!
