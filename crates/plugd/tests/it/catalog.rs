@@ -9,7 +9,8 @@
 //! session hears `notifications/tools/list_changed` on its stream and
 //! lists the tool afterwards, calls work found or not, a tool plugd.yaml's
 //! `policy:` denies is never found, and hostile arguments are refused with
-//! a readable tool error.
+//! a readable tool error. A `policy:` deny naming an org hides a bound
+//! export from that org's lists and refuses its calls as unknown.
 
 use std::time::Duration;
 
@@ -147,6 +148,37 @@ fn an_org_token_lists_and_calls_its_bound_exports_and_never_another_orgs() {
     assert_eq!(mcp.len(), 1, "{mcp:?}");
     assert_eq!(mcp[0]["binding_id"], mine.binding_id.as_str(), "{mcp:?}");
     assert_eq!(mcp[0]["org_id"], "org_a", "{mcp:?}");
+}
+
+#[test]
+fn a_policy_deny_hides_a_bound_export_from_the_list_and_refuses_its_call() {
+    let ws = crate::support::Ws::new();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "policy:\n  - name: no-leak-for-org-a\n    when: 'caller.org == \"org_a\" && tool.plugin == \"acme/kit\" && tool.name.endsWith(\"leak\")'\n    effect: deny\n",
+    )
+    .unwrap();
+    let w = crate::binding_calls::world_in(ws, &[]);
+    for org in ["org_a", "org_b"] {
+        w.secret(org, SECRET);
+        w.bind(org, None, "0.1.0", 100);
+        w.bind_package("acme/kit", "leak", org, None, "0.1.0", 100);
+    }
+    let a = w.token("agent", "org_a", &[]);
+    let b = w.token("agent", "org_b", &[]);
+    let s = &w.serve;
+
+    // org_a: the denied export is not listed, and its call is an unknown
+    // tool's; org_b, which the rule does not name, has both.
+    let sid = open(s, &a, "/mcp", "2025-06-18");
+    assert_eq!(tool_names(s, &a, "/mcp", &sid), ["whoami"]);
+    let r = call_tool(s, &a, "/mcp", &sid, "leak", json!({}));
+    assert_eq!(r["error"]["message"], "Unknown tool: leak", "{r}");
+    let names: Vec<Value> = listed(s, &a).iter().map(|t| t["name"].clone()).collect();
+    assert_eq!(names, [json!("whoami")]);
+    let sid_b = open(s, &b, "/mcp", "2025-06-18");
+    assert_eq!(tool_names(s, &b, "/mcp", &sid_b), ["leak", "whoami"]);
+    assert_eq!(listed(s, &b).len(), 2);
 }
 
 #[test]
