@@ -98,6 +98,8 @@ pub(crate) struct SessionInner {
     pub(crate) pins: Mutex<HashMap<String, String>>,
     /// The MCP names this session's searches found (`discovery: search`).
     pub(crate) loaded: Mutex<BTreeSet<String>>,
+    /// Whether `pins` or `loaded` changed since [`Session::take_changed`].
+    pub(crate) changed: std::sync::atomic::AtomicBool,
 }
 
 /// Most pins and found tools one session keeps (a bigger catalog is
@@ -314,6 +316,7 @@ impl Session {
                 subscriptions: Mutex::new(HashMap::new()),
                 pins: Mutex::new(HashMap::new()),
                 loaded: Mutex::new(BTreeSet::new()),
+                changed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -774,6 +777,13 @@ impl Session {
                 )),
             },
         }
+    }
+
+    /// Whether what the session chose or found (the binding each export
+    /// resolved to, the tools its searches loaded) changed since the last
+    /// call; a transport that keeps sessions stores its snapshot again.
+    pub fn take_changed(&self) -> bool {
+        self.inner.changed.swap(false, Ordering::Relaxed)
     }
 
     /// Tells the client its tool list changed (a search found tools):

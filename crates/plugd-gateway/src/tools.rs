@@ -16,6 +16,7 @@
 //! whether it was found or not.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plugd_host::dialect::{CallContext, ClientHandle, ClientLink};
@@ -145,7 +146,10 @@ async fn served_exports(session: &Session, org: &OrgScope) -> Vec<(String, Serve
     {
         let mut pins = lock(&session.inner.pins);
         for x in &exports {
-            pins.insert(x.export_id.clone(), x.binding.binding_id.clone());
+            let old = pins.insert(x.export_id.clone(), x.binding.binding_id.clone());
+            if old.as_ref() != Some(&x.binding.binding_id) {
+                session.inner.changed.store(true, Ordering::Relaxed);
+            }
         }
     }
     let exports: Vec<ScopedExport> = match &session.inner.profile {
@@ -262,6 +266,7 @@ async fn search_call(session: &Session, args: &Value, cx: &RequestCx) -> Value {
         new
     };
     if new {
+        session.inner.changed.store(true, Ordering::Relaxed);
         session.tools_changed(cx.sink.as_ref());
     }
     let structured = json!({"tools": tools, "query": request.query});
@@ -572,7 +577,10 @@ pub(crate) async fn call(
                 .call_export_governed(&x.export_id, args, &call, ctx, &gov, pin.as_deref())
                 .await;
             if let Some(b) = done.binding_id {
-                lock(&session.inner.pins).insert(x.export_id.clone(), b);
+                let old = lock(&session.inner.pins).insert(x.export_id.clone(), b.clone());
+                if old != Some(b) {
+                    session.inner.changed.store(true, Ordering::Relaxed);
+                }
             }
             done.called.outcome
         }

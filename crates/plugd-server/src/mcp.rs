@@ -687,7 +687,8 @@ async fn post(
         }
     };
     let (session, hub) = session;
-    match body {
+    let kept = session.clone();
+    let resp = match body {
         Value::Array(batch) => {
             // Batches are 2025-03-26's only: the session's revision
             // decides, else the header's (MCP: absent means 2025-03-26).
@@ -776,7 +777,20 @@ async fn post(
         }
         msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, &hub, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
+    };
+    // What the session chose or found since it was stored (a binding an
+    // export resolved to, tools a search loaded) goes to the store, so a
+    // rebuilt session keeps it (a streamed request's, at the next one).
+    if !stateless && kept.take_changed() {
+        let may_approve = caller(&identity).may_approve_critical;
+        if let Err(e) = mcp
+            .store_session(&kept, &identity.name, profile, may_approve)
+            .await
+        {
+            tracing::warn!(session = %kept.id(), error = %e.message, "could not store what the MCP session chose; a rebuilt session resolves again");
+        }
     }
+    resp
 }
 
 /// The `_meta` key tagging each notification of a listen stream with the

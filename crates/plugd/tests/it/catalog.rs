@@ -401,4 +401,20 @@ fn a_search_profile_lists_search_tools_and_loads_what_a_search_finds() {
     assert_eq!(found_names(&got), ["risky__crit"]);
     let (status, log) = serve.stop();
     assert!(status.success(), "{log}");
+
+    // The session outlives serve: rebuilt from the state store, it still
+    // lists what its searches found (the broad search found all four).
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    assert_eq!(
+        tool_names(&serve, &token, FOUND, &sid),
+        [
+            "search_tools",
+            "risky__crit",
+            "risky__hi",
+            "risky__lo",
+            "risky__med"
+        ]
+    );
+    let (status, log) = serve.stop();
+    assert!(status.success(), "{log}");
 }
