@@ -87,6 +87,9 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
         name: plugd_store::users::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
         role: None,
+        // The local user: a workspace identity (plugd mcp beside a serve
+        // bridges to serve's /mcp, where a token decides).
+        org: None,
     };
     let session = gateway.session(caller, args.profile.as_deref())?;
     // A changed plugin is stopped and its tools withheld (and clients told).

@@ -457,6 +457,22 @@ pub fn resolve<'a>(
     project_id: Option<&str>,
     session_key: &str,
 ) -> Option<&'a Binding> {
+    select_among(
+        candidates(bindings, export_id, org_id, project_id),
+        session_key,
+    )
+}
+
+/// The pool [`resolve`] selects from: the active bindings with a share
+/// above zero of `export_id` scoped to `project_id` when there are any,
+/// else the org-wide ones. A binding a session chose earlier still applies
+/// to it while it is in this pool (an MCP session keeps its choice).
+pub fn candidates<'a>(
+    bindings: &'a [Binding],
+    export_id: &str,
+    org_id: &str,
+    project_id: Option<&str>,
+) -> Vec<&'a Binding> {
     let live = |b: &&Binding| {
         b.export_id == export_id
             && b.scope.org_id == org_id
@@ -473,7 +489,7 @@ pub fn resolve<'a>(
             .filter(|b| b.scope.project_id.is_none())
             .collect();
     }
-    select_among(pool, session_key)
+    pool
 }
 
 /// Which bindings a listing returns; `None` fields do not filter.

@@ -12,7 +12,13 @@
 //! refusal into a tool error the model reads.
 //!
 //! Decisions written beside the code:
-//! - tool names are [`plugd_mcp::names`] (stable, collision-free);
+//! - tool names are [`plugd_mcp::names`] (stable, collision-free); an
+//!   org identity's session serves the exports bound to its scope, each
+//!   under its export id (the name `/v1/plugin-tools/{export}:invoke`
+//!   takes), keeping the binding its first resolution chose for the
+//!   session's lifetime while that binding still applies;
+//! - a profile with `discovery: search` lists `search_tools` instead of
+//!   every tool ([`search`]); what a search finds joins that session's list;
 //! - a tool the caller may not see (profile, disabled) is answered exactly
 //!   like one that does not exist, so policy does not reveal what exists;
 //! - tool failures are `isError` results the model can read, protocol
@@ -25,6 +31,7 @@
 mod approve;
 mod catalog;
 mod hosted;
+mod search;
 mod session;
 pub mod stdio;
 mod tools;
@@ -66,6 +73,35 @@ pub struct Caller {
     /// The identity's role (`admin`, `agent`, …) when it has one, for
     /// plugd.yaml `limits:` rules `per: caller.role`.
     pub role: Option<String>,
+    /// The org (and projects) the identity is bound to: such a session
+    /// sees the tool exports bound to its scope instead of the
+    /// workspace's tools (see [`OrgScope`]); `None`: a workspace identity.
+    pub org: Option<OrgScope>,
+}
+
+/// The scope of an identity bound to an org (a token made with `--org`):
+/// its session serves the tool exports bound to the org (org-wide
+/// bindings, and those of its project when it is limited to exactly one),
+/// each under its export id, and nothing of the workspace's own tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgScope {
+    /// The org.
+    pub org_id: String,
+    /// The projects the identity is limited to (empty: the whole org).
+    pub project_ids: Vec<String>,
+}
+
+impl OrgScope {
+    /// The project its calls are made for: its only project when it is
+    /// limited to exactly one, else none (org-wide bindings only), as
+    /// `POST /v1/plugin-tools/{export}:invoke` decides without a
+    /// `project_id`.
+    pub fn project(&self) -> Option<&str> {
+        match self.project_ids.as_slice() {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
 }
 
 /// What the gateway serves from; cheap to clone.

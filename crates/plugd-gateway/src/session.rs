@@ -8,7 +8,7 @@
 //! tied to a request (list_changed) go to the sink given by
 //! [`Session::set_notifier`] (stdout for stdio, the GET stream on HTTP).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -93,7 +93,18 @@ pub(crate) struct SessionInner {
     events: Mutex<Option<JoinHandle<()>>>,
     /// (server, original URI) → the URI the client subscribed with.
     subscriptions: Mutex<HashMap<(String, String), String>>,
+    /// Export id → the binding its first resolution chose (an org
+    /// identity's session): taken again while it applies.
+    pub(crate) pins: Mutex<HashMap<String, String>>,
+    /// The MCP names this session's searches found (`discovery: search`).
+    pub(crate) loaded: Mutex<BTreeSet<String>>,
+    /// Whether `pins` or `loaded` changed since [`Session::take_changed`].
+    pub(crate) changed: std::sync::atomic::AtomicBool,
 }
+
+/// Most pins and found tools one session keeps (a bigger catalog is
+/// searched, not loaded whole).
+pub(crate) const MAX_SESSION_TOOLS: usize = 4096;
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
@@ -230,7 +241,7 @@ impl Session {
         if !capabilities.is_object() {
             return None;
         }
-        Some(Session::with_state(
+        let session = Session::with_state(
             gw,
             id.to_owned(),
             caller,
@@ -241,7 +252,25 @@ impl Session {
                 capabilities,
                 client: snapshot.get("client").cloned().unwrap_or(Value::Null),
             },
-        ))
+        );
+        // What the session chose and found, as far as it is well formed.
+        if let Some(pins) = snapshot.get("pins").and_then(Value::as_object) {
+            let mut p = lock(&session.inner.pins);
+            for (export, binding) in pins.iter().take(MAX_SESSION_TOOLS) {
+                if let Some(b) = binding.as_str() {
+                    p.insert(export.clone(), b.to_owned());
+                }
+            }
+        }
+        if let Some(loaded) = snapshot.get("loaded").and_then(Value::as_array) {
+            let mut l = lock(&session.inner.loaded);
+            for name in loaded.iter().take(MAX_SESSION_TOOLS) {
+                if let Some(n) = name.as_str() {
+                    l.insert(n.to_owned());
+                }
+            }
+        }
+        Some(session)
     }
 
     /// What rebuilds this session elsewhere (another serve, another node):
@@ -254,6 +283,8 @@ impl Session {
             "initialized": state.initialized,
             "capabilities": state.capabilities,
             "client": state.client,
+            "pins": *lock(&self.inner.pins),
+            "loaded": *lock(&self.inner.loaded),
         }))
     }
 
@@ -283,6 +314,9 @@ impl Session {
                 watcher: Mutex::new(None),
                 events: Mutex::new(None),
                 subscriptions: Mutex::new(HashMap::new()),
+                pins: Mutex::new(HashMap::new()),
+                loaded: Mutex::new(BTreeSet::new()),
+                changed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -529,7 +563,7 @@ impl Session {
                     "logging/setLevel needs a \"level\"",
                 )),
             },
-            "tools/list" => tools::list(self, &cx),
+            "tools/list" => tools::list(self, &cx).await,
             "tools/call" => tools::call(self, &params, &cx).await,
             "resources/list" => catalog::resources(self).await,
             "resources/templates/list" => catalog::templates(self).await,
@@ -621,9 +655,11 @@ impl Session {
     }
 
     fn instructions(&self) -> String {
-        let scope = match self.profile() {
-            Some(p) => format!("the tools of profile {p:?}"),
-            None => "every enabled tool".into(),
+        let scope = match (&self.inner.caller.org, self.profile()) {
+            (Some(o), Some(p)) => format!("the tools bound to org {:?} in profile {p:?}", o.org_id),
+            (Some(o), None) => format!("the tools bound to org {:?}", o.org_id),
+            (None, Some(p)) => format!("the tools of profile {p:?}"),
+            (None, None) => "every enabled tool".into(),
         };
         format!(
             "plugd serves {scope} of the approved plugins in {}. Calls pass plugd's governance: high and critical tools need a person's approval.",
@@ -740,6 +776,28 @@ impl Session {
                     "the client's answer to {method} has neither result nor error"
                 )),
             },
+        }
+    }
+
+    /// Whether what the session chose or found (the binding each export
+    /// resolved to, the tools its searches loaded) changed since the last
+    /// call; a transport that keeps sessions stores its snapshot again.
+    pub fn take_changed(&self) -> bool {
+        self.inner.changed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Tells the client its tool list changed (a search found tools):
+    /// on the session's stream, else on `sink` (the request's stream),
+    /// only after the handshake.
+    pub(crate) fn tools_changed(&self, sink: Option<&Sink>) {
+        if !self.ready() {
+            return;
+        }
+        if !self.notify("notifications/tools/list_changed")
+            && let Some(sink) = sink
+        {
+            let _ =
+                sink.send(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
         }
     }
 
@@ -879,7 +937,7 @@ async fn watch_servers(
 /// sees change (debounced; only after the handshake).
 async fn watch_tools(session: Weak<SessionInner>, mut changes: tokio::sync::watch::Receiver<u64>) {
     let mut last = match session.upgrade() {
-        Some(inner) => tools::visible_names(&Session { inner }),
+        Some(inner) => tools::visible_names(&Session { inner }).await,
         None => return,
     };
     loop {
@@ -892,7 +950,7 @@ async fn watch_tools(session: Weak<SessionInner>, mut changes: tokio::sync::watc
             return;
         };
         let s = Session { inner };
-        let names = tools::visible_names(&s);
+        let names = tools::visible_names(&s).await;
         if names != last {
             last = names;
             if s.ready() {

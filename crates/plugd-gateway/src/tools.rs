@@ -2,22 +2,39 @@
 //! how a plugd tool looks as an MCP `Tool`, and one call through the
 //! runtime's governed path (hooks, risk gate, plugin, record), back as a
 //! `CallToolResult`.
+//!
+//! A workspace identity's session serves the workspace's tools; an org
+//! identity's ([`crate::OrgScope`]) serves the tool exports bound to its
+//! scope instead, each under its export id, through
+//! [`plugd_runtime::Runtime::call_export_governed`] (the resolution of
+//! `/v1/plugin-tools/{export}:invoke`, on the same governed path). The
+//! binding a session's export first resolved to is kept in the session
+//! (`pins`) and taken again while it still applies, so one session stays
+//! on one rollout choice. Under a `discovery: search` profile
+//! `tools/list` holds `search_tools` ([`crate::search`]) and what the
+//! session's searches found; every tool the session may see is callable
+//! whether it was found or not.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plugd_host::dialect::{CallContext, ClientHandle, ClientLink};
 use plugd_mcp::names::{NameTable, mcp_name, registry_name_hint};
 use plugd_mcp::version::at_least;
+use plugd_runtime::bindings_rt::{ExportCall, ScopedExport};
 use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint};
+use plugd_runtime::mcp_config::Discovery;
 use plugd_runtime::risk::{GateError, RiskLevel, effective_risk};
+use plugd_runtime::tool_policy::PolicyCaller;
 use plugd_runtime::{RuntimeError, ToolEntry};
 use plugd_wire::ErrorObject;
 use serde_json::{Map, Value, json};
 
 use crate::approve::ElicitApprover;
-use crate::session::{RequestCx, Session, code, error};
+use crate::session::{RequestCx, Session, code, error, lock};
+use crate::{OrgScope, search};
 
 /// How long a call waits for its last progress notifications to go out.
 const PROGRESS_DRAIN: Duration = Duration::from_millis(200);
@@ -48,9 +65,106 @@ fn visible(session: &Session) -> Vec<Arc<ToolEntry>> {
     }
 }
 
-/// The plugd names of what `session` sees, for change detection.
-pub(crate) fn visible_names(session: &Session) -> Vec<String> {
-    visible(session).iter().map(|t| t.name.clone()).collect()
+/// The names of what `session` sees, for change detection.
+pub(crate) async fn visible_names(session: &Session) -> Vec<String> {
+    served(session).await.into_iter().map(|(n, _)| n).collect()
+}
+
+/// One tool a session serves: a workspace tool, or (an org identity's
+/// session) an export bound to its scope.
+#[derive(Clone)]
+pub(crate) enum Served {
+    /// A tool of the workspace's registry.
+    Tool(Arc<ToolEntry>),
+    /// A tool export bound to the session's org.
+    Export(Box<ScopedExport>),
+}
+
+impl Served {
+    /// The tool entry.
+    pub(crate) fn entry(&self) -> &Arc<ToolEntry> {
+        match self {
+            Served::Tool(t) => t,
+            Served::Export(x) => &x.entry,
+        }
+    }
+}
+
+/// Whether `session`'s profile finds its tools by search.
+pub(crate) fn searching(session: &Session) -> bool {
+    session
+        .inner
+        .profile
+        .as_ref()
+        .is_some_and(|(_, m)| m.discovery == Discovery::Search)
+}
+
+/// The scope and session of an org identity's calls through bindings
+/// (the session id is the rollout key and `context.session_id`).
+fn export_call(session: &Session, org: &OrgScope, trace_id: Option<String>) -> ExportCall {
+    ExportCall {
+        org_id: org.org_id.clone(),
+        project_id: org.project().map(str::to_owned),
+        session_id: Some(format!("mcp-{}", session.id())),
+        caller: Some(session.caller().name.clone()),
+        trace_id,
+    }
+}
+
+/// Every tool `session` serves with its MCP name: the workspace's tools,
+/// or an org identity's bound exports.
+pub(crate) async fn served(session: &Session) -> Vec<(String, Served)> {
+    match &session.caller().org {
+        None => served_tools(session)
+            .into_iter()
+            .map(|(n, t)| (n, Served::Tool(t)))
+            .collect(),
+        Some(org) => served_exports(session, org).await,
+    }
+}
+
+/// The exports bound to `org`'s scope that `session` serves, under their
+/// export ids (made MCP names by [`mcp_name`], so one naming holds
+/// everywhere), the bindings they resolved to kept as the session's pins.
+async fn served_exports(session: &Session, org: &OrgScope) -> Vec<(String, Served)> {
+    let rt = session.inner.gw.runtime();
+    let call = export_call(session, org, None);
+    let caller = PolicyCaller {
+        org: org.org_id.clone(),
+        project: org.project().unwrap_or_default().to_owned(),
+        role: session.caller().role.clone().unwrap_or_default(),
+        ..PolicyCaller::named(&session.caller().name)
+    };
+    let pins = lock(&session.inner.pins).clone();
+    let exports = match rt.scoped_exports(&call, &pins, &caller).await {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::warn!(session = %session.id(), org = %org.org_id, error = %e, "cannot list the exports bound to the session's org; it lists none");
+            return Vec::new();
+        }
+    };
+    {
+        let mut pins = lock(&session.inner.pins);
+        for x in &exports {
+            let old = pins.insert(x.export_id.clone(), x.binding.binding_id.clone());
+            if old.as_ref() != Some(&x.binding.binding_id) {
+                session.inner.changed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+    let exports: Vec<ScopedExport> = match &session.inner.profile {
+        None => exports,
+        Some((_, m)) => exports
+            .into_iter()
+            .filter(|x| m.matches(&x.binding.package_id, &x.export_id))
+            .collect(),
+    };
+    let table = NameTable::new(exports.iter().map(|x| x.export_id.as_str()));
+    exports
+        .into_iter()
+        .filter(|x| table.serves(&x.export_id))
+        .map(|x| (mcp_name(&x.export_id), Served::Export(Box::new(x))))
+        .collect()
 }
 
 /// Whether `session`'s profile serves tools under their plugins' own names.
@@ -72,8 +186,9 @@ fn key(entry: &ToolEntry, bare: bool) -> &str {
     }
 }
 
-/// Every tool `session` serves with its MCP name (collisions withheld).
-fn served(session: &Session) -> Vec<(String, Arc<ToolEntry>)> {
+/// Every workspace tool `session` serves with its MCP name (collisions
+/// withheld).
+fn served_tools(session: &Session) -> Vec<(String, Arc<ToolEntry>)> {
     let tools = visible(session);
     let bare = bare(session);
     let table = NameTable::new(tools.iter().map(|t| key(t, bare)));
@@ -87,21 +202,79 @@ fn served(session: &Session) -> Vec<(String, Arc<ToolEntry>)> {
         .collect()
 }
 
-/// `tools/list`: every tool served, one page.
-pub(crate) fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
+/// `tools/list`: every tool served, one page; under a `discovery: search`
+/// profile `search_tools` and the tools this session's searches found.
+pub(crate) async fn list(session: &Session, cx: &RequestCx) -> Result<Value, Value> {
     let rt = session.inner.gw.runtime();
     let policy = rt
         .risk_config()
         .map_err(|e| error(code::INTERNAL, e.to_string()))?;
-    let out: Vec<Value> = served(session)
+    let mut served = served(session).await;
+    let mut out = Vec::new();
+    if searching(session) {
+        out.push(search::tool_json());
+        let loaded = lock(&session.inner.loaded).clone();
+        served.retain(|(name, _)| name != search::SEARCH_TOOL && loaded.contains(name));
+    }
+    out.extend(served.iter().map(|(name, s)| {
+        let t = s.entry();
+        let (risk, _) = effective_risk(t, &policy);
+        let vai = vai_annotations(rt, t);
+        tool_json(name, t, risk, vai, cx.version)
+    }));
+    Ok(json!({"tools": out}))
+}
+
+/// `search_tools` of a `discovery: search` session: the tools it may see
+/// that match `args.query`, best first, which join its list
+/// (`notifications/tools/list_changed` when any is new).
+async fn search_call(session: &Session, args: &Value, cx: &RequestCx) -> Value {
+    let request = match search::Request::parse(args) {
+        Ok(r) => r,
+        Err(message) => return tool_error(message),
+    };
+    let served = served(session).await;
+    let pool: Vec<&(String, Served)> = served
         .iter()
-        .map(|(name, t)| {
-            let (risk, _) = effective_risk(t, &policy);
-            let vai = vai_annotations(rt, t);
-            tool_json(name, t, risk, vai, cx.version)
+        .filter(|(name, _)| name != search::SEARCH_TOOL)
+        .collect();
+    let candidates: Vec<(&str, &str)> = pool
+        .iter()
+        .map(|(name, s)| (name.as_str(), s.entry().description.as_str()))
+        .collect();
+    let found = search::rank(&request, &candidates);
+    let tools: Vec<Value> = found
+        .iter()
+        .filter_map(|&i| pool.get(i))
+        .map(|(name, s)| {
+            json!({
+                "name": name,
+                "description": s.entry().description,
+                "inputSchema": object_schema(&s.entry().input_schema),
+            })
         })
         .collect();
-    Ok(json!({"tools": out}))
+    let new = {
+        let mut loaded = lock(&session.inner.loaded);
+        let mut new = false;
+        for (name, _) in found.iter().filter_map(|&i| candidates.get(i)) {
+            if loaded.len() >= crate::session::MAX_SESSION_TOOLS {
+                break;
+            }
+            new |= loaded.insert((*name).to_owned());
+        }
+        new
+    };
+    if new {
+        session.inner.changed.store(true, Ordering::Relaxed);
+        session.tools_changed(cx.sink.as_ref());
+    }
+    let structured = json!({"tools": tools, "query": request.query});
+    json!({
+        "content": [{"type": "text", "text": structured.to_string()}],
+        "structuredContent": structured,
+        "isError": false,
+    })
 }
 
 /// The MCP annotations a VAI tool export's `effect_class` and
@@ -224,8 +397,19 @@ fn object_schema(schema: &Value) -> Value {
     }
 }
 
-/// The tool behind MCP name `name`, if `session` may see it.
-fn resolve(session: &Session, name: &str) -> Option<Arc<ToolEntry>> {
+/// What MCP name `name` stands for, if `session` may see it.
+async fn resolve(session: &Session, name: &str) -> Option<Served> {
+    if session.caller().org.is_none() {
+        return resolve_tool(session, name).map(Served::Tool);
+    }
+    served(session)
+        .await
+        .into_iter()
+        .find_map(|(m, s)| (m == name).then_some(s))
+}
+
+/// The workspace tool behind MCP name `name`, if `session` may see it.
+fn resolve_tool(session: &Session, name: &str) -> Option<Arc<ToolEntry>> {
     let rt = session.inner.gw.runtime();
     let hint = if bare(session) {
         None
@@ -234,7 +418,7 @@ fn resolve(session: &Session, name: &str) -> Option<Arc<ToolEntry>> {
     };
     let entry = match hint {
         Some(candidate) => rt.tool(&candidate).filter(|t| mcp_name(&t.name) == name)?,
-        None => served(session)
+        None => served_tools(session)
             .into_iter()
             .find_map(|(m, t)| (m == name).then_some(t))?,
     };
@@ -293,14 +477,19 @@ pub(crate) async fn call(
             ));
         }
     };
-    let Some(entry) = resolve(session, name) else {
+    if searching(session) && name == search::SEARCH_TOOL {
+        return Ok(search_call(session, &args, cx).await);
+    }
+    let Some(target) = resolve(session, name).await else {
         return Err(unknown_tool(name));
     };
+    let entry = target.entry().clone();
     let gw = &session.inner.gw.inner;
     let rt = &gw.runtime;
     let started = Instant::now();
     let hook_cx = gw.config.context(&HookContext {
         session_id: Some(format!("mcp-{}", session.id())),
+        tenant_id: session.caller().org.as_ref().map(|o| o.org_id.clone()),
         ..HookContext::default()
     });
     // The caller's W3C trace (`_meta.traceparent`), kept in the record and
@@ -380,11 +569,30 @@ pub(crate) async fn call(
         hook_context: Some(&hook_cx),
         ..Governed::new(Surface::Mcp)
     };
-    let outcome = rt
-        .call_tool_governed(&entry.name, args, &ctx, &gov)
-        .await
-        .outcome;
-    drop(ctx);
+    let outcome = match (&target, &session.caller().org) {
+        (Served::Export(x), Some(org)) => {
+            let call = export_call(session, org, ctx.trace_id.clone());
+            let pin = lock(&session.inner.pins).get(&x.export_id).cloned();
+            let done = rt
+                .call_export_governed(&x.export_id, args, &call, ctx, &gov, pin.as_deref())
+                .await;
+            if let Some(b) = done.binding_id {
+                let old = lock(&session.inner.pins).insert(x.export_id.clone(), b.clone());
+                if old != Some(b) {
+                    session.inner.changed.store(true, Ordering::Relaxed);
+                }
+            }
+            done.called.outcome
+        }
+        _ => {
+            let out = rt
+                .call_tool_governed(&entry.name, args, &ctx, &gov)
+                .await
+                .outcome;
+            drop(ctx);
+            out
+        }
+    };
     if let Some(mut f) = forwarder
         && tokio::time::timeout(PROGRESS_DRAIN, &mut f).await.is_err()
     {
@@ -394,7 +602,9 @@ pub(crate) async fn call(
 
     let (ok, result, how) = match outcome {
         Ok(value) => (true, as_call_result(rt, &entry, value), "ok"),
-        Err(RuntimeError::UnknownTool(_)) | Err(RuntimeError::Gate(GateError::Disabled { .. })) => {
+        Err(RuntimeError::UnknownTool(_))
+        | Err(RuntimeError::UnknownExport { .. })
+        | Err(RuntimeError::Gate(GateError::Disabled { .. })) => {
             log_call(session, &entry, false, started, "unknown or disabled");
             return Err(unknown_tool(name));
         }
@@ -484,7 +694,12 @@ pub(crate) fn may_stream(session: &Session, params: &Value) -> bool {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
         return false;
     };
-    resolve(session, name).is_some_and(|t| {
+    if session.caller().org.is_some() {
+        // Bound exports are packages (VAI, native), never hosted MCP
+        // servers: nothing of theirs precedes the answer.
+        return false;
+    }
+    resolve_tool(session, name).is_some_and(|t| {
         session
             .inner
             .gw

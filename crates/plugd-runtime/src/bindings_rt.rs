@@ -86,6 +86,29 @@ pub struct ExportCall {
     pub trace_id: Option<String>,
 }
 
+/// One tool export a scope sees: the binding the scope rule and the
+/// rollout chose for the session, and the export's tool entry (its name,
+/// description and input schema as the package declares them).
+#[derive(Debug, Clone)]
+pub struct ScopedExport {
+    /// The export id: the tool's name on every surface (as in
+    /// `/v1/plugin-tools/{export}:invoke`).
+    pub export_id: String,
+    /// The binding it resolved to.
+    pub binding: Binding,
+    /// The package's tool entry.
+    pub entry: Arc<ToolEntry>,
+}
+
+/// What a call through a binding produced, and the binding it took.
+#[derive(Debug)]
+pub struct ExportCalled {
+    /// The governed call.
+    pub called: crate::governed::Called,
+    /// The binding it went through (`None`: none resolved).
+    pub binding_id: Option<String>,
+}
+
 /// One installed package version, supervised.
 struct PackageProc {
     package: Package,
@@ -630,6 +653,82 @@ impl Runtime {
         call: &ExportCall,
         approver: Option<&dyn risk::Approver>,
     ) -> Result<Value, RuntimeError> {
+        let gov = crate::governed::Governed {
+            approver,
+            ..crate::governed::Governed::new(crate::governed::Surface::Binding)
+        };
+        self.call_export_governed(export_id, args, call, CallContext::default(), &gov, None)
+            .await
+            .called
+            .outcome
+    }
+
+    /// [`Runtime::call_export`] for a surface with its own call context
+    /// (progress, the MCP client) and its own [`crate::governed::Governed`]
+    /// (the MCP surface, an approver): `base` gives what the surface has;
+    /// the scope, caller, session and trace come from `call`. `pin` is the
+    /// binding the caller's session took before: it is taken again while
+    /// it is still in the scope's pool (active, a share above zero, the
+    /// same scope), so a session keeps one rollout choice for its
+    /// lifetime; otherwise the rule chooses anew.
+    pub async fn call_export_governed(
+        &self,
+        export_id: &str,
+        args: Value,
+        call: &ExportCall,
+        base: CallContext,
+        gov: &crate::governed::Governed<'_>,
+        pin: Option<&str>,
+    ) -> ExportCalled {
+        let failed = |args, e| ExportCalled {
+            called: crate::governed::Called {
+                args,
+                outcome: Err(e),
+                notices: Vec::new(),
+                decisions: Vec::new(),
+            },
+            binding_id: None,
+        };
+        let resolved = match self.resolve_bound(export_id, call, pin).await {
+            Ok(r) => r,
+            Err(e) => return failed(args, e),
+        };
+        let (binding, pkg, proc, entry) = resolved;
+        let subject = || plugd_telemetry::Subject {
+            plugin: Some(entry.plugin.as_str()),
+            export: Some(export_id),
+            binding: Some(binding.binding_id.as_str()),
+            ..plugd_telemetry::Subject::default()
+        };
+        let mut called = None;
+        let run = async {
+            let mut c = self
+                .call_bound(&proc, &entry, &binding, args, call, base, gov)
+                .await;
+            c.outcome = std::mem::replace(&mut c.outcome, Ok(Value::Null))
+                .map_err(|e| package_error(e, &pkg));
+            let out = match &c.outcome {
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            };
+            called = Some(c);
+            out
+        };
+        let _ = plugd_telemetry::in_span("tool call", subject, run).await;
+        ExportCalled {
+            called: called.unwrap_or_else(|| unreachable!("the call future ran to its end")),
+            binding_id: Some(binding.binding_id),
+        }
+    }
+
+    /// The binding, package, process and tool entry a call of `export_id`
+    /// by `call` goes to (`pin`: see [`Runtime::call_export_governed`]).
+    async fn resolve_bound(
+        &self,
+        export_id: &str,
+        call: &ExportCall,
+        pin: Option<&str>,
+    ) -> Result<(Binding, Package, Arc<PackageProc>, Arc<ToolEntry>), RuntimeError> {
         let not_found = || RuntimeError::UnknownExport {
             export: export_id.to_owned(),
             org: call.org_id.clone(),
@@ -643,21 +742,45 @@ impl Runtime {
                 status: Some(BindingStatus::Active),
             })
             .await?;
-        let key = call.session_id.clone().unwrap_or_else(fresh_session_key);
-        let binding = plugd_control::bindings::resolve(
+        let pool = plugd_control::bindings::candidates(
             &bindings,
             export_id,
             &call.org_id,
             call.project_id.as_deref(),
-            &key,
-        )
-        .ok_or_else(not_found)?
+        );
+        let pinned = pin.and_then(|p| pool.iter().find(|b| b.binding_id == p).copied());
+        let binding = match pinned {
+            Some(b) => b,
+            None => {
+                let key = call.session_id.clone().unwrap_or_else(fresh_session_key);
+                plugd_control::bindings::resolve(
+                    &bindings,
+                    export_id,
+                    &call.org_id,
+                    call.project_id.as_deref(),
+                    &key,
+                )
+                .ok_or_else(not_found)?
+            }
+        }
         .clone();
+        let (pkg, proc, entry) = self.bound_entry(&binding).await?;
+        Ok((binding, pkg, proc, entry))
+    }
+
+    /// The installed package, process and tool entry of `binding`'s
+    /// export; `UnknownExport` when its package does not offer it as a
+    /// tool.
+    async fn bound_entry(
+        &self,
+        binding: &Binding,
+    ) -> Result<(Package, Arc<PackageProc>, Arc<ToolEntry>), RuntimeError> {
+        let export_id = binding.export_id.as_str();
         let sel = PackageSelector::Version {
             package_id: binding.package_id.clone(),
             version: binding.package_version.clone(),
         };
-        let Some(pkg) = store.find_package(&sel).await? else {
+        let Some(pkg) = self.inner.state.find_package(&sel).await? else {
             return Err(RuntimeError::InvalidBinding {
                 binding_id: binding.binding_id.clone(),
                 problems: vec![Problem {
@@ -673,7 +796,10 @@ impl Runtime {
             .iter()
             .any(|e| e.id == export_id && e.kind == "tool")
         {
-            return Err(not_found());
+            return Err(RuntimeError::UnknownExport {
+                export: export_id.to_owned(),
+                org: binding.scope.org_id.clone(),
+            });
         }
         let pkg = self.package_here(pkg).await?;
         let proc = self.inner.packages.get(&pkg)?;
@@ -681,16 +807,77 @@ impl Runtime {
             .package_entry(&proc, export_id)
             .await
             .map_err(|e| package_error(e, &pkg))?;
-        let subject = || plugd_telemetry::Subject {
-            plugin: Some(entry.plugin.as_str()),
-            export: Some(export_id),
-            binding: Some(binding.binding_id.as_str()),
-            ..plugd_telemetry::Subject::default()
-        };
-        let run = self.call_bound(&proc, &entry, &binding, args, call, approver);
-        plugd_telemetry::in_span("tool call", subject, run)
-            .await
-            .map_err(|e| package_error(e, &pkg))
+        Ok((pkg, proc, entry))
+    }
+
+    /// The tool exports bound to `call`'s scope (its org, and its project
+    /// when it names one), one per export id, each with the binding the
+    /// scope rule and rollout choose for `call`'s session (a fresh key
+    /// without one) or the one `pins` names while it still applies; sorted
+    /// by export id. An export whose package cannot describe it (not
+    /// installed here, its files changed, a native package that does not
+    /// start) is left out with a warning: a listing never fails because of
+    /// one package. What plugd.yaml's `policy:` hides from `caller` is left
+    /// out too (the same rule refuses its calls).
+    pub async fn scoped_exports(
+        &self,
+        call: &ExportCall,
+        pins: &HashMap<String, String>,
+        caller: &crate::tool_policy::PolicyCaller,
+    ) -> Result<Vec<ScopedExport>, RuntimeError> {
+        let bindings = self
+            .inner
+            .state
+            .bindings(&BindingFilter {
+                org_id: Some(call.org_id.clone()),
+                export_id: None,
+                package_id: None,
+                status: Some(BindingStatus::Active),
+            })
+            .await?;
+        let exports: std::collections::BTreeSet<&str> =
+            bindings.iter().map(|b| b.export_id.as_str()).collect();
+        let key = call.session_id.clone().unwrap_or_else(fresh_session_key);
+        let mut out = Vec::new();
+        for export_id in exports {
+            let pool = plugd_control::bindings::candidates(
+                &bindings,
+                export_id,
+                &call.org_id,
+                call.project_id.as_deref(),
+            );
+            let pinned = pins
+                .get(export_id)
+                .and_then(|p| pool.iter().find(|b| b.binding_id == *p).copied());
+            let chosen = pinned.or_else(|| {
+                plugd_control::bindings::resolve(
+                    &bindings,
+                    export_id,
+                    &call.org_id,
+                    call.project_id.as_deref(),
+                    &key,
+                )
+            });
+            let Some(binding) = chosen else { continue };
+            match self.bound_entry(binding).await {
+                Ok((_, _, entry)) => {
+                    if self.policy_hides(caller, &entry) {
+                        continue;
+                    }
+                    out.push(ScopedExport {
+                        export_id: export_id.to_owned(),
+                        binding: binding.clone(),
+                        entry,
+                    });
+                }
+                Err(RuntimeError::UnknownExport { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(export = export_id, binding = %binding.binding_id, error = %e,
+                        "a bound export is left out of its scope's tool list: its package cannot describe it");
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The tool entry of `export_id` in `proc`: from the manifest for a VAI
@@ -745,6 +932,7 @@ impl Runtime {
 
     /// The call once its binding and entry are known: its record opens
     /// first, so a binding whose secret is gone fails with a record too.
+    #[allow(clippy::too_many_arguments)]
     async fn call_bound(
         &self,
         proc: &PackageProc,
@@ -752,8 +940,9 @@ impl Runtime {
         binding: &Binding,
         args: Value,
         call: &ExportCall,
-        approver: Option<&dyn risk::Approver>,
-    ) -> Result<Value, RuntimeError> {
+        base: CallContext,
+        gov: &crate::governed::Governed<'_>,
+    ) -> crate::governed::Called {
         let spec = proc.sup.spec();
         let mut bound = BoundCall {
             binding_id: binding.binding_id.clone(),
@@ -770,13 +959,9 @@ impl Runtime {
             caller: call.caller.clone(),
             trace_id: call.trace_id.clone(),
             bound: Some(Arc::new(bound.clone())),
-            ..CallContext::default()
+            ..base
         };
         ctx.trace_id = crate::governed::traced(&ctx).trace_id.clone();
-        let gov = crate::governed::Governed {
-            approver,
-            ..crate::governed::Governed::new(crate::governed::Surface::Binding)
-        };
         // The sealed values are read first (no decryption yet), so the
         // synchronous `prepare` below does not wait on the store.
         let stored_secrets = read_secrets(&*self.inner.state, binding).await;
@@ -797,9 +982,8 @@ impl Runtime {
             call_ctx.bound = Some(Arc::new(bound));
             Ok((call_ctx, values))
         };
-        self.recorded(&proc.sup, entry, args, &ctx, &gov, prepare)
+        self.recorded(&proc.sup, entry, args, &ctx, gov, prepare)
             .await
-            .outcome
     }
 }
 

@@ -14,6 +14,10 @@
 //!     everything:
 //!       plugins: [everything]
 //!       bare_names: true             # echo, not everything__echo
+//!     big:
+//!       tools: ["*"]
+//!       discovery: search            # tools/list offers search_tools only;
+//!                                    # found tools are loaded on demand
 //!   http:                            # the gateway on plugd serve's /mcp
 //!     max_sessions_per_identity: 64  # open sessions one token / user may hold
 //!     stream_close_after_ms: 60000   # an SSE connection is closed after this
@@ -118,6 +122,22 @@ pub struct McpProfile {
     /// namespaced one, for a view that fronts one server; a name two tools
     /// of the view share is withheld.
     pub bare_names: bool,
+    /// How a client finds the view's tools: `list` (every tool in
+    /// `tools/list`) or `search` (`tools/list` offers `search_tools`, and
+    /// what a search finds joins the session's list).
+    pub discovery: Discovery,
+}
+
+/// `mcp.profiles.NAME.discovery`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Discovery {
+    /// `tools/list` holds every tool of the view (the default).
+    #[default]
+    List,
+    /// `tools/list` holds `search_tools` and the tools a search of this
+    /// session found; calls reach every tool of the view either way.
+    Search,
 }
 
 impl McpProfile {
@@ -136,6 +156,7 @@ impl McpProfile {
             globs: b.build().unwrap_or_else(|_| globset::GlobSet::empty()),
             plugins: self.plugins.iter().cloned().collect(),
             bare_names: self.bare_names,
+            discovery: self.discovery,
         }
     }
 }
@@ -147,6 +168,8 @@ pub struct ProfileMatcher {
     plugins: std::collections::BTreeSet<String>,
     /// [`McpProfile::bare_names`].
     pub bare_names: bool,
+    /// [`McpProfile::discovery`].
+    pub discovery: Discovery,
 }
 
 impl ProfileMatcher {
@@ -303,6 +326,8 @@ struct RawProfile {
     plugins: Option<Vec<Spanned<String>>>,
     #[serde(default)]
     bare_names: Option<bool>,
+    #[serde(default)]
+    discovery: Option<Discovery>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -439,6 +464,7 @@ pub fn parse_config(
         }
         out.plugins = plugins.into_iter().map(|p| p.value).collect();
         out.bare_names = profile.value.bare_names.unwrap_or(false);
+        out.discovery = profile.value.discovery.unwrap_or_default();
         config.profiles.insert(name, out);
     }
     if let Some(http) = raw.value.http {
@@ -591,6 +617,25 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("mcp.profiles") && e.contains("a/b"), "{e}");
+    }
+
+    #[test]
+    fn discovery_is_list_unless_search_and_nothing_else() {
+        let c = parse(
+            "mcp:\n  profiles:\n    big:\n      tools: [\"*\"]\n      discovery: search\n    plain:\n      tools: [\"*\"]\n    listed:\n      tools: [\"*\"]\n      discovery: list\n",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.profiles["big"].matcher().discovery, Discovery::Search);
+        assert_eq!(c.mcp.profiles["plain"].discovery, Discovery::List);
+        assert_eq!(c.mcp.profiles["listed"].discovery, Discovery::List);
+        for bad in ["find", "SEARCH", "[search]", "1"] {
+            let text = format!("mcp:\n  profiles:\n    p:\n      discovery: {bad}\n");
+            assert!(parse(&text).is_err(), "{bad}");
+            let v = crate::config::schema_violations(&text).unwrap();
+            assert!(!v.is_empty(), "the schema refuses {bad}");
+        }
+        let ok = "mcp:\n  profiles:\n    p:\n      discovery: search\n";
+        assert!(crate::config::schema_violations(ok).unwrap().is_empty());
     }
 
     #[test]

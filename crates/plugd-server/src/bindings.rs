@@ -16,8 +16,10 @@
 //! its org (and, when it is limited to projects, the org-wide ones and
 //! those of its projects); anything else answers it `404`, never `403`,
 //! so it cannot learn what exists. It may write only bindings it sees that
-//! are of its projects (or any of its org's, unlimited). Every other route
-//! of the API answers a bound token `404` ([`tenant_may_reach`]). Unbound
+//! are of its projects (or any of its org's, unlimited). `/mcp`,
+//! `/mcp/{profile}` and `GET /v1/tools` serve it the exports bound to its
+//! scope (the one catalog); every other route of the API answers a bound
+//! token `404` ([`tenant_may_reach`]). Unbound
 //! tokens and the socket's local admin are workspace operators: they see
 //! every org.
 //!
@@ -82,6 +84,11 @@ pub(crate) fn routes() -> Router<AppState> {
 /// The paths a token bound to an org may reach; every other route answers
 /// it 404.
 pub fn tenant_may_reach(path: &str) -> bool {
+    // The one catalog (issue 28): the MCP gateway and the tool list serve
+    // an org token the exports bound to its scope.
+    if matches!(path, "/mcp" | "/mcp/_" | "/v1/tools") {
+        return true;
+    }
     // Sessions, chains and runs of the org (not the workspace agent's
     // turns: `/v1/sessions/{id}/messages`).
     if ["/v1/sessions", "/v1/chains", "/v1/runs", "/v1/compactions"]
@@ -322,6 +329,10 @@ mod tests {
         assert!(!tenant_may_reach("/v1/plugin-toolsx"));
         assert!(!tenant_may_reach("/v1/plugins"));
         assert!(!tenant_may_reach("/v1/tools/x"));
-        assert!(!tenant_may_reach("/mcp"));
+        assert!(tenant_may_reach("/mcp"));
+        assert!(tenant_may_reach("/mcp/_"));
+        assert!(tenant_may_reach("/v1/tools"));
+        assert!(!tenant_may_reach("/v1/tools/_"));
+        assert!(!tenant_may_reach("/sse"));
     }
 }

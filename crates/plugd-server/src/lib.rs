@@ -758,6 +758,16 @@ async fn list_tools(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let paging = paging::PageQuery::parse(paging::TOOLS, query.as_deref())?;
+    if let Some(t) = &who.tenant {
+        // An org token: the exports bound to its scope (the one catalog,
+        // issue 28), as its MCP sessions and `/v1/plugin-tools/{export}:invoke`
+        // name them.
+        let rows = bound_tool_rows(&state.runtime, &who, t).await?;
+        if !paging.paged() {
+            return Ok(Json(rows).into_response());
+        }
+        return Ok(Json(paging.answer(rows)).into_response());
+    }
     let mut rows = state.runtime.tool_views()?;
     // plugd.yaml's `policy:` hides what a deny rule keeps from this caller.
     let caller = plugd_runtime::tool_policy::PolicyCaller::named(&who.name);
@@ -775,6 +785,67 @@ async fn list_tools(
         return Ok(Json(rows).into_response());
     }
     Ok(Json(paging.answer(paging::rows_json(&rows)?)).into_response())
+}
+
+/// `GET /v1/tools` of a token bound to org `t`: one row per tool export
+/// bound to its scope (org-wide bindings, and those of its project when it
+/// is limited to exactly one), shaped like a workspace tool's row (`name`
+/// is the export id) with the binding it resolves to now (`binding_id`,
+/// `package_id`, `package_version`); what plugd.yaml's `policy:` hides from
+/// the token is left out.
+async fn bound_tool_rows(
+    rt: &Runtime,
+    who: &auth::Identity,
+    t: &plugd_store::tokens::Tenancy,
+) -> Result<Vec<Value>, ApiError> {
+    let project = match t.project_ids.as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    };
+    let call = plugd_runtime::bindings_rt::ExportCall {
+        org_id: t.org_id.clone(),
+        project_id: project.clone(),
+        caller: Some(who.name.clone()),
+        ..Default::default()
+    };
+    let caller = plugd_runtime::tool_policy::PolicyCaller {
+        org: t.org_id.clone(),
+        project: project.unwrap_or_default(),
+        role: who.role.as_str().to_owned(),
+        ..plugd_runtime::tool_policy::PolicyCaller::named(&who.name)
+    };
+    let policy = rt
+        .risk_config()
+        .map_err(plugd_runtime::RuntimeError::from)?;
+    let exports = rt
+        .scoped_exports(&call, &Default::default(), &caller)
+        .await?;
+    exports
+        .into_iter()
+        .map(|x| {
+            let (risk, risk_source) = plugd_runtime::risk::effective_risk(&x.entry, &policy);
+            let mut row = serde_json::to_value(plugd_runtime::risk::ToolView {
+                entry: x.entry.clone(),
+                risk,
+                risk_source,
+                enabled: true,
+            })
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    error::code::INTERNAL,
+                    e.to_string(),
+                )
+            })?;
+            row["name"] = json!(x.export_id);
+            row["plugin"] = json!(x.binding.package_id);
+            row["export_id"] = json!(x.export_id);
+            row["binding_id"] = json!(x.binding.binding_id);
+            row["package_id"] = json!(x.binding.package_id);
+            row["package_version"] = json!(x.binding.package_version);
+            Ok(row)
+        })
+        .collect()
 }
 
 async fn list_skills(State(state): State<AppState>) -> Json<Value> {

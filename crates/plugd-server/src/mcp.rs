@@ -54,7 +54,7 @@ use axum::Extension;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use plugd_gateway::{Caller, Gateway, GatewayError, Session};
+use plugd_gateway::{Caller, Gateway, GatewayError, OrgScope, Session};
 use plugd_mcp::version;
 use plugd_runtime::mcp_config::McpHttpConfig;
 pub use plugd_runtime::mcp_config::{
@@ -257,9 +257,10 @@ impl McpHttp {
     async fn find(
         &self,
         id: &str,
-        owner: &str,
+        identity: &Identity,
         profile: Option<&str>,
     ) -> Result<Option<(Session, Arc<Hub>)>, ApiError> {
+        let owner = identity.name.as_str();
         let epoch = self.epoch_now().await?;
         let stale = self
             .lock()
@@ -332,6 +333,8 @@ impl McpHttp {
                 .get("caller_role")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            // The org scope is the identity's own, never the stored one.
+            org: caller(identity).org,
         };
         let Some(session) = self
             .gateway
@@ -379,6 +382,7 @@ impl McpHttp {
         if let Some(role) = &session.caller().role {
             snapshot["caller_role"] = Value::String(role.clone());
         }
+
         // Sessions nobody used for an hour go from the store too (a read
         // of one also drops it, but one never read again would stay).
         self.store
@@ -527,6 +531,10 @@ pub(crate) fn caller(identity: &Identity) -> Caller {
         name: identity.name.clone(),
         may_approve_critical: identity.role == Role::Admin,
         role: Some(identity.role.as_str().to_owned()),
+        org: identity.tenant.as_ref().map(|t| OrgScope {
+            org_id: t.org_id.clone(),
+            project_ids: t.project_ids.clone(),
+        }),
     }
 }
 
@@ -661,7 +669,7 @@ async fn post(
             return Ok(resp);
         }
         Some(id) => mcp
-            .find(&id, &identity.name, profile)
+            .find(&id, &identity, profile)
             .await?
             .ok_or_else(|| no_session(&id))?,
         None if stateless => (
@@ -679,7 +687,8 @@ async fn post(
         }
     };
     let (session, hub) = session;
-    match body {
+    let kept = session.clone();
+    let resp = match body {
         Value::Array(batch) => {
             // Batches are 2025-03-26's only: the session's revision
             // decides, else the header's (MCP: absent means 2025-03-26).
@@ -768,7 +777,20 @@ async fn post(
         }
         msg if accepts_sse(&headers) && session.may_stream(&msg) => Ok(stream(session, &hub, msg)),
         msg => Ok(json_response(session.handle(msg, None).await)),
+    };
+    // What the session chose or found since it was stored (a binding an
+    // export resolved to, tools a search loaded) goes to the store, so a
+    // rebuilt session keeps it (a streamed request's, at the next one).
+    if !stateless && kept.take_changed() {
+        let may_approve = caller(&identity).may_approve_critical;
+        if let Err(e) = mcp
+            .store_session(&kept, &identity.name, profile, may_approve)
+            .await
+        {
+            tracing::warn!(session = %kept.id(), error = %e.message, "could not store what the MCP session chose; a rebuilt session resolves again");
+        }
     }
+    resp
 }
 
 /// The `_meta` key tagging each notification of a listen stream with the
@@ -1182,7 +1204,7 @@ async fn listen(
     }
     let id = required_session(&headers, "GET")?;
     let (session, hub) = mcp
-        .find(&id, &identity.name, profile.as_deref())
+        .find(&id, &identity, profile.as_deref())
         .await?
         .ok_or_else(|| no_session(&id))?;
     if let Some(last) = headers.get(LAST_EVENT_ID) {

@@ -26,7 +26,7 @@ use crate::support::{Ws, eventually_blocking, ok, plugd_cmd, stderr};
 const MASTER_KEY: &str = crate::support::TEST_MASTER_KEY;
 
 /// The org secret the bindings use; the plugin answers it reversed.
-const SECRET: &str = "tok-A1b2C3d4e5";
+pub(crate) const SECRET: &str = "tok-A1b2C3d4e5";
 
 /// The test plugin: hello as argv[1]@argv[2]; `whoami` answers what its
 /// context holds (the secret reversed and echoed as is, which plugd must
@@ -146,18 +146,18 @@ fn kit(parent: &Path, package_id: &str, version: &str, hello_as: &str) -> PathBu
 
 /// A registry, a workspace and serve with `acme/kit` 0.1.0 and 0.2.0 (and
 /// whatever `extra` pushes) pulled.
-struct World {
+pub(crate) struct World {
     _reg: Registry,
-    ws: Ws,
-    serve: Serve,
+    pub(crate) ws: Ws,
+    pub(crate) serve: Serve,
 }
 
-fn world(extra: &[(&str, &str, &str)]) -> World {
+pub(crate) fn world(extra: &[(&str, &str, &str)]) -> World {
     world_in(Ws::new(), extra)
 }
 
 /// [`world`] in `ws` (which may hold a plugd.yaml already).
-fn world_in(ws: Ws, extra: &[(&str, &str, &str)]) -> World {
+pub(crate) fn world_in(ws: Ws, extra: &[(&str, &str, &str)]) -> World {
     let reg = Registry::start();
     let mut all = vec![
         ("acme/kit", "0.1.0", "acme/kit"),
@@ -192,7 +192,7 @@ fn world_in(ws: Ws, extra: &[(&str, &str, &str)]) -> World {
 
 impl World {
     /// A token bound to `org` (and `projects`).
-    fn token(&self, role: &str, org: &str, projects: &[&str]) -> String {
+    pub(crate) fn token(&self, role: &str, org: &str, projects: &[&str]) -> String {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static N: AtomicUsize = AtomicUsize::new(0);
         let name = format!("bc-{org}-{role}-{}", N.fetch_add(1, Ordering::Relaxed));
@@ -208,7 +208,7 @@ impl World {
             .to_owned()
     }
 
-    fn secret(&self, org: &str, value: &str) {
+    pub(crate) fn secret(&self, org: &str, value: &str) {
         let body = json!({ "value": value }).to_string();
         let r = call(
             &self.serve,
@@ -222,7 +222,13 @@ impl World {
 
     /// Binds `export` of `acme/kit@version` in `org` (and `project`) with
     /// `percent` of the traffic; its record.
-    fn bind(&self, org: &str, project: Option<&str>, version: &str, percent: u8) -> Binding {
+    pub(crate) fn bind(
+        &self,
+        org: &str,
+        project: Option<&str>,
+        version: &str,
+        percent: u8,
+    ) -> Binding {
         self.bind_package("acme/kit", "whoami", org, project, version, percent)
     }
 
@@ -242,7 +248,7 @@ impl World {
         assert_eq!(r.status, 201, "{}", r.text());
     }
 
-    fn bind_package(
+    pub(crate) fn bind_package(
         &self,
         package: &str,
         export: &str,
@@ -275,7 +281,7 @@ impl World {
         serde_json::from_value(r.json()).unwrap()
     }
 
-    fn patch(&self, id: &str, patch: &Value) -> Binding {
+    pub(crate) fn patch(&self, id: &str, patch: &Value) -> Binding {
         let r = call(
             &self.serve,
             &self.serve.token,
@@ -288,7 +294,7 @@ impl World {
     }
 
     /// `POST /v1/plugin-tools/{export}:invoke` with `body`.
-    fn invoke(&self, token: &str, export: &str, body: &Value) -> Resp {
+    pub(crate) fn invoke(&self, token: &str, export: &str, body: &Value) -> Resp {
         call(
             &self.serve,
             token,
@@ -310,7 +316,13 @@ impl World {
     }
 }
 
-fn call(serve: &Serve, token: &str, method: &str, path: &str, body: Option<&str>) -> Resp {
+pub(crate) fn call(
+    serve: &Serve,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Resp {
     let headers: &[(&str, &str)] = if body.is_some() {
         &[("Content-Type", "application/json")]
     } else {

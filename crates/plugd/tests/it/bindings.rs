@@ -398,7 +398,20 @@ fn org_tokens_get_404_for_everything_of_another_org_both_ways() {
             call(&serve, token, "GET", &p, None).error(404, "unknown_package");
             // Workspace routes do not exist for an org token.
             call(&serve, token, "GET", "/v1/plugins", None).error(404, "not_found");
-            call(&serve, token, "GET", "/v1/tools", None).error(404, "not_found");
+            // The tool list is its org's bound exports (the one catalog,
+            // issue 28), never the other org's.
+            let tools = call(&serve, token, "GET", "/v1/tools", None);
+            assert_eq!(tools.status, 200, "{}", tools.text());
+            let rows = tools.json();
+            assert!(
+                rows.as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|t| t["binding_id"] != json!(other_id)),
+                "{rows}"
+            );
+            let invoke = "/v1/tools/x:invoke";
+            call(&serve, token, "POST", invoke, Some("{}")).error(404, "not_found");
         }
         let op = &ops[me];
         let path = format!("/v1/plugin-bindings/{other_id}");

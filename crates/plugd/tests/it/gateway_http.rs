@@ -15,21 +15,21 @@ use crate::support::{Ws, repo, stderr};
 
 /// One SSE event as the client parses it.
 #[derive(Debug, Clone, Default)]
-struct Sse {
-    id: Option<String>,
+pub(crate) struct Sse {
+    pub(crate) id: Option<String>,
     retry: Option<u64>,
     data: Option<String>,
 }
 
 impl Sse {
-    fn json(&self) -> Option<Value> {
+    pub(crate) fn json(&self) -> Option<Value> {
         serde_json::from_str(self.data.as_deref()?).ok()
     }
 }
 
 /// The events of an SSE body (comments skipped; an event with only a
 /// `retry` field is kept, as the field is what the test looks for).
-fn events(r: &Resp) -> Vec<Sse> {
+pub(crate) fn events(r: &Resp) -> Vec<Sse> {
     let text = r.text();
     let mut out = Vec::new();
     for block in text.split("\n\n") {
@@ -66,13 +66,13 @@ fn initialize_at(version: &str) -> Value {
 }
 
 /// A session of `token` at `version`: its id.
-fn open(serve: &Serve, token: &str, version: &str) -> String {
+pub(crate) fn open(serve: &Serve, token: &str, version: &str) -> String {
     let r = mcp_post(serve, token, "/mcp", None, &initialize_at(version));
     assert_eq!(r.status, 200, "{}", r.text());
     r.header("mcp-session-id").expect("a session id").to_owned()
 }
 
-fn get(serve: &Serve, token: &str, session: &str, last_event_id: Option<&str>) -> Resp {
+pub(crate) fn get(serve: &Serve, token: &str, session: &str, last_event_id: Option<&str>) -> Resp {
     let mut headers = vec![("Accept", "text/event-stream"), ("Mcp-Session-Id", session)];
     if let Some(id) = last_event_id {
         headers.push(("Last-Event-ID", id));

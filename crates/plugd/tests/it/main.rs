@@ -9,6 +9,7 @@ mod binding_calls;
 mod bindings;
 mod broker;
 mod browser;
+mod catalog;
 mod cgroup;
 mod chains;
 mod channels;
