@@ -70,6 +70,9 @@ const MIGRATIONS: &[&[&str]] = &[
     &[APPROVAL_ASKERS],
     // 6: the token buckets of plugd.yaml's `limits:` rules (SQLite's 21).
     &[crate::limits::MIGRATION],
+    // 7: approved plugins' pinned tool definitions and withheld tools
+    // (SQLite's 22).
+    &[crate::tool_pins::MIGRATION],
 ];
 
 /// Who asks for a call approval: the caller as invocation records name

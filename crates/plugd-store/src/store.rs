@@ -90,6 +90,9 @@ const MIGRATIONS: &[&str] = &[
     // 21: the token buckets of plugd.yaml's `limits:` rules (see
     // `crate::limits`).
     crate::limits::MIGRATION,
+    // 22: approved plugins' pinned tool definitions and withheld tools,
+    // cleared by a revocation or a re-approval (see `crate::tool_pins`).
+    crate::tool_pins::MIGRATION,
 ];
 
 /// Writes one approval, replacing the plugin's earlier one.
