@@ -478,13 +478,17 @@ function withheldSection(p, draw) {
   const why = (w) => (w.reason === 'new' ? 'new since approval' : 'definition changed since approval');
   let reapprove = null;
   if (can.govern()) {
+    // Asking survives the page's live redraws, as the approval's does.
+    const confirming = state.confirmingTools === p.id;
     const confirm = button(`Confirm: accept ${ws.length === 1 ? 'this definition' : 'these definitions'}`, async () => {
+      state.confirmingTools = null;
       await api('POST', `/v1/plugins/${enc(p.id)}:approve`, {});
       toast(`Approved ${p.id} again: its tools are pinned as they are now`);
       await draw();
     });
-    confirm.hidden = true;
-    const ask = button('Re-approve…', async () => { ask.hidden = true; confirm.hidden = false; confirm.focus(); }, {label: `Re-approve ${p.id} to accept the withheld tools (asks to confirm)`});
+    confirm.hidden = !confirming;
+    const ask = button('Re-approve…', async () => { state.confirmingTools = p.id; await draw(); }, {label: `Re-approve ${p.id} to accept the withheld tools (asks to confirm)`});
+    ask.hidden = confirming;
     reapprove = h('div', {class: 'actions', role: 'group', 'aria-label': 'Accept the withheld tools'}, ask, confirm);
   }
   return h('section', {id: 'withheld', class: 'risky', 'aria-labelledby': 'withheld-h'},
