@@ -111,6 +111,20 @@ fn print_plugin_detail(p: &PluginInfo) {
         ),
         None => println!("approved:  no"),
     }
+    for w in &p.withheld_tools {
+        use plugd_control::store::tool_pins::WithheldReason;
+        let why = match w.reason {
+            WithheldReason::Changed => "its definition changed since approval",
+            WithheldReason::New => "new since approval",
+        };
+        println!(
+            "withheld:  {} ({why}; `plugd plugin approve {}` accepts it)",
+            w.name, p.id
+        );
+        for line in w.diff.lines() {
+            println!("             {line}");
+        }
+    }
     if let Some(start) = &p.start {
         println!("start:     {start}");
     }

@@ -456,9 +456,10 @@ async function pluginView(id, view) {
       actions);
     const tools = state.tools.filter((t) => t.plugin === p.id);
     const offers = p.approved ? null : offersSection(p, tools);
+    const withheld = withheldSection(p, draw);
     const settings = editing ? body.querySelector('#settings-section') : settingsSection(id, cfg, draw);
     if (risky.length && !p.approved) consent.append(h('div', {class: 'risky', id: 'risky'}, h('strong', {}, 'Look twice: '), h('ul', {}, risky.map((r) => h('li', {}, r)))));
-    body.replaceChildren(...[head, consent, offers, approveBox, settings,
+    body.replaceChildren(...[head, withheld, consent, offers, approveBox, settings,
       h('section', {'aria-labelledby': 'tools-h'}, h('h2', {id: 'tools-h'}, 'Tools'), toolsTable(tools))].filter(Boolean));
   };
   view.refresh = () => draw();
@@ -466,6 +467,37 @@ async function pluginView(id, view) {
   render(body, h('section', {'aria-labelledby': 'log-h'}, h('h2', {id: 'log-h'}, 'stderr (live tail)'), logPre));
   await draw();
   followLog(id, logPre);
+}
+
+/** The tools of an approved plugin withheld because their definition
+ * changed since approval or they are new (pinned tool definitions), each
+ * with its diff; re-approving accepts them as they are now. */
+function withheldSection(p, draw) {
+  const ws = p.withheld_tools || [];
+  if (!ws.length) return null;
+  const why = (w) => (w.reason === 'new' ? 'new since approval' : 'definition changed since approval');
+  let reapprove = null;
+  if (can.govern()) {
+    // Asking survives the page's live redraws, as the approval's does.
+    const confirming = state.confirmingTools === p.id;
+    const confirm = button(`Confirm: accept ${ws.length === 1 ? 'this definition' : 'these definitions'}`, async () => {
+      state.confirmingTools = null;
+      await api('POST', `/v1/plugins/${enc(p.id)}:approve`, {});
+      toast(`Approved ${p.id} again: its tools are pinned as they are now`);
+      await draw();
+    });
+    confirm.hidden = !confirming;
+    const ask = button('Re-approve…', async () => { state.confirmingTools = p.id; await draw(); }, {label: `Re-approve ${p.id} to accept the withheld tools (asks to confirm)`});
+    ask.hidden = confirming;
+    reapprove = h('div', {class: 'actions', role: 'group', 'aria-label': 'Accept the withheld tools'}, ask, confirm);
+  }
+  return h('section', {id: 'withheld', class: 'risky', 'aria-labelledby': 'withheld-h'},
+    h('h2', {id: 'withheld-h'}, 'Withheld tools'),
+    h('p', {}, 'These tools are offered to no one and a call to them is refused until the plugin is approved again.'),
+    h('ul', {id: 'withheld-tools'}, ws.map((w) => h('li', {},
+      h('strong', {}, w.name), ` (${why(w)})`,
+      h('pre', {class: 'diff', 'aria-label': `What changed in ${w.name}`}, w.diff || '')))),
+    reapprove);
 }
 
 /** What an unapproved plugin will offer, from what is known before it

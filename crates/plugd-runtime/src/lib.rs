@@ -66,6 +66,7 @@ pub mod serve_lock;
 pub mod serve_record;
 pub mod settings_form;
 pub mod skills;
+pub mod tool_pins;
 pub mod tool_policy;
 pub mod watch;
 pub mod workspace;
@@ -278,6 +279,10 @@ pub struct PluginInfo {
     pub error: Option<String>,
     /// Tools it contributes (from the live or cached catalog).
     pub tools: Vec<String>,
+    /// Tools withheld because their definition changed since approval, or
+    /// because they are new (see [`tool_pins`]): name, reason, hashes and
+    /// a diff. Empty unless an approved plugin reported such a catalog.
+    pub withheld_tools: Vec<plugd_control::store::tool_pins::WithheldTool>,
     /// Tools its manifest declares (native `[plugin.extends] tools`), known
     /// before it ever runs: what the console shows before approval.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -347,6 +352,8 @@ struct TrustObserver {
     redactions: Arc<plugin_config::Redactions>,
     /// Where plugins reach the API with their delegation tokens.
     delegations: Arc<delegation::Delegations>,
+    /// The MCP servers whose new tools are accepted ([`tool_pins`]).
+    accept_new: Arc<tool_pins::AcceptNew>,
 }
 
 #[async_trait::async_trait]
@@ -414,7 +421,28 @@ impl Observer for TrustObserver {
     }
 
     async fn started(&self, spec: &PluginSpec, handshake: &Handshake) {
-        write(&self.registry).set_plugin_tools(&spec.id, &handshake.tools);
+        // An approved plugin's catalog is screened against its pinned
+        // definitions: what changed or is new is withheld ([`tool_pins`]).
+        let approval = self.store.approval(&spec.id).await;
+        let offered = match &approval {
+            Ok(Some(a)) => {
+                tool_pins::screen(
+                    &*self.store,
+                    &spec.id,
+                    &a.digest,
+                    &handshake.tools,
+                    self.accept_new.get(&spec.id),
+                )
+                .await
+                .offered
+            }
+            Ok(None) => handshake.tools.clone(),
+            Err(e) => {
+                tracing::warn!(plugin = %spec.id, error = %e, "cannot read the approval; offering none of its tools until it can");
+                Vec::new()
+            }
+        };
+        write(&self.registry).set_plugin_tools(&spec.id, &offered);
         // A failure recorded earlier (a start storm's timed-out handshakes,
         // retried on demand) is over once it runs.
         if let Ok(Some(_)) = self.store.failure(&spec.id).await
@@ -422,8 +450,10 @@ impl Observer for TrustObserver {
         {
             tracing::warn!(plugin = %spec.id, error = %e, "could not clear the recorded failure");
         }
-        if let Ok(Some(approval)) = self.store.approval(&spec.id).await {
-            let catalog = serde_json::to_value(&handshake.tools).unwrap_or(Value::Null);
+        if let Ok(Some(approval)) = approval {
+            // The cache lists what is offered, so a restart of plugd does not
+            // offer a withheld tool before the plugin runs again.
+            let catalog = serde_json::to_value(&offered).unwrap_or(Value::Null);
             if catalog != approval.catalog
                 && let Err(e) = self
                     .store
@@ -595,6 +625,7 @@ impl Runtime {
         let pins = pin::Pins::new(&dir.join(".plugd"));
         let shared_pins: Arc<cluster_pins::SharedPins> = Arc::default();
         let delegations: Arc<delegation::Delegations> = Arc::default();
+        let accept_new: Arc<tool_pins::AcceptNew> = Arc::default();
         let observer = Arc::new(TrustObserver {
             dir: dir.clone(),
             pins: pins.clone(),
@@ -604,6 +635,7 @@ impl Runtime {
             signing: signing.clone(),
             redactions: redactions.clone(),
             delegations: delegations.clone(),
+            accept_new: accept_new.clone(),
         });
         let config = Arc::new(config);
         let api = Arc::new(host_api::RuntimeApi::new(bus));
@@ -614,6 +646,12 @@ impl Runtime {
         let loaded = config::PlugdConfig::load(&dir).ok();
         services.mcp_roots = plugd_host::dialect::McpRoots::new(
             loaded.as_ref().map(|c| c.mcp.roots()).unwrap_or_default(),
+        );
+        accept_new.replace(
+            loaded
+                .as_ref()
+                .map(|c| c.mcp.accept_new_tools())
+                .unwrap_or_default(),
         );
         services.mcp_stateless.replace(
             loaded
@@ -868,6 +906,9 @@ impl Runtime {
     pub async fn plugin(&self, id: &str) -> Result<PluginInfo, RuntimeError> {
         let approval = self.inner.state.approval(id).await?;
         let mut info = self.brief(id, approval).await?;
+        if let Some(a) = info.approval.as_ref().filter(|_| info.approved) {
+            info.withheld_tools = tool_pins::withheld_of(&*self.inner.state, id, &a.digest).await;
+        }
         let sup = self.supervised(id)?;
         let spec = sup.spec();
         // What a start runs: the approval's pin while the approval holds.
@@ -1542,6 +1583,7 @@ fn unread_info(why: &str) -> PluginInfo {
         dir: PathBuf::new(),
         error: None,
         tools: Vec::new(),
+        withheld_tools: Vec::new(),
         declared_tools: Vec::new(),
         restarts: 0,
         status: None,

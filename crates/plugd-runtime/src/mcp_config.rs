@@ -84,6 +84,11 @@ pub struct McpServerConfig {
     pub sampling: bool,
     /// `sampling_max_tokens`: the most tokens one sampling request gets.
     pub sampling_max_tokens: u32,
+    /// `accept_new_tools`: a tool the server adds after its approval is
+    /// pinned and offered as first seen, instead of waiting for
+    /// re-approval (default `false`; see [`crate::tool_pins`]). A changed
+    /// definition is withheld either way.
+    pub accept_new_tools: bool,
 }
 
 impl Default for McpServerConfig {
@@ -94,6 +99,7 @@ impl Default for McpServerConfig {
             stateless: None,
             sampling: false,
             sampling_max_tokens: DEFAULT_SAMPLING_MAX_TOKENS,
+            accept_new_tools: false,
         }
     }
 }
@@ -295,6 +301,15 @@ impl McpConfig {
             .collect()
     }
 
+    /// The servers with `accept_new_tools: true`.
+    pub fn accept_new_tools(&self) -> std::collections::BTreeSet<String> {
+        self.servers
+            .iter()
+            .filter(|(_, s)| s.accept_new_tools)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     /// Server name → roots, for the servers that have any.
     pub fn roots(&self) -> BTreeMap<String, Vec<PathBuf>> {
         self.servers
@@ -343,6 +358,8 @@ struct RawServer {
     sampling_max_tokens: Option<Spanned<u64>>,
     #[serde(default)]
     stateless: Option<bool>,
+    #[serde(default)]
+    accept_new_tools: Option<bool>,
 }
 
 /// Validates `mcp:` (`path` names the file in errors; relative roots are
@@ -383,6 +400,7 @@ pub fn parse_config(
             stateless: server.value.stateless,
             resources: server.value.resources,
             sampling: server.value.sampling.unwrap_or(false),
+            accept_new_tools: server.value.accept_new_tools.unwrap_or(false),
             ..McpServerConfig::default()
         };
         if let Some(max) = server.value.sampling_max_tokens {
@@ -522,6 +540,7 @@ impl crate::Runtime {
     pub fn apply_mcp_config(&self, config: &McpConfig) -> Vec<String> {
         self.inner.mcp_features.set_config(config);
         self.inner.mcp_stateless.replace(config.stateless());
+        (self.inner.observer.accept_new).replace(config.accept_new_tools());
         let changed = self.inner.mcp_roots.replace(config.roots());
         let mut told = Vec::new();
         for server in changed {
@@ -679,6 +698,19 @@ mod tests {
         assert_eq!(c.mcp.servers["other"].stateless, None);
         assert_eq!(c.mcp.stateless(), [("fixture".to_owned(), false)].into());
         assert!(parse("mcp:\n  servers:\n    f:\n      stateless: maybe\n").is_err());
+        let c =
+            parse("mcp:\n  servers:\n    fixture:\n      accept_new_tools: true\n    other: {}\n")
+                .unwrap();
+        assert!(c.mcp.servers["fixture"].accept_new_tools);
+        assert!(!c.mcp.servers["other"].accept_new_tools);
+        assert_eq!(c.mcp.accept_new_tools(), ["fixture".to_owned()].into());
+        assert!(
+            crate::config::schema_violations(
+                "mcp:\n  servers:\n    f:\n      accept_new_tools: true\n"
+            )
+            .unwrap()
+            .is_empty()
+        );
         assert!(
             crate::config::schema_violations("mcp:\n  servers:\n    f:\n      stateless: false\n")
                 .unwrap()

@@ -14,7 +14,7 @@
 //! | `GET /readyz`                      | `{"status": "ready"}`, or 503 while the state store cannot be read or this node runs another plugd.yaml than the cluster; without credentials (see [`cluster`]) |
 //! | `GET /v1/cluster`                  | the live nodes, their leases and the cluster's configuration digest |
 //! | `GET /v1/plugins`                  | the rows of `plugd plugin list --json`; with `q`, `limit`, `cursor`, `sort` or a filter (`state`, `dialect`, `approved`), `{"items", "next_cursor", "total"}` (see [`paging`], the same for the other lists it names) |
-//! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters) |
+//! | `GET /v1/plugins/{id}`             | `plugd plugin show --json` from serve's runtime (live counters, `withheld_tools`) |
 //! | `POST /v1/plugins/{id}:approve`    | `{}` → `plugd plugin approve` on serve's runtime, recorded as by the caller's identity; the row plus `digest` |
 //! | `POST /v1/plugins/{id}:revoke`     | `{}` → `plugd plugin revoke`; the row plus `was_approved` |
 //! | `POST /v1/plugins/{id}:reconfigure` | `{}` → apply stored settings (`plugd plugin config`); the row plus `applied` |

@@ -44,6 +44,7 @@ mod store_impl;
 #[cfg(feature = "test-util")]
 pub mod test_pg;
 pub(crate) mod tokens;
+mod tool_pins;
 mod tool_state;
 mod transcripts;
 mod trust;

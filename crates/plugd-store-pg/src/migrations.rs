@@ -70,14 +70,17 @@ const MIGRATIONS: &[&[&str]] = &[
     &[APPROVAL_ASKERS],
     // 6: the token buckets of plugd.yaml's `limits:` rules (SQLite's 21).
     &[crate::limits::MIGRATION],
-    // 7: invocation records as columns and a JSON object of the rare
-    // fields (SQLite's 22).
+    // 7: approved plugins' pinned tool definitions and withheld tools
+    // (SQLite's 22).
+    &[crate::tool_pins::MIGRATION],
+    // 8: invocation records as columns and a JSON object of the rare
+    // fields (SQLite's 23).
     &[COMPACT_INVOCATIONS],
 ];
 
 /// Invocation records as `plugd-control`'s `StoredInvocation` columns; a
 /// record of before keeps its document, less the fields now in columns,
-/// as its `extra` (SQLite step 22, `plugd-store` `invocations.rs`).
+/// as its `extra` (SQLite step 23, `plugd-store` `invocations.rs`).
 const COMPACT_INVOCATIONS: &str = r#"
     ALTER TABLE invocations
         ADD COLUMN duration_ms bigint,

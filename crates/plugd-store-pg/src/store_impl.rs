@@ -26,8 +26,8 @@ use plugd_control::store::{
     InvocationStore, KvStore, Lease, LeaseStore, Lifetime, LimitStore, LiveKind, LiveSession,
     LiveSessionStore, MemoryEntry, MemoryStore, NewToken, NodeRecord, NodeStore, OutboxStore,
     PackageStore, Reseal, Role, Rotation, Sealed, SessionRow, StateStore, StoreError, StoredValue,
-    Tenancy, TokenInfo, TokenRejection, TokenStore, ToolStateStore, TranscriptStore, VectorMatch,
-    VectorRecord, VectorStore, VectorStoreError,
+    Tenancy, TokenInfo, TokenRejection, TokenStore, ToolPinStore, ToolStateStore, TranscriptStore,
+    VectorMatch, VectorRecord, VectorStore, VectorStoreError,
 };
 use serde_json::Value;
 
@@ -421,6 +421,12 @@ forward!(LimitStore {
     fn limit_take(&self, rule: &str, key: &str, bucket: plugd_control::store::limits::Bucket, now_ms: i64) -> plugd_control::store::limits::Take;
     fn limit_refund(&self, rule: &str, key: &str, bucket: plugd_control::store::limits::Bucket) -> ();
     fn limit_expire(&self, now_ms: i64) -> u64;
+});
+
+forward!(ToolPinStore {
+    fn tool_pins(&self, plugin_id: &str) -> Option<plugd_control::store::tool_pins::ToolPins>;
+    fn pin_tools(&self, plugin_id: &str, digest: &str, add: &std::collections::BTreeMap<String, plugd_control::store::tool_pins::PinnedTool>) -> Option<plugd_control::store::tool_pins::ToolPins>;
+    fn set_withheld_tools(&self, plugin_id: &str, digest: &str, withheld: &[plugd_control::store::tool_pins::WithheldTool]) -> bool;
 });
 
 #[async_trait::async_trait]

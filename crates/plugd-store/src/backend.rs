@@ -698,6 +698,29 @@ impl LimitStore for Store {
 }
 
 #[async_trait]
+impl ToolPinStore for Store {
+    async fn tool_pins(&self, plugin_id: &str) -> Result<Option<tool_pins::ToolPins>, StoreError> {
+        Store::tool_pins(self, plugin_id)
+    }
+    async fn pin_tools(
+        &self,
+        plugin_id: &str,
+        digest: &str,
+        add: &std::collections::BTreeMap<String, tool_pins::PinnedTool>,
+    ) -> Result<Option<tool_pins::ToolPins>, StoreError> {
+        Store::pin_tools(self, plugin_id, digest, add)
+    }
+    async fn set_withheld_tools(
+        &self,
+        plugin_id: &str,
+        digest: &str,
+        withheld: &[tool_pins::WithheldTool],
+    ) -> Result<bool, StoreError> {
+        Store::set_withheld_tools(self, plugin_id, digest, withheld)
+    }
+}
+
+#[async_trait]
 impl ControlEpoch for Store {
     async fn control_epoch(&self) -> Result<i64, StoreError> {
         Store::control_epoch(self)

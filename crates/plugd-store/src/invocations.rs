@@ -5,7 +5,7 @@
 //! that lists filter, search or chart on or that nearly every record has,
 //! and `extra`, a JSON object of the rest (`NULL` for most records). A
 //! typical record takes under 300 bytes with its indexes (1,071 as one JSON
-//! document each before schema step 22; the test `size` below measures it).
+//! document each before schema step 23; the test `size` below measures it).
 //! The list order (`started_ms`), the plugin and the status have an index
 //! ending in `started_ms` (a page is an index range scan; ties of one
 //! millisecond are ordered by id after it); the rarer filters (tool, export,
@@ -40,7 +40,7 @@ pub(crate) const MIGRATION: &str = "
     CREATE INDEX invocations_status ON invocations (status, started_ms, invocation_id);
 ";
 
-/// Schema step 22: the records as [`StoredInvocation`]'s columns. A record
+/// Schema step 23: the records as [`StoredInvocation`]'s columns. A record
 /// of the old table keeps its document, less the fields now in columns, as
 /// its `extra` (it reads back as it was).
 pub(crate) const COMPACT_MIGRATION: &str = "

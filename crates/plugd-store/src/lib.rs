@@ -35,6 +35,7 @@ mod shape;
 mod store;
 mod time;
 pub mod tokens;
+pub mod tool_pins;
 pub mod tool_state;
 pub mod users;
 pub mod vectors;

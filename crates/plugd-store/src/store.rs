@@ -90,7 +90,10 @@ const MIGRATIONS: &[&str] = &[
     // 21: the token buckets of plugd.yaml's `limits:` rules (see
     // `crate::limits`).
     crate::limits::MIGRATION,
-    // 22: invocation records as columns and a JSON object of the rare
+    // 22: approved plugins' pinned tool definitions and withheld tools,
+    // cleared by a revocation or a re-approval (see `crate::tool_pins`).
+    crate::tool_pins::MIGRATION,
+    // 23: invocation records as columns and a JSON object of the rare
     // fields, no longer one JSON document each (see `crate::invocations`).
     crate::invocations::COMPACT_MIGRATION,
 ];
@@ -539,12 +542,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn schema_22_keeps_every_field_of_a_record_stored_as_one_document() {
+    fn schema_23_keeps_every_field_of_a_record_stored_as_one_document() {
         let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..21] {
+        for sql in &MIGRATIONS[..22] {
             conn.execute_batch(sql).unwrap();
         }
-        conn.pragma_update(None, "user_version", 21).unwrap();
+        conn.pragma_update(None, "user_version", 22).unwrap();
         let mut r = plugd_control::samples::invocation(
             3,
             1_795_000_000_000,

@@ -18,6 +18,7 @@
 //! | [`PackageStore`], [`BindingStore`], [`InvocationStore`], [`ChainStore`] | packages, bindings, invocation records, chains and runs |
 //! | [`LeaseStore`] | singleton leases with fencing numbers |
 //! | [`LimitStore`] | the token buckets of plugd.yaml's `limits:` rules |
+//! | [`ToolPinStore`] | approved plugins' pinned tool definitions and withheld tools |
 //! | [`NodeStore`] | the nodes serving the store, their versions, keys and configuration |
 //! | [`LiveSessionStore`], [`ControlEpoch`] | MCP and console sessions, login codes; the epoch that keeps consent caches exact |
 //!
@@ -39,6 +40,7 @@ pub mod nodes;
 pub mod outbox;
 pub mod secrets;
 pub mod tokens;
+pub mod tool_pins;
 pub mod tool_state;
 pub mod transcripts;
 pub mod vectors;
@@ -57,6 +59,7 @@ pub use tokens::{
     AuditEntry, AuditFilter, AuditPage, AuditStore, NewToken, Role, StatusMatch, Tenancy,
     TokenInfo, TokenRejection, TokenStore,
 };
+pub use tool_pins::ToolPinStore;
 pub use tool_state::ToolStateStore;
 pub use transcripts::{SessionRow, TranscriptStore};
 pub use vectors::{VectorMatch, VectorRecord, VectorStore, VectorStoreError};
@@ -90,6 +93,7 @@ pub trait StateStore:
     + ControlEpoch
     + LeaseStore
     + LimitStore
+    + ToolPinStore
     + NodeStore
     + std::fmt::Debug
 {

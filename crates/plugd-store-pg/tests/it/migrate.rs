@@ -174,7 +174,7 @@ async fn a_schema_v1_dump_upgrades_to_this_schema() {
     assert_eq!(info.head_chain_id.as_deref(), Some("ch_s1"));
     assert_eq!(store.chain_blocks("ch_s1", 0, 10).await.unwrap().len(), 1);
     // An invocation record written as one JSON document reads back whole
-    // from the columns and `extra` of step 7.
+    // from the columns and `extra` of step 8.
     let r = store.invocation("inv_v1").await.unwrap().unwrap();
     assert_eq!(
         serde_json::to_value(&r).unwrap(),

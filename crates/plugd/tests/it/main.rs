@@ -69,6 +69,7 @@ mod state_pg;
 mod storms;
 mod support;
 mod teams;
+mod tool_pins;
 mod traces;
 mod typed_errors;
 mod upgrade;

@@ -387,7 +387,16 @@ async fn tools_list_pages_are_followed_and_endless_paging_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_puts_the_new_tool_in_the_registry() {
-    let (_ws, rt) = approved("good", None, 10_000).await;
+    // A tool new since approval waits for re-approval unless the server
+    // accepts new tools (see tool_pins.rs for the default).
+    let ws = mcp_ws(json!({"h": hostile("good", None)}));
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        "mcp:\n  servers:\n    h:\n      accept_new_tools: true\n",
+    )
+    .unwrap();
+    let rt = ws.runtime(quick(10_000)).await;
+    rt.approve("h", "test").await.unwrap();
     assert!(!tool_names(&rt).contains(&"h/added".to_owned()));
     rt.call_tool("h/add_tool", json!({}), None).await.unwrap();
     assert!(

@@ -16,7 +16,8 @@
 //! bindings, invocations, chains/runs/compactions, events written with
 //! their state (`reporting`), live sessions and the control epoch, leases,
 //! the nodes' rows, rate-limit buckets (`limits`: two nodes taking from one
-//! bucket at once pass exactly its capacity).
+//! bucket at once pass exactly its capacity), pinned tool definitions
+//! (`tool_pins`: first pins hold, approvals clear them, bounded).
 //!
 //! ## Races: the transactions that relied on SQLite's single writer
 //!
@@ -65,6 +66,7 @@ mod packages;
 mod reporting;
 mod scenario;
 mod tokens;
+mod tool_pins;
 mod tool_state;
 mod transcripts;
 mod vectors;
