@@ -87,6 +87,7 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
         name: plugd_store::users::user_name(rustix::process::geteuid().as_raw()),
         may_approve_critical: true,
         role: None,
+        groups: Vec::new(),
     };
     let session = gateway.session(caller, args.profile.as_deref())?;
     // A changed plugin is stopped and its tools withheld (and clients told).

@@ -66,6 +66,9 @@ pub struct Caller {
     /// The identity's role (`admin`, `agent`, …) when it has one, for
     /// plugd.yaml `limits:` rules `per: caller.role`.
     pub role: Option<String>,
+    /// The identity's groups (OAuth/OIDC), for plugd.yaml `policy:` rules
+    /// on `caller.groups`; empty for plugd tokens.
+    pub groups: Vec<String>,
 }
 
 /// What the gateway serves from; cheap to clone.

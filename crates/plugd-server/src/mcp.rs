@@ -332,6 +332,16 @@ impl McpHttp {
                 .get("caller_role")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
+            groups: stored
+                .data
+                .get("caller_groups")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|g| g.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
         };
         let Some(session) = self
             .gateway
@@ -378,6 +388,9 @@ impl McpHttp {
         snapshot["may_approve_critical"] = Value::Bool(may_approve_critical);
         if let Some(role) = &session.caller().role {
             snapshot["caller_role"] = Value::String(role.clone());
+        }
+        if !session.caller().groups.is_empty() {
+            snapshot["caller_groups"] = serde_json::json!(session.caller().groups);
         }
         // Sessions nobody used for an hour go from the store too (a read
         // of one also drops it, but one never read again would stay).
@@ -527,6 +540,7 @@ pub(crate) fn caller(identity: &Identity) -> Caller {
         name: identity.name.clone(),
         may_approve_critical: identity.role == Role::Admin,
         role: Some(identity.role.as_str().to_owned()),
+        groups: identity.groups.clone(),
     }
 }
 
