@@ -19,6 +19,13 @@
 //! 5. the signature, `exp` and `nbf` with [`Options::leeway`], `aud`
 //!    containing one of the expected audiences (`jsonwebtoken`).
 //!
+//! A token that passed is remembered by its SHA-256 until its `exp` (at
+//! most [`MAX_VERIFIED`] of them): the next request with it checks only
+//! `exp`, not the signature again (what a client sending the same access
+//! token on every call costs; see BENCHMARKS.md). A key withdrawn from the
+//! JWKS therefore stops new tokens at once and remembered ones at their
+//! `exp`.
+//!
 //! Every fetch is bounded in size ([`Options::max_document_bytes`]) and time
 //! ([`Options::fetch_timeout`]), follows no redirect, and a malformed key of
 //! a JWKS is skipped, never fatal.
@@ -47,6 +54,10 @@ pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
 pub const ALLOWED_ALGS: [&str; 9] = [
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
+
+/// The most verified access tokens remembered (by hash) at once; when
+/// full, the expired ones go, and if none has, all of them.
+pub const MAX_VERIFIED: usize = 4096;
 
 /// The most groups kept from a token's groups claim (the rest are dropped,
 /// with a warning).
@@ -211,6 +222,8 @@ pub struct Validator {
     issuers: Arc<Vec<Arc<IssuerState>>>,
     options: Arc<Options>,
     http: reqwest::Client,
+    /// Access tokens that passed, by SHA-256, until their `exp`.
+    verified: Arc<std::sync::Mutex<std::collections::HashMap<[u8; 32], Verified>>>,
 }
 
 impl std::fmt::Debug for Validator {
@@ -330,6 +343,7 @@ impl Validator {
             ),
             options: Arc::new(options),
             http,
+            verified: Arc::default(),
         })
     }
 
@@ -353,7 +367,42 @@ impl Validator {
 
     /// Validates access token `token` (see the crate documentation).
     pub async fn validate(&self, token: &str) -> Result<Verified, Refusal> {
-        self.check(token, None, None).await
+        use sha2::Digest as _;
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Refusal::TooLarge);
+        }
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let leeway = self.options.leeway.as_secs();
+        {
+            let mut seen = self
+                .verified
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(v) = seen.get(&key) {
+                if now <= v.expires_at.saturating_add(leeway) {
+                    return Ok(v.clone());
+                }
+                seen.remove(&key);
+                return Err(Refusal::Expired);
+            }
+        }
+        let v = self.check(token, None, None).await?;
+        let mut seen = self
+            .verified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() >= MAX_VERIFIED {
+            seen.retain(|_, v| now <= v.expires_at.saturating_add(leeway));
+            if seen.len() >= MAX_VERIFIED {
+                seen.clear();
+            }
+        }
+        seen.insert(key, v.clone());
+        Ok(v)
     }
 
     /// Validates ID token `token` of `issuer` for client `client_id`, with

@@ -277,3 +277,30 @@ async fn an_id_token_needs_the_client_audience_and_the_nonce() {
     // An access token's audience is not a client's.
     assert_eq!(v.validate(&t).await.unwrap_err().cause(), "wrong_audience");
 }
+
+#[tokio::test]
+async fn a_remembered_token_still_expires() {
+    let iss = issuer().await;
+    let k = key("k1");
+    *iss.jwks.lock().unwrap() = json!({"keys": [jwk(&k)]});
+    let v = Validator::with_options(
+        vec![IssuerSpec {
+            issuer: iss.url.clone(),
+            audiences: vec!["plugd".into()],
+            groups_claim: "groups".into(),
+        }],
+        Options {
+            leeway: Duration::ZERO,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let mut c = claims(&iss);
+    c["exp"] = json!(now() + 1);
+    let t = sign(&k, c);
+    let first = v.validate(&t).await.unwrap();
+    assert_eq!(v.validate(&t).await.unwrap(), first);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(v.validate(&t).await.unwrap_err(), Refusal::Expired);
+    assert_eq!(v.validate(&t).await.unwrap_err(), Refusal::Expired);
+}
