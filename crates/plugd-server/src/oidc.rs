@@ -167,6 +167,24 @@ pub fn resource(oidc: &Oidc, headers: &HeaderMap) -> String {
     format!("http://{host}/mcp")
 }
 
+/// Where browsers reach this server: the origin of `auth.resource` (behind
+/// a TLS-terminating proxy, its https address), else `http://HOST`.
+fn public_origin(oidc: &Oidc, headers: &HeaderMap) -> String {
+    if let Some(u) = oidc
+        .config
+        .resource
+        .as_deref()
+        .and_then(|r| url::Url::parse(r).ok())
+    {
+        return u.origin().ascii_serialization();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
+}
+
 /// The URL of the metadata document of `resource` (RFC 9728 §3.1: the
 /// well-known path between the origin and the resource's path).
 pub fn metadata_url(resource: &str) -> String {
@@ -363,11 +381,7 @@ async fn sso_start(
             "no issuer of plugd.yaml auth.issuers with a client_id has that number",
         );
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    let redirect_uri = format!("http://{host}/console/sso/callback");
+    let redirect_uri = format!("{}/console/sso/callback", public_origin(oidc, &headers));
     let login =
         match plugd_oidc::sso::begin(&oidc.validator, &issuer, &client_id, &redirect_uri).await {
             Ok(l) => l,
@@ -622,5 +636,21 @@ mod tests {
         assert!(session_identity(Some(&oidc), "oidc:x/a", &["x".into()], now_secs() + 60).is_err());
         assert!(session_identity(None, "oidc:x/a", &groups, now_secs() + 60).is_err());
         assert!(Oidc::from_config(&AuthConfig::default()).is_none());
+        // The console's redirect URI and the default resource follow
+        // `auth.resource`, else the request's Host.
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7777"));
+        assert_eq!(public_origin(&oidc, &headers), "http://127.0.0.1:7777");
+        assert_eq!(resource(&oidc, &headers), "http://127.0.0.1:7777/mcp");
+        let behind = Oidc::from_config(&AuthConfig {
+            resource: Some("https://plugd.example.com/mcp".into()),
+            ..cfg
+        })
+        .unwrap();
+        assert_eq!(
+            public_origin(&behind, &headers),
+            "https://plugd.example.com"
+        );
+        assert_eq!(resource(&behind, &headers), "https://plugd.example.com/mcp");
     }
 }
