@@ -415,15 +415,21 @@ fn the_python_mcp_sdk_runs_its_oauth_flow_against_mcp() {
     let serve = Serve::start(&ws, "127.0.0.1:0");
     let url = format!("http://{}/mcp", serve.addr);
     let started = Instant::now();
+    // Bounded: coreutils' timeout ends a client that hangs.
     #[allow(clippy::disallowed_methods)] // the SDK client, run to its end
-    let out = Command::new(repo().join(".venv/bin/python3"))
+    let out = Command::new("timeout")
+        .arg("90")
+        .arg(repo().join(".venv/bin/python3"))
         .arg(repo().join("tests/fixtures/oidc/mcp_oauth_client.py"))
         .args([&url, "alice", "pw-alice", "lo"])
         .env("PATH", path_with_venv())
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "the client hung"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let report: Value = serde_json::from_str(text.trim())
         .unwrap_or_else(|e| panic!("{e}: {text}\n{}", String::from_utf8_lossy(&out.stderr)));
