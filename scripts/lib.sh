@@ -67,8 +67,9 @@ ensure_venv() {
 # below 22.6 (plugd finds it in .npm-tools/node_modules/.bin or on PATH); the
 # official TypeScript MCP SDK is the second real client the gateway tests drive;
 # server-filesystem and server-memory are third-party servers the
-# containment-view tests give a workspace.
-NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15" "@modelcontextprotocol/sdk@1.32.2" "@modelcontextprotocol/server-filesystem@2026.8.31" "@modelcontextprotocol/server-memory@2026.8.31")
+# containment-view tests give a workspace; oidc-provider is the real OpenID
+# Connect provider the OAuth tests sign in with (tests/fixtures/oidc).
+NPM_TOOLS_PACKAGES=("@modelcontextprotocol/server-everything@2026.8.31" "tsx@4.23.15" "@modelcontextprotocol/sdk@1.32.2" "@modelcontextprotocol/server-filesystem@2026.8.31" "@modelcontextprotocol/server-memory@2026.8.31" "oidc-provider@9.13.3")
 NPM_TOOLS="$repo/.npm-tools"
 
 # ensure_npm_tools: install $NPM_TOOLS_PACKAGES into .npm-tools/ (git-ignored),

@@ -90,6 +90,7 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
         // The local user: a workspace identity (plugd mcp beside a serve
         // bridges to serve's /mcp, where a token decides).
         org: None,
+        groups: Vec::new(),
     };
     let session = gateway.session(caller, args.profile.as_deref())?;
     // A changed plugin is stopped and its tools withheld (and clients told).

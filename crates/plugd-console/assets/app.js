@@ -188,6 +188,18 @@ function loginView(message) {
   err);
   render(form);
   input.focus();
+  ssoButtons(form);
+}
+
+/** plugd.yaml `auth.issuers` with a console client: one "Sign in with"
+ * link per issuer, below the token form. */
+async function ssoButtons(form) {
+  let providers = [];
+  try { providers = (await api('GET', '/console/sso')).providers || []; } catch { return; }
+  if (!providers.length) return;
+  const list = h('div', {id: 'sso', class: 'sso'}, h('p', {}, 'Or sign in with your identity provider:'));
+  providers.forEach((p, i) => list.append(h('p', {}, h('a', {id: `sso-${i}`, class: 'button', href: p.start}, `Sign in with ${p.name}`))));
+  form.append(list);
 }
 
 async function loginWithCode(code) {

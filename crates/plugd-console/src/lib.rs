@@ -90,8 +90,15 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 pub fn is_public(method: &str, path: &str) -> bool {
     match method {
         "GET" | "HEAD" => {
-            matches!(path, "/console" | "/console/" | "/console/login")
-                || path.starts_with("/console/assets/")
+            matches!(
+                path,
+                "/console"
+                    | "/console/"
+                    | "/console/login"
+                    | "/console/sso"
+                    | "/console/sso/start"
+                    | "/console/sso/callback"
+            ) || path.starts_with("/console/assets/")
         }
         "POST" => path == "/console/login",
         _ => false,

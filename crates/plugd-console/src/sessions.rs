@@ -48,6 +48,17 @@ pub enum Login {
         /// The Unix user name the code was minted for.
         name: String,
     },
+    /// A single sign-on with an OpenID Connect issuer (plugd.yaml
+    /// `auth.issuers`): its groups decide the role on every request, and
+    /// the session ends when the ID token's `exp` passes.
+    Oidc {
+        /// The identity's name (`oidc:HOST/SUB`).
+        name: String,
+        /// The subject's groups, as the ID token said.
+        groups: Vec<String>,
+        /// The ID token's `exp`, Unix seconds: the session's end.
+        expires_at: u64,
+    },
 }
 
 impl Login {
@@ -55,6 +66,7 @@ impl Login {
         match self {
             Login::Token { id } => format!("token-id:{id}"),
             Login::Owner { name } => format!("owner:{name}"),
+            Login::Oidc { name, .. } => name.clone(),
         }
     }
 
@@ -62,6 +74,12 @@ impl Login {
         match self {
             Login::Token { id } => json!({"login": "token", "token_id": id, "csrf": csrf}),
             Login::Owner { name } => json!({"login": "owner", "name": name, "csrf": csrf}),
+            Login::Oidc {
+                name,
+                groups,
+                expires_at,
+            } => json!({"login": "oidc", "name": name, "groups": groups,
+                        "expires_at": expires_at, "csrf": csrf}),
         }
     }
 
@@ -73,6 +91,16 @@ impl Login {
             },
             "owner" => Login::Owner {
                 name: data.get("name")?.as_str()?.to_owned(),
+            },
+            "oidc" => Login::Oidc {
+                name: data.get("name")?.as_str()?.to_owned(),
+                groups: data
+                    .get("groups")?
+                    .as_array()?
+                    .iter()
+                    .filter_map(|g| g.as_str().map(str::to_owned))
+                    .collect(),
+                expires_at: data.get("expires_at")?.as_u64()?,
             },
             _ => return None,
         };

@@ -73,6 +73,9 @@ pub struct Caller {
     /// The identity's role (`admin`, `agent`, …) when it has one, for
     /// plugd.yaml `limits:` rules `per: caller.role`.
     pub role: Option<String>,
+    /// The identity's groups (OAuth/OIDC), for plugd.yaml `policy:` rules
+    /// on `caller.groups`; empty for plugd tokens.
+    pub groups: Vec<String>,
     /// The org (and projects) the identity is bound to: such a session
     /// sees the tool exports bound to its scope instead of the
     /// workspace's tools (see [`OrgScope`]); `None`: a workspace identity.

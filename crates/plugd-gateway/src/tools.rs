@@ -53,6 +53,7 @@ fn visible(session: &Session) -> Vec<Arc<ToolEntry>> {
             .tenant_id
             .clone()
             .unwrap_or_default(),
+        groups: session.caller().groups.clone(),
         ..plugd_runtime::tool_policy::PolicyCaller::named(&session.caller().name)
     };
     let all = session.inner.gw.runtime().tools_for(&caller);
@@ -557,6 +558,7 @@ pub(crate) async fn call(
         client,
         caller: Some(session.caller().name.clone()),
         caller_role: session.caller().role.clone(),
+        caller_groups: session.caller().groups.clone(),
         rounds,
         ..CallContext::default()
     };

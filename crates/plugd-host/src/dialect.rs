@@ -68,6 +68,9 @@ pub struct CallContext {
     /// surface knows it (HTTP invoke, `/mcp`), for plugd.yaml `limits:`
     /// rules `per: caller.role`; no dialect sends it.
     pub caller_role: Option<String>,
+    /// The caller's groups (an OAuth/OIDC identity's groups claim), for
+    /// plugd.yaml `policy:` rules on `caller.groups`; empty otherwise.
+    pub caller_groups: Vec<String>,
     /// The invocation record's id (VAI `context.invocation_id`); generated
     /// when absent.
     pub invocation_id: Option<String>,

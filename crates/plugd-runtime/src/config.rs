@@ -112,6 +112,9 @@ pub struct PlugdConfig {
     pub cluster: ClusterConfig,
     /// `console:`: where the operator console links out.
     pub console: ConsoleConfig,
+    /// `auth:`: OAuth/OIDC issuers whose tokens serve accepts, and group →
+    /// role mapping; read at start, never live.
+    pub auth: crate::auth_config::AuthConfig,
 }
 
 /// `console:` in plugd.yaml.
@@ -472,6 +475,8 @@ struct RawDoc {
     cluster: Option<Spanned<RawCluster>>,
     #[serde(default)]
     console: Option<Spanned<ConsoleConfig>>,
+    #[serde(default)]
+    auth: Option<Spanned<crate::auth_config::RawAuth>>,
 }
 
 /// `tools:` is reserved; only an empty mapping is accepted.
@@ -796,6 +801,9 @@ impl PlugdConfig {
                 }
             }
             config.console = c.value;
+        }
+        if let Some(a) = raw.auth {
+            config.auth = crate::auth_config::parse_config(a, path)?;
         }
         if let Some(m) = raw.marketplace {
             config.marketplace = Some(crate::marketplace::parse_config(m, path, workspace)?);

@@ -21,6 +21,7 @@ pub use plugd_governance::{containment, marketplace, signing};
 pub use plugd_store::pin;
 
 pub mod agent_seam;
+pub mod auth_config;
 pub mod bindings_rt;
 pub mod broker_config;
 mod changes;

@@ -216,7 +216,8 @@ pub fn parse_config(raw: Vec<Spanned<RawRule>>, path: &Path) -> Result<ToolPolic
 pub struct PolicyCaller {
     /// Who asks: `token:NAME`, a Unix user, `cli:USER` (empty: unknown).
     pub subject: String,
-    /// The caller's groups (empty for plugd tokens today).
+    /// The caller's groups: an OAuth/OIDC identity's groups claim (HTTP
+    /// and `/mcp`); empty for plugd tokens.
     pub groups: Vec<String>,
     /// The caller's role, where the surface knows it (HTTP and `/mcp`
     /// set it from the token; empty otherwise).
@@ -248,6 +249,7 @@ impl PolicyCaller {
             org: ctx.org_id.clone().unwrap_or_default(),
             project: ctx.project_id.clone().unwrap_or_default(),
             role: ctx.caller_role.clone().unwrap_or_default(),
+            groups: ctx.caller_groups.clone(),
             ..PolicyCaller::named(&crate::invocations::caller_of(ctx).unwrap_or_default())
         }
     }

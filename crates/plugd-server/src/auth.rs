@@ -82,6 +82,9 @@ pub struct Identity {
     /// The delegation of a `vai_dlg_` token (seed 003): only the canonical
     /// session/chain/run routes, each needing its scope.
     pub delegation: Option<std::sync::Arc<plugd_control::delegation::Delegation>>,
+    /// The groups of an OAuth/OIDC identity (its token's groups claim; the
+    /// per-tool policy's `caller.groups`); empty for plugd tokens.
+    pub groups: Vec<String>,
 }
 
 impl Identity {
@@ -280,7 +283,7 @@ fn shape(template: &str) -> String {
 /// (`plugd_console::is_public`).
 pub fn is_public(method: &Method, path: &str) -> bool {
     ((*method == Method::GET || *method == Method::HEAD)
-        && (path == "/healthz" || path == "/readyz"))
+        && (path == "/healthz" || path == "/readyz" || crate::oidc::is_public(path)))
         || plugd_console::is_public(method.as_str(), path)
 }
 
@@ -526,6 +529,7 @@ async fn identify(
                         mcp_profiles: None,
                         tenant: None,
                         delegation: None,
+                        groups: Vec::new(),
                     },
                     None,
                 ))
@@ -553,6 +557,13 @@ async fn identify(
                     scheme.eq_ignore_ascii_case("bearer").then(|| t.trim())
                 })
                 .unwrap_or("");
+            // plugd.yaml `auth.issuers`: a token that is not plugd's is
+            // read as an issuer's JWT access token.
+            if let Some(oidc) = &state.oidc
+                && crate::oidc::is_jwt(token)
+            {
+                return Ok((crate::oidc::jwt_identity(oidc, *remote, token).await?, None));
+            }
             Ok((token_identity(state, *remote, token).await?, None))
         }
     }
@@ -573,6 +584,7 @@ pub(crate) async fn token_identity(
                 mcp_profiles: None,
                 tenant: None,
                 delegation: Some(d),
+                groups: Vec::new(),
             }),
             None => {
                 tracing::warn!(%remote, "refused a request with an unusable delegation token");
@@ -622,6 +634,7 @@ async fn token_verdict(
                 project_ids: info.project_ids,
             }),
             delegation: None,
+            groups: Vec::new(),
         }),
         Err(why) => {
             tracing::warn!(%remote, "refused a request with an unusable token");
@@ -699,7 +712,25 @@ async fn console_identity(
             mcp_profiles: None,
             tenant: None,
             delegation: None,
+            groups: Vec::new(),
         },
+        plugd_console::Login::Oidc {
+            name,
+            groups,
+            expires_at,
+        } => {
+            match crate::oidc::session_identity(state.oidc.as_deref(), name, groups, *expires_at) {
+                Ok(identity) => identity,
+                Err(why) => {
+                    // The IdP's lifetime (or the mapping) ended the session.
+                    tracing::info!(identity = %name, reason = %why, "ended a single sign-on console session");
+                    let _ = state.console.remove(&id).await;
+                    return Err(unauthenticated(format!(
+                        "{why}; log in again at /console/login"
+                    )));
+                }
+            }
+        }
     };
     Ok((
         identity,
@@ -807,7 +838,14 @@ async fn authorize_request(
     drop(checking);
     let (identity, console) = match identified {
         Ok(i) => i,
-        Err(resp) => return resp,
+        // With plugd.yaml `auth.issuers`, a 401 names the protected
+        // resource metadata (RFC 9728) for MCP clients to discover.
+        Err(resp) => {
+            return match &state.oidc {
+                Some(oidc) => crate::oidc::challenge(oidc, req.headers(), resp),
+                None => resp,
+            };
+        }
     };
     // Valid credentials: the connection leaves the listener's pool of
     // unauthenticated connections (see `crate::listen`).
@@ -1101,6 +1139,7 @@ mod tests {
             mcp_profiles: Some(vec!["ro".into()]),
             tenant: None,
             delegation: None,
+            groups: Vec::new(),
         };
         for path in ["/mcp/ro", "/sse/ro", "/messages/ro"] {
             assert!(id.may_reach(path), "{path}");

@@ -177,6 +177,7 @@ mod tests {
                 project_ids: ps.iter().map(|p| (*p).to_owned()).collect(),
             }),
             delegation: None,
+            groups: Vec::new(),
         }
     }
 

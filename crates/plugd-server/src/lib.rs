@@ -98,6 +98,7 @@ pub mod mcp;
 pub mod mcp_features;
 pub mod mcp_sse;
 pub mod mcp_stream;
+pub mod oidc;
 pub mod packages;
 pub mod paging;
 pub mod tokens_api;
@@ -317,6 +318,9 @@ pub struct AppState {
     /// Hands what another node must act on to that node (serve with
     /// `--nats`); `None` on a single node.
     forwarder: Option<Arc<dyn plugd_control::forward::Forwarder>>,
+    /// plugd.yaml `auth:` with issuers (JWT access tokens, console SSO);
+    /// `None`: plugd tokens only.
+    oidc: Option<Arc<oidc::Oidc>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -354,6 +358,7 @@ impl AppState {
             &config.mcp.http,
             runtime_state.clone(),
         )));
+        let oidc = oidc::Oidc::from_config(&config.auth);
         AppState {
             runtime,
             pipeline,
@@ -367,6 +372,7 @@ impl AppState {
             console: Arc::new(plugd_console::Sessions::new(runtime_state)),
             config_gate: None,
             forwarder: None,
+            oidc,
         }
     }
 
@@ -474,6 +480,7 @@ pub fn router(state: AppState) -> Router {
         .merge(audit_api::routes())
         .merge(cluster::routes())
         .merge(console::routes())
+        .merge(oidc::routes())
         // After routing, on every route (not on the fallbacks): the matched
         // route's right, on its decoded parameters.
         .route_layer(axum::middleware::from_fn_with_state(
@@ -770,7 +777,10 @@ async fn list_tools(
     }
     let mut rows = state.runtime.tool_views()?;
     // plugd.yaml's `policy:` hides what a deny rule keeps from this caller.
-    let caller = plugd_runtime::tool_policy::PolicyCaller::named(&who.name);
+    let caller = plugd_runtime::tool_policy::PolicyCaller {
+        groups: who.groups.clone(),
+        ..plugd_runtime::tool_policy::PolicyCaller::named(&who.name)
+    };
     rows.retain(|t| !state.runtime.policy_hides(&caller, &t.entry));
     // What an agent may call: disabled tools are left out, unless
     // `?all=true` (the console's tools page) asks for every one, or an
@@ -921,6 +931,7 @@ async fn invoke_tool(
     let ctx = CallContext {
         agent_id: body.agent_id,
         caller_role: Some(who.role.as_str().to_owned()),
+        caller_groups: who.groups,
         caller: Some(who.name),
         // The caller's W3C trace, kept in the record whether or not traces
         // are exported (the governed path makes one when there is none).

@@ -333,8 +333,10 @@ impl McpHttp {
                 .get("caller_role")
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            // The org scope is the identity's own, never the stored one.
+            // The org scope and the groups are the identity's own (its
+            // current token's), never the stored ones.
             org: caller(identity).org,
+            groups: caller(identity).groups,
         };
         let Some(session) = self
             .gateway
@@ -535,6 +537,7 @@ pub(crate) fn caller(identity: &Identity) -> Caller {
             org_id: t.org_id.clone(),
             project_ids: t.project_ids.clone(),
         }),
+        groups: identity.groups.clone(),
     }
 }
 

@@ -48,6 +48,7 @@ mod memory;
 mod microapp;
 mod nexo;
 mod nodes;
+mod oauth;
 mod one_path;
 mod outbox;
 mod packages;
