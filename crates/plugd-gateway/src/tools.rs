@@ -54,6 +54,9 @@ fn visible(session: &Session) -> Vec<Arc<ToolEntry>> {
             .clone()
             .unwrap_or_default(),
         groups: session.caller().groups.clone(),
+        // The role its calls carry (`caller_role`), so a rule on
+        // `caller.role` hides at list time what it refuses at call time.
+        role: session.caller().role.clone().unwrap_or_default(),
         ..plugd_runtime::tool_policy::PolicyCaller::named(&session.caller().name)
     };
     let all = session.inner.gw.runtime().tools_for(&caller);

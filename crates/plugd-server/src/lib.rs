@@ -777,8 +777,11 @@ async fn list_tools(
     }
     let mut rows = state.runtime.tool_views()?;
     // plugd.yaml's `policy:` hides what a deny rule keeps from this caller.
+    // With the role and groups `:invoke` gives its calls (`caller_role`,
+    // `caller_groups`), so a rule hides here what it refuses there.
     let caller = plugd_runtime::tool_policy::PolicyCaller {
         groups: who.groups.clone(),
+        role: who.role.as_str().to_owned(),
         ..plugd_runtime::tool_policy::PolicyCaller::named(&who.name)
     };
     rows.retain(|t| !state.runtime.policy_hides(&caller, &t.entry));

@@ -386,3 +386,45 @@ fn the_agent_does_not_get_a_denied_tool_and_its_call_is_an_unknown_tool() {
         "{v}"
     );
 }
+
+/// A rule on `caller.role` hides at list time what it refuses at call
+/// time: `GET /v1/tools` and `/mcp` `tools/list` evaluate it with the
+/// token's role, as `:invoke` and `tools/call` do.
+#[test]
+fn a_rule_on_the_role_hides_the_tool_it_refuses() {
+    let ws = workspace(
+        r#"policy:
+  - name: agents-keep-off-lo
+    when: 'caller.role == "agent" && tool.name == "risky/lo"'
+    effect: deny
+"#,
+    );
+    let serve = Serve::start(&ws, "127.0.0.1:0");
+    let agent = named_token(&ws, "bot");
+    let listed_http = listed(&serve, &agent);
+    assert!(
+        !listed_http.contains(&"risky/lo".to_owned()),
+        "{listed_http:?}"
+    );
+    assert!(
+        listed_http.contains(&"risky/plain".to_owned()),
+        "{listed_http:?}"
+    );
+    let sid = mcp_session(&serve, &agent);
+    let names = mcp_tools(&serve, &agent, &sid);
+    assert!(!names.iter().any(|n| n.ends_with("lo")), "{names:?}");
+    assert!(!names.is_empty(), "{names:?}");
+    let r = invoke(&serve, &agent, "risky/lo", json!({}));
+    assert_eq!(r.json()["error"]["code"], "unknown_tool", "{}", r.text());
+    assert_eq!(runs(&ws, "lo"), 0);
+    // The admin (another role) still sees it.
+    let admin = serve.get("/v1/tools").json();
+    assert!(
+        admin
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "risky/lo"),
+        "{admin}"
+    );
+}
