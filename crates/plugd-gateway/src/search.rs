@@ -10,6 +10,7 @@
 //! it. A tool with score 0 is no match; matches are ranked by score, then
 //! by name, so the same catalog always answers the same query the same way.
 
+use plugd_wire::jsonrpc::kind;
 use serde_json::{Value, json};
 
 /// The tool's name. Under a `discovery: search` profile a tool of this
@@ -148,18 +149,6 @@ impl Request {
             terms,
             limit,
         })
-    }
-}
-
-/// The JSON kind of `v`, for messages (never its value: it may be huge).
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -260,7 +260,9 @@ fn read_id(v: Value) -> Result<Id, String> {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
+/// The JSON kind of `v` (`"a string"`, `"an object"`, ...), for messages
+/// that must not quote a value (it may be huge, or a secret).
+pub fn kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
