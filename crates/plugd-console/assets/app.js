@@ -1945,7 +1945,13 @@ async function boot() {
   document.getElementById('whoami').textContent = `${state.session.identity} (${state.session.role})`;
   document.body.dataset.role = state.session.role;
   document.getElementById('logout').addEventListener('click', async () => {
-    try { await api('POST', '/console/logout', {}); } finally { location.assign('/console/login'); }
+    // A single sign-on session ends at its provider too: the answer names
+    // the provider's end-session page, which comes back to the login page.
+    let next = '/console/login';
+    try {
+      const out = await api('POST', '/console/logout', {});
+      if (out && typeof out.redirect === 'string' && /^https?:\/\//.test(out.redirect)) next = out.redirect;
+    } finally { location.assign(next); }
   });
   await loadAll().catch((e) => toast(errorText(e), 'error'));
   window.addEventListener('hashchange', route);

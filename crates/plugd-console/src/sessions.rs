@@ -58,7 +58,19 @@ pub enum Login {
         groups: Vec<String>,
         /// The ID token's `exp`, Unix seconds: the session's end.
         expires_at: u64,
+        /// The issuer signed in with (for the logout at its
+        /// `end_session_endpoint`); `None` in sessions made before it was kept.
+        issuer: Option<String>,
+        /// The ID token's org claim (the issuer's `org_claim`), if any.
+        org: Option<String>,
+        /// The ID token's project claim (the issuer's `project_claim`), if any.
+        project: Option<String>,
     },
+}
+
+/// The string member `key` of `data`, if there is one.
+fn text(data: &Value, key: &str) -> Option<String> {
+    data.get(key).and_then(Value::as_str).map(str::to_owned)
 }
 
 impl Login {
@@ -78,8 +90,12 @@ impl Login {
                 name,
                 groups,
                 expires_at,
+                issuer,
+                org,
+                project,
             } => json!({"login": "oidc", "name": name, "groups": groups,
-                        "expires_at": expires_at, "csrf": csrf}),
+                        "expires_at": expires_at, "issuer": issuer, "org": org,
+                        "project": project, "csrf": csrf}),
         }
     }
 
@@ -101,6 +117,9 @@ impl Login {
                     .filter_map(|g| g.as_str().map(str::to_owned))
                     .collect(),
                 expires_at: data.get("expires_at")?.as_u64()?,
+                issuer: text(data, "issuer"),
+                org: text(data, "org"),
+                project: text(data, "project"),
             },
             _ => return None,
         };

@@ -264,6 +264,21 @@ pub async fn validate(
     Ok(json!({"binding_id": id, "valid": found.is_empty(), "problems": found}))
 }
 
+/// Whether the store knows org `org`: a binding (of any status) names it.
+/// An org identity whose org the store does not know is refused rather
+/// than served an empty catalog (a claim's typo, an org not onboarded).
+pub async fn org_known(store: &dyn StateStore, org: &str) -> Result<bool, ServiceError> {
+    let filter = BindingFilter {
+        org_id: Some(org.to_owned()),
+        ..BindingFilter::default()
+    };
+    Ok(!store
+        .bindings(&filter)
+        .await
+        .map_err(ServiceError::store)?
+        .is_empty())
+}
+
 /// The bindings `t` sees that `filter` passes.
 pub async fn seen(
     store: &dyn StateStore,

@@ -46,6 +46,8 @@ async fn measure(alg: Algorithm, key: EncodingKey, jwk: Value) {
         issuer: url.clone(),
         audiences: vec!["plugd".into()],
         groups_claim: "groups".into(),
+        org_claim: Some("org".into()),
+        project_claim: None,
     }])
     .unwrap();
     let now = SystemTime::now()

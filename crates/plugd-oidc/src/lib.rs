@@ -72,6 +72,10 @@ pub struct IssuerSpec {
     pub audiences: Vec<String>,
     /// The claim holding the subject's groups (`groups` by default).
     pub groups_claim: String,
+    /// The claim naming the subject's org (`None`: no org is read).
+    pub org_claim: Option<String>,
+    /// The claim naming the subject's project (`None`: no project is read).
+    pub project_claim: Option<String>,
 }
 
 /// The knobs of a [`Validator`]; [`Options::default`] is what serve uses.
@@ -114,9 +118,10 @@ pub struct Verified {
     pub subject: String,
     /// The issuer's groups claim (empty when absent).
     pub groups: Vec<String>,
-    /// `org`, when the token carries one.
+    /// The issuer's org claim ([`IssuerSpec::org_claim`]), when it names
+    /// one and the token carries it as a string.
     pub org: Option<String>,
-    /// `project`, when the token carries one.
+    /// The issuer's project claim ([`IssuerSpec::project_claim`]), likewise.
     pub project: Option<String>,
     /// `exp`, Unix seconds.
     pub expires_at: u64,
@@ -496,8 +501,8 @@ fn claims(spec: &IssuerSpec, c: serde_json::Map<String, Value>) -> Result<Verifi
         issuer: spec.issuer.clone(),
         subject,
         groups,
-        org: text("org"),
-        project: text("project"),
+        org: spec.org_claim.as_deref().and_then(text),
+        project: spec.project_claim.as_deref().and_then(text),
         expires_at,
         nonce: text("nonce"),
         scopes: text("scope")

@@ -79,8 +79,26 @@ pub async fn begin(
     })
 }
 
+/// A finished sign-in: what the ID token says, and the ID token itself
+/// (for a later logout's `id_token_hint`; `Debug` does not show it).
+#[derive(Clone)]
+pub struct Finished {
+    /// The validated ID token's claims.
+    pub verified: Verified,
+    /// The ID token.
+    pub id_token: String,
+}
+
+impl std::fmt::Debug for Finished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finished")
+            .field("verified", &self.verified)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Exchanges `code` of `login` and validates the ID token.
-pub async fn finish(validator: &Validator, login: &Login, code: &str) -> Result<Verified, String> {
+pub async fn finish(validator: &Validator, login: &Login, code: &str) -> Result<Finished, String> {
     let meta = validator
         .metadata(&login.issuer)
         .await
@@ -124,8 +142,40 @@ pub async fn finish(validator: &Validator, login: &Login, code: &str) -> Result<
                 .into(),
         );
     };
-    validator
+    let verified = validator
         .validate_id_token(id_token, &login.issuer, &login.client_id, &login.nonce)
         .await
-        .map_err(|e| format!("the ID token was refused ({}): {e}", e.cause()))
+        .map_err(|e| format!("the ID token was refused ({}): {e}", e.cause()))?;
+    Ok(Finished {
+        verified,
+        id_token: id_token.to_owned(),
+    })
+}
+
+/// Where a browser goes to end its session at `issuer` too (OpenID Connect
+/// RP-Initiated Logout 1.0): the discovery document's
+/// `end_session_endpoint` with `client_id`, `id_token_hint` when known,
+/// and `post_logout_redirect_uri`; `None` when the issuer offers no such
+/// endpoint (or its discovery cannot be read: the logout goes on locally).
+pub async fn end_session_url(
+    validator: &Validator,
+    issuer: &str,
+    client_id: &str,
+    id_token_hint: Option<&str>,
+    post_logout_redirect_uri: &str,
+) -> Option<String> {
+    let meta = validator.metadata(issuer).await.ok()?;
+    let mut url = url::Url::parse(meta.end_session_endpoint.as_deref()?).ok()?;
+    if !matches!(url.scheme(), "https" | "http") {
+        return None;
+    }
+    {
+        let mut q = url.query_pairs_mut();
+        q.append_pair("client_id", client_id);
+        if let Some(hint) = id_token_hint {
+            q.append_pair("id_token_hint", hint);
+        }
+        q.append_pair("post_logout_redirect_uri", post_logout_redirect_uri);
+    }
+    Some(url.into())
 }

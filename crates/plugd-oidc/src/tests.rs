@@ -98,6 +98,8 @@ fn validator(iss: &Issuer, refetch: Duration) -> Validator {
             issuer: iss.url.clone(),
             audiences: vec!["plugd".into()],
             groups_claim: "groups".into(),
+            org_claim: Some("org".into()),
+            project_claim: None,
         }],
         Options {
             refetch_interval: refetch,
@@ -288,6 +290,8 @@ async fn a_remembered_token_still_expires() {
             issuer: iss.url.clone(),
             audiences: vec!["plugd".into()],
             groups_claim: "groups".into(),
+            org_claim: None,
+            project_claim: None,
         }],
         Options {
             leeway: Duration::ZERO,

@@ -43,6 +43,15 @@ pub struct IssuerConfig {
     /// with PKCE); without it the console offers no sign-in with it.
     #[serde(default)]
     pub client_id: Option<String>,
+    /// The claim naming the subject's org (a string): its holder acts for
+    /// that org as an org token does (the org must be known to the store).
+    /// `None` (the default): no org is read from tokens.
+    #[serde(default)]
+    pub org_claim: Option<String>,
+    /// The claim naming the subject's project in that org (a string);
+    /// `None` (the default): none is read.
+    #[serde(default)]
+    pub project_claim: Option<String>,
 }
 
 fn default_groups_claim() -> String {
@@ -57,6 +66,13 @@ pub struct RoleMapping {
     pub group: String,
     /// The role its members get: admin, operator, agent or viewer.
     pub role: String,
+    /// The org its members act for (as an org token does); `None`: the
+    /// workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
+    /// The project of that org they are limited to; `None`: all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
 }
 
 /// `auth:` as read.
@@ -80,10 +96,14 @@ impl AuthConfig {
     /// The role of a holder of `groups`: the first mapping whose group is
     /// one of them (`None`: no access).
     pub fn role_for(&self, groups: &[String]) -> Option<&str> {
-        self.role_mapping
-            .iter()
-            .find(|m| groups.contains(&m.group))
-            .map(|m| m.role.as_str())
+        self.mapping_for(groups).map(|m| m.role.as_str())
+    }
+
+    /// The mapping that decides a holder of `groups`: the first whose group
+    /// is one of them; its role, and its org and project when it names
+    /// them (`None`: no access).
+    pub fn mapping_for(&self, groups: &[String]) -> Option<&RoleMapping> {
+        self.role_mapping.iter().find(|m| groups.contains(&m.group))
     }
 }
 
@@ -167,6 +187,23 @@ pub(crate) fn parse_config(raw: Spanned<RawAuth>, path: &Path) -> Result<AuthCon
                 "is empty; the default is groups".into(),
             ));
         }
+        for (field, claim) in [
+            ("org_claim", &iss.org_claim),
+            ("project_claim", &iss.project_claim),
+        ] {
+            if claim.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                return Err(invalid(
+                    format!("auth.issuers[{i}].{field}"),
+                    "is empty; leave it out or name the claim (e.g. org)".into(),
+                ));
+            }
+        }
+        if iss.project_claim.is_some() && iss.org_claim.is_none() {
+            return Err(invalid(
+                format!("auth.issuers[{i}].project_claim"),
+                "needs org_claim too: a project belongs to an org".into(),
+            ));
+        }
         if iss
             .client_id
             .as_deref()
@@ -193,6 +230,22 @@ pub(crate) fn parse_config(raw: Spanned<RawAuth>, path: &Path) -> Result<AuthCon
             return Err(invalid(
                 format!("auth.role_mapping[{i}].group"),
                 "is empty".into(),
+            ));
+        }
+        for (field, value) in [("org", &m.org), ("project", &m.project)] {
+            if let Some(v) = value
+                && !plugd_control::bindings::is_valid_name(v)
+            {
+                return Err(invalid(
+                    format!("auth.role_mapping[{i}].{field}"),
+                    format!("{v:?} is not an id; {}", plugd_control::bindings::NAME_RULE),
+                ));
+            }
+        }
+        if m.project.is_some() && m.org.is_none() {
+            return Err(invalid(
+                format!("auth.role_mapping[{i}].project"),
+                "needs org too: a project belongs to an org".into(),
             ));
         }
     }
@@ -242,10 +295,14 @@ mod tests {
                 RoleMapping {
                     group: "admins".into(),
                     role: "admin".into(),
+                    org: None,
+                    project: None,
                 },
                 RoleMapping {
                     group: "agents".into(),
                     role: "agent".into(),
+                    org: Some("acme".into()),
+                    project: None,
                 },
             ],
             ..AuthConfig::default()
@@ -254,6 +311,11 @@ mod tests {
         assert_eq!(cfg.role_for(&g(&["agents", "admins"])), Some("admin"));
         assert_eq!(cfg.role_for(&g(&["agents"])), Some("agent"));
         assert_eq!(cfg.role_for(&g(&["interns"])), None);
+        assert_eq!(
+            cfg.mapping_for(&g(&["agents"]))
+                .and_then(|m| m.org.as_deref()),
+            Some("acme")
+        );
     }
 
     #[test]
@@ -261,10 +323,12 @@ mod tests {
         let parse = |text: &str| {
             crate::config::PlugdConfig::parse(text, Path::new("plugd.yaml"), Path::new("/ws"))
         };
-        let good = "auth:\n  resource: https://plugd.example.com/mcp\n  issuers:\n    - issuer: https://idp.example.com\n      audience: plugd\n      client_id: console\n  role_mapping:\n    - {group: admins, role: admin}\n    - {group: agents, role: agent}\n";
+        let good = "auth:\n  resource: https://plugd.example.com/mcp\n  issuers:\n    - issuer: https://idp.example.com\n      audience: plugd\n      client_id: console\n      org_claim: org\n      project_claim: project\n  role_mapping:\n    - {group: admins, role: admin}\n    - {group: agents, role: agent}\n    - {group: acme-devs, role: agent, org: acme, project: web}\n";
         let cfg = parse(good).unwrap();
         assert_eq!(cfg.auth.issuers[0].groups_claim, "groups");
-        assert_eq!(cfg.auth.role_mapping.len(), 2);
+        assert_eq!(cfg.auth.role_mapping.len(), 3);
+        assert_eq!(cfg.auth.issuers[0].org_claim.as_deref(), Some("org"));
+        assert_eq!(cfg.auth.role_mapping[2].project.as_deref(), Some("web"));
         assert!(crate::config::schema_violations(good).unwrap().is_empty());
         assert_eq!(parse("").unwrap().auth, AuthConfig::default());
         for (bad, field) in [
@@ -279,6 +343,18 @@ mod tests {
             (
                 "auth:\n  role_mapping:\n    - {group: a, role: admin}\n",
                 "auth.issuers",
+            ),
+            (
+                "auth:\n  issuers:\n    - issuer: https://idp.example.com\n      audience: plugd\n  role_mapping:\n    - {group: a, role: agent, org: \"../x\"}\n",
+                "auth.role_mapping[0].org",
+            ),
+            (
+                "auth:\n  issuers:\n    - issuer: https://idp.example.com\n      audience: plugd\n  role_mapping:\n    - {group: a, role: agent, project: p1}\n",
+                "auth.role_mapping[0].project",
+            ),
+            (
+                "auth:\n  issuers:\n    - issuer: https://idp.example.com\n      audience: plugd\n      project_claim: project\n",
+                "auth.issuers[0].project_claim",
             ),
         ] {
             let e = parse(bad).unwrap_err().to_string();

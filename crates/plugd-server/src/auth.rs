@@ -562,7 +562,10 @@ async fn identify(
             if let Some(oidc) = &state.oidc
                 && crate::oidc::is_jwt(token)
             {
-                return Ok((crate::oidc::jwt_identity(oidc, *remote, token).await?, None));
+                return Ok((
+                    crate::oidc::jwt_identity(state, oidc, *remote, token).await?,
+                    None,
+                ));
             }
             Ok((token_identity(state, *remote, token).await?, None))
         }
@@ -718,10 +721,21 @@ async fn console_identity(
             name,
             groups,
             expires_at,
+            org,
+            project,
+            ..
         } => {
-            match crate::oidc::session_identity(state.oidc.as_deref(), name, groups, *expires_at) {
+            let sso = crate::oidc::SsoSession {
+                name,
+                groups,
+                expires_at: *expires_at,
+                org: org.as_deref(),
+                project: project.as_deref(),
+            };
+            match crate::oidc::session_identity(state, &sso).await {
                 Ok(identity) => identity,
-                Err(why) => {
+                Err(Err(e)) => return Err(e.into_response()),
+                Err(Ok(why)) => {
                     // The IdP's lifetime (or the mapping) ended the session.
                     tracing::info!(identity = %name, reason = %why, "ended a single sign-on console session");
                     let _ = state.console.remove(&id).await;

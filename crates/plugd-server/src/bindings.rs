@@ -17,7 +17,8 @@
 //! those of its projects); anything else answers it `404`, never `403`,
 //! so it cannot learn what exists. It may write only bindings it sees that
 //! are of its projects (or any of its org's, unlimited). `/mcp`,
-//! `/mcp/{profile}` and `GET /v1/tools` serve it the exports bound to its
+//! `/mcp/{profile}`, `GET /v1/tools` and its agent turns (`POST
+//! /v1/sessions/{id}/messages`) serve it the exports bound to its
 //! scope (the one catalog); every other route of the API answers a bound
 //! token `404` ([`tenant_may_reach`]). Unbound
 //! tokens and the socket's local admin are workspace operators: they see
@@ -89,13 +90,14 @@ pub fn tenant_may_reach(path: &str) -> bool {
     if matches!(path, "/mcp" | "/mcp/_" | "/v1/tools") {
         return true;
     }
-    // Sessions, chains and runs of the org (not the workspace agent's
-    // turns: `/v1/sessions/{id}/messages`).
+    // Sessions, chains and runs of the org, and its agent turns
+    // (`/v1/sessions/{id}/messages`), which offer the model the same
+    // catalog.
     if ["/v1/sessions", "/v1/chains", "/v1/runs", "/v1/compactions"]
         .iter()
         .any(|p| path == *p || path.starts_with(&format!("{p}/")))
     {
-        return !path.ends_with("/messages");
+        return true;
     }
     [
         "/v1/plugin-bindings",

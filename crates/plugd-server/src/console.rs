@@ -1,6 +1,7 @@
 //! The console's login routes: `POST /console/login` (a token or a one-time
 //! code for a session cookie), `GET /console/session` (who, and the CSRF
-//! token), `POST /console/logout`, and `POST /console/links` (a one-time
+//! token), `POST /console/logout` (`204`, or `200 {"redirect"}` naming the
+//! provider's `end_session_endpoint` for a single sign-on session), and `POST /console/links` (a one-time
 //! login code, admin only; `plugd console` asks for it over the socket).
 //! The page and its assets come from `plugd-console`.
 
@@ -160,6 +161,7 @@ async fn session(
 
 async fn logout(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     console: Option<Extension<ConsoleSession>>,
 ) -> Response {
     let Some(Extension(c)) = console else {
@@ -171,10 +173,30 @@ async fn logout(
         )
         .into_response();
     };
+    // A single sign-on session ends at its provider too when the provider
+    // offers an `end_session_endpoint`: the page goes there next.
+    let issuer = match state.console.get(&c.id).await {
+        Ok(Some(plugd_console::sessions::Session {
+            login:
+                plugd_console::Login::Oidc {
+                    issuer: Some(issuer),
+                    ..
+                },
+            ..
+        })) => Some(issuer),
+        _ => None,
+    };
     if let Err(e) = state.console.remove(&c.id).await {
         return store_error(e);
     }
-    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let redirect = match (&state.oidc, issuer) {
+        (Some(oidc), Some(issuer)) => crate::oidc::logout_url(oidc, &headers, &c.id, &issuer).await,
+        _ => None,
+    };
+    let mut resp = match redirect {
+        Some(url) => Json(json!({ "redirect": url })).into_response(),
+        None => StatusCode::NO_CONTENT.into_response(),
+    };
     if let Ok(v) = HeaderValue::from_str(&plugd_console::clear_cookie(&c.cookie)) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }

@@ -1049,14 +1049,35 @@ pub(crate) fn wants_sse(headers: &HeaderMap) -> bool {
 async fn post_message(
     State(state): State<AppState>,
     Path(id): Path<String>,
+    axum::Extension(who): axum::Extension<crate::auth::Identity>,
     headers: HeaderMap,
     JsonBody(body): JsonBody<MessageRequest>,
 ) -> Result<Response, ApiError> {
     let agent = state.agent()?.clone();
     let mut ctx = body.context.unwrap_or_default();
     ctx.session_id = Some(id.clone());
+    let org = match &who.tenant {
+        None => None,
+        Some(t) => {
+            // An org identity's turn: its session is the org's (one of
+            // another scope answers 404), the tenant is its org whatever
+            // the body says, and the model is offered the org's catalog.
+            org_session(&state, t, &id).await?;
+            ctx.tenant_id = Some(t.org_id.clone());
+            Some(plugd_agent::agent::OrgTurn {
+                org_id: t.org_id.clone(),
+                project_id: t.project_ids.first().cloned(),
+                caller: who.name.clone(),
+                role: Some(who.role.as_str().to_owned()),
+                groups: who.groups.clone(),
+            })
+        }
+    };
     if !wants_sse(&headers) {
-        let outcome = agent.turn(&id, &body.text, &ctx, None).await?;
+        let outcome = match &org {
+            None => agent.turn(&id, &body.text, &ctx, None).await?,
+            Some(org) => agent.turn_for_org(&id, &body.text, &ctx, org, None).await?,
+        };
         return Ok(match outcome.status {
             TurnStatus::Completed => Json(outcome).into_response(),
             TurnStatus::Blocked => ApiError::blocked(&outcome).into_response(),
@@ -1067,7 +1088,14 @@ async fn post_message(
     // The turn runs to its end even if the client goes away: its transcript
     // is stored either way.
     tokio::spawn(async move {
-        let r = agent.turn(&id, &body.text, &ctx, Some(events_tx)).await;
+        let r = match &org {
+            None => agent.turn(&id, &body.text, &ctx, Some(events_tx)).await,
+            Some(org) => {
+                agent
+                    .turn_for_org(&id, &body.text, &ctx, org, Some(events_tx))
+                    .await
+            }
+        };
         let _ = result_tx.send(r);
     });
     let stream = futures_util::stream::unfold(
@@ -1081,6 +1109,48 @@ async fn post_message(
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response())
+}
+
+/// Session `id` for a turn of tenant `t`: created in its org (and its
+/// first project) when new; `404` when it exists in another scope.
+async fn org_session(
+    state: &AppState,
+    t: &plugd_store::tokens::Tenancy,
+    id: &str,
+) -> Result<(), ApiError> {
+    let unknown = || {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            error::code::NOT_FOUND,
+            format!("session {id:?} does not exist (or is not in your scope)"),
+        )
+    };
+    if !plugd_store::sessions::valid_session_id(id) {
+        return Err(unknown());
+    }
+    let store = state.runtime.state();
+    let existing = store
+        .session_info(id)
+        .await
+        .map_err(crate::error::store_error)?;
+    let scope = plugd_control::chains::ScopeFilter {
+        org_id: Some(t.org_id.clone()),
+        project_ids: t.project_ids.clone(),
+        workspace_only: false,
+    };
+    match existing {
+        Some(s) if !scope.sees(s.org_id.as_deref(), s.project_id.as_deref()) => Err(unknown()),
+        Some(_) => Ok(()),
+        None => store
+            .session_open(
+                id,
+                Some(&t.org_id),
+                t.project_ids.first().map(String::as_str),
+            )
+            .await
+            .map(drop)
+            .map_err(crate::error::store_error),
+    }
 }
 
 struct SseState {

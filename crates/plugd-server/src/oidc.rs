@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use plugd_runtime::auth_config::AuthConfig;
-use plugd_store::tokens::Role;
+use plugd_store::tokens::{Role, Tenancy};
 use serde_json::json;
 
 use crate::auth::{Identity, Peer};
@@ -50,6 +50,11 @@ pub struct Oidc {
     /// plugd.yaml `auth:`.
     pub config: AuthConfig,
     logins: Mutex<HashMap<String, (plugd_oidc::sso::Login, Instant)>>,
+    /// The ID tokens of this node's single sign-on sessions, by session
+    /// id, with their `exp`: the `id_token_hint` of their logout. Held in
+    /// memory only (never stored): a session logged out through another
+    /// node, or after a restart, logs out at the provider without it.
+    id_tokens: Mutex<HashMap<String, (String, u64)>>,
 }
 
 impl std::fmt::Debug for Oidc {
@@ -75,6 +80,8 @@ impl Oidc {
                     .chain(config.resource.clone())
                     .collect(),
                 groups_claim: i.groups_claim.clone(),
+                org_claim: i.org_claim.clone(),
+                project_claim: i.project_claim.clone(),
             })
             .collect();
         match plugd_oidc::Validator::new(specs) {
@@ -82,6 +89,7 @@ impl Oidc {
                 validator,
                 config: config.clone(),
                 logins: Mutex::new(HashMap::new()),
+                id_tokens: Mutex::new(HashMap::new()),
             })),
             Err(e) => {
                 // Fail closed: no token of an issuer is accepted.
@@ -91,29 +99,94 @@ impl Oidc {
         }
     }
 
-    /// The identity a [`plugd_oidc::Verified`] token stands for, or why it
-    /// has none (its groups map to no role).
-    pub fn identity(&self, v: &plugd_oidc::Verified) -> Result<Identity, String> {
-        let name = v.name();
-        let Some(role) = self.config.role_for(&v.groups) else {
+    /// The role and tenancy `name` gets from its `groups` and the org and
+    /// project claims its issuer names (`org_claim`, `project_claim`), or
+    /// why it gets none. The first `role_mapping` entry whose group it is in
+    /// decides the role, and the org and project when the entry names
+    /// them; a claim names them otherwise. A claim that disagrees with the
+    /// entry, or is not an id, is refused. The `bool`: the org came from a
+    /// claim (and must be known to the store, see [`identity`]).
+    pub fn mapped(
+        &self,
+        name: &str,
+        groups: &[String],
+        org_claim: Option<&str>,
+        project_claim: Option<&str>,
+    ) -> Result<(Role, Option<Tenancy>, bool), String> {
+        let Some(m) = self.config.mapping_for(groups) else {
             return Err(format!(
                 "{name} is in none of the groups plugd.yaml auth.role_mapping gives a role (its groups: [{}]); ask an administrator to map one of them",
-                v.groups.join(", ")
+                groups.join(", ")
             ));
         };
-        let role: Role = role.parse().map_err(|_| format!("role {role:?}"))?;
-        // Extension point: the `org` and `project` claims
-        // (`Verified::org`/`project`) could bind the identity to a tenant
-        // as an org-bound plugd token is; not mapped yet, so a JWT
-        // identity is a workspace identity of its role.
-        Ok(Identity {
-            name,
-            role,
-            mcp_profiles: None,
-            tenant: None,
-            delegation: None,
-            groups: v.groups.clone(),
-        })
+        let role: Role = m.role.parse().map_err(|_| format!("role {:?}", m.role))?;
+        for (what, v) in [("org", org_claim), ("project", project_claim)] {
+            if let Some(v) = v
+                && !plugd_control::bindings::is_valid_name(v)
+            {
+                return Err(format!(
+                    "{name}'s {what} claim {:?} is not an id; {}",
+                    v.chars().take(80).collect::<String>(),
+                    plugd_control::bindings::NAME_RULE
+                ));
+            }
+        }
+        let disagree = |what: &str, mapped: &str, claimed: &str| {
+            format!(
+                "{name}'s {what} claim {claimed:?} disagrees with the {mapped:?} plugd.yaml auth.role_mapping gives group {:?}; ask an administrator to align them",
+                m.group
+            )
+        };
+        let (org, from_claim) = match (m.org.as_deref(), org_claim) {
+            (Some(mapped), Some(claimed)) if mapped != claimed => {
+                return Err(disagree("org", mapped, claimed));
+            }
+            (Some(mapped), _) => (Some(mapped), false),
+            (None, Some(claimed)) => (Some(claimed), true),
+            (None, None) => (None, false),
+        };
+        let project = match (m.project.as_deref(), project_claim) {
+            (Some(mapped), Some(claimed)) if mapped != claimed => {
+                return Err(disagree("project", mapped, claimed));
+            }
+            (Some(mapped), _) => Some(mapped),
+            (None, claimed) => claimed,
+        };
+        if org.is_none()
+            && let Some(p) = project
+        {
+            return Err(format!(
+                "{name}'s project claim {p:?} names no org (no org claim, and the mapping of group {:?} names none)",
+                m.group
+            ));
+        }
+        let tenant = org.map(|o| Tenancy {
+            org_id: o.to_owned(),
+            project_ids: project.map(str::to_owned).into_iter().collect(),
+        });
+        Ok((role, tenant, from_claim))
+    }
+
+    fn id_tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, u64)>> {
+        self.id_tokens.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps the ID token of console session `id` until its `exp` (at most
+    /// [`MAX_LOGINS`] times 16 of them; the expired go first, then the
+    /// soonest to expire).
+    fn keep_id_token(&self, id: &str, token: String, expires_at: u64) {
+        let mut tokens = self.id_tokens();
+        let now = now_secs();
+        tokens.retain(|_, (_, exp)| *exp > now);
+        if tokens.len() >= MAX_LOGINS * 16
+            && let Some(first) = tokens
+                .iter()
+                .min_by_key(|(_, (_, exp))| *exp)
+                .map(|(k, _)| k.clone())
+        {
+            tokens.remove(&first);
+        }
+        tokens.insert(id.to_owned(), (token, expires_at));
     }
 
     fn logins(
@@ -129,8 +202,10 @@ pub fn is_jwt(token: &str) -> bool {
 }
 
 /// The identity of JWT access token `token`: `401` (after a fixed delay)
-/// when it is refused, `403` when its groups map to no role.
+/// when it is refused, `403` when its groups map to no role or its org
+/// claim names an org the store does not know.
 pub(crate) async fn jwt_identity(
+    state: &AppState,
     oidc: &Oidc,
     remote: SocketAddr,
     token: &str,
@@ -148,9 +223,109 @@ pub(crate) async fn jwt_identity(
             .into_response());
         }
     };
-    oidc.identity(&verified).map_err(|message| {
-        tracing::warn!(%remote, identity = %verified.name(), cause = "no_role", "refused a JWT access token: its groups map to no role");
-        ApiError::new(StatusCode::FORBIDDEN, error::code::FORBIDDEN, message).into_response()
+    let claims = Claims::of(&verified);
+    identity(state, oidc, &claims).await.map_err(|e| {
+        tracing::warn!(%remote, identity = %claims.name, cause = e.cause(), reason = %e, "refused a JWT access token");
+        e.into_response()
+    })
+}
+
+/// What decides an OIDC identity once its token is valid: its name,
+/// groups, and the org and project claims its issuer names.
+#[derive(Debug, Clone)]
+pub(crate) struct Claims {
+    pub(crate) name: String,
+    pub(crate) groups: Vec<String>,
+    pub(crate) org: Option<String>,
+    pub(crate) project: Option<String>,
+}
+
+impl Claims {
+    pub(crate) fn of(v: &plugd_oidc::Verified) -> Claims {
+        Claims {
+            name: v.name(),
+            groups: v.groups.clone(),
+            org: v.org.clone(),
+            project: v.project.clone(),
+        }
+    }
+}
+
+/// Why an OIDC identity is refused once its token is valid.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// Its groups map to no role, or its claims to no usable tenancy
+    /// (`403`).
+    Mapping(String),
+    /// Its org claim names an org the store does not know (`403`).
+    UnknownOrg(String),
+    /// The store could not be asked.
+    Store(ApiError),
+}
+
+impl Refused {
+    fn cause(&self) -> &'static str {
+        match self {
+            Refused::Mapping(_) => "no_role",
+            Refused::UnknownOrg(_) => "unknown_org",
+            Refused::Store(_) => "store",
+        }
+    }
+
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Mapping(m) | Refused::UnknownOrg(m) => {
+                ApiError::new(StatusCode::FORBIDDEN, error::code::FORBIDDEN, m).into_response()
+            }
+            Refused::Store(e) => e.into_response(),
+        }
+    }
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::Mapping(m) | Refused::UnknownOrg(m) => f.write_str(m),
+            Refused::Store(e) => f.write_str(&e.message),
+        }
+    }
+}
+
+/// The identity `claims` stand for ([`Oidc::mapped`]), an org named by a
+/// claim checked against the store: one no binding names is refused,
+/// never widened to the workspace.
+pub(crate) async fn identity(
+    state: &AppState,
+    oidc: &Oidc,
+    claims: &Claims,
+) -> Result<Identity, Refused> {
+    let (role, tenant, from_claim) = oidc
+        .mapped(
+            &claims.name,
+            &claims.groups,
+            claims.org.as_deref(),
+            claims.project.as_deref(),
+        )
+        .map_err(Refused::Mapping)?;
+    if from_claim && let Some(t) = &tenant {
+        let known =
+            plugd_governance::bindings::org_known(state.runtime.state().as_ref(), &t.org_id)
+                .await
+                .map_err(|e| Refused::Store(ApiError::from(e)))?;
+        if !known {
+            return Err(Refused::UnknownOrg(format!(
+                "{}'s org claim names org {:?}, which plugd does not know (no binding names it); ask an administrator to bind a package in it or to correct the claim",
+                claims.name, t.org_id
+            )));
+        }
+    }
+    Ok(Identity {
+        name: claims.name.clone(),
+        role,
+        mcp_profiles: None,
+        tenant,
+        delegation: None,
+        groups: claims.groups.clone(),
     })
 }
 
@@ -498,24 +673,32 @@ async fn sso_callback(
             "no sign-in is under way with that state (it expired after 10 minutes or was used); start again from the login page",
         );
     };
-    let verified = match plugd_oidc::sso::finish(&oidc.validator, &login, &code).await {
-        Ok(v) => v,
+    let (verified, id_token) = match plugd_oidc::sso::finish(&oidc.validator, &login, &code).await {
+        Ok(f) => (f.verified, f.id_token),
         Err(e) => {
             tracing::warn!(%remote, issuer = %login.issuer, reason = %e, "console sign-in refused");
             return page(StatusCode::UNAUTHORIZED, "Sign-in failed", &e);
         }
     };
-    let identity = match oidc.identity(&verified) {
+    let claims = Claims::of(&verified);
+    let identity = match identity(&state, oidc, &claims).await {
         Ok(i) => i,
-        Err(message) => {
-            tracing::warn!(%remote, identity = %verified.name(), cause = "no_role", "console sign-in refused: the groups map to no role");
-            return page(StatusCode::FORBIDDEN, "No access", &message);
+        Err(e) => {
+            tracing::warn!(%remote, identity = %claims.name, cause = e.cause(), reason = %e, "console sign-in refused");
+            let status = match &e {
+                Refused::Store(api) => api.status,
+                _ => StatusCode::FORBIDDEN,
+            };
+            return page(status, "No access", &e.to_string());
         }
     };
     let session = plugd_console::Login::Oidc {
         name: identity.name.clone(),
         groups: verified.groups.clone(),
         expires_at: verified.expires_at,
+        issuer: Some(login.issuer.clone()),
+        org: claims.org.clone(),
+        project: claims.project.clone(),
     };
     let id = match state.console.create(session).await {
         Ok((id, _)) => id,
@@ -527,6 +710,7 @@ async fn sso_callback(
             );
         }
     };
+    oidc.keep_id_token(&id, id_token, verified.expires_at);
     tracing::info!(identity = %identity.name, role = %identity.role, %remote, "console login by single sign-on");
     let name = plugd_console::cookie_name_for(
         headers.get(header::HOST).and_then(|h| h.to_str().ok()),
@@ -561,33 +745,75 @@ async fn sso_callback(
     resp
 }
 
-/// The identity of a console session opened by single sign-on: ended (and
-/// `None`) once the ID token's `exp` passed; the role from the groups.
-pub(crate) fn session_identity(
-    oidc: Option<&Oidc>,
-    name: &str,
-    groups: &[String],
-    expires_at: u64,
-) -> Result<Identity, String> {
+/// A console session opened by single sign-on, as stored.
+pub(crate) struct SsoSession<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) groups: &'a [String],
+    pub(crate) expires_at: u64,
+    pub(crate) org: Option<&'a str>,
+    pub(crate) project: Option<&'a str>,
+}
+
+/// The identity of a console session opened by single sign-on: ended once
+/// the ID token's `exp` passed; the role and tenancy from its groups and
+/// claims as now mapped (an org claim checked against the store again).
+/// `Err(Ok(why))`: the session ended; `Err(Err(e))`: the store could not
+/// be asked (the session stays).
+pub(crate) async fn session_identity(
+    state: &AppState,
+    s: &SsoSession<'_>,
+) -> Result<Identity, Result<String, ApiError>> {
+    session_live(s.name, s.expires_at, state.oidc.is_some()).map_err(Ok)?;
+    let Some(oidc) = state.oidc.as_deref() else {
+        return Err(Ok("single sign-on is no longer configured".into()));
+    };
+    let claims = Claims {
+        name: s.name.to_owned(),
+        groups: s.groups.to_vec(),
+        org: s.org.map(str::to_owned),
+        project: s.project.map(str::to_owned),
+    };
+    identity(state, oidc, &claims).await.map_err(|e| match e {
+        Refused::Store(e) => Err(e),
+        e => Ok(format!("{} no longer maps to an identity: {e}", s.name)),
+    })
+}
+
+/// Whether a single sign-on session of `name` ending at `expires_at` may
+/// still be used (`configured`: serve still has `auth.issuers`).
+fn session_live(name: &str, expires_at: u64, configured: bool) -> Result<(), String> {
     if now_secs() >= expires_at {
         return Err(format!("the sign-in of {name} expired; sign in again"));
     }
-    let Some(oidc) = oidc else {
+    if !configured {
         return Err("single sign-on is no longer configured (plugd.yaml auth.issuers)".into());
+    }
+    Ok(())
+}
+
+/// The URL a console logout of session `id` (signed in with `issuer`)
+/// sends the browser to: the issuer's `end_session_endpoint`, back to the
+/// console's login page; `None` when it has none (a local logout only).
+pub(crate) async fn logout_url(
+    oidc: &Oidc,
+    headers: &HeaderMap,
+    id: &str,
+    issuer: &str,
+) -> Option<String> {
+    let hint = {
+        let mut tokens = oidc.id_tokens();
+        tokens.remove(id).map(|(t, _)| t)
     };
-    let role = oidc
+    let client_id = oidc
         .config
-        .role_for(groups)
-        .and_then(|r| r.parse::<Role>().ok())
-        .ok_or_else(|| format!("{name}'s groups no longer map to a role"))?;
-    Ok(Identity {
-        name: name.to_owned(),
-        role,
-        mcp_profiles: None,
-        tenant: None,
-        delegation: None,
-        groups: groups.to_vec(),
-    })
+        .issuers
+        .iter()
+        .find(|i| i.issuer == issuer)?
+        .client_id
+        .clone()?;
+    let back = format!("{}/console/login", public_origin(oidc, headers));
+    plugd_oidc::sso::end_session_url(&oidc.validator, issuer, &client_id, hint.as_deref(), &back)
+        .await
 }
 
 #[cfg(test)]
@@ -607,35 +833,101 @@ mod tests {
         assert!(is_jwt("eyJhbGciOi") && !is_jwt("plugd_abc") && !is_jwt("vai_dlg_x"));
     }
 
-    #[tokio::test]
-    async fn a_single_sign_on_session_ends_with_the_id_tokens_exp() {
-        use plugd_runtime::auth_config::{IssuerConfig, RoleMapping};
-        let cfg = AuthConfig {
+    fn mapping(group: &str, role: &str, org: Option<&str>, project: Option<&str>) -> RoleMapping {
+        RoleMapping {
+            group: group.into(),
+            role: role.into(),
+            org: org.map(Into::into),
+            project: project.map(Into::into),
+        }
+    }
+
+    use plugd_runtime::auth_config::{IssuerConfig, RoleMapping};
+
+    fn config() -> AuthConfig {
+        AuthConfig {
             issuers: vec![IssuerConfig {
                 issuer: "https://idp.example.com".into(),
                 audience: "plugd".into(),
                 groups_claim: "groups".into(),
                 client_id: Some("console".into()),
+                org_claim: Some("org".into()),
+                project_claim: Some("project".into()),
             }],
-            role_mapping: vec![RoleMapping {
-                group: "admins".into(),
-                role: "admin".into(),
-            }],
+            role_mapping: vec![
+                mapping("admins", "admin", None, None),
+                mapping("acme-devs", "agent", Some("acme"), None),
+                mapping("web-devs", "agent", Some("acme"), Some("web")),
+                mapping("staff", "viewer", None, None),
+            ],
             ..AuthConfig::default()
-        };
-        let oidc = Oidc::from_config(&cfg).unwrap();
-        let groups = vec!["admins".to_owned()];
-        let live = session_identity(Some(&oidc), "oidc:x/a", &groups, now_secs() + 60).unwrap();
-        assert_eq!(
-            (live.role, live.groups.clone()),
-            (Role::Admin, groups.clone())
-        );
-        let ended = session_identity(Some(&oidc), "oidc:x/a", &groups, now_secs() - 1);
+        }
+    }
+
+    #[test]
+    fn a_single_sign_on_session_ends_with_the_id_tokens_exp() {
+        assert!(session_live("oidc:x/a", now_secs() + 60, true).is_ok());
+        let ended = session_live("oidc:x/a", now_secs() - 1, true);
         assert!(ended.unwrap_err().contains("expired"));
-        // A group the mapping no longer names, or no auth: any more: ended.
-        assert!(session_identity(Some(&oidc), "oidc:x/a", &["x".into()], now_secs() + 60).is_err());
-        assert!(session_identity(None, "oidc:x/a", &groups, now_secs() + 60).is_err());
+        assert!(session_live("oidc:x/a", now_secs() + 60, false).is_err());
         assert!(Oidc::from_config(&AuthConfig::default()).is_none());
+    }
+
+    #[test]
+    fn groups_and_claims_map_to_a_role_and_a_tenancy() {
+        let cfg = config();
+        let oidc = Oidc::from_config(&cfg).unwrap();
+        let g = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let map = |groups: &[&str], org: Option<&str>, project: Option<&str>| {
+            oidc.mapped("oidc:x/a", &g(groups), org, project)
+        };
+        // A plain member of a workspace group: a workspace identity.
+        let (role, tenant, _) = map(&["staff"], None, None).unwrap();
+        assert_eq!((role, tenant), (Role::Viewer, None));
+        // A mapping naming an org (and a project).
+        let (role, tenant, claimed) = map(&["acme-devs"], None, None).unwrap();
+        let t = tenant.unwrap();
+        assert_eq!(
+            (role, t.org_id.as_str(), claimed),
+            (Role::Agent, "acme", false)
+        );
+        assert!(t.project_ids.is_empty());
+        let t = map(&["web-devs"], None, None).unwrap().1.unwrap();
+        assert_eq!(t.project_ids, ["web"]);
+        // The org claim, for a group that names none: from the claim.
+        let (_, tenant, claimed) = map(&["staff"], Some("globex"), Some("p1")).unwrap();
+        let t = tenant.unwrap();
+        assert_eq!((t.org_id.as_str(), claimed), ("globex", true));
+        assert_eq!(t.project_ids, ["p1"]);
+        // A claim agreeing with the mapping is fine; one disagreeing is not.
+        assert!(map(&["acme-devs"], Some("acme"), None).is_ok());
+        let e = map(&["acme-devs"], Some("globex"), None).unwrap_err();
+        assert!(e.contains("\"globex\"") && e.contains("acme-devs"), "{e}");
+        let e = map(&["web-devs"], None, Some("api")).unwrap_err();
+        assert!(e.contains("project claim"), "{e}");
+        // Hostile claims: not ids.
+        for bad in ["../etc", "", "a b", &"x".repeat(65)] {
+            let e = map(&["staff"], Some(bad), None).unwrap_err();
+            assert!(e.contains("org claim"), "{bad:?}: {e}");
+        }
+        // A project without an org.
+        let e = map(&["staff"], None, Some("p1")).unwrap_err();
+        assert!(e.contains("names no org"), "{e}");
+        // The first matching group decides: admins first, a workspace admin.
+        let (role, tenant, _) = map(&["acme-devs", "admins"], None, None).unwrap();
+        assert_eq!((role, tenant), (Role::Admin, None));
+        // No mapped group: no access.
+        assert!(
+            map(&["visitors"], None, None)
+                .unwrap_err()
+                .contains("role_mapping")
+        );
+    }
+
+    #[test]
+    fn the_consoles_redirect_and_the_resource_follow_auth_resource() {
+        let cfg = config();
+        let oidc = Oidc::from_config(&cfg).unwrap();
         // The console's redirect URI and the default resource follow
         // `auth.resource`, else the request's Host.
         let mut headers = HeaderMap::new();

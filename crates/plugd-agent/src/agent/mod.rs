@@ -13,6 +13,13 @@
 //! HTTP API build on. Tool names are mapped to provider-safe names and back
 //! (see `names`); the loop, the stored transcript and the outbox events
 //! (`session.created`, `tool.completed`, `run.completed`) are in `turn`.
+//!
+//! A turn run for an org identity ([`OrgTurn`]: an org token, or an OIDC
+//! identity mapped to an org) offers the model the tool exports bound to
+//! that org's scope instead of the workspace's tools: the one catalog of
+//! `/mcp` and `GET /v1/tools`, listed by [`Runtime::scoped_exports`] and
+//! called by [`Runtime::call_export_governed`] (the same resolution,
+//! governance and records), named by export id, never another org's.
 
 mod names;
 mod turn;
@@ -30,6 +37,21 @@ use plugd_runtime::Runtime;
 use plugd_runtime::channels::{ChannelTurn, InboundTurn, TurnFuture};
 use plugd_runtime::config::PlugdConfig;
 use plugd_runtime::hooks::{HookContext, HookPoint, Notice, Pipeline, PipelineError};
+
+/// The org scope a turn runs for: its tools are the exports bound to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgTurn {
+    /// The org.
+    pub org_id: String,
+    /// Its project the caller acts for, if limited to one.
+    pub project_id: Option<String>,
+    /// Who asks (`token:NAME`, `oidc:HOST/SUB`), for policy and records.
+    pub caller: String,
+    /// The caller's role (`caller.role` of the per-tool policy).
+    pub role: Option<String>,
+    /// The caller's groups (`caller.groups`).
+    pub groups: Vec<String>,
+}
 
 /// How one turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -296,7 +318,23 @@ impl Agent {
         ctx: &HookContext,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        let turn = self.run_turn(session_id, input, ctx, None, events);
+        let turn = self.run_turn(session_id, input, ctx, None, None, events);
+        plugd_telemetry::in_span("agent turn", Default::default, turn).await
+    }
+
+    /// [`Agent::turn`] for an org identity: the model is offered the tool
+    /// exports bound to `org`'s scope (not the workspace's tools), and its
+    /// calls go through those bindings. The caller checks that the session
+    /// belongs to the org.
+    pub async fn turn_for_org(
+        &self,
+        session_id: &str,
+        input: &str,
+        ctx: &HookContext,
+        org: &OrgTurn,
+        events: Option<mpsc::UnboundedSender<TurnEvent>>,
+    ) -> Result<TurnOutcome, AgentError> {
+        let turn = self.run_turn(session_id, input, ctx, None, Some(org), events);
         plugd_telemetry::in_span("agent turn", Default::default, turn).await
     }
 
@@ -311,7 +349,7 @@ impl Agent {
         inbound: Value,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
-        let turn = self.run_turn(session_id, input, ctx, Some(inbound), events);
+        let turn = self.run_turn(session_id, input, ctx, Some(inbound), None, events);
         plugd_telemetry::in_span("agent turn", Default::default, turn).await
     }
 

@@ -8,6 +8,7 @@
 //! user message and a `system` note saying what stopped it; notes are kept
 //! for people reading the session and are never sent to the model.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
@@ -18,12 +19,13 @@ use plugd_host::dialect::CallContext;
 
 use super::names::ToolNames;
 use super::{
-    Agent, AgentError, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
+    Agent, AgentError, OrgTurn, ToolCallRecord, TranscriptEntry, TurnEvent, TurnOutcome, TurnStatus,
 };
 use crate::llm::{
     ChatMessage, ChatRequest, ChatResponse, Delta, LlmError, Role, ToolCall, ToolSpec, Usage,
 };
 use plugd_runtime::RuntimeError;
+use plugd_runtime::bindings_rt::ExportCall;
 use plugd_runtime::compaction::OnFailure;
 use plugd_runtime::governed::{Governed, Surface};
 use plugd_runtime::hooks::{HookContext, HookPoint, Notice, NoticeKind, Outcome};
@@ -58,6 +60,18 @@ fn result_text(result: &Value) -> String {
     }
 }
 
+/// The scope and session of an org turn's calls through bindings (the
+/// session id is the rollout key and `context.session_id`).
+fn export_call(org: &OrgTurn, session_id: &str, trace_id: Option<String>) -> ExportCall {
+    ExportCall {
+        org_id: org.org_id.clone(),
+        project_id: org.project_id.clone(),
+        session_id: Some(session_id.to_owned()),
+        caller: Some(org.caller.clone()),
+        trace_id,
+    }
+}
+
 /// The state of one running turn.
 struct Turn<'a> {
     agent: &'a Agent,
@@ -69,6 +83,12 @@ struct Turn<'a> {
     events: Option<mpsc::UnboundedSender<TurnEvent>>,
     names: ToolNames,
     tools: Vec<ToolSpec>,
+    /// The org scope of an org identity's turn (its tools are the org's
+    /// bound exports, called through their bindings).
+    org: Option<OrgTurn>,
+    /// The binding each export resolved to when listed (export id →
+    /// binding id), taken again by its calls while it still applies.
+    pins: HashMap<String, String>,
     /// The stored transcript before this turn.
     prior: Vec<TranscriptEntry>,
     /// This turn's entries so far (stored at the end).
@@ -98,6 +118,7 @@ impl Agent {
         input: &str,
         ctx: &HookContext,
         inbound: Option<Value>,
+        org: Option<&OrgTurn>,
         events: Option<mpsc::UnboundedSender<TurnEvent>>,
     ) -> Result<TurnOutcome, AgentError> {
         if !plugd_store::sessions::valid_session_id(session_id) {
@@ -153,23 +174,10 @@ impl Agent {
             .run_create(&run)
             .await
             .map_err(|e| AgentError::Store(e.to_string()))?;
-        // The tools plugd.yaml's `policy:` lets this agent see (the caller
-        // its calls' records name).
-        let caller = plugd_runtime::tool_policy::PolicyCaller::of(&CallContext {
-            agent_id: ctx.agent_id.clone(),
-            org_id: ctx.tenant_id.clone(),
-            ..CallContext::default()
-        });
-        let registry = self.runtime.tools_for(&caller);
-        let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
-        let tools = registry
-            .iter()
-            .map(|t| ToolSpec {
-                name: names.model_name(&t.name),
-                description: t.description.clone(),
-                parameters: t.input_schema.clone(),
-            })
-            .collect();
+        let (names, tools, pins) = match org {
+            None => self.workspace_tools(&ctx),
+            Some(org) => self.org_tools(org, session_id, &ctx).await,
+        };
         let mut turn = Turn {
             agent: self,
             session_id: session_id.to_owned(),
@@ -179,6 +187,8 @@ impl Agent {
             events,
             names,
             tools,
+            org: org.cloned(),
+            pins,
             prior,
             new: Vec::new(),
             notices: Vec::new(),
@@ -194,6 +204,75 @@ impl Agent {
             Err(stop) => Err(stop),
         };
         turn.finish(result).await
+    }
+
+    /// The tools plugd.yaml's `policy:` lets this agent see (the caller
+    /// its calls' records name), with their model names.
+    fn workspace_tools(
+        &self,
+        ctx: &HookContext,
+    ) -> (ToolNames, Vec<ToolSpec>, HashMap<String, String>) {
+        let caller = plugd_runtime::tool_policy::PolicyCaller::of(&CallContext {
+            agent_id: ctx.agent_id.clone(),
+            org_id: ctx.tenant_id.clone(),
+            ..CallContext::default()
+        });
+        let registry = self.runtime.tools_for(&caller);
+        let names = ToolNames::new(registry.iter().map(|t| t.name.as_str()));
+        let tools = registry
+            .iter()
+            .map(|t| ToolSpec {
+                name: names.model_name(&t.name),
+                description: t.description.clone(),
+                parameters: t.input_schema.clone(),
+            })
+            .collect();
+        (names, tools, HashMap::new())
+    }
+
+    /// The tool exports bound to `org`'s scope (what `/mcp` serves it, by
+    /// export id, what `policy:` hides left out), the binding each chose
+    /// for this session kept as its pin. A listing that fails offers no
+    /// tools (logged), as `/mcp` does.
+    async fn org_tools(
+        &self,
+        org: &OrgTurn,
+        session_id: &str,
+        ctx: &HookContext,
+    ) -> (ToolNames, Vec<ToolSpec>, HashMap<String, String>) {
+        let caller = plugd_runtime::tool_policy::PolicyCaller {
+            org: org.org_id.clone(),
+            project: org.project_id.clone().unwrap_or_default(),
+            role: org.role.clone().unwrap_or_default(),
+            groups: org.groups.clone(),
+            ..plugd_runtime::tool_policy::PolicyCaller::named(&org.caller)
+        };
+        let call = export_call(org, session_id, ctx.trace_id.clone());
+        let exports = match self
+            .runtime
+            .scoped_exports(&call, &HashMap::new(), &caller)
+            .await
+        {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(session = %session_id, org = %org.org_id, error = %e, "cannot list the exports bound to the turn's org; the model is offered none");
+                Vec::new()
+            }
+        };
+        let names = ToolNames::new(exports.iter().map(|x| x.export_id.as_str()));
+        let tools = exports
+            .iter()
+            .map(|x| ToolSpec {
+                name: names.model_name(&x.export_id),
+                description: x.entry.description.clone(),
+                parameters: x.entry.input_schema.clone(),
+            })
+            .collect();
+        let pins = exports
+            .into_iter()
+            .map(|x| (x.export_id, x.binding.binding_id))
+            .collect();
+        (names, tools, pins)
     }
 
     /// The stored transcript of `id` (empty when unknown).
@@ -501,11 +580,43 @@ impl Turn<'_> {
             on_args: Some(&tell),
             ..Governed::new(Surface::Agent)
         };
-        let called = self
-            .agent
-            .runtime
-            .call_tool_governed(&call.name, call.arguments.clone(), &cctx, &gov)
-            .await;
+        let called = match &self.org {
+            None => {
+                self.agent
+                    .runtime
+                    .call_tool_governed(&call.name, call.arguments.clone(), &cctx, &gov)
+                    .await
+            }
+            Some(org) => {
+                // Only what was offered: a name the org's catalog did not
+                // list (a workspace tool, another org's export) is unknown.
+                let Some(pin) = self.pins.get(&call.name).cloned() else {
+                    return self.unknown(call).await;
+                };
+                let ecall = export_call(org, &self.session_id, self.ctx.trace_id.clone());
+                let cctx = CallContext {
+                    caller_role: org.role.clone(),
+                    caller_groups: org.groups.clone(),
+                    ..cctx
+                };
+                let done = self
+                    .agent
+                    .runtime
+                    .call_export_governed(
+                        &call.name,
+                        call.arguments.clone(),
+                        &ecall,
+                        cctx,
+                        &gov,
+                        Some(&pin),
+                    )
+                    .await;
+                if let Some(b) = done.binding_id {
+                    self.pins.insert(call.name.clone(), b);
+                }
+                done.called
+            }
+        };
         let told = told.load(Ordering::Relaxed);
         let mut risk = risk.filter(|_| told);
         for (point, n) in called.notices {
@@ -579,6 +690,32 @@ impl Turn<'_> {
             tool: call.name,
             args,
             ok,
+            result,
+        });
+        Ok(())
+    }
+
+    /// The answer to a call of a tool the turn did not offer: the model
+    /// reads an unknown-tool error, as for any refused call.
+    async fn unknown(&mut self, call: ToolCall) -> Result<(), Stop> {
+        let result = Value::String(format!(
+            "error: {}",
+            RuntimeError::UnknownTool(call.name.clone())
+        ));
+        self.send(TurnEvent::ToolResult {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            ok: false,
+            result: result.clone(),
+        });
+        let mut message = entry("tool", result_text(&result));
+        message.tool_call_id = Some(call.id.clone());
+        self.new.push(message);
+        self.tool_calls.push(ToolCallRecord {
+            call_id: call.id,
+            tool: call.name,
+            args: call.arguments,
+            ok: false,
             result,
         });
         Ok(())

@@ -6,7 +6,9 @@
 //!
 //! The file is a mapping with one key, `steps`, a list; each step is either
 //! `{text: "..."}` or `{tool_calls: [{name, arguments, id?}]}`, optionally with
-//! `expect_user_contains: "..."`, a check on the latest user message:
+//! `expect_user_contains: "..."`, a check on the latest user message. In a
+//! `text`, `{{tools}}` becomes the names of the tools the request offers,
+//! sorted and joined by `, ` (so a test can see what a turn was offered):
 //!
 //! ```yaml
 //! steps:
@@ -42,6 +44,9 @@ use super::{
 
 /// Largest script file read.
 pub const MAX_SCRIPT_BYTES: u64 = 4 << 20;
+
+/// What a `text` step's answer replaces with the offered tools' names.
+pub const TOOLS_PLACEHOLDER: &str = "{{tools}}";
 
 /// How many text deltas a streamed answer is split into, at most.
 const TEXT_PIECES: usize = 4;
@@ -280,7 +285,7 @@ impl ScriptedProvider {
         }
         Ok(match &step.reply {
             StepReply::Text(text) => ChatResponse {
-                content: text.clone(),
+                content: with_tools(text, request),
                 tool_calls: Vec::new(),
                 finish_reason: FinishReason::Stop,
                 usage: Usage::default(),
@@ -293,6 +298,17 @@ impl ScriptedProvider {
             },
         })
     }
+}
+
+/// `text` with `{{tools}}` replaced by the names of the tools `request`
+/// offers, sorted, joined by `, `.
+fn with_tools(text: &str, request: &ChatRequest) -> String {
+    if !text.contains(TOOLS_PLACEHOLDER) {
+        return text.to_owned();
+    }
+    let mut names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    names.sort_unstable();
+    text.replace(TOOLS_PLACEHOLDER, &names.join(", "))
 }
 
 /// `text` in up to [`TEXT_PIECES`] pieces, split after spaces; the pieces
@@ -436,5 +452,28 @@ mod tests {
             e.contains("step 0") && e.contains("\"weather\"") && e.contains("\"hello\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_text_names_the_offered_tools_where_it_says_so() {
+        use crate::llm::ToolSpec;
+        let s = ScriptedProvider::parse(
+            Path::new("/s.yaml"),
+            "steps:\n  - {text: \"offered: {{tools}}\"}\n",
+        )
+        .unwrap();
+        let spec = |n: &str| ToolSpec {
+            name: n.into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        };
+        let mut req = ChatRequest {
+            messages: vec![ChatMessage::text(Role::User, "hi")],
+            tools: vec![spec("b"), spec("a")],
+            ..ChatRequest::default()
+        };
+        assert_eq!(s.answer(&req).unwrap().content, "offered: a, b");
+        req.tools.clear();
+        assert_eq!(s.answer(&req).unwrap().content, "offered: ");
     }
 }

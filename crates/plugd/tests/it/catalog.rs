@@ -24,7 +24,7 @@ use crate::support::eventually_blocking;
 
 /// An MCP session of `token` at `path` (`/mcp`, `/mcp/PROFILE`) on
 /// revision `version`; its id.
-fn open(serve: &Serve, token: &str, path: &str, version: &str) -> String {
+pub(crate) fn open(serve: &Serve, token: &str, path: &str, version: &str) -> String {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}});
     let r = mcp_post(serve, token, path, None, &init);
@@ -53,7 +53,7 @@ fn rpc(serve: &Serve, token: &str, path: &str, sid: &str, method: &str, params: 
     r.json()
 }
 
-fn tool_names(serve: &Serve, token: &str, path: &str, sid: &str) -> Vec<String> {
+pub(crate) fn tool_names(serve: &Serve, token: &str, path: &str, sid: &str) -> Vec<String> {
     let r = rpc(serve, token, path, sid, "tools/list", json!({}));
     r["result"]["tools"]
         .as_array()
@@ -63,7 +63,14 @@ fn tool_names(serve: &Serve, token: &str, path: &str, sid: &str) -> Vec<String> 
         .collect()
 }
 
-fn call_tool(serve: &Serve, token: &str, path: &str, sid: &str, name: &str, args: Value) -> Value {
+pub(crate) fn call_tool(
+    serve: &Serve,
+    token: &str,
+    path: &str,
+    sid: &str,
+    name: &str,
+    args: Value,
+) -> Value {
     rpc(
         serve,
         token,
@@ -74,7 +81,7 @@ fn call_tool(serve: &Serve, token: &str, path: &str, sid: &str, name: &str, args
     )
 }
 
-fn listed(serve: &Serve, token: &str) -> Vec<Value> {
+pub(crate) fn listed(serve: &Serve, token: &str) -> Vec<Value> {
     let r = request_as(serve, token, "GET", "/v1/tools", &[], None);
     assert_eq!(r.status, 200, "{}", r.text());
     r.json().as_array().unwrap().clone()

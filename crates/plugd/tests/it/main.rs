@@ -49,6 +49,7 @@ mod microapp;
 mod nexo;
 mod nodes;
 mod oauth;
+mod oidc_orgs;
 mod one_path;
 mod outbox;
 mod packages;

@@ -105,7 +105,7 @@ impl Idp {
 
     /// `claims` signed by the provider's current key (or by a key it never
     /// published).
-    fn sign(&self, claims: Value, foreign: bool) -> String {
+    pub(crate) fn sign(&self, claims: Value, foreign: bool) -> String {
         let key = if foreign { "foreign" } else { "current" };
         let (status, v) = self.call(
             "POST",
@@ -122,11 +122,14 @@ impl Idp {
         v["kid"].as_str().unwrap().to_owned()
     }
 
+    /// Registers the console's callback `redirect`, and the console's
+    /// login page beside it as where a logout may return.
     pub(crate) fn configure_console(&self, redirect: &str) {
+        let back = redirect.replace("/console/sso/callback", "/console/login");
         let (status, v) = self.call(
             "POST",
             "/test/configure",
-            Some(&json!({ "console_redirect": redirect })),
+            Some(&json!({ "console_redirect": redirect, "post_logout_redirect": back })),
         );
         assert_eq!(status, 200, "{v}");
     }
@@ -157,7 +160,7 @@ fn plain(text: &str) -> String {
     out
 }
 
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
