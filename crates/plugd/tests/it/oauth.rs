@@ -9,7 +9,9 @@
 //! reach the per-tool policy as `caller.groups`; the official Python MCP
 //! SDK runs its whole OAuth flow (discovery from the 401, registration,
 //! PKCE, token, call); and the console signs in through the provider's
-//! page in Chromium, shows what the mapped role may see, and logs out.
+//! page in Chromium, shows what the mapped role may see, and logs out,
+//! here and at the provider's `end_session_endpoint`, back to the login
+//! page.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -517,8 +519,37 @@ async fn the_console_signs_in_with_the_provider_maps_groups_and_logs_out() {
         "{who}"
     );
     assert!(tokens_menu_shown(&b).await);
-    // Logout ends the session: the session route answers 401 after it.
+    // Logout ends the session here and at the provider: the page goes to
+    // its end_session_endpoint (with the ID token as hint and the console's
+    // login page as the way back), whose confirmation lands on that page.
     b.find("#logout").await.click().await.unwrap();
+    let end = b
+        .wait_for("the provider's end-session page", || async {
+            let url = b.c.current_url().await.ok()?;
+            (url.as_str().starts_with(&idp.issuer) && url.path().starts_with("/session/end"))
+                .then_some(url)
+        })
+        .await;
+    let q: std::collections::HashMap<String, String> = end.query_pairs().into_owned().collect();
+    let back = format!("http://{}/console/login", serve.addr);
+    assert_eq!(q.get("post_logout_redirect_uri"), Some(&back), "{end}");
+    assert_eq!(
+        q.get("client_id").map(String::as_str),
+        Some("console"),
+        "{end}"
+    );
+    let hint = q.get("id_token_hint").expect("an id_token_hint");
+    assert_eq!(hint.split('.').count(), 3, "{hint}");
+    b.find("button[name=logout][value=yes]")
+        .await
+        .click()
+        .await
+        .unwrap();
+    b.wait_for("the console's login page", || async {
+        let url = b.c.current_url().await.ok()?;
+        url.as_str().starts_with(&back).then_some(())
+    })
+    .await;
     b.find("form#login").await;
     assert_logged_out(&b, &serve).await;
 
