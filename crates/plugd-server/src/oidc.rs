@@ -8,9 +8,14 @@
 //! Tokens are validated by `plugd-oidc` (signature with the issuer's JWKS,
 //! `alg` allow-list, `iss`, `aud`, `exp`/`nbf`); the groups claim maps to a
 //! role through `auth.role_mapping`, first match wins, and a token in no
-//! mapped group is refused (`403`). Every refusal is logged with its cause,
-//! never with the token. Without `auth.issuers` nothing here is reachable
-//! (`404`) and nothing changes.
+//! mapped group is refused (`403`). That entry's `org`/`project`, else the
+//! issuer's `org_claim`/`project_claim`, make the identity an org identity
+//! (`Identity::tenant`, as an `--org` token); an org claim naming an org no
+//! binding names is refused (`403`), never widened to the workspace. Every
+//! refusal is logged with its cause, never with the token. Without
+//! `auth.issuers` nothing here is reachable (`404`) and nothing changes.
+//! A console logout of a single sign-on session goes on to the provider's
+//! `end_session_endpoint` ([`logout_url`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
