@@ -90,6 +90,11 @@ pub fn tenant_may_reach(path: &str) -> bool {
     if matches!(path, "/mcp" | "/mcp/_" | "/v1/tools") {
         return true;
     }
+    // Its own console session: who it is, and its logout (an org identity
+    // may sign in on the console by single sign-on).
+    if matches!(path, "/console/session" | "/console/logout") {
+        return true;
+    }
     // Sessions, chains and runs of the org, and its agent turns
     // (`/v1/sessions/{id}/messages`), which offer the model the same
     // catalog.

@@ -1111,8 +1111,8 @@ async fn post_message(
         .into_response())
 }
 
-/// Session `id` for a turn of tenant `t`: created in its org (and its
-/// first project) when new; `404` when it exists in another scope.
+/// Whether tenant `t` may run a turn in session `id`: `404` when it exists
+/// in another scope (a new one is created in the org by the turn).
 async fn org_session(
     state: &AppState,
     t: &plugd_store::tokens::Tenancy,
@@ -1140,16 +1140,7 @@ async fn org_session(
     };
     match existing {
         Some(s) if !scope.sees(s.org_id.as_deref(), s.project_id.as_deref()) => Err(unknown()),
-        Some(_) => Ok(()),
-        None => store
-            .session_open(
-                id,
-                Some(&t.org_id),
-                t.project_ids.first().map(String::as_str),
-            )
-            .await
-            .map(drop)
-            .map_err(crate::error::store_error),
+        _ => Ok(()),
     }
 }
 

@@ -125,12 +125,16 @@ impl Agent {
             return Err(AgentError::BadSession(session_id.to_owned()));
         }
         let prior = self.load(session_id).await?;
-        let (_, created) = self
-            .runtime
-            .state()
-            .session_ensure(session_id)
-            .await
-            .map_err(|e| AgentError::Store(e.to_string()))?;
+        // An org turn's session is the org's (and its project's).
+        let store = self.runtime.state();
+        let created = match org {
+            None => store.session_ensure(session_id).await.map(|(_, c)| c),
+            Some(o) => store
+                .session_open(session_id, Some(&o.org_id), o.project_id.as_deref())
+                .await
+                .map(|(_, c)| c),
+        }
+        .map_err(|e| AgentError::Store(e.to_string()))?;
         if created {
             self.emit(
                 "session.created",

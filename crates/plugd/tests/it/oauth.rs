@@ -182,6 +182,7 @@ pub(crate) fn config(issuer: &str) -> String {
     - {{group: admins, role: admin}}
     - {{group: interns, role: agent}}
     - {{group: viewers, role: viewer}}
+    - {{group: acme-devs, role: agent, org: acme}}
 policy:
   - name: no-lo-for-interns
     when: '"interns" in caller.groups && tool.name == "risky/lo"'
@@ -561,6 +562,22 @@ async fn the_console_signs_in_with_the_provider_maps_groups_and_logs_out() {
     sso_login(&b, &serve, "dave").await;
     b.wait_text("#whoami", |t| t.contains("(viewer)")).await;
     assert!(!tokens_menu_shown(&b).await);
+
+    // erin (acme-devs → agent in org acme): an org session, mapped again
+    // on every request from what the sign-in said.
+    b.cdp("Network.clearBrowserCookies", json!({}))
+        .await
+        .unwrap();
+    sso_login(&b, &serve, "erin").await;
+    b.wait_text("#whoami", |t| t.contains("(agent)")).await;
+    let who = b
+        .js(
+            "return fetch('/console/session').then((r) => r.json());",
+            vec![],
+        )
+        .await;
+    assert_eq!(who["org_id"], "acme", "{who}");
+    assert_eq!(who["role"], "agent", "{who}");
 
     // carol (a group mapped to nothing): a clear refusal, no session.
     b.cdp("Network.clearBrowserCookies", json!({}))

@@ -257,7 +257,17 @@ fn an_org_identitys_agent_turn_offers_and_calls_its_orgs_exports_only() {
     assert_eq!((c[1].0.as_str(), c[1].1), ("leak", false), "{out}");
     assert!(c[1].2.to_string().contains("refused token"), "{out}");
 
-    // org_b cannot continue org_a's session (404, as if it did not exist).
+    // The session is org_a's: erin reads it, org_b does not see it and
+    // cannot continue it (404, as if it did not exist).
+    let r = call(&w.serve, &erin, "GET", "/v1/sessions?limit=50", None);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.text().contains("t-erin") && !r.text().contains("t-org-b"),
+        "{}",
+        r.text()
+    );
+    let r = call(&w.serve, &org_b, "GET", "/v1/sessions?limit=50", None);
+    assert!(!r.text().contains("t-erin"), "{}", r.text());
     let r = call(
         &w.serve,
         &org_b,
