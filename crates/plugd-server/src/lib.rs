@@ -1066,7 +1066,12 @@ async fn post_message(
             ctx.tenant_id = Some(t.org_id.clone());
             Some(plugd_agent::agent::OrgTurn {
                 org_id: t.org_id.clone(),
-                project_id: t.project_ids.first().cloned(),
+                // As on /mcp and :invoke without a project_id: the project
+                // when limited to exactly one, else org-wide bindings.
+                project_id: match t.project_ids.as_slice() {
+                    [one] => Some(one.clone()),
+                    _ => None,
+                },
                 caller: who.name.clone(),
                 role: Some(who.role.as_str().to_owned()),
                 groups: who.groups.clone(),
