@@ -113,6 +113,7 @@ impl Oidc {
             tenant: None,
             delegation: None,
             groups: v.groups.clone(),
+            user: None,
         })
     }
 
@@ -148,10 +149,16 @@ pub(crate) async fn jwt_identity(
             .into_response());
         }
     };
-    oidc.identity(&verified).map_err(|message| {
+    let mut identity = oidc.identity(&verified).map_err(|message| {
         tracing::warn!(%remote, identity = %verified.name(), cause = "no_role", "refused a JWT access token: its groups map to no role");
         ApiError::new(StatusCode::FORBIDDEN, error::code::FORBIDDEN, message).into_response()
-    })
+    })?;
+    identity.user = Some(plugd_host::dialect::UserToken::new(
+        &identity.name,
+        &verified.issuer,
+        token,
+    ));
+    Ok(identity)
 }
 
 /// This server's resource identifier: `auth.resource`, else the
@@ -587,6 +594,7 @@ pub(crate) fn session_identity(
         tenant: None,
         delegation: None,
         groups: groups.to_vec(),
+        user: None,
     })
 }
 
