@@ -521,6 +521,195 @@ mod tests {
         assert!(e.contains("oidc:h/bob") && e.contains("\"notes\""), "{e}");
     }
 
+    /// A one-route-per-path HTTP/1.1 authorization server on loopback:
+    /// discovery names `/token`; `/token` answers `token` (status, body,
+    /// extra header lines) and records each request (head and body).
+    struct Fake {
+        base: String,
+        seen: Arc<Mutex<Vec<(String, String)>>>,
+    }
+
+    async fn fake(
+        issuer_in_doc: Option<&str>,
+        token: impl Fn() -> (u16, String, String) + Send + Sync + 'static,
+    ) -> Fake {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let doc_issuer = issuer_in_doc.map_or_else(|| base.clone(), str::to_owned);
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let (log, token, tb) = (seen.clone(), Arc::new(token), base.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut sock, _)) = listener.accept().await else {
+                    return;
+                };
+                let (log, token, base, doc_issuer) =
+                    (log.clone(), token.clone(), tb.clone(), doc_issuer.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    let (head, body) = loop {
+                        let n = sock.read(&mut chunk).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buf).into_owned();
+                        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                            let len = head
+                                .lines()
+                                .find_map(|l| {
+                                    let (k, v) = l.split_once(':')?;
+                                    k.eq_ignore_ascii_case("content-length")
+                                        .then(|| v.trim().parse::<usize>().ok())?
+                                })
+                                .unwrap_or(0);
+                            if body.len() >= len {
+                                break (head.to_owned(), body.to_owned());
+                            }
+                        }
+                    };
+                    let (status, reply, extra) = if head
+                        .starts_with("GET /.well-known/openid-configuration")
+                    {
+                        let doc = serde_json::json!({"issuer": doc_issuer, "token_endpoint": format!("{base}/token")});
+                        (200, doc.to_string(), String::new())
+                    } else if head.starts_with("POST /token") {
+                        log.lock().unwrap().push((head, body));
+                        token()
+                    } else {
+                        (404, "{}".to_owned(), String::new())
+                    };
+                    let out = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n{extra}\r\n{reply}",
+                        reply.len()
+                    );
+                    let _ = sock.write_all(out.as_bytes()).await;
+                });
+            }
+        });
+        Fake { base, seen }
+    }
+
+    fn at(base: &str, secret: Option<&str>) -> Exchanger {
+        let x = Exchanger::new(
+            ExchangeSettings {
+                server: "notes".into(),
+                issuer: Url::parse(base).unwrap(),
+                audience: "https://notes.example/mcp".into(),
+                scope: Some("notes:read".into()),
+                client_id: "plugd x".into(),
+            },
+            crate::oauth::http_client().unwrap(),
+        );
+        x.set_client_secret(secret.map(Secret::new));
+        x.note_subject("oidc:h/alice", Secret::new("alice-subject-token"));
+        x
+    }
+
+    #[tokio::test]
+    async fn an_exchange_sends_rfc_8693_and_is_cached_per_subject_until_near_expiry() {
+        let f = fake(None, || {
+            (
+                200,
+                r#"{"access_token":"up-1","token_type":"Bearer","expires_in":3600}"#.into(),
+                String::new(),
+            )
+        })
+        .await;
+        let x = at(&f.base, Some("s3cret:&"));
+        assert_eq!(x.token_for("oidc:h/alice").await.unwrap().expose(), "up-1");
+        assert_eq!(x.token_for("oidc:h/alice").await.unwrap().expose(), "up-1");
+        let seen = f.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "cached: {seen:?}");
+        let (head, body) = &seen[0];
+        let form: HashMap<String, String> = url::form_urlencoded::parse(body.as_bytes())
+            .into_owned()
+            .collect();
+        assert_eq!(form["grant_type"], GRANT_TYPE);
+        assert_eq!(form["subject_token"], "alice-subject-token");
+        assert_eq!(form["subject_token_type"], ACCESS_TOKEN_TYPE);
+        assert_eq!(form["audience"], "https://notes.example/mcp");
+        assert_eq!(form["resource"], "https://notes.example/mcp");
+        assert_eq!(form["scope"], "notes:read");
+        assert!(!form.contains_key("client_id"), "{form:?}");
+        // client_secret_basic, both parts form-encoded first (RFC 6749 2.3.1).
+        use base64::Engine as _;
+        let basic = base64::engine::general_purpose::STANDARD.encode("plugd+x:s3cret%3A%26");
+        assert!(
+            head.to_ascii_lowercase().contains(&format!(
+                "authorization: basic {}",
+                basic.to_ascii_lowercase()
+            )),
+            "{head}"
+        );
+        // Another subject has no token of its own: refused, not alice's.
+        assert!(x.token_for("oidc:h/bob").await.is_err());
+        // A token that expires within the margin is not kept.
+        let g = fake(None, || {
+            (
+                200,
+                r#"{"access_token":"short","expires_in":5}"#.into(),
+                String::new(),
+            )
+        })
+        .await;
+        let y = at(&g.base, None);
+        y.token_for("oidc:h/alice").await.unwrap();
+        y.token_for("oidc:h/alice").await.unwrap();
+        assert_eq!(g.seen.lock().unwrap().len(), 2);
+        let form: HashMap<String, String> =
+            url::form_urlencoded::parse(g.seen.lock().unwrap()[0].1.as_bytes())
+                .into_owned()
+                .collect();
+        assert_eq!(form["client_id"], "plugd x", "a public client names itself");
+    }
+
+    #[tokio::test]
+    async fn hostile_token_endpoints_fail_the_exchange_by_name_without_a_token() {
+        let cases: Vec<(u16, String, String, &str)> = vec![
+            (
+                400,
+                r#"{"error":"invalid_grant","error_description":"alice-subject-token is not welcome, s3cret"}"#.into(),
+                String::new(),
+                "invalid_grant",
+            ),
+            (200, format!(r#"{{"access_token":"{}"}}"#, "x".repeat(MAX_REPLY)), String::new(), "over"),
+            (302, "{}".into(), "location: http://127.0.0.1:9/steal\r\n".into(), "302"),
+            (200, r#"{"access_token":"t","token_type":"DPoP"}"#.into(), String::new(), "bearer tokens only"),
+            (200, r#"{"token":"t"}"#.into(), String::new(), "no access_token"),
+            (200, r#"{"access_token":""}"#.into(), String::new(), "empty access_token"),
+            (200, "not json".into(), String::new(), "no access_token"),
+        ];
+        for (status, body, extra, want) in cases {
+            let reply = (status, body.clone(), extra);
+            let f = fake(None, move || reply.clone()).await;
+            let x = at(&f.base, Some("s3cret"));
+            let e = x.token_for("oidc:h/alice").await.unwrap_err().0;
+            assert!(e.contains(want) && e.contains("\"notes\""), "{want}: {e}");
+            assert!(
+                !e.contains("alice-subject-token") && !e.contains("s3cret"),
+                "{e}"
+            );
+        }
+        // Discovery that names another issuer: its endpoints are not used.
+        let f = fake(Some("https://evil.example"), || {
+            (200, "{}".into(), String::new())
+        })
+        .await;
+        let e = at(&f.base, None)
+            .token_for("oidc:h/alice")
+            .await
+            .unwrap_err()
+            .0;
+        assert!(e.contains("evil.example"), "{e}");
+        assert!(
+            f.seen.lock().unwrap().is_empty(),
+            "nothing sent to its token endpoint"
+        );
+    }
+
     #[test]
     fn subjects_are_bounded_least_recently_used_first() {
         let x = exchanger();
