@@ -632,6 +632,15 @@ impl Supervised {
         }
     }
 
+    /// Closes `subject`'s session, if open (its credentials changed).
+    pub fn close_user_session(&self, subject: &str) {
+        if let Some(s) = self.inner.users.take(subject)
+            && let Ok(h) = tokio::runtime::Handle::try_current()
+        {
+            h.spawn(async move { s.stop().await });
+        }
+    }
+
     /// How many per-user sessions are open ([`Supervised::for_user`]).
     pub fn user_sessions(&self) -> usize {
         self.inner.users.len()

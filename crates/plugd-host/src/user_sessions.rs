@@ -92,6 +92,11 @@ impl UserSessions {
             .collect()
     }
 
+    /// `subject`'s session, removed.
+    pub(crate) fn take(&self, subject: &str) -> Option<Supervised> {
+        locked(&self.sessions).remove(subject).map(|(s, _)| s)
+    }
+
     /// How many are open.
     pub(crate) fn len(&self) -> usize {
         locked(&self.sessions).len()

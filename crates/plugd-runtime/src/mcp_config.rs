@@ -113,7 +113,11 @@ pub struct McpServerConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UpstreamAuth {
     /// `token_exchange`: RFC 8693 at the caller's issuer.
-    pub token_exchange: TokenExchange,
+    pub token_exchange: Option<TokenExchange>,
+    /// `user_grants`: a user's own OAuth grant at the server, stored by
+    /// `plugd mcp login NAME --user SUBJECT`, is used for that user's
+    /// calls (before any exchange).
+    pub user_grants: bool,
 }
 
 /// `upstream_auth.token_exchange`: the caller's access token (validated by
@@ -423,7 +427,10 @@ struct RawServer {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawUpstreamAuth {
-    token_exchange: Spanned<RawTokenExchange>,
+    #[serde(default)]
+    token_exchange: Option<Spanned<RawTokenExchange>>,
+    #[serde(default)]
+    user_grants: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -445,7 +452,20 @@ fn parse_upstream_auth(
     raw: Spanned<RawUpstreamAuth>,
     invalid: &dyn Fn(String, u64, String) -> ConfigError,
 ) -> Result<UpstreamAuth, ConfigError> {
-    let tx = raw.value.token_exchange;
+    let user_grants = raw.value.user_grants.unwrap_or(false);
+    let Some(tx) = raw.value.token_exchange else {
+        if !user_grants {
+            return Err(invalid(
+                format!("mcp.servers.{name}.upstream_auth"),
+                raw.referenced.line(),
+                "names no way to get a user's credential; give token_exchange, or user_grants: true (grants stored by `plugd mcp login SERVER --user SUBJECT`)".into(),
+            ));
+        }
+        return Ok(UpstreamAuth {
+            token_exchange: None,
+            user_grants,
+        });
+    };
     let line = tx.referenced.line();
     let field = |f: &str| format!("mcp.servers.{name}.upstream_auth.token_exchange.{f}");
     let tx = tx.value;
@@ -522,14 +542,15 @@ fn parse_upstream_auth(
         }
     };
     Ok(UpstreamAuth {
-        token_exchange: TokenExchange {
+        token_exchange: Some(TokenExchange {
             issuer: tx.issuer.trim().to_owned(),
             audience: audience.to_owned(),
             scope: tx.scope,
             client_id: tx.client_id.trim().to_owned(),
             client_secret,
             line,
-        },
+        }),
+        user_grants,
     })
 }
 
@@ -542,7 +563,9 @@ pub(crate) fn check_upstream_issuers(
 ) -> Result<(), ConfigError> {
     let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
     for (name, auth) in mcp.upstream_auth() {
-        let tx = &auth.token_exchange;
+        let Some(tx) = &auth.token_exchange else {
+            continue;
+        };
         if !issuers.iter().any(|i| same(&i.issuer, &tx.issuer)) {
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
@@ -783,10 +806,26 @@ mod tests {
             "issuer: 'https://idp.example/', audience: 'https://notes.example/mcp', scope: 'notes:read', client_id: plugd-x, client_secret: '${notes-x}'",
         ))
         .unwrap();
-        let tx = &c.mcp.upstream_auth()["notes"].token_exchange;
+        let ua = &c.mcp.upstream_auth()["notes"];
+        assert!(!ua.user_grants);
+        let tx = ua.token_exchange.as_ref().unwrap();
         assert_eq!(tx.audience, "https://notes.example/mcp");
         assert_eq!(tx.client_secret.as_deref(), Some("notes-x"));
         assert_eq!(tx.scope.as_deref(), Some("notes:read"));
+        let grants = format!(
+            "{auth}mcp:\n  servers:\n    notes:\n      upstream_auth: {{user_grants: true}}\n"
+        );
+        let c = parse(&grants).unwrap();
+        assert!(c.mcp.upstream_auth()["notes"].user_grants);
+        let e = parse(&format!(
+            "{auth}mcp:\n  servers:\n    notes:\n      upstream_auth: {{user_grants: false}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("mcp.servers.notes.upstream_auth") && e.contains("no way"),
+            "{e}"
+        );
         for (tx, field, why) in [
             (
                 "issuer: 'https://other.example', audience: a, client_id: c",

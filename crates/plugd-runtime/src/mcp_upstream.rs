@@ -5,6 +5,11 @@
 //! caller's access token exchanged at its issuer (RFC 8693,
 //! [`plugd_mcp_http::exchange`]).
 //!
+//! With `user_grants: true`, a user's own OAuth grant at the server, stored
+//! by `plugd mcp login SERVER --user SUBJECT` (sealed under the owner
+//! `@mcp-user:SERVER`, never a plugin's settings), is used for that user's
+//! calls before any exchange; refreshed tokens are sealed back.
+//!
 //! A call without a user token (a `plugd_…` API token, the CLI, the Unix
 //! socket, an agent turn with no OIDC caller) is refused with
 //! [`RuntimeError::UpstreamAuth`] naming the server and why; plugd never
@@ -26,8 +31,11 @@ use crate::{Runtime, RuntimeError};
 /// across reloads while the settings stay the same, with their cache).
 #[derive(Default)]
 pub(crate) struct Upstreams {
-    servers: Mutex<BTreeMap<String, (UpstreamAuth, Arc<Exchanger>)>>,
+    servers: Mutex<BTreeMap<String, Upstream>>,
 }
+
+/// One server's settings and, when it has `token_exchange`, its exchanger.
+type Upstream = (UpstreamAuth, Option<Arc<Exchanger>>);
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -50,10 +58,8 @@ impl Upstreams {
                     next.insert(name, (old, x));
                 }
                 _ => {
-                    let Some(x) = exchanger(&name, &auth) else {
-                        continue;
-                    };
-                    next.insert(name, (auth, Arc::new(x)));
+                    let x = exchanger(&name, &auth).map(Arc::new);
+                    next.insert(name, (auth, x));
                 }
             }
         }
@@ -62,13 +68,19 @@ impl Upstreams {
         changed
     }
 
-    fn get(&self, server: &str) -> Option<(UpstreamAuth, Arc<Exchanger>)> {
+    fn get(&self, server: &str) -> Option<Upstream> {
         locked(&self.servers).get(server).cloned()
     }
 }
 
+/// The owner the per-user grants of `server` are sealed under (not a valid
+/// plugin id, so no plugin's settings can shadow or read them).
+pub fn user_grants_owner(server: &str) -> String {
+    format!("@mcp-user:{server}")
+}
+
 fn exchanger(server: &str, auth: &UpstreamAuth) -> Option<Exchanger> {
-    let tx = &auth.token_exchange;
+    let tx = auth.token_exchange.as_ref()?;
     let issuer = reqwest::Url::parse(&tx.issuer).ok()?;
     let http = match plugd_mcp_http::oauth::http_client() {
         Ok(h) => h,
@@ -124,12 +136,40 @@ impl Runtime {
         }
         let Some(user) = &ctx.user else {
             let who = ctx.caller.as_deref().unwrap_or("this caller");
+            let issuers = auth.token_exchange.as_ref().map_or_else(
+                || "an auth.issuers issuer".to_owned(),
+                |t| format!("issuer {}", t.issuer),
+            );
             return Err(refuse(format!(
-                "{who} has no user token of its own (a plugd API token, the CLI, the Unix socket or an agent turn carries none), and plugd never sends a shared credential instead; call it with an access token of issuer {} on /mcp or /v1",
-                auth.token_exchange.issuer
+                "{who} has no user token of its own (a plugd API token, the CLI, the Unix socket or an agent turn carries none), and plugd never sends a shared credential instead; call it with an access token of {issuers} on /mcp or /v1"
             )));
         };
-        let tx = &auth.token_exchange;
+        if auth.user_grants
+            && let Some(stored) = self
+                .user_grant(&server, &user.subject)
+                .await
+                .map_err(&refuse)?
+        {
+            let owner = user_grants_owner(&server);
+            let persist = crate::mcp_remote::persister_at(
+                self.inner.state.clone(),
+                owner,
+                user.subject.clone(),
+            );
+            let creds = plugd_mcp_http::oauth::OAuthCredentials::new(&server, stored, persist)
+                .map_err(|e| refuse(e.0))?;
+            return Ok(Some(
+                sup.for_user(&format!("grant:{}", user.subject), move || {
+                    Arc::new(creds) as Arc<dyn plugd_mcp_http::Credentials>
+                }),
+            ));
+        }
+        let (Some(tx), Some(exchanger)) = (&auth.token_exchange, exchanger) else {
+            return Err(refuse(format!(
+                "no OAuth grant of {} is stored for it; run `plugd mcp login {server} --user {}`",
+                user.subject, user.subject
+            )));
+        };
         if user.issuer.trim_end_matches('/') != tx.issuer.trim_end_matches('/') {
             return Err(refuse(format!(
                 "{}'s token is from issuer {}, and this server's token exchange is at {}; only that issuer can exchange it",
@@ -159,9 +199,83 @@ impl Runtime {
                 .map_err(|e| refuse(e.0))?;
         }
         let subject = user.subject.clone();
-        Ok(Some(sup.for_user(&user.subject, move || {
-            Arc::new(UserCredentials::new(exchanger, &subject))
-                as Arc<dyn plugd_mcp_http::Credentials>
-        })))
+        Ok(Some(sup.for_user(
+            &format!("exchange:{}", user.subject),
+            move || {
+                Arc::new(UserCredentials::new(exchanger, &subject))
+                    as Arc<dyn plugd_mcp_http::Credentials>
+            },
+        )))
+    }
+
+    /// `subject`'s stored OAuth grant at `server` (`None`: none stored).
+    async fn user_grant(
+        &self,
+        server: &str,
+        subject: &str,
+    ) -> Result<Option<plugd_mcp_http::oauth::Stored>, String> {
+        let owner = user_grants_owner(server);
+        let stored = self
+            .inner
+            .state
+            .config_value(&owner, subject)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(plugd_store::secrets::StoredValue::Secret(sealed)) = stored else {
+            return Ok(None);
+        };
+        let master = plugd_store::secrets::KeySource::from_env()
+            .and_then(|s| s.require())
+            .map_err(|e| format!("{subject}'s stored grant cannot be decrypted: {e}"))?;
+        let plain = master
+            .open(&owner, subject, &sealed)
+            .map_err(|e| format!("{subject}'s stored grant cannot be decrypted: {e}"))?;
+        serde_json::from_str(plain.as_str()).map(Some).map_err(|e| {
+            format!("{subject}'s stored grant is unreadable ({e}); run `plugd mcp login {server} --user {subject}` again")
+        })
+    }
+
+    /// Stores `subject`'s own OAuth grant at remote server `id` (what
+    /// `plugd mcp login ID --user SUBJECT` obtained), sealed; the server's
+    /// plugd.yaml `upstream_auth.user_grants` makes that user's calls use it.
+    pub async fn mcp_login_store_user(
+        &self,
+        id: &str,
+        subject: &str,
+        stored: &plugd_mcp_http::oauth::Stored,
+    ) -> Result<(), RuntimeError> {
+        let config = |message: String| RuntimeError::Config {
+            plugin: id.to_owned(),
+            message,
+        };
+        if subject.trim().is_empty() || subject.len() > 512 || subject.contains(char::is_control) {
+            return Err(config(format!(
+                "{:?} is not a user; give the identity's name as plugd shows it (oidc:ISSUER-HOST/SUB)",
+                subject.chars().take(80).collect::<String>()
+            )));
+        }
+        let sealed =
+            crate::mcp_remote::seal_at(&user_grants_owner(id), subject, stored).map_err(config)?;
+        self.inner
+            .state
+            .put_sealed(&user_grants_owner(id), subject, &sealed)
+            .await?;
+        if let Ok(sup) = self.supervised(id) {
+            sup.close_user_session(&format!("grant:{subject}"));
+        }
+        Ok(())
+    }
+
+    /// Forgets `subject`'s own grant at `id`; `false` when none was stored.
+    pub async fn mcp_logout_user(&self, id: &str, subject: &str) -> Result<bool, RuntimeError> {
+        let gone = self
+            .inner
+            .state
+            .config_unset(&user_grants_owner(id), subject)
+            .await?;
+        if let Ok(sup) = self.supervised(id) {
+            sup.close_user_session(&format!("grant:{subject}"));
+        }
+        Ok(gone)
     }
 }

@@ -378,3 +378,126 @@ fn each_users_call_reaches_the_upstream_with_that_users_own_token() {
         "debug log on"
     );
 }
+
+/// `upstream_auth.user_grants`: a user's own grant at the server, stored by
+/// `plugd mcp login remote --user SUBJECT`, carries that user's calls (the
+/// server sees a token other than the server's own); a user without one is
+/// refused with the command to run, never sent with the server's own grant;
+/// `plugd mcp logout --user` forgets it. The server is the Python SDK's
+/// with its own OAuth authorization server
+/// (`tests/plugins/mcp-remote/remote_server.py`).
+#[test]
+fn a_users_own_stored_grant_carries_that_users_calls_only() {
+    use crate::mcp_remote::{Server, http_get, login, login_with};
+    let idp = Idp::start();
+    let server = Server::start("remote_server.py", &[]);
+    let ws = Ws::new();
+    std::fs::write(
+        ws.dir().join(".mcp.json"),
+        json!({"mcpServers": {"remote": {"type": "http", "url": server.url}}}).to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        ws.dir().join("plugd.yaml"),
+        format!(
+            "{}mcp:\n  servers:\n    remote:\n      upstream_auth: {{user_grants: true}}\n",
+            crate::oauth::config(&idp.issuer)
+        ),
+    )
+    .unwrap();
+    // The server's own grant: it lists the catalog.
+    let out = login(&ws);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let approve = plugd_cmd(ws.dir())
+        .envs(env(&ws))
+        .args(["plugin", "approve", "remote"])
+        .output()
+        .unwrap();
+    assert!(approve.status.success(), "{}", stderr(&approve));
+    let host = idp.issuer.strip_prefix("http://").unwrap();
+    let (alice_id, bob_id) = (format!("oidc:{host}/alice"), format!("oidc:{host}/bob"));
+    let out = login_with(&ws, &["--user", &alice_id], |callback| {
+        let (status, body, _) = http_get(callback);
+        assert_eq!(status, 200, "{body}");
+    });
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("stored {alice_id}'s own grant at remote")),
+        "{}",
+        stderr(&out)
+    );
+
+    let serve_env = env(&ws);
+    let serve_env: Vec<(&str, &str)> = serve_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let serve = Serve::start_with_env(&ws, &serve_env);
+    let resource = format!("http://{}/mcp", serve.addr);
+    let alice = idp.token("alice", &resource);
+    let bob = idp.token("bob", &resource);
+    let echo = |token: &str| {
+        request_as(
+            &serve,
+            token,
+            "POST",
+            "/v1/tools/remote/echo:invoke",
+            &[("Content-Type", "application/json")],
+            Some(b"{\"args\": {\"text\": \"hi\"}}"),
+        )
+    };
+    let seen = |s: &Value| -> Vec<String> {
+        s["tokens_seen"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let before = seen(&server.stats());
+    assert!(
+        !before.is_empty(),
+        "the catalog was listed with the server's grant"
+    );
+
+    let r = echo(&alice);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("remote echo: hi"), "{}", r.text());
+    let after = seen(&server.stats());
+    let new = &after[before.len()..];
+    assert!(
+        !new.is_empty() && new.iter().all(|t| !before.contains(t)),
+        "alice's call carried a token other than the server's own: {before:?} then {new:?}"
+    );
+
+    // bob has no grant and there is no exchange: refused with the command.
+    let r = echo(&bob);
+    let e = r.error(403, "upstream_auth_failed");
+    let msg = e["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!("plugd mcp login remote --user {bob_id}")),
+        "{msg}"
+    );
+    // A plugd token has no user at all.
+    let r = echo(&serve.token.clone());
+    let e = r.error(403, "upstream_auth_failed");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no user token"),
+        "{e}"
+    );
+    assert_eq!(
+        seen(&server.stats()).len(),
+        after.len(),
+        "nothing reached the server"
+    );
+
+    // Forgotten: alice is refused too.
+    let out = plugd_cmd(ws.dir())
+        .envs(env(&ws))
+        .args(["mcp", "logout", "remote", "--user", &alice_id])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = echo(&alice);
+    r.error(403, "upstream_auth_failed");
+}
