@@ -74,7 +74,8 @@ pub fn exit_code(code: &str) -> i32 {
         | c::TOOL_DISABLED
         | c::CALL_DENIED
         | c::APPROVAL_TIMED_OUT
-        | c::APPROVAL_REQUIRED => 8,
+        | c::APPROVAL_REQUIRED
+        | c::UPSTREAM_AUTH_FAILED => 8,
         _ => 1,
     }
 }
@@ -130,6 +131,7 @@ mod tests {
         assert_eq!(exit_code(Code::PluginError.as_str()), 6);
         assert_eq!(exit_code(Code::PluginChanged.as_str()), 7);
         assert_eq!(exit_code(Code::ApprovalRequired.as_str()), 8);
+        assert_eq!(exit_code(Code::UpstreamAuthFailed.as_str()), 8);
         assert_eq!(exit_code(Code::Internal.as_str()), 1);
     }
 }

@@ -56,11 +56,19 @@ pub enum McpCmd {
         /// How long to wait for the browser's redirect, in seconds.
         #[arg(long, default_value_t = 300)]
         timeout: u64,
+        /// Store the grant as this user's own (the identity's name,
+        /// `oidc:ISSUER-HOST/SUB`), used for that user's calls when
+        /// plugd.yaml sets `mcp.servers.SERVER.upstream_auth.user_grants`.
+        #[arg(long, value_name = "SUBJECT")]
+        user: Option<String>,
     },
     /// Forget the tokens of a remote MCP server.
     Logout {
         /// The server's name in .mcp.json.
         server: String,
+        /// Forget this user's own grant instead (`plugd mcp login --user`).
+        #[arg(long, value_name = "SUBJECT")]
+        user: Option<String>,
     },
 }
 
@@ -71,8 +79,9 @@ pub async fn run(rt: &Runtime, args: &McpArgs) -> Result<()> {
             server,
             scope,
             timeout,
-        }) => return login(rt, server, scope.as_deref(), *timeout).await,
-        Some(McpCmd::Logout { server }) => return logout(rt, server).await,
+            user,
+        }) => return login(rt, server, scope.as_deref(), *timeout, user.as_deref()).await,
+        Some(McpCmd::Logout { server, user }) => return logout(rt, server, user.as_deref()).await,
         None => {}
     }
     if let Some(serve) = crate::remote::Remote::running(rt.dir()).await? {
@@ -318,7 +327,13 @@ async fn listen_stream(
     }
 }
 
-async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) -> Result<()> {
+async fn login(
+    rt: &Runtime,
+    server: &str,
+    scope: Option<&str>,
+    timeout: u64,
+    user: Option<&str>,
+) -> Result<()> {
     let mut target = rt.mcp_login_target(server).await?;
     if let Some(s) = scope {
         target.settings.scope = Some(s.to_owned());
@@ -358,6 +373,16 @@ async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) ->
         .finish(std::time::Duration::from_secs(timeout))
         .await
         .with_context(|| format!("cannot authorize plugd at MCP server {server:?}"))?;
+    if let Some(user) = user {
+        rt.mcp_login_store_user(server, user, &stored).await?;
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!(
+                "plugd: stored {user}'s own grant at {server}; that user's calls use it when plugd.yaml sets mcp.servers.{server}.upstream_auth.user_grants: true"
+            );
+        }
+        return Ok(());
+    }
     let applied = rt.mcp_login_store(server, &stored).await?;
     let expiry = match stored.expires_at {
         Some(at) => {
@@ -384,8 +409,20 @@ async fn login(rt: &Runtime, server: &str, scope: Option<&str>, timeout: u64) ->
     .await
 }
 
-async fn logout(rt: &Runtime, server: &str) -> Result<()> {
+async fn logout(rt: &Runtime, server: &str, user: Option<&str>) -> Result<()> {
     rt.mcp_login_target(server).await?;
+    if let Some(user) = user {
+        let gone = rt.mcp_logout_user(server, user).await?;
+        #[allow(clippy::print_stderr)]
+        {
+            if gone {
+                eprintln!("plugd: forgot {user}'s own grant at {server}");
+            } else {
+                eprintln!("plugd: {user} had no grant of its own at {server}");
+            }
+        }
+        return Ok(());
+    }
     let applied = rt
         .config_unset(server, plugd_runtime::mcp_remote::OAUTH_KEY)
         .await?;

@@ -165,6 +165,10 @@ codes! {
     /// 403: plugd.yaml refuses this server's resources
     /// (`mcp.servers.NAME.resources: false`), or cannot be loaded.
     ResourcesDenied = RESOURCES_DENIED, "resources_denied", 403;
+    /// 403: a remote MCP server with plugd.yaml `upstream_auth` cannot get
+    /// this caller's own credential (a caller without a user token, or a
+    /// token exchange the issuer refused or that failed); `details.server`.
+    UpstreamAuthFailed = UPSTREAM_AUTH_FAILED, "upstream_auth_failed", 403;
     /// 404: the MCP server has no such resource (its `-32002`).
     UnknownResource = UNKNOWN_RESOURCE, "unknown_resource", 404;
     /// 422: the MCP server refused the request's parameters (its `-32602`:

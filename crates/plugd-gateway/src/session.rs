@@ -100,6 +100,8 @@ pub(crate) struct SessionInner {
     pub(crate) loaded: Mutex<BTreeSet<String>>,
     /// Whether `pins` or `loaded` changed since [`Session::take_changed`].
     pub(crate) changed: std::sync::atomic::AtomicBool,
+    /// The caller's latest access token ([`Session::set_user`]).
+    user: Mutex<Option<plugd_host::dialect::UserToken>>,
 }
 
 /// Most pins and found tools one session keeps (a bigger catalog is
@@ -317,6 +319,7 @@ impl Session {
                 pins: Mutex::new(HashMap::new()),
                 loaded: Mutex::new(BTreeSet::new()),
                 changed: std::sync::atomic::AtomicBool::new(false),
+                user: Mutex::new(None),
             }),
         }
     }
@@ -329,6 +332,19 @@ impl Session {
     /// Who the session serves.
     pub fn caller(&self) -> &Caller {
         &self.inner.caller
+    }
+
+    /// Sets the caller's own access token, from the request being served
+    /// (a session belongs to one identity, so it is always that identity's
+    /// latest): the calls it makes of a remote server with plugd.yaml
+    /// `upstream_auth` carry it. `None`: the caller has none.
+    pub fn set_user(&self, user: Option<plugd_host::dialect::UserToken>) {
+        *lock(&self.inner.user) = user;
+    }
+
+    /// The caller's own access token, when it has one.
+    pub fn user(&self) -> Option<plugd_host::dialect::UserToken> {
+        lock(&self.inner.user).clone()
     }
 
     /// The profile it serves, if any.

@@ -563,6 +563,7 @@ pub(crate) async fn call(
         caller_role: session.caller().role.clone(),
         caller_groups: session.caller().groups.clone(),
         rounds,
+        user: session.user(),
         ..CallContext::default()
     };
 

@@ -91,6 +91,44 @@ pub struct CallContext {
     /// `requestState`, often none) go to an MCP server with the call, and
     /// an `input_required` result comes back as the call's result.
     pub rounds: Option<serde_json::Map<String, Value>>,
+    /// The caller's own access token, when the surface validated one (a
+    /// JWT on `/mcp` or `/v1`): what a remote MCP server with plugd.yaml
+    /// `upstream_auth` gets exchanged for that user's token. No dialect
+    /// sends it; `Debug` never shows it.
+    pub user: Option<UserToken>,
+}
+
+/// A caller's validated access token and whose it is.
+///
+/// `Debug` shows the subject only, never the token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct UserToken {
+    /// The identity's name (`oidc:HOST/SUB`): the key of everything kept
+    /// per user (exchanged tokens, upstream sessions).
+    pub subject: String,
+    /// The issuer that signed it (`iss`).
+    pub issuer: String,
+    /// The raw bearer token.
+    pub token: plugd_mcp_http::exchange::Secret,
+}
+
+impl UserToken {
+    /// `token`, validated, of `subject` from `issuer`.
+    pub fn new(subject: &str, issuer: &str, token: &str) -> UserToken {
+        UserToken {
+            subject: subject.to_owned(),
+            issuer: issuer.to_owned(),
+            token: plugd_mcp_http::exchange::Secret::new(token),
+        }
+    }
+}
+
+impl std::fmt::Debug for UserToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UserToken")
+            .field("subject", &self.subject)
+            .finish_non_exhaustive()
+    }
 }
 
 /// VAI `context.gateway`: where the plugin reaches plugd's API, the

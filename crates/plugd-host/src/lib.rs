@@ -37,6 +37,7 @@ pub mod supervisor;
 #[cfg(test)]
 use plugd_wire::test_json;
 pub mod throttle;
+pub mod user_sessions;
 
 pub use dialect::{Dialect, Dialects};
 pub use launch::Launch;

@@ -390,6 +390,8 @@ struct SupInner {
     /// A VAI package's other process groups (`None`: one process serves
     /// everything, or this is itself one of those groups).
     groups: Option<Arc<Groups>>,
+    /// A remote server's per-user sessions ([`Supervised::for_user`]).
+    users: crate::user_sessions::UserSessions,
 }
 
 /// The process groups of a VAI package beside its `worker` process (the
@@ -572,8 +574,76 @@ impl Supervised {
                 restarts_total: std::sync::atomic::AtomicU64::new(0),
                 log,
                 groups,
+                users: crate::user_sessions::UserSessions::default(),
             }),
         }
+    }
+
+    /// `subject`'s own session with this remote server (plugd.yaml
+    /// `upstream_auth`; see [`crate::user_sessions`]): the same spec and
+    /// start checks, with `credentials` (made once, when the session is
+    /// made) instead of the server's own. Opened on first use; idle and
+    /// surplus sessions are stopped here.
+    pub fn for_user(
+        &self,
+        subject: &str,
+        credentials: impl FnOnce() -> Arc<dyn plugd_mcp_http::Credentials>,
+    ) -> Supervised {
+        let (sup, closing) = self.inner.users.get_or_make(subject, || {
+            let mut spec = (*self.inner.spec).clone();
+            spec.supervisor.start = StartMode::Lazy;
+            Supervised::build(
+                Arc::new(spec),
+                self.inner.config.clone(),
+                Arc::new(crate::user_sessions::UserObserver {
+                    parent: self.inner.observer.clone(),
+                    subject: subject.to_owned(),
+                    credentials: credentials(),
+                }),
+                self.inner.services.clone(),
+                self.inner.log.clone(),
+                None,
+            )
+        });
+        if !closing.is_empty()
+            && let Ok(h) = tokio::runtime::Handle::try_current()
+        {
+            h.spawn(async move {
+                for s in closing {
+                    s.stop().await;
+                }
+            });
+        }
+        sup
+    }
+
+    /// Closes every per-user session (the server's `upstream_auth`
+    /// changed); the next call of each user opens a new one.
+    pub fn close_user_sessions(&self) {
+        let closing = self.inner.users.take_all();
+        if !closing.is_empty()
+            && let Ok(h) = tokio::runtime::Handle::try_current()
+        {
+            h.spawn(async move {
+                for s in closing {
+                    s.stop().await;
+                }
+            });
+        }
+    }
+
+    /// Closes `subject`'s session, if open (its credentials changed).
+    pub fn close_user_session(&self, subject: &str) {
+        if let Some(s) = self.inner.users.take(subject)
+            && let Ok(h) = tokio::runtime::Handle::try_current()
+        {
+            h.spawn(async move { s.stop().await });
+        }
+    }
+
+    /// How many per-user sessions are open ([`Supervised::for_user`]).
+    pub fn user_sessions(&self) -> usize {
+        self.inner.users.len()
     }
 
     /// A supervisor for `spec`, one of this package's other process groups.
@@ -1148,6 +1218,9 @@ impl Supervised {
             .as_ref()
             .map(|g| g.all())
             .unwrap_or_default();
+        // And a remote server's per-user sessions.
+        let mut others = others;
+        others.extend(self.inner.users.take_all());
         let others = futures_util::future::join_all(others.iter().map(|s| Box::pin(s.stop())));
         let (_, ()) = tokio::join!(others, self.stop_own());
     }

@@ -17,6 +17,7 @@
 //! The OAuth mechanics themselves (PKCE, the code and refresh grants, client
 //! authentication) are the `oauth2` crate's.
 
+pub mod exchange;
 pub mod oauth;
 pub mod transport;
 

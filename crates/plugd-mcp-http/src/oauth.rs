@@ -242,7 +242,10 @@ pub fn http_client() -> Result<reqwest::Client, OAuthError> {
         .map_err(|e| err(format!("cannot build the HTTP client: {e}")))
 }
 
-async fn get_json(http: &reqwest::Client, url: &Url) -> Result<Option<Value>, OAuthError> {
+pub(crate) async fn get_json(
+    http: &reqwest::Client,
+    url: &Url,
+) -> Result<Option<Value>, OAuthError> {
     let resp = http
         .get(url.clone())
         .header(header::ACCEPT, "application/json")
@@ -265,7 +268,7 @@ fn plugd_version_header() -> HeaderValue {
     HeaderValue::from_static("2025-11-25")
 }
 
-async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
+pub(crate) async fn read_bounded(resp: reqwest::Response, max: usize) -> Result<Vec<u8>, String> {
     use futures_util::StreamExt;
     let mut buf = Vec::new();
     let mut body = resp.bytes_stream();
@@ -496,7 +499,11 @@ pub async fn discover(
 /// only by URL normalization (a root path's `/`, the host's case) is the
 /// same issuer here. A metadata document without `issuer` is taken as the
 /// expected one.
-fn check_issuer(expected: &str, parsed: &Url, named: Option<&str>) -> Result<(), OAuthError> {
+pub(crate) fn check_issuer(
+    expected: &str,
+    parsed: &Url,
+    named: Option<&str>,
+) -> Result<(), OAuthError> {
     let Some(named) = named else {
         return Ok(());
     };

@@ -841,6 +841,7 @@ impl PlugdConfig {
             }
             config.cluster = ClusterConfig { nats, node_id };
         }
+        crate::mcp_config::check_upstream_issuers(&config.mcp, &config.auth.issuers, path)?;
         Ok(config)
     }
 

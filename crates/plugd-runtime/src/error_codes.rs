@@ -68,6 +68,10 @@ impl From<RuntimeError> for ServiceError {
                 return ServiceError::new(Code::ResourcesDenied, message)
                     .with_details(json!({ "server": server }));
             }
+            RuntimeError::UpstreamAuth { server, .. } => {
+                return ServiceError::new(Code::UpstreamAuthFailed, message)
+                    .with_details(json!({ "server": server }));
+            }
             RuntimeError::UnknownExport { .. } => Code::NotFound,
             RuntimeError::Store(e @ plugd_store::StoreError::Unavailable { .. }) => {
                 let mut err = ServiceError::new(Code::StoreUnavailable, e.to_string());

@@ -51,6 +51,7 @@ pub mod mcp_config;
 pub mod mcp_features;
 pub mod mcp_remote;
 pub mod mcp_requests;
+mod mcp_upstream;
 pub mod memory_config;
 pub mod microapp;
 pub mod outbox;
@@ -257,6 +258,18 @@ pub enum RuntimeError {
         binding_id: String,
         /// Each problem, with its JSON Pointer in the binding.
         problems: Vec<plugd_control::Problem>,
+    },
+    /// A call of a remote MCP server with plugd.yaml `upstream_auth` could
+    /// not get the caller's own credential; it was not sent, and no shared
+    /// credential was used instead.
+    #[error(
+        "MCP server {server:?} is called with each caller's own credential (plugd.yaml mcp.servers.{server}.upstream_auth): {message}"
+    )]
+    UpstreamAuth {
+        /// The server.
+        server: String,
+        /// Why (never a token).
+        message: String,
     },
 }
 
@@ -543,6 +556,8 @@ struct RtInner {
     /// their connections.
     mcp_roots: plugd_host::dialect::McpRoots,
     mcp_stateless: plugd_host::dialect::McpServerFlags,
+    /// plugd.yaml `upstream_auth`: per-user credentials of remote servers.
+    upstreams: mcp_upstream::Upstreams,
     /// MCP resources, prompts and completion: plugd.yaml's resource
     /// policy, the event broadcast, the subscriptions.
     mcp_features: mcp_features::McpFeatures,
@@ -648,6 +663,13 @@ impl Runtime {
         services.mcp_roots = plugd_host::dialect::McpRoots::new(
             loaded.as_ref().map(|c| c.mcp.roots()).unwrap_or_default(),
         );
+        let upstreams = mcp_upstream::Upstreams::default();
+        upstreams.replace(
+            loaded
+                .as_ref()
+                .map(|c| c.mcp.upstream_auth())
+                .unwrap_or_default(),
+        );
         accept_new.replace(
             loaded
                 .as_ref()
@@ -726,6 +748,7 @@ impl Runtime {
                 shared_pins,
                 approval_locks: Mutex::new(HashMap::new()),
                 mcp_roots: services.mcp_roots.clone(),
+                upstreams,
                 mcp_stateless: services.mcp_stateless.clone(),
                 mcp_features,
                 mcp_requests: mcp_requests::RequestsState::default(),
@@ -1317,7 +1340,13 @@ impl Runtime {
             }
             None => ctx,
         };
-        let result = sup.call_tool(&entry.def, args, ctx, None).await;
+        // A remote server with `upstream_auth`: the caller's own session.
+        let own = self.upstream_session(sup, ctx).await?;
+        let result = own
+            .as_ref()
+            .unwrap_or(sup)
+            .call_tool(&entry.def, args, ctx, None)
+            .await;
         drop(minted);
         let result = result?;
         entry.check_output(&result).map_err(|message| {

@@ -89,6 +89,57 @@ pub struct McpServerConfig {
     /// re-approval (default `false`; see [`crate::tool_pins`]). A changed
     /// definition is withheld either way.
     pub accept_new_tools: bool,
+    /// `upstream_auth`: each caller's call reaches the (remote) server with
+    /// that caller's own token (see [`UpstreamAuth`]); `None`: the
+    /// server's own credentials, as before.
+    pub upstream_auth: Option<UpstreamAuth>,
+}
+
+/// `mcp.servers.NAME.upstream_auth`: how the server gets each user's own
+/// credential (off by default).
+///
+/// ```yaml
+/// mcp:
+///   servers:
+///     notes:
+///       upstream_auth:
+///         token_exchange:
+///           issuer: https://idp.example        # one of auth.issuers
+///           audience: https://notes.example/mcp
+///           scope: "notes:read"                # optional
+///           client_id: plugd-exchange
+///           client_secret: ${NOTES_EXCHANGE}   # plugd secrets set NOTES_EXCHANGE
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpstreamAuth {
+    /// `token_exchange`: RFC 8693 at the caller's issuer.
+    pub token_exchange: Option<TokenExchange>,
+    /// `user_grants`: a user's own OAuth grant at the server, stored by
+    /// `plugd mcp login NAME --user SUBJECT`, is used for that user's
+    /// calls (before any exchange).
+    pub user_grants: bool,
+}
+
+/// `upstream_auth.token_exchange`: the caller's access token (validated by
+/// plugd, from `auth.issuers`) is exchanged at `issuer`'s token endpoint
+/// for a token of `audience`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TokenExchange {
+    /// The issuer (exactly one of `auth.issuers`).
+    pub issuer: String,
+    /// The upstream's resource identifier (sent as RFC 8707 `resource` and
+    /// RFC 8693 `audience`).
+    pub audience: String,
+    /// `scope` of the exchanged token, when set.
+    pub scope: Option<String>,
+    /// plugd's client id at the issuer.
+    pub client_id: String,
+    /// The name of the operator's secret holding the client secret
+    /// (`client_secret: ${NAME}`); `None`: a public client.
+    pub client_secret: Option<String>,
+    /// The line of `token_exchange` in plugd.yaml, for messages.
+    #[serde(skip)]
+    pub line: u64,
 }
 
 impl Default for McpServerConfig {
@@ -100,6 +151,7 @@ impl Default for McpServerConfig {
             sampling: false,
             sampling_max_tokens: DEFAULT_SAMPLING_MAX_TOKENS,
             accept_new_tools: false,
+            upstream_auth: None,
         }
     }
 }
@@ -310,6 +362,14 @@ impl McpConfig {
             .collect()
     }
 
+    /// Server name → its `upstream_auth`, for the servers that set it.
+    pub fn upstream_auth(&self) -> BTreeMap<String, UpstreamAuth> {
+        self.servers
+            .iter()
+            .filter_map(|(name, s)| Some((name.clone(), s.upstream_auth.clone()?)))
+            .collect()
+    }
+
     /// Server name → roots, for the servers that have any.
     pub fn roots(&self) -> BTreeMap<String, Vec<PathBuf>> {
         self.servers
@@ -360,6 +420,165 @@ struct RawServer {
     stateless: Option<bool>,
     #[serde(default)]
     accept_new_tools: Option<bool>,
+    #[serde(default)]
+    upstream_auth: Option<Spanned<RawUpstreamAuth>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawUpstreamAuth {
+    #[serde(default)]
+    token_exchange: Option<Spanned<RawTokenExchange>>,
+    #[serde(default)]
+    user_grants: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTokenExchange {
+    issuer: String,
+    audience: String,
+    #[serde(default)]
+    scope: Option<String>,
+    client_id: String,
+    #[serde(default)]
+    client_secret: Option<String>,
+}
+
+/// Checks `upstream_auth` of server `name` on its own (the issuer is
+/// checked against `auth.issuers` by [`check_upstream_issuers`]).
+fn parse_upstream_auth(
+    name: &str,
+    raw: Spanned<RawUpstreamAuth>,
+    invalid: &dyn Fn(String, u64, String) -> ConfigError,
+) -> Result<UpstreamAuth, ConfigError> {
+    let user_grants = raw.value.user_grants.unwrap_or(false);
+    let Some(tx) = raw.value.token_exchange else {
+        if !user_grants {
+            return Err(invalid(
+                format!("mcp.servers.{name}.upstream_auth"),
+                raw.referenced.line(),
+                "names no way to get a user's credential; give token_exchange, or user_grants: true (grants stored by `plugd mcp login SERVER --user SUBJECT`)".into(),
+            ));
+        }
+        return Ok(UpstreamAuth {
+            token_exchange: None,
+            user_grants,
+        });
+    };
+    let line = tx.referenced.line();
+    let field = |f: &str| format!("mcp.servers.{name}.upstream_auth.token_exchange.{f}");
+    let tx = tx.value;
+    let issuer = url::Url::parse(tx.issuer.trim()).map_err(|e| {
+        invalid(
+            field("issuer"),
+            line,
+            format!(
+                "{:?} is not a URL ({e}); give the issuer exactly as in auth.issuers",
+                tx.issuer
+            ),
+        )
+    })?;
+    if !plugd_mcp_http::oauth::secure_enough(&issuer) {
+        return Err(invalid(
+            field("issuer"),
+            line,
+            format!(
+                "{:?} is plain http to a host that is not loopback: the caller's token would cross the network in clear; use https",
+                tx.issuer
+            ),
+        ));
+    }
+    let audience = tx.audience.trim();
+    if audience.is_empty() || audience.contains(char::is_whitespace) {
+        return Err(invalid(
+            field("audience"),
+            line,
+            "give the upstream's resource identifier (its MCP URL, as its tokens' aud), without spaces".into(),
+        ));
+    }
+    if let Ok(u) = url::Url::parse(audience)
+        && u.scheme() == "http"
+        && !plugd_mcp_http::oauth::secure_enough(&u)
+    {
+        return Err(invalid(
+            field("audience"),
+            line,
+            format!(
+                "{audience:?} is plain http to a host that is not loopback; the upstream's tokens would cross the network in clear; use https"
+            ),
+        ));
+    }
+    if tx.client_id.trim().is_empty() {
+        return Err(invalid(
+            field("client_id"),
+            line,
+            "give plugd's client id at the issuer".into(),
+        ));
+    }
+    if tx.scope.as_deref().is_some_and(|s| s.trim().is_empty()) {
+        return Err(invalid(
+            field("scope"),
+            line,
+            "an empty scope; leave it out or name the scopes".into(),
+        ));
+    }
+    let client_secret = match tx.client_secret {
+        None => None,
+        Some(text) => {
+            let name = text
+                .trim()
+                .strip_prefix("${")
+                .and_then(|r| r.strip_suffix('}'))
+                .filter(|n| crate::host_secrets::valid_name(n))
+                .ok_or_else(|| {
+                    invalid(
+                        field("client_secret"),
+                        line,
+                        "must name one of the operator's secrets as ${NAME} (store it with `plugd secrets set NAME`), never the secret itself".into(),
+                    )
+                })?;
+            Some(name.to_owned())
+        }
+    };
+    Ok(UpstreamAuth {
+        token_exchange: Some(TokenExchange {
+            issuer: tx.issuer.trim().to_owned(),
+            audience: audience.to_owned(),
+            scope: tx.scope,
+            client_id: tx.client_id.trim().to_owned(),
+            client_secret,
+            line,
+        }),
+        user_grants,
+    })
+}
+
+/// Every `upstream_auth` issuer must be one of `issuers` (plugd validated
+/// the caller's token with it, so it is the one that can exchange it).
+pub(crate) fn check_upstream_issuers(
+    mcp: &McpConfig,
+    issuers: &[crate::auth_config::IssuerConfig],
+    path: &Path,
+) -> Result<(), ConfigError> {
+    let same = |a: &str, b: &str| a.trim_end_matches('/') == b.trim_end_matches('/');
+    for (name, auth) in mcp.upstream_auth() {
+        let Some(tx) = &auth.token_exchange else {
+            continue;
+        };
+        if !issuers.iter().any(|i| same(&i.issuer, &tx.issuer)) {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                field: format!("mcp.servers.{name}.upstream_auth.token_exchange.issuer"),
+                line: tx.line,
+                message: format!(
+                    "{:?} is not one of auth.issuers: plugd exchanges only tokens it validated, so the issuer must be one it trusts; add it under auth.issuers or name one of those",
+                    tx.issuer
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Validates `mcp:` (`path` names the file in errors; relative roots are
@@ -403,6 +622,9 @@ pub fn parse_config(
             accept_new_tools: server.value.accept_new_tools.unwrap_or(false),
             ..McpServerConfig::default()
         };
+        if let Some(ua) = server.value.upstream_auth {
+            out.upstream_auth = Some(parse_upstream_auth(&name, ua, &invalid)?);
+        }
         if let Some(max) = server.value.sampling_max_tokens {
             out.sampling_max_tokens = u32::try_from(max.value)
                 .ok()
@@ -541,6 +763,7 @@ impl crate::Runtime {
         self.inner.mcp_features.set_config(config);
         self.inner.mcp_stateless.replace(config.stateless());
         (self.inner.observer.accept_new).replace(config.accept_new_tools());
+        self.apply_upstream_auth(config.upstream_auth());
         let changed = self.inner.mcp_roots.replace(config.roots());
         let mut told = Vec::new();
         for server in changed {
@@ -566,6 +789,89 @@ mod tests {
 
     fn parse(text: &str) -> Result<PlugdConfig, ConfigError> {
         PlugdConfig::parse(text, Path::new("/ws/plugd.yaml"), Path::new("/ws"))
+    }
+
+    #[test]
+    fn upstream_auth_is_off_by_default_and_refused_when_it_cannot_work() {
+        let auth = "auth:\n  issuers:\n    - {issuer: 'https://idp.example', audience: plugd}\n";
+        let c = parse(&format!("{auth}mcp:\n  servers:\n    notes: {{}}\n")).unwrap();
+        assert!(c.mcp.servers["notes"].upstream_auth.is_none());
+        assert!(c.mcp.upstream_auth().is_empty());
+        let server = |tx: &str| {
+            format!(
+                "{auth}mcp:\n  servers:\n    notes:\n      upstream_auth:\n        token_exchange: {{{tx}}}\n"
+            )
+        };
+        let c = parse(&server(
+            "issuer: 'https://idp.example/', audience: 'https://notes.example/mcp', scope: 'notes:read', client_id: plugd-x, client_secret: '${notes-x}'",
+        ))
+        .unwrap();
+        let ua = &c.mcp.upstream_auth()["notes"];
+        assert!(!ua.user_grants);
+        let tx = ua.token_exchange.as_ref().unwrap();
+        assert_eq!(tx.audience, "https://notes.example/mcp");
+        assert_eq!(tx.client_secret.as_deref(), Some("notes-x"));
+        assert_eq!(tx.scope.as_deref(), Some("notes:read"));
+        let grants = format!(
+            "{auth}mcp:\n  servers:\n    notes:\n      upstream_auth: {{user_grants: true}}\n"
+        );
+        let c = parse(&grants).unwrap();
+        assert!(c.mcp.upstream_auth()["notes"].user_grants);
+        let e = parse(&format!(
+            "{auth}mcp:\n  servers:\n    notes:\n      upstream_auth: {{user_grants: false}}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("mcp.servers.notes.upstream_auth") && e.contains("no way"),
+            "{e}"
+        );
+        for (tx, field, why) in [
+            (
+                "issuer: 'https://other.example', audience: a, client_id: c",
+                "token_exchange.issuer",
+                "not one of auth.issuers",
+            ),
+            (
+                "issuer: 'http://idp.example', audience: a, client_id: c",
+                "token_exchange.issuer",
+                "plain http",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: 'http://notes.example/mcp', client_id: c",
+                "token_exchange.audience",
+                "plain http",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: ' ', client_id: c",
+                "token_exchange.audience",
+                "resource identifier",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: a, client_id: ''",
+                "token_exchange.client_id",
+                "client id",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: a, client_id: c, client_secret: hunter2",
+                "token_exchange.client_secret",
+                "never the secret itself",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: a, client_id: c, client_secret: '${../x}'",
+                "token_exchange.client_secret",
+                "${NAME}",
+            ),
+            (
+                "issuer: 'https://idp.example', audience: a, client_id: c, extra: 1",
+                "extra",
+                "",
+            ),
+        ] {
+            let e = parse(&server(tx)).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains(why), "{tx}: {e}");
+            assert!(!e.contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

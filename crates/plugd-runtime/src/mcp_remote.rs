@@ -98,13 +98,23 @@ pub(crate) async fn prepare(
 /// synchronous: the tokens are sealed in it and the write goes to a task
 /// (the tokens in use are the refreshed ones either way).
 fn persister(store: Arc<dyn StateStore>, id: String) -> plugd_mcp_http::oauth::Persist {
+    persister_at(store, id, OAUTH_KEY.to_owned())
+}
+
+/// [`persister`] writing to setting `key` of `owner` (a user's own grant:
+/// `crate::mcp_upstream`).
+pub(crate) fn persister_at(
+    store: Arc<dyn StateStore>,
+    id: String,
+    key: String,
+) -> plugd_mcp_http::oauth::Persist {
     Arc::new(move |stored: &Stored| {
-        let sealed = seal_credentials(&id, stored)?;
-        let (store, id) = (store.clone(), id.clone());
+        let sealed = seal_at(&id, &key, stored)?;
+        let (store, id, key) = (store.clone(), id.clone(), key.clone());
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| "cannot store the OAuth tokens: no async runtime".to_owned())?;
         handle.spawn(async move {
-            if let Err(e) = store.put_sealed(&id, OAUTH_KEY, &sealed).await {
+            if let Err(e) = store.put_sealed(&id, &key, &sealed).await {
                 tracing::warn!(plugin = %id, error = %e, "could not store the refreshed OAuth tokens");
             }
         });
@@ -114,12 +124,21 @@ fn persister(store: Arc<dyn StateStore>, id: String) -> plugd_mcp_http::oauth::P
 
 /// The credentials of `id`, sealed with the master key.
 fn seal_credentials(id: &str, stored: &Stored) -> Result<plugd_store::secrets::Sealed, String> {
+    seal_at(id, OAUTH_KEY, stored)
+}
+
+/// OAuth credentials sealed as setting `key` of `owner`.
+pub(crate) fn seal_at(
+    owner: &str,
+    key: &str,
+    stored: &Stored,
+) -> Result<plugd_store::secrets::Sealed, String> {
     let master = KeySource::from_env()
         .and_then(|s| s.load_or_create())
         .map_err(|e| format!("cannot seal the OAuth tokens: {e}"))?;
     let text = serde_json::to_string(stored).map_err(|e| e.to_string())?;
     master
-        .seal(id, OAUTH_KEY, text.as_bytes())
+        .seal(owner, key, text.as_bytes())
         .map_err(|e| e.to_string())
 }
 

@@ -85,6 +85,10 @@ pub struct Identity {
     /// The groups of an OAuth/OIDC identity (its token's groups claim; the
     /// per-tool policy's `caller.groups`); empty for plugd tokens.
     pub groups: Vec<String>,
+    /// The caller's own access token (a JWT of `auth.issuers`), for remote
+    /// MCP servers with plugd.yaml `upstream_auth`; `None` for every other
+    /// identity. `Debug` shows its subject only.
+    pub user: Option<plugd_host::dialect::UserToken>,
 }
 
 impl Identity {
@@ -530,6 +534,7 @@ async fn identify(
                         tenant: None,
                         delegation: None,
                         groups: Vec::new(),
+                        user: None,
                     },
                     None,
                 ))
@@ -588,6 +593,7 @@ pub(crate) async fn token_identity(
                 tenant: None,
                 delegation: Some(d),
                 groups: Vec::new(),
+                user: None,
             }),
             None => {
                 tracing::warn!(%remote, "refused a request with an unusable delegation token");
@@ -638,6 +644,7 @@ async fn token_verdict(
             }),
             delegation: None,
             groups: Vec::new(),
+            user: None,
         }),
         Err(why) => {
             tracing::warn!(%remote, "refused a request with an unusable token");
@@ -716,6 +723,7 @@ async fn console_identity(
             tenant: None,
             delegation: None,
             groups: Vec::new(),
+            user: None,
         },
         plugd_console::Login::Oidc {
             name,
@@ -1154,6 +1162,7 @@ mod tests {
             tenant: None,
             delegation: None,
             groups: Vec::new(),
+            user: None,
         };
         for path in ["/mcp/ro", "/sse/ro", "/messages/ro"] {
             assert!(id.may_reach(path), "{path}");

@@ -178,6 +178,7 @@ mod tests {
             }),
             delegation: None,
             groups: Vec::new(),
+            user: None,
         }
     }
 

@@ -936,6 +936,7 @@ async fn invoke_tool(
         caller_role: Some(who.role.as_str().to_owned()),
         caller_groups: who.groups,
         caller: Some(who.name),
+        user: who.user,
         // The caller's W3C trace, kept in the record whether or not traces
         // are exported (the governed path makes one when there is none).
         trace_id: headers

@@ -648,6 +648,7 @@ async fn post(
                 .gateway
                 .session(caller(&identity), profile)
                 .map_err(gateway_error)?;
+            session.set_user(identity.user.clone());
             let request_id = body.get("id").cloned().unwrap_or(Value::Null);
             let reply = session.handle(body, None).await;
             let ok = reply.as_ref().is_some_and(|r| r.get("result").is_some());
@@ -690,6 +691,7 @@ async fn post(
         }
     };
     let (session, hub) = session;
+    session.set_user(identity.user.clone());
     let kept = session.clone();
     let resp = match body {
         Value::Array(batch) => {

@@ -246,6 +246,7 @@ pub async fn post_messages(
             format!("no MCP session {id:?}; it ended or expired: open GET /sse again"),
         ));
     };
+    session.set_user(identity.user.clone());
     if body.is_array() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -229,10 +229,16 @@ pub(crate) async fn jwt_identity(
         }
     };
     let claims = Claims::of(&verified);
-    identity(state, oidc, &claims).await.map_err(|e| {
+    let mut identity = identity(state, oidc, &claims).await.map_err(|e| {
         tracing::warn!(%remote, identity = %claims.name, cause = e.cause(), reason = %e, "refused a JWT access token");
         e.into_response()
-    })
+    })?;
+    identity.user = Some(plugd_host::dialect::UserToken::new(
+        &identity.name,
+        &verified.issuer,
+        token,
+    ));
+    Ok(identity)
 }
 
 /// What decides an OIDC identity once its token is valid: its name,
@@ -331,6 +337,7 @@ pub(crate) async fn identity(
         tenant,
         delegation: None,
         groups: claims.groups.clone(),
+        user: None,
     })
 }
 

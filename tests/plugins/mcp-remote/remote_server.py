@@ -6,13 +6,15 @@ The authorization endpoint approves at once (no login page: the "user" of
 the test is whoever fetches the URL plugd prints). `--token-ttl` makes
 access tokens expire quickly so refresh is exercised; `--no-auth` serves
 without authorization and `--header NAME=VALUE` requires a static header
-instead. GET /stats reports what the server saw, for the test to assert.
+instead. GET /stats reports what the server saw, for the test to assert
+(`tokens_seen`: a short hash of the token of each accepted request).
 
 Prints `url: http://127.0.0.1:PORT/mcp` on stdout once it listens.
 """
 
 import argparse
 import asyncio
+import hashlib
 import secrets
 import socket
 import sys
@@ -39,6 +41,7 @@ STATS = {
     "resources": [],
     "rejected_tokens": 0,
     "header_misses": 0,
+    "tokens_seen": [],
 }
 
 
@@ -108,6 +111,8 @@ class Provider:
         if t is None or (t.expires_at is not None and t.expires_at < time.time()):
             STATS["rejected_tokens"] += 1
             return None
+        # Which token each accepted request carried (a short hash).
+        STATS["tokens_seen"].append(hashlib.sha256(token.encode()).hexdigest()[:12])
         return t
 
     async def revoke_token(self, token):

@@ -75,6 +75,7 @@ mod tool_pins;
 mod traces;
 mod typed_errors;
 mod upgrade;
+mod upstream_auth;
 mod vai;
 mod vai_classes;
 mod vector;

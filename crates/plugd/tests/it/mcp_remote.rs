@@ -14,13 +14,13 @@ use serde_json::{Value, json};
 use crate::support::{Ws, ok, path_with_venv, plugd_cmd, repo, stderr, stdout};
 
 /// A fixture server process, killed on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Server {
-    fn start(script: &str, args: &[&str]) -> Server {
+    pub(crate) fn start(script: &str, args: &[&str]) -> Server {
         #[allow(clippy::disallowed_methods)] // the test's own fixture server
         let mut child = Command::new(repo().join(".venv/bin/python3"))
             .arg(repo().join("tests/plugins/mcp-remote").join(script))
@@ -46,7 +46,7 @@ impl Server {
         self.url.trim_end_matches("/mcp").to_owned()
     }
 
-    fn stats(&self) -> Value {
+    pub(crate) fn stats(&self) -> Value {
         let out = http_get(&format!("{}/stats", self.base()));
         serde_json::from_str(&out.1).unwrap()
     }
@@ -61,7 +61,7 @@ impl Drop for Server {
 
 /// The test's "browser": one HTTP/1.1 GET over a TCP socket, redirects not
 /// followed: (status, body, Location).
-fn http_get(url: &str) -> (u16, String, Option<String>) {
+pub(crate) fn http_get(url: &str) -> (u16, String, Option<String>) {
     use std::io::Read;
     let rest = url.strip_prefix("http://").expect("loopback http URL");
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -135,7 +135,7 @@ fn remote_ws(entry: Value) -> Ws {
 
 /// `plugd mcp login remote`, with this test as the browser: fetch the
 /// authorization URL plugd prints, then follow its redirect to plugd.
-fn login(ws: &Ws) -> Output {
+pub(crate) fn login(ws: &Ws) -> Output {
     login_then(ws, |callback| {
         let (status, body, _) = http_get(callback);
         assert_eq!(status, 200, "{body}");
@@ -147,10 +147,16 @@ fn login(ws: &Ws) -> Output {
 /// first (each answered with an error and ignored); then hand the real
 /// redirect to `redirect`.
 fn login_then(ws: &Ws, redirect: impl FnOnce(&str)) -> Output {
+    login_with(ws, &[], redirect)
+}
+
+/// [`login_then`] with `extra` arguments (`--user SUBJECT`).
+pub(crate) fn login_with(ws: &Ws, extra: &[&str], redirect: impl FnOnce(&str)) -> Output {
     let mut child = plugd_cmd(ws.dir())
         .env("PLUGD_MASTER_KEY", KEY)
         .env("PLUGD_KEY_FILE", ws.dir().join("no-key-file"))
         .args(["mcp", "login", "remote", "--timeout", "30"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

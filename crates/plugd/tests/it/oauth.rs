@@ -73,7 +73,7 @@ impl Idp {
     }
 
     /// One HTTP/1.0 request to the provider; status and JSON body.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(crate) fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let mut s = TcpStream::connect(self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let body = body.map(Value::to_string).unwrap_or_default();
