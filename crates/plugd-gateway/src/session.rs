@@ -13,12 +13,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use futures_util::FutureExt as _;
+use futures_util::future::{AbortHandle, Abortable, Aborted};
 use plugd_mcp::version;
 use plugd_runtime::mcp_config::ProfileMatcher;
 use plugd_wire::jsonrpc::{DecodeError, Id, Message};
 use serde_json::{Map, Value, json};
+use std::panic::AssertUnwindSafe;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 
 use crate::{Caller, Gateway, SERVER_NAME, catalog, tools};
 
@@ -107,6 +110,19 @@ pub(crate) struct SessionInner {
 /// Most pins and found tools one session keeps (a bigger catalog is
 /// searched, not loaded whole).
 pub(crate) const MAX_SESSION_TOOLS: usize = 4096;
+
+/// Takes a request off the session's in-flight list when it ends, however
+/// it ends (answered, aborted, or its caller gone).
+struct Unlist<'a> {
+    inflight: &'a Mutex<HashMap<String, AbortHandle>>,
+    key: String,
+}
+
+impl Drop for Unlist<'_> {
+    fn drop(&mut self) {
+        lock(self.inflight).remove(&self.key);
+    }
+}
 
 impl Drop for SessionInner {
     fn drop(&mut self) {
@@ -485,16 +501,27 @@ impl Session {
                 )),
             ));
         }
-        let this = self.clone();
-        let task = tokio::spawn(async move { this.dispatch(&method, params, cx).await });
-        lock(&self.inner.inflight).insert(key.clone(), task.abort_handle());
-        let out = task.await;
-        lock(&self.inner.inflight).remove(&key);
-        match out {
-            Ok(result) => Some(respond(id, result)),
-            Err(e) if e.is_cancelled() => None,
-            Err(e) => {
-                tracing::error!(session = %self.inner.id, error = %e, "MCP request handler panicked");
+        // Run here, not in a task of its own (issue 29: a task per request
+        // cost a spawn and a copy of this large future): abortable, so a
+        // `notifications/cancelled` or the session's end stops it, and a
+        // panic is caught and answered as an internal error.
+        let (abort, registration) = AbortHandle::new_pair();
+        lock(&self.inner.inflight).insert(key.clone(), abort);
+        let _unlist = Unlist {
+            inflight: &self.inner.inflight,
+            key,
+        };
+        let call = AssertUnwindSafe(self.dispatch(&method, params, cx)).catch_unwind();
+        match Abortable::new(call, registration).await {
+            Ok(Ok(result)) => Some(respond(id, result)),
+            Err(Aborted) => None,
+            Ok(Err(panic)) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(session = %self.inner.id, method, panic = %why, "MCP request handler panicked");
                 Some(respond(id, Err(error(code::INTERNAL, "internal error"))))
             }
         }
@@ -528,11 +555,11 @@ impl Session {
                 });
             }
         }
-        let state = lock(&self.inner.state).clone();
+        let state = lock(&self.inner.state);
         match state.version {
             Some(v) => Ok(RequestCx {
                 version: v,
-                capabilities: state.capabilities,
+                capabilities: state.capabilities.clone(),
                 sink,
             }),
             None if matches!(method, "initialize" | "ping" | "server/discover") => Ok(RequestCx {
