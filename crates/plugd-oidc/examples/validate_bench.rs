@@ -1,7 +1,10 @@
-//! Micro-benchmark of JWT access token validation with a warm JWKS cache
-//! (what a `/mcp` or API request with an issuer's token pays on top of the
-//! request itself): a loopback issuer serves discovery and JWKS, the
-//! validator fetches them once, then validates the same token repeatedly.
+//! Micro-benchmark of what identity and policy cost a call: JWT access
+//! token validation with a warm JWKS cache (a loopback issuer serves
+//! discovery and JWKS, the validator fetches them once, then validates new
+//! tokens and the same token repeatedly), against the check of a
+//! `plugd_…` token by the SQLite state store, in the same process; then
+//! plugd.yaml `policy:` evaluation at call time (CEL) for a JWT caller with
+//! groups and for a plugd token's caller.
 //! Run: `cargo run --release -p plugd-oidc --example validate_bench`.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -96,6 +99,75 @@ async fn measure(alg: Algorithm, key: EncodingKey, jwk: Value) {
     );
 }
 
+/// A `plugd_…` token checked by the state store (what a request with a
+/// plugd token pays where a JWT pays `validate`), the same token each call.
+fn plugd_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = plugd_store::Store::open(dir.path()).unwrap();
+    let token = store
+        .token_create("bench", plugd_store::tokens::Role::Agent, None, "bench")
+        .unwrap()
+        .token;
+    let mut samples = Vec::with_capacity(CALLS);
+    for i in 0..CALLS * 2 {
+        let t = Instant::now();
+        let got = store.token_verify(&token).unwrap().unwrap();
+        if i >= CALLS {
+            samples.push(t.elapsed());
+        }
+        std::hint::black_box(got);
+    }
+    print_row(
+        "plugd token (state store, SQLite)",
+        "the same token each call",
+        &mut samples,
+    );
+}
+
+/// plugd.yaml `policy:` at call time: `rules` in order, for `caller`.
+fn policy(rules: &[(&str, &str, plugd_runtime::tool_policy::Effect)], caller_kind: &str) {
+    use plugd_runtime::tool_policy::{PolicyCaller, Rule, Stage, ToolPolicy};
+    let policy = ToolPolicy {
+        rules: rules
+            .iter()
+            .map(|(name, when, effect)| Rule::compile(name, when, *effect).unwrap())
+            .collect(),
+    };
+    let caller = match caller_kind {
+        "jwt" => PolicyCaller {
+            groups: vec!["admins".into(), "staff".into()],
+            role: "agent".into(),
+            ..PolicyCaller::named("oidc:idp.example.com/alice")
+        },
+        _ => PolicyCaller {
+            role: "agent".into(),
+            ..PolicyCaller::named("token:bench")
+        },
+    };
+    let tool = json!({"name": "db__query", "plugin": "db", "risk": "low", "annotations": {}});
+    let args = json!({"sql": "select 1 from users where id = 42"});
+    let mut samples = Vec::with_capacity(CALLS);
+    for i in 0..CALLS * 2 {
+        let t = Instant::now();
+        let got = policy.explain(&caller, tool.clone(), Some(&args), Stage::Call);
+        if i >= CALLS {
+            samples.push(t.elapsed());
+        }
+        std::hint::black_box(got);
+    }
+    let what = format!("{} rule(s), {caller_kind} caller", rules.len());
+    print_row("policy: explain at call time", &what, &mut samples);
+}
+
+fn print_row(what: &str, how: &str, samples: &mut [Duration]) {
+    let p50 = pct(samples, 0.50);
+    let p99 = pct(samples, 0.99);
+    #[allow(clippy::print_stdout)] // a benchmark's report
+    {
+        println!("{what}, {how}: p50 {p50:.2} us, p99 {p99:.2} us ({CALLS} calls)");
+    }
+}
+
 fn report(alg: Algorithm, what: &str, samples: &mut [Duration]) {
     let p50 = pct(samples, 0.50);
     let p99 = pct(samples, 0.99);
@@ -133,4 +205,36 @@ async fn main() {
         jwk,
     )
     .await;
+
+    plugd_token();
+
+    use plugd_runtime::tool_policy::Effect;
+    // The issue's example, then a require_approval on the arguments, then
+    // ten rules of which none matches (every one evaluated).
+    let deny = (
+        "no-drop-for-interns",
+        r#""interns" in caller.groups && tool.name == "db__drop""#,
+        Effect::Deny,
+    );
+    let approve = (
+        "writes-need-approval",
+        r#"tool.name.startsWith("db__") && args.sql.matches("(?i)^\\s*(insert|update|delete)")"#,
+        Effect::RequireApproval,
+    );
+    let ten: Vec<(&str, String, Effect)> = (0..10)
+        .map(|i| {
+            (
+                "rule",
+                format!(r#""group{i}" in caller.groups && tool.plugin == "p{i}""#),
+                Effect::Deny,
+            )
+        })
+        .collect();
+    let ten: Vec<(&str, &str, Effect)> = ten.iter().map(|(n, w, e)| (*n, w.as_str(), *e)).collect();
+    for caller in ["jwt", "plugd token"] {
+        policy(&[], caller);
+        policy(&[deny], caller);
+        policy(&[deny, approve], caller);
+        policy(&ten, caller);
+    }
 }

@@ -158,22 +158,40 @@ impl Rule {
         })
     }
 
-    /// Evaluates `when`; an error is `Err(message)`.
-    fn eval(&self, vars: &Vars) -> Result<bool, String> {
-        let mut cx = Context::default();
-        for (name, value) in [
-            ("caller", &vars.caller),
-            ("tool", &vars.tool),
-            ("args", &vars.args),
-        ] {
-            cx.add_variable(name, value).map_err(|e| e.to_string())?;
-        }
-        match self.program.execute(&cx) {
+    /// Evaluates `when` in `cx` (the call's variables); an error is
+    /// `Err(message)`.
+    fn eval(&self, cx: &Context<'_, '_>) -> Result<bool, String> {
+        match self.program.execute(cx) {
             Ok(Cel::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("`when` gave {other:?}, not a bool")),
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+thread_local! {
+    /// CEL's standard library, built once per thread: building it (and
+    /// converting the variables) for every rule of every call cost ~17 µs a
+    /// rule (issue 28's benchmark); a call's variables go in a child scope.
+    static STDLIB: Context<'static, 'static> = Context::default();
+}
+
+/// Runs `f` with a context holding the call's variables (each converted
+/// once for all rules), or the conversion's error.
+fn with_vars<T>(vars: &Vars, f: impl FnOnce(Result<&Context<'_, '_>, String>) -> T) -> T {
+    STDLIB.with(|root| {
+        let mut cx = root.new_inner_scope();
+        for (name, value) in [
+            ("caller", &vars.caller),
+            ("tool", &vars.tool),
+            ("args", &vars.args),
+        ] {
+            if let Err(e) = cx.add_variable(name, value) {
+                return f(Err(e.to_string()));
+            }
+        }
+        f(Ok(&cx))
+    })
 }
 
 fn one_line(s: &str) -> String {
@@ -326,6 +344,13 @@ impl ToolPolicy {
         args: Option<&Value>,
         stage: Stage,
     ) -> Explanation {
+        if self.rules.is_empty() {
+            return Explanation {
+                rule: None,
+                effect: Effect::Allow,
+                rules: Vec::new(),
+            };
+        }
         let vars = Vars {
             caller: serde_json::to_value(caller).unwrap_or(Value::Null),
             tool,
@@ -334,6 +359,10 @@ impl ToolPolicy {
                 _ => Value::Object(Map::new()),
             },
         };
+        with_vars(&vars, |cx| self.explain_in(cx, stage))
+    }
+
+    fn explain_in(&self, cx: Result<&Context<'_, '_>, String>, stage: Stage) -> Explanation {
         let mut decided: Option<(String, Effect)> = None;
         let mut out = Vec::with_capacity(self.rules.len());
         for rule in &self.rules {
@@ -341,7 +370,11 @@ impl ToolPolicy {
                 out.push((rule.name.clone(), rule.effect, Outcome::NotEvaluated));
                 continue;
             }
-            let outcome = match rule.eval(&vars) {
+            let outcome = match cx
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|cx| rule.eval(cx))
+            {
                 Ok(true) => Outcome::Matched,
                 Ok(false) => Outcome::NotMatched,
                 Err(e) => Outcome::Error(e),
