@@ -252,11 +252,7 @@ impl StoredInvocation {
             error_code: error_code.clone(),
             org_id: org_id.clone(),
             project_id: project_id.clone(),
-            extra: if extra.is_empty() {
-                None
-            } else {
-                Some(serde_json::to_string(&extra)?)
-            },
+            extra: Some(serde_json::to_string(&extra)?).filter(|e| e != "{}"),
         })
     }
 }
@@ -290,43 +286,6 @@ struct Extra<'a> {
     execution_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload: Option<&'a serde_json::Value>,
-}
-
-impl Extra<'_> {
-    fn is_empty(&self) -> bool {
-        let Extra {
-            export_kind,
-            binding_id,
-            package_id,
-            package_version,
-            execution_class,
-            started_at,
-            ended_at,
-            retry_count,
-            session_id,
-            chain_id,
-            run_id,
-            execution_id,
-            payload,
-        } = self;
-        [
-            export_kind,
-            binding_id,
-            package_id,
-            package_version,
-            execution_class,
-            started_at,
-            ended_at,
-            session_id,
-            chain_id,
-            run_id,
-            execution_id,
-        ]
-        .iter()
-        .all(|f| f.is_none())
-            && retry_count.is_none()
-            && payload.is_none()
-    }
 }
 
 impl StoredInvocation {

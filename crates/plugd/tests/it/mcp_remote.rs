@@ -6,12 +6,12 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ws, ok, path_with_venv, plugd_cmd, repo, stderr, stdout};
+use crate::support::{Ws, ok, plugd_cmd, stderr, stdout};
 
 /// A fixture server process, killed on drop.
 pub(crate) struct Server {
@@ -21,24 +21,8 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) fn start(script: &str, args: &[&str]) -> Server {
-        #[allow(clippy::disallowed_methods)] // the test's own fixture server
-        let mut child = Command::new(repo().join(".venv/bin/python3"))
-            .arg(repo().join("tests/plugins/mcp-remote").join(script))
-            .args(args)
-            .env("PATH", path_with_venv())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .strip_prefix("url: ")
-            .unwrap_or_else(|| panic!("{script} printed {line:?}"))
-            .trim()
-            .to_owned();
+        let (child, url) =
+            crate::support::python_server(&format!("tests/plugins/mcp-remote/{script}"), args);
         Server { child, url }
     }
 

@@ -7,12 +7,11 @@
 //! (`hostile_discover.py`) makes plugd fall back to `initialize`, or fail
 //! naming the server and the cause.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 
 use serde_json::{Value, json};
 
-use crate::support::{Ws, ok, path_with_venv, repo, stderr, stdout};
+use crate::support::{Ws, ok, repo, stderr, stdout};
 
 fn fixture(script: &str) -> String {
     repo()
@@ -182,26 +181,9 @@ impl Drop for Server {
 
 #[test]
 fn a_python_sdk_server_over_stateless_http_gets_the_revision_in_headers() {
-    #[allow(clippy::disallowed_methods)] // the test's own fixture server
-    let mut child = Command::new(python())
-        .args([fixture("stateless_server.py"), "http".into()])
-        .env("PATH", path_with_venv())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let server = Server {
-        url: line
-            .strip_prefix("url: ")
-            .unwrap_or_else(|| panic!("printed {line:?}"))
-            .trim()
-            .to_owned(),
-        child,
-    };
+    let (child, url) =
+        crate::support::python_server("tests/plugins/mcp-stateless/stateless_server.py", &["http"]);
+    let server = Server { url, child };
     let ws = ws_with(json!({"type": "http", "url": server.url}));
     let seen = speaks_stateless(&ws);
     assert_eq!(seen["mcpProtocolVersionHeader"], "2026-07-28", "{seen}");

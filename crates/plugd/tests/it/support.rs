@@ -29,6 +29,32 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Starts the Python fixture server `script` (a path under the repository)
+/// with `args` from the repo's venv, and reads the `url: …` line it prints
+/// first: the child (the caller kills it) and that URL.
+pub fn python_server(script: &str, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead as _;
+    #[allow(clippy::disallowed_methods)] // the test's own fixture server
+    let mut child = std::process::Command::new(repo().join(".venv/bin/python3"))
+        .arg(repo().join(script))
+        .args(args)
+        .env("PATH", path_with_venv())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .strip_prefix("url: ")
+        .unwrap_or_else(|| panic!("{script} printed {line:?}"))
+        .trim()
+        .to_owned();
+    (child, url)
+}
+
 /// `PATH` with the repo's venv first (where `nexoai` is installed by scripts/test).
 pub fn path_with_venv() -> String {
     let venv = repo().join(".venv/bin");

@@ -21,8 +21,7 @@
 //! appears in serve's debug log, the invocation records or the state
 //! database.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
@@ -30,7 +29,7 @@ use serde_json::{Value, json};
 use crate::gateway::{initialize, mcp_post};
 use crate::http::{Resp, Serve, request_as};
 use crate::oauth::Idp;
-use crate::support::{Ws, ok, path_with_venv, plugd_cmd, repo, stderr};
+use crate::support::{Ws, ok, plugd_cmd, stderr};
 
 const KEY: &str = crate::support::TEST_MASTER_KEY;
 
@@ -42,24 +41,10 @@ struct Upstream {
 
 impl Upstream {
     fn start(issuer: &str) -> Upstream {
-        #[allow(clippy::disallowed_methods)] // the test's own upstream server
-        let mut child = Command::new(repo().join(".venv/bin/python3"))
-            .arg(repo().join("tests/fixtures/oidc/upstream_server.py"))
-            .args(["--issuer", issuer])
-            .env("PATH", path_with_venv())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .strip_prefix("url: ")
-            .unwrap_or_else(|| panic!("upstream_server.py printed {line:?}"))
-            .trim()
-            .to_owned();
+        let (child, url) = crate::support::python_server(
+            "tests/fixtures/oidc/upstream_server.py",
+            &["--issuer", issuer],
+        );
         Upstream { child, url }
     }
 
