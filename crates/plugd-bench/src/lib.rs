@@ -116,8 +116,13 @@ struct ColdStart {
 struct Report {
     machine: String,
     raw_pipe: Latency,
+    /// The same `tool.invoke` line to the hello-rust plugin itself over a
+    /// raw pipe, no plugd: the plugin's own share of a call.
+    plugin_pipe: Latency,
     plugd_sequential: Latency,
     p50_ratio: f64,
+    /// plugd's p50 over the plugin's own raw-pipe p50.
+    p50_ratio_plugin: f64,
     throughput: Vec<Throughput>,
     cold_start: Vec<ColdStart>,
     idle_plugins: u32,
@@ -183,7 +188,7 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
         };
         return crate::mcp::run(bench, args.json).await;
     }
-    sibling("hello-rust")?;
+    let hello_rust = sibling("hello-rust")?;
     let raw_echo = sibling("raw-echo")?;
     let tmp = tempfile::tempdir()?;
     let ws = tmp.path();
@@ -204,10 +209,17 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     let rt = plugd_agent::open(ws, HostConfig::default()).await?;
     rt.approve("hello_rust", "bench").await?;
     eprintln!(
-        "bench: raw pipe and plugd round trips, interleaved ({} each)",
+        "bench: raw pipes (raw-echo, hello-rust) and plugd round trips, interleaved ({} each)",
         args.iterations
     );
-    let (raw, seq) = sequential(&rt, &raw_echo, &line, &payload, args.iterations).await?;
+    let (raw, plugin_pipe, seq) = sequential(
+        &rt,
+        [&raw_echo, &hello_rust],
+        &line,
+        &payload,
+        args.iterations,
+    )
+    .await?;
 
     let mut throughput = Vec::new();
     for in_flight in [1u32, 16, 64] {
@@ -245,7 +257,9 @@ pub async fn run(args: &BenchArgs) -> Result<()> {
     let report = Report {
         machine: machine(),
         p50_ratio: seq.p50_us / raw.p50_us,
+        p50_ratio_plugin: seq.p50_us / plugin_pipe.p50_us,
         raw_pipe: raw,
+        plugin_pipe,
         plugd_sequential: seq,
         throughput,
         cold_start,
@@ -309,21 +323,30 @@ impl RawEcho {
     }
 }
 
-/// Sequential round trips, raw and through plugd, in alternating blocks of
-/// 500 so both sides see the same machine (a shared VM drifts within seconds).
+/// Sequential round trips, raw (to raw-echo, and to the plugin itself with
+/// no plugd) and through plugd, in alternating blocks of 500 so all three
+/// see the same machine (a shared VM drifts within seconds).
 async fn sequential(
     rt: &Runtime,
-    raw_echo: &Path,
+    raw_children: [&Path; 2],
     line: &str,
     payload: &serde_json::Value,
     iterations: u32,
-) -> Result<(Latency, Latency)> {
+) -> Result<(Latency, Latency, Latency)> {
     const BLOCK: u32 = 500;
-    let mut raw = Some(RawEcho::start(raw_echo, line)?);
-    let mut raw_samples = Vec::with_capacity(iterations as usize);
+    let mut raws = [
+        Some(RawEcho::start(raw_children[0], line)?),
+        Some(RawEcho::start(raw_children[1], line)?),
+    ];
+    let mut raw_samples = [
+        Vec::with_capacity(iterations as usize),
+        Vec::with_capacity(iterations as usize),
+    ];
     let mut plugd_samples = Vec::with_capacity(iterations as usize);
-    // Warm-up of both sides.
-    raw.as_mut().expect("present").round_trips(1000, None)?;
+    // Warm-up of every side.
+    for raw in &mut raws {
+        raw.as_mut().expect("present").round_trips(1000, None)?;
+    }
     for _ in 0..1000 {
         rt.call_tool("hello_rust_echo", payload.clone(), None)
             .await?;
@@ -332,16 +355,18 @@ async fn sequential(
     while left > 0 {
         let n = left.min(BLOCK);
         left -= n;
-        let mut echo = raw.take().expect("present");
-        let (echo, block) =
-            tokio::task::spawn_blocking(move || -> Result<(RawEcho, Vec<Duration>)> {
-                let mut block = Vec::with_capacity(n as usize);
-                echo.round_trips(n, Some(&mut block))?;
-                Ok((echo, block))
-            })
-            .await??;
-        raw = Some(echo);
-        raw_samples.extend(block);
+        for (raw, samples) in raws.iter_mut().zip(raw_samples.iter_mut()) {
+            let mut echo = raw.take().expect("present");
+            let (echo, block) =
+                tokio::task::spawn_blocking(move || -> Result<(RawEcho, Vec<Duration>)> {
+                    let mut block = Vec::with_capacity(n as usize);
+                    echo.round_trips(n, Some(&mut block))?;
+                    Ok((echo, block))
+                })
+                .await??;
+            *raw = Some(echo);
+            samples.extend(block);
+        }
         // Callers of a running plugd (serve, HTTP handlers) are tasks on the
         // runtime's workers, not the thread blocked in `block_on`: measure that.
         let (rt2, payload2) = (rt.clone(), payload.clone());
@@ -358,7 +383,8 @@ async fn sequential(
         .await??;
         plugd_samples.extend(block);
     }
-    Ok((latency(raw_samples), latency(plugd_samples)))
+    let [raw, plugin] = raw_samples;
+    Ok((latency(raw), latency(plugin), latency(plugd_samples)))
 }
 
 async fn measure_throughput(
@@ -515,6 +541,7 @@ fn print_table(r: &Report) {
     );
     for (name, l) in [
         ("raw pipe baseline (raw-echo)", &r.raw_pipe),
+        ("raw pipe to hello-rust (no plugd)", &r.plugin_pipe),
         ("plugd tool.invoke (hello-rust)", &r.plugd_sequential),
     ] {
         println!(
@@ -523,6 +550,10 @@ fn print_table(r: &Report) {
         );
     }
     println!("{:<40} {:>10.2}x", "plugd p50 / raw p50", r.p50_ratio);
+    println!(
+        "{:<40} {:>10.2}x",
+        "plugd p50 / hello-rust raw p50", r.p50_ratio_plugin
+    );
     println!();
     println!("{:<40} {:>10}", "calls in flight", "calls/s");
     for t in &r.throughput {

@@ -27,6 +27,7 @@ pub mod model;
 pub mod native_host;
 pub mod native_llm;
 pub mod peer;
+mod peer_out;
 pub mod procs;
 pub mod protocol;
 mod remote;

@@ -1,10 +1,11 @@
 //! A multiplexed, bidirectional JSON-RPC 2.0 connection to one plugin.
 //!
-//! A [`Peer`] runs two tasks over any byte transport: a reader that cuts
-//! frames ([`plugd_wire::FrameDecoder`]) and routes them, and a writer that
-//! drains a bounded queue into the transport. Writing and reading never share
-//! a task, so a child that stops reading cannot stop its replies from being
-//! read, and the reverse.
+//! A [`Peer`] runs a reader task over any byte transport that cuts frames
+//! ([`plugd_wire::FrameDecoder`]) and routes them; frames to the child go
+//! out through [`crate::peer_out`]: written by the sender itself while the
+//! pipe is idle, else queued (bounded) for a writer task. Writing and
+//! reading never share a task, so a child that stops reading cannot stop
+//! its replies from being read, and the reverse.
 //!
 //! * Host request ids come from a per-peer counter and are never reused.
 //! * [`Peer::call`] bounds the enqueue, the write and the wait by one deadline;
@@ -17,9 +18,9 @@
 //! * Non-JSON output, responses with unknown ids and oversized frames are
 //!   logged with the plugin id, counted and skipped.
 //!
-//! **Why one file** (~890 product lines): the peer's reader task, writer
-//! task, pending map, event routes and cancel bookkeeping share one `Inner`
-//! and its invariants (an id is never reused, a pending entry is removed by
+//! **Why one file** (~870 product lines): the peer's reader task, pending
+//! map, event routes and cancel bookkeeping share one `Inner` and its
+//! invariants (an id is never reused, a pending entry is removed by
 //! whoever gives up, only notifications are shed); the envelope it speaks
 //! is already apart (`protocol.rs`).
 
@@ -35,10 +36,11 @@ use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use plugd_wire::{ErrorObject, Frame, FrameDecoder, Framing, Id};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::FramedRead;
 
+use crate::peer_out::{PeerOut, Refused};
 use crate::protocol::{Incoming, JsonRpc, Protocol};
 
 /// Default depth of the host-to-child queue (nexo contract §8).
@@ -92,9 +94,7 @@ impl Notifier {
         };
         let protocol = &*inner.config.protocol;
         let frame = frame(protocol, protocol.encode_notification(method, params));
-        let out = inner.out.clone();
-        drop(inner);
-        out.send(frame).await.is_ok()
+        inner.out.send(frame, inner.quiet()).await.is_ok()
     }
 }
 
@@ -317,7 +317,7 @@ struct Inner {
     config: PeerConfig,
     next_id: AtomicI64,
     state: Mutex<State>,
-    out: mpsc::Sender<Bytes>,
+    out: PeerOut,
     counters: Counters,
     closed_tx: watch::Sender<Option<Arc<Closed>>>,
     reader_done: watch::Sender<Option<String>>,
@@ -340,13 +340,14 @@ impl fmt::Debug for Peer {
 }
 
 impl Peer {
-    /// Starts the reader and writer tasks over a transport.
+    /// Starts the reader task and the way out (its writer task) over a
+    /// transport.
     pub fn start<R, W>(config: PeerConfig, reader: R, writer: W, handler: Arc<dyn Handler>) -> Peer
     where
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (out, rx) = mpsc::channel(config.queue_depth.max(1));
+        let out = PeerOut::start(config.plugin.clone(), config.queue_depth, writer);
         let inner = Arc::new(Inner {
             config,
             next_id: AtomicI64::new(1),
@@ -357,7 +358,6 @@ impl Peer {
             reader_done: watch::channel(None).0,
             runaway: Mutex::new(None),
         });
-        tokio::spawn(write_loop(inner.config.plugin.clone(), rx, writer));
         tokio::spawn(read_loop(inner.clone(), reader, handler));
         Peer { inner }
     }
@@ -446,7 +446,10 @@ impl Peer {
             });
         }
         let (tx, rx) = oneshot::channel();
-        {
+        // The only call waiting: the caller writes its request itself (no
+        // wake-up of the writer task); with others waiting, the writer
+        // task writes what gathered in one write.
+        let alone = {
             let mut state = inner.lock();
             if let Some(closed) = &state.closed {
                 return Err(CallError::Closed(closed.clone()));
@@ -459,7 +462,8 @@ impl Peer {
                     events,
                 },
             );
-        }
+            state.pending.len() == 1
+        };
         let guard = PendingGuard {
             inner: inner.clone(),
             id,
@@ -470,7 +474,7 @@ impl Peer {
             inner.config.protocol.encode_request(id, method, params),
         );
         let exchange = async {
-            if inner.out.send(frame).await.is_err() {
+            if inner.out.send(frame, alone).await.is_err() {
                 return Err(CallError::Closed(self.wait_closed().await));
             }
             match rx.await {
@@ -498,7 +502,13 @@ impl Peer {
     /// For dialect frames that are not requests (VAI `hello`, `shutdown`).
     pub async fn send_payload(&self, payload: Vec<u8>) -> Result<(), Arc<Closed>> {
         let frame = frame(&*self.inner.config.protocol, payload);
-        if self.inner.out.send(frame).await.is_err() {
+        if self
+            .inner
+            .out
+            .send(frame, self.inner.quiet())
+            .await
+            .is_err()
+        {
             return Err(self.wait_closed().await);
         }
         Ok(())
@@ -509,15 +519,15 @@ impl Peer {
     pub fn notify(&self, method: &str, params: Option<Value>) -> bool {
         let protocol = &*self.inner.config.protocol;
         let frame = frame(protocol, protocol.encode_notification(method, params));
-        match self.inner.out.try_send(frame) {
+        match self.inner.out.try_send(frame, self.inner.quiet()) {
             Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
+            Err(Refused::Full) => {
                 let n = self.inner.counters.shed.fetch_add(1, Ordering::Relaxed) + 1;
                 tracing::warn!(plugin = %self.inner.config.plugin, method, shed_total = n,
                     "queue to plugin full; notification shed");
                 false
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(Refused::Closed) => false,
         }
     }
 
@@ -629,6 +639,11 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// No call waits for an answer: a frame may be written by its sender.
+    fn quiet(&self) -> bool {
+        self.lock().pending.is_empty()
+    }
+
     fn complete(&self, id: i64, result: impl FnOnce(&str) -> Result<Value, CallError>) -> bool {
         let call = self.lock().pending.remove(&id);
         match call {
@@ -715,7 +730,7 @@ impl Drop for PendingGuard {
         // Drop cannot wait; a cancel is control traffic and must not be shed.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                let _ = inner.out.send(frame).await;
+                let _ = inner.out.send(frame, false).await;
                 let Some(policy) = inner.config.cancel else {
                     return;
                 };
@@ -741,36 +756,6 @@ fn frame(protocol: &dyn Protocol, payload: Vec<u8>) -> Bytes {
     let mut buf = BytesMut::with_capacity(payload.len() + 32);
     plugd_wire::encode_frame(protocol.framing(), &payload, &mut buf);
     buf.freeze()
-}
-
-/// Drains the queue into the transport, batching whatever is ready into one
-/// write.
-async fn write_loop<W: AsyncWrite + Unpin>(
-    plugin: Arc<str>,
-    mut rx: mpsc::Receiver<Bytes>,
-    mut writer: W,
-) {
-    let mut batch = BytesMut::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
-        batch.extend_from_slice(&first);
-        while batch.len() < 256 * 1024 {
-            match rx.try_recv() {
-                Ok(more) => batch.extend_from_slice(&more),
-                Err(_) => break,
-            }
-        }
-        let res = async {
-            writer.write_all(&batch).await?;
-            writer.flush().await
-        }
-        .await;
-        batch.clear();
-        if let Err(e) = res {
-            tracing::debug!(plugin = %plugin, error = %e, "write to plugin failed; writer stops");
-            break;
-        }
-    }
-    let _ = writer.shutdown().await;
 }
 
 async fn read_loop<R: AsyncRead + Unpin>(inner: Arc<Inner>, reader: R, handler: Arc<dyn Handler>) {
@@ -845,7 +830,7 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
                 let protocol = &*inner.config.protocol;
                 let frame = frame(protocol, protocol.encode_response(id, outcome));
                 // Responses are never dropped: wait for room in the queue.
-                let _ = inner.out.send(frame).await;
+                let _ = inner.out.send(frame, inner.quiet()).await;
             });
         }
         Ok(Incoming::Notification { method, params }) => handler.notification(method, params),
@@ -893,7 +878,7 @@ fn dispatch(inner: &Arc<Inner>, handler: &Arc<dyn Handler>, bytes: &[u8]) {
 mod tests {
     use super::*;
     use serde_json::json;
-    use tokio::io::{AsyncBufReadExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     #[test]
     fn sniffs_ids() {

@@ -419,6 +419,24 @@ fn own_hosts(local: SocketAddr, extra: &[String]) -> Vec<String> {
     hosts
 }
 
+/// Whether `host` (normalized: lower case, with its port) names a TCP
+/// listener on `local`: exactly the members of [`own_hosts`], without
+/// building them (every request on TCP asks).
+fn names_listener(local: SocketAddr, extra: &[String], host: &str) -> bool {
+    let port = local.port();
+    if host.parse::<SocketAddr>().is_ok_and(|h| h == local) {
+        return true;
+    }
+    if local.ip().to_canonical().is_loopback()
+        && let Some((name, p)) = host.rsplit_once(':')
+        && p.parse::<u16>() == Ok(port)
+        && matches!(name, "localhost" | "127.0.0.1" | "[::1]")
+    {
+        return true;
+    }
+    extra.iter().any(|e| normalize_host(e, port) == host)
+}
+
 /// `scheme://host[:port]` of an `Origin` as `host:port` (`None` when it is
 /// not a plain http(s) origin: `null`, a path, userinfo...).
 fn origin_host(origin: &str) -> Option<String> {
@@ -453,28 +471,29 @@ fn check_browser_rules(
             .get(name)
             .map(|v| v.to_str().unwrap_or("(not text)").to_owned())
     };
-    let hosts = match peer {
-        Peer::Tcp { local, .. } => {
-            let hosts = own_hosts(*local, &cfg.allowed_hosts);
+    if let Peer::Tcp { local, .. } = peer {
+        {
             let Some(host) = text(header::HOST) else {
                 return Err(Box::new(forbidden(
                     error::code::FORBIDDEN_HOST,
                     "the request has no Host header; send one naming this listener".into(),
                 )));
             };
-            if !hosts.contains(&normalize_host(&host, local.port())) {
+            if !names_listener(
+                *local,
+                &cfg.allowed_hosts,
+                &normalize_host(&host, local.port()),
+            ) {
                 return Err(Box::new(forbidden(
                     error::code::FORBIDDEN_HOST,
                     format!(
                         "Host {host:?} does not name this listener ({}); add it to plugd.yaml http.allowed_hosts if it is yours",
-                        hosts[0]
+                        own_hosts(*local, &cfg.allowed_hosts)[0]
                     ),
                 )));
             }
-            hosts
         }
-        Peer::Unix { .. } => Vec::new(),
-    };
+    }
     let safe = (*method == Method::GET || *method == Method::HEAD) && !is_legacy_sse_path(path);
     if safe || cors_allowed {
         return Ok(());
@@ -488,7 +507,11 @@ fn check_browser_rules(
         )));
     }
     if let Some(origin) = text(header::ORIGIN) {
-        let same = origin_host(&origin).is_some_and(|h| hosts.contains(&h));
+        // Over the Unix socket no origin is this server's.
+        let same = origin_host(&origin).is_some_and(|h| match peer {
+            Peer::Tcp { local, .. } => names_listener(*local, &cfg.allowed_hosts, &h),
+            Peer::Unix { .. } => false,
+        });
         if !same {
             return Err(Box::new(forbidden(
                 error::code::CROSS_ORIGIN,
@@ -1203,5 +1226,44 @@ mod tests {
             assert!(hosts.contains(&h.to_owned()), "{h}");
         }
         assert!(!hosts.contains(&normalize_host("evil.example", 8080)));
+    }
+
+    #[test]
+    fn names_listener_answers_as_own_hosts_does() {
+        let extra = ["plugd.internal".to_owned(), "Other.Example:9".to_owned()];
+        for local in [
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "10.1.2.3:8080",
+            "[::ffff:127.0.0.1]:8080",
+        ] {
+            let local: SocketAddr = local.parse().unwrap();
+            let hosts = own_hosts(local, &extra);
+            for h in [
+                "127.0.0.1:8080",
+                "127.0.0.1:8081",
+                "localhost:8080",
+                "localhost:80",
+                "[::1]:8080",
+                "10.1.2.3:8080",
+                "10.1.2.3:80",
+                "[::ffff:127.0.0.1]:8080",
+                "plugd.internal:8080",
+                "plugd.internal:9",
+                "other.example:9",
+                "other.example:8080",
+                "evil.example:8080",
+                "localhost.evil:8080",
+                "localhost",
+                ":8080",
+                "",
+            ] {
+                assert_eq!(
+                    names_listener(local, &extra, h),
+                    hosts.iter().any(|o| o == h),
+                    "{local} {h}"
+                );
+            }
+        }
     }
 }

@@ -300,9 +300,21 @@ pub async fn agent_for(
     )))
 }
 
-/// Everything the handlers share. Cheap to clone.
+/// Everything the handlers share. Cheap to clone: one reference count
+/// (each request clones it, for the middleware and for its handler).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<AppShared>);
+
+impl std::ops::Deref for AppState {
+    type Target = AppShared;
+    fn deref(&self) -> &AppShared {
+        &self.0
+    }
+}
+
+/// What an [`AppState`] holds (its fields are the server's own).
+#[derive(Clone)]
+pub struct AppShared {
     runtime: Runtime,
     pipeline: Arc<Pipeline>,
     config: Arc<PlugdConfig>,
@@ -359,7 +371,7 @@ impl AppState {
             runtime_state.clone(),
         )));
         let oidc = oidc::Oidc::from_config(&config.auth);
-        AppState {
+        AppState(Arc::new(AppShared {
             runtime,
             pipeline,
             config,
@@ -373,12 +385,12 @@ impl AppState {
             config_gate: None,
             forwarder: None,
             oidc,
-        }
+        }))
     }
 
     /// The cluster's forwarder (`plugd serve --nats`).
     pub fn with_forwarder(mut self, f: Arc<dyn plugd_control::forward::Forwarder>) -> AppState {
-        self.forwarder = Some(f);
+        Arc::make_mut(&mut self.0).forwarder = Some(f);
         self
     }
 
@@ -387,13 +399,13 @@ impl AppState {
         mut self,
         gate: Arc<plugd_runtime::config_gate::ConfigGate>,
     ) -> AppState {
-        self.config_gate = Some(gate);
+        Arc::make_mut(&mut self.0).config_gate = Some(gate);
         self
     }
 
     /// Sets the request body limit in bytes (413 beyond).
     pub fn with_body_limit(mut self, limit: usize) -> AppState {
-        self.body_limit = limit;
+        Arc::make_mut(&mut self.0).body_limit = limit;
         self
     }
 

@@ -1144,7 +1144,13 @@ fn check_routing_headers(
 
 fn json_response(reply: Option<Value>) -> Response {
     match reply {
-        Some(r) => ([(header::CONTENT_TYPE, "application/json")], r.to_string()).into_response(),
+        // `to_vec` writes straight into a buffer (`to_string` goes through
+        // `fmt::Display` and its per-piece formatter calls).
+        Some(r) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&r).unwrap_or_default(),
+        )
+            .into_response(),
         None => StatusCode::ACCEPTED.into_response(),
     }
 }

@@ -173,20 +173,47 @@ pub fn trace_id_of(traceparent: &str) -> Option<String> {
 
 /// A new random W3C trace id (32 lower-case hex digits, never all zero),
 /// for a call whose caller sent none; no OpenTelemetry work.
+///
+/// Every call without a caller's trace takes one, so no system call per id:
+/// each thread seeds a generator (SplitMix64) once from the OS and draws
+/// from it. A trace id must be unique, not secret (W3C Trace Context §3.2.2.3
+/// asks for randomness so that ids do not collide).
 pub fn new_trace_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() || bytes == [0u8; 16] {
-        // No entropy source: the clock and a counter still make ids unique
-        // in this process.
-        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes[..8].copy_from_slice(&t.to_be_bytes());
-        bytes[8..].copy_from_slice(&n.to_be_bytes());
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<Option<u64>> = const { Cell::new(None) };
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    let (hi, lo) = STATE.with(|state| {
+        let mut x = state.get().unwrap_or_else(seed);
+        let mut next = || {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let pair = (next(), next());
+        state.set(Some(x));
+        pair
+    });
+    // Never all zero (an invalid trace id).
+    let id = (u128::from(hi) << 64 | u128::from(lo)).max(1);
+    format!("{id:032x}")
+}
+
+/// A thread's first generator state: from the OS, else from the clock, a
+/// process-wide counter and the thread (ids stay unique in this process).
+fn seed() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::fill(&mut bytes).is_ok() && bytes != [0u8; 8] {
+        return u64::from_le_bytes(bytes);
+    }
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    t ^ n.rotate_left(40) ^ u64::from(std::process::id()).rotate_left(20)
 }
 
 /// The W3C `traceparent` (and `tracestate`, when not empty) of the current

@@ -287,11 +287,17 @@ fn bench_reports_every_measurement() {
         "2",
     ]);
     let r = json_out(&o);
-    for key in ["raw_pipe", "plugd_sequential"] {
+    for key in ["raw_pipe", "plugin_pipe", "plugd_sequential"] {
         assert!(r[key]["p50_us"].as_f64().unwrap() > 0.0, "{key}: {r}");
         assert!(r[key]["p99_us"].as_f64().unwrap() >= r[key]["p50_us"].as_f64().unwrap());
     }
     assert!(r["p50_ratio"].as_f64().unwrap() > 0.0);
+    // The same line to the plugin itself, over a raw pipe with no plugd.
+    assert!(
+        r["plugin_pipe"]["p50_us"].as_f64().unwrap() > 0.0
+            && r["p50_ratio_plugin"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
     let levels: Vec<u64> = r["throughput"]
         .as_array()
         .unwrap()
